@@ -1,0 +1,45 @@
+// Command jailcell runs Python cells in OS-isolated sandboxes. This package
+// only wires flags and configuration to the packages that do the work.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/jailcell/jailcell/isolate"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	// First thing: a sandbox init re-executes this binary as "init".
+	isolate.Init()
+
+	root := &cobra.Command{
+		Use:           "jailcell",
+		Short:         "Run Python cells in OS-isolated sandboxes",
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newRootfsCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "jailcell:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitError carries a specific exit status out of a command.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func exitCode(err error) int {
+	if e, ok := err.(exitError); ok {
+		return e.code
+	}
+	return 1
+}

@@ -1,0 +1,10 @@
+// Package isolate turns a policy.Policy into a running sandbox: user, pid,
+// mount, network, ipc, uts and cgroup namespaces, cgroup limits, a seccomp
+// allowlist, no capabilities and no_new_privs, around an overlay of the
+// read-only Python rootfs. It is built on libcontainer, embedded.
+//
+// isolate owns every kernel-facing step and nothing else: it knows nothing of
+// Python, cells or sessions. It must never run a process with less isolation
+// than the policy asks for: a feature the host cannot give is an error, not a
+// silent downgrade.
+package isolate

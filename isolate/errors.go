@@ -1,0 +1,15 @@
+package isolate
+
+import "errors"
+
+// Sentinel errors. The API layer maps them to wire codes with errors.Is.
+var (
+	// ErrUnsupported: the host cannot give an isolation feature the policy
+	// asks for (user namespaces, idmapped mounts, overlayfs, a cgroup
+	// controller, seccomp). Fail closed.
+	ErrUnsupported = errors.New("isolation feature not supported by this host")
+	// ErrNotFound: no sandbox with that id.
+	ErrNotFound = errors.New("sandbox not found")
+	// ErrExhausted: no free uid slot is left for another sandbox.
+	ErrExhausted = errors.New("sandbox slots exhausted")
+)

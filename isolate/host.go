@@ -1,0 +1,219 @@
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/sirupsen/logrus"
+
+	// libcontainer's C constructor that sets up namespaces in "init".
+	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+	// Device rule support for the cgroup managers.
+	_ "github.com/opencontainers/cgroups/devices"
+)
+
+// Init must be the first call in main of any binary that builds sandboxes.
+// When the process was started as a sandbox init (argument "init", started
+// by libcontainer through /proc/self/exe), it becomes the sandbox's init and
+// never returns. Otherwise it returns at once.
+func Init() {
+	if len(os.Args) > 1 && os.Args[1] == "init" {
+		libcontainer.Init()
+		// Init only returns on failure, after reporting it to the parent.
+		os.Exit(1)
+	}
+}
+
+// Config is where and how a Host builds sandboxes.
+type Config struct {
+	// StateDir holds libcontainer state and per-sandbox directories.
+	StateDir string
+	// Rootfs is the read-only tree every sandbox's root is an overlay of.
+	Rootfs string
+	// CgroupRoot is the absolute cgroup path under which each sandbox
+	// gets its own cgroup. Default "/jailcell".
+	CgroupRoot string
+	// UIDBase is the first host uid (and gid) of the ranges sandboxes are
+	// mapped to; sandbox n of the host gets UIDBase+n*65536 onwards, so no
+	// two live sandboxes share a host uid. Default 0x40000000.
+	UIDBase int
+	// Slots is how many sandboxes may exist at once. Default 4096.
+	Slots int
+}
+
+const idsPerSlot = 65536
+
+// Host builds sandboxes. It is safe for concurrent use.
+type Host struct {
+	cfg      Config
+	features Features
+
+	mu       sync.Mutex
+	slots    []bool
+	seccomps map[uint]*configs.Seccomp
+}
+
+// NewHost checks cfg, the host's features (failing closed on anything a
+// sandbox needs) and prepares the state directories.
+func NewHost(cfg Config) (*Host, error) {
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/jailcell"
+	}
+	if cfg.UIDBase == 0 {
+		cfg.UIDBase = 0x40000000
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = 4096
+	}
+	if !filepath.IsAbs(cfg.CgroupRoot) {
+		// A relative cgroup path lands under the caller's own cgroup.
+		return nil, fmt.Errorf("cgroup root %q must be absolute", cfg.CgroupRoot)
+	}
+	if !filepath.IsAbs(cfg.StateDir) {
+		return nil, fmt.Errorf("state dir %q must be absolute", cfg.StateDir)
+	}
+	if fi, err := os.Stat(filepath.Join(cfg.Rootfs, "usr/bin/python3")); err != nil || fi.IsDir() {
+		return nil, fmt.Errorf("%w: rootfs %s has no usr/bin/python3", ErrUnsupported, cfg.Rootfs)
+	}
+	f := Probe()
+	if !f.OK() {
+		return nil, fmt.Errorf("%w: %s", ErrUnsupported, errors.Join(stringErrs(f.Problems)...))
+	}
+	// The sandbox's user namespace must traverse these to reach its root
+	// and bind sources: search permission only, nothing readable.
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "containers")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("create state dir %s: %w", d, err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("chmod state dir %s: %w", d, err)
+		}
+	}
+	logrus.SetLevel(logrus.WarnLevel)
+	return &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}}, nil
+}
+
+func stringErrs(s []string) []error {
+	out := make([]error, len(s))
+	for i, v := range s {
+		out[i] = errors.New(v)
+	}
+	return out
+}
+
+// Features returns what the host was found to give.
+func (h *Host) Features() Features { return h.features }
+
+func (h *Host) containersDir() string       { return filepath.Join(h.cfg.StateDir, "containers") }
+func (h *Host) sandboxDir(id string) string { return filepath.Join(h.cfg.StateDir, "sandboxes", id) }
+
+func (h *Host) takeSlot() (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, used := range h.slots {
+		if !used {
+			h.slots[i] = true
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: all %d in use", ErrExhausted, len(h.slots))
+}
+
+func (h *Host) freeSlot(i int) {
+	h.mu.Lock()
+	h.slots[i] = false
+	h.mu.Unlock()
+}
+
+// seccomp returns the filter for errno, built once per errno.
+func (h *Host) seccomp(errno uint) (*configs.Seccomp, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.seccomps[errno]; ok {
+		return s, nil
+	}
+	s, err := seccompConfig(errno)
+	if err != nil {
+		return nil, err
+	}
+	h.seccomps[errno] = s
+	return s, nil
+}
+
+// Reconcile removes what a previous run left behind: every container,
+// cgroup, mount and sandbox directory of this host's state whose disk id
+// keep does not name. It returns the disk ids it removed.
+func (h *Host) Reconcile(keep func(diskID string) bool) ([]string, error) {
+	kept := func(id string) bool { return keep != nil && keep(id) }
+	var errs []error
+	removed := map[string]bool{}
+	containers, _ := os.ReadDir(h.containersDir())
+	for _, e := range containers {
+		disk := diskOf(e.Name())
+		if kept(disk) {
+			continue
+		}
+		if c, err := libcontainer.Load(h.containersDir(), e.Name()); err == nil {
+			if err := c.Destroy(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		_ = os.RemoveAll(filepath.Join(h.containersDir(), e.Name()))
+		removed[disk] = true
+	}
+	for _, id := range h.cgroupIDs() {
+		if !kept(diskOf(id)) {
+			if err := h.removeCgroup(id); err != nil {
+				errs = append(errs, err)
+			}
+			removed[diskOf(id)] = true
+		}
+	}
+	disks, _ := os.ReadDir(filepath.Join(h.cfg.StateDir, "sandboxes"))
+	for _, e := range disks {
+		if kept(e.Name()) {
+			continue
+		}
+		d := &Disk{ID: e.Name(), h: h, dir: h.sandboxDir(e.Name()), slot: -1}
+		if err := d.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+		removed[e.Name()] = true
+	}
+	var out []string
+	for id := range removed {
+		out = append(out, id)
+	}
+	return out, errors.Join(errs...)
+}
+
+// diskOf maps a container id ("<disk>-<generation>") to its disk id.
+func diskOf(container string) string {
+	if i := strings.LastIndexByte(container, '-'); i > 0 {
+		return container[:i]
+	}
+	return container
+}
+
+// cgroupIDs lists the sandbox cgroups under CgroupRoot.
+func (h *Host) cgroupIDs() []string {
+	base := filepath.Join("/sys/fs/cgroup/memory", h.cfg.CgroupRoot)
+	if cgroups.IsCgroup2UnifiedMode() {
+		base = filepath.Join("/sys/fs/cgroup", h.cfg.CgroupRoot)
+	}
+	ents, _ := os.ReadDir(base)
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && idRE.MatchString(strings.ReplaceAll(e.Name(), "-", "_")) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
+}

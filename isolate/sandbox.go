@@ -1,0 +1,482 @@
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	devconfig "github.com/opencontainers/cgroups/devices/config"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/policy"
+)
+
+// Spec describes one sandbox to build.
+type Spec struct {
+	// Policy is the isolation and limits; it must be valid.
+	Policy policy.Policy
+	// Args, Env and Cwd are the sandbox's first process (its PID 1). Env
+	// is the whole environment: nothing of the host's leaks in.
+	Args []string
+	Env  []string
+	Cwd  string
+	// Binds are host directories made visible inside.
+	Binds []Bind
+	// Log receives the init process's stdout and stderr (nil: /dev/null).
+	Log io.Writer
+}
+
+// Bind is a host directory visible in the sandbox, read-only unless
+// Writable.
+type Bind struct {
+	Source, Dest string
+	Writable     bool
+}
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9_]{1,48}$`)
+
+// Exit is how a sandbox's init ended.
+type Exit struct {
+	Code   int            // exit code, or -1 if killed by a signal
+	Signal syscall.Signal // the signal, if any
+}
+
+func (e Exit) String() string {
+	if e.Signal != 0 {
+		return "killed by " + e.Signal.String()
+	}
+	return "exited with " + strconv.Itoa(e.Code)
+}
+
+// Sandbox is one running sandbox.
+type Sandbox struct {
+	ID string
+
+	disk      *Disk
+	container *libcontainer.Container
+	process   *libcontainer.Process
+	pid       int
+	cg        cgroupFiles
+
+	done     chan struct{}
+	exit     Exit
+	destroy  sync.Once
+	destroyE error
+}
+
+// Disk is a sandbox's writable layer: a size- and inode-bounded tmpfs
+// holding the overlay's upper and work directories, and the host uid range
+// its files belong to. It outlives the sandboxes built on it, so a kernel
+// that dies can be replaced without losing the files it wrote.
+type Disk struct {
+	ID   string
+	h    *Host
+	dir  string
+	slot int
+
+	mu   sync.Mutex
+	used bool // a sandbox runs on it
+	gen  int
+}
+
+// NewDisk mounts a disk for id of the policy's size.
+func (h *Host) NewDisk(id string, p policy.Policy) (_ *Disk, retErr error) {
+	if !idRE.MatchString(id) {
+		return nil, fmt.Errorf("disk id %q: want 1-48 of [A-Za-z0-9_]", id)
+	}
+	var cl cleanup
+	defer func() {
+		if retErr != nil {
+			_ = cl.run()
+		}
+	}()
+	slot, err := h.takeSlot()
+	if err != nil {
+		return nil, err
+	}
+	cl.add(func() error { h.freeSlot(slot); return nil })
+	d := &Disk{ID: id, h: h, dir: h.sandboxDir(id), slot: slot}
+	if err := os.Mkdir(d.dir, 0o711); err != nil {
+		return nil, fmt.Errorf("create sandbox dir: %w", err)
+	}
+	cl.add(func() error { return os.RemoveAll(d.dir) })
+	disk := filepath.Join(d.dir, "disk")
+	if err := os.Mkdir(disk, 0o711); err != nil {
+		return nil, fmt.Errorf("create disk dir: %w", err)
+	}
+	// The disk bound: the overlay's upper layer lives on a tmpfs of the
+	// policy's size, so a cell that fills it gets ENOSPC, not the host.
+	if err := mountTmpfs(disk, p.DiskBytes, p.DiskInodes); err != nil {
+		return nil, err
+	}
+	cl.add(func() error { return unmount(disk) })
+	for _, sub := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(disk, sub), 0o755); err != nil {
+			return nil, fmt.Errorf("create overlay dir: %w", err)
+		}
+	}
+	// The upper root belongs to the sandbox's root user, as the lower
+	// root appears to it through the idmapped mount. Nothing has been
+	// exposed to a sandbox yet, so this chown cannot be raced.
+	if err := os.Chown(d.UpperDir(), d.HostID(), d.HostID()); err != nil {
+		return nil, fmt.Errorf("chown upper dir: %w", err)
+	}
+	cl.release()
+	return d, nil
+}
+
+// HostID is the host uid (and gid) that root in a sandbox on this disk is
+// mapped to; files it writes are owned by it.
+func (d *Disk) HostID() int { return d.h.cfg.UIDBase + d.slot*idsPerSlot }
+
+// UpperDir is the host path of the overlay's upper layer: everything the
+// sandbox wrote. Only ever open paths below it through a root-confined open
+// (os.Root): the sandbox can plant symlinks there.
+func (d *Disk) UpperDir() string { return filepath.Join(d.dir, "disk", "upper") }
+
+// RootDir is the host path where a running sandbox's root (the overlay) is
+// mounted. The same caution as UpperDir applies.
+func (d *Disk) RootDir() string { return filepath.Join(d.dir, "root") }
+
+// Destroy unmounts the disk and removes its directory. Sandboxes on it must
+// be destroyed first.
+func (d *Disk) Destroy() error {
+	var errs []error
+	if mps, err := mountsUnder(d.dir); err == nil {
+		for _, mp := range mps {
+			if err := unmount(mp); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := os.RemoveAll(d.dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove sandbox dir: %w", err))
+	}
+	if d.slot >= 0 {
+		d.h.freeSlot(d.slot)
+		d.slot = -1
+	}
+	return errors.Join(errs...)
+}
+
+// Create builds and starts a sandbox on disk d. On any failure everything
+// done so far is undone (the disk stays).
+func (d *Disk) Create(spec Spec) (_ *Sandbox, retErr error) {
+	if err := spec.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if d.used {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("disk %s already has a sandbox", d.ID)
+	}
+	d.used = true
+	d.gen++
+	id := fmt.Sprintf("%s-%d", d.ID, d.gen)
+	d.mu.Unlock()
+	h := d.h
+	var cl cleanup
+	cl.add(func() error { d.mu.Lock(); d.used = false; d.mu.Unlock(); return nil })
+	defer func() {
+		if retErr != nil {
+			if err := cl.run(); err != nil {
+				retErr = fmt.Errorf("%w (and cleanup: %v)", retErr, err)
+			}
+		}
+	}()
+
+	lower, root := filepath.Join(d.dir, "lower"), d.RootDir()
+	for _, p := range []string{lower, root} {
+		if err := os.Mkdir(p, 0o711); err != nil && !os.IsExist(err) {
+			return nil, fmt.Errorf("create sandbox dir: %w", err)
+		}
+	}
+	ns, err := userns(d.HostID(), idsPerSlot)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	if err := mountIDMapped(h.cfg.Rootfs, lower, ns); err != nil {
+		return nil, err
+	}
+	cl.add(func() error { return unmount(lower) })
+	work := filepath.Join(d.dir, "disk", "work")
+	if err := mountOverlay(lower, d.UpperDir(), work, root); err != nil {
+		return nil, err
+	}
+	cl.add(func() error { return unmount(root) })
+	// overlayfs holds its own private clone of the lower layer.
+	if err := unmount(lower); err != nil {
+		return nil, err
+	}
+
+	sec, err := h.seccomp(policy.Errnos[spec.Policy.SeccompErrno])
+	if err != nil {
+		return nil, err
+	}
+	cfg := h.containerConfig(spec, id, root, d.HostID(), sec)
+	c, err := libcontainer.Create(h.containersDir(), id, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	cl.add(c.Destroy)
+	cl.add(func() error { return h.removeCgroup(id) })
+
+	p := &libcontainer.Process{
+		Args:   spec.Args,
+		Env:    spec.Env,
+		Cwd:    spec.Cwd,
+		Stdout: spec.Log,
+		Stderr: spec.Log,
+		Init:   true,
+	}
+	if err := c.Run(p); err != nil {
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	pid, err := p.Pid()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox pid: %w", err)
+	}
+	st, err := c.State()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox state: %w", err)
+	}
+	s := &Sandbox{
+		ID: id, disk: d, container: c, process: p, pid: pid,
+		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths},
+		done: make(chan struct{}),
+	}
+	go s.wait()
+	cl.release()
+	return s, nil
+}
+
+func (s *Sandbox) wait() {
+	st, _ := s.process.Wait()
+	if st != nil {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			s.exit = Exit{Code: -1, Signal: ws.Signal()}
+		} else {
+			s.exit = Exit{Code: st.ExitCode()}
+		}
+	} else {
+		s.exit = Exit{Code: -1, Signal: syscall.SIGKILL}
+	}
+	close(s.done)
+}
+
+// Pid is the host pid of the sandbox's init.
+func (s *Sandbox) Pid() int { return s.pid }
+
+// Done is closed when the sandbox's init has exited.
+func (s *Sandbox) Done() <-chan struct{} { return s.done }
+
+// Exit is how the init ended; valid after Done is closed.
+func (s *Sandbox) Exit() Exit { <-s.done; return s.exit }
+
+// Signal sends sig to the sandbox's init (which forwards it as it likes).
+func (s *Sandbox) Signal(sig os.Signal) error {
+	if err := s.container.Signal(sig); err != nil {
+		return fmt.Errorf("signal sandbox %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// Kill ends every process in the sandbox; the sandbox stays until Destroy.
+func (s *Sandbox) Kill() error {
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	// Killing the init of a pid namespace kills every task in it.
+	if err := unix.Kill(s.pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("kill sandbox %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// Usage reads the sandbox's cgroup counters.
+func (s *Sandbox) Usage() Usage { return s.cg.usage() }
+
+// ResetPeak restarts the memory high-water mark (cgroup v1; on v2 the peak
+// stays the sandbox's lifetime peak).
+func (s *Sandbox) ResetPeak() { s.cg.resetPeak() }
+
+// Disk is the disk the sandbox runs on.
+func (s *Sandbox) Disk() *Disk { return s.disk }
+
+// Destroy kills the sandbox and removes its container, cgroup and root
+// mount; its disk stays. It is idempotent.
+func (s *Sandbox) Destroy() error {
+	s.destroy.Do(func() {
+		var errs []error
+		if s.container != nil {
+			if err := s.container.Destroy(); err != nil {
+				errs = append(errs, fmt.Errorf("destroy container %s: %w", s.ID, err))
+			}
+		}
+		if s.done != nil && s.process != nil {
+			select {
+			case <-s.done:
+			case <-time.After(10 * time.Second):
+				errs = append(errs, fmt.Errorf("sandbox %s: init did not exit", s.ID))
+			}
+		}
+		h := s.disk.h
+		if err := h.removeCgroup(s.ID); err != nil {
+			errs = append(errs, err)
+		}
+		for _, mp := range []string{s.disk.RootDir(), filepath.Join(s.disk.dir, "lower")} {
+			if err := unmount(mp); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		_ = os.RemoveAll(filepath.Join(h.containersDir(), s.ID))
+		s.disk.mu.Lock()
+		s.disk.used = false
+		s.disk.mu.Unlock()
+		s.destroyE = errors.Join(errs...)
+	})
+	return s.destroyE
+}
+
+// containerConfig is the libcontainer configuration for spec.
+func (h *Host) containerConfig(spec Spec, id, root string, hostID int, sec *configs.Seccomp) *configs.Config {
+	p := spec.Policy
+	const (
+		noexec = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
+	)
+	mounts := []*configs.Mount{
+		{Source: "proc", Destination: "/proc", Device: "proc", Flags: noexec},
+		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
+		{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620"},
+		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: noexec, Data: "mode=1777,size=" + strconv.FormatInt(p.TmpBytes, 10)},
+		{Source: "mqueue", Destination: "/dev/mqueue", Device: "mqueue", Flags: noexec},
+		{Source: "sysfs", Destination: "/sys", Device: "sysfs", Flags: noexec | unix.MS_RDONLY},
+		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777,size=" + strconv.FormatInt(p.TmpBytes, 10)},
+	}
+	for _, b := range spec.Binds {
+		flags := unix.MS_BIND | unix.MS_REC | unix.MS_NOSUID | unix.MS_NODEV
+		if !b.Writable {
+			flags |= unix.MS_RDONLY
+		}
+		mounts = append(mounts, &configs.Mount{Source: b.Source, Destination: b.Dest, Device: "bind", Flags: flags})
+	}
+	var rules []*devconfig.Rule
+	for _, d := range specconv.AllowedDevices {
+		rules = append(rules, &d.Rule)
+	}
+	pids := p.Pids
+	cpuPeriod := uint64(100000)
+	oomAdj := 500 // sandboxes go before the daemon and the host's services
+	swap := p.MemoryBytes
+	if !h.features.SwapLimit {
+		swap = 0
+	}
+	ids := []configs.IDMap{{ContainerID: 0, HostID: int64(hostID), Size: idsPerSlot}}
+	return &configs.Config{
+		Rootfs:          root,
+		RootPropagation: unix.MS_PRIVATE | unix.MS_REC,
+		Mounts:          mounts,
+		Devices:         specconv.AllowedDevices,
+		Hostname:        "sandbox",
+		Namespaces: configs.Namespaces{
+			{Type: configs.NEWNS}, {Type: configs.NEWUTS}, {Type: configs.NEWIPC},
+			{Type: configs.NEWPID}, {Type: configs.NEWUSER}, {Type: configs.NEWNET},
+			// Not added by libcontainer's helpers on v1 hosts: without it
+			// the sandbox would see the host's cgroup paths.
+			{Type: configs.NEWCGROUP},
+		},
+		Networks:     []*configs.Network{{Type: "loopback"}},
+		Capabilities: &configs.Capabilities{},
+		Cgroups: &cgroups.Cgroup{
+			Path: h.cfg.CgroupRoot + "/" + id,
+			Resources: &cgroups.Resources{
+				Memory:     p.MemoryBytes,
+				MemorySwap: swap,
+				PidsLimit:  &pids,
+				CpuPeriod:  cpuPeriod,
+				CpuQuota:   int64(p.CPUs * float64(cpuPeriod)),
+				Devices:    rules,
+			},
+		},
+		UIDMappings: ids,
+		GIDMappings: ids,
+		MaskPaths: []string{
+			"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+			"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+			"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap", "/sys/kernel/debug",
+		},
+		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+		Rlimits: []configs.Rlimit{
+			{Type: unix.RLIMIT_NOFILE, Hard: p.OpenFiles, Soft: p.OpenFiles},
+			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
+			{Type: unix.RLIMIT_FSIZE, Hard: uint64(p.DiskBytes), Soft: uint64(p.DiskBytes)},
+			{Type: unix.RLIMIT_NPROC, Hard: uint64(p.Pids), Soft: uint64(p.Pids)},
+		},
+		OomScoreAdj:     &oomAdj,
+		Seccomp:         sec,
+		NoNewPrivileges: true,
+		NoNewKeyring:    true,
+		Version:         "1.3.0",
+	}
+}
+
+// removeCgroup kills whatever is left in the sandbox's cgroup and removes
+// it, in either layout. Only cgroups under the host's own CgroupRoot are
+// touched.
+func (h *Host) removeCgroup(id string) error {
+	var dirs []string
+	if cgroups.IsCgroup2UnifiedMode() {
+		dirs = []string{filepath.Join("/sys/fs/cgroup", h.cfg.CgroupRoot, id)}
+	} else {
+		for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "cpuset", "devices", "freezer", "blkio", "net_cls", "net_prio", "perf_event", "hugetlb", "rdma", "misc"} {
+			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", c, h.cfg.CgroupRoot, id))
+		}
+		dirs = append(dirs, filepath.Join("/sys/fs/cgroup/unified", h.cfg.CgroupRoot, id))
+	}
+	var errs []error
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			continue
+		}
+		if err := cgroups.RemovePath(d); err != nil {
+			// Tasks left (the init died without taking them along): kill
+			// them and try again.
+			killCgroupProcs(d)
+			if err := cgroups.RemovePath(d); err != nil {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func killCgroupProcs(dir string) {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err == nil {
+		time.Sleep(50 * time.Millisecond)
+		return
+	}
+	for i := 0; i < 10; i++ {
+		pids, err := cgroups.GetPids(dir)
+		if err != nil || len(pids) == 0 {
+			return
+		}
+		for _, p := range pids {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -99,7 +100,11 @@ func unmount(dst string) error {
 // mountsUnder lists mount points at or below dir, deepest first, from
 // /proc/self/mountinfo.
 func mountsUnder(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	// Not /proc/self: libcontainer may leave the thread group leader parked
+	// in a sandbox's mount namespace, and /proc/self shows the leader's.
+	runtime.LockOSThread()
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, err
 	}

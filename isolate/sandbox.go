@@ -153,11 +153,11 @@ func (d *Disk) RootDir() string { return filepath.Join(d.dir, "root") }
 // be destroyed first.
 func (d *Disk) Destroy() error {
 	var errs []error
-	if mps, err := mountsUnder(d.dir); err == nil {
-		for _, mp := range mps {
-			if err := unmount(mp); err != nil {
-				errs = append(errs, err)
-			}
+	mps, _ := mountsUnder(d.dir)
+	mps = append(mps, d.RootDir(), filepath.Join(d.dir, "lower"), filepath.Join(d.dir, "disk"))
+	for _, mp := range mps {
+		if err := unmount(mp); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := os.RemoveAll(d.dir); err != nil {
@@ -424,7 +424,8 @@ func (h *Host) containerConfig(spec Spec, id, root string, hostID int, sec *conf
 			{Type: unix.RLIMIT_NOFILE, Hard: p.OpenFiles, Soft: p.OpenFiles},
 			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
 			{Type: unix.RLIMIT_FSIZE, Hard: uint64(p.DiskBytes), Soft: uint64(p.DiskBytes)},
-			{Type: unix.RLIMIT_NPROC, Hard: uint64(p.Pids), Soft: uint64(p.Pids)},
+			// A backstop only: the pids cgroup bites first and counts it.
+			{Type: unix.RLIMIT_NPROC, Hard: uint64(2 * p.Pids), Soft: uint64(2 * p.Pids)},
 		},
 		OomScoreAdj:     &oomAdj,
 		Seccomp:         sec,

@@ -1,0 +1,53 @@
+# jailcell: `make demo` runs the example, `make test` runs every test tier.
+# Each target installs what it needs on a fresh Debian 12 machine (as root).
+
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+TAGS := seccomp
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+BIN := bin/jailcell
+ROOTFS_BASE ?= /var/lib/jailcell/rootfs
+APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 ca-certificates
+TEST_TIMEOUT ?= 25m
+
+.PHONY: all deps build rootfs demo test test-unit test-hostile bench install clean
+
+all: build
+
+# System packages, installed only when missing.
+deps:
+	@missing=""; for p in $(APT_PKGS); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@command -v $(GO) >/dev/null || { echo "Go is not installed (want 1.26+ at /usr/local/go)"; exit 1; }
+
+build: deps
+	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/jailcell
+
+# The read-only Python rootfs: cached by version, rebuilt only when the
+# script or its package list changes.
+rootfs: build
+	JAILCELL=$(CURDIR)/$(BIN) ./scripts/build-rootfs.sh $(ROOTFS_BASE)
+
+# The demo: a sales workbook in, monthly totals and a trend chart out.
+demo: rootfs
+	@rm -rf demo-out
+	$(BIN) run --file testdata/sales.xlsx --out demo-out testdata/demo/monthly_sales.py
+	@echo "chart saved on the host: $(CURDIR)/demo-out/monthly_sales.png"
+
+test: rootfs
+	$(GO) vet -tags $(TAGS) ./...
+	$(GO) test -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 ./...
+
+# Plain unit tests, no root or rootfs needed.
+test-unit:
+	$(GO) test -tags $(TAGS) -short -count=1 ./policy/ ./runner/ ./api/ ./rootfs/
+
+clean:
+	rm -rf bin demo-out

@@ -1,0 +1,250 @@
+package isolate
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/policy"
+)
+
+func TestMain(m *testing.M) {
+	Init()
+	os.Exit(m.Run())
+}
+
+func newTestHost(t *testing.T) *Host {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	h, err := NewHost(Config{StateDir: testenv.StateDir(t), Rootfs: r.Root, CgroupRoot: "/jailcell-test"})
+	if err != nil {
+		t.Fatalf("NewHost: %v", err)
+	}
+	return h
+}
+
+// startSleeper starts a sandbox whose init sleeps, for inspection from
+// outside.
+func startSleeper(t *testing.T, h *Host, p policy.Policy) *Sandbox {
+	t.Helper()
+	d, err := h.NewDisk("posture"+strconv.Itoa(time.Now().Nanosecond()), p)
+	if err != nil {
+		t.Fatalf("NewDisk: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Destroy(); err != nil {
+			t.Errorf("destroy disk: %v", err)
+		}
+	})
+	sb, err := d.Create(Spec{
+		Policy: p,
+		Args:   []string{"/usr/bin/python3", "-c", "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: None)\ntime.sleep(60)"},
+		Env:    []string{"PATH=/usr/bin:/bin"},
+		Cwd:    "/work",
+	})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Destroy(); err != nil {
+			t.Errorf("destroy sandbox: %v", err)
+		}
+	})
+	return sb
+}
+
+func statusField(t *testing.T, pid int, key string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && k == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return ""
+}
+
+// TestPosture inspects a live sandbox from the host and compares it with
+// the policy it was built from.
+func TestPosture(t *testing.T) {
+	h := newTestHost(t)
+	p := policy.Default()
+	p.MemoryBytes = 300 << 20
+	p.Pids = 50
+	p.CPUs = 0.5
+	p.OpenFiles = 256
+	sb := startSleeper(t, h, p)
+	pid := sb.Pid()
+	waitExec(t, pid)
+
+	t.Run("namespaces differ from the host", func(t *testing.T) {
+		for _, ns := range []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"} {
+			host, _ := os.Readlink("/proc/thread-self/ns/" + ns)
+			box, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+			if err != nil || box == host {
+				t.Errorf("%s namespace: sandbox %q host %q (%v)", ns, box, host, err)
+			}
+		}
+	})
+	t.Run("no capabilities", func(t *testing.T) {
+		for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+			if v := statusField(t, pid, k); v != "0000000000000000" {
+				t.Errorf("%s = %s, want 0", k, v)
+			}
+		}
+	})
+	t.Run("seccomp filter and no_new_privs", func(t *testing.T) {
+		if v := statusField(t, pid, "Seccomp"); v != "2" {
+			t.Errorf("Seccomp = %s, want 2 (filter)", v)
+		}
+		if v := statusField(t, pid, "NoNewPrivs"); v != "1" {
+			t.Errorf("NoNewPrivs = %s, want 1", v)
+		}
+	})
+	t.Run("unprivileged host uid", func(t *testing.T) {
+		uid := strings.Fields(statusField(t, pid, "Uid"))[0]
+		if uid != strconv.Itoa(sb.Disk().HostID()) || uid == "0" {
+			t.Errorf("host uid = %s, want %d", uid, sb.Disk().HostID())
+		}
+		m, _ := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
+		if f := strings.Fields(string(m)); len(f) != 3 || f[0] != "0" || f[1] != strconv.Itoa(sb.Disk().HostID()) || f[2] != "65536" {
+			t.Errorf("uid_map = %q", m)
+		}
+	})
+	t.Run("only fds 0-2 (CVE-2024-21626)", func(t *testing.T) {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if n, _ := strconv.Atoi(e.Name()); n > 2 {
+				target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
+				t.Errorf("fd %d open: %s", n, target)
+			}
+		}
+	})
+	t.Run("rlimits", func(t *testing.T) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+		want := map[string]string{
+			"Max open files": "256", "Max core file size": "0",
+			"Max file size": strconv.FormatInt(p.DiskBytes, 10), "Max processes": "100",
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			for k, v := range want {
+				if strings.HasPrefix(l, k) {
+					if f := strings.Fields(l[len(k):]); len(f) < 2 || f[0] != v || f[1] != v {
+						t.Errorf("%s: %q, want %s", k, l, v)
+					}
+					delete(want, k)
+				}
+			}
+		}
+		for k := range want {
+			t.Errorf("limit %s not found", k)
+		}
+	})
+	t.Run("cgroup limits", func(t *testing.T) {
+		read := func(ctrl, v1, v2 string) string {
+			var path string
+			if sb.cg.v2 {
+				path = filepath.Join(sb.cg.dir(ctrl), v2)
+			} else {
+				path = filepath.Join(sb.cg.dir(ctrl), v1)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("read %s: %v", path, err)
+			}
+			return strings.TrimSpace(string(b))
+		}
+		if v := read("memory", "memory.limit_in_bytes", "memory.max"); v != strconv.FormatInt(p.MemoryBytes, 10) {
+			t.Errorf("memory limit = %s, want %d", v, p.MemoryBytes)
+		}
+		if v := read("pids", "pids.max", "pids.max"); v != "50" {
+			t.Errorf("pids.max = %s", v)
+		}
+		if sb.cg.v2 {
+			if v := read("cpu", "", "cpu.max"); v != "50000 100000" {
+				t.Errorf("cpu.max = %s", v)
+			}
+			if v := read("memory", "", "memory.swap.max"); v != "0" {
+				t.Errorf("memory.swap.max = %s", v)
+			}
+		} else {
+			if v := read("cpu", "cpu.cfs_quota_us", ""); v != "50000" {
+				t.Errorf("cfs quota = %s", v)
+			}
+			if h.features.SwapLimit {
+				if v := read("memory", "memory.memsw.limit_in_bytes", ""); v != strconv.FormatInt(p.MemoryBytes, 10) {
+					t.Errorf("memsw limit = %s (swap not held at zero)", v)
+				}
+			}
+		}
+	})
+	t.Run("binary protected (CVE-2019-5736)", func(t *testing.T) {
+		// The sandbox's exe is python from the read-only rootfs, never the
+		// host's jailcell binary.
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		self, _ := os.Readlink("/proc/self/exe")
+		if exe == self || !strings.HasSuffix(exe, "python3.11") {
+			t.Errorf("sandbox exe = %q", exe)
+		}
+	})
+}
+
+func TestDestroyLeavesNothing(t *testing.T) {
+	h := newTestHost(t)
+	p := policy.Default()
+	d, err := h.NewDisk("leak", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := d.Create(Spec{Policy: p, Args: []string{"/usr/bin/python3", "-c", "import os,time\nos.fork() or time.sleep(60)\ntime.sleep(60)"}, Env: []string{"PATH=/usr/bin"}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := sb.cg.dir("memory")
+	if err := sb.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cg); !os.IsNotExist(err) {
+		t.Errorf("cgroup %s left: %v", cg, err)
+	}
+	if _, err := os.Stat(d.dir); !os.IsNotExist(err) {
+		t.Errorf("dir %s left", d.dir)
+	}
+	if err := sbAlive(sb.Pid()); err == nil {
+		t.Errorf("init %d still alive", sb.Pid())
+	}
+}
+
+func sbAlive(pid int) error {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err
+}
+
+// waitExec waits until the sandbox's init has left libcontainer's init
+// stage and runs the sandbox's own program.
+func waitExec(t *testing.T, pid int) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); !strings.HasPrefix(string(c), "runc:") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("sandbox init %d never exec'd its program", pid)
+}

@@ -1,0 +1,669 @@
+// Package session keeps Python kernels alive between cells: it creates,
+// runs, expires and cleans up sessions, each one long-lived sandbox built
+// by isolate with a kernel from runner. It must never trust what comes out
+// of a sandbox for a verdict, and never let a session outlive its TTL.
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/runner"
+)
+
+// Config shapes a Manager. Zero fields take the documented defaults.
+type Config struct {
+	// StateDir holds per-session control directories. Required.
+	StateDir string
+	// Policies are the named policies; "default" is used when a request
+	// names none (policy.Default() if absent).
+	Policies map[string]policy.Policy
+	// IdleTTL is the default idle timeout (reset by each cell). Default 30 min.
+	IdleTTL time.Duration
+	// MaxIdleTTL is the ceiling of a per-session TTL. Default 24 h.
+	MaxIdleTTL time.Duration
+	// MaxLifetime ends a session this long after creation whatever its
+	// use. Default 24 h.
+	MaxLifetime time.Duration
+	// MaxSessions caps live sessions (one-shot cells count while they
+	// run). Default 64.
+	MaxSessions int
+	// Preload lists modules every kernel imports before it is ready.
+	Preload []string
+	// Wheelhouse is a host directory of wheels, mounted read-only at
+	// /opt/jailcell/wheelhouse for offline pip installs ("" = none).
+	Wheelhouse string
+	// StoreDir is where persisted workspaces are kept ("" = persistence off).
+	StoreDir string
+	// JanitorInterval is how often expired sessions are swept. Default 1 s.
+	JanitorInterval time.Duration
+	// StartTimeout bounds a kernel's start. Default 60 s.
+	StartTimeout time.Duration
+	// RequirementsTimeout bounds installing a session's requirements.
+	// Default 5 min.
+	RequirementsTimeout time.Duration
+	// Logger receives one line per cell (never the code unless debug).
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Policies == nil {
+		c.Policies = map[string]policy.Policy{}
+	}
+	if _, ok := c.Policies["default"]; !ok {
+		c.Policies["default"] = policy.Default()
+	}
+	if c.IdleTTL == 0 {
+		c.IdleTTL = 30 * time.Minute
+	}
+	if c.MaxIdleTTL == 0 {
+		c.MaxIdleTTL = 24 * time.Hour
+	}
+	if c.MaxLifetime == 0 {
+		c.MaxLifetime = 24 * time.Hour
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = 64
+	}
+	if c.JanitorInterval == 0 {
+		c.JanitorInterval = time.Second
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 60 * time.Second
+	}
+	if c.RequirementsTimeout == 0 {
+		c.RequirementsTimeout = 5 * time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// maxTombstones bounds how many ended sessions are remembered for "expired
+// at" messages.
+const maxTombstones = 10000
+
+// Manager owns every session. It is safe for concurrent use; no lock is
+// held across a cell.
+type Manager struct {
+	cfg     Config
+	host    *isolate.Host
+	metrics *Metrics
+
+	mu         sync.Mutex
+	sessions   map[string]*Session
+	reserved   int // slots taken by sessions being created and one-shot cells
+	tombstones map[string]string
+	tombOrder  []string
+	shutdown   bool
+
+	stop     chan struct{}
+	janitorD chan struct{}
+}
+
+// New makes a manager and reconciles what a previous run left behind.
+func New(cfg Config, host *isolate.Host) (*Manager, error) {
+	cfg.defaults()
+	if !filepath.IsAbs(cfg.StateDir) {
+		return nil, fmt.Errorf("state dir %q must be absolute", cfg.StateDir)
+	}
+	for name, p := range cfg.Policies {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("policy %q: %w", name, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "sessions"), 0o711); err != nil {
+		return nil, fmt.Errorf("create session dir: %w", err)
+	}
+	if cfg.StoreDir != "" {
+		if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create store dir: %w", err)
+		}
+	}
+	m := &Manager{
+		cfg: cfg, host: host, metrics: newMetrics(),
+		sessions: map[string]*Session{}, tombstones: map[string]string{},
+		stop: make(chan struct{}), janitorD: make(chan struct{}),
+	}
+	if err := m.reconcile(); err != nil {
+		cfg.Logger.Warn("reconcile leftovers", "err", err)
+	}
+	go m.janitor()
+	return m, nil
+}
+
+// reconcile removes every sandbox and session directory a previous run
+// left behind (nothing is re-adopted yet).
+func (m *Manager) reconcile() error {
+	removed, err := m.host.Reconcile(nil)
+	if len(removed) > 0 {
+		m.log().Info("removed leftovers of a previous run", "sandboxes", len(removed))
+	}
+	ents, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "sessions"))
+	for _, e := range ents {
+		_ = os.RemoveAll(filepath.Join(m.cfg.StateDir, "sessions", e.Name()))
+	}
+	return err
+}
+
+func (m *Manager) log() *slog.Logger { return m.cfg.Logger }
+
+// Metrics returns the manager's counters.
+func (m *Manager) Metrics() *Metrics { return m.metrics }
+
+// newID returns 128 random bits in hex: unguessable, so an id is a
+// capability only its creator holds.
+func newID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// reserve takes a place under MaxSessions.
+func (m *Manager) reserve() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.shutdown {
+		return ErrShutdown
+	}
+	if len(m.sessions)+m.reserved >= m.cfg.MaxSessions {
+		return fmt.Errorf("%w: %d live sessions, the configured maximum (max_sessions)", ErrLimit, m.cfg.MaxSessions)
+	}
+	m.reserved++
+	return nil
+}
+
+func (m *Manager) unreserve() {
+	m.mu.Lock()
+	m.reserved--
+	m.mu.Unlock()
+}
+
+// policyFor resolves a policy name and override.
+func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, error) {
+	if name == "" {
+		name = "default"
+	}
+	p, ok := m.cfg.Policies[name]
+	if !ok {
+		names := make([]string, 0, len(m.cfg.Policies))
+		for n := range m.cfg.Policies {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return p, fmt.Errorf("%w: unknown policy %q, configured: %v", ErrBadRequest, name, names)
+	}
+	p, err := o.Apply(p)
+	if err != nil {
+		return p, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return p, nil
+}
+
+// newSession builds a session's disk and directories (no kernel yet).
+func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr error) {
+	id := newID()
+	dir := filepath.Join(m.cfg.StateDir, "sessions", id)
+	if err := os.MkdirAll(filepath.Join(dir, "ctl"), 0o711); err != nil {
+		return nil, fmt.Errorf("create session dir: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	// The control directory is host root's; the sandbox may read the
+	// kernel and connect to the socket, but not replace either.
+	if err := os.Chmod(filepath.Join(dir, "ctl"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ctl", runner.ScriptName), runner.Script, 0o644); err != nil {
+		return nil, fmt.Errorf("write kernel: %w", err)
+	}
+	disk, err := m.host.NewDisk(id, p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	now := time.Now()
+	return &Session{id: id, owner: owner, policy: p, dir: dir, disk: disk, created: now, lastUsed: now, snap: snapshot{}}, nil
+}
+
+// destroy tears a session down: kernel, sandbox, disk, directories.
+func (m *Manager) destroy(s *Session) error {
+	s.mu.Lock()
+	s.closed = true
+	k := s.k
+	s.k = nil
+	s.mu.Unlock()
+	var errs []error
+	if k != nil {
+		errs = append(errs, k.close())
+	}
+	errs = append(errs, s.disk.Destroy())
+	errs = append(errs, os.RemoveAll(s.dir))
+	return errors.Join(errs...)
+}
+
+// Create starts a new session and returns once its kernel is ready.
+func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) {
+	p, err := m.policyFor(opt.Policy, opt.Override)
+	if err != nil {
+		return nil, err
+	}
+	ttl := opt.TTL
+	switch {
+	case ttl < 0:
+		return nil, fmt.Errorf("%w: ttl_s must be positive", ErrBadRequest)
+	case ttl == 0:
+		ttl = m.cfg.IdleTTL
+	case ttl > m.cfg.MaxIdleTTL:
+		ttl = m.cfg.MaxIdleTTL
+	}
+	if opt.Persist != "" {
+		if m.cfg.StoreDir == "" {
+			return nil, fmt.Errorf("%w: persist needs a store directory (config key store_dir)", ErrBadRequest)
+		}
+		if !persistNameRE.MatchString(opt.Persist) {
+			return nil, fmt.Errorf("%w: persist name %q: want 1-64 of [A-Za-z0-9._-], not starting with '.'", ErrBadRequest, opt.Persist)
+		}
+	}
+	if err := m.reserve(); err != nil {
+		return nil, err
+	}
+	defer m.unreserve()
+	s, err := m.newSession(opt.Owner, p)
+	if err != nil {
+		return nil, err
+	}
+	s.ttl, s.persist = ttl, opt.Persist
+	s.info = Info{Policy: p.Name, Persist: opt.Persist}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = m.destroy(s)
+		}
+	}()
+	if opt.Persist != "" {
+		restored, err := m.restorePersist(s)
+		if err != nil {
+			return nil, fmt.Errorf("restore persisted workspace %q: %w", opt.Persist, err)
+		}
+		s.info.Restored = restored
+		s.info.Survives = "files in " + Workdir + " are saved after every cell and restored by a later create with the same persist name; variables, imports and running processes are not"
+	}
+	if _, err := m.ensureKernel(ctx, s); err != nil {
+		return nil, err
+	}
+	if len(opt.Requirements) > 0 {
+		installed, err := m.install(ctx, s, opt.Requirements)
+		if err != nil {
+			return nil, err
+		}
+		s.info.Installed = installed
+	}
+	m.rescan(s)
+	m.mu.Lock()
+	if m.shutdown {
+		m.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	m.sessions[s.id] = s
+	m.mu.Unlock()
+	ok = true
+	m.metrics.created()
+	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
+	info := m.infoOf(s)
+	return &info, nil
+}
+
+func (m *Manager) infoOf(s *Session) Info {
+	exp := s.expiry(m.cfg.MaxLifetime)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := s.info
+	info.ID = s.id
+	info.CreatedAt = s.created.UTC()
+	info.ExpiresAt = exp.UTC()
+	info.Cells = s.cells
+	info.State = "ready"
+	switch {
+	case s.busy:
+		info.State = "busy"
+	case s.k == nil:
+		info.State = "starting"
+	}
+	return info
+}
+
+// get finds a session owner may use. Another owner's session is reported
+// exactly like a missing one: no existence oracle.
+func (m *Manager) get(owner int, id string) (*Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok || (owner != 0 && s.owner != owner) {
+		if why, ok := m.tombstones[id]; ok && (s == nil || owner == 0 || s.owner == owner) {
+			return nil, fmt.Errorf("%w: session %s %s", ErrNotFound, id, why)
+		}
+		return nil, fmt.Errorf("%w: no session %q", ErrNotFound, id)
+	}
+	return s, nil
+}
+
+// Exec runs one cell in session id on behalf of owner. A cell already
+// running in the session makes it ErrBusy at once (cells of one session
+// never queue: the caller decides whether to wait).
+func (m *Manager) Exec(ctx context.Context, owner int, id string, req ExecRequest) (*Result, error) {
+	s, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.run.TryLock() {
+		return nil, fmt.Errorf("%w: session %s is running another cell", ErrBusy, id)
+	}
+	defer s.run.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: session %s was closed", ErrNotFound, id)
+	}
+	s.busy = true
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.busy = false
+		s.lastUsed = time.Now()
+		s.mu.Unlock()
+	}()
+	return m.exec(ctx, s, req)
+}
+
+// RunOnce runs one cell in a fresh sandbox that is destroyed afterwards;
+// the files it created come back with their content, up to the policy's
+// ReturnFileBytes in total.
+func (m *Manager) RunOnce(ctx context.Context, owner int, policyName string, req ExecRequest) (*Result, error) {
+	p, err := m.policyFor(policyName, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.CellTimeout(req.Timeout.Seconds()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if err := m.reserve(); err != nil {
+		return nil, err
+	}
+	defer m.unreserve()
+	s, err := m.newSession(owner, p)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := m.destroy(s); err != nil {
+			m.log().Warn("destroy one-shot sandbox", "err", err)
+		}
+	}()
+	s.ttl = p.MaxTimeout
+	if len(req.Files) > 0 {
+		// Before the kernel starts, straight into the upper layer.
+		if err := m.placeFiles(s, req.Files); err != nil {
+			return nil, err
+		}
+		req.Files = nil
+		m.rescan(s)
+	}
+	res, err := m.exec(ctx, s, req)
+	if err != nil {
+		return nil, err
+	}
+	// The sandbox is about to go: hand the files back with their content.
+	if ws, err := s.workspace(); err == nil && ws != nil {
+		budget := p.ReturnFileBytes
+		for i := range res.Files {
+			f := &res.Files[i]
+			if f.Change == "deleted" {
+				continue
+			}
+			if f.Size > budget {
+				f.Omitted = true
+				continue
+			}
+			b, err := readFile(ws, f.Path, budget)
+			if err != nil {
+				f.Omitted = true
+				continue
+			}
+			f.Data = b
+			budget -= int64(len(b))
+		}
+		ws.Close()
+	}
+	return res, nil
+}
+
+// Upload writes data to path (relative to the working directory).
+func (m *Manager) Upload(owner int, id, path string, data []byte) (*Entry, error) {
+	rel, err := cleanRel(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("%w: upload of %d bytes, at most %d", ErrLimit, len(data), MaxFileBytes)
+	}
+	s, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.run.TryLock() {
+		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
+	}
+	defer s.run.Unlock()
+	if err := m.placeFiles(s, []File{{Path: rel, Data: data}}); err != nil {
+		return nil, err
+	}
+	m.rescan(s)
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	return &Entry{Path: rel, Size: int64(len(data)), ModTime: time.Now().UTC()}, nil
+}
+
+// Download reads path (relative to the working directory).
+func (m *Manager) Download(owner int, id, path string) (*Download, error) {
+	rel, err := cleanRel(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := s.workspace()
+	if err != nil {
+		return nil, err
+	}
+	if ws == nil {
+		return nil, fmt.Errorf("%w: no file %s in the workspace", ErrNotFound, rel)
+	}
+	defer ws.Close()
+	b, err := readFile(ws, rel, MaxFileBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no file %s in the workspace", ErrNotFound, rel)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Download{Path: rel, Data: b, Size: int64(len(b)), SHA256: sha256hex(b)}, nil
+}
+
+// Files lists the workspace.
+func (m *Manager) Files(owner int, id string) ([]Entry, error) {
+	s, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := s.workspace()
+	if err != nil || ws == nil {
+		return []Entry{}, err
+	}
+	defer ws.Close()
+	return list(ws)
+}
+
+// Close ends a session now.
+func (m *Manager) Close(owner int, id string) error {
+	s, err := m.get(owner, id)
+	if err != nil {
+		return err
+	}
+	return m.end(s, "was closed at "+time.Now().UTC().Format(time.RFC3339))
+}
+
+// end removes s from the live set, remembers why, and destroys it. A cell
+// running in it is killed with its sandbox.
+func (m *Manager) end(s *Session, why string) error {
+	m.mu.Lock()
+	if _, ok := m.sessions[s.id]; !ok {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: session %s already ended", ErrNotFound, s.id)
+	}
+	delete(m.sessions, s.id)
+	m.tombstones[s.id] = why
+	m.tombOrder = append(m.tombOrder, s.id)
+	if len(m.tombOrder) > maxTombstones {
+		delete(m.tombstones, m.tombOrder[0])
+		m.tombOrder = m.tombOrder[1:]
+	}
+	m.mu.Unlock()
+	// Kill a running cell first so the run lock is released promptly.
+	s.mu.Lock()
+	s.closed = true
+	if s.k != nil {
+		_ = s.k.sb.Kill()
+	}
+	s.mu.Unlock()
+	s.run.Lock()
+	defer s.run.Unlock()
+	err := m.destroy(s)
+	m.log().Info("session ended", "session", s.id, "why", why)
+	return err
+}
+
+// List returns the live sessions owner may see (root sees all).
+func (m *Manager) List(owner int) []Info {
+	m.mu.Lock()
+	var ss []*Session
+	for _, s := range m.sessions {
+		if owner == 0 || s.owner == owner {
+			ss = append(ss, s)
+		}
+	}
+	m.mu.Unlock()
+	out := make([]Info, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, m.infoOf(s))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// Features reports what isolation this host gives.
+func (m *Manager) Features() isolate.Features { return m.host.Features() }
+
+// janitor ends sessions past their idle TTL or lifetime.
+func (m *Manager) janitor() {
+	defer close(m.janitorD)
+	t := time.NewTicker(m.cfg.JanitorInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		m.mu.Lock()
+		var expired []*Session
+		for _, s := range m.sessions {
+			s.mu.Lock()
+			busy := s.busy
+			s.mu.Unlock()
+			if !busy && now.After(s.expiry(m.cfg.MaxLifetime)) {
+				expired = append(expired, s)
+			}
+		}
+		m.mu.Unlock()
+		for _, s := range expired {
+			at := s.expiry(m.cfg.MaxLifetime).UTC().Format(time.RFC3339)
+			if err := m.end(s, "expired at "+at); err != nil && !errors.Is(err, ErrNotFound) {
+				m.log().Warn("expire session", "session", s.id, "err", err)
+			}
+			m.metrics.expired()
+		}
+	}
+}
+
+// Shutdown stops taking work, waits for running cells until ctx is done,
+// then destroys every session.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	if m.shutdown {
+		m.mu.Unlock()
+		return nil
+	}
+	m.shutdown = true
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.janitorD
+	// Let running cells finish until ctx is done.
+	for {
+		m.mu.Lock()
+		busy := m.reserved
+		for _, s := range m.sessions {
+			s.mu.Lock()
+			if s.busy {
+				busy++
+			}
+			s.mu.Unlock()
+		}
+		m.mu.Unlock()
+		if busy == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			busy = 0
+		case <-time.After(20 * time.Millisecond):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	m.mu.Lock()
+	var all []*Session
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, s := range all {
+		if err := m.end(s, "ended when jailcell shut down"); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,121 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+var persistNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
+
+// storeRoot opens (creating) the store entry of s.
+func (m *Manager) storeRoot(name string) (*os.Root, error) {
+	dir := filepath.Join(m.cfg.StoreDir, name)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("create store entry: %w", err)
+	}
+	return os.OpenRoot(dir)
+}
+
+// syncPersist applies a cell's file changes to the session's store entry.
+// Files are read through the workspace root and written through the store
+// root: neither side follows a path out of its tree.
+func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
+	ws, err := s.workspace()
+	if err != nil || ws == nil {
+		return err
+	}
+	defer ws.Close()
+	st, err := m.storeRoot(s.persist)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var errs []error
+	for _, c := range changes {
+		if c.Change == "deleted" {
+			if err := st.Remove(c.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		b, err := readFile(ws, c.Path, MaxFileBytes)
+		if err != nil {
+			continue // a symlink, a device, a file too large: not persisted
+		}
+		if err := writeFile(st, c.Path, b, os.Getuid()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// restorePersist copies the store entry into the new session's workspace
+// (before its first kernel starts) and returns the files restored.
+func (m *Manager) restorePersist(s *Session) ([]string, error) {
+	st, err := m.storeRoot(s.persist)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	entries, err := list(st)
+	if err != nil {
+		return nil, err
+	}
+	var files []File
+	var names []string
+	for _, e := range entries {
+		if e.Dir {
+			continue
+		}
+		b, err := readFile(st, e.Path, MaxFileBytes)
+		if err != nil {
+			continue
+		}
+		files = append(files, File{Path: e.Path, Data: b})
+		names = append(names, e.Path)
+	}
+	if len(files) == 0 {
+		return []string{}, nil
+	}
+	return names, m.placeFiles(s, files)
+}
+
+// install pip-installs requirements from the wheelhouse inside the session,
+// within the configured time bound.
+func (m *Manager) install(ctx context.Context, s *Session, reqs []string) ([]string, error) {
+	for _, r := range reqs {
+		if r == "" || strings.HasPrefix(r, "-") || strings.ContainsAny(r, "\n\r\x00") || len(r) > 200 {
+			return nil, fmt.Errorf("%w: requirement %q: want a pip requirement like \"name==1.0\" (no options)", ErrBadRequest, r)
+		}
+	}
+	arg, _ := json.Marshal(reqs)
+	code := fmt.Sprintf(`import subprocess, sys
+_r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", %q, "--no-input", "-q", *%s], capture_output=True, text=True)
+print(_r.stdout[-4000:]); print(_r.stderr[-4000:], file=sys.stderr)
+if _r.returncode: raise RuntimeError("pip exited with %%d" %% _r.returncode)
+del _r
+`, wheelhouseMount, arg)
+	res, err := m.exec(ctx, s, ExecRequest{Code: code, Timeout: m.cfg.RequirementsTimeout})
+	if err != nil {
+		return nil, err
+	}
+	if res.Status != StatusOK {
+		why := strings.TrimSpace(res.Stderr)
+		if i := strings.LastIndex(why, "ERROR:"); i >= 0 {
+			why = why[i:]
+		}
+		if res.Status == StatusTimeout {
+			why = fmt.Sprintf("not done within %s", m.cfg.RequirementsTimeout.Round(time.Second))
+		}
+		return nil, fmt.Errorf("%w: could not install requirements %v from the wheelhouse: %s", ErrBadRequest, reqs, why)
+	}
+	return reqs, nil
+}

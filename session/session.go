@@ -1,0 +1,322 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+)
+
+// Session is one live kernel with its workspace.
+type Session struct {
+	id      string
+	owner   int
+	policy  policy.Policy
+	persist string
+	dir     string // <state>/sessions/<id>
+	disk    *isolate.Disk
+	created time.Time
+
+	// run serialises cells, uploads to a starting kernel, and close.
+	run sync.Mutex
+
+	mu       sync.Mutex
+	k        *kernel // nil while (re)starting or after close
+	kErr     error   // why the last start failed
+	ttl      time.Duration
+	lastUsed time.Time
+	cells    int
+	busy     bool
+	closed   bool
+	snap     snapshot // the workspace after the last cell
+	info     Info
+}
+
+func (s *Session) ctlDir() string { return filepath.Join(s.dir, "ctl") }
+
+// expiry is when the session ends if unused.
+func (s *Session) expiry(maxLife time.Duration) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idle := s.lastUsed.Add(s.ttl)
+	if life := s.created.Add(maxLife); life.Before(idle) {
+		return life
+	}
+	return idle
+}
+
+// workspace opens the workspace for reading: the upper layer holds every
+// file the session wrote (the rootfs's own /work is empty).
+func (s *Session) workspace() (*os.Root, error) {
+	r, err := openWorkspace(s.disk.UpperDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return r, err
+}
+
+// writableWorkspace opens the workspace for writing: through the mounted
+// overlay while a kernel runs (never under a mounted overlay's feet),
+// through the upper layer otherwise.
+func (s *Session) writableWorkspace() (*os.Root, error) {
+	s.mu.Lock()
+	running := s.k != nil
+	s.mu.Unlock()
+	if running {
+		return openWorkspace(s.disk.RootDir())
+	}
+	upper := s.disk.UpperDir()
+	if _, err := os.Lstat(filepath.Join(upper, "work")); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(filepath.Join(upper, "work"), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Lchown(filepath.Join(upper, "work"), s.disk.HostID(), s.disk.HostID()); err != nil {
+			return nil, err
+		}
+	}
+	return openWorkspace(upper)
+}
+
+// exec runs one cell. The caller holds s.run.
+func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Result, error) {
+	timeout, err := s.policy.CellTimeout(req.Timeout.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	k, err := m.ensureKernel(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Files) > 0 {
+		if err := m.placeFiles(s, req.Files); err != nil {
+			return nil, err
+		}
+		// Files handed in are not the cell's doing.
+		m.rescan(s)
+	}
+	s.mu.Lock()
+	s.cells++
+	cellID := strconv.Itoa(s.cells)
+	before := s.snap
+	s.mu.Unlock()
+
+	u0 := k.sb.Usage()
+	k.sb.ResetPeak()
+	start := time.Now()
+	o := runCell(k, cellID, req.Code, timeout, s.policy.InterruptGrace, s.policy.OutputBytes, req.OnOutput)
+	wall := time.Since(start)
+
+	lost := o.err != nil || o.killed
+	if lost {
+		// Wait for the init's exit so the cgroup counters are final.
+		select {
+		case <-k.sb.Done():
+		case <-time.After(5 * time.Second):
+			_ = k.sb.Kill()
+			<-k.sb.Done()
+		}
+	}
+	u1 := k.sb.Usage()
+	res := &Result{State: StateKept}
+	if o.res != nil {
+		r := o.res
+		res.Status = r.Status
+		res.Stdout, res.Stderr = r.Stdout, r.Stderr
+		res.StdoutTruncated, res.StderrTruncated = r.StdoutTruncated, r.StderrTruncated
+		res.Value = r.Value
+		for _, d := range r.Display {
+			res.Display = append(res.Display, DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle})
+		}
+		if r.Error != nil {
+			ce := &CellError{Type: r.Error.Type, Message: r.Error.Message, Traceback: r.Error.Traceback}
+			for _, f := range r.Error.Frames {
+				ce.Frames = append(ce.Frames, Frame{File: f.File, Line: f.Line, Name: f.Name, Code: f.Code})
+			}
+			res.Error = ce
+		}
+	}
+	oom := u1.OOMKills > u0.OOMKills
+	switch {
+	case o.timedOut:
+		res.Status = StatusTimeout
+		res.Limits = append(res.Limits, "time")
+		msg := fmt.Sprintf("cell exceeded its %s timeout", timeout)
+		if res.Error == nil || res.Error.Type != "KeyboardInterrupt" {
+			res.Error = &CellError{Type: "Timeout", Message: msg}
+		} else {
+			res.Error.Message = msg + " and was interrupted"
+		}
+	case oom:
+		res.Status = StatusOOM
+		res.Error = &CellError{Type: "OutOfMemory", Message: fmt.Sprintf("a process of the cell was killed for exceeding the %d-byte memory limit", s.policy.MemoryBytes)}
+	case lost:
+		res.Status = StatusKilled
+		res.Error = &CellError{Type: "KernelDied", Message: "the Python kernel " + k.sb.Exit().String()}
+	}
+	if oom {
+		res.Limits = append(res.Limits, "memory")
+	}
+	if u1.PidsDenied > u0.PidsDenied {
+		res.Limits = append(res.Limits, "pids")
+	}
+	if res.StdoutTruncated || res.StderrTruncated {
+		res.Limits = append(res.Limits, "output")
+	}
+	if diskFull(s.disk.UpperDir()) {
+		res.Limits = append(res.Limits, "disk")
+	}
+	if res.Status == "" {
+		res.Status = StatusKilled
+	}
+	res.Usage = Usage{
+		WallMS:          wall.Milliseconds(),
+		CPUMS:           (u1.CPU - u0.CPU).Milliseconds(),
+		PeakMemoryBytes: u1.MemoryPeak,
+	}
+
+	if lost {
+		res.State = StateLost
+		switch {
+		case o.killed:
+			res.StateReason = "the cell did not stop after its interrupt, so the sandbox was killed; a fresh kernel was started (variables are gone, files remain)"
+		case oom:
+			res.StateReason = "the kernel was killed for exceeding the memory limit; a fresh kernel was started (variables are gone, files remain)"
+		default:
+			res.StateReason = "the kernel " + k.sb.Exit().String() + "; a fresh kernel was started (variables are gone, files remain)"
+		}
+		m.dropKernel(s, k)
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		// Restart at once so the next cell finds a kernel; a failure is
+		// reported by the next cell too.
+		if !closed {
+			if _, err := m.ensureKernel(ctx, s); err != nil {
+				res.StateReason += "; restarting it failed: " + err.Error()
+			}
+		}
+	}
+
+	// What the cell did to the workspace.
+	if ws, err := s.workspace(); err == nil {
+		after := snapshot{}
+		if ws != nil {
+			after, _ = scan(ws)
+			ws.Close()
+		}
+		res.Files = diff(before, after)
+		s.mu.Lock()
+		s.snap = after
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	if s.persist != "" && m.cfg.StoreDir != "" && len(res.Files) > 0 {
+		if err := m.syncPersist(s, res.Files); err != nil {
+			m.log().Warn("persist workspace", "session", s.id, "persist", s.persist, "err", err)
+		}
+	}
+	m.metrics.cell(res.Status)
+	m.log().Info("cell", "session", s.id, "cell", cellID, "status", res.Status, "state", res.State,
+		"wall_ms", res.Usage.WallMS, "cpu_ms", res.Usage.CPUMS, "peak_memory_bytes", res.Usage.PeakMemoryBytes)
+	if m.log().Enabled(ctx, slog.LevelDebug) {
+		m.log().Debug("cell code", "session", s.id, "cell", cellID, "code", req.Code)
+	}
+	return res, nil
+}
+
+// diskFull reports whether the filesystem holding dir has no space or
+// inodes left.
+func diskFull(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false
+	}
+	return st.Bavail == 0 || st.Ffree == 0
+}
+
+// ensureKernel returns the session's kernel, starting one if there is none.
+func (m *Manager) ensureKernel(ctx context.Context, s *Session) (*kernel, error) {
+	s.mu.Lock()
+	k := s.k
+	s.mu.Unlock()
+	if k != nil {
+		return k, nil
+	}
+	k, err := m.startKernel(ctx, s.disk, s.ctlDir(), s.policy)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.kErr = err
+		return nil, err
+	}
+	if s.closed {
+		_ = k.close()
+		return nil, fmt.Errorf("%w: session %s was closed", ErrNotFound, s.id)
+	}
+	s.k, s.kErr = k, nil
+	return k, nil
+}
+
+// dropKernel destroys k if it is still the session's kernel.
+func (m *Manager) dropKernel(s *Session, k *kernel) {
+	s.mu.Lock()
+	if s.k == k {
+		s.k = nil
+	}
+	s.mu.Unlock()
+	if err := k.close(); err != nil {
+		m.log().Warn("destroy sandbox", "session", s.id, "err", err)
+	}
+}
+
+// rescan records the workspace as it is now.
+func (m *Manager) rescan(s *Session) {
+	ws, err := s.workspace()
+	if err != nil {
+		return
+	}
+	snap := snapshot{}
+	if ws != nil {
+		snap, _ = scan(ws)
+		ws.Close()
+	}
+	s.mu.Lock()
+	s.snap = snap
+	s.mu.Unlock()
+}
+
+// placeFiles writes request files into the workspace.
+func (m *Manager) placeFiles(s *Session, files []File) error {
+	ws, err := s.writableWorkspace()
+	if err != nil {
+		return fmt.Errorf("open workspace: %w", err)
+	}
+	defer ws.Close()
+	for _, f := range files {
+		rel, err := cleanRel(f.Path)
+		if err != nil {
+			return err
+		}
+		if err := writeFile(ws, rel, f.Data, s.disk.HostID()); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return fmt.Errorf("%w: workspace full writing %s", ErrLimit, rel)
+			}
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package session
+
+import (
+	"errors"
+	"time"
+
+	"github.com/jailcell/jailcell/policy"
+)
+
+// Sentinel errors, declared in one place; the API layer maps them to wire
+// codes with errors.Is.
+var (
+	// ErrNotFound: no such session (never created, closed, expired, or
+	// owned by someone else). The message says which, where it may.
+	ErrNotFound = errors.New("session not found")
+	// ErrBusy: the session is running another cell.
+	ErrBusy = errors.New("session busy")
+	// ErrLimit: a configured ceiling (live sessions, sizes) was reached.
+	ErrLimit = errors.New("limit reached")
+	// ErrBadRequest: the request itself is wrong; the message names the
+	// field and what is allowed.
+	ErrBadRequest = errors.New("bad request")
+	// ErrUnavailable: the sandbox could not be built (host lacks a
+	// feature, rootfs missing); nothing ran.
+	ErrUnavailable = errors.New("sandbox unavailable")
+	// ErrShutdown: the manager is shutting down.
+	ErrShutdown = errors.New("shutting down")
+)
+
+// Status values of a cell result.
+const (
+	StatusOK      = "ok"
+	StatusError   = "error"
+	StatusTimeout = "timeout"
+	StatusOOM     = "oom"
+	StatusKilled  = "killed"
+)
+
+// State values: what became of the session's kernel after a cell.
+const (
+	// StateKept: the kernel and every variable live on.
+	StateKept = "kept"
+	// StateLost: the kernel died or had to be killed; a fresh one is
+	// started, variables are gone, files in the workspace remain.
+	StateLost = "lost"
+)
+
+// Workdir is the session's working directory inside the sandbox.
+const Workdir = "/work"
+
+// File is a file handed into a cell's working directory.
+type File struct {
+	Path string `json:"path"`
+	Data []byte `json:"data"` // base64 on the wire
+}
+
+// FileChange is a file a cell created, modified or deleted.
+type FileChange struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	Change string `json:"change"` // created | modified | deleted
+	// Data is the content, only for one-shot cells (their sandbox is gone
+	// afterwards), up to the policy's ReturnFileBytes in total.
+	Data []byte `json:"data,omitempty"`
+	// Omitted is true when the content was left out for the size cap.
+	Omitted bool `json:"omitted,omitempty"`
+}
+
+// CellError is a Python exception raised by a cell.
+type CellError struct {
+	Type      string  `json:"type"`
+	Message   string  `json:"message"`
+	Traceback string  `json:"traceback"`
+	Frames    []Frame `json:"frames,omitempty"`
+}
+
+// Frame is one traceback frame of cell code.
+type Frame struct {
+	File string `json:"file"`
+	Line int    `json:"line"`
+	Name string `json:"name"`
+	Code string `json:"code,omitempty"`
+}
+
+// DisplayItem is a rich output: a figure, or an object passed to display().
+type DisplayItem struct {
+	MIME   string         `json:"mime"`
+	Data   string         `json:"data"`
+	Bundle map[string]any `json:"bundle,omitempty"`
+}
+
+// Usage is what a cell cost, measured on the host.
+type Usage struct {
+	WallMS          int64 `json:"wall_ms"`
+	CPUMS           int64 `json:"cpu_ms"`
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+}
+
+// Result is the outcome of one cell.
+type Result struct {
+	// Status is ok | error | timeout | oom | killed. Timeout, oom and killed
+	// are decided on the host (clock, cgroup counters, wait status), never
+	// taken from the sandbox.
+	Status          string         `json:"status"`
+	Stdout          string         `json:"stdout"`
+	Stderr          string         `json:"stderr"`
+	StdoutTruncated bool           `json:"stdout_truncated"`
+	StderrTruncated bool           `json:"stderr_truncated"`
+	Error           *CellError     `json:"error,omitempty"`
+	Value           map[string]any `json:"value,omitempty"`
+	Display         []DisplayItem  `json:"display,omitempty"`
+	Files           []FileChange   `json:"files,omitempty"`
+	Usage           Usage          `json:"usage"`
+	// State says whether the kernel's variables survived the cell.
+	State string `json:"state,omitempty"`
+	// StateReason says why state was lost.
+	StateReason string `json:"state_reason,omitempty"`
+	// Limits names the limits the cell ran into (memory, pids, disk,
+	// output, time).
+	Limits []string `json:"limits,omitempty"`
+}
+
+// ExecRequest is one cell to run.
+type ExecRequest struct {
+	Code string
+	// Timeout is the wall-clock limit; 0 means the policy's default. It is
+	// clamped to the policy's ceiling.
+	Timeout time.Duration
+	// Files are placed in the working directory before the cell runs.
+	Files []File
+	// OnOutput, if set, receives stdout/stderr chunks as they happen.
+	OnOutput func(stream, text string)
+}
+
+// CreateOptions shape a new session.
+type CreateOptions struct {
+	// Owner is the uid of the caller; only it (and root) may use the session.
+	Owner int
+	// TTL is the idle timeout; 0 means the configured default, capped by
+	// the configured ceiling.
+	TTL time.Duration
+	// Policy names a configured policy ("" = default).
+	Policy string
+	// Override tightens the named policy.
+	Override *policy.Override
+	// Persist names a store entry the workspace is synced to after every
+	// cell and restored from at create.
+	Persist string
+	// Requirements are pip requirement strings installed from the
+	// wheelhouse before the session is ready.
+	Requirements []string
+}
+
+// Info describes a session.
+type Info struct {
+	ID        string    `json:"session"`
+	State     string    `json:"state"` // ready | busy | starting
+	Policy    string    `json:"policy"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Cells     int       `json:"cells"`
+	Persist   string    `json:"persist,omitempty"`
+	// Restored lists files restored from the persist store at create.
+	Restored []string `json:"restored,omitempty"`
+	// Survives says what a persisted session keeps across sessions.
+	Survives string `json:"survives,omitempty"`
+	// Installed lists requirements installed at create.
+	Installed []string `json:"installed,omitempty"`
+}
+
+// Entry is one file in a session's workspace.
+type Entry struct {
+	Path    string    `json:"path"`
+	Size    int64     `json:"size"`
+	Dir     bool      `json:"dir,omitempty"`
+	ModTime time.Time `json:"mtime"`
+}
+
+// Download is a file's content.
+type Download struct {
+	Path   string `json:"path"`
+	Data   []byte `json:"data"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}

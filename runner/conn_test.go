@@ -1,0 +1,397 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// handleSeeds are the outcomes expected of the FuzzHandleFrame seeds, fed to
+// an execState for id "c1" with MaxOutput 16.
+var handleSeeds = map[string]struct {
+	stdout, stderr string
+	truncated      bool // either stream
+	result         bool
+	err            error
+	check          func(t *testing.T, r *Result)
+}{
+	"stream":          {stdout: "hello"},
+	"stream-over-cap": {stderr: strings.Repeat("é", 8), truncated: true},
+	"stream-other-id": {},
+	"stream-bad-utf8": {stdout: "a\uFFFD\uFFFDb\uFFFD"},
+	"result-ok": {result: true, check: func(t *testing.T, r *Result) {
+		if r.Status != "ok" || r.Value["text/plain"] != "2" || len(r.Display) != 1 || r.Display[0].MIME != "text/html" || r.Error != nil {
+			t.Errorf("result %+v", r)
+		}
+	}},
+	"result-error": {result: true, check: func(t *testing.T, r *Result) {
+		want := &CellError{Type: "ZeroDivisionError", Message: "division by zero", Traceback: "Traceback...",
+			Frames: []Frame{{File: "<cell-1>", Line: 1, Name: "<module>", Code: "1/0"}}}
+		if r.Status != "error" || !reflect.DeepEqual(r.Error, want) || !r.Interrupted || r.Value != nil {
+			t.Errorf("result %+v, error %+v", r, r.Error)
+		}
+	}},
+	"result-bad-status":  {err: ErrProtocol},
+	"result-other-id":    {},
+	"result-value-array": {err: ErrProtocol},
+	"result-empty-mime": {result: true, check: func(t *testing.T, r *Result) {
+		if len(r.Display) != 0 {
+			t.Errorf("display %+v, want items without a MIME type dropped", r.Display)
+		}
+	}},
+	"not-json":     {err: ErrProtocol},
+	"array":        {err: ErrProtocol},
+	"id-number":    {},
+	"unknown-type": {},
+}
+
+func newTestState(onStream func(name, text string)) *execState {
+	return newExecState(ExecRequest{ID: "c1", MaxOutput: 16}, onStream)
+}
+
+// TestHandleFrame runs the seed corpus of FuzzHandleFrame, each seed alone,
+// with its expected outcome.
+func TestHandleFrame(t *testing.T) {
+	seeds := readSeedCorpus(t, "FuzzHandleFrame")
+	names := make([]string, 0, len(seeds))
+	for name := range seeds {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			w, ok := handleSeeds[name]
+			if !ok {
+				t.Fatalf("seed %s has no expected outcome in this table", name)
+			}
+			var streamed [2]string
+			st := newTestState(func(name, text string) {
+				if name == "stdout" {
+					streamed[0] += text
+				} else {
+					streamed[1] += text
+				}
+			})
+			res, err := st.handle(seeds[name])
+			if !errors.Is(err, w.err) || (w.err == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, w.err)
+			}
+			if (res != nil) != w.result {
+				t.Fatalf("result %+v, want one: %v", res, w.result)
+			}
+			if streamed[0] != w.stdout || streamed[1] != w.stderr {
+				t.Errorf("streamed %q, want %q and %q", streamed, w.stdout, w.stderr)
+			}
+			if got := st.truncated[0] || st.truncated[1]; got != w.truncated {
+				t.Errorf("truncated = %v, want %v", got, w.truncated)
+			}
+			if w.check != nil {
+				w.check(t, res)
+			}
+			checkHandleFrame(t, seeds[name])
+		})
+	}
+	for name := range handleSeeds {
+		if _, ok := seeds[name]; !ok {
+			t.Errorf("case %s has no seed file in testdata/fuzz/FuzzHandleFrame", name)
+		}
+	}
+}
+
+func TestHandleFrameSequence(t *testing.T) {
+	var calls []string
+	st := newTestState(func(name, text string) { calls = append(calls, name+":"+text) })
+	frames := []string{
+		`{"t":"stream","id":"c1","name":"stdout","text":"0123456789"}`,
+		`{"t":"stream","id":"c1","name":"stderr","text":"err"}`,
+		`{"t":"stream","id":"c1","name":"stdout","text":"abcdefghij"}`, // crosses the cap of 16
+		`{"t":"stream","id":"c1","name":"stdout","text":"k"}`,          // after the cut: dropped
+		`{"t":"result","id":"c0","status":"ok","value":{"text/plain":"forged"}}`,
+		`{"t":"pong","id":"c1"}`,
+		`{"t":"result","id":"c1","status":"ok","stdout_truncated":false,"stderr_truncated":true}`,
+	}
+	var res *Result
+	for i, f := range frames {
+		r, err := st.handle([]byte(f))
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if r != nil && i != len(frames)-1 {
+			t.Fatalf("frame %d ended the cell", i)
+		}
+		res = r
+	}
+	if res == nil {
+		t.Fatal("no result")
+	}
+	if res.Stdout != "0123456789abcdef" || !res.StdoutTruncated {
+		t.Errorf("stdout %q truncated=%v, want the first 16 bytes and truncated", res.Stdout, res.StdoutTruncated)
+	}
+	if res.Stderr != "err" || !res.StderrTruncated {
+		t.Errorf("stderr %q truncated=%v, want the kernel's truncation flag kept", res.Stderr, res.StderrTruncated)
+	}
+	want := []string{"stdout:0123456789", "stderr:err", "stdout:abcdef"}
+	if !reflect.DeepEqual(calls, want) {
+		t.Errorf("onStream calls %q, want %q", calls, want)
+	}
+	if res.Value != nil {
+		t.Errorf("value %v from a frame with another id", res.Value)
+	}
+}
+
+func TestHandleFrameRichBudget(t *testing.T) {
+	big := strings.Repeat("A", maxRichBytes/2+1)
+	frame := `{"t":"result","id":"c1","status":"ok","value":{"text/plain":"` + big + `"},` +
+		`"display":[{"mime":"image/png","data":"` + big + `"},{"mime":"text/plain","data":"small"}]}`
+	res, err := newTestState(nil).handle([]byte(frame))
+	if err != nil || res == nil {
+		t.Fatalf("result %v, err %v", res, err)
+	}
+	if res.Value["text/plain"] != big {
+		t.Errorf("value dropped although within the budget")
+	}
+	if len(res.Display) != 2 || res.Display[0].MIME != "text/plain" || !strings.Contains(res.Display[0].Data, "dropped") {
+		t.Errorf("first display item %.200v, want a dropped marker", res.Display)
+	}
+	if res.Display[1].Data != "small" {
+		t.Errorf("second display item %+v, want it kept", res.Display[1])
+	}
+}
+
+// checkHandleFrame feeds data to an execState twice and checks the host's
+// invariants: output within MaxOutput and valid UTF-8, and any result of a
+// known status with an error exactly when the status says so.
+func checkHandleFrame(t *testing.T, data []byte) {
+	t.Helper()
+	st := newTestState(func(name, text string) {
+		if name != "stdout" && name != "stderr" {
+			t.Fatalf("onStream got stream %q", name)
+		}
+		if !utf8.ValidString(text) {
+			t.Fatalf("onStream got invalid UTF-8 %q", text)
+		}
+	})
+	for i := 0; i < 2; i++ {
+		res, err := st.handle(data)
+		for j, out := range st.out {
+			if int64(len(out)) > st.req.MaxOutput {
+				t.Fatalf("%s holds %d bytes, over MaxOutput %d", streamNames[j], len(out), st.req.MaxOutput)
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error %v is not ErrProtocol", err)
+			}
+			return
+		}
+		if res == nil {
+			continue
+		}
+		if res.Status != "ok" && res.Status != "error" {
+			t.Fatalf("status %q", res.Status)
+		}
+		if (res.Status == "error") != (res.Error != nil) {
+			t.Fatalf("status %q with error %+v", res.Status, res.Error)
+		}
+		if !utf8.ValidString(res.Stdout) || !utf8.ValidString(res.Stderr) || !validUTF8(res.Value) {
+			t.Fatalf("invalid UTF-8 in result %+v", res)
+		}
+		for _, it := range res.Display {
+			if it.MIME == "" || !utf8.ValidString(it.Data) || !validUTF8(it.Bundle) {
+				t.Fatalf("bad display item %+v", it)
+			}
+		}
+	}
+}
+
+func validUTF8(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return utf8.ValidString(v)
+	case map[string]any:
+		for k, e := range v {
+			if !utf8.ValidString(k) || !validUTF8(e) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if !validUTF8(e) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func FuzzHandleFrame(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkHandleFrame(t, data)
+	})
+}
+
+func TestArgv(t *testing.T) {
+	base := []string{"python3", "-s", "/run/jailcell/kernel.py", "--connect", "/run/jailcell/host.sock"}
+	cases := []struct {
+		name    string
+		ctl     string
+		preload []string
+		want    []string
+	}{
+		{"no preload", "/run/jailcell", nil, base},
+		{"trailing slash", "/run/jailcell/", nil, base},
+		{"preload", "/run/jailcell", []string{"numpy", "pandas", "matplotlib.pyplot"},
+			append(append([]string{}, base...), "--preload", "numpy,pandas,matplotlib.pyplot")},
+		{"invalid names skipped", "/run/jailcell", []string{"numpy", "a,b", "", "x..y", "1abc", "os.path", "-c"},
+			append(append([]string{}, base...), "--preload", "numpy,os.path")},
+		{"all invalid", "/run/jailcell", []string{"--evil"}, base},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Argv(tc.ctl, tc.preload); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Argv = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestListen(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Listen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, SocketName)
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o666 {
+		t.Errorf("socket mode %v, want a socket with 0666", fi.Mode())
+	}
+	// A stale socket left by a crashed host (no unlink on close) is replaced.
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	l2, err := Listen(dir)
+	if err != nil {
+		t.Fatalf("listen over a stale socket: %v", err)
+	}
+	l2.Close()
+
+	// Anything else in its place is not ours to delete.
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(dir); err == nil {
+		t.Fatal("Listen replaced a regular file")
+	}
+	if b, _ := os.ReadFile(p); string(b) != "x" {
+		t.Fatal("regular file was modified")
+	}
+}
+
+// TestAcceptRejectsBadHello connects from the test as something that is not
+// a kernel, then as a kernel: Accept must skip the first.
+func TestAcceptRejectsBadHello(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Listen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := filepath.Join(dir, SocketName)
+	bad := []any{
+		map[string]any{"t": "result", "id": "x", "status": "ok"},
+		map[string]any{"t": "hello", "pid": "1"},
+		map[string]any{"t": "hello", "pid": 0},
+		map[string]any{"t": "hello", "pid": 2, "python": strings.Repeat("3", 100)},
+	}
+	done := make(chan error, 1)
+	go func() {
+		for _, v := range bad {
+			c, err := net.Dial("unix", addr)
+			if err != nil {
+				done <- err
+				return
+			}
+			defer c.Close()
+			if err := WriteFrame(c, v); err != nil {
+				done <- err
+				return
+			}
+		}
+		c, err := net.Dial("unix", addr)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer c.Close()
+		if err := WriteFrame(c, map[string]any{"t": "hello", "pid": 7, "python": "3.11.2", "cells": 4, "busy": true}); err != nil {
+			done <- err
+			return
+		}
+		// Hold the connection until Accept is done with it.
+		done <- nil
+		<-ctx.Done()
+	}()
+	c, err := Accept(ctx, l, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if want := (Hello{PID: 7, Python: "3.11.2", Cells: 4, Busy: true}); c.Hello() != want {
+		t.Errorf("hello %+v, want %+v", c.Hello(), want)
+	}
+}
+
+func TestAcceptContext(t *testing.T) {
+	l, err := Listen(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Accept(ctx, l, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Accept with a cancelled context: %v, want context.Canceled", err)
+	}
+	// The cancelled call must not leave the listener unusable.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	go func() {
+		if c, err := net.Dial("unix", l.Addr().String()); err == nil {
+			WriteFrame(c, map[string]any{"t": "hello", "pid": 2, "python": "3.11.2"})
+			<-ctx2.Done()
+			c.Close()
+		}
+	}()
+	c, err := Accept(ctx2, l, 0)
+	if err != nil {
+		t.Fatalf("Accept after a cancelled one: %v", err)
+	}
+	c.Close()
+}
+
+func TestExecBadRequest(t *testing.T) {
+	c := &Conn{sem: make(chan struct{}, 1)}
+	if _, err := c.Exec(ExecRequest{Code: "1"}, nil); err == nil {
+		t.Error("Exec with an empty id succeeded")
+	}
+	if _, err := c.Exec(ExecRequest{ID: "c1", Code: "1", MaxOutput: -1}, nil); err == nil {
+		t.Error("Exec with a negative MaxOutput succeeded")
+	}
+}

@@ -1,0 +1,1128 @@
+"""jailcell kernel: runs notebook-style Python cells for the host, inside a sandbox.
+
+Started as PID 1 of the sandbox's pid namespace:
+
+    python3 -s /run/jailcell/kernel.py --connect /run/jailcell/host.sock \
+        [--preload numpy,pandas,matplotlib.pyplot]
+
+The host listens and this kernel connects, retrying every 50 ms forever, so a
+restarted host daemon can re-adopt a live kernel with its variables intact.
+After every (re)connect it sends a hello frame, then runs exec requests one at
+a time in one persistent namespace, streaming what the cell writes to fds 1
+and 2 and ending each cell with a result frame.
+
+Framing, both directions: a 4-byte big-endian length N, then N bytes of a
+UTF-8 JSON object whose "t" key names its type.
+
+The user's code runs in this very process and can rewrite anything here, so
+this file is not a security boundary (the sandbox is) and the host treats
+every frame it sends as untrusted. This file only has to be robust against
+honest code that misbehaves: floods, hangs, exceptions, stray signals.
+
+stdlib only, and cheap to start: the host waits for hello before the first
+cell, so nothing heavy is imported unless it was asked for with --preload.
+"""
+
+# Only os, signal and sys may be imported before the fork below: the process
+# that stays behind as PID 1 should not carry the kernel's modules.
+import os
+import signal
+import sys
+
+# Signals PID 1 forwards to the kernel. In a pid namespace, PID 1 receives
+# only the signals it has handlers for, so each needs one to be forwarded.
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+
+
+class _State:
+    # True only while a cell runs. The host sends SIGINT on a timeout; if it
+    # lands after the cell finished it must not kill an idle kernel.
+    executing = False
+    # Set when a SIGINT was turned into KeyboardInterrupt during this cell.
+    interrupted = False
+    # Read end of a pipe whose only writer is the init: it reports EOF when
+    # the init is gone.
+    init_pipe = None
+
+
+def _on_sigint(signum, frame):
+    if _State.executing:
+        _State.interrupted = True
+        raise KeyboardInterrupt
+
+
+def _become_init():
+    """Fork. The child returns and becomes the kernel; the parent stays
+    behind as a minimal init and never returns."""
+    # Block the forwarded signals across the fork so that none is lost, or
+    # handled with the wrong disposition, before each side has set up.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+    # In a pid namespace the kernel dies with PID 1 anyway; this pipe makes
+    # it do so everywhere else too (tests, a host that signals PID 1 only).
+    death_r, death_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(death_w)
+        _State.init_pipe = death_r
+        # A Python-level handler (not SIG_IGN) so that programs the cells
+        # exec still get the default SIGINT disposition.
+        signal.signal(signal.SIGINT, _on_sigint)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+        return
+    os.close(death_r)
+
+    def forward(signum, frame):
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass  # the kernel is already gone; os.wait below reports it
+
+    for sig in _FORWARDED:
+        signal.signal(sig, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+    # PID 1 inherits every orphan in the namespace: reap them all, and leave
+    # with the kernel's status so the host sees the sandbox die with it.
+    while True:
+        try:
+            wpid, status = os.wait()
+        except ChildProcessError:
+            os._exit(1)
+        if wpid == pid:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(128 - code if code < 0 else code)
+
+
+if __name__ == "__main__":
+    _become_init()
+
+# From here on only the kernel process runs this file.
+import ast  # noqa: E402
+import base64  # noqa: E402
+import builtins  # noqa: E402
+import codecs  # noqa: E402
+import fcntl  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import linecache  # noqa: E402
+import queue  # noqa: E402
+import select  # noqa: E402
+import socket  # noqa: E402
+import struct  # noqa: E402
+import termios  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import types  # noqa: E402
+import __future__  # noqa: E402
+
+MAX_FRAME = 64 << 20  # refuse larger frames from the host
+STREAM_CHUNK = 64 << 10  # coalesce output up to this many characters a frame
+STREAM_INTERVAL = 0.010  # ... or for this long, whichever comes first
+PIPE_SIZE = 1 << 20  # the unprivileged maximum; fewer wake-ups under floods
+DEFAULT_MAX_OUTPUT = 1 << 20  # per stream, when the host does not say
+TEXT_PLAIN_LIMIT = 64 << 10  # bytes of repr() kept in text/plain
+MIME_LIMIT = 16 << 20  # larger entries of a rich bundle are left out
+RICH_BUDGET = 32 << 20  # value + display items of one cell, encoded
+MESSAGE_LIMIT = 64 << 10  # bytes of str(exception) kept
+TRACEBACK_LIMIT = 1 << 20  # bytes of formatted traceback kept
+FRAMES_LIMIT = 200  # structured frames kept (half from each end)
+RECONNECT_DELAY = 0.05
+
+# Compiler flags of __future__ imports: one in a cell applies to later cells,
+# as in a notebook.
+_FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+# Frames whose code comes from this file are the kernel's, not the user's:
+# tracebacks leave them out.
+_KERNEL_FILE = _on_sigint.__code__.co_filename
+
+# display() preference for an item's primary MIME type, best first.
+_PRIMARY_ORDER = (
+    "image/png",
+    "image/jpeg",
+    "image/svg+xml",
+    "text/html",
+    "text/markdown",
+    "application/json",
+    "text/latex",
+    "text/plain",
+)
+
+# IPython's rich-repr protocol, one method per MIME type.
+_REPR_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("application/json", "_repr_json_"),
+    ("text/latex", "_repr_latex_"),
+)
+
+_KERNEL = None  # the running _Kernel, for display() and pyplot.show()
+
+
+# ---------------------------------------------------------------------------
+# Framing
+
+
+def _encode(obj):
+    """One frame, header included. Raises ValueError if obj cannot be sent."""
+    # ensure_ascii=False keeps non-ASCII output compact; lone surrogates
+    # (possible in str(exc) or a bundle) cannot be UTF-8, so they become "?".
+    # allow_nan=False: NaN is not JSON and would make the host reject the frame.
+    data = json.dumps(
+        obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    ).encode("utf-8", "replace")
+    if len(data) > MAX_FRAME:
+        raise ValueError("frame of %d bytes exceeds %d" % (len(data), MAX_FRAME))
+    return struct.pack(">I", len(data)) + data
+
+
+def _recv_exact(sock, n):
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise EOFError("host closed the connection")
+        got += k
+    return bytes(buf)
+
+
+class _Link:
+    """The connection to the host.
+
+    The link thread owns connecting and reading; any thread may send. One
+    lock keeps each frame whole on the wire and makes hello the first frame
+    of every connection."""
+
+    def __init__(self, path, kernel):
+        self.path = path
+        self.kernel = kernel
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.sock = None
+        # Bumped on every connect. Exec requests remember theirs, so the ones
+        # queued on a connection that has since dropped are not run for a
+        # host that no longer waits for them.
+        self.gen = 0
+
+    def send(self, obj):
+        """Send one frame; False if no host is connected or the write failed."""
+        if os.getpid() != self.pid:
+            # A cell forked and the child came back through kernel code: it
+            # must never speak on the kernel's socket.
+            return False
+        data = _encode(obj)
+        with self.lock:
+            sock = self.sock
+            if sock is None:
+                return False
+            try:
+                sock.sendall(data)
+                return True
+            except OSError:
+                self._drop(sock)
+                return False
+
+    def _drop(self, sock):
+        # Caller holds the lock. shutdown, not close: it wakes the link
+        # thread's blocked recv, and only that thread closes the socket.
+        if self.sock is sock:
+            self.sock = None
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def run(self):
+        while True:
+            # Non-inheritable by default (O_CLOEXEC): programs the cells run
+            # never get the socket.
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.path)
+            except OSError:
+                sock.close()
+                time.sleep(RECONNECT_DELAY)
+                continue
+            with self.lock:
+                self.gen += 1
+                gen = self.gen
+                self.sock = sock
+                try:
+                    sock.sendall(_encode(self.kernel.hello()))
+                except OSError:
+                    self._drop(sock)
+            try:
+                self._read(sock, gen)
+            except (OSError, EOFError, ValueError):
+                pass
+            with self.lock:
+                self._drop(sock)
+            sock.close()
+            time.sleep(RECONNECT_DELAY)
+
+    def _read(self, sock, gen):
+        while True:
+            (n,) = struct.unpack(">I", _recv_exact(sock, 4))
+            if n > MAX_FRAME:
+                # Cannot skip it without reading it: the stream is lost.
+                raise ValueError("host frame of %d bytes exceeds %d" % (n, MAX_FRAME))
+            raw = _recv_exact(sock, n)
+            try:
+                msg = json.loads(raw)
+            except (ValueError, RecursionError):
+                continue  # the framing is intact, so only this frame is lost
+            if not isinstance(msg, dict):
+                continue
+            t = msg.get("t")
+            if t == "ping":
+                ping_id = msg.get("id")
+                self.send({"t": "pong", "id": ping_id if isinstance(ping_id, str) else None})
+            elif t == "exec":
+                req = _ExecRequest.parse(msg, gen)
+                if req is not None:
+                    self.kernel.requests.put(req)
+            # Unknown types are ignored: an older kernel must survive a newer host.
+
+
+class _ExecRequest:
+    __slots__ = ("id", "code", "max_output", "gen")
+
+    @classmethod
+    def parse(cls, msg, gen):
+        exec_id, code, limit = msg.get("id"), msg.get("code"), msg.get("max_output")
+        if not isinstance(exec_id, str) or not isinstance(code, str):
+            return None
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            limit = DEFAULT_MAX_OUTPUT
+        req = cls()
+        req.id, req.code, req.max_output, req.gen = exec_id, code, limit, gen
+        return req
+
+
+# ---------------------------------------------------------------------------
+# Output capture
+
+
+class _Capture:
+    """What one cell wrote to fds 1 and 2, as far as it was kept."""
+
+    def __init__(self, exec_id, limit):
+        self.id = exec_id
+        self.limit = limit
+        self.used = [0, 0]
+        self.truncated = [False, False]
+        # Incremental, so a multi-byte character split across reads survives.
+        self.decoders = [codecs.getincrementaldecoder("utf-8")("replace") for _ in range(2)]
+
+
+class _Pump:
+    """Owns fds 1 and 2: they are pipes that one thread drains into stream
+    frames for the running cell, and discards between cells.
+
+    Capturing at the fd level (not just sys.stdout) catches C extensions and
+    child processes too. The pump never stops reading, so a flooding cell or
+    a leftover background process never blocks on a full pipe."""
+
+    NAMES = ("stdout", "stderr")
+
+    def __init__(self, link):
+        self.link = link
+        self.read_fds = []
+        self.write_fds = []
+        for _ in range(2):
+            r, w = os.pipe()  # both non-inheritable
+            os.set_blocking(r, False)
+            try:
+                fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+            except OSError:
+                pass  # a smaller pipe only means more wake-ups
+            self.read_fds.append(r)
+            self.write_fds.append(w)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        self.redirect()
+        self.capture = None
+        self.pending = []  # [stream index, text], in arrival order
+        self.pending_size = 0
+        self.pending_since = 0.0
+        self.lock = threading.Lock()
+        self.request = None
+
+    def redirect(self):
+        """Point fds 1 and 2 at the pipes again if a cell moved or closed them."""
+        for fd, w in zip((1, 2), self.write_fds):
+            try:
+                same = os.path.sameopenfile(fd, w)
+            except OSError:
+                same = False
+            if not same:
+                os.dup2(w, fd)  # inheritable: child processes write here too
+
+    def begin(self, exec_id, limit):
+        """Start capturing for a cell; what was written before is dropped."""
+        self._call("begin", _Capture(exec_id, limit))
+
+    def end(self):
+        """Forward everything written so far, then stop capturing.
+
+        Returns the capture. The caller flushed its buffers first, so once
+        this returns every byte the cell wrote is on the wire, ahead of the
+        result frame."""
+        return self._call("end", None)
+
+    def _call(self, kind, arg):
+        # Only the main thread calls this, one request at a time.
+        done = threading.Event()
+        box = [None]
+        with self.lock:
+            self.request = (kind, arg, done, box)
+        os.write(self.wake_w, b"\0")
+        done.wait()
+        return box[0]
+
+    def run(self):
+        poller = select.poll()
+        for fd in self.read_fds + [self.wake_r]:
+            poller.register(fd, select.POLLIN)
+        if _State.init_pipe is not None:
+            poller.register(_State.init_pipe, select.POLLIN)
+        while True:
+            timeout = None
+            if self.pending:
+                left = self.pending_since + STREAM_INTERVAL - time.monotonic()
+                timeout = max(0, int(left * 1000) + 1)
+            try:
+                events = poller.poll(timeout)
+            except InterruptedError:
+                continue
+            for fd, _ in events:
+                if fd == _State.init_pipe:
+                    os._exit(128 + signal.SIGKILL)  # the init is gone; so is the sandbox
+                if fd == self.wake_r:
+                    self._serve_request()
+                else:
+                    self._read(fd, None)
+            if self.pending and (
+                self.pending_size >= STREAM_CHUNK
+                or time.monotonic() - self.pending_since >= STREAM_INTERVAL
+            ):
+                self._flush()
+
+    def _serve_request(self):
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        with self.lock:
+            req, self.request = self.request, None
+        if req is None:
+            return
+        kind, arg, done, box = req
+        try:
+            if kind == "begin":
+                self.capture = None  # what is in the pipes now predates the cell
+            # Everything written before the request is already in the pipes;
+            # take exactly that much, so a writer that never stops (a
+            # background `yes`) cannot keep us here.
+            for fd in self.read_fds:
+                self._drain(fd)
+            if kind == "begin":
+                self.pending = []
+                self.pending_size = 0
+                self.capture = arg
+            else:
+                cap = self.capture
+                if cap is not None:
+                    for i, dec in enumerate(cap.decoders):
+                        self._queue(i, dec.decode(b"", True))
+                    self._flush()
+                self.capture = None
+                box[0] = cap
+        finally:
+            done.set()
+
+    def _drain(self, fd):
+        try:
+            avail = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        except OSError:
+            avail = 0
+        while avail > 0:
+            n = self._read(fd, avail)
+            if n <= 0:
+                break
+            avail -= n
+
+    def _read(self, fd, limit):
+        """Read one chunk from fd into the capture; returns the bytes read."""
+        try:
+            data = os.read(fd, min(limit or PIPE_SIZE, PIPE_SIZE))
+        except (BlockingIOError, InterruptedError):
+            return 0
+        n = len(data)
+        cap = self.capture
+        if cap is None:
+            return n  # between cells: discarded
+        idx = self.read_fds.index(fd)
+        room = cap.limit - cap.used[idx]
+        if n > room:
+            # Keep reading past the limit, only to throw it away: the cell
+            # must never block on a full pipe.
+            cap.truncated[idx] = True
+            data = data[: max(room, 0)]
+        if data:
+            cap.used[idx] += len(data)
+            self._queue(idx, cap.decoders[idx].decode(data))
+        return n
+
+    def _queue(self, idx, text):
+        if not text:
+            return
+        if not self.pending:
+            self.pending_since = time.monotonic()
+        if self.pending and self.pending[-1][0] == idx:
+            self.pending[-1][1] += text
+        else:
+            self.pending.append([idx, text])
+        self.pending_size += len(text)
+
+    def _flush(self):
+        cap = self.capture
+        pending, self.pending, self.pending_size = self.pending, [], 0
+        if cap is None:
+            return
+        for idx, text in pending:
+            for i in range(0, len(text), STREAM_CHUNK):
+                self.link.send(
+                    {"t": "stream", "id": cap.id, "name": self.NAMES[idx], "text": text[i : i + STREAM_CHUNK]}
+                )
+
+
+def _text_stream(fd):
+    # Line-buffered like a terminal, so print() and os.system() output from
+    # one cell arrive in the order they were written.
+    return open(fd, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+
+
+_libc = None
+
+
+def _flush_c_stdio():
+    """Flush C stdio buffers too, but only if the cell could have filled them
+    through ctypes; loading ctypes otherwise would slow every cell."""
+    global _libc
+    ctypes = sys.modules.get("ctypes")
+    if ctypes is None:
+        return
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None)
+        _libc.fflush(None)
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------
+# Rich output
+
+
+def _cut_utf8(s, limit, what):
+    b = s.encode("utf-8", "replace")
+    if len(b) <= limit:
+        return s
+    return b[:limit].decode("utf-8", "ignore") + "\n[%s truncated: %d bytes total]" % (what, len(b))
+
+
+def _plain(obj):
+    try:
+        text = repr(obj)
+    except Exception as exc:
+        text = "<%s object; repr() raised %s>" % (type(obj).__name__, type(exc).__name__)
+    return _cut_utf8(text, TEXT_PLAIN_LIMIT, "output")
+
+
+def _repr_method(obj, name):
+    if isinstance(obj, type):
+        return None  # on a class, _repr_*_ are unbound functions
+    try:
+        method = getattr(obj, name, None)
+    except Exception:
+        return None
+    return method if callable(method) else None
+
+
+def _is_jsonish(mime):
+    return mime == "application/json" or mime.endswith("+json")
+
+
+def _put(bundle, mime, value):
+    """Store value under mime in a JSON-safe form, or leave it out."""
+    if not isinstance(mime, str) or not mime or value is None:
+        return
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        if mime.startswith("text/") or mime == "image/svg+xml":
+            value = bytes(value).decode("utf-8", "replace")
+        else:
+            value = base64.b64encode(value).decode("ascii")
+    elif _is_jsonish(mime) and isinstance(value, (dict, list)):
+        try:
+            size = len(json.dumps(value, ensure_ascii=False, allow_nan=False))
+        except (TypeError, ValueError, RecursionError):
+            return
+        if size > MIME_LIMIT:
+            return
+        bundle[mime] = value
+        return
+    if not isinstance(value, str) or len(value) > MIME_LIMIT:
+        return
+    bundle[mime] = value
+
+
+def _figure_bundle(obj):
+    """PNG bundle for a matplotlib Figure, or None for anything else."""
+    figure = sys.modules.get("matplotlib.figure")
+    if figure is None or not isinstance(obj, figure.Figure):
+        return None
+    buf = io.BytesIO()
+    try:
+        obj.savefig(buf, format="png", bbox_inches="tight")
+    except Exception:
+        buf = io.BytesIO()  # a tight bbox fails on some artists
+        obj.savefig(buf, format="png")
+    # Shown now, so the end-of-cell sweep must not show it again.
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        try:
+            plt.close(obj)
+        except Exception:
+            pass
+    bundle = {"text/plain": _plain(obj)}
+    _put(bundle, "image/png", buf.getvalue())
+    return bundle
+
+
+def _mime_bundle(obj):
+    """IPython-style MIME bundle: text/plain always, rich types when the
+    object offers them. A raising repr method is skipped, never fatal."""
+    try:
+        fig = _figure_bundle(obj)
+    except Exception:
+        fig = None
+    if fig is not None:
+        return fig
+    bundle = {}
+    method = _repr_method(obj, "_repr_mimebundle_")
+    if method is not None:
+        try:
+            got = method(include=None, exclude=None)
+        except Exception:
+            got = None
+        if isinstance(got, tuple) and got:
+            got = got[0]  # (data, metadata)
+        if isinstance(got, dict):
+            for mime, value in got.items():
+                _put(bundle, mime, value)
+    for mime, name in _REPR_METHODS:
+        if mime in bundle:
+            continue
+        method = _repr_method(obj, name)
+        if method is None:
+            continue
+        try:
+            value = method()
+        except Exception:
+            continue
+        if isinstance(value, tuple) and len(value) == 2:
+            value = value[0]  # (data, metadata)
+        _put(bundle, mime, value)
+    if not isinstance(bundle.get("text/plain"), str):
+        bundle["text/plain"] = _plain(obj)
+    else:
+        bundle["text/plain"] = _cut_utf8(bundle["text/plain"], TEXT_PLAIN_LIMIT, "output")
+    return bundle
+
+
+def _display_item(bundle):
+    mime = next((m for m in _PRIMARY_ORDER if m in bundle), None)
+    if mime is None:
+        mime = next(iter(bundle))
+    data = bundle[mime]
+    if not isinstance(data, str):
+        data = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    return {"mime": mime, "data": data, "bundle": bundle}
+
+
+def _encoded_size(obj):
+    return len(json.dumps(obj, ensure_ascii=False, allow_nan=False).encode("utf-8", "replace"))
+
+
+# ---------------------------------------------------------------------------
+# matplotlib
+
+
+class _PatchingLoader:
+    """Wraps pyplot's real loader to patch the module right after it runs."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def create_module(self, spec):
+        create = getattr(self._inner, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        _patch_pyplot(module)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)  # get_source, is_package, ...
+
+
+class _PyplotHook:
+    """Meta path finder that patches matplotlib.pyplot the moment it is
+    imported, so that even a cell that imports pyplot and calls show() in
+    one go gets the kernel's show(), without the kernel importing
+    matplotlib itself."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _PatchingLoader(spec.loader)
+        return spec
+
+
+def _patch_pyplot(plt):
+    show = getattr(plt, "show", None)
+    if show is None or getattr(show, "_jailcell", False):
+        return
+
+    def jailcell_show(*args, **kwargs):
+        """Send every open figure to the cell's output as PNG, then close it."""
+        if _KERNEL is not None and _KERNEL.cell is not None:
+            _KERNEL.flush_figures()
+
+    jailcell_show._jailcell = True
+    jailcell_show.__wrapped__ = show
+    plt.show = jailcell_show
+
+
+# ---------------------------------------------------------------------------
+# Errors
+
+
+def _type_name(cls):
+    module = getattr(cls, "__module__", None)
+    name = getattr(cls, "__qualname__", None) or getattr(cls, "__name__", "?")
+    if module in (None, "builtins", "__main__"):
+        return name
+    return "%s.%s" % (module, name)
+
+
+def _strip_kernel_frames(te, seen):
+    if te is None or id(te) in seen:
+        return
+    seen.add(id(te))
+    te.stack = traceback.StackSummary.from_list([f for f in te.stack if f.filename != _KERNEL_FILE])
+    _strip_kernel_frames(te.__cause__, seen)
+    _strip_kernel_frames(te.__context__, seen)
+    for sub in getattr(te, "exceptions", None) or ():
+        _strip_kernel_frames(sub, seen)
+
+
+def _safe_str(exc):
+    try:
+        return str(exc)
+    except Exception:
+        return "<str() of the exception raised>"
+
+
+def _error_info(exc):
+    """The error object of a result frame, with the kernel's own frames removed."""
+    try:
+        te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+        _strip_kernel_frames(te, set())
+        text = "".join(te.format())
+        stack = list(te.stack)
+    except Exception:
+        text, stack = "%s: %s\n" % (_type_name(type(exc)), _safe_str(exc)), []
+    frames = [
+        {
+            "file": f.filename,
+            "line": f.lineno or 0,
+            "name": f.name,
+            "code": _cut_utf8((f.line or "").strip(), 1024, "line"),
+        }
+        for f in stack
+    ]
+    if isinstance(exc, SyntaxError):
+        message = exc.msg if isinstance(exc.msg, str) else _safe_str(exc)
+        if not frames and exc.filename:
+            frames = [
+                {
+                    "file": exc.filename,
+                    "line": exc.lineno or 0,
+                    "name": "<module>",
+                    "code": _cut_utf8((exc.text or "").strip(), 1024, "line"),
+                }
+            ]
+    else:
+        message = _safe_str(exc)
+    if len(frames) > FRAMES_LIMIT:
+        # The outermost frames lead from the cell, the innermost to the raise.
+        half = FRAMES_LIMIT // 2
+        frames = frames[:half] + frames[-half:]
+    b = text.encode("utf-8", "replace")
+    if len(b) > TRACEBACK_LIMIT:
+        half = TRACEBACK_LIMIT // 2
+        text = (
+            b[:half].decode("utf-8", "ignore")
+            + "\n[... traceback truncated: %d bytes total ...]\n" % len(b)
+            + b[-half:].decode("utf-8", "ignore")
+        )
+    return {
+        "type": _type_name(type(exc)),
+        "message": _cut_utf8(message, MESSAGE_LIMIT, "message"),
+        "traceback": text,
+        "frames": frames,
+    }
+
+
+# ---------------------------------------------------------------------------
+# The kernel
+
+
+class _Cell:
+    """One running cell: where display() and figures go."""
+
+    def __init__(self, req, number):
+        self.req = req
+        self.filename = "<cell-%d>" % number
+        self.value = None
+        self.display = []
+        self.error = None
+        self.rich_used = 0
+
+    def set_error(self, exc):
+        if self.error is None:
+            self.error = _error_info(exc)
+
+    def _charge(self, obj):
+        """Count obj against the cell's rich-output budget; False if over."""
+        try:
+            size = _encoded_size(obj)
+        except (TypeError, ValueError, RecursionError):
+            return False
+        if self.rich_used + size > RICH_BUDGET:
+            return False
+        self.rich_used += size
+        return True
+
+    def add_display(self, bundle):
+        item = _display_item(bundle)
+        if not self._charge(item):
+            note = "[display output dropped: over the %d MiB limit for one cell]" % (RICH_BUDGET >> 20)
+            item = {"mime": "text/plain", "data": note, "bundle": {"text/plain": note}}
+        self.display.append(item)
+
+    def set_value(self, bundle):
+        if not self._charge(bundle):
+            bundle = {"text/plain": "[value dropped: over the %d MiB limit for one cell]" % (RICH_BUDGET >> 20)}
+        self.value = bundle
+
+
+class _Kernel:
+    def __init__(self, sock_path):
+        self.pid = os.getpid()
+        self.cells = 0
+        self.busy = False
+        self.cell = None
+        self.requests = queue.SimpleQueue()
+        self.future_flags = 0
+        self.link = _Link(sock_path, self)
+        self.pump = _Pump(self.link)
+        self.stdout = _text_stream(1)
+        self.stderr = _text_stream(2)
+        sys.stdout = sys.__stdout__ = self.stdout
+        sys.stderr = sys.__stderr__ = self.stderr
+
+        # A real module as __main__, so that pickle and friends find classes
+        # and functions the cells define. The kernel's own module stays
+        # reachable under another name.
+        sys.modules["_jailcell_kernel"] = sys.modules[__name__]
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        self.ns = main.__dict__
+        builtins.display = self.display
+
+    def hello(self):
+        return {
+            "t": "hello",
+            "pid": os.getpid(),
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "cells": self.cells,
+            "busy": self.busy,
+        }
+
+    def display(self, *objs, raw=False, **kwargs):
+        """Show each object as a rich output item of the running cell.
+
+        With raw=True each object is taken as a ready MIME bundle (a dict of
+        MIME type to data), as in IPython. Other IPython keywords are
+        accepted and ignored."""
+        cell = self.cell
+        if cell is None:
+            return  # a thread outliving its cell: there is no output to add to
+        for obj in objs:
+            if raw and isinstance(obj, dict):
+                bundle = {}
+                for mime, value in obj.items():
+                    _put(bundle, mime, value)
+                if not bundle:
+                    continue
+            else:
+                bundle = _mime_bundle(obj)
+            cell.add_display(bundle)
+
+    def flush_figures(self):
+        """Render every open pyplot figure into the cell's output and close it."""
+        plt = sys.modules.get("matplotlib.pyplot")
+        cell = self.cell
+        if plt is None or cell is None:
+            return
+        try:
+            from matplotlib._pylab_helpers import Gcf
+
+            managers = sorted(Gcf.get_all_fig_managers(), key=lambda m: m.num)
+        except Exception:
+            return
+        for manager in managers:
+            fig = manager.canvas.figure
+            try:
+                # Like IPython: a figure nothing was drawn on is not output.
+                if fig.axes or fig.lines:
+                    cell.add_display(_figure_bundle(fig))
+            except Exception as exc:
+                print("jailcell: cannot render figure %s: %s" % (manager.num, _safe_str(exc)), file=sys.stderr)
+            finally:
+                try:
+                    plt.close(fig)
+                except Exception:
+                    pass
+
+    def preload(self, names):
+        for name in names:
+            try:
+                __import__(name)
+            except BaseException:
+                pass  # the cell that needs it will see the error itself
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None:
+            # Font and renderer setup costs the first figure a lot; pay it
+            # here, before hello, not in the user's first plotting cell.
+            try:
+                fig = plt.figure()
+                fig.add_subplot().plot([0, 1])
+                fig.canvas.draw()
+                plt.close(fig)
+            except Exception:
+                pass
+
+    def serve(self):
+        while True:
+            req = None
+            try:
+                req = self.requests.get()
+                if req.gen != self.link.gen:
+                    continue  # its host has gone; a new one does not know the id
+                self.busy = True
+                msg = self.run_cell(req)
+            except KeyboardInterrupt as exc:
+                # Last resort for SIGINTs that hit kernel code twice at the
+                # cell's boundary: the host must still get a result.
+                _State.executing = False
+                self.cell = None
+                if req is None:
+                    continue
+                cap = self.pump.end() if self.pump.capture is not None else None
+                msg = self._result(req, None, [], _error_info(exc), cap, True)
+            try:
+                self.link.send(msg)
+            except (TypeError, ValueError, RecursionError) as exc:
+                # Too large or not JSON after all: say so instead of leaving
+                # the host waiting.
+                err = {"type": "KernelError", "message": "cannot send the result: %s" % exc, "traceback": "", "frames": []}
+                self.link.send(self._result(req, None, [], err, None, msg.get("interrupted")))
+            self.busy = False
+
+    def _result(self, req, value, display, error, cap, interrupted):
+        return {
+            "t": "result",
+            "id": req.id,
+            "status": "error" if error is not None else "ok",
+            "value": value,
+            "display": display,
+            "error": error,
+            "stdout_truncated": bool(cap and cap.truncated[0]),
+            "stderr_truncated": bool(cap and cap.truncated[1]),
+            "interrupted": bool(interrupted),
+        }
+
+    def run_cell(self, req):
+        self.cells += 1
+        cell = _Cell(req, self.cells)
+        self.pump.redirect()
+        self._restore_stdio()
+        self.pump.begin(req.id, req.max_output)
+        self.cell = cell
+        _State.interrupted = False
+        try:
+            try:
+                _State.executing = True
+                self._execute(cell)
+            except KeyboardInterrupt as exc:
+                # Landed in the kernel's own code around the user's.
+                cell.set_error(exc)
+            finally:
+                _State.executing = False
+        except KeyboardInterrupt as exc:
+            # Landed between the handler above and the flag reset.
+            _State.executing = False
+            cell.set_error(exc)
+        if os.getpid() != self.pid:
+            # The cell forked and this child returned here: it is not the
+            # kernel, and must not pretend to be.
+            self._flush_stdio()
+            os._exit(0)
+        self._flush_stdio()
+        cap = self.pump.end()
+        self.cell = None
+        return self._result(req, cell.value, cell.display, cell.error, cap, _State.interrupted)
+
+    def _flush_stdio(self):
+        for stream in (self.stdout, self.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        _flush_c_stdio()
+
+    def _restore_stdio(self):
+        """Reopen the standard streams if a cell closed them."""
+        # exit() (site.Quitter) closes sys.stdin before raising SystemExit;
+        # the kernel lives on, so later input() should see EOF, not a closed file.
+        stdin = sys.stdin
+        if stdin is None or getattr(stdin, "closed", False):
+            try:
+                fresh = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
+            except OSError:
+                fresh = None  # no fd 0 at all: leave it as it is
+            if fresh is not None:
+                sys.stdin = fresh
+                if sys.__stdin__ is stdin or sys.__stdin__ is None:
+                    sys.__stdin__ = fresh
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            mine = getattr(self, name)
+            if not mine.closed:
+                continue
+            fresh = _text_stream(fd)
+            setattr(self, name, fresh)
+            for attr in (name, "__%s__" % name):
+                if getattr(sys, attr, None) is mine:
+                    setattr(sys, attr, fresh)
+
+    def _execute(self, cell):
+        source = cell.req.code
+        # Registered so that tracebacks and inspect show the cell's lines; an
+        # mtime of None keeps linecache.checkcache from evicting it.
+        linecache.cache[cell.filename] = (len(source), None, source.splitlines(True), cell.filename)
+        flags = self.future_flags
+        try:
+            tree = compile(source, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                # Like IPython: the value of a trailing expression is the
+                # cell's value.
+                last = ast.Expression(tree.body.pop().value)
+            body = compile(tree, cell.filename, "exec", flags, dont_inherit=True)
+            tail = compile(last, cell.filename, "eval", flags, dont_inherit=True) if last is not None else None
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # SyntaxError, and ValueError for NUL bytes
+            cell.set_error(exc)
+            return
+        self.future_flags |= body.co_flags & _FUTURE_FLAGS
+        try:
+            exec(body, self.ns)
+            value = eval(tail, self.ns) if tail is not None else None
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt included
+            cell.set_error(exc)
+        else:
+            if value is not None:
+                cell.set_value(_mime_bundle(value))
+        self.flush_figures()
+        # The cell may have put its own objects in sys.stdout/err; their
+        # flush is user code, so it runs while SIGINT can still stop it.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+
+
+def _parse_args(argv):
+    path, preload = None, []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--connect" and i + 1 < len(argv):
+            path = argv[i + 1]
+            i += 2
+        elif arg == "--preload" and i + 1 < len(argv):
+            preload = [n.strip() for n in argv[i + 1].split(",") if n.strip()]
+            i += 2
+        else:
+            raise SystemExit("kernel.py: unexpected argument %r\nusage: kernel.py --connect SOCKET [--preload MOD,...]" % arg)
+    if path is None:
+        raise SystemExit("usage: kernel.py --connect SOCKET [--preload MOD,...]")
+    return path, preload
+
+
+def main(argv):
+    global _KERNEL
+    path, preload = _parse_args(argv)
+    # Notebook conventions: the working directory is importable, no argv.
+    sys.argv = [""]
+    if sys.path:
+        sys.path[0] = ""
+    else:
+        sys.path.insert(0, "")
+    # Headless; the deployment sets it too, this keeps a bare run the same.
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.meta_path.insert(0, _PyplotHook())
+    _KERNEL = _Kernel(path)
+    threading.Thread(target=_KERNEL.pump.run, name="jailcell-pump", daemon=True).start()
+    _KERNEL.preload(preload)
+    # Connecting only now makes hello mean "ready": preload is done.
+    threading.Thread(target=_KERNEL.link.run, name="jailcell-link", daemon=True).start()
+    _KERNEL.serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,133 @@
+// Package runner owns the Python kernel that runs inside each sandbox and the
+// host side of its wire protocol.
+//
+// The kernel (Script, embedded from kernel.py) is the sandbox's PID 1. It
+// connects to a Unix socket that the host listens on (Listen, Accept), says
+// hello, and runs the cells sent with Conn.Exec one at a time in one
+// persistent namespace, like a notebook. If the connection drops, the kernel
+// reconnects to the same path, so a restarted host can re-adopt it with its
+// variables intact.
+//
+// Everything the kernel sends is untrusted: cell code runs inside the
+// kernel's process and can write any bytes to the socket. Conn bounds every
+// frame, counts and caps output itself, validates results, and lets a frame
+// decide nothing but the content of its own cell's result. Verdicts such as
+// timeouts, exits and kills belong to the caller, which watches the sandbox
+// from outside.
+//
+// runner must never import isolate (or any other jailcell package): it knows
+// nothing of how the sandbox is built, only what runs inside it.
+package runner
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// Script is the kernel's source. The host writes it to ScriptName in the
+// session's control directory, which the sandbox sees read-only.
+//
+//go:embed kernel.py
+var Script []byte
+
+const (
+	// ScriptName is the file name the kernel script is run from.
+	ScriptName = "kernel.py"
+	// SocketName is the file name of the host's listening socket.
+	SocketName = "host.sock"
+	// DefaultMaxFrame is the frame size limit used when a caller passes a
+	// limit <= 0, and the largest frame the kernel accepts. A kernel result
+	// can carry up to 32 MiB of rich output plus its error, so a smaller
+	// limit turns a cell with large figures into a broken connection.
+	DefaultMaxFrame = 64 << 20
+)
+
+// Sentinel errors of the package; match them with errors.Is.
+var (
+	// ErrFrameTooLarge reports a frame longer than the limit. A Conn that
+	// reads one is broken: the rest of the stream cannot be trusted.
+	ErrFrameTooLarge = errors.New("frame too large")
+	// ErrProtocol reports a frame that breaks the protocol: not a JSON
+	// object, a hello or result of the wrong shape, an unknown status.
+	ErrProtocol = errors.New("kernel protocol violation")
+)
+
+// Listen removes a stale SocketName in dir and listens there. dir must be a
+// host-owned directory that the sandbox cannot write (it is bind-mounted
+// read-only), so the remove and chmod by path cannot be redirected by a
+// symlink planted from inside.
+func Listen(dir string) (*net.UnixListener, error) {
+	p := filepath.Join(dir, SocketName)
+	fi, err := os.Lstat(p)
+	switch {
+	case err == nil && fi.Mode().Type() != fs.ModeSocket:
+		// Fail closed: never delete what is not ours to clean up.
+		return nil, fmt.Errorf("listen %s: exists and is not a socket (%s)", p, fi.Mode().Type())
+	case err == nil:
+		if err := os.Remove(p); err != nil {
+			return nil, fmt.Errorf("remove stale socket %s: %w", p, err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("stat %s: %w", p, err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", p, err)
+	}
+	// The sandbox's root is an unprivileged uid on the host, and connecting
+	// to a Unix socket needs write permission on it.
+	if err := os.Chmod(p, 0o666); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chmod %s: %w", p, err)
+	}
+	return l, nil
+}
+
+// Argv returns the kernel's command line inside the sandbox. ctlDir is where
+// the sandbox sees the control directory (e.g. "/run/jailcell"); preload
+// lists modules to import before hello, so that the first cell using them is
+// fast. Entries that are not dotted ASCII Python module names are skipped.
+func Argv(ctlDir string, preload []string) []string {
+	argv := []string{
+		"python3", "-s",
+		path.Join(ctlDir, ScriptName),
+		"--connect", path.Join(ctlDir, SocketName),
+	}
+	var mods []string
+	for _, m := range preload {
+		if isModuleName(m) {
+			mods = append(mods, m)
+		}
+	}
+	if len(mods) > 0 {
+		argv = append(argv, "--preload", strings.Join(mods, ","))
+	}
+	return argv
+}
+
+func isModuleName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, part := range strings.Split(s, ".") {
+		if part == "" {
+			return false
+		}
+		for i, r := range part {
+			switch {
+			case r == '_', 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
+			case i > 0 && '0' <= r && r <= '9':
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}

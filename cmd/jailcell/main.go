@@ -25,9 +25,13 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRootfsCmd())
+	root.AddCommand(newRootfsCmd(), newRunCmd(), newJSONCmd(), newDoctorCmd())
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "jailcell:", err)
+		// An exitError carries a cell's status; what went wrong was
+		// already shown.
+		if _, ok := err.(exitError); !ok {
+			fmt.Fprintln(os.Stderr, "jailcell:", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }

@@ -1,0 +1,202 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session"
+)
+
+// Dispatcher carries out requests. It is the only place requests turn into
+// manager calls, so every transport behaves the same. Safe for concurrent
+// use.
+type Dispatcher struct {
+	// Manager runs the cells. Nil answers every op but ping with
+	// "unavailable" (tests, and a front end started before its host).
+	Manager *session.Manager
+	// Version is reported by ping.
+	Version string
+	// Features, if set, answers ping's "isolation"; default the manager's,
+	// or a fresh isolate.Probe without a manager.
+	Features func() isolate.Features
+	// Logger receives handler panics (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Handle carries out req on behalf of the uid owner and returns its one
+// final response. With req.Stream, emit receives output events before
+// Handle returns and never after. A panic in a handler becomes an
+// "internal" response rather than a dead process.
+func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit func(Event)) (resp *Response) {
+	if req == nil {
+		return fail(nil, badRequest("no request"))
+	}
+	// The manager may call OnOutput from its own goroutines; once the
+	// response exists a late chunk must not follow it on the wire.
+	var mu sync.Mutex
+	done := false
+	send := func(ev Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done && emit != nil {
+			emit(ev)
+		}
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			d.logger().Error("handler panic", "op", req.Op, "panic", v, "stack", string(debug.Stack()))
+			resp = fail(req.ID, &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: panic in %s: %v", req.Op, v)})
+		}
+		mu.Lock()
+		done = true
+		mu.Unlock()
+	}()
+
+	if err := req.Validate(); err != nil {
+		return fail(req.ID, err)
+	}
+	if req.Op == OpPing {
+		f := d.features()
+		return &Response{ID: req.ID, OK: true, Version: d.Version, Isolation: &f}
+	}
+	if d.Manager == nil {
+		return fail(req.ID, &Error{Code: CodeUnavailable, Message: "no sandbox manager is configured"})
+	}
+	r, err := d.do(ctx, owner, req, send)
+	if err != nil {
+		return fail(req.ID, errorFor(err))
+	}
+	r.ID, r.OK = req.ID, true
+	return r
+}
+
+func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(Event)) (*Response, error) {
+	m := d.Manager
+	switch req.Op {
+	case OpExec:
+		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files}
+		if req.Stream {
+			er.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
+		}
+		var res *session.Result
+		var err error
+		if req.Session != "" {
+			res, err = m.Exec(ctx, owner, req.Session, er)
+		} else {
+			res, err = m.RunOnce(ctx, owner, req.Policy, er)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Result: res}, nil
+	case OpCreate:
+		info, err := m.Create(ctx, session.CreateOptions{
+			Owner:        owner,
+			TTL:          duration(req.TTLS),
+			Policy:       req.Policy,
+			Override:     req.Limits,
+			Persist:      req.Persist,
+			Requirements: req.Requirements,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Info: info}, nil
+	case OpUpload:
+		e, err := m.Upload(owner, req.Session, req.Path, req.Data)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Path: e.Path, Size: &e.Size}, nil
+	case OpDownload:
+		dl, err := m.Download(owner, req.Session, req.Path)
+		if err != nil {
+			return nil, err
+		}
+		data := dl.Data
+		if data == nil {
+			data = []byte{}
+		}
+		return &Response{Path: dl.Path, Data: data, Size: &dl.Size, SHA256: dl.SHA256}, nil
+	case OpFiles:
+		entries, err := m.Files(owner, req.Session)
+		if err != nil {
+			return nil, err
+		}
+		if entries == nil {
+			entries = []session.Entry{}
+		}
+		return &Response{Files: entries}, nil
+	case OpClose:
+		return &Response{}, m.Close(owner, req.Session)
+	case OpSessions:
+		list := m.List(owner)
+		if list == nil {
+			list = []session.Info{}
+		}
+		return &Response{Sessions: list}, nil
+	}
+	// Validate knows every op; reaching here is a bug in this file.
+	return nil, fmt.Errorf("op %q has no handler", req.Op)
+}
+
+func (d *Dispatcher) features() isolate.Features {
+	switch {
+	case d.Features != nil:
+		return d.Features()
+	case d.Manager != nil:
+		return d.Manager.Features()
+	}
+	return isolate.Probe()
+}
+
+func (d *Dispatcher) logger() *slog.Logger {
+	if d.Logger != nil {
+		return d.Logger
+	}
+	return slog.Default()
+}
+
+func fail(id []byte, e *Error) *Response {
+	if id == nil {
+		id = nullID
+	}
+	return &Response{ID: id, Error: e}
+}
+
+// errorCodes maps sentinels to wire codes, first match wins. The message is
+// kept whole: jailcell runs on the operator's own machine, so the detail
+// helps more than it leaks.
+var errorCodes = []struct {
+	err  error
+	code string
+}{
+	{session.ErrBadRequest, CodeBadRequest},
+	{policy.ErrInvalid, CodeBadRequest},
+	{session.ErrNotFound, CodeNotFound},
+	{session.ErrLimit, CodeLimit},
+	{isolate.ErrExhausted, CodeLimit},
+	{session.ErrBusy, CodeBusy},
+	{session.ErrUnavailable, CodeUnavailable},
+	{isolate.ErrUnsupported, CodeUnavailable},
+	{session.ErrShutdown, CodeUnavailable},
+}
+
+func errorFor(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	for _, m := range errorCodes {
+		if errors.Is(err, m.err) {
+			return &Error{Code: m.code, Message: err.Error()}
+		}
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}

@@ -1,0 +1,293 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+)
+
+// JSONLOptions tune ServeJSONL. Zero fields take the documented defaults.
+type JSONLOptions struct {
+	// MaxLineBytes bounds one request line (without its newline). A longer
+	// line is discarded unread and answered with a bad_request whose id is
+	// null. Default 32 MiB.
+	MaxLineBytes int
+	// MaxInFlight bounds the requests running at once; reading pauses
+	// while it is reached. Default 256.
+	MaxInFlight int
+	// MaxInFlightBytes bounds the summed size of the request lines running
+	// at once, so many large uploads cannot pile up in memory; reading
+	// pauses while it is reached (one request always fits). Default 256 MiB.
+	MaxInFlightBytes int64
+	// Logger receives transport problems (default slog.Default()). Never
+	// stdout: that is the protocol stream.
+	Logger *slog.Logger
+}
+
+const (
+	defaultMaxLineBytes     = 32 << 20
+	defaultMaxInFlight      = 256
+	defaultMaxInFlightBytes = 256 << 20
+)
+
+// ServeJSONL speaks the JSON-lines protocol: one request object per line of
+// r, one response (and, for streaming execs, events before it) per line of
+// w. Each request runs in its own goroutine on behalf of this process's uid;
+// each line is written whole under one lock. A line that is not a valid
+// request is answered at once, in order, and reading goes on.
+//
+// ServeJSONL returns nil at EOF on r once every request read has been
+// answered; the caller then shuts the manager down. If ctx ends first, or a
+// write to w fails, it stops reading, waits for the running requests (whose
+// context is cancelled) and returns the cause; a read already blocked on r
+// is left to return on its own.
+func ServeJSONL(ctx context.Context, r io.Reader, w io.Writer, d *Dispatcher, opts JSONLOptions) error {
+	if opts.MaxLineBytes <= 0 {
+		opts.MaxLineBytes = defaultMaxLineBytes
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = defaultMaxInFlight
+	}
+	if opts.MaxInFlightBytes <= 0 {
+		opts.MaxInFlightBytes = defaultMaxInFlightBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	owner := os.Getuid()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	out := &lineWriter{w: w, log: log, fail: cancel}
+	lim := newBudget(opts.MaxInFlight, opts.MaxInFlightBytes)
+	lines := make(chan readLine)
+	go readLines(ctx, r, opts.MaxLineBytes, lines)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		var ln readLine
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return context.Cause(ctx)
+		case ln = <-lines:
+		}
+		switch {
+		case ln.err != nil:
+			wg.Wait()
+			if errors.Is(ln.err, io.EOF) {
+				// A write failure may have ended things first.
+				if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					return err
+				}
+				return nil
+			}
+			return fmt.Errorf("read requests: %w", ln.err)
+		case ln.oversized:
+			out.response(fail(nullID, badRequest("request line of %d bytes is over the %d-byte limit; it was discarded", ln.n, opts.MaxLineBytes)))
+			continue
+		case len(bytes.TrimSpace(ln.data)) == 0:
+			// Blank lines (a trailing "\n\n", keep-alives) are not requests.
+			continue
+		}
+
+		req, derr := DecodeRequest(ln.data)
+		if derr != nil {
+			// Answered here, before the next line is read, so a bad line's
+			// response keeps its place in the stream.
+			out.response(fail(req.ID, derr))
+			continue
+		}
+		weight := int64(len(ln.data))
+		if err := lim.acquire(ctx, weight); err != nil {
+			out.response(fail(req.ID, &Error{Code: CodeUnavailable, Message: "shutting down: " + context.Cause(ctx).Error()}))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer lim.release(weight)
+			var emit func(Event)
+			if req.Stream {
+				emit = out.event
+			}
+			out.response(d.Handle(ctx, owner, req, emit))
+		}()
+	}
+}
+
+// readLine is one line of input, or why there is none.
+type readLine struct {
+	data      []byte // without the line ending
+	oversized bool   // over the limit: data is nil, n is how much was skipped
+	n         int
+	err       error // io.EOF at the end (after a last unterminated line)
+}
+
+// readLines reads r line by line without ever holding more than max bytes
+// of one line: the rest of an oversized line is skipped as it is read, so
+// a client cannot grow the buffer without bound (bufio.Scanner would
+// instead fail and stop).
+func readLines(ctx context.Context, r io.Reader, max int, lines chan<- readLine) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	send := func(l readLine) bool {
+		select {
+		case lines <- l:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		var buf []byte
+		n := 0
+		var err error
+		for {
+			var chunk []byte
+			chunk, err = br.ReadSlice('\n')
+			n += len(chunk)
+			// +2 leaves room for a "\r\n" that is not content.
+			if n <= max+2 {
+				buf = append(buf, chunk...)
+			} else {
+				buf = nil
+			}
+			if err != bufio.ErrBufferFull {
+				break
+			}
+		}
+		if err != nil && err != io.EOF {
+			// A partial line before a read error is not a request.
+			send(readLine{err: err})
+			return
+		}
+		content := bytes.TrimSuffix(bytes.TrimSuffix(buf, []byte("\n")), []byte("\r"))
+		switch {
+		case n == 0:
+		case n > max+2 || len(content) > max:
+			skipped := n
+			if err == nil {
+				skipped-- // the newline
+			}
+			if !send(readLine{oversized: true, n: skipped}) {
+				return
+			}
+		default:
+			if !send(readLine{data: content}) {
+				return
+			}
+		}
+		if err != nil {
+			send(readLine{err: err})
+			return
+		}
+	}
+}
+
+// lineWriter writes whole lines under one lock. After the first write
+// error it drops everything and cancels the serve context: nobody is
+// listening any more.
+type lineWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	log  *slog.Logger
+	fail context.CancelCauseFunc
+	err  error
+}
+
+func (lw *lineWriter) response(r *Response) {
+	b, err := encodeLine(r)
+	if err != nil {
+		// E.g. a value the sandbox produced that JSON cannot carry; the
+		// request still gets its one response.
+		lw.log.Error("encode response", "err", err)
+		b, _ = encodeLine(fail(r.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()}))
+	}
+	lw.write(b)
+}
+
+func (lw *lineWriter) event(ev Event) {
+	b, err := encodeLine(ev)
+	if err != nil {
+		lw.log.Error("encode event", "err", err)
+		return
+	}
+	lw.write(b)
+}
+
+func (lw *lineWriter) write(b []byte) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.err != nil {
+		return
+	}
+	if _, err := lw.w.Write(b); err != nil {
+		lw.err = fmt.Errorf("write response: %w", err)
+		lw.log.Error("write response", "err", err)
+		lw.fail(lw.err)
+	}
+}
+
+// encodeLine is JSON plus a newline, without HTML escaping: outputs are
+// code and its output, where "<" is common and \u003c only noise.
+func encodeLine(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// budget bounds the number and summed weight of running requests. Only
+// the read loop acquires, so there is no fairness to keep.
+type budget struct {
+	mu        sync.Mutex
+	count     int
+	used      int64
+	maxCount  int
+	maxWeight int64
+	wake      chan struct{}
+}
+
+func newBudget(maxCount int, maxWeight int64) *budget {
+	return &budget{maxCount: maxCount, maxWeight: maxWeight, wake: make(chan struct{})}
+}
+
+func (b *budget) acquire(ctx context.Context, w int64) error {
+	for {
+		b.mu.Lock()
+		if b.count < b.maxCount && (b.count == 0 || b.used+w <= b.maxWeight) {
+			b.count++
+			b.used += w
+			b.mu.Unlock()
+			return nil
+		}
+		wake := b.wake
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (b *budget) release(w int64) {
+	b.mu.Lock()
+	b.count--
+	b.used -= w
+	close(b.wake)
+	b.wake = make(chan struct{})
+	b.mu.Unlock()
+}

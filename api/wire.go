@@ -1,0 +1,520 @@
+// Package api owns jailcell's wire protocol: the request, response and event
+// types, the one Dispatcher every transport calls, and the JSON-lines
+// transport. Transports only decode, call Dispatcher.Handle and encode; all
+// validation lives in DecodeRequest and Request.Validate so no transport can
+// skip it. api must never touch a sandbox or a session's files itself: it
+// goes through session.Manager, which owns confinement.
+package api
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session"
+)
+
+// Wire error codes.
+const (
+	CodeBadRequest  = "bad_request"
+	CodeNotFound    = "not_found"
+	CodeLimit       = "limit"
+	CodeBusy        = "busy"
+	CodeUnavailable = "unavailable"
+	CodeInternal    = "internal"
+)
+
+// Ops, in the order they are listed in errors.
+const (
+	OpPing     = "ping"
+	OpExec     = "exec"
+	OpCreate   = "create"
+	OpUpload   = "upload"
+	OpDownload = "download"
+	OpFiles    = "files"
+	OpClose    = "close"
+	OpSessions = "sessions"
+)
+
+var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions}
+
+// allowedOps is the list bad requests quote.
+var allowedOps = strings.Join(ops, ", ")
+
+// Request is one request. Marshalled with encoding/json it is a valid wire
+// line; decode wire lines with DecodeRequest, not json.Unmarshal, which
+// would skip the type checks and their messages.
+type Request struct {
+	// ID is echoed verbatim in every response and event: a JSON string or
+	// number.
+	ID json.RawMessage `json:"id"`
+	Op string          `json:"op"`
+
+	// Code is the cell's Python source (exec).
+	Code string `json:"code,omitempty"`
+	// Session names the session for exec, upload, download, files and
+	// close; exec without it is a one-shot cell.
+	Session string `json:"session,omitempty"`
+	// TimeoutS is the cell's wall-clock limit in seconds; 0 means the
+	// policy's default. The manager clamps it to the policy's ceiling.
+	TimeoutS float64 `json:"timeout_s,omitempty"`
+	// Stream asks for stdout/stderr events before the final response.
+	Stream bool `json:"stream,omitempty"`
+	// Files are placed in the cell's working directory before it runs.
+	Files []session.File `json:"files,omitempty"`
+	// Path and Data are the upload's destination and content; Path alone
+	// names a download.
+	Path string `json:"path,omitempty"`
+	Data []byte `json:"data,omitzero"` // omitted only when nil: empty is an empty file
+
+	// TTLS is a new session's idle timeout in seconds (0 = default).
+	TTLS float64 `json:"ttl_s,omitempty"`
+	// Policy names a configured policy (create, one-shot exec).
+	Policy string `json:"policy,omitempty"`
+	// Limits tighten the policy of a new session.
+	Limits *policy.Override `json:"limits,omitempty"`
+	// Persist names a store entry the workspace is synced to.
+	Persist string `json:"persist,omitempty"`
+	// Requirements are pip requirement strings installed at create.
+	Requirements []string `json:"requirements,omitempty"`
+}
+
+// Error is a wire error. It is also a Go error so transports can pass it on.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func badRequest(format string, a ...any) *Error {
+	return &Error{Code: CodeBadRequest, Message: fmt.Sprintf(format, a...)}
+}
+
+// Response is the one final answer to a request. Op-specific fields are
+// omitted when they do not apply.
+type Response struct {
+	ID    json.RawMessage `json:"id"`
+	OK    bool            `json:"ok"`
+	Error *Error          `json:"error,omitempty"`
+
+	// ping
+	Version   string            `json:"version,omitempty"`
+	Isolation *isolate.Features `json:"isolation,omitempty"`
+	// exec
+	Result *session.Result `json:"result,omitempty"`
+	// create: every Info field (session, expires_at, ...) at the top level.
+	*session.Info
+	// upload, download
+	Path   string `json:"path,omitempty"`
+	Size   *int64 `json:"size,omitempty"`
+	Data   []byte `json:"data,omitzero"` // non-nil for a download, even empty
+	SHA256 string `json:"sha256,omitempty"`
+	// files, sessions: non-nil for those ops so an empty list is [].
+	Files    []session.Entry `json:"files,omitzero"`
+	Sessions []session.Info  `json:"sessions,omitzero"`
+}
+
+// Event is a streamed chunk of a cell's output, sent before its response.
+type Event struct {
+	ID    json.RawMessage `json:"id"`
+	Event string          `json:"event"` // stdout | stderr
+	Text  string          `json:"text"`
+}
+
+// nullID is what a response carries when no id could be read.
+var nullID = json.RawMessage("null")
+
+// DecodeRequest parses and validates one wire request. On failure the
+// returned Request is still non-nil and carries the id if one could be read
+// (else a JSON null), so the caller can answer it. Unknown fields are
+// ignored; a known field of the wrong type is refused by name.
+func DecodeRequest(line []byte) (*Request, *Error) {
+	req := &Request{ID: nullID}
+	if !utf8.Valid(line) {
+		return req, badRequest("request is not valid UTF-8 (first bad byte at offset %d)", invalidUTF8At(line))
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(line, &fields); err != nil {
+		if k := jsonKind(line); k != "" && k != "object" && json.Valid(line) {
+			return req, badRequest("request must be a JSON object, got %s", k)
+		}
+		if se, ok := err.(*json.SyntaxError); ok {
+			return req, badRequest("request is not valid JSON: %v (at byte %d)", se, se.Offset)
+		}
+		return req, badRequest("request is not valid JSON: %v", err)
+	}
+	if fields == nil { // the line was "null"
+		return req, badRequest("request must be a JSON object, got null")
+	}
+
+	d := decoder{fields: fields}
+	if raw, ok := d.present("id"); !ok {
+		return req, badRequest(`field "id" is required: a string or number, echoed in the response`)
+	} else if k := jsonKind(raw); k != "string" && k != "number" {
+		return req, badRequest(`field "id" must be a string or number, got %s`, k)
+	} else {
+		req.ID = raw
+	}
+
+	d.str("op", &req.Op)
+	d.str("code", &req.Code)
+	d.str("session", &req.Session)
+	d.seconds("timeout_s", &req.TimeoutS)
+	d.boolean("stream", &req.Stream)
+	d.files(&req.Files)
+	d.str("path", &req.Path)
+	d.base64("data", &req.Data)
+	d.seconds("ttl_s", &req.TTLS)
+	d.str("policy", &req.Policy)
+	d.limits(&req.Limits)
+	d.str("persist", &req.Persist)
+	d.strings("requirements", &req.Requirements)
+	if d.err != nil {
+		return req, d.err
+	}
+	if _, ok := d.present("data"); ok && req.Data == nil {
+		req.Data = []byte{} // present but empty: an empty file, not a missing field
+	}
+	if err := req.Validate(); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// Validate checks what an op needs, whichever transport built the request.
+func (r *Request) Validate() *Error {
+	need := func(field, what string, have bool) *Error {
+		if have {
+			return nil
+		}
+		return badRequest("op %q needs field %q (%s)", r.Op, field, what)
+	}
+	if r.Op == "" {
+		return badRequest(`field "op" is required; allowed: %s`, allowedOps)
+	}
+	if r.TimeoutS < 0 || math.IsNaN(r.TimeoutS) {
+		return badRequest(`field "timeout_s" = %g: must be a number of seconds >= 0 (0 or absent: the policy's default)`, r.TimeoutS)
+	}
+	if r.TTLS < 0 || math.IsNaN(r.TTLS) {
+		return badRequest(`field "ttl_s" = %g: must be a number of seconds >= 0 (0 or absent: the default)`, r.TTLS)
+	}
+	switch r.Op {
+	case OpPing, OpSessions:
+		return nil
+	case OpExec:
+		if err := need("code", "the cell's Python source, a non-empty string", r.Code != ""); err != nil {
+			return err
+		}
+		for i, f := range r.Files {
+			if f.Path == "" {
+				return badRequest(`field "files[%d].path" is required: a path relative to the working directory`, i)
+			}
+		}
+		if r.Session != "" && r.Policy != "" {
+			// Ignoring it would let a client believe a stricter policy applied.
+			return badRequest(`field "policy" is not allowed with "session": a session runs under the policy it was created with`)
+		}
+		if r.Limits != nil {
+			return badRequest(`field "limits" is only allowed with op "create"; a one-shot exec runs under a named "policy"`)
+		}
+		return nil
+	case OpCreate:
+		return nil
+	case OpUpload:
+		if err := need("session", "a session id", r.Session != ""); err != nil {
+			return err
+		}
+		if err := need("path", "a path relative to the working directory", r.Path != ""); err != nil {
+			return err
+		}
+		return need("data", "the content, base64", r.Data != nil)
+	case OpDownload:
+		if err := need("session", "a session id", r.Session != ""); err != nil {
+			return err
+		}
+		return need("path", "a path relative to the working directory", r.Path != "")
+	case OpFiles, OpClose:
+		return need("session", "a session id", r.Session != "")
+	}
+	return badRequest(`unknown op %q; allowed: %s`, r.Op, allowedOps)
+}
+
+// decoder reads known fields out of a request object, keeping the first
+// error. JSON null counts as absent, the way most clients spell "unset".
+type decoder struct {
+	fields map[string]json.RawMessage
+	err    *Error
+}
+
+func (d *decoder) present(name string) (json.RawMessage, bool) {
+	raw, ok := d.fields[name]
+	if !ok || jsonKind(raw) == "null" {
+		return nil, false
+	}
+	return raw, true
+}
+
+// get returns the raw value if it is present and no error came before.
+func (d *decoder) get(name string) (json.RawMessage, bool) {
+	if d.err != nil {
+		return nil, false
+	}
+	return d.present(name)
+}
+
+func (d *decoder) wrongType(name, want string, raw json.RawMessage) {
+	d.err = badRequest("field %q must be %s, got %s", name, want, jsonKind(raw))
+}
+
+func (d *decoder) str(name string, dst *string) {
+	raw, ok := d.get(name)
+	if !ok {
+		return
+	}
+	if jsonKind(raw) != "string" || json.Unmarshal(raw, dst) != nil {
+		d.wrongType(name, "a string", raw)
+	}
+}
+
+func (d *decoder) boolean(name string, dst *bool) {
+	raw, ok := d.get(name)
+	if !ok {
+		return
+	}
+	if jsonKind(raw) != "boolean" || json.Unmarshal(raw, dst) != nil {
+		d.wrongType(name, "a boolean", raw)
+	}
+}
+
+func (d *decoder) seconds(name string, dst *float64) {
+	raw, ok := d.get(name)
+	if !ok {
+		return
+	}
+	if jsonKind(raw) != "number" {
+		d.wrongType(name, "a number of seconds", raw)
+		return
+	}
+	if err := json.Unmarshal(raw, dst); err != nil {
+		d.err = badRequest("field %q = %s is out of range: must be a number of seconds >= 0", name, raw)
+		return
+	}
+	if *dst < 0 {
+		d.err = badRequest("field %q = %s: must be a number of seconds >= 0 (0 or absent: the default)", name, raw)
+	}
+}
+
+func (d *decoder) base64(name string, dst *[]byte) {
+	raw, ok := d.get(name)
+	if !ok {
+		return
+	}
+	var s string
+	if jsonKind(raw) != "string" || json.Unmarshal(raw, &s) != nil {
+		d.wrongType(name, "a base64 string", raw)
+		return
+	}
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		d.err = badRequest("field %q is not valid base64 (standard alphabet, padded): %v", name, err)
+		return
+	}
+	*dst = b
+}
+
+func (d *decoder) strings(name string, dst *[]string) {
+	raw, ok := d.get(name)
+	if !ok {
+		return
+	}
+	var items []json.RawMessage
+	if jsonKind(raw) != "array" || json.Unmarshal(raw, &items) != nil {
+		d.wrongType(name, "an array of strings", raw)
+		return
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		if jsonKind(it) != "string" || json.Unmarshal(it, &out[i]) != nil {
+			d.err = badRequest("field %q must be an array of strings, element %d is %s", name, i, jsonKind(it))
+			return
+		}
+	}
+	*dst = out
+}
+
+func (d *decoder) files(dst *[]session.File) {
+	raw, ok := d.get("files")
+	if !ok {
+		return
+	}
+	var items []json.RawMessage
+	if jsonKind(raw) != "array" || json.Unmarshal(raw, &items) != nil {
+		d.wrongType("files", `an array of {"path": string, "data": base64 string}`, raw)
+		return
+	}
+	out := make([]session.File, len(items))
+	for i, it := range items {
+		var obj map[string]json.RawMessage
+		if jsonKind(it) != "object" || json.Unmarshal(it, &obj) != nil {
+			d.err = badRequest(`field "files[%d]" must be an object {"path": string, "data": base64 string}, got %s`, i, jsonKind(it))
+			return
+		}
+		sub := decoder{fields: obj}
+		sub.str("path", &out[i].Path)
+		sub.base64("data", &out[i].Data)
+		if sub.err != nil {
+			sub.err.Message = strings.Replace(sub.err.Message, `field "`, fmt.Sprintf(`field "files[%d].`, i), 1)
+			d.err = sub.err
+			return
+		}
+		if out[i].Data == nil {
+			if _, ok := sub.present("data"); !ok {
+				d.err = badRequest(`field "files[%d].data" is required: the content, base64 (empty string for an empty file)`, i)
+				return
+			}
+			out[i].Data = []byte{}
+		}
+	}
+	*dst = out
+}
+
+// overrideFields maps each policy.Override JSON name to its field, so a
+// field added there is accepted here without an edit.
+var overrideFields = func() map[string]int {
+	m := map[string]int{}
+	t := reflect.TypeFor[policy.Override]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" && t.Field(i).Type.Kind() == reflect.Pointer {
+			m[name] = i
+		}
+	}
+	return m
+}()
+
+func overrideNames() string {
+	var names []string
+	t := reflect.TypeFor[policy.Override]()
+	for i := range t.NumField() {
+		for n, j := range overrideFields {
+			if j == i {
+				names = append(names, n)
+			}
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// limits decodes a policy.Override. Unlike the request itself, an unknown
+// key is refused: a misspelt limit silently not applied would leave the
+// session looser than its caller believes.
+func (d *decoder) limits(dst **policy.Override) {
+	raw, ok := d.get("limits")
+	if !ok {
+		return
+	}
+	var obj map[string]json.RawMessage
+	if jsonKind(raw) != "object" || json.Unmarshal(raw, &obj) != nil {
+		d.wrongType("limits", "an object of limits ("+overrideNames()+")", raw)
+		return
+	}
+	o := &policy.Override{}
+	v := reflect.ValueOf(o).Elem()
+	for key, val := range obj {
+		i, ok := overrideFields[key]
+		if !ok {
+			d.err = badRequest(`field "limits.%s" is not a limit; allowed: %s`, key, overrideNames())
+			return
+		}
+		if jsonKind(val) == "null" {
+			continue
+		}
+		ft := v.Field(i).Type()
+		p := reflect.New(ft.Elem())
+		if err := json.Unmarshal(val, p.Interface()); err != nil {
+			want := "a number"
+			switch ft.Elem().Kind() {
+			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+				reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+				want = "an integer"
+			case reflect.String:
+				want = "a string"
+			case reflect.Bool:
+				want = "a boolean"
+			}
+			d.err = badRequest(`field "limits.%s" must be %s, got %s`, key, want, jsonValueDesc(val))
+			return
+		}
+		v.Field(i).Set(p)
+	}
+	*dst = o
+}
+
+// jsonKind names the JSON type of a value by its first byte; "" if empty.
+func jsonKind(raw []byte) string {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '"':
+			return "string"
+		case '{':
+			return "object"
+		case '[':
+			return "array"
+		case 't', 'f':
+			return "boolean"
+		case 'n':
+			return "null"
+		default:
+			return "number"
+		}
+	}
+	return ""
+}
+
+// jsonValueDesc is a short description of a value for an error message.
+func jsonValueDesc(raw json.RawMessage) string {
+	if k := jsonKind(raw); k != "number" {
+		return k
+	}
+	if len(raw) > 32 {
+		return "a number"
+	}
+	return string(raw)
+}
+
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
+// duration turns seconds into a Duration, saturating instead of
+// overflowing, and keeping any positive value positive (0 means "default"
+// downstream, which a tiny timeout must not become).
+func duration(seconds float64) time.Duration {
+	if seconds <= 0 {
+		return 0
+	}
+	if seconds >= float64(math.MaxInt64)/float64(time.Second) {
+		return math.MaxInt64
+	}
+	if d := time.Duration(seconds * float64(time.Second)); d > 0 {
+		return d
+	}
+	return 1
+}

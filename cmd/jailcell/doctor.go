@@ -1,0 +1,433 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer/seccomp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/rootfs"
+	"github.com/jailcell/jailcell/session"
+)
+
+const (
+	statusOK   = "ok"
+	statusFail = "FAIL"
+	statusWarn = "warn"
+)
+
+// check is one line of the doctor's report.
+type check struct {
+	status, name, found, fix string
+	// keys pick out the isolate.Probe problems that belong to this check,
+	// so the report and NewHost's refusal can never disagree.
+	keys []string
+}
+
+func newDoctorCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check that this host can build sandboxes, then build one",
+		Long: `Check the host feature by feature (kernel, user namespaces, overlayfs,
+idmapped mounts, cgroups, swap accounting, seccomp, privileges, the rootfs and
+the state directory), one line each: ok, warn or FAIL, what was found and how
+to fix it. Then build a real sandbox and run print(1) in it.
+
+Exits non-zero if a check fails or the sandbox cannot be built.`,
+		Args: cobra.NoArgs,
+	}
+	hf := addHostFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		out := cmd.OutOrStdout()
+		ok := doctor(out, hf)
+		if !ok {
+			return exitError{1}
+		}
+		return nil
+	}
+	return cmd
+}
+
+func doctor(out io.Writer, hf *hostFlags) bool {
+	f := isolate.Probe()
+	checks := []*check{
+		checkKernel(f),
+		checkRoot(),
+		checkUserNS(f),
+		checkOverlay(f),
+		checkIDMap(f),
+		checkCgroupMode(f),
+		checkControllers(f),
+		checkSwap(f),
+		checkSeccomp(f),
+	}
+	// Attribute every problem the probe found to a check; any left over is
+	// reported on its own rather than dropped.
+	for _, p := range f.Problems {
+		placed := false
+		for _, c := range checks {
+			for _, k := range c.keys {
+				if strings.Contains(p, k) {
+					placed = true
+					if c.status != statusFail { // else the check said it already
+						c.status = statusFail
+						c.found += "; " + p
+					}
+					break
+				}
+			}
+			if placed {
+				break
+			}
+		}
+		if !placed {
+			checks = append(checks, &check{status: statusFail, name: "host", found: p})
+		}
+	}
+	failed := false
+	for _, c := range checks {
+		failed = failed || c.status == statusFail
+		printCheck(out, c)
+	}
+	r, rc := checkRootfs(hf.rootfs)
+	printCheck(out, rc)
+	sc := checkStateDir(hf.stateDir)
+	printCheck(out, sc)
+	failed = failed || rc.status == statusFail || sc.status == statusFail
+
+	// The final word: build a real sandbox with the same code path as
+	// `jailcell run`.
+	var sb *check
+	if r == nil {
+		sb = &check{status: statusFail, name: "sandbox", found: "not attempted: no usable rootfs", fix: "fix the rootfs check above"}
+	} else {
+		sb = checkSandbox(hf)
+	}
+	printCheck(out, sb)
+	failed = failed || sb.status == statusFail
+	warned := sb.status == statusWarn || rc.status == statusWarn || sc.status == statusWarn
+	for _, c := range checks {
+		warned = warned || c.status == statusWarn
+	}
+	switch {
+	case failed:
+		fmt.Fprintln(out, "\nsome checks FAILED: jailcell cannot run sandboxes here until they are fixed")
+	case warned:
+		fmt.Fprintln(out, "\nno check failed; read the warn lines above")
+	default:
+		fmt.Fprintln(out, "\nall checks passed")
+	}
+	return !failed
+}
+
+func printCheck(w io.Writer, c *check) {
+	line := fmt.Sprintf("%-4s  %-16s %s", c.status, c.name, c.found)
+	if c.fix != "" && c.status != statusOK {
+		line += " — fix: " + c.fix
+	}
+	fmt.Fprintln(w, line)
+}
+
+func checkKernel(f isolate.Features) *check {
+	c := &check{status: statusOK, name: "kernel", found: "Linux " + f.Kernel}
+	if !f.IDMap {
+		c.status, c.fix = statusFail, "upgrade to Linux 5.12 or newer (idmapped mounts)"
+	}
+	return c
+}
+
+func checkRoot() *check {
+	if uid := os.Geteuid(); uid != 0 {
+		return &check{status: statusFail, name: "privileges", found: fmt.Sprintf("running as uid %d", uid),
+			fix: "run jailcell as root (sudo): it creates cgroups, idmapped mounts and per-sandbox uid ranges"}
+	}
+	return &check{status: statusOK, name: "privileges", found: "running as root"}
+}
+
+func checkUserNS(f isolate.Features) *check {
+	b, _ := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	c := &check{status: statusOK, name: "user namespaces", found: "user.max_user_namespaces = " + strings.TrimSpace(string(b)),
+		keys: []string{"user namespaces"}, fix: "sysctl -w user.max_user_namespaces=15000"}
+	if !f.UserNS {
+		c.status = statusFail
+	}
+	return c
+}
+
+func checkOverlay(f isolate.Features) *check {
+	c := &check{status: statusOK, name: "overlayfs", found: "overlay listed in /proc/filesystems",
+		keys: []string{"overlayfs"}, fix: "modprobe overlay"}
+	if !f.Overlay {
+		c.status, c.found = statusFail, "overlay is not in /proc/filesystems"
+	}
+	return c
+}
+
+func checkIDMap(f isolate.Features) *check {
+	c := &check{status: statusOK, name: "idmapped mounts",
+		found: "kernel " + f.Kernel + " is 5.12 or newer (exercised by the sandbox check below)",
+		keys:  []string{"idmapped"}, fix: "upgrade to Linux 5.12 or newer"}
+	if !f.IDMap {
+		c.status, c.found = statusFail, "kernel "+f.Kernel+" predates idmapped mounts (5.12)"
+	}
+	return c
+}
+
+// checkCgroupMode says which hierarchy limits really go through: on a
+// hybrid host that is v1, whatever the cgroup2 mount beside it offers.
+func checkCgroupMode(f isolate.Features) *check {
+	c := &check{status: statusOK, name: "cgroup mode"}
+	v2 := cgroup2Mounts()
+	switch f.CgroupMode {
+	case "v2":
+		c.found = "v2 (unified) at /sys/fs/cgroup"
+	case "hybrid":
+		var extra []string
+		for _, m := range v2 {
+			ctrls := strings.TrimSpace(readSmall(filepath.Join(m, "cgroup.controllers")))
+			if ctrls == "" {
+				ctrls = "none"
+			}
+			extra = append(extra, fmt.Sprintf("a cgroup2 mount at %s with controllers [%s]", m, ctrls))
+		}
+		c.found = "hybrid: limits are enforced through the v1 controllers at /sys/fs/cgroup/<controller>"
+		if len(extra) > 0 {
+			c.found += "; " + strings.Join(extra, ", ") + " is not used for limits"
+		}
+	default:
+		c.found = "v1 only"
+	}
+	return c
+}
+
+func checkControllers(f isolate.Features) *check {
+	c := &check{status: statusOK, name: "cgroup ctrls", keys: []string{"controller"}}
+	where := "/sys/fs/cgroup/<name> (v1)"
+	if f.CgroupMode == "v2" {
+		where = "/sys/fs/cgroup/cgroup.controllers"
+		c.fix = `enable them: echo "+memory +pids +cpu" > /sys/fs/cgroup/cgroup.subtree_control`
+	} else {
+		c.fix = "mount the missing v1 controller hierarchies (or boot with cgroup v2)"
+	}
+	c.found = fmt.Sprintf("found %s at %s", strings.Join(f.Controllers, ", "), where)
+	if len(f.Controllers) == 0 {
+		c.found = "no usable controllers at " + where
+	}
+	return c
+}
+
+func checkSwap(f isolate.Features) *check {
+	c := &check{name: "swap limit", keys: []string{"swap"}, fix: "boot with swapaccount=1, or turn swap off (swapoff -a)"}
+	swapOn := swapDevices()
+	switch {
+	case f.SwapLimit && f.CgroupMode == "v2":
+		c.status, c.found = statusOK, "memory.swap.max can hold a sandbox's swap at zero"
+	case f.SwapLimit:
+		c.status, c.found = statusOK, "memory.memsw.limit_in_bytes present: a sandbox's swap is held at zero"
+	case swapOn > 0:
+		c.status, c.found = statusFail, fmt.Sprintf("%d swap device(s) on and no swap accounting: memory limits can be bypassed by swapping", swapOn)
+	default:
+		c.status, c.found = statusWarn, "no swap accounting; harmless while swap stays off (it is off now)"
+	}
+	return c
+}
+
+func checkSeccomp(f isolate.Features) *check {
+	c := &check{name: "seccomp", keys: []string{"seccomp"}}
+	switch {
+	case !seccomp.Enabled:
+		c.status, c.found = statusFail, "this jailcell binary was built without seccomp support"
+		c.fix = "rebuild with CGO_ENABLED=1 go build -tags seccomp (needs libseccomp-dev)"
+	case !f.Seccomp:
+		c.status, c.found = statusFail, "the kernel reports no seccomp in /proc/self/status"
+		c.fix = "use a kernel built with CONFIG_SECCOMP_FILTER"
+	default:
+		c.status = statusOK
+		c.found = "kernel filters available; libseccomp " + f.SeccompVersion + " compiled in"
+		if !strings.Contains(readSmall("/proc/self/status"), "Seccomp_filters:") {
+			c.found += " (kernel does not report Seccomp_filters; filter mode is exercised by the sandbox check)"
+		}
+	}
+	return c
+}
+
+// checkRootfs opens the rootfs and rehashes it against its manifest.
+func checkRootfs(path string) (*rootfs.Rootfs, *check) {
+	c := &check{name: "rootfs"}
+	r, err := rootfs.Open(path)
+	if err != nil {
+		c.status, c.found = statusFail, err.Error()
+		switch {
+		case errors.Is(err, rootfs.ErrNotFound):
+			c.fix = "build it with `make rootfs`, or `jailcell rootfs import` an exported one"
+		case errors.Is(err, fs.ErrPermission):
+			c.fix = "run as root"
+		}
+		return nil, c
+	}
+	start := time.Now()
+	err = r.Verify()
+	took := time.Since(start).Round(10 * time.Millisecond)
+	if err != nil {
+		c.status, c.found = statusFail, fmt.Sprintf("%s (checked in %s)", err, took)
+		switch {
+		case errors.Is(err, rootfs.ErrCorrupt):
+			c.fix = "rebuild it (`make rootfs`) or re-import it; never edit a sealed tree"
+		case errors.Is(err, fs.ErrPermission):
+			c.fix = "run as root: parts of the tree are readable by root only"
+		}
+		return nil, c
+	}
+	m := r.Manifest
+	c.status = statusOK
+	c.found = fmt.Sprintf("%s at %s: python %s, %d files, %s, content hash matches the manifest (verified in %s)",
+		m.Version, r.Dir, m.PythonVersion, m.Files, humanBytes(m.SizeBytes), took)
+	return r, c
+}
+
+// checkStateDir creates the state directory if needed and writes a file
+// in it. Overlay upper layers live there, so its filesystem matters too.
+func checkStateDir(dir string) *check {
+	c := &check{name: "state dir"}
+	abs, err := filepath.Abs(dir)
+	if err == nil {
+		err = os.MkdirAll(abs, 0o711)
+	}
+	var tmp *os.File
+	if err == nil {
+		tmp, err = os.CreateTemp(abs, ".doctor-*")
+	}
+	if err != nil {
+		c.status, c.found = statusFail, "not writable: "+err.Error()
+		c.fix = "run as root, or pass a writable --state-dir"
+		return c
+	}
+	tmp.Close()
+	os.Remove(tmp.Name())
+	c.status, c.found = statusOK, abs+" is writable"
+	var st unix.Statfs_t
+	if unix.Statfs(abs, &st) == nil {
+		switch fs := fsName(st.Type); fs {
+		case "overlay", "nfs", "fuse":
+			c.status = statusWarn
+			c.found += fmt.Sprintf(" but on %s, which cannot hold an overlay's upper layer", fs)
+			c.fix = "put --state-dir on ext4, xfs, btrfs or tmpfs"
+		default:
+			c.found += " (" + fs + ")"
+		}
+	}
+	return c
+}
+
+func checkSandbox(hf *hostFlags) *check {
+	c := &check{name: "sandbox"}
+	log, err := hf.logger()
+	if err != nil {
+		c.status, c.found = statusFail, err.Error()
+		return c
+	}
+	start := time.Now()
+	st, err := hf.build(log)
+	if errors.Is(err, errStateBusy) {
+		c.status, c.found = statusWarn, "not built: "+err.Error()
+		c.fix = "rerun with a different --state-dir to test without disturbing it"
+		return c
+	}
+	if err != nil {
+		c.status, c.found = statusFail, "cannot build: "+err.Error()
+		c.fix = "fix the FAIL lines above"
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := st.manager.RunOnce(ctx, os.Getuid(), "", session.ExecRequest{Code: "print(1)", Timeout: 60 * time.Second})
+	took := time.Since(start).Round(time.Millisecond)
+	if serr := st.shutdown(30 * time.Second); serr != nil && err == nil {
+		err = serr
+	}
+	switch {
+	case err != nil:
+		c.status, c.found = statusFail, fmt.Sprintf("print(1) could not run: %v", err)
+	case res.Status != session.StatusOK || res.Stdout != "1\n":
+		c.status = statusFail
+		c.found = fmt.Sprintf("print(1) ended %s with stdout %q stderr %q", res.Status, res.Stdout, truncate(res.Stderr, 300))
+		if res.Error != nil {
+			c.found += fmt.Sprintf(" (%s: %s)", res.Error.Type, res.Error.Message)
+		}
+	default:
+		c.status = statusOK
+		c.found = fmt.Sprintf("built a sandbox and ran print(1) in %s (cell %d ms, peak memory %s)",
+			took, res.Usage.WallMS, humanBytes(res.Usage.PeakMemoryBytes))
+	}
+	return c
+}
+
+// cgroup2Mounts lists where cgroup2 is mounted, from mountinfo.
+func cgroup2Mounts() []string {
+	var out []string
+	for _, line := range strings.Split(readSmall("/proc/self/mountinfo"), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		if f := strings.Fields(post); len(f) > 0 && f[0] == "cgroup2" {
+			if pf := strings.Fields(pre); len(pf) > 4 {
+				out = append(out, pf[4])
+			}
+		}
+	}
+	return out
+}
+
+func swapDevices() int {
+	lines := strings.Split(strings.TrimSpace(readSmall("/proc/swaps")), "\n")
+	return max(len(lines)-1, 0)
+}
+
+// readSmall reads a small kernel file; "" on any error.
+func readSmall(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	return string(b)
+}
+
+func fsName(magic int64) string {
+	switch magic {
+	case unix.EXT4_SUPER_MAGIC:
+		return "ext4"
+	case unix.XFS_SUPER_MAGIC:
+		return "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		return "btrfs"
+	case unix.TMPFS_MAGIC:
+		return "tmpfs"
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "overlay"
+	case unix.NFS_SUPER_MAGIC:
+		return "nfs"
+	case unix.FUSE_SUPER_MAGIC:
+		return "fuse"
+	}
+	return fmt.Sprintf("filesystem 0x%x", magic)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -139,6 +139,7 @@ type cellOutcome struct {
 	res      *runner.Result
 	err      error // connection error: the kernel is gone
 	timedOut bool
+	canceled bool // the request was cancelled mid-cell
 	killed   bool // the host killed the sandbox
 }
 
@@ -146,7 +147,10 @@ type cellOutcome struct {
 // deadline the kernel gets SIGINT (KeyboardInterrupt in the cell); if the
 // cell has not stopped after the policy's grace period, the sandbox is
 // killed. Verdicts come from the host clock, never from the kernel.
-func runCell(k *kernel, id, code string, timeout, grace time.Duration, maxOutput int64, onOutput func(string, string)) cellOutcome {
+//
+// A cancelled ctx (the client went away, the daemon is draining past its
+// grace) stops the cell the same way.
+func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace time.Duration, maxOutput int64, onOutput func(string, string)) cellOutcome {
 	ch := make(chan cellOutcome, 1)
 	go func() {
 		r, err := k.conn.Exec(runner.ExecRequest{ID: id, Code: code, MaxOutput: maxOutput}, onOutput)
@@ -154,22 +158,25 @@ func runCell(k *kernel, id, code string, timeout, grace time.Duration, maxOutput
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	canceled := false
 	select {
 	case o := <-ch:
 		return o
 	case <-timer.C:
+	case <-ctx.Done():
+		canceled = true
 	}
 	_ = k.sb.Signal(os.Interrupt)
 	graceT := time.NewTimer(grace)
 	defer graceT.Stop()
 	select {
 	case o := <-ch:
-		o.timedOut = true
+		o.timedOut, o.canceled = !canceled, canceled
 		return o
 	case <-graceT.C:
 	}
 	_ = k.sb.Kill()
 	o := <-ch
-	o.timedOut, o.killed = true, true
+	o.timedOut, o.canceled, o.killed = !canceled, canceled, true
 	return o
 }

@@ -115,7 +115,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	u0 := k.sb.Usage()
 	k.sb.ResetPeak()
 	start := time.Now()
-	o := runCell(k, cellID, req.Code, timeout, s.policy.InterruptGrace, s.policy.OutputBytes, req.OnOutput)
+	o := runCell(ctx, k, cellID, req.Code, timeout, s.policy.InterruptGrace, s.policy.OutputBytes, req.OnOutput)
 	wall := time.Since(start)
 
 	lost := o.err != nil || o.killed
@@ -158,6 +158,9 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		} else {
 			res.Error.Message = msg + " and was interrupted"
 		}
+	case o.canceled:
+		res.Status = StatusKilled
+		res.Error = &CellError{Type: "Cancelled", Message: "the request was cancelled while the cell ran; the cell was interrupted"}
 	case oom:
 		res.Status = StatusOOM
 		res.Error = &CellError{Type: "OutOfMemory", Message: fmt.Sprintf("a process of the cell was killed for exceeding the %d-byte memory limit", s.policy.MemoryBytes)}
@@ -189,6 +192,8 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if lost {
 		res.State = StateLost
 		switch {
+		case o.killed && o.canceled:
+			res.StateReason = "the request was cancelled and the cell did not stop after its interrupt, so the sandbox was killed; a fresh kernel was started (variables are gone, files remain)"
 		case o.killed:
 			res.StateReason = "the cell did not stop after its interrupt, so the sandbox was killed; a fresh kernel was started (variables are gone, files remain)"
 		case oom:
@@ -203,7 +208,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		// Restart at once so the next cell finds a kernel; a failure is
 		// reported by the next cell too.
 		if !closed {
-			if _, err := m.ensureKernel(ctx, s); err != nil {
+			if _, err := m.ensureKernel(context.WithoutCancel(ctx), s); err != nil {
 				res.StateReason += "; restarting it failed: " + err.Error()
 			}
 		}

@@ -533,3 +533,26 @@ func contains(s []string, v string) bool {
 	}
 	return false
 }
+
+func TestCancelledRequestInterruptsCell(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, CreateOptions{})
+	e.exec(t, id, "kept = 1", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	start := time.Now()
+	res, err := e.m.Exec(ctx, 0, id, ExecRequest{Code: "import time\ntime.sleep(30)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("cancelled cell ran %s", d)
+	}
+	wantStatus(t, res, StatusKilled)
+	if res.State != StateKept {
+		t.Errorf("state = %q, want kept (the cell stopped at its interrupt)", res.State)
+	}
+	if r := e.exec(t, id, "print(kept)", 0); r.Stdout != "1\n" {
+		t.Fatalf("after cancel: %+v", r)
+	}
+}

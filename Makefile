@@ -9,7 +9,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/jailcell
 ROOTFS_BASE ?= /var/lib/jailcell/rootfs
-APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 ca-certificates
+APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 ca-certificates python3-matplotlib python3-pandas
 TEST_TIMEOUT ?= 25m
 
 .PHONY: all deps build rootfs demo test test-unit test-hostile bench install clean

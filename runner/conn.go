@@ -38,7 +38,9 @@ type Hello struct {
 // ExecRequest is one cell to run.
 type ExecRequest struct {
 	// ID names the cell on the wire; frames with other ids are ignored. It
-	// must not be empty and should be unique per connection.
+	// must not be empty, and must be unique over the kernel's life, across
+	// reconnects: a cell orphaned by a host restart still sends its result
+	// under its id, and a reused id would take it for its own.
 	ID string
 	// Code is the cell's Python source.
 	Code string
@@ -101,9 +103,13 @@ type CellError struct {
 
 // Frame is one stack frame of a CellError.
 type Frame struct {
+	// File is the code's file name: "<cell-N>" for cell code.
 	File string `json:"file"`
-	Line int    `json:"line"`
+	// Line is the 1-based line number in File, 0 if unknown.
+	Line int `json:"line"`
+	// Name is the function, "<module>" for a cell's top level.
 	Name string `json:"name"`
+	// Code is the source line, stripped, or "" if unavailable.
 	Code string `json:"code"`
 }
 

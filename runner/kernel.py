@@ -43,6 +43,9 @@ class _State:
     # Read end of a pipe whose only writer is the init: it reports EOF when
     # the init is gone.
     init_pipe = None
+    # The sandbox's original stderr (the host's kernel log), kept for the
+    # kernel's own troubles once fd 2 belongs to the cells.
+    log_fd = 2
 
 
 def _on_sigint(signum, frame):
@@ -164,6 +167,14 @@ _REPR_METHODS = (
 _KERNEL = None  # the running _Kernel, for display() and pyplot.show()
 
 
+def _log(text):
+    """Report a kernel fault to the host's log, never to a cell's output."""
+    try:
+        os.write(_State.log_fd, ("jailcell kernel: %s\n" % text.rstrip()).encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
 # ---------------------------------------------------------------------------
 # Framing
 
@@ -260,8 +271,11 @@ class _Link:
                     self._drop(sock)
             try:
                 self._read(sock, gen)
-            except (OSError, EOFError, ValueError):
-                pass
+            except (OSError, EOFError):
+                pass  # the host went away; it or its successor will listen again
+            except Exception:
+                # Whatever broke this connection, the next one starts afresh.
+                _log("connection dropped: %s" % traceback.format_exc())
             with self.lock:
                 self._drop(sock)
             sock.close()
@@ -347,6 +361,10 @@ class _Pump:
             self.write_fds.append(w)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
+        try:
+            _State.log_fd = os.dup(2)  # non-inheritable: cells never get it
+        except OSError:
+            _State.log_fd = -1
         self.redirect()
         self.capture = None
         self.pending = []  # [stream index, text], in arrival order
@@ -402,18 +420,24 @@ class _Pump:
                 events = poller.poll(timeout)
             except InterruptedError:
                 continue
-            for fd, _ in events:
-                if fd == _State.init_pipe:
-                    os._exit(128 + signal.SIGKILL)  # the init is gone; so is the sandbox
-                if fd == self.wake_r:
-                    self._serve_request()
-                else:
-                    self._read(fd, None)
-            if self.pending and (
-                self.pending_size >= STREAM_CHUNK
-                or time.monotonic() - self.pending_since >= STREAM_INTERVAL
-            ):
-                self._flush()
+            try:
+                for fd, _ in events:
+                    if fd == _State.init_pipe:
+                        os._exit(128 + signal.SIGKILL)  # the init is gone; so is the sandbox
+                    if fd == self.wake_r:
+                        self._serve_request()
+                    else:
+                        self._read(fd, None)
+                if self.pending and (
+                    self.pending_size >= STREAM_CHUNK
+                    or time.monotonic() - self.pending_since >= STREAM_INTERVAL
+                ):
+                    self._flush()
+            except Exception:
+                # Losing some output beats losing the pump: without it the
+                # cells block on full pipes and the main thread on end().
+                self.pending, self.pending_size = [], 0
+                _log("output pump: %s" % traceback.format_exc())
 
     def _serve_request(self):
         try:
@@ -453,7 +477,9 @@ class _Pump:
         try:
             avail = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
         except OSError:
-            avail = 0
+            # A stricter seccomp filter may refuse the ioctl: read until the
+            # pipe is empty instead, within a bound for endless writers.
+            avail = 4 * PIPE_SIZE
         while avail > 0:
             n = self._read(fd, avail)
             if n <= 0:
@@ -500,9 +526,8 @@ class _Pump:
             return
         for idx, text in pending:
             for i in range(0, len(text), STREAM_CHUNK):
-                self.link.send(
-                    {"t": "stream", "id": cap.id, "name": self.NAMES[idx], "text": text[i : i + STREAM_CHUNK]}
-                )
+                chunk = text[i : i + STREAM_CHUNK]
+                self.link.send({"t": "stream", "id": cap.id, "name": self.NAMES[idx], "text": chunk})
 
 
 def _text_stream(fd):
@@ -682,6 +707,8 @@ class _PatchingLoader:
         _patch_pyplot(module)
 
     def __getattr__(self, name):
+        if name == "_inner":
+            raise AttributeError(name)  # not set yet (copy, pickle): no recursion
         return getattr(self._inner, name)  # get_source, is_package, ...
 
 
@@ -919,7 +946,8 @@ class _Kernel:
                 if fig.axes or fig.lines:
                     cell.add_display(_figure_bundle(fig))
             except Exception as exc:
-                print("jailcell: cannot render figure %s: %s" % (manager.num, _safe_str(exc)), file=sys.stderr)
+                msg = "jailcell: cannot render figure %s: %s" % (manager.num, _safe_str(exc))
+                print(msg, file=sys.stderr)
             finally:
                 try:
                     plt.close(fig)
@@ -967,7 +995,12 @@ class _Kernel:
             except (TypeError, ValueError, RecursionError) as exc:
                 # Too large or not JSON after all: say so instead of leaving
                 # the host waiting.
-                err = {"type": "KernelError", "message": "cannot send the result: %s" % exc, "traceback": "", "frames": []}
+                err = {
+                    "type": "KernelError",
+                    "message": "cannot send the result: %s" % exc,
+                    "traceback": "",
+                    "frames": [],
+                }
                 self.link.send(self._result(req, None, [], err, None, msg.get("interrupted")))
             self.busy = False
 
@@ -1086,6 +1119,9 @@ class _Kernel:
                 pass
 
 
+_USAGE = "usage: kernel.py --connect SOCKET [--preload MODULE,...]"
+
+
 def _parse_args(argv):
     path, preload = None, []
     i = 0
@@ -1098,9 +1134,9 @@ def _parse_args(argv):
             preload = [n.strip() for n in argv[i + 1].split(",") if n.strip()]
             i += 2
         else:
-            raise SystemExit("kernel.py: unexpected argument %r\nusage: kernel.py --connect SOCKET [--preload MOD,...]" % arg)
+            raise SystemExit("kernel.py: unexpected argument %r\n%s" % (arg, _USAGE))
     if path is None:
-        raise SystemExit("usage: kernel.py --connect SOCKET [--preload MOD,...]")
+        raise SystemExit(_USAGE)
     return path, preload
 
 
@@ -1116,12 +1152,16 @@ def main(argv):
     # Headless; the deployment sets it too, this keeps a bare run the same.
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.meta_path.insert(0, _PyplotHook())
-    _KERNEL = _Kernel(path)
-    threading.Thread(target=_KERNEL.pump.run, name="jailcell-pump", daemon=True).start()
-    _KERNEL.preload(preload)
-    # Connecting only now makes hello mean "ready": preload is done.
-    threading.Thread(target=_KERNEL.link.run, name="jailcell-link", daemon=True).start()
-    _KERNEL.serve()
+    try:
+        _KERNEL = _Kernel(path)
+        threading.Thread(target=_KERNEL.pump.run, name="jailcell-pump", daemon=True).start()
+        _KERNEL.preload(preload)
+        # Connecting only now makes hello mean "ready": preload is done.
+        threading.Thread(target=_KERNEL.link.run, name="jailcell-link", daemon=True).start()
+        _KERNEL.serve()
+    except BaseException:
+        _log("fatal: %s" % traceback.format_exc())
+        raise
 
 
 if __name__ == "__main__":

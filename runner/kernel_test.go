@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -397,6 +398,23 @@ func TestKernelCells(t *testing.T) {
 				t.Errorf("traceback:\n%s", e.Traceback)
 			}
 		}},
+		{"deep recursion", "def r():\n    r()\nr()", func(t *testing.T, r *Result) {
+			e := requireError(t, r, "RecursionError")
+			if len(e.Frames) > 200 || e.Frames[0].Line != 3 || !strings.Contains(e.Traceback, "Previous line repeated") {
+				t.Errorf("%d frames, first %+v, traceback of %d bytes", len(e.Frames), e.Frames[0], len(e.Traceback))
+			}
+		}},
+		{"huge exception message", "raise ValueError('m' * 10_000_000)", func(t *testing.T, r *Result) {
+			e := requireError(t, r, "ValueError")
+			if len(e.Message) > 65<<10 || !strings.Contains(e.Message, "truncated") || len(e.Traceback) > 1<<20+100 {
+				t.Errorf("message %d bytes, traceback %d bytes", len(e.Message), len(e.Traceback))
+			}
+		}},
+		{"NUL byte in the source", "x = 1\x00", func(t *testing.T, r *Result) {
+			if r.Status != "error" || r.Error == nil {
+				t.Errorf("result %+v", r)
+			}
+		}},
 		{"variables survive errors", "x", func(t *testing.T, r *Result) {
 			if plain(r) != "41" {
 				t.Errorf("value %v", r.Value)
@@ -413,6 +431,11 @@ func TestKernelCells(t *testing.T) {
 		{"alive after SystemExit", "x", func(t *testing.T, r *Result) {
 			if plain(r) != "41" {
 				t.Errorf("value %v", r.Value)
+			}
+		}},
+		{"long repr is bounded", "'x' * 200_000", func(t *testing.T, r *Result) {
+			if p := plain(r); len(p) > 65<<10 || !strings.HasPrefix(p, "'xxx") || !strings.Contains(p, "truncated") {
+				t.Errorf("text/plain of %d bytes: %.80q...", len(p), p)
 			}
 		}},
 		{"input is at EOF", "input()", func(t *testing.T, r *Result) {
@@ -498,6 +521,23 @@ func TestKernelStreamsAsTheyArrive(t *testing.T) {
 	if strings.Join(chunks, "") != "stdout:first\nstdout:second\n" {
 		t.Errorf("chunks %q", chunks)
 	}
+}
+
+// TestKernelBackgroundWriter: a process that never stops writing must not
+// keep any cell from ending; its output counts against each cell's cap.
+func TestKernelBackgroundWriter(t *testing.T) {
+	k := startKernel(t)
+	requireOK(t, k.exec("import subprocess\np = subprocess.Popen(['yes'])"))
+	for i := 0; i < 3; i++ {
+		r, err := k.execReq(ExecRequest{ID: k.nextID(), Code: "'still answering'", MaxOutput: 100}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plain(r) != "'still answering'" || len(r.Stdout) > 100 {
+			t.Fatalf("value %v, stdout %d bytes", r.Value, len(r.Stdout))
+		}
+	}
+	requireOK(t, k.exec("p.kill()\np.wait()"))
 }
 
 func TestKernelInterrupt(t *testing.T) {
@@ -855,5 +895,27 @@ func TestKernelPandas(t *testing.T) {
 	}
 	if len(r.Display) != 1 || r.Display[0].MIME != "text/html" {
 		t.Errorf("display %+v", r.Display)
+	}
+}
+
+// TestKernelDiesWithInit: outside a pid namespace nothing kills the kernel
+// when its init dies, so the kernel watches for it.
+func TestKernelDiesWithInit(t *testing.T) {
+	k := startKernel(t)
+	pid := k.conn.Hello().PID
+	if err := k.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// The state follows the parenthesised command name.
+		if err != nil || strings.HasPrefix(string(b[bytes.LastIndexByte(b, ')')+1:]), " Z") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kernel %d still alive %v after its init was killed", pid, startTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -53,6 +53,14 @@ import mmap
 code = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])  # mov eax,20; int 0x80; ret
 i386 = subprocess.run([sys.executable, "-c", "import ctypes,mmap;m=mmap.mmap(-1,4096,prot=7);m.write(%r);f=ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(m)));print(f())" % code], capture_output=True, text=True)
 out["int80_getpid"] = -i386.returncode if i386.returncode else (0 if i386.stdout.strip().isdigit() and int(i386.stdout) > 0 else 1)
+# CVE-2019-5736: no process's exe can be opened for writing.
+def wopen(p):
+    try:
+        open(p, "r+b").close(); return 0
+    except OSError as e:
+        return e.errno
+out["write_proc_self_exe"] = wopen("/proc/self/exe")
+out["write_proc_1_exe"] = wopen("/proc/1/exe")
 print(json.dumps(out))
 `
 
@@ -76,6 +84,10 @@ func TestSeccompRefusesDangerousSyscalls(t *testing.T) {
 			// or EAFNOSUPPORT (97) where the family is not even built.
 			if errno != eperm && errno != 97 {
 				t.Errorf("%s: errno %d, want EPERM", name, errno)
+			}
+		case strings.HasPrefix(name, "write_proc"):
+			if errno == 0 {
+				t.Errorf("%s: opened for writing", name)
 			}
 		case name == "x32_getpid" || name == "int80_getpid":
 			if errno == 0 {

@@ -556,3 +556,46 @@ func TestCancelledRequestInterruptsCell(t *testing.T) {
 		t.Fatalf("after cancel: %+v", r)
 	}
 }
+
+func TestMaxSessionsIsALimit(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxSessions = 1 })
+	e.create(t, CreateOptions{})
+	_, err := e.m.Create(context.Background(), CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "max_sessions") {
+		t.Fatalf("second create: %v, want a limit error naming max_sessions", err)
+	}
+}
+
+// A daemon that died without cleaning up leaves sandboxes, mounts, cgroups
+// and directories; the next start reconciles them away.
+func TestStartReconcilesLeftovers(t *testing.T) {
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state := testenv.StateDir(t)
+	build := func() *Manager {
+		h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: testCgroupRoot})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := New(Config{StateDir: filepath.Join(state, "sessions")}, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	crashed := build()
+	info, err := crashed.Create(context.Background(), CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashed.Exec(context.Background(), 0, info.ID, ExecRequest{Code: "import os\nos.fork() or __import__('time').sleep(1)"}); err != nil {
+		t.Fatal(err)
+	}
+	// No Shutdown: the first manager "crashed". The next one starts over.
+	close(crashed.stop)
+	next := build()
+	if err := next.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingLeft(t, state)
+}

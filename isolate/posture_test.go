@@ -22,7 +22,7 @@ func newTestHost(t *testing.T) *Host {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	r := testenv.Rootfs(t)
-	h, err := NewHost(Config{StateDir: testenv.StateDir(t), Rootfs: r.Root, CgroupRoot: "/jailcell-test"})
+	h, err := NewHost(Config{StateDir: testenv.StateDir(t), Rootfs: r.Root, CgroupRoot: "/jailcell-test-isolate"})
 	if err != nil {
 		t.Fatalf("NewHost: %v", err)
 	}

@@ -23,7 +23,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const testCgroupRoot = "/jailcell-test"
+// testCgroupRoot is this package's own: a manager reconciles every
+// cgroup under its root, so packages tested in parallel must not share one.
+const testCgroupRoot = "/jailcell-test-session"
 
 type env struct {
 	m     *Manager

@@ -1,10 +1,14 @@
 package session
 
 import (
+	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jailcell/jailcell/policy"
 )
 
 // refusalProbe tries each system call through raw ctypes syscall(2), not
@@ -103,4 +107,35 @@ func TestSeccompRefusesDangerousSyscalls(t *testing.T) {
 		t.Fatalf("probe reported only %d calls: %v", len(got), got)
 	}
 	t.Logf("refusals: %v", got)
+}
+
+func TestCPULimitThrottles(t *testing.T) {
+	e := newEnv(t, nil)
+	cpus := 0.2
+	info, err := e.m.Create(context.Background(), CreateOptions{Override: &policy.Override{CPUs: &cpus}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := e.exec(t, info.ID, "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass", 30*time.Second)
+	wantStatus(t, res, StatusOK)
+	// A ratio within one run, not a timing: with a 0.2-core quota the
+	// busy loop gets about a fifth of its wall time on a CPU.
+	if ratio := float64(res.Usage.CPUMS) / float64(res.Usage.WallMS); ratio > 0.5 {
+		t.Fatalf("cpu %d ms over wall %d ms = %.2f, want throttled near 0.2", res.Usage.CPUMS, res.Usage.WallMS, ratio)
+	}
+}
+
+func TestEnvironmentIsMinimal(t *testing.T) {
+	t.Setenv("JAILCELL_HOST_SECRET", "leak")
+	e := newEnv(t, nil)
+	id := e.create(t, CreateOptions{})
+	res := e.exec(t, id, "import os, socket\nprint(sorted(os.environ))\nprint(socket.gethostname())", 0)
+	wantStatus(t, res, StatusOK)
+	if strings.Contains(res.Stdout, "JAILCELL_HOST_SECRET") || strings.Contains(res.Stdout, "GOPATH") {
+		t.Fatalf("host environment leaked: %q", res.Stdout)
+	}
+	host, _ := os.Hostname()
+	if lines := strings.Split(strings.TrimSpace(res.Stdout), "\n"); len(lines) != 2 || lines[1] != "sandbox" || lines[1] == host {
+		t.Fatalf("hostname: %q", res.Stdout)
+	}
 }

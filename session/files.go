@@ -82,12 +82,14 @@ type fileStamp struct {
 // snapshot maps workspace paths to their stamps.
 type snapshot map[string]fileStamp
 
-// scan walks the workspace under root (no symlink is followed: entries are
-// read with Lstat semantics and directories opened through root).
-func scan(root *os.Root) (snapshot, error) {
-	s := snapshot{}
-	var walk func(dir string) error
-	walk = func(dir string) error {
+// walk visits every entry of the workspace under root, parents before
+// children, without following symlinks (entries are lstat'ed and
+// directories opened through root), skipping overlay whiteouts, and stops
+// after maxWorkspaceEntries.
+func walk(root *os.Root, visit func(p string, fi fs.FileInfo, st *syscall.Stat_t)) error {
+	n := 0
+	var rec func(dir string) error
+	rec = func(dir string) error {
 		f, err := root.Open(dir)
 		if err != nil {
 			return err
@@ -98,43 +100,52 @@ func scan(root *os.Root) (snapshot, error) {
 			return err
 		}
 		for _, e := range ents {
-			if len(s) >= maxWorkspaceEntries {
+			if n >= maxWorkspaceEntries {
 				return nil
 			}
-			p := path.Join(dir, e.Name())
-			if dir == "." {
-				p = e.Name()
+			p := e.Name()
+			if dir != "." {
+				p = dir + "/" + e.Name()
 			}
 			fi, err := e.Info()
 			if err != nil {
 				continue
 			}
-			st := fileStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano(), dir: fi.IsDir()}
-			if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-				st.ctime = sys.Ctim.Nano()
-				st.ino = sys.Ino
-				// An overlay whiteout (char device 0:0) marks a deletion.
-				if fi.Mode()&fs.ModeCharDevice != 0 && sys.Rdev == 0 {
-					continue
-				}
-			}
-			if fi.IsDir() {
-				s[p] = st
-				if err := walk(p); err != nil {
-					return err
-				}
+			st, _ := fi.Sys().(*syscall.Stat_t)
+			// An overlay whiteout (char device 0:0) marks a deletion.
+			if st != nil && fi.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0 {
 				continue
 			}
-			if fi.Mode().IsRegular() || fi.Mode()&fs.ModeSymlink != 0 {
-				s[p] = st
+			n++
+			visit(p, fi, st)
+			if fi.IsDir() {
+				if err := rec(p); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
 	}
-	if err := walk("."); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return s, err
+	if err := rec("."); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
 	}
-	return s, nil
+	return nil
+}
+
+// scan records the stamp of every directory, regular file and symlink.
+func scan(root *os.Root) (snapshot, error) {
+	s := snapshot{}
+	err := walk(root, func(p string, fi fs.FileInfo, st *syscall.Stat_t) {
+		if !fi.IsDir() && !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+			return
+		}
+		stamp := fileStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano(), dir: fi.IsDir()}
+		if st != nil {
+			stamp.ctime, stamp.ino = st.Ctim.Nano(), st.Ino
+		}
+		s[p] = stamp
+	})
+	return s, err
 }
 
 // diff lists files created, modified or deleted between two snapshots
@@ -247,42 +258,10 @@ func writeFile(root *os.Root, rel string, data []byte, uid int) error {
 // list returns the workspace entries under root.
 func list(root *os.Root) ([]Entry, error) {
 	var out []Entry
-	var walk func(dir string) error
-	walk = func(dir string) error {
-		f, err := root.Open(dir)
-		if err != nil {
-			return err
-		}
-		ents, err := f.ReadDir(-1)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			if len(out) >= maxWorkspaceEntries {
-				return nil
-			}
-			p := e.Name()
-			if dir != "." {
-				p = dir + "/" + e.Name()
-			}
-			fi, err := e.Info()
-			if err != nil {
-				continue
-			}
-			if sys, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode()&fs.ModeCharDevice != 0 && sys.Rdev == 0 {
-				continue // overlay whiteout
-			}
-			out = append(out, Entry{Path: p, Size: fi.Size(), Dir: fi.IsDir(), ModTime: fi.ModTime().UTC().Truncate(time.Millisecond)})
-			if fi.IsDir() {
-				if err := walk(p); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	if err := walk("."); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	err := walk(root, func(p string, fi fs.FileInfo, _ *syscall.Stat_t) {
+		out = append(out, Entry{Path: p, Size: fi.Size(), Dir: fi.IsDir(), ModTime: fi.ModTime().UTC().Truncate(time.Millisecond)})
+	})
+	if err != nil {
 		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })

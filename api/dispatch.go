@@ -11,6 +11,7 @@ import (
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/workflow"
 )
 
 // Dispatcher carries out requests. It is the only place requests turn into
@@ -27,6 +28,10 @@ type Dispatcher struct {
 	Features func() isolate.Features
 	// Logger receives handler panics (default slog.Default()).
 	Logger *slog.Logger
+	// Workflow, if set, runs every exec: fix-and-retry, fallback, degraded
+	// mode, failure memory. Nil: execs go straight to the Manager, and
+	// "fix" and the failures op are refused.
+	Workflow *workflow.Runner
 }
 
 // Handle carries out req on behalf of the uid owner and returns its one
@@ -70,7 +75,12 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 	}
 	r, err := d.do(ctx, owner, req, send)
 	if err != nil {
-		return fail(req.ID, errorFor(err))
+		resp := fail(req.ID, errorFor(err))
+		var fe *fallbackError
+		if errors.As(err, &fe) {
+			resp.Fallback = fe.fb
+		}
+		return resp
 	}
 	r.ID, r.OK = req.ID, true
 	return r
@@ -83,6 +93,12 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files}
 		if req.Stream {
 			er.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
+		}
+		if d.Workflow != nil {
+			return d.execWorkflow(ctx, owner, req, er)
+		}
+		if req.Fix != nil {
+			return nil, badRequest("%s", workflow.ErrorForMissingFixer())
 		}
 		var res *session.Result
 		var err error
@@ -135,6 +151,8 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		return &Response{Files: entries}, nil
 	case OpClose:
 		return &Response{}, m.Close(owner, req.Session)
+	case OpFailures:
+		return d.failures(owner, req)
 	case OpSessions:
 		list := m.List(owner)
 		if list == nil {
@@ -144,6 +162,56 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 	}
 	// Validate knows every op; reaching here is a bug in this file.
 	return nil, fmt.Errorf("op %q has no handler", req.Op)
+}
+
+// execWorkflow runs an exec through the workflow. A sandbox that could not
+// be had is still an error response, with the fallback block beside it.
+func (d *Dispatcher) execWorkflow(ctx context.Context, owner int, req *Request, er session.ExecRequest) (*Response, error) {
+	wr := workflow.Request{Owner: owner, Session: req.Session, Policy: req.Policy, Exec: er, Force: req.Force}
+	if req.Fix != nil {
+		if !d.Workflow.HasFixer() {
+			return nil, badRequest("%s", workflow.ErrorForMissingFixer())
+		}
+		wr.MaxAttempts = req.Fix.MaxAttempts
+	}
+	out, err := d.Workflow.Exec(ctx, wr)
+	if err != nil {
+		if out != nil && out.Fallback != nil {
+			return nil, &fallbackError{err: err, fb: out.Fallback}
+		}
+		return nil, err
+	}
+	return &Response{Result: out.Result, Attempts: out.Attempts, Fallback: out.Fallback, Mode: out.Mode, Known: out.Known}, nil
+}
+
+// fallbackError carries a fallback block onto an error response.
+type fallbackError struct {
+	err error
+	fb  *workflow.Fallback
+}
+
+func (e *fallbackError) Error() string { return e.err.Error() }
+func (e *fallbackError) Unwrap() error { return e.err }
+
+func (d *Dispatcher) failures(owner int, req *Request) (*Response, error) {
+	if d.Workflow == nil {
+		return nil, &Error{Code: CodeUnavailable, Message: "failure memory is off: no workflow is configured"}
+	}
+	if req.Action == "clear" {
+		if owner != 0 {
+			return nil, &Error{Code: CodeBadRequest, Message: `action "clear" is for root: failure memory is shared by every user`}
+		}
+		n, err := d.Workflow.ClearFailures()
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Cleared: &n}, nil
+	}
+	list := d.Workflow.Failures()
+	if list == nil {
+		list = []*workflow.Failure{}
+	}
+	return &Response{Failures: list}, nil
 }
 
 func (d *Dispatcher) features() isolate.Features {
@@ -178,6 +246,7 @@ var errorCodes = []struct {
 	code string
 }{
 	{session.ErrBadRequest, CodeBadRequest},
+	{workflow.ErrNoFixer, CodeBadRequest},
 	{policy.ErrInvalid, CodeBadRequest},
 	{session.ErrNotFound, CodeNotFound},
 	{session.ErrLimit, CodeLimit},

@@ -19,6 +19,7 @@ import (
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/workflow"
 )
 
 // Wire error codes.
@@ -41,9 +42,11 @@ const (
 	OpFiles    = "files"
 	OpClose    = "close"
 	OpSessions = "sessions"
+	// OpFailures lists or clears the failure memory (needs a workflow).
+	OpFailures = "failures"
 )
 
-var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions}
+var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures}
 
 // allowedOps is the list bad requests quote.
 var allowedOps = strings.Join(ops, ", ")
@@ -84,6 +87,20 @@ type Request struct {
 	Persist string `json:"persist,omitempty"`
 	// Requirements are pip requirement strings installed at create.
 	Requirements []string `json:"requirements,omitempty"`
+
+	// Fix turns on fix-and-retry for an exec (needs a configured fixer).
+	Fix *Fix `json:"fix,omitempty"`
+	// Force runs an exec even when failure memory would skip it.
+	Force bool `json:"force,omitempty"`
+	// Action is the failures op's action: "list" (default) or "clear".
+	Action string `json:"action,omitempty"`
+}
+
+// Fix is an exec's fix-and-retry request.
+type Fix struct {
+	// MaxAttempts counts every run, the first included: 1 to the
+	// configured ceiling (fixer.max_attempts_ceiling).
+	MaxAttempts int `json:"max_attempts"`
 }
 
 // Error is a wire error. It is also a Go error so transports can pass it on.
@@ -110,6 +127,18 @@ type Response struct {
 	Isolation *isolate.Features `json:"isolation,omitempty"`
 	// exec
 	Result *session.Result `json:"result,omitempty"`
+	// exec through the workflow, beside "result" so its shape is
+	// unchanged: every attempt of a fix loop, the fallback block when the
+	// loop failed (also on an error response when no sandbox could be
+	// had), "degraded" when result came from the degraded stateless run,
+	// and the remembered failure behind a "skipped" result.
+	Attempts []workflow.Attempt `json:"attempts,omitempty"`
+	Fallback *workflow.Fallback `json:"fallback,omitempty"`
+	Mode     string             `json:"mode,omitempty"`
+	Known    *workflow.Known    `json:"known,omitempty"`
+	// failures: the remembered failures (list), or how many were cleared.
+	Failures []*workflow.Failure `json:"failures,omitzero"`
+	Cleared  *int                `json:"cleared,omitempty"`
 	// create: every Info field (session, expires_at, ...) at the top level.
 	*session.Info
 	// upload, download
@@ -177,6 +206,9 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.limits(&req.Limits)
 	d.str("persist", &req.Persist)
 	d.strings("requirements", &req.Requirements)
+	d.fix(&req.Fix)
+	d.boolean("force", &req.Force)
+	d.str("action", &req.Action)
 	if d.err != nil {
 		return req, d.err
 	}
@@ -225,6 +257,9 @@ func (r *Request) Validate() *Error {
 		if r.Limits != nil {
 			return badRequest(`field "limits" is only allowed with op "create"; a one-shot exec runs under a named "policy"`)
 		}
+		if r.Fix != nil && r.Fix.MaxAttempts < 1 {
+			return badRequest(`field "fix.max_attempts" = %d: must be at least 1 (the first run counts)`, r.Fix.MaxAttempts)
+		}
 		return nil
 	case OpCreate:
 		return nil
@@ -243,6 +278,11 @@ func (r *Request) Validate() *Error {
 		return need("path", "a path relative to the working directory", r.Path != "")
 	case OpFiles, OpClose:
 		return need("session", "a session id", r.Session != "")
+	case OpFailures:
+		if r.Action != "" && r.Action != "list" && r.Action != "clear" {
+			return badRequest(`field "action" = %q: allowed "list" (default) or "clear"`, r.Action)
+		}
+		return nil
 	}
 	return badRequest(`unknown op %q; allowed: %s`, r.Op, allowedOps)
 }
@@ -348,6 +388,36 @@ func (d *decoder) strings(name string, dst *[]string) {
 		}
 	}
 	*dst = out
+}
+
+// fix decodes {"max_attempts": integer}; an unknown key is refused, like
+// limits, so a misspelt option is not silently ignored.
+func (d *decoder) fix(dst **Fix) {
+	raw, ok := d.get("fix")
+	if !ok {
+		return
+	}
+	var obj map[string]json.RawMessage
+	if jsonKind(raw) != "object" || json.Unmarshal(raw, &obj) != nil {
+		d.wrongType("fix", `an object {"max_attempts": integer}`, raw)
+		return
+	}
+	f := &Fix{}
+	for key, val := range obj {
+		if key != "max_attempts" {
+			d.err = badRequest(`field "fix.%s" is not a fix option; allowed: max_attempts`, key)
+			return
+		}
+		if jsonKind(val) != "number" || json.Unmarshal(val, &f.MaxAttempts) != nil {
+			d.err = badRequest(`field "fix.max_attempts" must be an integer, got %s`, jsonValueDesc(val))
+			return
+		}
+	}
+	if _, ok := obj["max_attempts"]; !ok {
+		d.err = badRequest(`field "fix.max_attempts" is required: the number of runs, 1 to the configured ceiling`)
+		return
+	}
+	*dst = f
 }
 
 func (d *decoder) files(dst *[]session.File) {

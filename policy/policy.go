@@ -66,6 +66,13 @@ type Policy struct {
 	// SeccompErrno is the errno a refused system call returns:
 	// "EPERM" (default) or "ENOSYS".
 	SeccompErrno string `json:"seccomp_errno,omitempty" mapstructure:"seccomp_errno"`
+
+	// Degraded allows a fallback when a cell cannot be made to work:
+	// "stateless" runs it once more in a fresh one-shot sandbox under this
+	// same policy with standard-library-only Python, the result marked
+	// "mode":"degraded". Default "" (no degraded run). It never lessens
+	// isolation, only what the cell can import.
+	Degraded string `json:"degraded,omitempty" mapstructure:"degraded"`
 }
 
 // Default returns the secure defaults every field comment names.
@@ -134,6 +141,12 @@ var checks = []check{
 	func(p *Policy) error {
 		if _, ok := Errnos[p.SeccompErrno]; !ok {
 			return fmt.Errorf("%w: seccomp_errno = %q, allowed EPERM or ENOSYS", ErrInvalid, p.SeccompErrno)
+		}
+		return nil
+	},
+	func(p *Policy) error {
+		if p.Degraded != "" && p.Degraded != "stateless" {
+			return fmt.Errorf("%w: degraded = %q, allowed \"\" or \"stateless\"", ErrInvalid, p.Degraded)
 		}
 		return nil
 	},

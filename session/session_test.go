@@ -98,7 +98,9 @@ func assertNothingLeft(t *testing.T, state string) {
 	}
 }
 
-// sandboxProcs lists host processes running under a sandbox uid range.
+// sandboxProcs lists host processes in this package's sandbox cgroups
+// (other packages' tests run sandboxes at the same time under their own
+// roots).
 func sandboxProcs() []int {
 	ents, _ := os.ReadDir("/proc")
 	var out []int
@@ -107,16 +109,9 @@ func sandboxProcs() []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" {
-				if uid, _ := strconv.Atoi(f[1]); uid >= 0x40000000 {
-					out = append(out, pid)
-				}
-			}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err == nil && strings.Contains(string(b), ":"+testCgroupRoot+"/") {
+			out = append(out, pid)
 		}
 	}
 	return out

@@ -43,7 +43,12 @@ sandbox down and exits 0; SIGINT/SIGTERM cancel running cells first.
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		d := &api.Dispatcher{Manager: st.manager, Version: version, Logger: log}
+		wf, err := newWorkflow(st.manager, hf.cfg.Policies, log)
+		if err != nil {
+			_ = st.shutdown(30 * time.Second)
+			return err
+		}
+		d := &api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf}
 		serr := api.ServeJSONL(ctx, os.Stdin, os.Stdout, d, api.JSONLOptions{MaxLineBytes: maxLine, Logger: log})
 		if errors.Is(serr, context.Canceled) {
 			log.Info("interrupted; tearing sandboxes down")

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/isolate"
-	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/rootfs"
 	"github.com/jailcell/jailcell/session"
 )
@@ -32,32 +31,86 @@ const (
 // errStateBusy: another jailcell process holds the state directory.
 var errStateBusy = errors.New("state directory in use")
 
-// hostFlags are the flags every command that builds sandboxes shares.
-// (Config files come later; until then these are the whole configuration.)
+// hostFlags are the flags every command that builds sandboxes shares, and
+// the configuration they feed (config.go): flags win over JAILCELL_*
+// variables, which win over the config file, which wins over defaults.
 type hostFlags struct {
-	stateDir string
-	rootfs   string
-	logLevel string
+	// Flag targets; once the configuration is loaded they hold the
+	// effective values (doctor reads stateDir and rootfs).
+	configPath string
+	stateDir   string
+	rootfs     string
+	logLevel   string
+	logFormat  string
+
+	cmd   *cobra.Command
+	cfg   *config
+	level slog.LevelVar
 }
 
 func addHostFlags(cmd *cobra.Command) *hostFlags {
-	f := &hostFlags{}
+	return addHostFlagsLevel(cmd, "warn")
+}
+
+// addHostFlagsLevel is addHostFlags with the command's default log level:
+// quiet for one-off commands, "info" for the service.
+func addHostFlagsLevel(cmd *cobra.Command, level string) *hostFlags {
+	f := &hostFlags{cmd: cmd}
 	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.configPath, "config", defaultConfigPath,
+		"configuration file (YAML; also JAILCELL_CONFIG); the default one may be absent")
 	pf.StringVar(&f.stateDir, "state-dir", defaultStateDir,
 		"directory for sandbox and session state; one jailcell process at a time uses it")
 	pf.StringVar(&f.rootfs, "rootfs", rootfs.DefaultBase,
 		"Python rootfs: a base directory (its current version), a version directory or its root/")
-	pf.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
+	pf.StringVar(&f.logLevel, "log-level", level, "log level on stderr: debug, info, warn or error")
+	pf.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
+	// Invalid configuration stops the command before it does anything.
+	cmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return f.load() }
 	return f
 }
 
-// logger logs to stderr: stdout belongs to cell output and the protocol.
-func (f *hostFlags) logger() (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+// load reads the configuration with this command's flags.
+func (f *hostFlags) load() error {
+	cfg, err := loadConfig(f.cmd.Flags())
+	if err != nil {
+		return err
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+	f.apply(cfg)
+	return nil
+}
+
+// apply makes cfg the effective configuration; a reload calls it again.
+func (f *hostFlags) apply(cfg *config) {
+	f.cfg = cfg
+	f.stateDir, f.rootfs = cfg.StateDir, cfg.Rootfs
+	f.logLevel, f.logFormat = strings.ToLower(cfg.LogLevel.String()), cfg.LogFormat
+	f.level.Set(cfg.LogLevel)
+}
+
+// config returns the loaded configuration, loading it if no command hook
+// did yet.
+func (f *hostFlags) config() (*config, error) {
+	if f.cfg == nil {
+		if err := f.load(); err != nil {
+			return nil, err
+		}
+	}
+	return f.cfg, nil
+}
+
+// logger logs to stderr: stdout belongs to cell output and the protocol.
+// Its level follows the configuration, also after a reload.
+func (f *hostFlags) logger() (*slog.Logger, error) {
+	cfg, err := f.config()
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: &f.level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 }
 
 // stack is a built host and manager, and the state-directory lock that
@@ -72,11 +125,15 @@ type stack struct {
 // build opens the rootfs, locks the state directory and builds the host
 // and manager. Undone in reverse on failure.
 func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
-	stateDir, err := filepath.Abs(f.stateDir)
+	cfg, err := f.config()
 	if err != nil {
-		return nil, fmt.Errorf("--state-dir %s: %w", f.stateDir, err)
+		return nil, err
 	}
-	r, err := rootfs.Open(f.rootfs)
+	stateDir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("--state-dir %s: %w", cfg.StateDir, err)
+	}
+	r, err := rootfs.Open(cfg.Rootfs)
 	if err != nil {
 		return nil, err
 	}
@@ -98,9 +155,16 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		return nil, fmt.Errorf("build sandbox host: %w", err)
 	}
 	m, err := session.New(session.Config{
-		StateDir: stateDir,
-		Policies: map[string]policy.Policy{"default": policy.Default()},
-		Logger:   log,
+		StateDir:    stateDir,
+		Policies:    cfg.Policies,
+		IdleTTL:     cfg.IdleTTL,
+		MaxIdleTTL:  cfg.MaxIdleTTL,
+		MaxLifetime: cfg.MaxLifetime,
+		MaxSessions: cfg.MaxSessions,
+		Preload:     cfg.Preload,
+		Wheelhouse:  cfg.Wheelhouse,
+		StoreDir:    cfg.StoreDir,
+		Logger:      log,
 	}, host)
 	if err != nil {
 		return nil, fmt.Errorf("start session manager: %w", err)
@@ -112,6 +176,12 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 func (s *stack) shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	return s.shutdownContext(ctx)
+}
+
+// shutdownContext lets running cells finish until ctx is done, then tears
+// every sandbox down and lets go of the state directory.
+func (s *stack) shutdownContext(ctx context.Context) error {
 	err := s.manager.Shutdown(ctx)
 	s.lock.Close()
 	if err != nil {

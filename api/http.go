@@ -1,0 +1,616 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jailcell/jailcell/session"
+)
+
+// CodeForbidden is the HTTP transport's one code of its own: the caller's
+// uid and groups are not on the service's allow list. (JSON-lines runs as
+// its parent's uid and has no such check.)
+const CodeForbidden = "forbidden"
+
+// HTTPOptions tune the HTTP transport. Zero fields take the documented
+// defaults.
+type HTTPOptions struct {
+	// Access lists who may call besides root; see SetAccess to change it
+	// on a running server. Default: root only.
+	Access Access
+	// MaxBodyBytes bounds a JSON request body; a longer one is answered
+	// 413 with code "limit". Default 32 MiB, the JSON-lines line limit.
+	MaxBodyBytes int64
+	// MaxUploadBytes bounds a raw file upload (PUT); a longer one is
+	// answered 413. Default and ceiling session.MaxFileBytes.
+	MaxUploadBytes int64
+	// MaxHeaderBytes bounds the request line and headers. Default 16 KiB.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout is how long a client has to send its headers.
+	// Default 10 s.
+	ReadHeaderTimeout time.Duration
+	// BodyTimeout is how long a client has to send a request body.
+	// Default 5 min.
+	BodyTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection with no request for
+	// this long. Default 2 min.
+	IdleTimeout time.Duration
+	// MaxInFlight bounds the requests handled at once; more wait for a
+	// place. Default 256.
+	MaxInFlight int
+	// MaxInFlightBytes bounds the summed declared size of the bodies of
+	// the requests handled at once (one request always fits). Default
+	// 256 MiB.
+	MaxInFlightBytes int64
+	// Logger receives transport problems and, at debug level, one line
+	// per request. Default slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	defaultMaxBodyBytes      = defaultMaxLineBytes
+	defaultMaxHeaderBytes    = 16 << 10
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultBodyTimeout       = 5 * time.Minute
+	defaultIdleTimeout       = 2 * time.Minute
+)
+
+// HTTPServer is the HTTP/1.1 transport: it maps routes to wire requests,
+// runs them through the same Dispatcher as JSON-lines, and maps responses
+// back. Every connection must be a Unix socket: the caller is whoever the
+// kernel says is at the other end, and a session belongs to that uid.
+type HTTPServer struct {
+	d       *Dispatcher
+	opts    HTTPOptions
+	log     *slog.Logger
+	access  atomic.Pointer[Access]
+	metrics *serviceMetrics
+	lim     *budget
+	seq     atomic.Int64
+	srv     *http.Server
+}
+
+// NewHTTPServer makes the transport over d.
+func NewHTTPServer(d *Dispatcher, opts HTTPOptions) *HTTPServer {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = defaultMaxBodyBytes
+	}
+	if opts.MaxUploadBytes <= 0 || opts.MaxUploadBytes > session.MaxFileBytes {
+		opts.MaxUploadBytes = session.MaxFileBytes
+	}
+	if opts.MaxHeaderBytes <= 0 {
+		opts.MaxHeaderBytes = defaultMaxHeaderBytes
+	}
+	if opts.ReadHeaderTimeout <= 0 {
+		opts.ReadHeaderTimeout = defaultReadHeaderTimeout
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = defaultBodyTimeout
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = defaultIdleTimeout
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = defaultMaxInFlight
+	}
+	if opts.MaxInFlightBytes <= 0 {
+		opts.MaxInFlightBytes = defaultMaxInFlightBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &HTTPServer{d: d, opts: opts, log: log, metrics: newServiceMetrics(),
+		lim: newBudget(opts.MaxInFlight, opts.MaxInFlightBytes)}
+	s.SetAccess(opts.Access)
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: opts.ReadHeaderTimeout,
+		IdleTimeout:       opts.IdleTimeout,
+		MaxHeaderBytes:    opts.MaxHeaderBytes,
+		// No ReadTimeout or WriteTimeout: a streamed cell may run for
+		// minutes. Bodies get their own deadline in readBody.
+		ConnContext: peerContext,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return s
+}
+
+// SetAccess replaces the allow list; requests already admitted go on.
+func (s *HTTPServer) SetAccess(a Access) {
+	a.UIDs = append([]uint32(nil), a.UIDs...)
+	a.GIDs = append([]uint32(nil), a.GIDs...)
+	s.access.Store(&a)
+}
+
+// Serve answers connections on l until Shutdown or Close; it returns nil
+// then.
+func (s *HTTPServer) Serve(l net.Listener) error {
+	if err := s.srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting, then waits until every request being handled
+// (a running cell included) has been answered, or ctx is done.
+func (s *HTTPServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Close closes every listener and connection at once.
+func (s *HTTPServer) Close() error { return s.srv.Close() }
+
+// Routes. Paths are split on their escaped form, so "%2F" inside a
+// segment never moves a route boundary, and nothing is cleaned or
+// redirected: a file path goes to the manager as sent, which confines it.
+const (
+	routeHealthz  = "healthz"
+	routeMetrics  = "metrics"
+	routeSessions = "sessions"     // /v1/sessions
+	routeSession  = "session"      // /v1/sessions/{id}
+	routeExec     = "session_exec" // /v1/sessions/{id}/exec
+	routeOneShot  = "exec"         // /v1/exec
+	routeFiles    = "files"        // /v1/sessions/{id}/files
+	routeFile     = "file"         // /v1/sessions/{id}/files/{path...}
+	routeUnknown  = "unknown"
+)
+
+// routeMethods lists the methods each route answers.
+var routeMethods = map[string][]string{
+	routeHealthz:  {http.MethodGet, http.MethodHead},
+	routeMetrics:  {http.MethodGet, http.MethodHead},
+	routeSessions: {http.MethodGet, http.MethodHead, http.MethodPost},
+	routeSession:  {http.MethodDelete},
+	routeExec:     {http.MethodPost},
+	routeOneShot:  {http.MethodPost},
+	routeFiles:    {http.MethodGet, http.MethodHead},
+	routeFile:     {http.MethodGet, http.MethodHead, http.MethodPut},
+}
+
+type route struct {
+	name    string
+	session string
+	path    string // routeFile only
+}
+
+// matchRoute maps an escaped URL path to a route.
+func matchRoute(escaped string) (route, *Error) {
+	if !strings.HasPrefix(escaped, "/") {
+		return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %q", escaped)}
+	}
+	raw := strings.Split(escaped[1:], "/")
+	segs := make([]string, len(raw))
+	for i, r := range raw {
+		u, err := url.PathUnescape(r)
+		if err != nil {
+			return route{name: routeUnknown}, badRequest("URL path segment %d is not valid percent-encoding: %v", i+1, err)
+		}
+		segs[i] = u
+	}
+	n := len(segs)
+	switch {
+	case n == 1 && segs[0] == "healthz":
+		return route{name: routeHealthz}, nil
+	case n == 1 && segs[0] == "metrics":
+		return route{name: routeMetrics}, nil
+	case n >= 2 && segs[0] == "v1" && segs[1] == "exec" && n == 2:
+		return route{name: routeOneShot}, nil
+	case n >= 2 && segs[0] == "v1" && segs[1] == "sessions":
+		if n == 2 {
+			return route{name: routeSessions}, nil
+		}
+		id := segs[2]
+		if id == "" {
+			break
+		}
+		switch {
+		case n == 3:
+			return route{name: routeSession, session: id}, nil
+		case n == 4 && segs[3] == "exec":
+			return route{name: routeExec, session: id}, nil
+		case n == 4 && segs[3] == "files":
+			return route{name: routeFiles, session: id}, nil
+		case n >= 5 && segs[3] == "files":
+			return route{name: routeFile, session: id, path: strings.Join(segs[4:], "/")}, nil
+		}
+	}
+	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]]], /v1/exec", clip(escaped, 200))}
+}
+
+// statusWriter remembers the status code for the request log and metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and the deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// ServeHTTP admits the caller, routes, and answers.
+func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	w := &statusWriter{ResponseWriter: hw}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	rt := route{name: routeUnknown}
+	peer, perr := PeerFromContext(r.Context())
+	defer func() {
+		s.metrics.request(rt.name, w.status)
+		s.log.Debug("http request", "method", r.Method, "route", rt.name, "status", w.status,
+			"uid", peer.UID, "pid", peer.PID, "duration_ms", time.Since(start).Milliseconds())
+	}()
+	if perr != nil {
+		s.log.Warn("refused a connection without peer credentials", "err", perr)
+		s.writeError(w, &Error{Code: CodeForbidden, Message: "the caller's credentials could not be read: " + perr.Error()})
+		return
+	}
+	if !s.access.Load().Allows(peer) {
+		s.writeError(w, &Error{Code: CodeForbidden, Message: fmt.Sprintf(
+			"uid %d (gid %d) may not use this jailcell service: it is not in the configured allowed uids or gids", peer.UID, peer.GID)})
+		return
+	}
+	rt, rerr := matchRoute(r.URL.EscapedPath())
+	if rerr != nil {
+		s.writeError(w, rerr)
+		return
+	}
+	if methods := routeMethods[rt.name]; !contains(methods, r.Method) {
+		w.Header().Set("Allow", strings.Join(methods, ", "))
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		s.writeBody(w, fail(nullID, badRequest("method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(methods, ", "))))
+		return
+	}
+	// A peer's uid is its owner id: root (0) sees every session.
+	owner := int(peer.UID)
+	switch rt.name {
+	case routeHealthz:
+		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpPing}, nil))
+	case routeMetrics:
+		w.Header().Set("Content-Type", metricsContentType)
+		if err := s.writeMetrics(w, owner); err != nil {
+			s.log.Debug("write metrics", "err", err)
+		}
+	case routeSessions:
+		if r.Method == http.MethodPost {
+			s.jsonOp(w, r, OpCreate, "", owner)
+			return
+		}
+		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpSessions}, nil))
+	case routeSession:
+		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpClose, Session: rt.session}, nil))
+	case routeExec:
+		s.jsonOp(w, r, OpExec, rt.session, owner)
+	case routeOneShot:
+		s.jsonOp(w, r, OpExec, "", owner)
+	case routeFiles:
+		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpFiles, Session: rt.session}, nil))
+	case routeFile:
+		if r.Method == http.MethodPut {
+			s.upload(w, r, rt, owner)
+			return
+		}
+		s.download(w, r, rt, owner)
+	}
+}
+
+func (s *HTTPServer) nextID() json.RawMessage {
+	return json.RawMessage(strconv.FormatInt(s.seq.Add(1), 10))
+}
+
+// readBody reads a body of at most max bytes within the body timeout, and
+// takes its place in the in-flight budget; the caller must call release.
+// A refusal has been written when ok is false.
+func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, max int64) (body []byte, release func(), ok bool) {
+	if r.ContentLength > max {
+		s.respondStatus(w, http.StatusRequestEntityTooLarge, fail(nullID, tooLarge(r.ContentLength, max)))
+		return nil, nil, false
+	}
+	weight := r.ContentLength
+	if weight < 0 { // chunked: reserve the most it may be
+		weight = max
+	}
+	if err := s.lim.acquire(r.Context(), weight); err != nil {
+		s.writeError(w, &Error{Code: CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
+		return nil, nil, false
+	}
+	release = func() { s.lim.release(weight) }
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	// The deadline is for the body only: a long cell must not trip it.
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		release()
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			s.respondStatus(w, http.StatusRequestEntityTooLarge, fail(nullID, tooLarge(-1, max)))
+		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+			w.Header().Set("Connection", "close")
+			s.writeError(w, badRequest("request body not received within %s", s.opts.BodyTimeout))
+		default:
+			s.writeError(w, badRequest("read request body: %v", err))
+		}
+		return nil, nil, false
+	}
+	return body, release, true
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func tooLarge(n, max int64) *Error {
+	e := &Error{Code: CodeLimit, Message: fmt.Sprintf("request body is over the %d-byte limit", max)}
+	if n > 0 {
+		e.Message = fmt.Sprintf("request body of %d bytes is over the %d-byte limit", n, max)
+	}
+	return e
+}
+
+// routedRequest is the wire request an HTTP call stands for: the JSON
+// body's fields with op and session taken from the route, decoded and
+// validated by the same DecodeRequest as a JSON-lines line, so the two
+// transports cannot disagree on what a field means or allows. An empty
+// body is an empty object.
+func routedRequest(body []byte, op, sessionID string, id json.RawMessage) (*Request, *Error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	var fields map[string]json.RawMessage
+	if !utf8.Valid(body) || json.Unmarshal(body, &fields) != nil || fields == nil {
+		// DecodeRequest names what is wrong with it.
+		req, derr := DecodeRequest(body)
+		if derr == nil {
+			derr = badRequest("request body must be a JSON object")
+		}
+		if derr.Message != "" && strings.HasPrefix(derr.Message, "request ") {
+			derr.Message = "request body " + strings.TrimPrefix(derr.Message, "request ")
+		}
+		return req, derr
+	}
+	for _, k := range []string{"op", "session"} {
+		if _, ok := fields[k]; ok {
+			return &Request{ID: nullID}, badRequest("field %q is not allowed in an HTTP body: the URL says it", k)
+		}
+	}
+	fields["op"], _ = json.Marshal(op)
+	if sessionID != "" {
+		fields["session"], _ = json.Marshal(sessionID)
+	}
+	if _, ok := fields["id"]; !ok {
+		fields["id"] = id
+	}
+	merged, err := json.Marshal(fields)
+	if err != nil {
+		return &Request{ID: nullID}, badRequest("request body: %v", err)
+	}
+	return DecodeRequest(merged)
+}
+
+// jsonOp handles the routes whose body is a JSON request: create and exec.
+func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionID string, owner int) {
+	body, release, ok := s.readBody(w, r, s.opts.MaxBodyBytes)
+	if !ok {
+		return
+	}
+	defer release()
+	req, derr := routedRequest(body, op, sessionID, s.nextID())
+	body = nil
+	if derr != nil {
+		s.respond(w, fail(req.ID, derr))
+		return
+	}
+	if op == OpExec && acceptsNDJSON(r.Header.Get("Accept")) {
+		req.Stream = true
+	}
+	start := time.Now()
+	var resp *Response
+	if req.Stream {
+		resp = s.stream(w, r.Context(), owner, req)
+	} else {
+		resp = s.d.Handle(r.Context(), owner, req, nil)
+		s.respond(w, resp)
+	}
+	switch {
+	case !resp.OK:
+	case op == OpExec && resp.Result != nil:
+		s.metrics.cellSeconds.observe(float64(resp.Result.Usage.WallMS) / 1000)
+	case op == OpCreate && len(req.Requirements) == 0:
+		s.metrics.startSeconds.observe(time.Since(start).Seconds())
+	}
+}
+
+// stream answers an exec as JSON lines: the cell's output events as they
+// happen, then the response, exactly as JSON-lines mode writes them. The
+// status is 200 once an event has gone out; a request that fails before
+// any output gets its error's status instead.
+func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner int, req *Request) *Response {
+	rc := http.NewResponseController(w)
+	var mu sync.Mutex
+	started, broken := false, false
+	start := func(status int) {
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(status)
+			started = true
+		}
+	}
+	write := func(b []byte) {
+		if broken {
+			return
+		}
+		if _, err := w.Write(b); err != nil {
+			// The client went away; the cell runs on, its result is
+			// dropped.
+			broken = true
+			return
+		}
+		_ = rc.Flush()
+	}
+	emit := func(ev Event) {
+		b, err := encodeLine(ev)
+		if err != nil {
+			s.log.Error("encode event", "err", err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		start(http.StatusOK)
+		write(b)
+	}
+	resp := s.d.Handle(ctx, owner, req, emit)
+	b, err := encodeLine(resp)
+	if err != nil {
+		s.log.Error("encode response", "err", err)
+		resp = fail(resp.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()})
+		b, _ = encodeLine(resp)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	start(httpStatus(resp))
+	write(b)
+	return resp
+}
+
+func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, owner int) {
+	body, release, ok := s.readBody(w, r, s.opts.MaxUploadBytes)
+	if !ok {
+		return
+	}
+	defer release()
+	if body == nil {
+		body = []byte{} // an empty body is an empty file
+	}
+	s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpUpload, Session: rt.session, Path: rt.path, Data: body}, nil))
+}
+
+// download answers the file's raw bytes; errors are JSON like every other
+// route's.
+func (s *HTTPServer) download(w http.ResponseWriter, r *http.Request, rt route, owner int) {
+	resp := s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpDownload, Session: rt.session, Path: rt.path}, nil)
+	if !resp.OK {
+		s.respond(w, resp)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.Itoa(len(resp.Data)))
+	h.Set("X-Jailcell-Sha256", resp.SHA256)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(resp.Data)
+}
+
+// respond writes a Response as JSON with the status its error code maps to.
+func (s *HTTPServer) respond(w http.ResponseWriter, resp *Response) {
+	s.respondStatus(w, httpStatus(resp), resp)
+}
+
+func (s *HTTPServer) respondStatus(w http.ResponseWriter, status int, resp *Response) {
+	b, err := encodeLine(resp)
+	if err != nil {
+		s.log.Error("encode response", "err", err)
+		resp = fail(resp.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()})
+		b, _ = encodeLine(resp)
+	}
+	if err != nil {
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func (s *HTTPServer) writeError(w http.ResponseWriter, e *Error) {
+	s.respond(w, fail(nullID, e))
+}
+
+// writeBody writes a response after the status has been set.
+func (s *HTTPServer) writeBody(w http.ResponseWriter, resp *Response) {
+	b, _ := encodeLine(resp)
+	_, _ = w.Write(b)
+}
+
+// httpStatus maps a response to its status code. "limit" is 429; a body
+// over the transport's size limit is 413, set where it is refused.
+func httpStatus(resp *Response) int {
+	if resp.OK {
+		if resp.Info != nil && resp.Result == nil {
+			return http.StatusCreated
+		}
+		return http.StatusOK
+	}
+	if resp.Error == nil {
+		return http.StatusInternalServerError
+	}
+	switch resp.Error.Code {
+	case CodeBadRequest:
+		return http.StatusBadRequest
+	case CodeForbidden:
+		return http.StatusForbidden
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeLimit:
+		return http.StatusTooManyRequests
+	case CodeBusy:
+		return http.StatusConflict
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// acceptsNDJSON reports whether an Accept header asks for JSON lines.
+func acceptsNDJSON(accept string) bool {
+	for _, part := range strings.Split(accept, ",") {
+		mt, _, _ := strings.Cut(part, ";")
+		if strings.EqualFold(strings.TrimSpace(mt), "application/x-ndjson") {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

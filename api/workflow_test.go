@@ -1,0 +1,149 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/workflow"
+)
+
+func TestDecodeWorkflowFields(t *testing.T) {
+	for _, tc := range []struct {
+		name, line, wantErr string
+		check               func(*Request) bool
+	}{
+		{"fix", `{"id":1,"op":"exec","code":"x","fix":{"max_attempts":3},"force":true}`, "",
+			func(r *Request) bool { return r.Fix != nil && r.Fix.MaxAttempts == 3 && r.Force }},
+		{"fix null is absent", `{"id":1,"op":"exec","code":"x","fix":null}`, "", func(r *Request) bool { return r.Fix == nil }},
+		{"fix not object", `{"id":1,"op":"exec","code":"x","fix":3}`, `field "fix" must be an object`, nil},
+		{"fix unknown key", `{"id":1,"op":"exec","code":"x","fix":{"max_attempt":3}}`, `"fix.max_attempt" is not a fix option`, nil},
+		{"fix missing key", `{"id":1,"op":"exec","code":"x","fix":{}}`, `"fix.max_attempts" is required`, nil},
+		{"fix fraction", `{"id":1,"op":"exec","code":"x","fix":{"max_attempts":2.5}}`, `must be an integer, got 2.5`, nil},
+		{"fix zero", `{"id":1,"op":"exec","code":"x","fix":{"max_attempts":0}}`, `must be at least 1`, nil},
+		{"force string", `{"id":1,"op":"exec","code":"x","force":"yes"}`, `field "force" must be a boolean`, nil},
+		{"failures", `{"id":1,"op":"failures","action":"clear"}`, "", func(r *Request) bool { return r.Action == "clear" }},
+		{"failures bad action", `{"id":1,"op":"failures","action":"drop"}`, `allowed "list" (default) or "clear"`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := DecodeRequest([]byte(tc.line))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Message, tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !tc.check(req) {
+				t.Fatalf("req %+v err %v", req, err)
+			}
+		})
+	}
+}
+
+// A cgroup root of its own (see integrationCgroupRoot).
+const workflowCgroupRoot = "/jailcell-test-api-wf"
+
+func newTestManager(t *testing.T, cgroupRoot string, p policy.Policy) *session.Manager {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state := testenv.StateDir(t)
+	host, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: cgroupRoot})
+	if err != nil {
+		t.Fatalf("NewHost: %v", err)
+	}
+	m, err := session.New(session.Config{StateDir: filepath.Join(state, "sessions"), Policies: map[string]policy.Policy{"default": p}}, host)
+	if err != nil {
+		t.Fatalf("session.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return m
+}
+
+func TestWorkflowJSONL(t *testing.T) {
+	p := policy.Default()
+	p.MemoryBytes = 256 << 20
+	m := newTestManager(t, workflowCgroupRoot, p)
+	fixer, _ := filepath.Abs("../testdata/fixer/fix_name_error.py")
+	wf, err := workflow.New(m, workflow.Config{
+		Fixer:     &workflow.CommandFixer{Path: "/usr/bin/python3", Args: []string{fixer}, Timeout: 10 * time.Second},
+		ReviewDir: t.TempDir(), Threshold: 1,
+		Policies: map[string]policy.Policy{"default": p},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startJSONL(t, &Dispatcher{Manager: m, Workflow: wf})
+	defer c.w.Close()
+
+	type wfLine struct {
+		OK       bool               `json:"ok"`
+		Error    *Error             `json:"error"`
+		Result   *session.Result    `json:"result"`
+		Attempts []workflow.Attempt `json:"attempts"`
+		Fallback *workflow.Fallback `json:"fallback"`
+		Known    *workflow.Known    `json:"known"`
+		Failures []workflow.Failure `json:"failures"`
+		Cleared  *int               `json:"cleared"`
+	}
+	call := func(line string) wfLine {
+		t.Helper()
+		_, raw := c.call(line)
+		var v wfLine
+		if err := json.Unmarshal([]byte(raw), &v); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		return v
+	}
+
+	// Fixed on attempt 2, one-shot: each attempt a fresh one-shot.
+	v := call(`{"id":1,"op":"exec","code":"pritn(6*7)","fix":{"max_attempts":3}}`)
+	if !v.OK || v.Result.Status != "ok" || v.Result.Stdout != "42\n" || len(v.Attempts) != 2 || v.Attempts[0].Error.Type != "NameError" || v.Fallback != nil {
+		t.Fatalf("fixed exec: %+v", v)
+	}
+	// Over the ceiling.
+	if v := call(`{"id":2,"op":"exec","code":"1","fix":{"max_attempts":9}}`); v.OK || v.Error.Code != CodeBadRequest || !strings.Contains(v.Error.Message, "1..5") {
+		t.Fatalf("over the ceiling: %+v", v)
+	}
+	// Unfixable: fallback, then (threshold 1) skipped, then forced.
+	v = call(`{"id":3,"op":"exec","code":"1/0","fix":{"max_attempts":2}}`)
+	if !v.OK || v.Result.Status != "error" || v.Fallback == nil || !strings.Contains(v.Fallback.Reason, "returned no code") || !strings.Contains(v.Fallback.Error, "ZeroDivisionError") {
+		t.Fatalf("unfixable: %+v", v)
+	}
+	v = call(`{"id":4,"op":"exec","code":"1/0"}`)
+	if !v.OK || v.Result.Status != "skipped" || v.Known == nil || v.Known.Count != 1 {
+		t.Fatalf("repeat: %+v, want skipped", v)
+	}
+	if v := call(`{"id":5,"op":"exec","code":"1/0","force":true}`); v.Result.Status != "error" {
+		t.Fatalf("forced: %+v", v)
+	}
+	if v := call(`{"id":6,"op":"failures"}`); !v.OK || len(v.Failures) != 1 || v.Failures[0].Type != "ZeroDivisionError" {
+		t.Fatalf("failures: %+v", v)
+	}
+	if v := call(`{"id":7,"op":"failures","action":"clear"}`); !v.OK || v.Cleared == nil || *v.Cleared != 1 {
+		t.Fatalf("clear: %+v", v)
+	}
+
+	// No fixer configured: bad_request naming the config key.
+	nofix, err := workflow.New(m, workflow.Config{ReviewDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*Dispatcher{{Manager: m, Workflow: nofix}, {Manager: m}} {
+		resp := d.Handle(context.Background(), 0, &Request{ID: json.RawMessage(`8`), Op: OpExec, Code: "1", Fix: &Fix{MaxAttempts: 2}}, nil)
+		if resp.Error == nil || resp.Error.Code != CodeBadRequest || !strings.Contains(resp.Error.Message, "fixer.command") || !strings.Contains(resp.Error.Message, "JAILCELL_FIXER_COMMAND") {
+			t.Errorf("fix without fixer: %+v", resp.Error)
+		}
+	}
+}

@@ -1,0 +1,724 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	units "github.com/docker/go-units"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/rootfs"
+)
+
+// Configuration comes from, lowest to highest precedence: the defaults
+// below, the YAML file (/etc/jailcell/config.yaml, --config or
+// JAILCELL_CONFIG), JAILCELL_* environment variables (key "a.b" is
+// JAILCELL_A_B) and command-line flags. It is read here and only here;
+// everything below cmd/ gets typed values.
+
+const (
+	defaultConfigPath = "/etc/jailcell/config.yaml"
+	defaultSocket     = "/run/jailcell/jailcell.sock"
+	envPrefix         = "JAILCELL"
+)
+
+// configKey is one documented key. configs/config.example.yaml documents
+// the same keys with the same defaults (a test keeps them in step).
+type configKey struct {
+	name string
+	def  any
+	// flag is the flag that sets the key on commands that have it; its
+	// default is then the key's default for that command.
+	flag string
+}
+
+var configKeys = []configKey{
+	{"socket", defaultSocket, "socket"},
+	{"socket_group", "jailcell", "socket-group"},
+	{"allowed_uids", []string{}, ""},
+	{"allowed_gids", []string{}, ""},
+	{"state_dir", defaultStateDir, "state-dir"},
+	{"rootfs", rootfs.DefaultBase, "rootfs"},
+	{"store_dir", "", ""},
+	{"wheelhouse", "", ""},
+	{"log.level", "info", "log-level"},
+	{"log.format", "text", "log-format"},
+	{"sessions.max", 64, ""},
+	{"sessions.idle_ttl", 30 * time.Minute, ""},
+	{"sessions.max_idle_ttl", 24 * time.Hour, ""},
+	{"sessions.max_lifetime", 24 * time.Hour, ""},
+	{"preload", []string{}, ""},
+	{"drain_grace", 30 * time.Second, ""},
+}
+
+// config is the effective configuration.
+type config struct {
+	Socket      string
+	SocketGroup string
+	AllowedUIDs []string // user names or numbers, resolved by serve
+	AllowedGIDs []string // group names or numbers, resolved by serve
+	StateDir    string
+	Rootfs      string
+	StoreDir    string
+	Wheelhouse  string
+	LogLevel    slog.Level
+	LogFormat   string
+	MaxSessions int
+	IdleTTL     time.Duration
+	MaxIdleTTL  time.Duration
+	MaxLifetime time.Duration
+	Preload     []string
+	Policies    map[string]policy.Policy
+	DrainGrace  time.Duration
+
+	// File is the configuration file read ("" if none).
+	File string
+	// Settings are every key's effective value and where it came from,
+	// in documentation order.
+	Settings []setting
+	// sources maps a key to its source kind (default, file, env, flag).
+	sources map[string]string
+}
+
+// setting is one line of `jailcell config`.
+type setting struct {
+	Key, Value, Source string
+}
+
+// envName is the environment variable of a key.
+func envName(key string) string {
+	return envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// policyFields are the configurable fields of a policy: mapstructure name
+// to struct field index, in declaration order.
+var policyFields = func() []struct {
+	name  string
+	index int
+} {
+	var out []struct {
+		name  string
+		index int
+	}
+	t := reflect.TypeFor[policy.Policy]()
+	for i := range t.NumField() {
+		name := t.Field(i).Tag.Get("mapstructure")
+		if name == "" || name == "name" {
+			continue
+		}
+		out = append(out, struct {
+			name  string
+			index int
+		}{name, i})
+	}
+	return out
+}()
+
+var policyNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+
+// configLoader reads one configuration.
+type configLoader struct {
+	v     *viper.Viper // every source merged, viper's precedence
+	file  *viper.Viper // the file alone, to tell where a value came from
+	flags *pflag.FlagSet
+	path  string
+	errs  []error
+	cfg   *config
+}
+
+// configPath is the file to read, and whether it was asked for (a missing
+// file asked for is an error; the default one may be absent).
+func configPath(flags *pflag.FlagSet) (string, bool) {
+	if flags != nil {
+		if f := flags.Lookup("config"); f != nil && f.Changed {
+			return f.Value.String(), true
+		}
+	}
+	if p, ok := os.LookupEnv(envPrefix + "_CONFIG"); ok && p != "" {
+		return p, true
+	}
+	return defaultConfigPath, false
+}
+
+// loadConfig reads the configuration for a command with flags (nil: no
+// flags) and validates all of it, returning every problem found, each
+// naming the key, the value and what is allowed.
+func loadConfig(flags *pflag.FlagSet) (*config, error) {
+	l := &configLoader{v: viper.New(), file: viper.New(), flags: flags, cfg: &config{sources: map[string]string{}}}
+	path, explicit := configPath(flags)
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !explicit:
+		path = ""
+	case err != nil:
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	l.path = path
+	l.cfg.File = path
+	for _, v := range []*viper.Viper{l.v, l.file} {
+		v.SetConfigType("yaml")
+		if path != "" {
+			if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
+				return nil, fmt.Errorf("config file %s: %w", path, err)
+			}
+		}
+	}
+	l.v.SetEnvPrefix(envPrefix)
+	l.v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	l.v.AutomaticEnv()
+	for _, k := range configKeys {
+		def := k.def
+		if f := l.flag(k.name); f != nil {
+			def = f.DefValue
+			if err := l.v.BindPFlag(k.name, f); err != nil {
+				return nil, fmt.Errorf("bind flag --%s: %w", f.Name, err)
+			}
+		}
+		l.v.SetDefault(k.name, def)
+	}
+	names, err := l.policyNames()
+	if err != nil {
+		return nil, err
+	}
+	l.checkUnknown(names)
+	l.decode()
+	l.decodePolicies(names)
+	if len(l.errs) == 0 {
+		l.validate()
+	}
+	if len(l.errs) > 0 {
+		where := "invalid configuration"
+		if path != "" {
+			where += " (file " + path + ")"
+		}
+		return nil, fmt.Errorf("%s:\n  %w", where, joinLines(l.errs))
+	}
+	return l.cfg, nil
+}
+
+// joinLines joins errors one per indented line.
+func joinLines(errs []error) error {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "\n  "))
+}
+
+// flag returns the flag bound to key on this command, if any.
+func (l *configLoader) flag(key string) *pflag.Flag {
+	if l.flags == nil {
+		return nil
+	}
+	for _, k := range configKeys {
+		if k.name == key && k.flag != "" {
+			return l.flags.Lookup(k.flag)
+		}
+	}
+	return nil
+}
+
+// source says where key's effective value comes from, with viper's own
+// precedence: a changed flag, then a non-empty environment variable, then
+// the file, then the default.
+func (l *configLoader) source(key string) (kind, detail string) {
+	if f := l.flag(key); f != nil && f.Changed {
+		return "flag", "flag --" + f.Name
+	}
+	if v, ok := os.LookupEnv(envName(key)); ok && v != "" {
+		return "env", "env " + envName(key)
+	}
+	if l.path != "" && l.file.IsSet(key) {
+		return "file", "file " + l.path
+	}
+	return "default", "default"
+}
+
+// policyNames are "default" and every policy the file names.
+func (l *configLoader) policyNames() ([]string, error) {
+	seen := map[string]bool{"default": true}
+	raw := l.file.Get("policies")
+	if raw != nil {
+		m, ok := raw.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("config key policies = %v: want a map of policy name to policy fields", raw)
+		}
+		for name := range m {
+			seen[name] = true
+		}
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	// "default" first: it is what a request naming no policy gets.
+	sort.SliceStable(names, func(i, j int) bool { return names[i] == "default" && names[j] != "default" })
+	return names, nil
+}
+
+// checkUnknown refuses keys the file has but nobody reads: a misspelt
+// limit silently left at its default would be looser than the operator
+// believes.
+func (l *configLoader) checkUnknown(policies []string) {
+	known := map[string]bool{}
+	for _, k := range configKeys {
+		known[k.name] = true
+	}
+	fields := map[string]bool{}
+	var fieldNames []string
+	for _, f := range policyFields {
+		fields[f.name] = true
+		fieldNames = append(fieldNames, f.name)
+	}
+	for _, key := range l.file.AllKeys() {
+		if known[key] {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(key, "policies."); ok {
+			name, field, ok := strings.Cut(rest, ".")
+			switch {
+			case !policyNameRE.MatchString(name):
+				l.errs = append(l.errs, fmt.Errorf("policies.%s: policy name %q: want 1-32 of [a-z0-9_], starting with a letter", name, name))
+			case !ok || !fields[field]:
+				l.errs = append(l.errs, fmt.Errorf("%s: not a policy field; allowed: %s", key, strings.Join(fieldNames, ", ")))
+			}
+			continue
+		}
+		var all []string
+		for _, k := range configKeys {
+			all = append(all, k.name)
+		}
+		l.errs = append(l.errs, fmt.Errorf("%s: unknown key; known keys: %s, policies.<name>.<field>", key, strings.Join(all, ", ")))
+	}
+}
+
+// record notes a key's effective value for `jailcell config`.
+func (l *configLoader) record(key string, value any) {
+	kind, detail := l.source(key)
+	l.cfg.sources[key] = kind
+	l.cfg.Settings = append(l.cfg.Settings, setting{Key: key, Value: formatValue(value), Source: detail})
+}
+
+func formatValue(v any) string {
+	switch x := v.(type) {
+	case []string:
+		return "[" + strings.Join(x, ", ") + "]"
+	case time.Duration:
+		return x.String()
+	case slog.Level:
+		return strings.ToLower(x.String())
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+func (l *configLoader) fail(key string, raw any, want string) {
+	l.errs = append(l.errs, fmt.Errorf("%s = %s (from %s): %s", key, describe(raw), func() string { _, d := l.source(key); return d }(), want))
+}
+
+func describe(raw any) string {
+	if s, ok := raw.(string); ok {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprint(raw)
+}
+
+// decode reads the plain keys into cfg.
+func (l *configLoader) decode() {
+	c := l.cfg
+	c.Socket = l.str("socket")
+	c.SocketGroup = l.str("socket_group")
+	c.AllowedUIDs = l.list("allowed_uids")
+	c.AllowedGIDs = l.list("allowed_gids")
+	c.StateDir = l.str("state_dir")
+	c.Rootfs = l.str("rootfs")
+	c.StoreDir = l.str("store_dir")
+	c.Wheelhouse = l.str("wheelhouse")
+	lvl := l.v.Get("log.level")
+	if s, ok := lvl.(string); !ok || !validLevel(s) || c.LogLevel.UnmarshalText([]byte(s)) != nil {
+		l.fail("log.level", lvl, "allowed debug, info, warn or error")
+	}
+	l.record("log.level", c.LogLevel)
+	c.LogFormat = l.str("log.format")
+	c.MaxSessions = int(l.integer("sessions.max", 1, 4096))
+	c.IdleTTL = l.duration("sessions.idle_ttl")
+	c.MaxIdleTTL = l.duration("sessions.max_idle_ttl")
+	c.MaxLifetime = l.duration("sessions.max_lifetime")
+	c.Preload = l.list("preload")
+	c.DrainGrace = l.duration("drain_grace")
+}
+
+// validLevel admits the four plain names; slog alone would also take
+// offsets like "info+2".
+func validLevel(s string) bool {
+	switch strings.ToLower(s) {
+	case "debug", "info", "warn", "error":
+		return true
+	}
+	return false
+}
+
+func (l *configLoader) str(key string) string {
+	raw := l.v.Get(key)
+	s, ok := raw.(string)
+	if !ok {
+		l.fail(key, raw, "want a string")
+	}
+	l.record(key, s)
+	return s
+}
+
+// list accepts a YAML list, or a string of items separated by commas or
+// spaces (environment variables and flags).
+func (l *configLoader) list(key string) []string {
+	raw := l.v.Get(key)
+	var out []string
+	switch x := raw.(type) {
+	case nil:
+	case []string:
+		out = x
+	case []any:
+		for _, it := range x {
+			switch it.(type) {
+			case string, int, int64, uint64, float64:
+				out = append(out, fmt.Sprint(it))
+			default:
+				l.fail(key, raw, "want a list of strings or numbers")
+				return nil
+			}
+		}
+	case string:
+		out = strings.FieldsFunc(x, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+	default:
+		l.fail(key, raw, "want a list")
+		return nil
+	}
+	if out == nil {
+		out = []string{}
+	}
+	l.record(key, out)
+	return out
+}
+
+func (l *configLoader) integer(key string, lo, hi int64) int64 {
+	raw := l.v.Get(key)
+	n, ok := toInt(raw)
+	if !ok {
+		l.fail(key, raw, "want an integer")
+		return 0
+	}
+	if n < lo || n > hi {
+		l.fail(key, raw, fmt.Sprintf("allowed %d..%d", lo, hi))
+	}
+	l.record(key, n)
+	return n
+}
+
+func toInt(raw any) (int64, bool) {
+	switch x := raw.(type) {
+	case int:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint64:
+		if x > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(x), true
+	case float64:
+		if x != math.Trunc(x) || math.Abs(x) > 1<<53 {
+			return 0, false
+		}
+		return int64(x), true
+	case string:
+		n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+func toDuration(raw any) (time.Duration, bool) {
+	switch x := raw.(type) {
+	case time.Duration:
+		return x, true
+	case string:
+		d, err := time.ParseDuration(strings.TrimSpace(x))
+		return d, err == nil
+	}
+	return 0, false
+}
+
+const wantDuration = `want a duration with a unit, like "90s", "30m" or "24h"`
+
+func (l *configLoader) duration(key string) time.Duration {
+	raw := l.v.Get(key)
+	d, ok := toDuration(raw)
+	if !ok {
+		l.fail(key, raw, wantDuration)
+		return 0
+	}
+	l.record(key, d)
+	return d
+}
+
+// decodePolicies reads policies.<name>.<field>. Each named policy starts
+// from policy.Default(), so a field left out keeps its secure default.
+func (l *configLoader) decodePolicies(names []string) {
+	l.cfg.Policies = map[string]policy.Policy{}
+	for _, name := range names {
+		if !policyNameRE.MatchString(name) {
+			continue // reported by checkUnknown
+		}
+		p := policy.Default()
+		p.Name = name
+		v := reflect.ValueOf(&p).Elem()
+		bad := false
+		for _, f := range policyFields {
+			key := "policies." + name + "." + f.name
+			fv := v.Field(f.index)
+			raw := l.v.Get(key)
+			if raw != nil && !l.setField(key, f.name, fv, raw) {
+				bad = true
+				continue
+			}
+			if n, ok := fv.Interface().(int64); ok && strings.HasSuffix(f.name, "_bytes") {
+				l.record(key, fmt.Sprintf("%d (%s)", n, units.BytesSize(float64(n))))
+				continue
+			}
+			l.record(key, fv.Interface())
+		}
+		if bad {
+			continue
+		}
+		if err := p.Validate(); err != nil {
+			for _, e := range unjoin(err) {
+				l.errs = append(l.errs, fmt.Errorf("policies.%s: %w", name, e))
+			}
+			continue
+		}
+		l.cfg.Policies[name] = p
+	}
+}
+
+// setField converts raw to a policy field's type. Sizes (fields named
+// *_bytes) may carry a unit: 512MiB, 1g.
+func (l *configLoader) setField(key, field string, fv reflect.Value, raw any) bool {
+	switch fv.Interface().(type) {
+	case time.Duration:
+		d, ok := toDuration(raw)
+		if !ok {
+			l.fail(key, raw, wantDuration)
+			return false
+		}
+		fv.SetInt(int64(d))
+	case int64:
+		n, ok := toInt(raw)
+		if s, isStr := raw.(string); !ok && isStr && strings.HasSuffix(field, "_bytes") {
+			if b, err := units.RAMInBytes(strings.TrimSpace(s)); err == nil {
+				n, ok = b, true
+			}
+		}
+		if !ok {
+			want := "want an integer"
+			if strings.HasSuffix(field, "_bytes") {
+				want = `want a number of bytes, optionally with a unit like "512MiB" or "1GiB"`
+			}
+			l.fail(key, raw, want)
+			return false
+		}
+		fv.SetInt(n)
+	case uint64:
+		n, ok := toInt(raw)
+		if !ok || n < 0 {
+			l.fail(key, raw, "want a non-negative integer")
+			return false
+		}
+		fv.SetUint(uint64(n))
+	case float64:
+		var x float64
+		var ok bool
+		switch r := raw.(type) {
+		case float64:
+			x, ok = r, true
+		case int:
+			x, ok = float64(r), true
+		case string:
+			var err error
+			x, err = strconv.ParseFloat(strings.TrimSpace(r), 64)
+			ok = err == nil
+		}
+		if !ok {
+			l.fail(key, raw, "want a number")
+			return false
+		}
+		fv.SetFloat(x)
+	case string:
+		s, ok := raw.(string)
+		if !ok {
+			l.fail(key, raw, "want a string")
+			return false
+		}
+		fv.SetString(s)
+	default:
+		l.fail(key, raw, "unsupported field type")
+		return false
+	}
+	return true
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+var moduleRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// configChecks validate the decoded plain keys, one small check each.
+var configChecks = []func(c *config) error{
+	func(c *config) error {
+		if !filepath.IsAbs(c.Socket) || len(c.Socket) > 107 {
+			return fmt.Errorf("socket = %q: want an absolute path of at most 107 bytes (the Unix socket limit)", c.Socket)
+		}
+		return nil
+	},
+	func(c *config) error {
+		if c.SocketGroup == "" {
+			return errors.New(`socket_group = "": want a group name or number ("root" for root only)`)
+		}
+		return nil
+	},
+	func(c *config) error { return absOrEmpty("state_dir", c.StateDir, false) },
+	func(c *config) error {
+		if c.Rootfs == "" {
+			return fmt.Errorf(`rootfs = "": want the rootfs base directory (default %s)`, rootfs.DefaultBase)
+		}
+		return nil
+	},
+	func(c *config) error { return absOrEmpty("store_dir", c.StoreDir, true) },
+	func(c *config) error { return absOrEmpty("wheelhouse", c.Wheelhouse, true) },
+	func(c *config) error {
+		if c.LogFormat != "text" && c.LogFormat != "json" {
+			return fmt.Errorf("log.format = %q: allowed text or json", c.LogFormat)
+		}
+		return nil
+	},
+	func(c *config) error {
+		return durRange("sessions.max_idle_ttl", c.MaxIdleTTL, time.Second, 365*24*time.Hour)
+	},
+	func(c *config) error { return durRange("sessions.idle_ttl", c.IdleTTL, time.Second, c.MaxIdleTTL) },
+	func(c *config) error {
+		return durRange("sessions.max_lifetime", c.MaxLifetime, time.Second, 365*24*time.Hour)
+	},
+	func(c *config) error { return durRange("drain_grace", c.DrainGrace, 0, time.Hour) },
+	func(c *config) error {
+		for _, m := range c.Preload {
+			if !moduleRE.MatchString(m) {
+				return fmt.Errorf("preload = %q: want Python module names like numpy or matplotlib.pyplot", m)
+			}
+		}
+		return nil
+	},
+	func(c *config) error {
+		for _, list := range []struct {
+			key   string
+			items []string
+		}{{"allowed_uids", c.AllowedUIDs}, {"allowed_gids", c.AllowedGIDs}} {
+			for _, it := range list.items {
+				if n, err := strconv.ParseInt(it, 10, 64); err == nil && (n < 0 || n > math.MaxUint32-1) {
+					return fmt.Errorf("%s = %s: a numeric id must be 0..%d", list.key, it, uint32(math.MaxUint32-1))
+				}
+			}
+		}
+		return nil
+	},
+}
+
+func (l *configLoader) validate() {
+	for _, c := range configChecks {
+		if err := c(l.cfg); err != nil {
+			l.errs = append(l.errs, err)
+		}
+	}
+}
+
+func absOrEmpty(key, v string, emptyOK bool) error {
+	if v == "" && emptyOK {
+		return nil
+	}
+	if !filepath.IsAbs(v) {
+		what := "an absolute path"
+		if emptyOK {
+			what += ` or "" (off)`
+		}
+		return fmt.Errorf("%s = %q: want %s", key, v, what)
+	}
+	return nil
+}
+
+func durRange(key string, d, lo, hi time.Duration) error {
+	if d < lo || d > hi {
+		return fmt.Errorf("%s = %s: allowed %s..%s", key, d, lo, hi)
+	}
+	return nil
+}
+
+// newConfigCmd is `jailcell config`: the effective configuration, as
+// `jailcell serve` with the same flags and environment would use it.
+func newConfigCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Print the effective configuration and where each value came from",
+		Long: `Print every configuration key with its effective value and its source:
+default, file (the YAML file), env (a JAILCELL_* variable) or flag. Later
+sources win: flags over the environment over the file over the defaults.
+Exits non-zero, naming each bad key, if the configuration is invalid.`,
+		Example: `  jailcell config
+  JAILCELL_SESSIONS_MAX=8 jailcell config --config ./config.yaml`,
+		Args: cobra.NoArgs,
+	}
+	hf := addServeFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		printConfig(cmd.OutOrStdout(), hf.cfg)
+		return nil
+	}
+	return cmd
+}
+
+func printConfig(w io.Writer, c *config) {
+	if c.File != "" {
+		fmt.Fprintf(w, "# config file: %s\n", c.File)
+	} else {
+		fmt.Fprintf(w, "# config file: none (%s not found)\n", defaultConfigPath)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
+	for _, s := range c.Settings {
+		v := s.Value
+		if v == "" {
+			v = `""`
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, v, s.Source)
+	}
+	tw.Flush()
+}

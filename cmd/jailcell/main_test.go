@@ -1,0 +1,21 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/jailcell/jailcell/isolate"
+)
+
+// TestMain lets this test binary be jailcell itself: a sandbox init
+// (libcontainer re-executes it as "init"), or, with JAILCELL_TEST_MAIN=1,
+// the command line, so tests can start a real `jailcell serve` process
+// from the code under test without a separate build.
+func TestMain(m *testing.M) {
+	isolate.Init()
+	if os.Getenv("JAILCELL_TEST_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}

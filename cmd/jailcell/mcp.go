@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+
+	"github.com/jailcell/jailcell/api"
+)
+
+// newMCPCmd is `jailcell mcp`: the Model Context Protocol on stdio, for
+// desktop and IDE agents that spawn jailcell as a tool server.
+func newMCPCmd() *cobra.Command {
+	var policyName string
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the Model Context Protocol on stdin/stdout",
+		Long: `Serve the Model Context Protocol over stdio with the tools run_python,
+upload_file, download_file, list_files and reset_session. The client's
+session is created on first use, kept across calls and closed when the
+client goes (EOF on stdin). Logs go to stderr. Client configuration:
+
+  {"mcpServers":{"jailcell":{"command":"/usr/local/bin/jailcell","args":["mcp"]}}}`,
+		Args: cobra.NoArgs,
+	}
+	hf := addHostFlags(cmd)
+	cmd.Flags().StringVar(&policyName, "policy", "", "policy of the client's session (default: the default policy)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		log, err := hf.logger()
+		if err != nil {
+			return err
+		}
+		st, err := hf.build(log)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		wf, err := newWorkflow(st.manager, hf.cfg.Policies, log)
+		if err != nil {
+			_ = st.shutdown(30 * time.Second)
+			return err
+		}
+		d := &api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf}
+		serr := api.ServeMCP(ctx, d, &mcp.StdioTransport{}, api.MCPOptions{Owner: os.Getuid(), Policy: policyName, Logger: log})
+		if errors.Is(serr, context.Canceled) || errors.Is(serr, mcp.ErrConnectionClosed) {
+			serr = nil
+		}
+		if err := st.shutdown(30 * time.Second); err != nil {
+			return err
+		}
+		return serr
+	}
+	return cmd
+}

@@ -1,0 +1,454 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/spf13/cobra"
+
+	"github.com/jailcell/jailcell/api"
+)
+
+// addServeFlags are the flags of `jailcell serve`, which `jailcell config`
+// shares so that it prints what serve would use.
+func addServeFlags(cmd *cobra.Command) *hostFlags {
+	hf := addHostFlagsLevel(cmd, "info")
+	cmd.Flags().String("socket", defaultSocket, "Unix socket to listen on (ignored when systemd passes a socket)")
+	cmd.Flags().String("socket-group", "jailcell", `group owning the socket and its directory ("root": root only)`)
+	return hf
+}
+
+func newServeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API on a Unix socket (the system service)",
+		Long: `Serve the HTTP/1.1 API on a Unix socket: the same requests as
+"jailcell json", as routes (see docs/service.md). Each connection's caller is
+read from the kernel (SO_PEERCRED); root and the configured allowed_uids and
+allowed_gids may call, and a session belongs to the uid that created it.
+
+The socket is created 0660 in a 0750 directory owned by root and
+socket_group, unless systemd passes one (socket activation, LISTEN_FDS).
+Readiness and shutdown are reported to systemd (NOTIFY_SOCKET), and the
+watchdog is fed when WATCHDOG_USEC is set.
+
+SIGTERM or SIGINT drains: no new connections, running cells get up to
+drain_grace to finish, then every sandbox is torn down and serve exits 0; a
+second signal ends the cells at once. SIGHUP reloads log.level,
+allowed_uids and allowed_gids from the configuration; other keys need a
+restart.`,
+		Example: `  sudo jailcell serve
+  sudo jailcell serve --socket /tmp/jc.sock --socket-group root --log-format json`,
+		Args: cobra.NoArgs,
+	}
+	hf := addServeFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return serve(hf) }
+	return cmd
+}
+
+// service is a running `jailcell serve`.
+type service struct {
+	hf  *hostFlags
+	log *slog.Logger
+	st  *stack
+	srv *api.HTTPServer
+}
+
+func serve(hf *hostFlags) (retErr error) {
+	cfg := hf.cfg
+	log, err := hf.logger()
+	if err != nil {
+		return err
+	}
+	access, err := resolveAccess(cfg)
+	if err != nil {
+		return err
+	}
+	gid, err := socketGID(cfg, log)
+	if err != nil {
+		return err
+	}
+	// Taken before anything starts a process: the fds are made
+	// close-on-exec and LISTEN_* leave the environment.
+	listeners, err := activatedListeners()
+	if err != nil {
+		return err
+	}
+	activated := len(listeners) > 0
+	closeAll := func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}
+	st, err := hf.build(log)
+	if err != nil {
+		closeAll()
+		return err
+	}
+	if activated {
+		for _, l := range listeners {
+			prepareActivated(l, gid, log)
+		}
+	} else {
+		l, err := listenSocket(cfg.Socket, gid, log)
+		if err != nil {
+			_ = st.shutdown(10 * time.Second)
+			return err
+		}
+		listeners = []net.Listener{l}
+	}
+	s := &service{hf: hf, log: log, st: st}
+	s.srv = api.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log},
+		api.HTTPOptions{Access: access, Logger: log})
+	serveErr := make(chan error, len(listeners))
+	addrs := make([]string, len(listeners))
+	for i, l := range listeners {
+		addrs[i] = l.Addr().String()
+		go func() { serveErr <- s.srv.Serve(l) }()
+	}
+	// TERM and INT drain; HUP reloads. Registered before READY so no
+	// signal sent after readiness can kill us unhandled.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	notify(log, fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving on %s", os.Getpid(), strings.Join(addrs, ", ")))
+	log.Info("serving", "socket", strings.Join(addrs, ","), "socket_activated", activated,
+		"version", version, "pid", os.Getpid(), "allowed_uids", access.UIDs, "allowed_gids", access.GIDs)
+	stopWatchdog := s.watchdog()
+	defer stopWatchdog()
+
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				s.reload()
+				continue
+			}
+			log.Info("signal received; draining", "signal", sig.String(), "grace", cfg.DrainGrace)
+			return s.drain(sigs, cfg.DrainGrace)
+		case err := <-serveErr:
+			log.Error("listener failed; draining", "err", err)
+			if derr := s.drain(sigs, cfg.DrainGrace); derr != nil {
+				return errors.Join(err, derr)
+			}
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+}
+
+// drain stops accepting, lets running requests (and their cells) finish
+// until grace is up or a second signal comes, then tears every sandbox
+// down. Cells still running then are killed with their sessions.
+func (s *service) drain(sigs <-chan os.Signal, grace time.Duration) error {
+	notify(s.log, "STOPPING=1\nSTATUS=draining")
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					continue
+				}
+				s.log.Warn("second signal: ending running cells now", "signal", sig.String())
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		s.log.Warn("drain: requests still running at the end of the grace period; ending them", "err", err)
+	}
+	err := s.st.shutdownContext(ctx)
+	_ = s.srv.Close()
+	if err != nil {
+		s.log.Error("tear down sessions", "err", err)
+		return err
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+// reloadable are the keys SIGHUP applies; a change to any other key is
+// logged as needing a restart.
+var reloadable = []string{"log.level", "allowed_uids", "allowed_gids"}
+
+// reload re-reads the configuration. An invalid one is logged and the
+// running configuration kept.
+func (s *service) reload() {
+	notify(s.log, "RELOADING=1\n"+daemon.SdNotifyMonotonicUsec())
+	defer notify(s.log, "READY=1")
+	cfg, err := loadConfig(s.hf.cmd.Flags())
+	if err == nil {
+		var access api.Access
+		if access, err = resolveAccess(cfg); err == nil {
+			s.srv.SetAccess(access)
+		}
+	}
+	if err != nil {
+		s.log.Error("reload: keeping the running configuration", "err", err)
+		return
+	}
+	old := s.hf.cfg
+	var restart []string
+	oldVals := map[string]string{}
+	for _, st := range old.Settings {
+		oldVals[st.Key] = st.Value
+	}
+	for _, st := range cfg.Settings {
+		if oldVals[st.Key] != st.Value && !slices.Contains(reloadable, st.Key) {
+			restart = append(restart, st.Key)
+		}
+	}
+	// Keep what needs a restart as it runs, so `needs a restart` is said
+	// again on the next reload until it happens.
+	kept := *old
+	kept.LogLevel, kept.AllowedUIDs, kept.AllowedGIDs = cfg.LogLevel, cfg.AllowedUIDs, cfg.AllowedGIDs
+	kept.Settings = nil
+	for _, st := range old.Settings {
+		if slices.Contains(reloadable, st.Key) {
+			for _, n := range cfg.Settings {
+				if n.Key == st.Key {
+					st = n
+				}
+			}
+		}
+		kept.Settings = append(kept.Settings, st)
+	}
+	s.hf.apply(&kept)
+	s.log.Info("configuration reloaded", "log_level", strings.ToLower(cfg.LogLevel.String()),
+		"allowed_uids", cfg.AllowedUIDs, "allowed_gids", cfg.AllowedGIDs)
+	if len(restart) > 0 {
+		s.log.Warn("reload: these keys changed but take effect only after a restart", "keys", restart)
+	}
+}
+
+// watchdog feeds systemd's watchdog (WATCHDOG_USEC) while the manager
+// answers; a manager stuck on its lock stops the pings and systemd
+// restarts the service.
+func (s *service) watchdog() (stop func()) {
+	interval, err := daemon.SdWatchdogEnabled(false)
+	if err != nil {
+		s.log.Warn("watchdog settings unusable; not feeding it", "err", err)
+	}
+	if interval <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(interval / 3)
+		defer t.Stop()
+		for {
+			s.st.manager.List(0) // blocks if the manager is wedged
+			notify(s.log, daemon.SdNotifyWatchdog)
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// notify sends a state to systemd, if it is listening (NOTIFY_SOCKET).
+func notify(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("sd_notify", "state", state, "err", err)
+	}
+}
+
+// activatedListeners returns the sockets systemd passed (LISTEN_FDS for
+// this LISTEN_PID), or none. Only Unix stream sockets are accepted: the
+// caller's identity comes from their peer credentials.
+func activatedListeners() ([]net.Listener, error) {
+	ls, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("socket activation: %w", err)
+	}
+	var out []net.Listener
+	for i, l := range ls {
+		if l == nil {
+			return nil, fmt.Errorf("socket activation: fd %d is not a listening stream socket", 3+i)
+		}
+		if _, ok := l.(*net.UnixListener); !ok {
+			l.Close()
+			return nil, fmt.Errorf("socket activation: fd %d is a %s socket; only Unix sockets carry the caller's credentials", 3+i, l.Addr().Network())
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// prepareActivated gives the activated socket's directory the same owner
+// and mode as a socket serve creates itself, when jailcell owns that
+// directory (the socket unit cannot set a directory's group).
+func prepareActivated(l net.Listener, gid int, log *slog.Logger) {
+	path := l.Addr().String()
+	if !filepath.IsAbs(path) {
+		return // abstract or unnamed
+	}
+	if err := claimDir(filepath.Dir(path), filepath.Base(path), gid, log); err != nil {
+		log.Warn("socket directory left as it is", "dir", filepath.Dir(path), "err", err)
+	}
+}
+
+// listenSocket creates the service socket: mode 0660, owned by root and
+// gid, in a directory of mode 0750 owned by root and gid. A stale socket
+// from a crashed run is replaced; a live one is an error.
+func listenSocket(path string, gid int, log *slog.Logger) (net.Listener, error) {
+	dir, name := filepath.Dir(path), filepath.Base(path)
+	if err := claimDir(dir, name, gid, log); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("socket %s: exists and is not a socket; remove it or choose another --socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket %s: another process is serving on it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+		}
+	}
+	// The directory is already 0750 root:gid, so until the chmod below
+	// nobody outside the group can reach the socket, and the group cannot
+	// write (connect to) it.
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chown(path, 0, gid); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chown socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chmod socket %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// claimDir makes dir 0750 root:gid when jailcell may own it: it did not
+// exist, or holds nothing but the socket. A directory shared with anything
+// else (/run, /tmp) is never changed; access then rests on the socket's
+// own mode and the peer check.
+func claimDir(dir, socketName string, gid int, log *slog.Logger) error {
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("create socket directory %s: %w", dir, err)
+		}
+	case err != nil:
+		return fmt.Errorf("socket directory %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("socket directory %s: not a directory", dir)
+	default:
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("socket directory %s: %w", dir, err)
+		}
+		for _, e := range ents {
+			if e.Name() != socketName {
+				log.Warn("socket directory is shared, leaving its owner and mode alone", "dir", dir)
+				return nil
+			}
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
+			return fmt.Errorf("socket directory %s: owned by uid %d, not root; remove it or choose another --socket", dir, st.Uid)
+		}
+	}
+	if err := os.Chown(dir, 0, gid); err != nil {
+		return fmt.Errorf("chown socket directory %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o750); err != nil {
+		return fmt.Errorf("chmod socket directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// socketGID resolves socket_group. The default group missing is no error:
+// the socket is then root's alone (nothing looser than configured).
+func socketGID(cfg *config, log *slog.Logger) (int, error) {
+	g, err := lookupGroup(cfg.SocketGroup)
+	if err == nil {
+		return int(g), nil
+	}
+	if cfg.sources["socket_group"] == "default" {
+		log.Warn("socket_group does not exist; the socket is root's alone (groupadd --system jailcell, or set socket_group)",
+			"socket_group", cfg.SocketGroup)
+		return 0, nil
+	}
+	return 0, fmt.Errorf("socket_group = %q: %v; want an existing group name or number", cfg.SocketGroup, err)
+}
+
+// resolveAccess turns allowed_uids and allowed_gids (names or numbers)
+// into ids.
+func resolveAccess(cfg *config) (api.Access, error) {
+	var a api.Access
+	var errs []error
+	for _, u := range cfg.AllowedUIDs {
+		id, err := lookupUser(u)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("allowed_uids: %q: %v; want a user name or uid", u, err))
+			continue
+		}
+		a.UIDs = append(a.UIDs, id)
+	}
+	for _, g := range cfg.AllowedGIDs {
+		id, err := lookupGroup(g)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("allowed_gids: %q: %v; want a group name or gid", g, err))
+			continue
+		}
+		a.GIDs = append(a.GIDs, id)
+	}
+	return a, errors.Join(errs...)
+}
+
+// lookupUser takes a number as it is (a uid need not have a name).
+func lookupUser(s string) (uint32, error) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil && n < math.MaxUint32 {
+		return uint32(n), nil
+	}
+	u, err := user.Lookup(s)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(u.Uid, 10, 32)
+	return uint32(n), err
+}
+
+func lookupGroup(s string) (uint32, error) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil && n < math.MaxUint32 {
+		return uint32(n), nil
+	}
+	g, err := user.LookupGroup(s)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(g.Gid, 10, 32)
+	return uint32(n), err
+}

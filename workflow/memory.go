@@ -1,0 +1,270 @@
+package workflow
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jailcell/jailcell/session"
+)
+
+// FailuresFile is the failure memory's file in the review directory.
+const FailuresFile = "failures.json"
+
+// maxCodesPerFailure bounds the code hashes one fingerprint remembers.
+const maxCodesPerFailure = 32
+
+// Failure is one remembered fingerprint.
+type Failure struct {
+	Fingerprint string    `json:"fingerprint"`
+	Type        string    `json:"type"`
+	Message     string    `json:"message"` // normalised
+	Modules     []string  `json:"modules,omitempty"`
+	Count       int       `json:"count"`
+	FirstSeen   time.Time `json:"first_seen"`
+	LastSeen    time.Time `json:"last_seen"`
+	// Codes are hashes of the (whitespace-normalised) code of requests
+	// that ended in this failure: how a new request, which has not run
+	// yet, is matched to it.
+	Codes []string `json:"codes"`
+}
+
+type memory struct {
+	mu   sync.Mutex
+	path string // "" = not persisted
+	ttl  time.Duration
+	now  func() time.Time
+	m    map[string]*Failure
+}
+
+func openMemory(dir string, ttl time.Duration, now func() time.Time) (*memory, error) {
+	mem := &memory{ttl: ttl, now: now, m: map[string]*Failure{}}
+	if dir == "" {
+		return mem, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create review dir %s: %w", dir, err)
+	}
+	mem.path = filepath.Join(dir, FailuresFile)
+	b, err := os.ReadFile(mem.path)
+	if os.IsNotExist(err) {
+		return mem, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read failure memory: %w", err)
+	}
+	var list []*Failure
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("decode failure memory %s: %w", mem.path, err)
+	}
+	for _, f := range list {
+		mem.m[f.Fingerprint] = f
+	}
+	mem.expire()
+	return mem, nil
+}
+
+var (
+	numRE   = regexp.MustCompile(`0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b|\d+(\.\d+)?`)
+	pathRE  = regexp.MustCompile(`(/[\w.@+-]+)+/?`)
+	quoteRE = regexp.MustCompile(`'/[^']*'|"/[^"]*"`)
+	// importRE finds the top-level modules a cell imports.
+	importRE = regexp.MustCompile(`(?m)^\s*(?:from\s+([A-Za-z_][\w]*)[\w.]*\s+import\b|import\s+([A-Za-z_][\w.]*(?:\s*(?:as\s+\w+)?\s*,\s*[A-Za-z_][\w.]*)*))`)
+)
+
+// Normalise takes numbers, hex and paths out of an error message so the
+// same failure on other data has one fingerprint.
+func Normalise(msg string) string {
+	msg = quoteRE.ReplaceAllString(msg, "<path>")
+	msg = pathRE.ReplaceAllString(msg, "<path>")
+	msg = numRE.ReplaceAllString(msg, "<n>")
+	if len(msg) > 500 {
+		msg = msg[:500]
+	}
+	return msg
+}
+
+// Imports lists the top-level modules code imports, sorted, deduplicated.
+func Imports(code string) []string {
+	set := map[string]bool{}
+	for _, m := range importRE.FindAllStringSubmatch(code, -1) {
+		if m[1] != "" {
+			set[m[1]] = true
+			continue
+		}
+		for _, part := range strings.Split(m[2], ",") {
+			name := strings.Fields(part)
+			if len(name) > 0 {
+				set[strings.SplitN(name[0], ".", 2)[0]] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Fingerprint is the identity of a failure: error type, normalised
+// message, imported modules.
+func Fingerprint(errType, msg string, modules []string) string {
+	h := sha256.Sum256([]byte(errType + "\x00" + Normalise(msg) + "\x00" + strings.Join(modules, ",")))
+	return hex.EncodeToString(h[:8])
+}
+
+func codeHash(code string) string {
+	h := sha256.Sum256([]byte(strings.Join(strings.Fields(code), " ")))
+	return hex.EncodeToString(h[:8])
+}
+
+func failureOf(res *session.Result) (typ, msg string) {
+	if res.Error != nil {
+		return res.Error.Type, res.Error.Message
+	}
+	return res.Status, ""
+}
+
+// record counts one loop-ending failure. first is the request's code (how
+// later requests are matched), last the code of the final attempt.
+func (m *memory) record(first, last string, res *session.Result) string {
+	if res == nil {
+		return ""
+	}
+	typ, msg := failureOf(res)
+	mods := Imports(last)
+	fp := Fingerprint(typ, msg, mods)
+	now := m.now().UTC()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire()
+	f := m.m[fp]
+	if f == nil {
+		f = &Failure{Fingerprint: fp, Type: typ, Message: Normalise(msg), Modules: mods, FirstSeen: now}
+		m.m[fp] = f
+	}
+	f.Count++
+	f.LastSeen = now
+	for _, c := range []string{codeHash(first), codeHash(last)} {
+		if !contains(f.Codes, c) {
+			f.Codes = append(f.Codes, c)
+		}
+	}
+	if len(f.Codes) > maxCodesPerFailure {
+		f.Codes = f.Codes[len(f.Codes)-maxCodesPerFailure:]
+	}
+	m.save()
+	return fp
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// lookup finds a remembered failure of code seen at least threshold times.
+func (m *memory) lookup(code string, threshold int) *Known {
+	h := codeHash(code)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire()
+	var best *Failure
+	for _, f := range m.m {
+		if f.Count >= threshold && contains(f.Codes, h) && (best == nil || f.Count > best.Count) {
+			best = f
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return &Known{Fingerprint: best.Fingerprint, Type: best.Type, Message: best.Message, Modules: best.Modules, Count: best.Count, LastSeen: best.LastSeen}
+}
+
+// expire drops fingerprints not seen within the TTL. Caller holds mu.
+func (m *memory) expire() {
+	cut := m.now().Add(-m.ttl)
+	for k, f := range m.m {
+		if f.LastSeen.Before(cut) {
+			delete(m.m, k)
+		}
+	}
+}
+
+// save writes the memory atomically. Caller holds mu. A failure to save
+// loses memory, never a request: it is logged by the caller's logger.
+func (m *memory) save() error {
+	if m.path == "" {
+		return nil
+	}
+	list := m.listLocked()
+	b, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := m.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write failure memory: %w", err)
+	}
+	return os.Rename(tmp, m.path)
+}
+
+func (m *memory) listLocked() []*Failure {
+	list := make([]*Failure, 0, len(m.m))
+	for _, f := range m.m {
+		c := *f
+		list = append(list, &c)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].LastSeen.After(list[j].LastSeen) })
+	return list
+}
+
+// Failures lists the remembered failures, most recent first.
+func (r *Runner) Failures() []*Failure {
+	r.mem.mu.Lock()
+	defer r.mem.mu.Unlock()
+	r.mem.expire()
+	return r.mem.listLocked()
+}
+
+// ClearFailures forgets every remembered failure and returns how many.
+func (r *Runner) ClearFailures() (int, error) {
+	r.mem.mu.Lock()
+	defer r.mem.mu.Unlock()
+	n := len(r.mem.m)
+	r.mem.m = map[string]*Failure{}
+	return n, r.mem.save()
+}
+
+// LoadFailures reads the failure memory in dir without a Runner (the
+// review command), dropping entries older than ttl.
+func LoadFailures(dir string, ttl time.Duration) ([]*Failure, error) {
+	mem, err := openMemory(dir, ttl, time.Now)
+	if err != nil {
+		return nil, err
+	}
+	return mem.listLocked(), nil
+}
+
+// ClearFailuresIn empties the failure memory in dir.
+func ClearFailuresIn(dir string) (int, error) {
+	mem, err := openMemory(dir, 100*365*24*time.Hour, time.Now)
+	if err != nil {
+		return 0, err
+	}
+	n := len(mem.m)
+	mem.m = map[string]*Failure{}
+	return n, mem.save()
+}

@@ -1,0 +1,334 @@
+// Package workflow runs the code-interpreter loop on top of session.Manager:
+// run a cell, ask a fixer for new code when it fails, run again; fall back
+// explicitly (a fallback block, an optional degraded stateless run) when
+// that does not work; log every loop-ending failure for review and remember
+// repeated failures. It must never run code outside a sandbox or under a
+// weaker policy than the request's own: every run goes through the Manager.
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session"
+)
+
+// Sentinel errors.
+var (
+	// ErrNoFixer: a request asked for fix but no fixer is configured. The
+	// message names the config keys to set.
+	ErrNoFixer = errors.New("no fixer configured")
+)
+
+// StatusSkipped is the status of a request answered from failure memory
+// without running.
+const StatusSkipped = "skipped"
+
+// ModeDegraded marks a result produced by the degraded stateless run.
+const ModeDegraded = "degraded"
+
+// Config shapes a Runner. Zero fields take the documented defaults.
+type Config struct {
+	// Fixer proposes new code for a failed cell; nil means fix requests are
+	// refused with ErrNoFixer.
+	Fixer Fixer
+	// MaxAttemptsCeiling bounds a request's fix.max_attempts. Default 5.
+	MaxAttemptsCeiling int
+	// ReviewDir holds the review log and the failure memory ("" = neither
+	// is kept on disk; failure memory then lives in memory only).
+	ReviewDir string
+	// Threshold is how many recorded failures of one fingerprint make a
+	// matching request answer "skipped" at once. Default 3.
+	Threshold int
+	// TTL is how long a fingerprint is remembered after its last failure.
+	// Default 24 h.
+	TTL time.Duration
+	// Policies are the manager's named policies, consulted for their
+	// Degraded field ("" names "default"). Missing: degraded mode off.
+	Policies map[string]policy.Policy
+	// Logger receives loop outcomes (never code, never fixer credentials).
+	Logger *slog.Logger
+	// Now is the clock (tests). Default time.Now.
+	Now func() time.Time
+}
+
+// Runner runs cells with fix-and-retry, fallback and failure memory.
+type Runner struct {
+	m   *session.Manager
+	cfg Config
+	mem *memory
+	rev *reviewLog
+}
+
+// New makes a Runner over m, loading failure memory from cfg.ReviewDir.
+func New(m *session.Manager, cfg Config) (*Runner, error) {
+	if cfg.MaxAttemptsCeiling == 0 {
+		cfg.MaxAttemptsCeiling = 5
+	}
+	if cfg.Threshold == 0 {
+		cfg.Threshold = 3
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 24 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxAttemptsCeiling < 1 || cfg.MaxAttemptsCeiling > 20 {
+		return nil, fmt.Errorf("fixer.max_attempts_ceiling = %d, allowed 1..20", cfg.MaxAttemptsCeiling)
+	}
+	if cfg.Threshold < 1 {
+		return nil, fmt.Errorf("failures.threshold = %d, allowed >= 1", cfg.Threshold)
+	}
+	if cfg.TTL < 0 {
+		return nil, fmt.Errorf("failures.ttl = %s, must be positive", cfg.TTL)
+	}
+	mem, err := openMemory(cfg.ReviewDir, cfg.TTL, cfg.Now)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{m: m, cfg: cfg, mem: mem, rev: &reviewLog{dir: cfg.ReviewDir}}, nil
+}
+
+// HasFixer reports whether fix requests can be served.
+func (r *Runner) HasFixer() bool { return r.cfg.Fixer != nil }
+
+// MaxAttemptsCeiling is the largest fix.max_attempts allowed.
+func (r *Runner) MaxAttemptsCeiling() int { return r.cfg.MaxAttemptsCeiling }
+
+// Request is one cell to run through the loop.
+type Request struct {
+	Owner int
+	// Session names the session; "" runs one-shot under Policy.
+	Session string
+	Policy  string
+	Exec    session.ExecRequest
+	// MaxAttempts > 1 turns on fix-and-retry (0 or 1: a single run).
+	MaxAttempts int
+	// Force runs the cell even when failure memory says it will fail.
+	Force bool
+}
+
+// Attempt is one run of the loop.
+type Attempt struct {
+	Attempt int                `json:"attempt"`
+	Code    string             `json:"code"`
+	Status  string             `json:"status"`
+	Error   *session.CellError `json:"error,omitempty"`
+	Stdout  string             `json:"stdout,omitempty"`
+	Stderr  string             `json:"stderr,omitempty"`
+}
+
+// Fallback is what a person needs when the loop could not make the cell work.
+type Fallback struct {
+	// Code is the last code tried, to run by hand.
+	Code string `json:"code"`
+	// Error is the exact error: the traceback, or the sandbox error.
+	Error string `json:"error"`
+	// Reason says why the loop ended.
+	Reason string `json:"reason"`
+	// Tried lists what was attempted, in order.
+	Tried []string `json:"tried"`
+}
+
+// Known is the remembered failure a skipped request matched.
+type Known struct {
+	Fingerprint string    `json:"fingerprint"`
+	Type        string    `json:"type"`
+	Message     string    `json:"message"`
+	Modules     []string  `json:"modules,omitempty"`
+	Count       int       `json:"count"`
+	LastSeen    time.Time `json:"last_seen"`
+}
+
+// Outcome is what the loop produced. Result is the last attempt's result
+// (nil when nothing could run); the rest are the loop's own fields.
+type Outcome struct {
+	Result   *session.Result
+	Attempts []Attempt
+	Fallback *Fallback
+	// Mode is "degraded" when Result came from the degraded stateless run.
+	Mode string
+	// Known is set with Result.Status "skipped".
+	Known *Known
+}
+
+func failed(res *session.Result) bool { return res != nil && res.Status != session.StatusOK }
+
+func fixable(res *session.Result) bool {
+	return res.Status == session.StatusError || res.Status == session.StatusTimeout
+}
+
+// sandboxFailure: the cell never ran because no sandbox could be had.
+func sandboxFailure(err error) bool {
+	return errors.Is(err, session.ErrUnavailable) || errors.Is(err, session.ErrLimit)
+}
+
+// Exec runs req through the loop. A non-nil error is a request the loop
+// could not serve at all; with it the Outcome may still carry a Fallback
+// (the sandbox could not be created) that the caller should pass on.
+func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
+	if req.MaxAttempts > 1 && r.cfg.Fixer == nil {
+		return nil, ErrNoFixer
+	}
+	if req.MaxAttempts < 0 || req.MaxAttempts > r.cfg.MaxAttemptsCeiling {
+		return nil, fmt.Errorf("%w: fix.max_attempts = %d, allowed 1..%d (config key fixer.max_attempts_ceiling)",
+			session.ErrBadRequest, req.MaxAttempts, r.cfg.MaxAttemptsCeiling)
+	}
+	if !req.Force {
+		if k := r.mem.lookup(req.Exec.Code, r.cfg.Threshold); k != nil {
+			r.cfg.Logger.Info("cell skipped by failure memory", "fingerprint", k.Fingerprint, "count", k.Count)
+			return &Outcome{
+				Result: &session.Result{Status: StatusSkipped, Error: &session.CellError{
+					Type: k.Type, Message: fmt.Sprintf("skipped: this code failed the same way %d times (%s: %s); send \"force\":true to run it anyway", k.Count, k.Type, k.Message),
+				}},
+				Known: k,
+			}, nil
+		}
+	}
+	max := max(req.MaxAttempts, 1)
+	out := &Outcome{}
+	code := req.Exec.Code
+	var tried []string
+	var reason string
+	var runErr error
+	for n := 1; ; n++ {
+		er := req.Exec
+		er.Code = code
+		res, err := r.run(ctx, req, er)
+		if err != nil {
+			if !sandboxFailure(err) {
+				if n == 1 {
+					return nil, err
+				}
+				// A later attempt could not run: keep what we have.
+				reason = fmt.Sprintf("attempt %d could not run: %v", n, err)
+				runErr = err
+				break
+			}
+			runErr = err
+			reason = "the sandbox could not be created: " + err.Error()
+			tried = append(tried, fmt.Sprintf("attempt %d: sandbox unavailable", n))
+			break
+		}
+		out.Result = res
+		out.Attempts = append(out.Attempts, Attempt{Attempt: n, Code: code, Status: res.Status, Error: res.Error, Stdout: trim(res.Stdout, 4096), Stderr: trim(res.Stderr, 4096)})
+		tried = append(tried, fmt.Sprintf("attempt %d: %s", n, statusLine(res)))
+		if !failed(res) {
+			break
+		}
+		if !fixable(res) {
+			reason = fmt.Sprintf("status %s is not retried", res.Status)
+			break
+		}
+		if n >= max {
+			reason = fmt.Sprintf("retries exhausted after %d attempts", n)
+			break
+		}
+		newCode, ferr := r.cfg.Fixer.Fix(ctx, FixInput{
+			Code: code, Error: errorText(res), Stdout: trim(res.Stdout, 8192), Stderr: trim(res.Stderr, 8192),
+			Attempt: n, Attempts: out.Attempts[:len(out.Attempts)-1],
+		})
+		switch {
+		case ferr != nil:
+			reason = fmt.Sprintf("fixer %s failed: %v", r.cfg.Fixer.Name(), ferr)
+		case newCode == "":
+			reason = fmt.Sprintf("fixer %s returned no code", r.cfg.Fixer.Name())
+		case newCode == code:
+			reason = fmt.Sprintf("fixer %s returned the same code", r.cfg.Fixer.Name())
+		}
+		if reason != "" {
+			tried = append(tried, reason)
+			break
+		}
+		tried = append(tried, fmt.Sprintf("fixer %s proposed new code", r.cfg.Fixer.Name()))
+		code = newCode
+	}
+	if runErr == nil && (!failed(out.Result) || req.MaxAttempts <= 1) {
+		// Success, or a plain exec's own failure: the result says it all,
+		// and an interactive NameError is not an incident to review.
+		if req.MaxAttempts <= 1 {
+			out.Attempts = nil
+		}
+		return out, nil
+	}
+
+	// The loop ended in failure: say so explicitly, remember it, log it.
+	fb := &Fallback{Code: code, Reason: reason, Tried: tried}
+	if runErr != nil {
+		fb.Error = runErr.Error()
+	} else {
+		fb.Error = errorText(out.Result)
+	}
+	out.Fallback = fb
+	fp := ""
+	if runErr == nil {
+		fp = r.mem.record(req.Exec.Code, code, out.Result)
+	}
+	r.review(req, out, fp)
+	if r.degradedAllowed(req) {
+		if dres, derr := r.degraded(ctx, req, code); derr == nil {
+			fb.Tried = append(fb.Tried, "degraded stateless run: "+statusLine(dres))
+			out.Result, out.Mode = dres, ModeDegraded
+			return out, nil
+		} else {
+			fb.Tried = append(fb.Tried, "degraded stateless run: "+derr.Error())
+		}
+	}
+	if out.Result == nil {
+		return out, runErr
+	}
+	return out, nil
+}
+
+func (r *Runner) run(ctx context.Context, req Request, er session.ExecRequest) (*session.Result, error) {
+	if req.Session != "" {
+		return r.m.Exec(ctx, req.Owner, req.Session, er)
+	}
+	return r.m.RunOnce(ctx, req.Owner, req.Policy, er)
+}
+
+func statusLine(res *session.Result) string {
+	if res.Error != nil {
+		return res.Status + " (" + res.Error.Type + ": " + trim(res.Error.Message, 200) + ")"
+	}
+	return res.Status
+}
+
+// errorText is the exact error of a failed result: the traceback if any.
+func errorText(res *session.Result) string {
+	if res == nil {
+		return ""
+	}
+	if res.Error != nil {
+		if res.Error.Traceback != "" {
+			return res.Error.Traceback
+		}
+		return res.Error.Type + ": " + res.Error.Message
+	}
+	if res.Status != session.StatusOK {
+		return "cell ended with status " + res.Status
+	}
+	return ""
+}
+
+// trim keeps the last n bytes of s (the end of output is where the error is).
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "...[trimmed]...\n" + s[len(s)-n:]
+}
+
+// ErrorForMissingFixer names the config keys a fix request needs.
+func ErrorForMissingFixer() string {
+	return `"fix" needs a fixer: set config key fixer.command (env JAILCELL_FIXER_COMMAND), or fixer.kind=openai with fixer.openai.base_url and fixer.openai.model (env JAILCELL_FIXER_OPENAI_BASE_URL, JAILCELL_FIXER_OPENAI_MODEL)`
+}

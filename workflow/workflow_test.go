@@ -1,0 +1,347 @@
+package workflow
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session"
+)
+
+func TestMain(m *testing.M) {
+	isolate.Init()
+	os.Exit(m.Run())
+}
+
+// Its own cgroup root: a manager sweeps its root at start, and other
+// packages' tests may run at the same time.
+const testCgroupRoot = "/jailcell-test-workflow"
+
+func testPolicy() policy.Policy {
+	p := policy.Default()
+	p.MemoryBytes = 512 << 20
+	p.Pids = 64
+	p.DiskBytes = 64 << 20
+	p.OutputBytes = 64 << 10
+	p.InterruptGrace = time.Second
+	p.Timeout = 20 * time.Second
+	return p
+}
+
+// newManager builds a real host and manager (privileged tier).
+func newManager(t *testing.T, maxSessions int, policies map[string]policy.Policy) *session.Manager {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state := testenv.StateDir(t)
+	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: testCgroupRoot})
+	if err != nil {
+		t.Fatalf("NewHost: %v", err)
+	}
+	if policies == nil {
+		policies = map[string]policy.Policy{"default": testPolicy()}
+	}
+	m, err := session.New(session.Config{StateDir: filepath.Join(state, "sessions"), Policies: policies, MaxSessions: maxSessions}, h)
+	if err != nil {
+		t.Fatalf("session.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return m
+}
+
+func fixerScript(t *testing.T, name string) *CommandFixer {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join("..", "testdata", "fixer", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &CommandFixer{Path: "/usr/bin/python3", Args: []string{path}, Timeout: 10 * time.Second}
+}
+
+func newRunner(t *testing.T, m *session.Manager, cfg Config) *Runner {
+	t.Helper()
+	if cfg.ReviewDir == "" {
+		cfg.ReviewDir = t.TempDir()
+	}
+	if cfg.Policies == nil {
+		cfg.Policies = map[string]policy.Policy{"default": testPolicy()}
+	}
+	r, err := New(m, cfg)
+	if err != nil {
+		t.Fatalf("workflow.New: %v", err)
+	}
+	return r
+}
+
+func create(t *testing.T, m *session.Manager) string {
+	t.Helper()
+	info, err := m.Create(context.Background(), session.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return info.ID
+}
+
+func TestFixCommandRepairsOnAttempt2(t *testing.T) {
+	m := newManager(t, 0, nil)
+	r := newRunner(t, m, Config{Fixer: fixerScript(t, "fix_name_error.py")})
+	id := create(t, m)
+	ctx := context.Background()
+	if _, err := m.Exec(ctx, 0, id, session.ExecRequest{Code: "x = 41"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Exec(ctx, Request{Session: id, MaxAttempts: 3, Exec: session.ExecRequest{Code: "pritn(x + 1)"}})
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if out.Result.Status != "ok" || strings.TrimSpace(out.Result.Stdout) != "42" {
+		t.Fatalf("final result %+v, want ok with 42 (the same session's x)", out.Result)
+	}
+	if len(out.Attempts) != 2 || out.Attempts[0].Status != "error" || out.Attempts[0].Error.Type != "NameError" ||
+		out.Attempts[1].Code != "print(x + 1)" || out.Attempts[1].Status != "ok" {
+		t.Fatalf("attempts %+v, want a NameError then the fixed code ok", out.Attempts)
+	}
+	if out.Fallback != nil {
+		t.Errorf("fallback %+v on success", out.Fallback)
+	}
+}
+
+func TestFixerNeverFixesThenSkippedThenForce(t *testing.T) {
+	m := newManager(t, 0, nil)
+	dir := t.TempDir()
+	cfg := Config{Fixer: fixerScript(t, "never_fix.py"), ReviewDir: dir, Threshold: 2}
+	r := newRunner(t, m, cfg)
+	id := create(t, m)
+	ctx := context.Background()
+	code := "import json\nopen('/work/no-such-file-17.csv')"
+	req := Request{Session: id, MaxAttempts: 2, Exec: session.ExecRequest{Code: code}}
+	for i := 1; i <= 2; i++ {
+		out, err := r.Exec(ctx, req)
+		if err != nil {
+			t.Fatalf("loop %d: %v", i, err)
+		}
+		if len(out.Attempts) != 2 || out.Result.Status != "error" {
+			t.Fatalf("loop %d: attempts %+v status %s, want 2 failed attempts", i, out.Attempts, out.Result.Status)
+		}
+		fb := out.Fallback
+		if fb == nil || !strings.Contains(fb.Reason, "retries exhausted after 2") || !strings.Contains(fb.Error, "FileNotFoundError") ||
+			!strings.Contains(fb.Code, "# fixer attempt 1") || len(fb.Tried) < 3 {
+			t.Fatalf("loop %d: fallback %+v", i, fb)
+		}
+	}
+	entries, err := ReadReview(dir)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("review log: %d entries, %v; want 2", len(entries), err)
+	}
+	if e := entries[0]; e.Session != id || e.Code != code || len(e.Attempts) != 2 || len(e.Errors) != 2 || e.Fingerprint == "" {
+		t.Errorf("review entry %+v", e)
+	}
+
+	// A third identical request is answered from memory, without running.
+	out, err := r.Exec(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result.Status != StatusSkipped || out.Known == nil || out.Known.Count != 2 || out.Known.Type != "FileNotFoundError" || len(out.Attempts) != 0 {
+		t.Fatalf("third request: %+v known %+v, want skipped with count 2", out.Result, out.Known)
+	}
+	// Memory survives a restart.
+	r2 := newRunner(t, m, cfg)
+	if out, _ := r2.Exec(ctx, req); out.Result.Status != StatusSkipped {
+		t.Errorf("after restart: status %s, want skipped", out.Result.Status)
+	}
+	if l := r2.Failures(); len(l) != 1 || l[0].Count != 2 || !strings.Contains(l[0].Message, "<path>") {
+		t.Errorf("failures %+v, want one normalised entry", l)
+	}
+	// force runs it anyway.
+	req.Force = true
+	req.MaxAttempts = 1
+	out, err = r2.Exec(ctx, req)
+	if err != nil || out.Result.Status != "error" || out.Known != nil {
+		t.Fatalf("forced: %+v %v, want it run", out, err)
+	}
+	if n, err := r2.ClearFailures(); n != 1 || err != nil {
+		t.Errorf("ClearFailures = %d, %v", n, err)
+	}
+	req.Force = false
+	if out, _ := r2.Exec(ctx, req); out.Result.Status == StatusSkipped {
+		t.Errorf("skipped after clear")
+	}
+}
+
+func TestFixerEndsLoop(t *testing.T) {
+	m := newManager(t, 0, nil)
+	id := create(t, m)
+	for _, tc := range []struct {
+		name   string
+		fixer  Fixer
+		reason string
+	}{
+		{"nothing", &CommandFixer{Path: "/bin/true"}, "returned no code"},
+		{"same", &CommandFixer{Path: "/usr/bin/python3", Args: []string{"-c", "import json,sys; sys.stdout.write(json.load(sys.stdin)['code'])"}}, "returned the same code"},
+		{"fails", &CommandFixer{Path: "/bin/sh", Args: []string{"-c", "echo broken >&2; exit 3"}}, "exit status 3: broken"},
+		{"timeout", &CommandFixer{Path: "/bin/sleep", Args: []string{"10"}, Timeout: 200 * time.Millisecond}, "timed out"},
+		{"output", &CommandFixer{Path: "/usr/bin/yes", MaxOutput: 1000}, "output over 1000 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRunner(t, m, Config{Fixer: tc.fixer})
+			out, err := r.Exec(context.Background(), Request{Session: id, MaxAttempts: 3, Exec: session.ExecRequest{Code: "1/0"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out.Attempts) != 1 || out.Fallback == nil || !strings.Contains(out.Fallback.Reason, tc.reason) {
+				t.Fatalf("attempts %d fallback %+v, want one attempt ending with %q", len(out.Attempts), out.Fallback, tc.reason)
+			}
+		})
+	}
+}
+
+func TestNoFixerRefused(t *testing.T) {
+	r := &Runner{cfg: Config{MaxAttemptsCeiling: 5}}
+	if _, err := r.Exec(context.Background(), Request{MaxAttempts: 2}); !errors.Is(err, ErrNoFixer) {
+		t.Fatalf("err %v, want ErrNoFixer", err)
+	}
+	if !strings.Contains(ErrorForMissingFixer(), "fixer.command") || !strings.Contains(ErrorForMissingFixer(), "JAILCELL_FIXER_COMMAND") {
+		t.Errorf("message %q does not name the config key", ErrorForMissingFixer())
+	}
+	r.cfg.Fixer = &CommandFixer{Path: "/bin/true"}
+	if _, err := r.Exec(context.Background(), Request{MaxAttempts: 6}); !errors.Is(err, session.ErrBadRequest) || !strings.Contains(err.Error(), "1..5") {
+		t.Fatalf("err %v, want bad request naming the ceiling", err)
+	}
+}
+
+func TestOpenAIFixer(t *testing.T) {
+	const key = "sk-test-SECRET-0123456789"
+	t.Setenv("JAILCELL_TEST_OPENAI_KEY", key)
+	var got struct {
+		Model    string `json:"model"`
+		Messages []struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	var auth, path string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth, path = r.Header.Get("Authorization"), r.URL.Path
+		if err := json.NewDecoder(r.Body).Decode(&got); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Here is the fix:\n\n`+"```python\\nprint(6 * 7)\\n```"+`\nDone."},"finish_reason":"stop"}]}`)
+	}))
+	defer srv.Close()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f := &OpenAIFixer{BaseURL: srv.URL + "/v1/", Model: "local-coder", APIKeyEnv: "JAILCELL_TEST_OPENAI_KEY", Timeout: 5 * time.Second}
+
+	m := newManager(t, 0, nil)
+	r := newRunner(t, m, Config{Fixer: f, Logger: log})
+	out, err := r.Exec(context.Background(), Request{MaxAttempts: 2, Exec: session.ExecRequest{Code: "print(6 * 7 +)"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result.Status != "ok" || strings.TrimSpace(out.Result.Stdout) != "42" || len(out.Attempts) != 2 {
+		t.Fatalf("result %+v attempts %d, want fixed on attempt 2", out.Result, len(out.Attempts))
+	}
+	if path != "/v1/chat/completions" || auth != "Bearer "+key || got.Model != "local-coder" || len(got.Messages) != 2 ||
+		got.Messages[0].Role != "system" || got.Messages[1].Role != "user" ||
+		!strings.Contains(got.Messages[1].Content, "SyntaxError") || !strings.Contains(got.Messages[1].Content, "print(6 * 7 +)") {
+		t.Fatalf("request path %q auth %q body %+v", path, auth, got)
+	}
+
+	// A failing endpoint ends the loop with a reason that never carries the key.
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "model overloaded", 503) }))
+	defer bad.Close()
+	r = newRunner(t, m, Config{Fixer: &OpenAIFixer{BaseURL: bad.URL, Model: "m", APIKeyEnv: "JAILCELL_TEST_OPENAI_KEY"}, Logger: log})
+	out, err = r.Exec(context.Background(), Request{MaxAttempts: 2, Exec: session.ExecRequest{Code: "1/0"}})
+	if err != nil || out.Fallback == nil || !strings.Contains(out.Fallback.Reason, "HTTP 503") {
+		t.Fatalf("fallback %+v, %v; want the HTTP 503 named", out.Fallback, err)
+	}
+	if strings.Contains(logs.String(), key) || strings.Contains(out.Fallback.Reason, key) {
+		t.Fatalf("API key leaked:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "loop ended in failure") {
+		t.Errorf("no loop outcome in the log:\n%s", logs.String())
+	}
+}
+
+func TestDegradedStateless(t *testing.T) {
+	p := testPolicy()
+	p.Degraded = DegradedStateless
+	pols := map[string]policy.Policy{"default": p}
+	m := newManager(t, 0, pols)
+	r := newRunner(t, m, Config{Policies: pols, Fixer: &CommandFixer{Path: "/bin/true"}})
+	secret := filepath.Join(t.TempDir(), "host-secret.txt")
+	os.WriteFile(secret, []byte("s"), 0o644)
+	code := `import os
+try:
+    import numpy
+    np_ok = True
+except ImportError:
+    np_ok = False
+print("numpy", np_ok)
+print("net", sorted(os.listdir("/sys/class/net")))
+print("host", os.path.exists(` + "'" + secret + "'" + `))
+if np_ok:
+    raise RuntimeError("the full interpreter ran")`
+	out, err := r.Exec(context.Background(), Request{MaxAttempts: 2, Exec: session.ExecRequest{Code: code}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Attempts) != 1 || out.Attempts[0].Status != "error" {
+		t.Fatalf("attempts %+v, want the normal run failing first", out.Attempts)
+	}
+	if out.Mode != ModeDegraded || out.Result.Status != "ok" {
+		t.Fatalf("mode %q result %+v, want a degraded ok", out.Mode, out.Result)
+	}
+	want := "numpy False\nnet ['lo']\nhost False\n"
+	if out.Result.Stdout != want {
+		t.Fatalf("degraded stdout %q, want %q", out.Result.Stdout, want)
+	}
+	if out.Fallback == nil || !strings.Contains(strings.Join(out.Fallback.Tried, "\n"), "degraded stateless run: ok") {
+		t.Errorf("fallback %+v, want the degraded run listed", out.Fallback)
+	}
+	// Without the policy field there is no degraded run.
+	r = newRunner(t, m, Config{Policies: map[string]policy.Policy{"default": testPolicy()}, Fixer: &CommandFixer{Path: "/bin/true"}})
+	if out, _ := r.Exec(context.Background(), Request{MaxAttempts: 2, Exec: session.ExecRequest{Code: "1/0"}}); out.Mode != "" || out.Fallback == nil {
+		t.Errorf("mode %q fallback %+v without degraded in the policy", out.Mode, out.Fallback)
+	}
+	// A plain exec's own failure is just its result: no fallback, no
+	// degraded run, no attempts list.
+	r = newRunner(t, m, Config{Policies: pols})
+	if out, _ := r.Exec(context.Background(), Request{Exec: session.ExecRequest{Code: "1/0"}}); out.Mode != "" || out.Fallback != nil || out.Attempts != nil || out.Result.Status != "error" {
+		t.Errorf("plain exec: %+v", out)
+	}
+}
+
+func TestSandboxUnavailableFallback(t *testing.T) {
+	m := newManager(t, 1, nil)
+	create(t, m) // takes the only slot
+	r := newRunner(t, m, Config{})
+	out, err := r.Exec(context.Background(), Request{Exec: session.ExecRequest{Code: "print(1)"}})
+	if !errors.Is(err, session.ErrLimit) {
+		t.Fatalf("err %v, want ErrLimit", err)
+	}
+	if out == nil || out.Fallback == nil || out.Fallback.Code != "print(1)" || !strings.Contains(out.Fallback.Error, "max_sessions") ||
+		!strings.Contains(out.Fallback.Reason, "sandbox could not be created") {
+		t.Fatalf("outcome %+v, want a fallback block", out)
+	}
+}

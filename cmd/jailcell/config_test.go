@@ -96,11 +96,11 @@ policies:
     memory_bytes: 128MiB
     timeout: 5s
 `)
-	t.Setenv("JAILCELL_SESSIONS_MAX", "20")              // env over file
-	t.Setenv("JAILCELL_LOG_LEVEL", "error")              // flag over env
+	t.Setenv("JAILCELL_SESSIONS_MAX", "20")               // env over file
+	t.Setenv("JAILCELL_LOG_LEVEL", "error")               // flag over env
 	t.Setenv("JAILCELL_ALLOWED_UIDS", "1000, 1001,alice") // list from env
-	t.Setenv("JAILCELL_POLICIES_SMALL_PIDS", "32")       // a policy field from env
-	t.Setenv("JAILCELL_STORE_DIR", "")                   // empty is unset
+	t.Setenv("JAILCELL_POLICIES_SMALL_PIDS", "32")        // a policy field from env
+	t.Setenv("JAILCELL_STORE_DIR", "")                    // empty is unset
 	out, err := runConfigCmd(t, "--config", path, "--log-level", "debug", "--socket", "/tmp/x.sock")
 	if err != nil {
 		t.Fatal(err)

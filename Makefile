@@ -9,8 +9,11 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/jailcell
 ROOTFS_BASE ?= /var/lib/jailcell/rootfs
-APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 ca-certificates python3-matplotlib python3-pandas
+APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 ca-certificates python3-matplotlib python3-pandas \
+	python3 curl systemd
 TEST_TIMEOUT ?= 25m
+PREFIX ?= /usr/local
+SYSTEMD_DIR ?= /etc/systemd/system
 
 .PHONY: all deps build rootfs demo test test-unit test-hostile bench install clean
 
@@ -48,6 +51,24 @@ test: rootfs
 # Plain unit tests, no root or rootfs needed.
 test-unit:
 	$(GO) test -tags $(TAGS) -short -count=1 ./policy/ ./runner/ ./api/ ./rootfs/
+
+# The system service: binary, rootfs, config, units, docs. A config file
+# already in /etc/jailcell is kept; the example is always refreshed.
+install: rootfs
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/jailcell
+	[ -n "$(DESTDIR)" ] || getent group jailcell >/dev/null || groupadd --system jailcell
+	install -d -m 0755 $(DESTDIR)/etc/jailcell
+	install -m 0644 configs/config.example.yaml $(DESTDIR)/etc/jailcell/config.example.yaml
+	[ -e $(DESTDIR)/etc/jailcell/config.yaml ] || install -m 0640 configs/config.example.yaml $(DESTDIR)/etc/jailcell/config.yaml
+	sed 's|/usr/local/bin/jailcell|$(PREFIX)/bin/jailcell|; s|/usr/local/share/doc|$(PREFIX)/share/doc|' configs/jailcell.service > jailcell.service.tmp
+	install -D -m 0644 jailcell.service.tmp $(DESTDIR)$(SYSTEMD_DIR)/jailcell.service
+	sed 's|/usr/local/share/doc|$(PREFIX)/share/doc|' configs/jailcell.socket > jailcell.socket.tmp
+	install -D -m 0644 jailcell.socket.tmp $(DESTDIR)$(SYSTEMD_DIR)/jailcell.socket
+	rm -f jailcell.service.tmp jailcell.socket.tmp
+	install -D -m 0644 docs/service.md $(DESTDIR)$(PREFIX)/share/doc/jailcell/service.md
+	$(DESTDIR)$(PREFIX)/bin/jailcell config --config $(DESTDIR)/etc/jailcell/config.yaml >/dev/null
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "installed; start with: systemctl enable --now jailcell.socket"
 
 clean:
 	rm -rf bin demo-out

@@ -428,9 +428,9 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 		s.respond(w, fail(req.ID, derr))
 		return
 	}
-	if op == OpExec && acceptsNDJSON(r.Header.Get("Accept")) {
-		req.Stream = true
-	}
+	// Only an exec has output to stream: asked by the Accept header, or
+	// by "stream" as in a JSON-lines request.
+	req.Stream = op == OpExec && (req.Stream || acceptsNDJSON(r.Header.Get("Accept")))
 	start := time.Now()
 	var resp *Response
 	if req.Stream {

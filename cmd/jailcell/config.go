@@ -510,8 +510,15 @@ func (l *configLoader) decodePolicies(names []string) {
 			continue
 		}
 		if err := p.Validate(); err != nil {
+			// "invalid policy: pids = 1, allowed 8..65536" becomes
+			// "policies.NAME.pids = 1, allowed 8..65536": the full key.
 			for _, e := range unjoin(err) {
-				l.errs = append(l.errs, fmt.Errorf("policies.%s: %w", name, e))
+				msg := e.Error()
+				if rest, ok := strings.CutPrefix(msg, policy.ErrInvalid.Error()+": "); ok {
+					l.errs = append(l.errs, fmt.Errorf("policies.%s.%s", name, rest))
+					continue
+				}
+				l.errs = append(l.errs, fmt.Errorf("policies.%s: %s", name, msg))
 			}
 			continue
 		}

@@ -101,9 +101,16 @@ func serve(hf *hostFlags) (retErr error) {
 		closeAll()
 		return err
 	}
+	// The same dispatcher as `jailcell json`: one core, two transports.
+	wf, err := newWorkflow(st.manager, cfg.Policies, log)
+	if err != nil {
+		closeAll()
+		_ = st.shutdown(10 * time.Second)
+		return err
+	}
 	if activated {
 		for _, l := range listeners {
-			prepareActivated(l, gid, log)
+			checkActivated(l, gid, log)
 		}
 	} else {
 		l, err := listenSocket(cfg.Socket, gid, log)
@@ -114,7 +121,7 @@ func serve(hf *hostFlags) (retErr error) {
 		listeners = []net.Listener{l}
 	}
 	s := &service{hf: hf, log: log, st: st}
-	s.srv = api.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log},
+	s.srv = api.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf},
 		api.HTTPOptions{Access: access, Logger: log})
 	serveErr := make(chan error, len(listeners))
 	addrs := make([]string, len(listeners))
@@ -209,30 +216,34 @@ func (s *service) reload() {
 		return
 	}
 	old := s.hf.cfg
-	var restart []string
-	oldVals := map[string]string{}
+	oldVals, newVals := map[string]string{}, map[string]string{}
 	for _, st := range old.Settings {
 		oldVals[st.Key] = st.Value
 	}
 	for _, st := range cfg.Settings {
-		if oldVals[st.Key] != st.Value && !slices.Contains(reloadable, st.Key) {
-			restart = append(restart, st.Key)
+		newVals[st.Key] = st.Value
+	}
+	var restart []string
+	for _, k := range sortedUnion(oldVals, newVals) {
+		if v, ok := newVals[k]; (!ok || oldVals[k] != v) && !slices.Contains(reloadable, k) {
+			restart = append(restart, k)
 		}
 	}
-	// Keep what needs a restart as it runs, so `needs a restart` is said
-	// again on the next reload until it happens.
+	// What needs a restart stays as it runs, so the warning comes again on
+	// the next reload until the restart happens.
 	kept := *old
 	kept.LogLevel, kept.AllowedUIDs, kept.AllowedGIDs = cfg.LogLevel, cfg.AllowedUIDs, cfg.AllowedGIDs
-	kept.Settings = nil
-	for _, st := range old.Settings {
+	kept.Settings = make([]setting, len(old.Settings))
+	for i, st := range old.Settings {
 		if slices.Contains(reloadable, st.Key) {
+			st.Value = newVals[st.Key]
 			for _, n := range cfg.Settings {
 				if n.Key == st.Key {
-					st = n
+					st.Source = n.Source
 				}
 			}
 		}
-		kept.Settings = append(kept.Settings, st)
+		kept.Settings[i] = st
 	}
 	s.hf.apply(&kept)
 	s.log.Info("configuration reloaded", "log_level", strings.ToLower(cfg.LogLevel.String()),
@@ -240,6 +251,20 @@ func (s *service) reload() {
 	if len(restart) > 0 {
 		s.log.Warn("reload: these keys changed but take effect only after a restart", "keys", restart)
 	}
+}
+
+func sortedUnion(a, b map[string]string) []string {
+	var keys []string
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // watchdog feeds systemd's watchdog (WATCHDOG_USEC) while the manager
@@ -299,16 +324,18 @@ func activatedListeners() ([]net.Listener, error) {
 	return out, nil
 }
 
-// prepareActivated gives the activated socket's directory the same owner
-// and mode as a socket serve creates itself, when jailcell owns that
-// directory (the socket unit cannot set a directory's group).
-func prepareActivated(l net.Listener, gid int, log *slog.Logger) {
+// checkActivated reports an activated socket whose group is not
+// socket_group. Its owner and mode are systemd's (jailcell.socket), so
+// they are left as they are.
+func checkActivated(l net.Listener, gid int, log *slog.Logger) {
 	path := l.Addr().String()
-	if !filepath.IsAbs(path) {
+	fi, err := os.Stat(path)
+	if err != nil {
 		return // abstract or unnamed
 	}
-	if err := claimDir(filepath.Dir(path), filepath.Base(path), gid, log); err != nil {
-		log.Warn("socket directory left as it is", "dir", filepath.Dir(path), "err", err)
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Gid) != gid {
+		log.Warn("the activated socket's group is not socket_group; the socket unit's SocketGroup decides who can connect",
+			"socket", path, "socket_gid", st.Gid, "socket_group_gid", gid)
 	}
 }
 

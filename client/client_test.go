@@ -1,0 +1,216 @@
+package client
+
+import (
+	"context"
+	"os/exec"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session"
+)
+
+// conformance drives every API call against a live jailcell; both
+// transports must behave the same.
+func conformance(t *testing.T, c API) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	s, err := c.Create(ctx, CreateOptions{TTL: 10 * time.Minute, Limits: &Limits{Pids: ptr[int64](32)}})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if len(s.ID) != 32 || s.State != "ready" || s.Policy != "default" || s.ExpiresAt.IsZero() {
+		t.Fatalf("Create: %+v", s)
+	}
+	list, err := c.Sessions(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != s.ID {
+		t.Fatalf("Sessions: %+v, %v", list, err)
+	}
+
+	res, err := c.Exec(ctx, s.ID, "x = 6 * 7\nx", nil)
+	if err != nil || res.Status != "ok" || res.Value == nil {
+		t.Fatalf("Exec: %+v, %v", res, err)
+	}
+	// Streaming: output arrives in order before the result.
+	var mu sync.Mutex
+	var streamed strings.Builder
+	res, err = c.Exec(ctx, s.ID, "import time\nfor i in range(3):\n    print(x + i, flush=True)\n    time.sleep(0.05)", &ExecOptions{
+		Timeout: 30 * time.Second,
+		OnOutput: func(stream, text string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if stream == "stdout" {
+				streamed.WriteString(text)
+			}
+		},
+	})
+	if err != nil || res.Status != "ok" || res.Stdout != "42\n43\n44\n" {
+		t.Fatalf("streamed Exec: %+v, %v", res, err)
+	}
+	if streamed.String() != res.Stdout {
+		t.Fatalf("streamed %q, result %q", streamed.String(), res.Stdout)
+	}
+	res, err = c.Exec(ctx, s.ID, "1/0", nil)
+	if err != nil || res.Status != "error" || res.Error == nil || res.Error.Type != "ZeroDivisionError" {
+		t.Fatalf("failing Exec: %+v, %v", res, err)
+	}
+
+	if err := c.Upload(ctx, s.ID, "in dir/data.bin", []byte{0, 1, 2, 255}); err != nil {
+		t.Fatalf("Upload: %v", err)
+	}
+	res, err = c.Exec(ctx, s.ID, "open('out.txt','wb').write(bytes(reversed(open('in dir/data.bin','rb').read())))", nil)
+	if err != nil || res.Status != "ok" {
+		t.Fatalf("Exec on upload: %+v, %v", res, err)
+	}
+	got, err := c.Download(ctx, s.ID, "out.txt")
+	if err != nil || string(got) != "\xff\x02\x01\x00" {
+		t.Fatalf("Download: %q, %v", got, err)
+	}
+	files, err := c.Files(ctx, s.ID)
+	if err != nil {
+		t.Fatalf("Files: %v", err)
+	}
+	var paths []string
+	for _, f := range files {
+		paths = append(paths, f.Path)
+	}
+	if !strings.Contains(strings.Join(paths, "|"), "in dir/data.bin") || !strings.Contains(strings.Join(paths, "|"), "out.txt") {
+		t.Fatalf("Files: %v", paths)
+	}
+
+	// One-shot: files in, files back with their content.
+	res, err = c.Exec(ctx, "", "open('r.txt','w').write(open('a.txt').read()*2)", &ExecOptions{Files: []File{{Path: "a.txt", Data: []byte("ab")}}})
+	if err != nil || res.Status != "ok" {
+		t.Fatalf("one-shot Exec: %+v, %v", res, err)
+	}
+	var back string
+	for _, f := range res.Files {
+		if f.Path == "r.txt" {
+			back = string(f.Data)
+		}
+	}
+	if back != "abab" {
+		t.Fatalf("one-shot files: %+v", res.Files)
+	}
+
+	// Errors carry their wire codes.
+	if _, err := c.Exec(ctx, "0123456789abcdef0123456789abcdef", "1", nil); !IsCode(err, "not_found") {
+		t.Fatalf("unknown session: %v", err)
+	}
+	if _, err := c.Download(ctx, s.ID, "../../etc/passwd"); !IsCode(err, "bad_request") {
+		t.Fatalf("traversal: %v", err)
+	}
+	if _, err := c.Create(ctx, CreateOptions{Policy: "nope"}); !IsCode(err, "bad_request") {
+		t.Fatalf("unknown policy: %v", err)
+	}
+	if err := c.CloseSession(ctx, s.ID); err != nil {
+		t.Fatalf("CloseSession: %v", err)
+	}
+	if _, err := c.Exec(ctx, s.ID, "1", nil); !IsCode(err, "not_found") {
+		t.Fatalf("closed session: %v", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestHTTPClient(t *testing.T) {
+	svc := startService(t)
+	c := NewHTTP(svc.sock)
+	defer c.CloseIdleConnections()
+	h, err := c.Health(context.Background())
+	if err != nil || h.Version == "" || h.Isolation["seccomp"] != true {
+		t.Fatalf("Health: %+v, %v", h, err)
+	}
+	conformance(t, c)
+	m, err := c.Metrics(context.Background())
+	if err != nil || !strings.Contains(m, `jailcell_cells_total{status="ok"}`) {
+		t.Fatalf("Metrics: %v\n%s", err, m)
+	}
+	if _, err := NewHTTP(svc.dir + "/nothing.sock").Sessions(context.Background()); err == nil {
+		t.Fatal("no error from a missing socket")
+	}
+}
+
+func TestJSONLClient(t *testing.T) {
+	testenv.RequiresRoot(t)
+	bin := jailcellBinary(t)
+	dir := testenv.StateDir(t)
+	stderr := &lockedBuffer{}
+	cmd := exec.Command(bin, "json", "--config", testConfig(t, dir))
+	cmd.Env, cmd.Stderr = childEnv(dir), stderr
+	c, err := StartJSONCmd(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("jailcell json log:\n%s", stderr.String())
+		}
+	}()
+	h, err := c.Ping(context.Background())
+	if err != nil || h.Version == "" {
+		t.Fatalf("Ping: %+v, %v", h, err)
+	}
+	conformance(t, c)
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := c.Sessions(context.Background()); err == nil {
+		t.Fatal("a request after Close succeeded")
+	}
+}
+
+// The client's wire types are copies (it must not import the sandbox
+// code); they must keep every JSON field of the originals.
+func TestWireTypesMatch(t *testing.T) {
+	for _, tc := range []struct {
+		mine, theirs any
+	}{
+		{Result{}, session.Result{}},
+		{CellError{}, session.CellError{}},
+		{Frame{}, session.Frame{}},
+		{DisplayItem{}, session.DisplayItem{}},
+		{FileChange{}, session.FileChange{}},
+		{Usage{}, session.Usage{}},
+		{Session{}, session.Info{}},
+		{Entry{}, session.Entry{}},
+		{File{}, session.File{}},
+		{Limits{}, policy.Override{}},
+	} {
+		mine, theirs := jsonFields(reflect.TypeOf(tc.mine)), jsonFields(reflect.TypeOf(tc.theirs))
+		for name, typ := range theirs {
+			if mt, ok := mine[name]; !ok {
+				t.Errorf("%T lacks field %q of %T", tc.mine, name, tc.theirs)
+			} else if mt != typ {
+				t.Errorf("%T.%s is %s, %T's is %s", tc.mine, name, mt, tc.theirs, typ)
+			}
+		}
+		for name := range mine {
+			if _, ok := theirs[name]; !ok {
+				t.Errorf("%T has field %q that %T does not", tc.mine, name, tc.theirs)
+			}
+		}
+	}
+}
+
+// jsonFields maps JSON names to a coarse kind (struct types by kind only).
+func jsonFields(t reflect.Type) map[string]string {
+	out := map[string]string{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		out[name] = f.Type.Kind().String()
+		if f.Type.Kind() == reflect.Slice || f.Type.Kind() == reflect.Pointer {
+			out[name] += " of " + f.Type.Elem().Kind().String()
+		}
+	}
+	return out
+}

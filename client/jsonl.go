@@ -1,0 +1,302 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"sync"
+)
+
+// JSONL is a client of the JSON-lines protocol: requests as lines on a
+// writer, responses (and streamed output events) as lines on a reader,
+// matched by id, so any number of requests may run at once. Sessions
+// belong to the uid of the jailcell process at the other end. Safe for
+// concurrent use.
+type JSONL struct {
+	w   io.Writer
+	wmu sync.Mutex
+
+	mu      sync.Mutex
+	nextID  int64
+	pending map[string]*call
+	err     error // set once the reader has stopped
+	done    chan struct{}
+
+	closer func() error
+}
+
+var _ API = (*JSONL)(nil)
+
+type call struct {
+	onOutput func(stream, text string)
+	resp     chan json.RawMessage
+}
+
+// NewJSONL speaks JSON lines over r and w, e.g. the two ends of a pipe to
+// `jailcell json`, or a socket to something that relays it.
+func NewJSONL(r io.Reader, w io.Writer) *JSONL {
+	c := &JSONL{w: w, pending: map[string]*call{}, done: make(chan struct{})}
+	go c.read(r)
+	return c
+}
+
+// StartJSON runs `binary json args...` (binary "" = "jailcell" on PATH)
+// and speaks to it over its stdin and stdout; its stderr (logs) goes to
+// stderr if not nil. Close ends it.
+func StartJSON(binary string, stderr io.Writer, args ...string) (*JSONL, error) {
+	if binary == "" {
+		binary = "jailcell"
+	}
+	cmd := exec.Command(binary, append([]string{"json"}, args...)...)
+	cmd.Stderr = stderr
+	return StartJSONCmd(cmd)
+}
+
+// StartJSONCmd starts cmd, a `jailcell json` command line the caller has
+// set up (environment, credentials, stderr), and speaks to it over its
+// stdin and stdout. Close ends it.
+func StartJSONCmd(cmd *exec.Cmd) (*JSONL, error) {
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	c := NewJSONL(out, in)
+	c.closer = func() error {
+		// EOF on stdin: jailcell answers what it has, tears every sandbox
+		// down and exits.
+		in.Close()
+		<-c.done
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("%s: %w", cmd.Path, err)
+		}
+		return nil
+	}
+	return c, nil
+}
+
+// Close ends a process started by StartJSON and waits for it; otherwise
+// it does nothing (the caller owns the stream).
+func (c *JSONL) Close() error {
+	if c.closer == nil {
+		return nil
+	}
+	return c.closer()
+}
+
+// read dispatches lines to their callers until the stream ends.
+func (c *JSONL) read(r io.Reader) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var err error
+	for {
+		var line []byte
+		line, err = readLine(br, maxResponseBytes)
+		if err != nil {
+			break
+		}
+		var head struct {
+			ID    json.RawMessage `json:"id"`
+			Event string          `json:"event"`
+			Text  string          `json:"text"`
+		}
+		if json.Unmarshal(line, &head) != nil {
+			continue
+		}
+		key := string(head.ID)
+		c.mu.Lock()
+		cl := c.pending[key]
+		if cl != nil && head.Event == "" {
+			delete(c.pending, key)
+		}
+		c.mu.Unlock()
+		if cl == nil {
+			continue
+		}
+		if head.Event != "" {
+			if cl.onOutput != nil {
+				cl.onOutput(head.Event, head.Text)
+			}
+			continue
+		}
+		cl.resp <- json.RawMessage(line)
+	}
+	if errors.Is(err, io.EOF) {
+		err = errors.New("jailcell: the JSON-lines stream ended")
+	}
+	c.mu.Lock()
+	c.err = err
+	for k, cl := range c.pending {
+		delete(c.pending, k)
+		close(cl.resp)
+	}
+	c.mu.Unlock()
+	close(c.done)
+}
+
+// roundTrip sends one request and waits for its response.
+func (c *JSONL) roundTrip(ctx context.Context, req map[string]any, onOutput func(string, string)) (*response, error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, c.err
+	}
+	c.nextID++
+	id := strconv.FormatInt(c.nextID, 10)
+	cl := &call{onOutput: onOutput, resp: make(chan json.RawMessage, 1)}
+	c.pending[id] = cl
+	c.mu.Unlock()
+
+	req["id"] = json.RawMessage(id)
+	if onOutput != nil {
+		req["stream"] = true
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		c.forget(id)
+		return nil, err
+	}
+	c.wmu.Lock()
+	_, err = c.w.Write(append(b, '\n'))
+	c.wmu.Unlock()
+	if err != nil {
+		c.forget(id)
+		return nil, fmt.Errorf("jailcell: send request: %w", err)
+	}
+	select {
+	case raw, ok := <-cl.resp:
+		if !ok {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return nil, c.err
+		}
+		var r response
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return nil, fmt.Errorf("jailcell: decode response: %w", err)
+		}
+		return &r, checkResponse(0, &r)
+	case <-ctx.Done():
+		// The request runs on in jailcell; its answer is dropped.
+		c.forget(id)
+		return nil, ctx.Err()
+	}
+}
+
+func (c *JSONL) forget(id string) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// Ping reports the version and isolation of the jailcell at the other end.
+func (c *JSONL) Ping(ctx context.Context) (*Health, error) {
+	r, err := c.roundTrip(ctx, map[string]any{"op": "ping"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Health{Version: r.Version, Isolation: r.Isolation}, nil
+}
+
+// Create implements API.
+func (c *JSONL) Create(ctx context.Context, opts CreateOptions) (*Session, error) {
+	req, err := asMap(newCreateBody(opts))
+	if err != nil {
+		return nil, err
+	}
+	req["op"] = "create"
+	r, err := c.roundTrip(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := r.Session
+	return &s, nil
+}
+
+// Sessions implements API.
+func (c *JSONL) Sessions(ctx context.Context) ([]Session, error) {
+	r, err := c.roundTrip(ctx, map[string]any{"op": "sessions"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.Sessions, nil
+}
+
+// CloseSession implements API.
+func (c *JSONL) CloseSession(ctx context.Context, id string) error {
+	_, err := c.roundTrip(ctx, map[string]any{"op": "close", "session": id}, nil)
+	return err
+}
+
+// Exec implements API.
+func (c *JSONL) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*Result, error) {
+	req, err := asMap(newExecBody(code, opts))
+	if err != nil {
+		return nil, err
+	}
+	req["op"] = "exec"
+	if id != "" {
+		req["session"] = id
+	}
+	var onOutput func(string, string)
+	if opts != nil {
+		onOutput = opts.OnOutput
+	}
+	r, err := c.roundTrip(ctx, req, onOutput)
+	if err != nil {
+		return nil, err
+	}
+	return r.Result, nil
+}
+
+// Upload implements API.
+func (c *JSONL) Upload(ctx context.Context, id, path string, data []byte) error {
+	if data == nil {
+		data = []byte{}
+	}
+	_, err := c.roundTrip(ctx, map[string]any{"op": "upload", "session": id, "path": path, "data": data}, nil)
+	return err
+}
+
+// Download implements API.
+func (c *JSONL) Download(ctx context.Context, id, path string) ([]byte, error) {
+	r, err := c.roundTrip(ctx, map[string]any{"op": "download", "session": id, "path": path}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.Data == nil {
+		return []byte{}, nil
+	}
+	return r.Data, nil
+}
+
+// Files implements API.
+func (c *JSONL) Files(ctx context.Context, id string) ([]Entry, error) {
+	r, err := c.roundTrip(ctx, map[string]any{"op": "files", "session": id}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.Files, nil
+}
+
+// asMap turns a body struct into a request map (its omitempty rules kept).
+func asMap(v any) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

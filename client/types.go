@@ -1,0 +1,233 @@
+// Package client calls jailcell from Go: over HTTP on the Unix socket of a
+// running `jailcell serve` (HTTP), or over JSON lines with a `jailcell
+// json` child process or any other stream (JSONL). Both speak the same
+// wire types and satisfy API.
+//
+// It uses the standard library only and never imports the rest of
+// jailcell, so a program that calls jailcell does not link the sandbox
+// machinery (or need root, cgo or libseccomp). To run sandboxes in-process
+// instead, see examples/embed.
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// API is what both transports offer.
+type API interface {
+	// Create starts a session and returns once its kernel is ready.
+	Create(ctx context.Context, opts CreateOptions) (*Session, error)
+	// Sessions lists the caller's live sessions.
+	Sessions(ctx context.Context) ([]Session, error)
+	// CloseSession ends a session now.
+	CloseSession(ctx context.Context, id string) error
+	// Exec runs code in session id, or in a fresh one-shot sandbox when id
+	// is "". opts may be nil.
+	Exec(ctx context.Context, id, code string, opts *ExecOptions) (*Result, error)
+	// Upload writes data to path in the session's working directory.
+	Upload(ctx context.Context, id, path string, data []byte) error
+	// Download reads path from the session's working directory.
+	Download(ctx context.Context, id, path string) ([]byte, error)
+	// Files lists the session's working directory.
+	Files(ctx context.Context, id string) ([]Entry, error)
+}
+
+// Error is an error answered by jailcell.
+type Error struct {
+	// Status is the HTTP status (0 over JSON lines).
+	Status int
+	// Code is the wire code: bad_request, not_found, limit, busy,
+	// unavailable, internal, or forbidden (HTTP only).
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("jailcell: %s: %s", e.Code, e.Message) }
+
+// IsCode reports whether err is a jailcell error with the given code.
+func IsCode(err error, code string) bool {
+	e, ok := err.(*Error)
+	return ok && e.Code == code
+}
+
+// CreateOptions shape a new session; the zero value takes every default.
+type CreateOptions struct {
+	// TTL is the idle timeout (0: the service's default).
+	TTL time.Duration
+	// Policy names a configured policy ("" = default).
+	Policy string
+	// Limits tighten the policy.
+	Limits *Limits
+	// Persist names a store entry the workspace is saved to.
+	Persist string
+	// Requirements are pip requirements installed from the wheelhouse.
+	Requirements []string
+}
+
+// Limits tighten a session's policy; nil fields keep the policy's value.
+type Limits struct {
+	MemoryBytes *int64   `json:"memory_bytes,omitempty"`
+	Pids        *int64   `json:"pids,omitempty"`
+	CPUs        *float64 `json:"cpus,omitempty"`
+	DiskBytes   *int64   `json:"disk_bytes,omitempty"`
+	OutputBytes *int64   `json:"output_bytes,omitempty"`
+	TimeoutS    *float64 `json:"timeout_s,omitempty"`
+}
+
+// ExecOptions shape one cell; the zero value takes every default.
+type ExecOptions struct {
+	// Timeout is the cell's wall-clock limit (0: the policy's default).
+	Timeout time.Duration
+	// Files are placed in the working directory before the cell runs.
+	Files []File
+	// Policy names the policy of a one-shot cell (id ""); a session runs
+	// under its own.
+	Policy string
+	// OnOutput, if set, receives stdout and stderr as the cell writes them
+	// (the request is then streamed). It is called from one goroutine at
+	// a time.
+	OnOutput func(stream, text string)
+}
+
+// File is a file handed to a cell.
+type File struct {
+	Path string `json:"path"`
+	Data []byte `json:"data"`
+}
+
+// Session describes a session.
+type Session struct {
+	ID        string    `json:"session"`
+	State     string    `json:"state"`
+	Policy    string    `json:"policy"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Cells     int       `json:"cells"`
+	Persist   string    `json:"persist,omitempty"`
+	Restored  []string  `json:"restored,omitempty"`
+	Survives  string    `json:"survives,omitempty"`
+	Installed []string  `json:"installed,omitempty"`
+}
+
+// Entry is one file in a session's working directory.
+type Entry struct {
+	Path    string    `json:"path"`
+	Size    int64     `json:"size"`
+	Dir     bool      `json:"dir,omitempty"`
+	ModTime time.Time `json:"mtime"`
+}
+
+// Result is the outcome of one cell.
+type Result struct {
+	// Status is ok, error, timeout, oom or killed.
+	Status          string         `json:"status"`
+	Stdout          string         `json:"stdout"`
+	Stderr          string         `json:"stderr"`
+	StdoutTruncated bool           `json:"stdout_truncated"`
+	StderrTruncated bool           `json:"stderr_truncated"`
+	Error           *CellError     `json:"error,omitempty"`
+	Value           map[string]any `json:"value,omitempty"`
+	Display         []DisplayItem  `json:"display,omitempty"`
+	Files           []FileChange   `json:"files,omitempty"`
+	Usage           Usage          `json:"usage"`
+	// State is "kept" (variables survive) or "lost".
+	State       string   `json:"state,omitempty"`
+	StateReason string   `json:"state_reason,omitempty"`
+	Limits      []string `json:"limits,omitempty"`
+}
+
+// CellError is a Python exception raised by a cell.
+type CellError struct {
+	Type      string  `json:"type"`
+	Message   string  `json:"message"`
+	Traceback string  `json:"traceback"`
+	Frames    []Frame `json:"frames,omitempty"`
+}
+
+// Frame is one traceback frame.
+type Frame struct {
+	File string `json:"file"`
+	Line int    `json:"line"`
+	Name string `json:"name"`
+	Code string `json:"code,omitempty"`
+}
+
+// DisplayItem is a rich output: a figure, or an object passed to display().
+type DisplayItem struct {
+	MIME   string         `json:"mime"`
+	Data   string         `json:"data"`
+	Bundle map[string]any `json:"bundle,omitempty"`
+}
+
+// FileChange is a file a cell created, modified or deleted; one-shot cells
+// return the content.
+type FileChange struct {
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	Change  string `json:"change"`
+	Data    []byte `json:"data,omitempty"`
+	Omitted bool   `json:"omitted,omitempty"`
+}
+
+// Usage is what a cell cost, measured on the host.
+type Usage struct {
+	WallMS          int64 `json:"wall_ms"`
+	CPUMS           int64 `json:"cpu_ms"`
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+}
+
+// Health is the answer to a ping.
+type Health struct {
+	Version   string         `json:"version"`
+	Isolation map[string]any `json:"isolation"`
+}
+
+// wireError is the "error" object of a response.
+type wireError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// response is every field of a response the client reads.
+type response struct {
+	OK        bool           `json:"ok"`
+	Error     *wireError     `json:"error"`
+	Result    *Result        `json:"result"`
+	Version   string         `json:"version"`
+	Isolation map[string]any `json:"isolation"`
+	Data      []byte         `json:"data"`
+	Files     []Entry        `json:"files"`
+	Sessions  []Session      `json:"sessions"`
+	Session
+}
+
+// execBody is the exec fields of a request.
+type execBody struct {
+	Code     string  `json:"code"`
+	TimeoutS float64 `json:"timeout_s,omitempty"`
+	Files    []File  `json:"files,omitempty"`
+	Policy   string  `json:"policy,omitempty"`
+}
+
+func newExecBody(code string, o *ExecOptions) execBody {
+	b := execBody{Code: code}
+	if o != nil {
+		b.TimeoutS, b.Files, b.Policy = o.Timeout.Seconds(), o.Files, o.Policy
+	}
+	return b
+}
+
+// createBody is the create fields of a request.
+type createBody struct {
+	TTLS         float64  `json:"ttl_s,omitempty"`
+	Policy       string   `json:"policy,omitempty"`
+	Limits       *Limits  `json:"limits,omitempty"`
+	Persist      string   `json:"persist,omitempty"`
+	Requirements []string `json:"requirements,omitempty"`
+}
+
+func newCreateBody(o CreateOptions) createBody {
+	return createBody{TTLS: o.TTL.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements}
+}

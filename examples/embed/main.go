@@ -1,0 +1,110 @@
+// Command embed runs jailcell in-process: a Go program on an edge server
+// that runs Python cells in OS-isolated sandboxes without a jailcell
+// daemon. Run it as root (sandboxes need it) after `make rootfs`:
+//
+//	go build -tags seccomp -o embed ./examples/embed && sudo ./embed
+//
+// The library API is the same core `jailcell serve` uses:
+//
+//  1. isolate.Init() first thing in main. Sandboxes are started by
+//     re-executing this very binary as their init (the way runc does);
+//     in that process Init becomes the sandbox's init and never returns.
+//     Anything main does before it would also run inside every sandbox.
+//  2. rootfs.Open finds the Python rootfs built by `make rootfs`.
+//  3. isolate.NewHost checks the host (failing closed on anything a
+//     sandbox needs) and owns sandbox state under a state directory and
+//     a cgroup root of its own.
+//  4. session.New makes the Manager: Create, Exec, RunOnce, Upload,
+//     Download, Files, Close, List, and Shutdown at the end, which tears
+//     every sandbox down. Owner is a uid; pass your own.
+//
+// One process at a time may use a state directory: a second one would
+// remove the first one's sandboxes as leftovers when it starts.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/rootfs"
+	"github.com/jailcell/jailcell/session"
+)
+
+func main() {
+	// Must come first: in a sandbox's init process it never returns.
+	isolate.Init()
+
+	rootfsDir := flag.String("rootfs", rootfs.DefaultBase, "the Python rootfs (make rootfs)")
+	stateDir := flag.String("state-dir", "/var/lib/jailcell/embed", "sandbox state of this program")
+	flag.Parse()
+	if err := run(context.Background(), os.Stdout, *rootfsDir, *stateDir); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, out *os.File, rootfsDir, stateDir string) error {
+	r, err := rootfs.Open(rootfsDir)
+	if err != nil {
+		return err
+	}
+	host, err := isolate.NewHost(isolate.Config{
+		StateDir:   stateDir + "/isolate",
+		Rootfs:     r.Root,
+		CgroupRoot: "/jailcell-embed", // its own: a host sweeps its root at start
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox host: %w", err)
+	}
+	strict := policy.Default()
+	strict.MemoryBytes = 256 << 20
+	strict.Timeout = 10 * time.Second
+	m, err := session.New(session.Config{
+		StateDir: stateDir + "/sessions",
+		Policies: map[string]policy.Policy{"default": strict},
+	}, host)
+	if err != nil {
+		return fmt.Errorf("session manager: %w", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			log.Printf("shutdown: %v", err)
+		}
+	}()
+
+	owner := os.Getuid()
+	info, err := m.Create(ctx, session.CreateOptions{Owner: owner})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "session", info.ID)
+	for _, code := range []string{
+		"readings = [21.5, 22.1, 23.8]",
+		"print(f'mean {sum(readings)/len(readings):.2f}')",
+	} {
+		res, err := m.Exec(ctx, owner, info.ID, session.ExecRequest{
+			Code:     code,
+			OnOutput: func(stream, text string) { fmt.Fprint(out, text) },
+		})
+		if err != nil {
+			return err
+		}
+		if res.Status != session.StatusOK {
+			return fmt.Errorf("cell %q: %s", code, res.Status)
+		}
+	}
+	// A one-shot cell: a fresh sandbox, destroyed afterwards.
+	res, err := m.RunOnce(ctx, owner, "", session.ExecRequest{Code: "import platform; print(platform.python_version())"})
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(out, "one-shot python ", res.Stdout)
+	return m.Close(owner, info.ID)
+}

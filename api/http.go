@@ -431,20 +431,12 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 	// Only an exec has output to stream: asked by the Accept header, or
 	// by "stream" as in a JSON-lines request.
 	req.Stream = op == OpExec && (req.Stream || acceptsNDJSON(r.Header.Get("Accept")))
-	start := time.Now()
 	var resp *Response
 	if req.Stream {
 		resp = s.stream(w, r.Context(), owner, req)
 	} else {
 		resp = s.d.Handle(r.Context(), owner, req, nil)
 		s.respond(w, resp)
-	}
-	switch {
-	case !resp.OK:
-	case op == OpExec && resp.Result != nil:
-		s.metrics.cellSeconds.observe(float64(resp.Result.Usage.WallMS) / 1000)
-	case op == OpCreate && len(req.Requirements) == 0:
-		s.metrics.startSeconds.observe(time.Since(start).Seconds())
 	}
 }
 

@@ -225,8 +225,6 @@ func TestHTTPHeaderAndTimeBounds(t *testing.T) {
 
 func TestHTTPMetricsParse(t *testing.T) {
 	e := startHTTP(t, HTTPOptions{})
-	e.srv.metrics.cellSeconds.observe(0.3)
-	e.srv.metrics.cellSeconds.observe(42)
 	e.raw(t, "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 	resp, err := e.client.Get("http://jailcell/metrics")
 	if err != nil {
@@ -241,21 +239,11 @@ func TestHTTPMetricsParse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
+	// Without a manager the histograms are there, empty; the bucket
+	// arithmetic is tested in session (TestHistogram).
 	h := fams["jailcell_cell_duration_seconds"].GetMetric()[0].GetHistogram()
-	if h.GetSampleCount() != 2 || h.GetSampleSum() != 42.3 {
-		t.Fatalf("cell histogram count %d sum %g, want 2 and 42.3", h.GetSampleCount(), h.GetSampleSum())
-	}
-	for _, b := range h.GetBucket() {
-		want := uint64(0)
-		switch {
-		case b.GetUpperBound() >= 42:
-			want = 2
-		case b.GetUpperBound() >= 0.3:
-			want = 1
-		}
-		if b.GetCumulativeCount() != want {
-			t.Errorf("bucket le=%g: %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
-		}
+	if h.GetSampleCount() != 0 || len(h.GetBucket()) == 0 {
+		t.Fatalf("cell histogram count %d, %d buckets", h.GetSampleCount(), len(h.GetBucket()))
 	}
 	found := false
 	for _, m := range fams["jailcell_http_requests_total"].GetMetric() {

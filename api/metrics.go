@@ -11,52 +11,23 @@ import (
 	"sync"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/jailcell/jailcell/session"
 )
 
 // The Prometheus text format (version 0.0.4) is simple enough to write by
 // hand, which keeps the client library and its registry out of the daemon.
 const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
 
-// histogram is a Prometheus histogram with fixed buckets.
-type histogram struct {
-	mu     sync.Mutex
-	bounds []float64 // upper bounds, ascending; +Inf is implied
-	counts []uint64  // per bucket, not cumulative; one extra for +Inf
-	sum    float64
-	n      uint64
-}
-
-func newHistogram(bounds ...float64) *histogram {
-	return &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
-}
-
-func (h *histogram) observe(v float64) {
-	i := sort.SearchFloat64s(h.bounds, v) // first bound >= v: "le" semantics
-	h.mu.Lock()
-	h.counts[i]++
-	h.sum += v
-	h.n++
-	h.mu.Unlock()
-}
-
-// latencyBuckets suit both a sandbox start (about a second) and cells
-// (milliseconds to minutes).
-var latencyBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600}
-
 // serviceMetrics are what the HTTP transport itself observes; the rest of
 // /metrics is read from the manager and procfs at scrape time.
 type serviceMetrics struct {
-	cellSeconds  *histogram
-	startSeconds *histogram
-
 	mu       sync.Mutex
 	requests map[[2]string]uint64 // route, status code
 }
 
 func newServiceMetrics() *serviceMetrics {
 	return &serviceMetrics{
-		cellSeconds:  newHistogram(latencyBuckets...),
-		startSeconds: newHistogram(latencyBuckets...),
 		requests:     map[[2]string]uint64{},
 	}
 }
@@ -95,16 +66,11 @@ func (p *promWriter) sample(name string, v float64, labels ...string) {
 	p.w.WriteByte('\n')
 }
 
-func (p *promWriter) histogram(name, help string, h *histogram) {
+func (p *promWriter) histogram(name, help string, h *session.Histogram) {
 	p.family(name, "histogram", help)
-	h.mu.Lock()
-	counts := append([]uint64(nil), h.counts...)
-	sum, n := h.sum, h.n
-	h.mu.Unlock()
-	var cum uint64
-	for i, b := range h.bounds {
-		cum += counts[i]
-		p.sample(name+"_bucket", float64(cum), "le", formatFloat(b))
+	bounds, cum, sum, n := h.Snapshot()
+	for i, b := range bounds {
+		p.sample(name+"_bucket", float64(cum[i]), "le", formatFloat(b))
 	}
 	p.sample(name+"_bucket", float64(n), "le", "+Inf")
 	p.sample(name+"_sum", sum)
@@ -175,8 +141,12 @@ func (s *HTTPServer) writeMetrics(w io.Writer, owner int) error {
 		}
 	}
 
-	p.histogram("jailcell_cell_duration_seconds", "Wall-clock time of cells, measured on the host.", s.metrics.cellSeconds)
-	p.histogram("jailcell_sandbox_start_seconds", "Time to create a session until its kernel is ready: sandbox build and Python start (creates with requirements are left out).", s.metrics.startSeconds)
+	cellH, startH := session.NewHistogram(session.LatencyBuckets...), session.NewHistogram(session.LatencyBuckets...)
+	if m := s.d.Manager; m != nil {
+		cellH, startH = m.Metrics().CellSeconds, m.Metrics().StartSeconds
+	}
+	p.histogram("jailcell_cell_duration_seconds", "Wall-clock time of cells on the host clock, from every front door.", cellH)
+	p.histogram("jailcell_sandbox_start_seconds", "Time from building a sandbox to its kernel being ready (creates, one-shot cells, restarts).", startH)
 
 	s.metrics.mu.Lock()
 	reqs := make(map[[2]string]uint64, len(s.metrics.requests))

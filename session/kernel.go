@@ -63,6 +63,7 @@ func (k *kernel) close() error {
 func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl string, p policy.Policy) (_ *kernel, retErr error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StartTimeout)
 	defer cancel()
+	start := time.Now()
 	l, err := runner.Listen(ctl)
 	if err != nil {
 		return nil, fmt.Errorf("listen for kernel: %w", err)
@@ -116,6 +117,7 @@ func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl strin
 		return nil, fmt.Errorf("%w: kernel did not start: %v", ErrUnavailable, err)
 	}
 	k.conn = conn
+	m.metrics.StartSeconds.Observe(time.Since(start).Seconds())
 	return k, nil
 }
 

@@ -107,6 +107,7 @@ type Manager struct {
 	reserved   int // slots taken by sessions being created and one-shot cells
 	tombstones map[string]string
 	tombOrder  []string
+	oneshots   map[string]*Session // one-shot cells running now
 	shutdown   bool
 
 	stop     chan struct{}
@@ -134,7 +135,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, host: host, metrics: newMetrics(),
-		sessions: map[string]*Session{}, tombstones: map[string]string{},
+		sessions: map[string]*Session{}, tombstones: map[string]string{}, oneshots: map[string]*Session{},
 		stop: make(chan struct{}), janitorD: make(chan struct{}),
 	}
 	if err := m.reconcile(); err != nil {
@@ -412,7 +413,13 @@ func (m *Manager) RunOnce(ctx context.Context, owner int, policyName string, req
 	if err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
+	m.oneshots[s.id] = s
+	m.mu.Unlock()
 	defer func() {
+		m.mu.Lock()
+		delete(m.oneshots, s.id)
+		m.mu.Unlock()
 		if err := m.destroy(s); err != nil {
 			m.log().Warn("destroy one-shot sandbox", "err", err)
 		}
@@ -630,29 +637,24 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	close(m.stop)
 	<-m.janitorD
 	// Let running cells finish until ctx is done.
-	for {
-		m.mu.Lock()
-		busy := m.reserved
-		for _, s := range m.sessions {
-			s.mu.Lock()
-			if s.busy {
-				busy++
-			}
-			s.mu.Unlock()
-		}
-		m.mu.Unlock()
-		if busy == 0 {
-			break
-		}
+	for m.running() > 0 && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-			busy = 0
 		case <-time.After(20 * time.Millisecond):
 		}
-		if ctx.Err() != nil {
-			break
-		}
 	}
+	// Past the grace period, one-shot cells are killed like sessions' cells
+	// (end kills those); RunOnce then tears its own sandbox down.
+	m.mu.Lock()
+	for _, s := range m.oneshots {
+		s.mu.Lock()
+		s.closed = true
+		if s.k != nil {
+			_ = s.k.sb.Kill()
+		}
+		s.mu.Unlock()
+	}
+	m.mu.Unlock()
 	m.mu.Lock()
 	var all []*Session
 	for _, s := range m.sessions {
@@ -665,5 +667,36 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	// Wait for killed one-shots (and creates in flight) to clean up.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m.mu.Lock()
+		n := m.reserved
+		m.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			errs = append(errs, fmt.Errorf("%d one-shot cells or creates still running after shutdown", n))
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return errors.Join(errs...)
+}
+
+// running counts cells in progress: session cells, one-shot cells and
+// creates.
+func (m *Manager) running() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.reserved
+	for _, s := range m.sessions {
+		s.mu.Lock()
+		if s.busy {
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
 }

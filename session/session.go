@@ -235,6 +235,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		}
 	}
 	m.metrics.cell(res.Status)
+	m.metrics.CellSeconds.Observe(wall.Seconds())
 	m.log().Info("cell", "session", s.id, "cell", cellID, "status", res.Status, "state", res.State,
 		"wall_ms", res.Usage.WallMS, "cpu_ms", res.Usage.CPUMS, "peak_memory_bytes", res.Usage.PeakMemoryBytes)
 	if m.log().Enabled(ctx, slog.LevelDebug) {

@@ -596,3 +596,42 @@ func TestStartReconcilesLeftovers(t *testing.T) {
 	}
 	assertNothingLeft(t, state)
 }
+
+// A one-shot cell still running when the shutdown grace runs out is killed
+// and cleaned up, not orphaned.
+func TestShutdownKillsRunningOneShot(t *testing.T) {
+	e := newEnv(t, nil)
+	done := make(chan *Result, 1)
+	go func() {
+		res, _ := e.m.RunOnce(context.Background(), 0, "", ExecRequest{Code: "import time\ntime.sleep(60)"})
+		done <- res
+	}()
+	for i := 0; i < 200 && len(e.m.oneshotIDs()) == 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := e.m.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	select {
+	case res := <-done:
+		if res != nil && res.Status == StatusOK {
+			t.Fatalf("one-shot finished ok after a 60 s sleep: %+v", res)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("one-shot cell still running after shutdown")
+	}
+	assertNothingLeft(t, e.state)
+}
+
+func (m *Manager) oneshotIDs() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id := range m.oneshots {
+		ids = append(ids, id)
+	}
+	return ids
+}

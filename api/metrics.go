@@ -28,7 +28,7 @@ type serviceMetrics struct {
 
 func newServiceMetrics() *serviceMetrics {
 	return &serviceMetrics{
-		requests:     map[[2]string]uint64{},
+		requests: map[[2]string]uint64{},
 	}
 }
 

@@ -64,8 +64,21 @@ var configKeys = []configKey{
 	{"sessions.idle_ttl", 30 * time.Minute, ""},
 	{"sessions.max_idle_ttl", 24 * time.Hour, ""},
 	{"sessions.max_lifetime", 24 * time.Hour, ""},
-	{"preload", []string{}, ""},
+	{"preload", []string{"numpy", "pandas", "matplotlib.pyplot"}, ""},
+	{"pool.size", 0, ""},
 	{"drain_grace", 30 * time.Second, ""},
+	// The workflow keys (fix-and-retry, review log, failure memory); see
+	// workflow_config.go for what each does.
+	{"fixer.kind", "", ""},
+	{"fixer.command", "", ""},
+	{"fixer.timeout", 60 * time.Second, ""},
+	{"fixer.max_attempts_ceiling", 5, ""},
+	{"fixer.openai.base_url", "", ""},
+	{"fixer.openai.model", "", ""},
+	{"fixer.openai.api_key_env", "", ""},
+	{"review.dir", defaultReviewDir, ""},
+	{"failures.threshold", 3, ""},
+	{"failures.ttl", 24 * time.Hour, ""},
 }
 
 // config is the effective configuration.
@@ -85,8 +98,14 @@ type config struct {
 	MaxIdleTTL  time.Duration
 	MaxLifetime time.Duration
 	Preload     []string
+	// PoolSize is how many warm sessions of the default policy are kept
+	// ready (pool.size; 0, the default, means none).
+	PoolSize int
 	Policies    map[string]policy.Policy
 	DrainGrace  time.Duration
+	// Workflow holds the workflow keys' effective values as text, for
+	// workflowConfig.
+	Workflow map[string]string
 
 	// File is the configuration file read ("" if none).
 	File string
@@ -364,7 +383,16 @@ func (l *configLoader) decode() {
 	c.MaxIdleTTL = l.duration("sessions.max_idle_ttl")
 	c.MaxLifetime = l.duration("sessions.max_lifetime")
 	c.Preload = l.list("preload")
+	c.PoolSize = int(l.integer("pool.size", 0, 4096))
 	c.DrainGrace = l.duration("drain_grace")
+	c.Workflow = map[string]string{}
+	for _, k := range []string{"fixer.kind", "fixer.command", "fixer.openai.base_url", "fixer.openai.model", "fixer.openai.api_key_env", "review.dir"} {
+		c.Workflow[k] = l.str(k)
+	}
+	c.Workflow["fixer.timeout"] = l.duration("fixer.timeout").String()
+	c.Workflow["failures.ttl"] = l.duration("failures.ttl").String()
+	c.Workflow["fixer.max_attempts_ceiling"] = strconv.FormatInt(l.integer("fixer.max_attempts_ceiling", 1, 20), 10)
+	c.Workflow["failures.threshold"] = strconv.FormatInt(l.integer("failures.threshold", 1, 1<<20), 10)
 }
 
 // validLevel admits the four plain names; slog alone would also take
@@ -638,6 +666,12 @@ var configChecks = []func(c *config) error{
 		return durRange("sessions.max_lifetime", c.MaxLifetime, time.Second, 365*24*time.Hour)
 	},
 	func(c *config) error { return durRange("drain_grace", c.DrainGrace, 0, time.Hour) },
+	func(c *config) error {
+		if c.PoolSize > c.MaxSessions {
+			return fmt.Errorf("pool.size = %d: at most sessions.max (%d); pooled sessions count toward it", c.PoolSize, c.MaxSessions)
+		}
+		return nil
+	},
 	func(c *config) error {
 		for _, m := range c.Preload {
 			if !moduleRE.MatchString(m) {

@@ -260,3 +260,33 @@ func TestConfigExample(t *testing.T) {
 		t.Error("example lost its named-policy sample")
 	}
 }
+
+// The workflow keys come through the same file, env and default layers as
+// every other key, and reach the workflow configuration.
+func TestWorkflowKeysFromConfig(t *testing.T) {
+	hermeticConfig(t)
+	path := writeConfig(t, "fixer:\n  command: /usr/bin/python3 fix.py\n  max_attempts_ceiling: 7\nfailures:\n  ttl: 2h\n")
+	out, err := runConfigCmd(t, "--config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, src := settingOf(t, out, "fixer.command"); v != "/usr/bin/python3 fix.py" || !strings.HasPrefix(src, "file") {
+		t.Fatalf("fixer.command = %q from %s", v, src)
+	}
+	if _, err := runConfigCmd(t, "--config", writeConfig(t, "fixer:\n  max_attempts_ceiling: 100\n")); err == nil || !strings.Contains(err.Error(), "fixer.max_attempts_ceiling") {
+		t.Fatalf("out-of-range ceiling: %v", err)
+	}
+	t.Setenv("JAILCELL_FIXER_MAX_ATTEMPTS_CEILING", "9") // env beats the file
+	t.Setenv("JAILCELL_CONFIG", path)
+	cfg, err := loadConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := workflowConfig(func(k string) string { return cfg.Workflow[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wc.MaxAttemptsCeiling != 9 || wc.TTL.Hours() != 2 || wc.Fixer == nil {
+		t.Fatalf("workflow config: ceiling %d ttl %s fixer %v", wc.MaxAttemptsCeiling, wc.TTL, wc.Fixer)
+	}
+}

@@ -43,7 +43,7 @@ sandbox down and exits 0; SIGINT/SIGTERM cancel running cells first.
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		wf, err := newWorkflow(st.manager, hf.cfg.Policies, log)
+		wf, err := newWorkflow(st.manager, hf.cfg, log)
 		if err != nil {
 			_ = st.shutdown(30 * time.Second)
 			return err

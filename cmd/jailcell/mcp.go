@@ -42,7 +42,7 @@ client goes (EOF on stdin). Logs go to stderr. Client configuration:
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		wf, err := newWorkflow(st.manager, hf.cfg.Policies, log)
+		wf, err := newWorkflow(st.manager, hf.cfg, log)
 		if err != nil {
 			_ = st.shutdown(30 * time.Second)
 			return err

@@ -64,7 +64,7 @@ use the failures op, so a running one does not write them back).`,
 				fmt.Fprintf(cmd.OutOrStdout(), "cleared %d fingerprints\n", n)
 				return nil
 			}
-			cfg, err := workflowConfig()
+			cfg, err := workflowConfig(workflowEnv)
 			if err != nil {
 				return err
 			}

@@ -102,7 +102,7 @@ func serve(hf *hostFlags) (retErr error) {
 		return err
 	}
 	// The same dispatcher as `jailcell json`: one core, two transports.
-	wf, err := newWorkflow(st.manager, cfg.Policies, log)
+	wf, err := newWorkflow(st.manager, cfg, log)
 	if err != nil {
 		closeAll()
 		_ = st.shutdown(10 * time.Second)

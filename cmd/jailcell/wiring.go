@@ -162,6 +162,7 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		MaxLifetime: cfg.MaxLifetime,
 		MaxSessions: cfg.MaxSessions,
 		Preload:     cfg.Preload,
+		Pool:        map[string]int{"default": cfg.PoolSize},
 		Wheelhouse:  cfg.Wheelhouse,
 		StoreDir:    cfg.StoreDir,
 		Logger:      log,

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
 	"github.com/jailcell/jailcell/workflow"
 )
 
-// Workflow configuration keys. Each is read from JAILCELL_ + the key in
-// upper case with "." as "_" (fixer.command: JAILCELL_FIXER_COMMAND).
+// Workflow configuration keys. Like every key they come from the config
+// file, JAILCELL_ + the key in upper case with "." as "_"
+// (fixer.command: JAILCELL_FIXER_COMMAND), or their defaults.
 //
 //	fixer.kind                  command | openai; default: command when fixer.command
 //	                            is set, else openai when fixer.openai.base_url is set,
@@ -42,9 +42,11 @@ func workflowEnv(key string) string {
 	return os.Getenv("JAILCELL_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")))
 }
 
-// workflowConfig reads the workflow keys from the environment. Policies
-// and Logger are left for the caller.
-func workflowConfig() (workflow.Config, error) {
+// workflowConfig builds the workflow configuration from the keys' values
+// (get returns "" for an unset key). Policies and Logger are left for the
+// caller.
+func workflowConfig(get func(key string) string) (workflow.Config, error) {
+	workflowEnv := get
 	cfg := workflow.Config{ReviewDir: defaultReviewDir, MaxAttemptsCeiling: 5, Threshold: 3, TTL: 24 * time.Hour}
 	envName := func(key string) string {
 		return "JAILCELL_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
@@ -124,8 +126,9 @@ func workflowConfig() (workflow.Config, error) {
 
 // newWorkflow builds the workflow runner over m; policies must be the
 // manager's own (their degraded field decides the degraded run).
-func newWorkflow(m *session.Manager, policies map[string]policy.Policy, log *slog.Logger) (*workflow.Runner, error) {
-	cfg, err := workflowConfig()
+func newWorkflow(m *session.Manager, c *config, log *slog.Logger) (*workflow.Runner, error) {
+	policies := c.Policies
+	cfg, err := workflowConfig(func(k string) string { return c.Workflow[k] })
 	if err != nil {
 		return nil, err
 	}

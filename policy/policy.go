@@ -61,8 +61,11 @@ type Policy struct {
 	// one-shot cell (their sandbox is gone afterwards). Default 16 MiB.
 	ReturnFileBytes int64 `json:"return_file_bytes,omitempty" mapstructure:"return_file_bytes"`
 
-	// Network is the network mode; only "none" (loopback only) for now.
+	// Network is the network mode: "none" (default: loopback only) or
+	// "allowlist" (only what Allow names; see docs/egress.md).
 	Network string `json:"network,omitempty" mapstructure:"network"`
+	// Allow is the egress allowlist for network "allowlist". Default empty.
+	Allow []Allow `json:"allow,omitempty" mapstructure:"allow"`
 	// SeccompErrno is the errno a refused system call returns:
 	// "EPERM" (default) or "ENOSYS".
 	SeccompErrno string `json:"seccomp_errno,omitempty" mapstructure:"seccomp_errno"`
@@ -132,12 +135,7 @@ var checks = []check{
 	},
 	func(p *Policy) error { return rangeInt("output_bytes", p.OutputBytes, 1024, 1<<30) },
 	func(p *Policy) error { return rangeInt("return_file_bytes", p.ReturnFileBytes, 0, 1<<30) },
-	func(p *Policy) error {
-		if p.Network != NetworkNone {
-			return fmt.Errorf("%w: network = %q, allowed %q", ErrInvalid, p.Network, NetworkNone)
-		}
-		return nil
-	},
+	checkNetwork,
 	func(p *Policy) error {
 		if _, ok := Errnos[p.SeccompErrno]; !ok {
 			return fmt.Errorf("%w: seccomp_errno = %q, allowed EPERM or ENOSYS", ErrInvalid, p.SeccompErrno)
@@ -177,6 +175,9 @@ type Override struct {
 	DiskBytes   *int64   `json:"disk_bytes,omitempty"`
 	OutputBytes *int64   `json:"output_bytes,omitempty"`
 	TimeoutS    *float64 `json:"timeout_s,omitempty"`
+	// Allow replaces the policy's allowlist with a subset of it; an empty
+	// list turns the network off.
+	Allow *[]Allow `json:"allow,omitempty"`
 }
 
 // Apply returns base with o applied. A value above base's own is refused:
@@ -214,6 +215,13 @@ func (o *Override) Apply(base Policy) (Policy, error) {
 			errs = append(errs, fmt.Errorf("%w: timeout_s = %g, allowed up to %g", ErrInvalid, *o.TimeoutS, p.MaxTimeout.Seconds()))
 		} else {
 			p.Timeout = d
+		}
+	}
+	if o.Allow != nil {
+		if len(*o.Allow) == 0 {
+			p.Network, p.Allow = NetworkNone, nil
+		} else if err := narrowNetwork(&p, *o.Allow); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

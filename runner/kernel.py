@@ -165,6 +165,7 @@ _REPR_METHODS = (
 )
 
 _KERNEL = None  # the running _Kernel, for display() and pyplot.show()
+_SHELL = None  # IPython's InteractiveShell, once a cell needed it (see _Notebook)
 
 
 def _log(text):
@@ -668,10 +669,24 @@ def _mime_bundle(obj):
             value = value[0]  # (data, metadata)
         _put(bundle, mime, value)
     if not isinstance(bundle.get("text/plain"), str):
-        bundle["text/plain"] = _plain(obj)
+        bundle["text/plain"] = _pretty(obj)
     else:
         bundle["text/plain"] = _cut_utf8(bundle["text/plain"], TEXT_PLAIN_LIMIT, "output")
     return bundle
+
+
+def _pretty(obj):
+    """text/plain as Jupyter shows it: IPython's pretty printer once IPython
+    is loaded (wrapped lists, sorted sets), repr() until then, so that cells
+    without magics never pay for importing IPython."""
+    if _SHELL is not None:
+        try:
+            text = _SHELL.display_formatter.formatters["text/plain"](obj)
+        except Exception:
+            text = None
+        if isinstance(text, str):
+            return _cut_utf8(text, TEXT_PLAIN_LIMIT, "output")
+    return _plain(obj)
 
 
 def _display_item(bundle):
@@ -747,6 +762,173 @@ def _patch_pyplot(plt):
     jailcell_show._jailcell = True
     jailcell_show.__wrapped__ = show
     plt.show = jailcell_show
+
+
+# ---------------------------------------------------------------------------
+# Notebook semantics: magics, shell escapes, get_ipython()
+#
+# Debian's IPython in the rootfs does the parsing (TransformerManager turns
+# `%time x`, `!ls`, `%%writefile f` into get_ipython() calls) and provides
+# the magics. Importing any part of IPython costs ~0.5 s, so it is loaded only
+# when a cell needs it: a cell that is not valid Python but would be after
+# IPython's transforms, a call to get_ipython(), an import of IPython by the
+# cell, or "IPython" in the preload list. The kernel still compiles and runs
+# the transformed cell itself; the shell is only the magics' host.
+
+# A line starting with a magic, shell escape or help, or an assignment from
+# one: only such cells can change under IPython's transforms.
+_MAGIC_HINTS = ("%", "!", "?")
+
+
+def _may_be_ipython(source):
+    return any(h in source for h in _MAGIC_HINTS)
+
+
+def _get_ipython():
+    """The builtin get_ipython(): loads the shell on first use."""
+    return _ensure_shell()
+
+
+def _ensure_shell():
+    """Create the InteractiveShell on the kernel's namespace, once.
+
+    Returns None if IPython is not installed."""
+    global _SHELL
+    if _SHELL is not None or _KERNEL is None:
+        return _SHELL
+    try:
+        from traitlets.config import Config
+        from IPython.core.displaypub import DisplayPublisher
+        from IPython.core.interactiveshell import InteractiveShell
+    except ImportError:
+        return None
+    kernel = _KERNEL
+
+    class _Publisher(DisplayPublisher):
+        # IPython.display.display() and friends end up here.
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            kernel.display(data, raw=True)
+
+        def clear_output(self, wait=False):
+            pass
+
+    cfg = Config()
+    # No sqlite file, no history thread: the host keeps the cells.
+    cfg.HistoryManager.enabled = False
+    cfg.InteractiveShell.colors = "NoColor"
+    saved = {k: kernel.ns[k] for k in _HISTORY_NAMES if k in kernel.ns}
+    shell = InteractiveShell.instance(config=cfg, user_module=sys.modules["__main__"])
+    shell.display_pub = _Publisher(shell=shell, parent=shell)
+    shell.system = types.MethodType(_shell_system, shell)
+    shell.register_magic_function(_magic_matplotlib, "line", "matplotlib")
+    shell.execution_count = kernel.cells
+    # The shell's init put its own builtins and history in place; the
+    # kernel's own display() and history stay authoritative.
+    builtins.display = kernel.display
+    builtins.get_ipython = _get_ipython
+    kernel.ns.update(saved)
+    kernel.ns["Out"] = kernel.ns["_oh"] = kernel.out
+    kernel.ns["In"] = kernel.ns["_ih"] = kernel.inputs
+    for name in ("Out", "In", "_oh", "_ih", "get_ipython", "display"):
+        shell.user_ns_hidden[name] = kernel.ns.get(name)
+    _SHELL = shell
+    return shell
+
+
+def _shell_system(shell, cmd):
+    """`!cmd` and %pip: run cmd with /bin/sh inside the sandbox, its output
+    (stdout and stderr merged, on a pty as in Jupyter) written to the cell's
+    stdout; $? lands in _exit_code."""
+    cmd = shell.var_expand(cmd, depth=1)
+    if cmd.rstrip().endswith("&"):
+        raise OSError("Background processes not supported.")
+    sys.stdout.flush()
+    try:
+        from IPython.utils._process_posix import system as piped
+
+        code = piped(cmd)
+    except (ImportError, OSError):
+        # No pty in this sandbox: a pipe gives the same text, minus
+        # terminal-only formatting.
+        import subprocess
+
+        proc = subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        try:
+            for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+                sys.stdout.write(dec.decode(chunk))
+            sys.stdout.write(dec.decode(b"", True))
+        finally:
+            code = proc.wait()
+            proc.stdout.close()
+    sys.stdout.flush()
+    shell.user_ns["_exit_code"] = code
+
+
+def _magic_matplotlib(line=""):
+    """%matplotlib: figures are always shown inline, as PNG, at plt.show()
+    and at the end of the cell; other backends are not available here."""
+    gui = line.strip().split()[0] if line.strip() else "inline"
+    if gui not in ("inline", "agg", "Agg"):
+        print("jailcell: %%matplotlib %s is not available; figures are shown inline" % gui, file=sys.stderr)
+
+
+def _is_quiet(source):
+    """IPython's rule: a cell whose last token is ';' shows no value."""
+    tail = source.rstrip()
+    if ";" not in tail[tail.rfind("\n") + 1 :]:
+        return False
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return False
+    for tok in reversed(tokens):
+        if tok.type in (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+            continue
+        return tok.type == tokenize.OP and tok.string == ";"
+    return False
+
+
+class _IPythonHook:
+    """Meta path finder that gives a cell importing IPython (for
+    IPython.display, say) the kernel's shell, so its display() publishes to
+    the cell rather than printing a repr."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "IPython" or _SHELL is not None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _AfterLoader(spec.loader, _after_ipython)
+        return spec
+
+
+def _after_ipython(module):
+    sys.modules[module.__name__] = module
+    try:
+        _ensure_shell()
+    except Exception:
+        _log("cannot start the IPython shell: %s" % traceback.format_exc())
+
+
+class _AfterLoader(_PatchingLoader):
+    def __init__(self, inner, after):
+        self._inner = inner
+        self._after = after
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        self._after(module)
+
 
 
 # ---------------------------------------------------------------------------

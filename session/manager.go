@@ -42,6 +42,12 @@ type Config struct {
 	MaxSessions int
 	// Preload lists modules every kernel imports before it is ready.
 	Preload []string
+	// Pool maps a policy name to how many ready sessions of that policy
+	// (kernel started, Preload imported) are kept for plain creates: no
+	// override, persist or requirements. Members count toward MaxSessions
+	// and each serves one session only. Default: none (every create is
+	// cold).
+	Pool map[string]int
 	// Wheelhouse is a host directory of wheels, mounted read-only at
 	// /opt/jailcell/wheelhouse for offline pip installs ("" = none).
 	Wheelhouse string
@@ -112,6 +118,7 @@ type Manager struct {
 
 	stop     chan struct{}
 	janitorD chan struct{}
+	pool     *warmPool
 }
 
 // New makes a manager and reconciles what a previous run left behind.
@@ -124,6 +131,9 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("policy %q: %w", name, err)
 		}
+	}
+	if err := cfg.checkPool(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "sessions"), 0o711); err != nil {
 		return nil, fmt.Errorf("create session dir: %w", err)
@@ -141,6 +151,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	if err := m.reconcile(); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
+	m.startPool()
 	go m.janitor()
 	return m, nil
 }
@@ -281,6 +292,9 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 		if !persistNameRE.MatchString(opt.Persist) {
 			return nil, fmt.Errorf("%w: persist name %q: want 1-64 of [A-Za-z0-9._-], not starting with '.'", ErrBadRequest, opt.Persist)
 		}
+	}
+	if info := m.takePooled(opt, ttl); info != nil {
+		return info, nil
 	}
 	if err := m.reserve(); err != nil {
 		return nil, err
@@ -636,6 +650,8 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Unlock()
 	close(m.stop)
 	<-m.janitorD
+	// Pool members hold reserved places: free them before waiting on those.
+	poolErr := m.drainPool()
 	// Let running cells finish until ctx is done.
 	for m.running() > 0 && ctx.Err() == nil {
 		select {
@@ -661,7 +677,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		all = append(all, s)
 	}
 	m.mu.Unlock()
-	var errs []error
+	errs := []error{poolErr}
 	for _, s := range all {
 		if err := m.end(s, "ended when jailcell shut down"); err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)

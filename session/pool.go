@@ -37,16 +37,23 @@ type warmPool struct {
 // a failed build stopped it.
 const poolRetry = time.Second
 
-// startPool validates the pool sizes and starts filling.
-func (m *Manager) startPool() error {
-	names := make([]string, 0, len(m.cfg.Pool))
-	for name, n := range m.cfg.Pool {
-		if _, ok := m.cfg.Policies[name]; !ok {
+// checkPool validates the pool sizes; it runs before anything is built.
+func (c *Config) checkPool() error {
+	for name, n := range c.Pool {
+		if _, ok := c.Policies[name]; !ok {
 			return fmt.Errorf("pool for policy %q: no such policy", name)
 		}
-		if n < 0 || n > m.cfg.MaxSessions {
-			return fmt.Errorf("pool for policy %q: size %d, want 0..%d (max_sessions)", name, n, m.cfg.MaxSessions)
+		if n < 0 || n > c.MaxSessions {
+			return fmt.Errorf("pool for policy %q: size %d, want 0..%d (max_sessions)", name, n, c.MaxSessions)
 		}
+	}
+	return nil
+}
+
+// startPool starts filling the pools.
+func (m *Manager) startPool() {
+	names := make([]string, 0, len(m.cfg.Pool))
+	for name := range m.cfg.Pool {
 		names = append(names, name)
 	}
 	sort.Strings(names)
@@ -64,11 +71,10 @@ func (m *Manager) startPool() error {
 		total += n
 	}
 	if total == 0 {
-		return nil
+		return
 	}
 	p.wg.Add(1)
 	go m.fillPool(names)
-	return nil
 }
 
 // fillPool keeps every pool at its size until the pool is drained.
@@ -185,10 +191,13 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 		s := q[0]
 		q[0] = nil
 		m.pool.ready[name] = q[1:]
-		dead := s.k == nil
+		s.mu.Lock()
+		k := s.k
+		s.mu.Unlock()
+		dead := k == nil
 		if !dead {
 			select {
-			case <-s.k.sb.Done():
+			case <-k.sb.Done():
 				dead = true
 			default:
 			}

@@ -98,9 +98,7 @@ type config struct {
 	MaxIdleTTL  time.Duration
 	MaxLifetime time.Duration
 	Preload     []string
-	// PoolSize is how many warm sessions of the default policy are kept
-	// ready (pool.size; 0, the default, means none).
-	PoolSize int
+	PoolSize    int // pool.size: warm sessions of the default policy (0 = none)
 	Policies    map[string]policy.Policy
 	DrainGrace  time.Duration
 	// Workflow holds the workflow keys' effective values as text, for

@@ -146,10 +146,19 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 			lock.Close()
 		}
 	}()
+	cgRoot := cgroupRootFor(stateDir)
+	// A systemd service with Delegate=yes on cgroup v2 keeps its sandboxes
+	// inside its own subtree.
+	if d, err := isolate.DelegatedRoot(); err == nil {
+		cgRoot = d
+		log.Info("sandboxes in the service's delegated cgroup subtree", "cgroup", d)
+	} else if !errors.Is(err, isolate.ErrNotDelegated) {
+		return nil, fmt.Errorf("set up the delegated cgroup subtree: %w", err)
+	}
 	host, err := isolate.NewHost(isolate.Config{
 		StateDir:   stateDir,
 		Rootfs:     r.Root,
-		CgroupRoot: cgroupRootFor(stateDir),
+		CgroupRoot: cgRoot,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build sandbox host: %w", err)

@@ -220,4 +220,7 @@ func TestJSONLIntegration(t *testing.T) {
 	if got := m.List(0); len(got) != 0 {
 		t.Errorf("sessions left after Shutdown: %+v", got)
 	}
+	if err := host.Close(); err != nil {
+		t.Errorf("host Close: %v", err)
+	}
 }

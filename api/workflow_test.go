@@ -67,6 +67,9 @@ func newTestManager(t *testing.T, cgroupRoot string, p policy.Policy) *session.M
 		if err := m.Shutdown(context.Background()); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
+		if err := host.Close(); err != nil {
+			t.Errorf("host Close: %v", err)
+		}
 	})
 	return m
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	// libcontainer's C constructor that sets up namespaces in "init".
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
@@ -216,4 +217,25 @@ func (h *Host) cgroupIDs() []string {
 		}
 	}
 	return ids
+}
+
+// Close removes the host's cgroup root directories once no sandbox is left
+// under them (after every sandbox was destroyed); a root still in use stays.
+func (h *Host) Close() error {
+	var dirs []string
+	if cgroups.IsCgroup2UnifiedMode() {
+		dirs = []string{filepath.Join("/sys/fs/cgroup", h.cfg.CgroupRoot)}
+	} else {
+		ents, _ := os.ReadDir("/sys/fs/cgroup")
+		for _, e := range ents {
+			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), h.cfg.CgroupRoot))
+		}
+	}
+	var errs []error
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
+			errs = append(errs, fmt.Errorf("remove cgroup root %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
 }

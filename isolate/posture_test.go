@@ -26,6 +26,11 @@ func newTestHost(t *testing.T) *Host {
 	if err != nil {
 		t.Fatalf("NewHost: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := h.Close(); err != nil {
+			t.Errorf("host Close: %v", err)
+		}
+	})
 	return h
 }
 

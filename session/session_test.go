@@ -64,6 +64,9 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 			t.Errorf("Shutdown: %v", err)
 		}
 		assertNothingLeft(t, state)
+		if err := h.Close(); err != nil {
+			t.Errorf("host Close: %v", err)
+		}
 	})
 	return &env{m: m, host: h, state: state}
 }

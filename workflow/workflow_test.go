@@ -62,6 +62,9 @@ func newManager(t *testing.T, maxSessions int, policies map[string]policy.Policy
 		if err := m.Shutdown(context.Background()); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
+		if err := h.Close(); err != nil {
+			t.Errorf("host Close: %v", err)
+		}
 	})
 	return m
 }

@@ -193,6 +193,9 @@ func (s *stack) shutdown(timeout time.Duration) error {
 // every sandbox down and lets go of the state directory.
 func (s *stack) shutdownContext(ctx context.Context) error {
 	err := s.manager.Shutdown(ctx)
+	if err == nil {
+		err = s.host.Close()
+	}
 	s.lock.Close()
 	if err != nil {
 		return fmt.Errorf("shut down sessions: %w", err)

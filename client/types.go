@@ -74,6 +74,17 @@ type Limits struct {
 	DiskBytes   *int64   `json:"disk_bytes,omitempty"`
 	OutputBytes *int64   `json:"output_bytes,omitempty"`
 	TimeoutS    *float64 `json:"timeout_s,omitempty"`
+	// Allow narrows the policy's egress allowlist (never widens it).
+	Allow *[]Allow `json:"allow,omitempty"`
+}
+
+// Allow is one egress allowlist entry: a host name (or "*.suffix"), an IP
+// or a CIDR, with its ports.
+type Allow struct {
+	Host  string   `json:"host,omitempty"`
+	IP    string   `json:"ip,omitempty"`
+	CIDR  string   `json:"cidr,omitempty"`
+	Ports []uint16 `json:"ports"`
 }
 
 // ExecOptions shape one cell; the zero value takes every default.
@@ -176,6 +187,25 @@ type Usage struct {
 	WallMS          int64 `json:"wall_ms"`
 	CPUMS           int64 `json:"cpu_ms"`
 	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	// Network is present for sandboxes with an egress allowlist.
+	Network *NetworkUsage `json:"network,omitempty"`
+}
+
+// NetworkUsage is what a cell sent and received through its allowlist
+// gateway, and what the gateway refused.
+type NetworkUsage struct {
+	SentBytes     int64            `json:"sent_bytes"`
+	ReceivedBytes int64            `json:"received_bytes"`
+	Refused       []RefusedAttempt `json:"refused,omitempty"`
+}
+
+// RefusedAttempt is one refused destination (address and port, or name).
+type RefusedAttempt struct {
+	Addr   string `json:"addr,omitempty"`
+	Port   uint16 `json:"port,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Reason string `json:"reason"`
+	Count  int64  `json:"count"`
 }
 
 // Health is the answer to a ping.

@@ -56,9 +56,10 @@ type Host struct {
 	cfg      Config
 	features Features
 
-	mu       sync.Mutex
-	slots    []bool
-	seccomps map[uint]*configs.Seccomp
+	mu        sync.Mutex
+	slots     []bool
+	seccomps  map[uint]*configs.Seccomp
+	egressCfg Egress
 }
 
 // NewHost checks cfg, the host's features (failing closed on anything a

@@ -73,8 +73,11 @@ func mountTmpfs(dst string, size, inodes int64) error {
 }
 
 // mountOverlay mounts the sandbox's root: the read-only lower tree under a
-// writable upper layer that lives on the sandbox's bounded disk.
-func mountOverlay(lower, upper, work, dst string) error {
+// writable upper layer that lives on the sandbox's bounded disk. lower,
+// upper and work are relative to dir: overlayfs shows its options in the
+// sandbox's own /proc/self/mountinfo, and relative ones do not leak the
+// host's state directory or the session id.
+func mountOverlay(dir, lower, upper, work, dst string) error {
 	for _, p := range []string{lower, upper, work} {
 		// overlayfs option syntax has no escaping for these.
 		if strings.ContainsAny(p, ",:") {
@@ -82,7 +85,23 @@ func mountOverlay(lower, upper, work, dst string) error {
 		}
 	}
 	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
-	if err := unix.Mount("jailcell", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+	errc := make(chan error, 1)
+	go func() {
+		// The working directory is per process; unshare it for this
+		// thread only, and let the thread die with the goroutine rather
+		// than go back to the scheduler with another cwd.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("unshare fs: %w", err)
+			return
+		}
+		if err := unix.Chdir(dir); err != nil {
+			errc <- fmt.Errorf("chdir %s: %w", dir, err)
+			return
+		}
+		errc <- unix.Mount("jailcell", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data)
+	}()
+	if err := <-errc; err != nil {
 		return fmt.Errorf("%w: mount overlay %s: %v", ErrUnsupported, dst, err)
 	}
 	return nil

@@ -68,6 +68,7 @@ type Sandbox struct {
 	process   *libcontainer.Process
 	pid       int
 	cg        cgroupFiles
+	net       *gateway // nil unless the policy's network is "allowlist"
 
 	done     chan struct{}
 	exit     Exit
@@ -121,7 +122,7 @@ func (h *Host) NewDisk(id string, p policy.Policy) (_ *Disk, retErr error) {
 		return nil, err
 	}
 	cl.add(func() error { return unmount(disk) })
-	for _, sub := range []string{"upper", "work"} {
+	for _, sub := range []string{"upper", "work", "ctl"} {
 		if err := os.Mkdir(filepath.Join(disk, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("create overlay dir: %w", err)
 		}
@@ -144,6 +145,11 @@ func (d *Disk) HostID() int { return d.h.cfg.UIDBase + d.slot*idsPerSlot }
 // sandbox wrote. Only ever open paths below it through a root-confined open
 // (os.Root): the sandbox can plant symlinks there.
 func (d *Disk) UpperDir() string { return filepath.Join(d.dir, "disk", "upper") }
+
+// CtlDir is a host-owned directory on the disk (not inside the overlay),
+// for the caller's control files: bound into a sandbox, it shows no host
+// path there.
+func (d *Disk) CtlDir() string { return filepath.Join(d.dir, "disk", "ctl") }
 
 // RootDir is the host path where a running sandbox's root (the overlay) is
 // mounted. The same caution as UpperDir applies.
@@ -211,8 +217,7 @@ func (d *Disk) Create(spec Spec) (_ *Sandbox, retErr error) {
 		return nil, err
 	}
 	cl.add(func() error { return unmount(lower) })
-	work := filepath.Join(d.dir, "disk", "work")
-	if err := mountOverlay(lower, d.UpperDir(), work, root); err != nil {
+	if err := mountOverlay(d.dir, "lower", "disk/upper", "disk/work", root); err != nil {
 		return nil, err
 	}
 	cl.add(func() error { return unmount(root) })
@@ -221,6 +226,9 @@ func (d *Disk) Create(spec Spec) (_ *Sandbox, retErr error) {
 		return nil, err
 	}
 
+	if err := h.prepareNetwork(spec.Policy, root); err != nil {
+		return nil, err
+	}
 	sec, err := h.seccomp(policy.Errnos[spec.Policy.SeccompErrno])
 	if err != nil {
 		return nil, err
@@ -252,8 +260,17 @@ func (d *Disk) Create(spec Spec) (_ *Sandbox, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox state: %w", err)
 	}
+	// The kernel cannot run a cell before it has said hello, which is
+	// after Create returns: no cell sees the sandbox before its network.
+	var gw *gateway
+	if spec.Policy.Network == policy.NetworkAllowlist {
+		if gw, err = h.attachNetwork(spec.Policy, pid, d.slot); err != nil {
+			return nil, fmt.Errorf("attach sandbox network: %w", err)
+		}
+		cl.add(gw.close)
+	}
 	s := &Sandbox{
-		ID: id, disk: d, container: c, process: p, pid: pid,
+		ID: id, disk: d, container: c, process: p, pid: pid, net: gw,
 		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths},
 		done: make(chan struct{}),
 	}
@@ -322,17 +339,26 @@ func (s *Sandbox) Disk() *Disk { return s.disk }
 func (s *Sandbox) Destroy() error {
 	s.destroy.Do(func() {
 		var errs []error
-		if s.container != nil {
-			if err := s.container.Destroy(); err != nil {
-				errs = append(errs, fmt.Errorf("destroy container %s: %w", s.ID, err))
-			}
+		// Kill first and see the init gone: libcontainer refuses to destroy
+		// a container it still sees running (an adopted one, whose init is
+		// not our child, is only watched, not reaped by us).
+		if err := s.Kill(); err != nil {
+			errs = append(errs, err)
 		}
-		if s.done != nil && s.process != nil {
+		if s.done != nil {
 			select {
 			case <-s.done:
 			case <-time.After(10 * time.Second):
 				errs = append(errs, fmt.Errorf("sandbox %s: init did not exit", s.ID))
 			}
+		}
+		if s.container != nil {
+			if err := s.container.Destroy(); err != nil {
+				errs = append(errs, fmt.Errorf("destroy container %s: %w", s.ID, err))
+			}
+		}
+		if s.net != nil {
+			_ = s.net.close()
 		}
 		h := s.disk.h
 		if err := h.removeCgroup(s.ID); err != nil {
@@ -373,6 +399,12 @@ func (h *Host) containerConfig(spec Spec, id, root string, hostID int, sec *conf
 			flags |= unix.MS_RDONLY
 		}
 		mounts = append(mounts, &configs.Mount{Source: b.Source, Destination: b.Dest, Device: "bind", Flags: flags})
+	}
+	if p.Network == policy.NetworkAllowlist {
+		// The gateway's DNS server only: a cell that resolves names
+		// itself still gets answers only for the allowlist.
+		mounts = append(mounts, &configs.Mount{Source: resolvConfPath(root), Destination: "/etc/resolv.conf", Device: "bind",
+			Flags: unix.MS_BIND | unix.MS_RDONLY | noexec})
 	}
 	var rules []*devconfig.Rule
 	for _, d := range specconv.AllowedDevices {
@@ -453,13 +485,18 @@ func (h *Host) removeCgroup(id string) error {
 		if _, err := os.Stat(d); err != nil {
 			continue
 		}
-		if err := cgroups.RemovePath(d); err != nil {
-			// Tasks left (the init died without taking them along): kill
-			// them and try again.
-			killCgroupProcs(d)
-			if err := cgroups.RemovePath(d); err != nil {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		// Tasks may be left, or still dying: killed tasks throttled by the
+		// CPU quota need their turn on a CPU to exit. Kill and retry for a
+		// bounded time.
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if err = cgroups.RemovePath(d); err == nil || time.Now().After(deadline) {
+				break
 			}
+			killCgroupProcs(d)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 		}
 	}
 	return errors.Join(errs...)

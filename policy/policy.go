@@ -64,8 +64,9 @@ type Policy struct {
 	// Network is the network mode: "none" (default: loopback only) or
 	// "allowlist" (only what Allow names; see docs/egress.md).
 	Network string `json:"network,omitempty" mapstructure:"network"`
-	// Allow is the egress allowlist for network "allowlist". Default empty.
-	Allow []Allow `json:"allow,omitempty" mapstructure:"allow"`
+	// Allow is the egress allowlist for network "allowlist". Default
+	// none. A pointer keeps Policy comparable; treat the list as immutable.
+	Allow *[]Allow `json:"allow,omitempty" mapstructure:"allow"`
 	// SeccompErrno is the errno a refused system call returns:
 	// "EPERM" (default) or "ENOSYS".
 	SeccompErrno string `json:"seccomp_errno,omitempty" mapstructure:"seccomp_errno"`

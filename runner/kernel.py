@@ -46,6 +46,9 @@ class _State:
     # The sandbox's original stderr (the host's kernel log), kept for the
     # kernel's own troubles once fd 2 belongs to the cells.
     log_fd = 2
+    # True while the IPython shell is being built: its own imports must not
+    # start another.
+    shell_loading = False
 
 
 def _on_sigint(signum, frame):
@@ -793,15 +796,23 @@ def _ensure_shell():
     """Create the InteractiveShell on the kernel's namespace, once.
 
     Returns None if IPython is not installed."""
-    global _SHELL
-    if _SHELL is not None or _KERNEL is None:
+    if _SHELL is not None or _KERNEL is None or _State.shell_loading:
         return _SHELL
+    _State.shell_loading = True
     try:
-        from traitlets.config import Config
-        from IPython.core.displaypub import DisplayPublisher
-        from IPython.core.interactiveshell import InteractiveShell
+        return _make_shell()
     except ImportError:
         return None
+    finally:
+        _State.shell_loading = False
+
+
+def _make_shell():
+    global _SHELL
+    from traitlets.config import Config
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+
     kernel = _KERNEL
 
     class _Publisher(DisplayPublisher):
@@ -820,13 +831,18 @@ def _ensure_shell():
     shell = InteractiveShell.instance(config=cfg, user_module=sys.modules["__main__"])
     shell.display_pub = _Publisher(shell=shell, parent=shell)
     shell.system = types.MethodType(_shell_system, shell)
+    shell.showtraceback = types.MethodType(_shell_showtraceback, shell)
     shell.register_magic_function(_magic_matplotlib, "line", "matplotlib")
     shell.execution_count = kernel.cells
     # The shell's init put its own builtins and history in place; the
     # kernel's own display() and history stay authoritative.
     builtins.display = kernel.display
     builtins.get_ipython = _get_ipython
-    kernel.ns.update(saved)
+    for name in _HISTORY_NAMES:
+        if name in saved:
+            kernel.ns[name] = saved[name]
+        else:
+            kernel.ns.pop(name, None)
     kernel.ns["Out"] = kernel.ns["_oh"] = kernel.out
     kernel.ns["In"] = kernel.ns["_ih"] = kernel.inputs
     for name in ("Out", "In", "_oh", "_ih", "get_ipython", "display"):
@@ -865,6 +881,20 @@ def _shell_system(shell, cmd):
     shell.user_ns["_exit_code"] = code
 
 
+def _shell_showtraceback(shell, exc_tuple=None, *args, **kwargs):
+    """An exception a magic caught itself (`%time 1/0`): as in Jupyter the
+    cell still succeeds and the traceback is shown, here on stderr."""
+    etype, value, tb = exc_tuple if exc_tuple else sys.exc_info()
+    if value is None:
+        return
+    try:
+        te = traceback.TracebackException(etype, value, tb, compact=True)
+        _strip_kernel_frames(te, set())
+        sys.stderr.write("".join(te.format()))
+    except Exception:
+        sys.stderr.write("%s: %s\n" % (_type_name(etype), _safe_str(value)))
+
+
 def _magic_matplotlib(line=""):
     """%matplotlib: figures are always shown inline, as PNG, at plt.show()
     and at the end of the cell; other backends are not available here."""
@@ -897,7 +927,7 @@ class _IPythonHook:
     the cell rather than printing a repr."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "IPython" or _SHELL is not None:
+        if name != "IPython" or _SHELL is not None or _State.shell_loading:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -1079,6 +1109,13 @@ class _Kernel:
         sys.modules["__main__"] = main
         self.ns = main.__dict__
         builtins.display = self.display
+        builtins.get_ipython = _get_ipython
+        # Notebook history: Out[n] and _n for values, In[n] for sources.
+        self.out = {}
+        self.last = None
+        self.inputs = [""]
+        self.ns["Out"] = self.out
+        self.ns["In"] = self.inputs
 
     def hello(self):
         return {
@@ -1230,6 +1267,16 @@ class _Kernel:
         self.cell = None
         return self._result(req, cell.value, cell.display, cell.error, cap, _State.interrupted)
 
+    def _remember(self, value):
+        """_, __, ___, Out[n] and _n, as IPython's displayhook keeps them.
+        A `_` the user assigned is left alone, as in IPython."""
+        ns = self.ns
+        if "_" not in ns or ns["_"] is self.last:
+            ns["___"], ns["__"], ns["_"] = ns.get("__"), ns.get("_"), value
+            self.last = value
+        self.out[self.cells] = value
+        ns["_%d" % self.cells] = value
+
     def _flush_stdio(self):
         for stream in (self.stdout, self.stderr):
             try:
@@ -1268,8 +1315,20 @@ class _Kernel:
         # mtime of None keeps linecache.checkcache from evicting it.
         linecache.cache[cell.filename] = (len(source), None, source.splitlines(True), cell.filename)
         flags = self.future_flags
+        self.inputs.append(source)
+        if _SHELL is not None:
+            _SHELL.execution_count = self.cells
         try:
-            tree = compile(source, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+            try:
+                tree = compile(source, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+            except SyntaxError:
+                # Magics, `!` and `?` are never valid Python: only a cell that
+                # fails to compile is worth IPython's transforms.
+                shell = _ensure_shell() if _may_be_ipython(source) else None
+                if shell is None:
+                    raise
+                source = shell.transform_cell(source)
+                tree = compile(source, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 # Like IPython: the value of a trailing expression is the
@@ -1289,7 +1348,8 @@ class _Kernel:
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included
             cell.set_error(exc)
         else:
-            if value is not None:
+            if value is not None and not _is_quiet(cell.req.code):
+                self._remember(value)
                 cell.set_value(_mime_bundle(value))
         self.flush_figures()
         # The cell may have put its own objects in sys.stdout/err; their
@@ -1299,6 +1359,9 @@ class _Kernel:
                 stream.flush()
             except Exception:
                 pass
+
+
+_HISTORY_NAMES = ("_", "__", "___")
 
 
 _USAGE = "usage: kernel.py --connect SOCKET [--preload MODULE,...]"
@@ -1334,6 +1397,7 @@ def main(argv):
     # Headless; the deployment sets it too, this keeps a bare run the same.
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.meta_path.insert(0, _PyplotHook())
+    sys.meta_path.insert(0, _IPythonHook())
     try:
         _KERNEL = _Kernel(path)
         threading.Thread(target=_KERNEL.pump.run, name="jailcell-pump", daemon=True).start()

@@ -182,3 +182,12 @@ func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace tim
 	o.timedOut, o.canceled, o.killed = !canceled, canceled, true
 	return o
 }
+
+// networkUsage is the wire form of a cell's gateway counters.
+func networkUsage(u isolate.NetUsage) *NetworkUsage {
+	n := &NetworkUsage{SentBytes: u.SentBytes, ReceivedBytes: u.ReceivedBytes}
+	for _, r := range u.Refused {
+		n.Refused = append(n.Refused, RefusedAttempt{Addr: r.Addr, Port: r.Port, Name: r.Name, Reason: r.Reason, Count: r.Count})
+	}
+	return n
+}

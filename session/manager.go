@@ -62,6 +62,9 @@ type Config struct {
 	RequirementsTimeout time.Duration
 	// Logger receives one line per cell (never the code unless debug).
 	Logger *slog.Logger
+	// KeepOnShutdown leaves live sessions running at Shutdown for the next
+	// daemon to re-adopt, instead of destroying them. Default false.
+	KeepOnShutdown bool
 }
 
 func (c *Config) defaults() {
@@ -116,9 +119,13 @@ type Manager struct {
 	oneshots   map[string]*Session // one-shot cells running now
 	shutdown   bool
 
+	// nonce prefixes cell ids, so ids never repeat across daemon restarts.
+	nonce string
+
 	stop     chan struct{}
 	janitorD chan struct{}
 	pool     *warmPool
+	starts   chan struct{} // kernel starts in progress (admitStart)
 }
 
 // New makes a manager and reconciles what a previous run left behind.
@@ -146,9 +153,9 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, host: host, metrics: newMetrics(),
 		sessions: map[string]*Session{}, tombstones: map[string]string{}, oneshots: map[string]*Session{},
-		stop: make(chan struct{}), janitorD: make(chan struct{}),
+		stop: make(chan struct{}), janitorD: make(chan struct{}), nonce: newID()[:8],
 	}
-	if err := m.reconcile(); err != nil {
+	if err := m.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
 	m.startPool()
@@ -157,15 +164,17 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 }
 
 // reconcile removes every sandbox and session directory a previous run
-// left behind (nothing is re-adopted yet).
-func (m *Manager) reconcile() error {
-	removed, err := m.host.Reconcile(nil)
+// left behind, except the adopted sessions'.
+func (m *Manager) reconcile(adopted map[string]bool) error {
+	removed, err := m.host.Reconcile(func(id string) bool { return adopted[id] })
 	if len(removed) > 0 {
 		m.log().Info("removed leftovers of a previous run", "sandboxes", len(removed))
 	}
 	ents, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "sessions"))
 	for _, e := range ents {
-		_ = os.RemoveAll(filepath.Join(m.cfg.StateDir, "sessions", e.Name()))
+		if !adopted[e.Name()] {
+			_ = os.RemoveAll(filepath.Join(m.cfg.StateDir, "sessions", e.Name()))
+		}
 	}
 	return err
 }
@@ -230,7 +239,7 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr error) {
 	id := newID()
 	dir := filepath.Join(m.cfg.StateDir, "sessions", id)
-	if err := os.MkdirAll(filepath.Join(dir, "ctl"), 0o711); err != nil {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("create session dir: %w", err)
 	}
 	defer func() {
@@ -238,17 +247,17 @@ func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr err
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	// The control directory is host root's; the sandbox may read the
-	// kernel and connect to the socket, but not replace either.
-	if err := os.Chmod(filepath.Join(dir, "ctl"), 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "ctl", runner.ScriptName), runner.Script, 0o644); err != nil {
-		return nil, fmt.Errorf("write kernel: %w", err)
-	}
 	disk, err := m.host.NewDisk(id, p)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	// The control directory (host root's, on the disk's tmpfs so that its
+	// bind mount shows no host path inside) holds the kernel and the
+	// socket: the sandbox may read the one and connect to the other, but
+	// replace neither.
+	if err := os.WriteFile(filepath.Join(disk.CtlDir(), runner.ScriptName), runner.Script, 0o644); err != nil {
+		_ = disk.Destroy()
+		return nil, fmt.Errorf("write kernel: %w", err)
 	}
 	now := time.Now()
 	return &Session{id: id, owner: owner, policy: p, dir: dir, disk: disk, created: now, lastUsed: now, snap: snapshot{}}, nil
@@ -294,6 +303,11 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 		}
 	}
 	if info := m.takePooled(opt, ttl); info != nil {
+		if s, err := m.get(0, info.ID); err == nil {
+			if err := m.saveMeta(s); err != nil {
+				m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
+			}
+		}
 		return info, nil
 	}
 	if err := m.reserve(); err != nil {
@@ -320,7 +334,13 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 		s.info.Restored = restored
 		s.info.Survives = "files in " + Workdir + " are saved after every cell and restored by a later create with the same persist name; variables, imports and running processes are not"
 	}
-	if _, err := m.ensureKernel(ctx, s); err != nil {
+	release, err := m.admitStart(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, err = m.ensureKernel(ctx, s)
+	release()
+	if err != nil {
 		return nil, err
 	}
 	if len(opt.Requirements) > 0 {
@@ -338,6 +358,9 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
+	if err := m.saveMeta(s); err != nil {
+		m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
+	}
 	ok = true
 	m.metrics.created()
 	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
@@ -679,6 +702,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Unlock()
 	errs := []error{poolErr}
 	for _, s := range all {
+		if m.cfg.KeepOnShutdown {
+			if err := m.release(s); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		if err := m.end(s, "ended when jailcell shut down"); err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
 		}

@@ -30,7 +30,6 @@ type warmPool struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the filler and every build it started
-	builds chan struct{}  // bounds builds running at once
 }
 
 // poolRetry is how often the filler tries again after the session limit or
@@ -58,14 +57,12 @@ func (m *Manager) startPool() {
 	}
 	sort.Strings(names)
 	ctx, cancel := context.WithCancel(context.Background())
-	// Builds are mostly CPU (the preload imports): more at once than there
-	// are CPUs only slows each one down, and the host's own creates.
 	p := &warmPool{
 		ready: map[string][]*Session{}, filling: map[string]int{},
 		kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
-		builds: make(chan struct{}, max(1, runtime.NumCPU())),
 	}
 	m.pool = p
+	m.starts = make(chan struct{}, 2*max(1, runtime.NumCPU()))
 	total := 0
 	for _, n := range m.cfg.Pool {
 		total += n
@@ -142,12 +139,11 @@ func (m *Manager) startBuild(name string) bool {
 // buildMember starts one session with its kernel, owned by nobody yet.
 func (m *Manager) buildMember(name string) (_ *Session, retErr error) {
 	p := m.pool
-	select {
-	case p.builds <- struct{}{}:
-	case <-p.ctx.Done():
-		return nil, p.ctx.Err()
+	release, err := m.admitStart(p.ctx)
+	if err != nil {
+		return nil, err
 	}
-	defer func() { <-p.builds }()
+	defer release()
 	s, err := m.newSession(0, m.cfg.Policies[name])
 	if err != nil {
 		return nil, err
@@ -157,7 +153,7 @@ func (m *Manager) buildMember(name string) (_ *Session, retErr error) {
 			_ = m.destroy(s)
 		}
 	}()
-	s.info = Info{Policy: name}
+	s.info = Info{Policy: s.policy.Name}
 	if _, err := m.ensureKernel(p.ctx, s); err != nil {
 		return nil, err
 	}
@@ -222,6 +218,20 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 		m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", name, "ttl", ttl, "pooled", true)
 		info := m.infoOf(s)
 		return &info
+	}
+}
+
+// admitStart waits for a place to start a kernel: at most two per CPU start
+// at once, pool builds and cold creates alike. A start is mostly CPU (the
+// sandbox's init, the preload imports): a hundred at once on two cores
+// would all share the CPU and all miss StartTimeout together, where queued
+// they finish one pair after another. StartTimeout counts from admission.
+func (m *Manager) admitStart(ctx context.Context) (release func(), err error) {
+	select {
+	case m.starts <- struct{}{}:
+		return func() { <-m.starts }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting to start a kernel: %v", ErrUnavailable, context.Cause(ctx))
 	}
 }
 

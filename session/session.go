@@ -44,7 +44,7 @@ type Session struct {
 	info     Info
 }
 
-func (s *Session) ctlDir() string { return filepath.Join(s.dir, "ctl") }
+func (s *Session) ctlDir() string { return s.disk.CtlDir() }
 
 // expiry is when the session ends if unused.
 func (s *Session) expiry(maxLife time.Duration) time.Time {
@@ -108,11 +108,14 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	}
 	s.mu.Lock()
 	s.cells++
-	cellID := strconv.Itoa(s.cells)
+	// Unique for the kernel's whole life, across daemon restarts: a
+	// result orphaned by a restart still arrives under its old id.
+	cellID := m.nonce + "-" + strconv.Itoa(s.cells)
 	before := s.snap
 	s.mu.Unlock()
 
 	u0 := k.sb.Usage()
+	n0, hasNet, _ := k.sb.NetUsage()
 	k.sb.ResetPeak()
 	start := time.Now()
 	o := runCell(ctx, k, cellID, req.Code, timeout, s.policy.InterruptGrace, s.policy.OutputBytes, req.OnOutput)
@@ -129,6 +132,14 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		}
 	}
 	u1 := k.sb.Usage()
+	var netUse *NetworkUsage
+	if hasNet {
+		if n1, _, err := k.sb.NetUsage(); err == nil {
+			netUse = networkUsage(n1.Since(n0))
+		} else {
+			m.log().Warn("network usage", "session", s.id, "err", err)
+		}
+	}
 	res := &Result{State: StateKept}
 	if o.res != nil {
 		r := o.res
@@ -187,6 +198,11 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		WallMS:          wall.Milliseconds(),
 		CPUMS:           (u1.CPU - u0.CPU).Milliseconds(),
 		PeakMemoryBytes: u1.MemoryPeak,
+		Network:         netUse,
+	}
+	if netUse != nil {
+		m.log().Info("cell network", "session", s.id, "cell", cellID, "sent_bytes", netUse.SentBytes,
+			"received_bytes", netUse.ReceivedBytes, "refused", netUse.Refused)
 	}
 
 	if lost {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -51,7 +52,7 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 	p.InterruptGrace = time.Second
 	small := p
 	small.Name = "small"
-	cfg := Config{StateDir: filepath.Join(state, "sessions"), Policies: map[string]policy.Policy{"default": p}, StoreDir: filepath.Join(state, "store")}
+	cfg := Config{StateDir: filepath.Join(state, "sessions"), Policies: map[string]policy.Policy{"default": p}, StoreDir: filepath.Join(state, "store"), Logger: testLogger()}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -97,7 +98,18 @@ func assertNothingLeft(t *testing.T, state string) {
 		}
 	}
 	if pids := sandboxProcs(); len(pids) > 0 {
-		t.Errorf("sandbox processes left behind: %v", pids)
+		var desc []string
+		for _, p := range pids {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+			var keep []string
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "Name:") || strings.HasPrefix(l, "State:") || strings.HasPrefix(l, "PPid:") || strings.HasPrefix(l, "NSpid:") {
+					keep = append(keep, strings.Join(strings.Fields(l), " "))
+				}
+			}
+			desc = append(desc, fmt.Sprintf("%d(%s)", p, strings.Join(keep, "; ")))
+		}
+		t.Errorf("sandbox processes left behind: %v", desc)
 	}
 }
 
@@ -637,4 +649,13 @@ func (m *Manager) oneshotIDs() []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// testLogger shows the manager's warnings in the test output when
+// JAILCELL_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("JAILCELL_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

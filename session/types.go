@@ -94,6 +94,28 @@ type Usage struct {
 	WallMS          int64 `json:"wall_ms"`
 	CPUMS           int64 `json:"cpu_ms"`
 	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	// Network is present for sandboxes with network "allowlist".
+	Network *NetworkUsage `json:"network,omitempty"`
+}
+
+// NetworkUsage is what a cell sent and received through its sandbox's
+// gateway, counted there (IP packet bytes, headers included), and what it
+// was refused.
+type NetworkUsage struct {
+	SentBytes     int64            `json:"sent_bytes"`
+	ReceivedBytes int64            `json:"received_bytes"`
+	Refused       []RefusedAttempt `json:"refused,omitempty"`
+}
+
+// RefusedAttempt is a destination the gateway refused: an address and
+// port, a name its DNS server would not answer for, or a listed name that
+// resolved to a private address (DNS rebinding).
+type RefusedAttempt struct {
+	Addr   string `json:"addr,omitempty"`
+	Port   uint16 `json:"port,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Reason string `json:"reason"`
+	Count  int64  `json:"count"`
 }
 
 // Result is the outcome of one cell.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,7 @@ var configKeys = []configKey{
 	{"rootfs", rootfs.DefaultBase, "rootfs"},
 	{"store_dir", "", ""},
 	{"wheelhouse", "", ""},
+	{"egress_upstream", "", ""},
 	{"log.level", "info", "log-level"},
 	{"log.format", "text", "log-format"},
 	{"sessions.max", 64, ""},
@@ -67,6 +69,7 @@ var configKeys = []configKey{
 	{"preload", []string{"numpy", "pandas", "matplotlib.pyplot"}, ""},
 	{"pool.size", 0, ""},
 	{"drain_grace", 30 * time.Second, ""},
+	{"sessions.survive_restart", false, ""},
 	// The workflow keys (fix-and-retry, review log, failure memory); see
 	// workflow_config.go for what each does.
 	{"fixer.kind", "", ""},
@@ -91,16 +94,22 @@ type config struct {
 	Rootfs      string
 	StoreDir    string
 	Wheelhouse  string
-	LogLevel    slog.Level
-	LogFormat   string
-	MaxSessions int
-	IdleTTL     time.Duration
-	MaxIdleTTL  time.Duration
-	MaxLifetime time.Duration
-	Preload     []string
-	PoolSize    int // pool.size: warm sessions of the default policy (0 = none)
-	Policies    map[string]policy.Policy
-	DrainGrace  time.Duration
+	// EgressUpstream is the network namespace allowlisted sandboxes'
+	// gateways are plugged into ("" refuses network: allowlist).
+	EgressUpstream string
+	LogLevel       slog.Level
+	LogFormat      string
+	MaxSessions    int
+	IdleTTL        time.Duration
+	MaxIdleTTL     time.Duration
+	MaxLifetime    time.Duration
+	Preload        []string
+	PoolSize       int // pool.size: warm sessions of the default policy (0 = none)
+	Policies       map[string]policy.Policy
+	DrainGrace     time.Duration
+	// SurviveRestart leaves sessions running when serve exits, for the
+	// next serve to re-adopt.
+	SurviveRestart bool
 	// Workflow holds the workflow keys' effective values as text, for
 	// workflowConfig.
 	Workflow map[string]string
@@ -336,6 +345,12 @@ func (l *configLoader) record(key string, value any) {
 
 func formatValue(v any) string {
 	switch x := v.(type) {
+	case *[]policy.Allow:
+		if x == nil || len(*x) == 0 {
+			return "[]"
+		}
+		b, _ := json.Marshal(*x)
+		return string(b)
 	case []string:
 		return "[" + strings.Join(x, ", ") + "]"
 	case time.Duration:
@@ -370,6 +385,7 @@ func (l *configLoader) decode() {
 	c.Rootfs = l.str("rootfs")
 	c.StoreDir = l.str("store_dir")
 	c.Wheelhouse = l.str("wheelhouse")
+	c.EgressUpstream = l.str("egress_upstream")
 	lvl := l.v.Get("log.level")
 	if s, ok := lvl.(string); !ok || !validLevel(s) || c.LogLevel.UnmarshalText([]byte(s)) != nil {
 		l.fail("log.level", lvl, "allowed debug, info, warn or error")
@@ -383,6 +399,7 @@ func (l *configLoader) decode() {
 	c.Preload = l.list("preload")
 	c.PoolSize = int(l.integer("pool.size", 0, 4096))
 	c.DrainGrace = l.duration("drain_grace")
+	c.SurviveRestart = l.boolean("sessions.survive_restart")
 	c.Workflow = map[string]string{}
 	for _, k := range []string{"fixer.kind", "fixer.command", "fixer.openai.base_url", "fixer.openai.model", "fixer.openai.api_key_env", "review.dir"} {
 		c.Workflow[k] = l.str(k)
@@ -611,6 +628,23 @@ func (l *configLoader) setField(key, field string, fv reflect.Value, raw any) bo
 			return false
 		}
 		fv.SetString(s)
+	case *[]policy.Allow:
+		// A list of {host|ip|cidr, ports}; decoded strictly through JSON
+		// so that a misspelt key is an error, not an entry allowing less
+		// or more than meant.
+		b, err := json.Marshal(raw)
+		if err != nil {
+			l.fail(key, raw, "want a list of {host|ip|cidr, ports}")
+			return false
+		}
+		var list []policy.Allow
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&list); err != nil {
+			l.fail(key, raw, "want a list of {host|ip|cidr, ports}: "+err.Error())
+			return false
+		}
+		fv.Set(reflect.ValueOf(&list))
 	default:
 		l.fail(key, raw, "unsupported field type")
 		return false
@@ -760,4 +794,24 @@ func printConfig(w io.Writer, c *config) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, v, s.Source)
 	}
 	tw.Flush()
+}
+
+// boolean accepts true/false (YAML) or "true"/"false"/"1"/"0" (env, flags).
+func (l *configLoader) boolean(key string) bool {
+	raw := l.v.Get(key)
+	var b bool
+	switch x := raw.(type) {
+	case bool:
+		b = x
+	case string:
+		v, err := strconv.ParseBool(x)
+		if err != nil {
+			l.fail(key, raw, "want true or false")
+		}
+		b = v
+	default:
+		l.fail(key, raw, "want true or false")
+	}
+	l.record(key, b)
+	return b
 }

@@ -290,3 +290,21 @@ func TestWorkflowKeysFromConfig(t *testing.T) {
 		t.Fatalf("workflow config: ceiling %d ttl %s fixer %v", wc.MaxAttemptsCeiling, wc.TTL, wc.Fixer)
 	}
 }
+
+func TestPolicyAllowlistFromConfig(t *testing.T) {
+	hermeticConfig(t)
+	good := "egress_upstream: /run/netns/egress\npolicies:\n  web:\n    network: allowlist\n    allow:\n      - host: pypi.internal\n        ports: [443]\n      - cidr: 10.1.0.0/16\n        ports: [8080]\n"
+	t.Setenv("JAILCELL_CONFIG", writeConfig(t, good))
+	cfg, err := loadConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Policies["web"]
+	if p.Allow == nil || len(*p.Allow) != 2 || (*p.Allow)[0].Host != "pypi.internal" || cfg.EgressUpstream != "/run/netns/egress" {
+		t.Fatalf("web policy: %+v upstream %q", p, cfg.EgressUpstream)
+	}
+	bad := "policies:\n  web:\n    network: allowlist\n    allow:\n      - hots: pypi.internal\n        ports: [443]\n"
+	if _, err := runConfigCmd(t, "--config", writeConfig(t, bad)); err == nil || !strings.Contains(err.Error(), "policies.web.allow") {
+		t.Fatalf("misspelt allow entry: %v", err)
+	}
+}

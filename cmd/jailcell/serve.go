@@ -29,6 +29,7 @@ import (
 // shares so that it prints what serve would use.
 func addServeFlags(cmd *cobra.Command) *hostFlags {
 	hf := addHostFlagsLevel(cmd, "info")
+	hf.survivable = true
 	cmd.Flags().String("socket", defaultSocket, "Unix socket to listen on (ignored when systemd passes a socket)")
 	cmd.Flags().String("socket-group", "jailcell", `group owning the socket and its directory ("root": root only)`)
 	return hf

@@ -46,6 +46,9 @@ type hostFlags struct {
 	cmd   *cobra.Command
 	cfg   *config
 	level slog.LevelVar
+	// survivable: this command's sessions may outlive it (serve, with
+	// sessions.survive_restart); jailcell json tears down at EOF by contract.
+	survivable bool
 }
 
 func addHostFlags(cmd *cobra.Command) *hostFlags {
@@ -163,6 +166,9 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("build sandbox host: %w", err)
 	}
+	if cfg.EgressUpstream != "" {
+		host.SetEgress(isolate.Egress{Upstream: cfg.EgressUpstream, Log: log})
+	}
 	m, err := session.New(session.Config{
 		StateDir:    stateDir,
 		Policies:    cfg.Policies,
@@ -175,6 +181,8 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		Wheelhouse:  cfg.Wheelhouse,
 		StoreDir:    cfg.StoreDir,
 		Logger:      log,
+		// Sessions left running for the next daemon to re-adopt.
+		KeepOnShutdown: f.survivable && cfg.SurviveRestart,
 	}, host)
 	if err != nil {
 		return nil, fmt.Errorf("start session manager: %w", err)

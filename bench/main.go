@@ -1,0 +1,916 @@
+// Command bench measures jailcell against its peers on this machine, side by
+// side in one run: cell round trips over JSON-lines and the Unix socket,
+// session creates from the warm pool and cold, concurrency, throughput,
+// memory, and the same work on a Jupyter kernel, runc, bwrap and a bare
+// chroot. It prints a table and writes out/results.json and out/bench.png
+// (drawn by the rootfs's matplotlib through `jailcell run`).
+//
+// Run it as root through `make bench`; it starts its own jailcell processes
+// on private state directories and sockets, and removes them afterwards.
+// Every figure is a measurement, never a pass/fail test.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+)
+
+var (
+	binFlag    = flag.String("bin", "bin/jailcell", "jailcell binary")
+	outFlag    = flag.String("out", "bench/out", "output directory")
+	rootfsFlag = flag.String("rootfs", "/var/lib/jailcell/rootfs", "jailcell rootfs base directory")
+	quick      = flag.Bool("quick", false, "fewer samples (a smoke run)")
+)
+
+// stack is the default preload: what an agent's data cells import.
+var stack = []string{"numpy", "pandas", "matplotlib.pyplot"}
+
+// Row is one line of the table.
+type Row struct {
+	Figure   string  `json:"figure"`
+	Unit     string  `json:"unit"`
+	Jailcell float64 `json:"jailcell"`
+	Target   string  `json:"target,omitempty"`
+	Met      *bool   `json:"met,omitempty"`
+	Peer     string  `json:"peer,omitempty"`
+	PeerVal  float64 `json:"peer_value,omitempty"`
+	// Ratio is peer / jailcell for times (>1: jailcell is faster).
+	Ratio float64 `json:"ratio,omitempty"`
+	Note  string  `json:"note,omitempty"`
+}
+
+type results struct {
+	Host    string             `json:"host"`
+	Started time.Time          `json:"started"`
+	Seconds float64            `json:"seconds"`
+	Rows    []Row              `json:"rows"`
+	Raw     map[string]float64 `json:"raw"`
+}
+
+var res = results{Raw: map[string]float64{}}
+
+// live are the jailcell servers running now; fatal stops them so that no
+// sandbox outlives the bench.
+var (
+	liveMu sync.Mutex
+	live   = map[*server]bool{}
+	tmpDir string // removed by fatal too
+)
+
+func fatal(format string, args ...any) {
+	log.Printf(format, args...)
+	liveMu.Lock()
+	var ss []*server
+	for s := range live {
+		ss = append(ss, s)
+	}
+	liveMu.Unlock()
+	for _, s := range ss {
+		s.stop()
+	}
+	if tmpDir != "" {
+		_ = os.RemoveAll(tmpDir)
+	}
+	os.Exit(1)
+}
+
+// child makes a jailcell child process end with the bench: SIGTERM makes
+// it tear its sandboxes down.
+func child(cmd *exec.Cmd) {
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+	if os.Geteuid() != 0 {
+		fatal("bench needs root (it builds sandboxes)")
+	}
+	bin, err := filepath.Abs(*binFlag)
+	if err != nil {
+		fatal("%v", err)
+	}
+	*binFlag = bin
+	if err := os.MkdirAll(*outFlag, 0o755); err != nil {
+		fatal("%v", err)
+	}
+	tmp, err := os.MkdirTemp("", "jailcell-bench-")
+	if err != nil {
+		fatal("%v", err)
+	}
+	tmpDir = tmp
+	defer os.RemoveAll(tmp)
+	// The sandboxes' mapped root must be able to pass through to the
+	// state directories below.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		fatal("%v", err)
+	}
+	res.Started = time.Now().UTC()
+	res.Host, _ = os.Hostname()
+	t0 := time.Now()
+
+	benchJSONL(tmp)
+	benchPool(tmp)
+	benchSocket(tmp)
+	benchCold(tmp)
+	benchPeers(tmp)
+
+	res.Seconds = time.Since(t0).Seconds()
+	buildRows()
+	printTable(os.Stdout)
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(filepath.Join(*outFlag, "results.json"), b, 0o644); err != nil {
+		fatal("%v", err)
+	}
+	if err := chart(tmp); err != nil {
+		log.Printf("chart: %v", err)
+	}
+	log.Printf("wrote %s/results.json and %s/bench.png in %.0f s", *outFlag, *outFlag, res.Seconds)
+}
+
+// --- jailcell processes ---------------------------------------------------
+
+// writeConfig writes a bench configuration: room for 100+ sessions.
+func writeConfig(path string, preload []string, pool int) {
+	items := make([]string, len(preload))
+	for i, p := range preload {
+		items[i] = strconv.Quote(p)
+	}
+	cfg := fmt.Sprintf(`sessions:
+  max: 160
+preload: [%s]
+pool:
+  size: %d
+`, strings.Join(items, ", "), pool)
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		fatal("%v", err)
+	}
+}
+
+// server is one `jailcell serve` on a private socket.
+type server struct {
+	cmd      *exec.Cmd
+	state    string
+	sock     string
+	hc       *http.Client
+	poolFull chan struct{} // one value per "warm pool full" log line
+	done     chan struct{}
+}
+
+func startServer(dir, name string, preload []string, pool int) *server {
+	d := filepath.Join(dir, name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		fatal("%v", err)
+	}
+	cfg := filepath.Join(d, "config.yaml")
+	writeConfig(cfg, preload, pool)
+	s := &server{state: filepath.Join(d, "state"), sock: filepath.Join(d, "sock", "jc.sock"), poolFull: make(chan struct{}, 1024), done: make(chan struct{})}
+	level := "warn"
+	if pool > 0 {
+		level = "debug" // the "warm pool full" line
+	}
+	s.cmd = exec.Command(*binFlag, "serve", "--config", cfg, "--state-dir", s.state, "--rootfs", *rootfsFlag,
+		"--socket", s.sock, "--socket-group", "root", "--log-format", "json", "--log-level", level)
+	child(s.cmd)
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		fatal("%v", err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		fatal("%v", err)
+	}
+	liveMu.Lock()
+	live[s] = true
+	liveMu.Unlock()
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.Contains(line, `"warm pool full"`) {
+				s.poolFull <- struct{}{}
+			} else if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+				log.Printf("%s: %s", name, line)
+			}
+		}
+		_ = s.cmd.Wait()
+		close(s.done)
+	}()
+	s.hc = &http.Client{
+		Timeout: 5 * time.Minute,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", s.sock)
+			},
+			MaxIdleConns: 512, MaxIdleConnsPerHost: 512,
+		},
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if r, err := s.hc.Get("http://jailcell/healthz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case <-s.done:
+			fatal("%s: jailcell serve exited at start", name)
+		default:
+		}
+		if time.Now().After(deadline) {
+			fatal("%s: jailcell serve not healthy after 60 s", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s
+}
+
+func (s *server) stop() {
+	liveMu.Lock()
+	delete(live, s)
+	liveMu.Unlock()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(2 * time.Minute):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+func (s *server) call(method, path string, body any) (map[string]any, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://jailcell"+path, rd)
+	req.Header.Set("Content-Type", "application/json")
+	r, err := s.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &out); err != nil {
+			return nil, fmt.Errorf("%s %s: %d %q", method, path, r.StatusCode, b)
+		}
+	}
+	if r.StatusCode/100 != 2 {
+		return out, fmt.Errorf("%s %s: %d %s", method, path, r.StatusCode, b)
+	}
+	return out, nil
+}
+
+func (s *server) create() (string, time.Duration) {
+	id, d, err := s.tryCreate()
+	if err != nil {
+		fatal("create: %v", err)
+	}
+	return id, d
+}
+
+func (s *server) tryCreate() (string, time.Duration, error) {
+	t := time.Now()
+	out, err := s.call("POST", "/v1/sessions", map[string]any{})
+	d := time.Since(t)
+	if err != nil {
+		return "", d, err
+	}
+	return out["session"].(string), d, nil
+}
+
+func (s *server) exec(id, code string) time.Duration {
+	t := time.Now()
+	out, err := s.call("POST", "/v1/sessions/"+id+"/exec", map[string]any{"code": code})
+	d := time.Since(t)
+	if err != nil {
+		fatal("exec: %v", err)
+	}
+	if status(out) != "ok" {
+		fatal("exec %q: %v", code, out)
+	}
+	return d
+}
+
+// status is a cell's status in a response.
+func status(out map[string]any) any {
+	if r, ok := out["result"].(map[string]any); ok {
+		return r["status"]
+	}
+	return out["status"]
+}
+
+func (s *server) close(id string) {
+	if _, err := s.call("DELETE", "/v1/sessions/"+id, nil); err != nil {
+		log.Printf("close: %v", err)
+	}
+}
+
+func (s *server) rss() float64 {
+	p, err := procfs.NewProc(s.cmd.Process.Pid)
+	if err != nil {
+		fatal("%v", err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		fatal("%v", err)
+	}
+	return float64(st.ResidentMemory())
+}
+
+// cgroupRoot mirrors cmd/jailcell's cgroupRootFor for a private state dir.
+func (s *server) cgroupRoot() string {
+	sum := sha256.Sum256([]byte(filepath.Clean(s.state)))
+	return "/jailcell-" + hex.EncodeToString(sum[:6])
+}
+
+// sessionMemory reads a session's memory charge from its cgroup: the whole
+// charge, and its anonymous part (what the session itself holds; the rest
+// is shared page cache of the read-only rootfs).
+func (s *server) sessionMemory(id string) (total, anon float64, ok bool) {
+	cg := id + "-1"
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		d := filepath.Join("/sys/fs/cgroup", s.cgroupRoot(), cg)
+		total = readNum(filepath.Join(d, "memory.current"))
+		anon = statField(filepath.Join(d, "memory.stat"), "anon")
+	} else {
+		d := filepath.Join("/sys/fs/cgroup/memory", s.cgroupRoot(), cg)
+		total = readNum(filepath.Join(d, "memory.usage_in_bytes"))
+		anon = statField(filepath.Join(d, "memory.stat"), "rss")
+	}
+	return total, anon, total > 0
+}
+
+func readNum(path string) float64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	return n
+}
+
+func statField(path, key string) float64 {
+	b, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == key {
+			n, _ := strconv.ParseFloat(f[1], 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// --- measurements -------------------------------------------------------
+
+func n(full, small int) int {
+	if *quick {
+		return small
+	}
+	return full
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func pct(ds []time.Duration, q float64) float64 {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	return ms(s[int(math.Round(q*float64(len(s)-1)))])
+}
+
+// benchJSONL spawns `jailcell json` and times `x += 1` over its pipes.
+func benchJSONL(dir string) {
+	log.Print("JSON-lines round trip")
+	d := filepath.Join(dir, "jsonl")
+	_ = os.MkdirAll(d, 0o755)
+	cfg := filepath.Join(d, "config.yaml")
+	writeConfig(cfg, stack, 0)
+	cmd := exec.Command(*binFlag, "json", "--config", cfg, "--state-dir", filepath.Join(d, "state"), "--rootfs", *rootfsFlag)
+	child(cmd)
+	cmd.Stderr = os.Stderr
+	in, _ := cmd.StdinPipe()
+	outp, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		fatal("%v", err)
+	}
+	r := bufio.NewReaderSize(outp, 1<<20)
+	seq := 0
+	call := func(req map[string]any) (map[string]any, time.Duration) {
+		seq++
+		req["id"] = strconv.Itoa(seq)
+		b, _ := json.Marshal(req)
+		b = append(b, '\n')
+		t := time.Now()
+		if _, err := in.Write(b); err != nil {
+			fatal("%v", err)
+		}
+		line, err := r.ReadBytes('\n')
+		dur := time.Since(t)
+		if err != nil {
+			fatal("%v", err)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(line, &out); err != nil || out["ok"] != true {
+			fatal("jsonl %v: %s", req["op"], line)
+		}
+		return out, dur
+	}
+	out, _ := call(map[string]any{"op": "create"})
+	id := out["session"].(string)
+	call(map[string]any{"op": "exec", "session": id, "code": "x = 0"})
+	var ds []time.Duration
+	for i := 0; i < n(3000, 300); i++ {
+		_, dur := call(map[string]any{"op": "exec", "session": id, "code": "x += 1"})
+		ds = append(ds, dur)
+	}
+	res.Raw["jsonl_rt_p50_ms"] = pct(ds, 0.5)
+	res.Raw["jsonl_rt_p99_ms"] = pct(ds, 0.99)
+	in.Close()
+	_ = cmd.Wait()
+}
+
+// benchPool: creates from a warm pool, the first pandas cell, 20 at once.
+func benchPool(dir string) {
+	log.Print("warm pool: waiting for 20 members")
+	s := startServer(dir, "pool", stack, 20)
+	defer s.stop()
+	waitFull := func() {
+		select {
+		case <-s.poolFull:
+		case <-time.After(5 * time.Minute):
+			fatal("pool did not fill in 5 min")
+		}
+	}
+	waitFull()
+	var creates, pandas []time.Duration
+	var ids []string
+	for i := 0; i < n(15, 4); i++ {
+		id, d := s.create()
+		creates = append(creates, d)
+		ids = append(ids, id)
+		pandas = append(pandas, s.exec(id, "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nint(df.a.sum())"))
+		waitFull()
+	}
+	for _, id := range ids {
+		s.close(id)
+	}
+	res.Raw["pool_create_p50_ms"] = pct(creates, 0.5)
+	res.Raw["pool_create_p99_ms"] = pct(creates, 0.99)
+	res.Raw["first_pandas_cell_p50_ms"] = pct(pandas, 0.5)
+
+	log.Print("20 concurrent creates from a full pool of 20")
+	time.Sleep(time.Second)
+	for len(s.poolFull) > 0 {
+		<-s.poolFull
+	}
+	ids = concurrentCreates(s, 20, "pool20_all_ready_ms")
+	// Idle preloaded sessions: their cgroup charge.
+	time.Sleep(2 * time.Second)
+	var tot, anon []float64
+	for _, id := range ids {
+		if t, a, ok := s.sessionMemory(id); ok {
+			tot, anon = append(tot, t), append(anon, a)
+		}
+	}
+	res.Raw["idle_session_cgroup_mb"] = median(tot) / (1 << 20)
+	res.Raw["idle_session_anon_mb"] = median(anon) / (1 << 20)
+	for _, id := range ids {
+		s.close(id)
+	}
+}
+
+func concurrentCreates(s *server, k int, key string) []string {
+	ids := make([]string, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	t := time.Now()
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids[i], _, errs[i] = s.tryCreate()
+		}()
+	}
+	wg.Wait()
+	res.Raw[key] = ms(time.Since(t))
+	var ok []string
+	failed := 0
+	for i, err := range errs {
+		if err != nil {
+			failed++
+			if failed == 1 {
+				log.Printf("%s: %v", key, err)
+			}
+			continue
+		}
+		ok = append(ok, ids[i])
+	}
+	res.Raw[key+"_failed"] = float64(failed)
+	if failed > 0 {
+		log.Printf("%s: %d of %d creates failed", key, failed, k)
+	}
+	return ok
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// benchSocket: round trips and throughput over the Unix socket, daemon RSS,
+// 100 concurrent cold creates.
+func benchSocket(dir string) {
+	log.Print("Unix socket round trip")
+	s := startServer(dir, "socket", stack, 0)
+	defer s.stop()
+	time.Sleep(time.Second)
+	res.Raw["daemon_rss_0_mb"] = s.rss() / (1 << 20)
+	id, _ := s.create()
+	s.exec(id, "x = 0")
+	var ds []time.Duration
+	for i := 0; i < n(3000, 300); i++ {
+		ds = append(ds, s.exec(id, "x += 1"))
+	}
+	res.Raw["socket_rt_p50_ms"] = pct(ds, 0.5)
+	res.Raw["socket_rt_p99_ms"] = pct(ds, 0.99)
+	s.close(id)
+
+	log.Print("throughput: 16 sessions")
+	ids := concurrentCreates(s, 16, "create16_cold_ms")
+	for _, id := range ids {
+		s.exec(id, "x = 0")
+	}
+	var cells atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(time.Duration(n(5, 2)) * time.Second)
+	t := time.Now()
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				s.exec(id, "x += 1")
+				cells.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	res.Raw["cells_per_s_16"] = float64(cells.Load()) / time.Since(t).Seconds()
+	for _, id := range ids {
+		s.close(id)
+	}
+
+	k := n(100, 20)
+	log.Printf("%d concurrent cold creates (preload %v)", k, stack)
+	ids = concurrentCreates(s, k, "create100_cold_ms")
+	time.Sleep(2 * time.Second)
+	res.Raw["daemon_rss_100_mb"] = s.rss() / (1 << 20)
+	var tot, anon []float64
+	for _, id := range ids {
+		if t, a, ok := s.sessionMemory(id); ok {
+			tot, anon = append(tot, t), append(anon, a)
+		}
+	}
+	res.Raw["idle_session_cgroup_mb_100"] = median(tot) / (1 << 20)
+	res.Raw["idle_session_anon_mb_100"] = median(anon) / (1 << 20)
+	for _, id := range ids {
+		s.close(id)
+	}
+}
+
+// benchCold: cold creates with and without the preload, one-shot cells.
+func benchCold(dir string) {
+	log.Print("cold creates")
+	for _, c := range []struct {
+		name    string
+		preload []string
+	}{{"cold_bare", nil}, {"cold_stack", stack}} {
+		s := startServer(dir, c.name, c.preload, 0)
+		var ds, once []time.Duration
+		for i := 0; i < n(15, 3); i++ {
+			id, d := s.create()
+			ds = append(ds, d)
+			s.close(id)
+		}
+		res.Raw[c.name+"_create_p50_ms"] = pct(ds, 0.5)
+		if c.preload == nil {
+			for i := 0; i < n(15, 3); i++ {
+				t := time.Now()
+				out, err := s.call("POST", "/v1/exec", map[string]any{"code": "pass"})
+				if err != nil || status(out) != "ok" {
+					fatal("one-shot: %v %v", err, out)
+				}
+				once = append(once, time.Since(t))
+			}
+			res.Raw["oneshot_pass_p50_ms"] = pct(once, 0.5)
+		}
+		s.stop()
+	}
+}
+
+// --- peers --------------------------------------------------------------
+
+func rootfsRoot() string {
+	for _, p := range []string{filepath.Join(*rootfsFlag, "current", "root"), filepath.Join(*rootfsFlag, "root"), *rootfsFlag} {
+		if _, err := os.Stat(filepath.Join(p, "usr/bin/python3")); err == nil {
+			return p
+		}
+	}
+	fatal("no rootfs with python3 under %s", *rootfsFlag)
+	return ""
+}
+
+func timeCmd(name string, args ...string) time.Duration {
+	cmd := exec.Command(name, args...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	t := time.Now()
+	if err := cmd.Run(); err != nil {
+		fatal("%s %v: %v: %s", name, args, err, stderr.Bytes())
+	}
+	return time.Since(t)
+}
+
+func medianRuns(k int, f func() time.Duration) float64 {
+	var ds []time.Duration
+	f() // warm the page cache
+	for range k {
+		ds = append(ds, f())
+	}
+	return pct(ds, 0.5)
+}
+
+const jupyterScript = `
+import json, sys, time
+from jupyter_client.manager import start_new_kernel
+starts = []
+for i in range(3):
+    t = time.perf_counter()
+    km, kc = start_new_kernel(kernel_name="python3")
+    starts.append(time.perf_counter() - t)
+    if i < 2:
+        kc.stop_channels(); km.shutdown_kernel(now=True)
+def run(code):
+    t = time.perf_counter()
+    r = kc.execute_interactive(code, timeout=300, output_hook=lambda m: None)
+    assert r["content"]["status"] == "ok", r["content"]
+    return time.perf_counter() - t
+run("x = 0")
+rts = sorted(run("x += 1") for _ in range(%d))
+imp = run("import numpy, pandas, matplotlib.pyplot")
+kc.stop_channels(); km.shutdown_kernel(now=True)
+starts.sort()
+print(json.dumps({"start_ms": starts[1] * 1000, "rt_p50_ms": rts[len(rts) // 2] * 1000,
+    "rt_p99_ms": rts[int(round(0.99 * (len(rts) - 1)))] * 1000, "import_ms": imp * 1000}))
+`
+
+func benchPeers(dir string) {
+	root := rootfsRoot()
+	log.Print("peers: chroot, bwrap, runc, Jupyter")
+	k := n(15, 3)
+	res.Raw["chroot_pass_ms"] = medianRuns(k, func() time.Duration { return timeCmd("chroot", root, "python3", "-c", "pass") })
+	res.Raw["bwrap_pass_ms"] = medianRuns(k, func() time.Duration {
+		return timeCmd("bwrap", "--ro-bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+			"--unshare-all", "--die-with-parent", "--new-session", "python3", "-c", "pass")
+	})
+	res.Raw["runc_pass_ms"] = benchRunc(dir, root, k)
+
+	cmd := exec.Command("python3", "-c", fmt.Sprintf(jupyterScript, n(500, 50)))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		fatal("jupyter: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var j map[string]float64
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &j); err != nil {
+		fatal("jupyter output %q: %v", out, err)
+	}
+	for k, v := range j {
+		res.Raw["jupyter_"+k] = v
+	}
+}
+
+// benchRunc times `runc run` of python3 -c pass on the same rootfs,
+// read-only, in runc's default namespaces, under an absolute cgroup path.
+func benchRunc(dir, root string, k int) float64 {
+	bundle := filepath.Join(dir, "runc")
+	_ = os.MkdirAll(bundle, 0o755)
+	c := exec.Command("runc", "spec")
+	c.Dir = bundle
+	if out, err := c.CombinedOutput(); err != nil {
+		fatal("runc spec: %v: %s", err, out)
+	}
+	var spec map[string]any
+	b, _ := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err := json.Unmarshal(b, &spec); err != nil {
+		fatal("%v", err)
+	}
+	// runc refuses a rootfs path through a symlink ("current").
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		root = r
+	}
+	spec["root"] = map[string]any{"path": root, "readonly": true}
+	proc := spec["process"].(map[string]any)
+	proc["terminal"] = false
+	proc["args"] = []string{"python3", "-c", "pass"}
+	const cgParent = "/jailcell-bench-runc"
+	defer func() {
+		ents, _ := os.ReadDir("/sys/fs/cgroup")
+		for _, e := range ents {
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", e.Name(), cgParent))
+		}
+		_ = os.Remove(filepath.Join("/sys/fs/cgroup", cgParent))
+	}()
+	i := 0
+	return medianRuns(k, func() time.Duration {
+		i++
+		id := fmt.Sprintf("jailcell-bench-%d-%d", os.Getpid(), i)
+		spec["linux"].(map[string]any)["cgroupsPath"] = cgParent + "/" + id
+		b, _ := json.Marshal(spec)
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o644); err != nil {
+			fatal("%v", err)
+		}
+		return timeCmd("runc", "run", "--bundle", bundle, id)
+	})
+}
+
+// --- report -------------------------------------------------------------
+
+func buildRows() {
+	r := res.Raw
+	add := func(row Row, le bool, target float64) {
+		if target > 0 {
+			met := row.Jailcell <= target
+			if !le {
+				met = row.Jailcell >= target
+			}
+			row.Met = &met
+		}
+		if row.PeerVal > 0 && row.Jailcell > 0 {
+			row.Ratio = row.PeerVal / row.Jailcell
+			if row.Unit == "cells/s" {
+				row.Ratio = row.Jailcell / row.PeerVal
+			}
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	add(Row{Figure: "cell round trip x += 1, JSON-lines, p50", Unit: "ms", Jailcell: r["jsonl_rt_p50_ms"], Target: "<= 0.3", Peer: "Jupyter execute p50", PeerVal: r["jupyter_rt_p50_ms"]}, true, 0.3)
+	add(Row{Figure: "cell round trip x += 1, JSON-lines, p99", Unit: "ms", Jailcell: r["jsonl_rt_p99_ms"], Target: "<= 2", Peer: "Jupyter execute p99", PeerVal: r["jupyter_rt_p99_ms"]}, true, 2)
+	add(Row{Figure: "cell round trip x += 1, Unix socket, p50", Unit: "ms", Jailcell: r["socket_rt_p50_ms"], Target: "<= 0.5", Peer: "Jupyter execute p50", PeerVal: r["jupyter_rt_p50_ms"]}, true, 0.5)
+	add(Row{Figure: "cell round trip x += 1, Unix socket, p99", Unit: "ms", Jailcell: r["socket_rt_p99_ms"], Peer: "Jupyter execute p99", PeerVal: r["jupyter_rt_p99_ms"]}, true, 0)
+	add(Row{Figure: "create to ready, from the pool, p50", Unit: "ms", Jailcell: r["pool_create_p50_ms"], Target: "<= 5", Peer: "Jupyter kernel start", PeerVal: r["jupyter_start_ms"]}, true, 5)
+	add(Row{Figure: "create to ready, cold, no preload, p50", Unit: "ms", Jailcell: r["cold_bare_create_p50_ms"], Target: "<= 60", Peer: "runc run python3 -c pass", PeerVal: r["runc_pass_ms"]}, true, 60)
+	add(Row{Figure: "create to ready, cold, numpy+pandas+pyplot preloaded, p50", Unit: "ms", Jailcell: r["cold_stack_create_p50_ms"], Peer: "Jupyter start + stack import", PeerVal: r["jupyter_start_ms"] + r["jupyter_import_ms"]}, true, 0)
+	add(Row{Figure: "first pandas cell after a pooled create", Unit: "ms", Jailcell: r["first_pandas_cell_p50_ms"], Target: "<= 20", Peer: "Jupyter import of the stack", PeerVal: r["jupyter_import_ms"]}, true, 20)
+	note := ""
+	if f := r["create100_cold_ms_failed"]; f > 0 {
+		note = fmt.Sprintf("%.0f failed: kernel start timeout", f)
+	}
+	add(Row{Figure: "100 concurrent creates, all ready (cold, stack preloaded)", Unit: "ms", Jailcell: r["create100_cold_ms"], Note: note}, true, 0)
+	note = ""
+	if f := r["pool20_all_ready_ms_failed"]; f > 0 {
+		note = fmt.Sprintf("%.0f failed", f)
+	}
+	add(Row{Figure: "20 concurrent creates, all ready (pool of 20)", Unit: "ms", Jailcell: r["pool20_all_ready_ms"], Target: "<= 300", Peer: "hosted peer (reported, not measured)", PeerVal: 1600, Note: note}, true, 300)
+	add(Row{Figure: "trivial cells per second, 16 sessions", Unit: "cells/s", Jailcell: r["cells_per_s_16"], Target: ">= 5000"}, false, 5000)
+	add(Row{Figure: "memory per idle preloaded session (cgroup charge)", Unit: "MB", Jailcell: r["idle_session_cgroup_mb_100"], Target: "<= 70",
+		Note: fmt.Sprintf("anonymous part %.1f MB; the rest is rootfs page cache shared on the host", r["idle_session_anon_mb_100"])}, true, 70)
+	add(Row{Figure: "daemon RSS, 0 sessions", Unit: "MB", Jailcell: r["daemon_rss_0_mb"]}, true, 0)
+	add(Row{Figure: "daemon RSS, 100 sessions", Unit: "MB", Jailcell: r["daemon_rss_100_mb"], Target: "<= 150"}, true, 150)
+	add(Row{Figure: "one-shot cell `pass`, fresh sandbox, no preload, p50", Unit: "ms", Jailcell: r["oneshot_pass_p50_ms"], Peer: "runc run python3 -c pass", PeerVal: r["runc_pass_ms"]}, true, 0)
+	add(Row{Figure: "  the same against bwrap", Unit: "ms", Jailcell: r["oneshot_pass_p50_ms"], Peer: "bwrap python3 -c pass", PeerVal: r["bwrap_pass_ms"]}, true, 0)
+	add(Row{Figure: "  the same against a bare chroot (no isolation)", Unit: "ms", Jailcell: r["oneshot_pass_p50_ms"], Peer: "chroot python3 -c pass", PeerVal: r["chroot_pass_ms"]}, true, 0)
+}
+
+func printTable(w io.Writer) {
+	fmt.Fprintf(w, "\n| figure | jailcell | target | met | peer | peer value | peer/jailcell |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range res.Rows {
+		met := ""
+		if r.Met != nil {
+			met = map[bool]string{true: "yes", false: "**no**"}[*r.Met]
+		}
+		peer, pv, ratio := r.Peer, "", ""
+		if r.PeerVal > 0 {
+			pv = fmtVal(r.PeerVal, r.Unit)
+		}
+		if r.Ratio > 0 {
+			ratio = fmt.Sprintf("%.1fx", r.Ratio)
+		}
+		target := r.Target
+		if target != "" {
+			target += " " + r.Unit
+		}
+		fig := r.Figure
+		if r.Note != "" {
+			fig += " (" + r.Note + ")"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", fig, fmtVal(r.Jailcell, r.Unit), target, met, peer, pv, ratio)
+	}
+	fmt.Fprintf(w, "\n%.0f s in all.\n", res.Seconds)
+}
+
+func fmtVal(v float64, unit string) string {
+	switch {
+	case math.IsNaN(v):
+		return "n/a"
+	case unit == "cells/s":
+		return fmt.Sprintf("%.0f %s", v, unit)
+	case v < 10:
+		return fmt.Sprintf("%.3g %s", v, unit)
+	default:
+		return fmt.Sprintf("%.0f %s", v, unit)
+	}
+}
+
+const chartScript = `
+import json
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+rows = [r for r in json.load(open("results.json"))["rows"] if r.get("unit") == "ms" and r.get("peer_value")]
+labels = [r["figure"].strip() for r in rows]
+fig, ax = plt.subplots(figsize=(11, 0.55 * len(rows) + 1.5))
+y = range(len(rows))
+ax.barh([i + 0.2 for i in y], [r["jailcell"] for r in rows], 0.4, label="jailcell", color="#2a7ab0")
+ax.barh([i - 0.2 for i in y], [r["peer_value"] for r in rows], 0.4, label="peer", color="#c8553d")
+for i, r in enumerate(rows):
+    ax.text(r["peer_value"] * 1.1, i - 0.2, r["peer"], va="center", fontsize=7)
+ax.set_yticks(list(y))
+ax.set_yticklabels(labels, fontsize=8)
+ax.invert_yaxis()
+ax.set_xscale("log")
+ax.set_xlabel("milliseconds (log scale; shorter is better)")
+ax.set_title("jailcell vs peers on this machine")
+ax.legend(loc="lower right")
+fig.tight_layout()
+fig.savefig("bench.png", dpi=110)
+`
+
+// chart draws bench.png with the rootfs's matplotlib, in a one-shot
+// jailcell sandbox.
+func chart(dir string) error {
+	d := filepath.Join(dir, "chart")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	script := filepath.Join(d, "chart.py")
+	if err := os.WriteFile(script, []byte(chartScript), 0o644); err != nil {
+		return err
+	}
+	cfg := filepath.Join(d, "config.yaml")
+	writeConfig(cfg, nil, 0)
+	out := filepath.Join(d, "out")
+	cmd := exec.Command(*binFlag, "run", "--config", cfg, "--state-dir", filepath.Join(d, "state"), "--rootfs", *rootfsFlag,
+		"--file", filepath.Join(*outFlag, "results.json"), "--out", out, script)
+	child(cmd)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("jailcell run: %v: %s", err, b)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "bench.png"))
+	if err != nil {
+		return errors.New("the chart cell wrote no bench.png")
+	}
+	return os.WriteFile(filepath.Join(*outFlag, "bench.png"), b, 0o644)
+}

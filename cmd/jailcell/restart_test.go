@@ -1,0 +1,125 @@
+package main
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// relaunch starts another `jailcell serve` on p's configuration and state,
+// as a restarted service, with extra environment.
+func relaunch(t *testing.T, p *serveProc, env ...string) *serveProc {
+	t.Helper()
+	q := &serveProc{t: t, group: p.group, dir: p.dir, sock: p.sock, state: p.state, config: p.config,
+		stderr: &lockedBuffer{}, done: make(chan struct{})}
+	q.cmd = exec.Command(os.Args[0], "serve", "--config", q.config)
+	q.cmd.Env = jailcellEnv(append([]string{"JAILCELL_REVIEW_DIR=" + p.dir + "/review"}, env...)...)
+	q.cmd.Stderr = q.stderr
+	if err := q.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		q.err = q.cmd.Wait()
+		close(q.done)
+	}()
+	t.Cleanup(func() {
+		q.stop()
+		if t.Failed() {
+			t.Logf("serve log:\n%s", q.stderr.String())
+		}
+	})
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if c, err := net.Dial("unix", q.sock); err == nil {
+			c.Close()
+			return q
+		}
+		select {
+		case <-q.done:
+			t.Fatalf("serve exited at start: %v\n%s", q.err, q.stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not listen:\n%s", q.stderr.String())
+		}
+	}
+}
+
+// TestServeRestartReadoptsSessions: a session's kernel outlives the
+// service, by kill -9 and by a drain with sessions.survive_restart; the
+// next start re-adopts it with its variables, and once the sessions end
+// the host holds nothing of them.
+func TestServeRestartReadoptsSessions(t *testing.T) {
+	p := startServe(t, "root", "")
+	status, body := curl(t, p.sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", `{}`)
+	sid := decode(t, body).Session
+	if status != 201 || sid == "" {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	exec := func(sock, code string) wire {
+		t.Helper()
+		status, body := curl(t, sock, "-X", "POST", "http://jailcell/v1/sessions/"+sid+"/exec", "-d", `{"code":`+quote(code)+`}`)
+		w := decode(t, body)
+		if status != 200 || !w.OK || w.Result == nil {
+			t.Fatalf("exec %q: %d %s", code, status, body)
+		}
+		return w
+	}
+	exec(p.sock, "x = 41\nopen('f.txt', 'w').write('kept')")
+
+	// kill -9: nothing is torn down.
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	q := relaunch(t, p, "JAILCELL_SESSIONS_SURVIVE_RESTART=true")
+	q.waitLog("session re-adopted", sid)
+	if w := exec(q.sock, "x += 1\nprint(x, open('f.txt').read())"); w.Result.Stdout != "42 kept\n" {
+		t.Fatalf("after kill -9: %+v", w.Result)
+	}
+
+	// A drain that keeps sessions.
+	q.stop()
+	if q.err != nil {
+		t.Fatalf("drain exited with %v", q.err)
+	}
+	r := relaunch(t, q)
+	r.waitLog("session re-adopted", sid)
+	if w := exec(r.sock, "print(x)"); w.Result.Stdout != "42\n" {
+		t.Fatalf("after a drain: %+v", w.Result)
+	}
+
+	// Without survive_restart the drain tears everything down.
+	r.stop()
+	if r.err != nil {
+		t.Fatalf("drain exited with %v", r.err)
+	}
+	for _, d := range []string{"sessions", "sandboxes", "containers"} {
+		if ents, _ := os.ReadDir(filepath.Join(r.state, d)); len(ents) != 0 {
+			t.Errorf("state dir %s after teardown: %v", d, ents)
+		}
+	}
+	mi, _ := os.ReadFile("/proc/thread-self/mountinfo")
+	if strings.Contains(string(mi), r.state) {
+		t.Errorf("mounts left under %s", r.state)
+	}
+}
+
+func quote(s string) string {
+	b := []byte{'"'}
+	for _, c := range []byte(s) {
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(append(b, '"'))
+}

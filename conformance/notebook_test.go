@@ -1,0 +1,332 @@
+// Package conformance runs notebooks cell by cell in a jailcell session and
+// in a real Jupyter kernel, and compares what each cell produced. It holds
+// tests only.
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session"
+)
+
+func TestMain(m *testing.M) {
+	isolate.Init()
+	os.Exit(m.Run())
+}
+
+const (
+	// cgroupRoot is this package's own: a manager reconciles every cgroup
+	// under its root, so packages tested in parallel must not share one.
+	cgroupRoot = "/jailcell-test-conformance"
+	corpusDir  = "../testdata/notebooks"
+	hostPython = "/usr/bin/python3"
+	// minAgreement is the share of cells that must agree.
+	minAgreement = 0.98
+)
+
+// cellOutcome is what one cell produced, in either kernel.
+type cellOutcome struct {
+	Status     string  `json:"status"`
+	Error      string  `json:"error"`       // exception type, when status is error
+	ShownError string  `json:"shown_error"` // Jupyter only: a traceback a magic showed
+	Stdout     string  `json:"stdout"`
+	Value      *string `json:"value"`
+	Images     int     `json:"images"`
+}
+
+type notebook struct {
+	Cells []struct {
+		Type   string          `json:"cell_type"`
+		Source json.RawMessage `json:"source"`
+	} `json:"cells"`
+}
+
+func loadCells(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nb notebook
+	if err := json.Unmarshal(b, &nb); err != nil {
+		t.Fatalf("parse %s: %v", path, err)
+	}
+	var cells []string
+	for _, c := range nb.Cells {
+		if c.Type != "code" {
+			continue
+		}
+		var lines []string
+		if err := json.Unmarshal(c.Source, &lines); err != nil {
+			var s string
+			if err := json.Unmarshal(c.Source, &s); err != nil {
+				t.Fatalf("%s: cell source: %v", path, err)
+			}
+			lines = []string{s}
+		}
+		cells = append(cells, strings.Join(lines, ""))
+	}
+	return cells
+}
+
+// requireJupyter skips unless the host has Debian's ipykernel and
+// jupyter_client, naming what is missing.
+func requireJupyter(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command(hostPython, "-c", "import ipykernel, jupyter_client, pandas, matplotlib").CombinedOutput()
+	if err != nil {
+		t.Skipf("requires python3-ipykernel, python3-jupyter-client, pandas and matplotlib in %s (make deps): %v\n%s", hostPython, err, out)
+	}
+}
+
+func newManager(t *testing.T) *session.Manager {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state := testenv.StateDir(t)
+	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: cgroupRoot})
+	if err != nil {
+		t.Fatalf("NewHost: %v", err)
+	}
+	p := policy.Default()
+	p.MemoryBytes = 1 << 30
+	p.DiskBytes = 256 << 20
+	p.OutputBytes = 1 << 20
+	m, err := session.New(session.Config{
+		StateDir: filepath.Join(state, "sessions"),
+		Policies: map[string]policy.Policy{"default": p},
+	}, h)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return m
+}
+
+func dataFiles(t *testing.T) []session.File {
+	t.Helper()
+	dir := filepath.Join(corpusDir, "data")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []session.File
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, session.File{Path: e.Name(), Data: b})
+	}
+	return files
+}
+
+// runJupyter runs the notebook with the Jupyter driver in a temporary copy
+// of the data directory; it returns the outcomes and that directory.
+func runJupyter(nbPath string, files []session.File) ([]cellOutcome, string, error) {
+	dir, err := os.MkdirTemp("", "jc-jupyter-")
+	if err != nil {
+		return nil, "", err
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.Path), f.Data, 0o644); err != nil {
+			return nil, dir, err
+		}
+	}
+	home, err := os.MkdirTemp("", "jc-jupyter-home-")
+	if err != nil {
+		return nil, dir, err
+	}
+	defer os.RemoveAll(home)
+	driver, _ := filepath.Abs(filepath.Join(corpusDir, "jupyter_driver.py"))
+	abs, _ := filepath.Abs(nbPath)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hostPython, driver, abs, dir)
+	cmd.Dir = dir
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "LANG=C.UTF-8", "MPLCONFIGDIR=" + home, "JUPYTER_PLATFORM_DIRS=1", "PYDEVD_DISABLE_FILE_VALIDATION=1"}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, dir, fmt.Errorf("jupyter driver: %v\n%s", err, stderr.String())
+	}
+	var res []cellOutcome
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, dir, fmt.Errorf("jupyter driver output: %v", err)
+	}
+	return res, dir, nil
+}
+
+func runJailcell(t *testing.T, m *session.Manager, cells []string, files []session.File) []cellOutcome {
+	t.Helper()
+	ctx := context.Background()
+	info, err := m.Create(ctx, session.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	defer m.Close(0, info.ID)
+	var res []cellOutcome
+	for i, code := range cells {
+		req := session.ExecRequest{Code: code, Timeout: 2 * time.Minute}
+		if i == 0 {
+			req.Files = files
+		}
+		r, err := m.Exec(ctx, 0, info.ID, req)
+		if err != nil {
+			t.Fatalf("Exec cell %d: %v", i+1, err)
+		}
+		o := cellOutcome{Status: r.Status, Stdout: r.Stdout}
+		if r.Error != nil {
+			o.Error = r.Error.Type
+		}
+		if s, ok := r.Value["text/plain"].(string); ok {
+			o.Value = &s
+		}
+		if _, ok := r.Value["image/png"]; ok {
+			o.Images++
+		}
+		for _, d := range r.Display {
+			if _, ok := d.Bundle["image/png"]; ok || d.MIME == "image/png" {
+				o.Images++
+			}
+		}
+		res = append(res, o)
+	}
+	return res
+}
+
+var (
+	ansiRE    = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+	addrRE    = regexp.MustCompile(`0x[0-9a-fA-F]{6,}`)
+	timingRE  = regexp.MustCompile(`[0-9][0-9.,]*\s*(ns|µs|us|ms|s|min)\b`)
+	timeitRE  = regexp.MustCompile(`\(mean ± std\. dev\. of .*\)`)
+	spacingRE = regexp.MustCompile(`[ \t]+`)
+	// %timeit's warning depends on the machine's noise, not the kernel.
+	slowestRE = regexp.MustCompile(`The slowest run took .*\n`)
+)
+
+// normalise removes what legitimately differs between two runs: timings,
+// object addresses, the working directory, terminal colours.
+func normalise(s, workdir string) string {
+	s = ansiRE.ReplaceAllString(s, "")
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	if workdir != "" {
+		s = strings.ReplaceAll(s, workdir, "<cwd>")
+	}
+	s = strings.ReplaceAll(s, session.Workdir, "<cwd>")
+	s = slowestRE.ReplaceAllString(s, "")
+	s = addrRE.ReplaceAllString(s, "0x?")
+	s = timeitRE.ReplaceAllString(s, "(...)")
+	s = timingRE.ReplaceAllString(s, "<t>")
+	s = spacingRE.ReplaceAllString(s, " ")
+	return strings.TrimSpace(s)
+}
+
+func shortType(s string) string {
+	return s[strings.LastIndex(s, ".")+1:]
+}
+
+// diff says how a jailcell cell differs from the Jupyter one, "" if not.
+func diff(j, c cellOutcome, workdir string) string {
+	var why []string
+	if j.Status != c.Status {
+		why = append(why, fmt.Sprintf("status %s vs %s", j.Status, c.Status))
+	}
+	if shortType(j.Error) != shortType(c.Error) {
+		why = append(why, fmt.Sprintf("error %q vs %q", j.Error, c.Error))
+	}
+	if js, cs := normalise(j.Stdout, workdir), normalise(c.Stdout, workdir); js != cs {
+		why = append(why, fmt.Sprintf("stdout %q vs %q", js, cs))
+	}
+	jv, cv := "<none>", "<none>"
+	if j.Value != nil {
+		jv = normalise(*j.Value, workdir)
+	}
+	if c.Value != nil {
+		cv = normalise(*c.Value, workdir)
+	}
+	if jv != cv {
+		why = append(why, fmt.Sprintf("value %q vs %q", jv, cv))
+	}
+	if j.Images != c.Images {
+		why = append(why, fmt.Sprintf("images %d vs %d", j.Images, c.Images))
+	}
+	return strings.Join(why, "; ")
+}
+
+func TestNotebookConformance(t *testing.T) {
+	requireJupyter(t)
+	m := newManager(t)
+	files := dataFiles(t)
+	paths, _ := filepath.Glob(filepath.Join(corpusDir, "*.ipynb"))
+	sort.Strings(paths)
+	if len(paths) == 0 {
+		t.Fatalf("no notebooks in %s", corpusDir)
+	}
+	var total, agree int
+	var table, disagreements []string
+	for _, p := range paths {
+		name := strings.TrimSuffix(filepath.Base(p), ".ipynb")
+		cells := loadCells(t, p)
+		type jres struct {
+			out []cellOutcome
+			dir string
+			err error
+		}
+		ch := make(chan jres, 1)
+		go func() {
+			out, dir, err := runJupyter(p, files)
+			ch <- jres{out, dir, err}
+		}()
+		mine := runJailcell(t, m, cells, files)
+		j := <-ch
+		if j.dir != "" {
+			os.RemoveAll(j.dir)
+		}
+		if j.err != nil {
+			t.Fatalf("%s: %v", name, j.err)
+		}
+		if len(j.out) != len(mine) {
+			t.Fatalf("%s: %d cells in Jupyter, %d in jailcell", name, len(j.out), len(mine))
+		}
+		ok := 0
+		for i := range mine {
+			if d := diff(j.out[i], mine[i], j.dir); d != "" {
+				first := strings.SplitN(cells[i], "\n", 2)[0]
+				disagreements = append(disagreements, fmt.Sprintf("%s cell %d (%s): %s", name, i+1, first, d))
+				continue
+			}
+			ok++
+		}
+		total += len(mine)
+		agree += ok
+		table = append(table, fmt.Sprintf("%-26s %3d/%3d  %5.1f%%", name, ok, len(mine), 100*float64(ok)/float64(len(mine))))
+	}
+	share := float64(agree) / float64(total)
+	t.Logf("notebook conformance, jailcell vs Jupyter (ipykernel):\n%-26s %s\n%s\n%-26s %3d/%3d  %5.1f%%",
+		"notebook", "agree", strings.Join(table, "\n"), "total", agree, total, 100*share)
+	for _, d := range disagreements {
+		t.Logf("disagreement: %s", d)
+	}
+	if share < minAgreement {
+		t.Errorf("agreement %.1f%% < %.0f%%", 100*share, 100*minAgreement)
+	}
+}

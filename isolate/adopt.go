@@ -1,0 +1,125 @@
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+)
+
+// A sandbox outlives the daemon that built it: its init is not killed when
+// the daemon exits (no parent-death signal), its disk and root stay
+// mounted, and libcontainer's state stays in StateDir. A new daemon adopts
+// it with AdoptDisk and Disk.Adopt instead of building it again.
+
+// AdoptDisk takes over the disk of id left by a previous daemon: its tmpfs
+// must still be mounted. The disk keeps its uid slot, read back from the
+// owner of its upper layer.
+func (h *Host) AdoptDisk(id string) (*Disk, error) {
+	if !idRE.MatchString(id) {
+		return nil, fmt.Errorf("%w: disk id %q", ErrNotFound, id)
+	}
+	d := &Disk{ID: id, h: h, dir: h.sandboxDir(id), slot: -1}
+	mps, err := mountsUnder(d.dir)
+	if err != nil {
+		return nil, err
+	}
+	if !contains(mps, filepath.Join(d.dir, "disk")) {
+		return nil, fmt.Errorf("%w: disk of %s is not mounted (the host rebooted?)", ErrNotFound, id)
+	}
+	fi, err := os.Lstat(d.UpperDir())
+	if err != nil {
+		return nil, fmt.Errorf("%w: upper layer of %s: %v", ErrNotFound, id, err)
+	}
+	uid := int(fi.Sys().(*syscall.Stat_t).Uid)
+	slot := (uid - h.cfg.UIDBase) / idsPerSlot
+	if uid < h.cfg.UIDBase || (uid-h.cfg.UIDBase)%idsPerSlot != 0 || slot >= len(h.slots) {
+		return nil, fmt.Errorf("%w: upper layer of %s owned by uid %d, not a sandbox slot", ErrNotFound, id, uid)
+	}
+	h.mu.Lock()
+	if h.slots[slot] {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("%w: slot %d of %s already in use", ErrNotFound, slot, id)
+	}
+	h.slots[slot] = true
+	h.mu.Unlock()
+	d.slot = slot
+	return d, nil
+}
+
+// Adopt takes over the running sandbox on d left by a previous daemon.
+// The sandbox's exit status is not ours to read any more (its init is not
+// our child): Exit reports only that it ended.
+func (d *Disk) Adopt() (*Sandbox, error) {
+	ents, err := os.ReadDir(d.h.containersDir())
+	if err != nil {
+		return nil, err
+	}
+	var id string
+	gen := -1
+	for _, e := range ents {
+		if diskOf(e.Name()) != d.ID {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), d.ID+"-"))
+		if err == nil && n > gen {
+			id, gen = e.Name(), n
+		}
+	}
+	if id == "" {
+		return nil, fmt.Errorf("%w: no sandbox state for disk %s", ErrNotFound, d.ID)
+	}
+	c, err := libcontainer.Load(d.h.containersDir(), id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: load sandbox %s: %v", ErrNotFound, id, err)
+	}
+	st, err := c.State()
+	if err != nil {
+		return nil, fmt.Errorf("%w: state of sandbox %s: %v", ErrNotFound, id, err)
+	}
+	if status, err := c.Status(); err != nil || status != libcontainer.Running {
+		_ = c.Destroy()
+		return nil, fmt.Errorf("%w: sandbox %s is %v, not running", ErrNotFound, id, status)
+	}
+	mps, _ := mountsUnder(d.dir)
+	if !contains(mps, d.RootDir()) {
+		return nil, fmt.Errorf("%w: root of sandbox %s is not mounted", ErrNotFound, id)
+	}
+	// A pidfd pins the init: no pid reuse can make us watch or signal a
+	// stranger.
+	pidfd, err := unix.PidfdOpen(st.InitProcessPid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open init %d of sandbox %s: %v", ErrNotFound, st.InitProcessPid, id, err)
+	}
+	d.mu.Lock()
+	d.used, d.gen = true, gen
+	d.mu.Unlock()
+	s := &Sandbox{
+		ID: id, disk: d, container: c, pid: st.InitProcessPid,
+		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths},
+		done: make(chan struct{}),
+	}
+	go s.waitPidfd(pidfd)
+	return s, nil
+}
+
+// waitPidfd closes done when the adopted init exits.
+func (s *Sandbox) waitPidfd(pidfd int) {
+	defer unix.Close(pidfd)
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if err == nil || !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	s.exit = Exit{Code: -1}
+	close(s.done)
+}

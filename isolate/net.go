@@ -1,0 +1,726 @@
+package isolate
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/policy"
+)
+
+// Egress is how sandboxes with network "allowlist" get out. Each such
+// sandbox gets its own gateway network namespace, created and held by
+// jailcell (anonymous: it lives only as long as jailcell holds it, so a
+// crashed daemon leaves nothing behind), joined to the sandbox by one veth
+// pair and to Upstream by another. All filtering happens in the gateway,
+// where the sandbox has no capability at all; nothing is installed in the
+// host's own tables. See docs/egress.md.
+type Egress struct {
+	// Upstream is the path of the network namespace gateways are plugged
+	// into ("/run/netns/egress", or "/proc/1/ns/net" for the host's own).
+	// Routing from there onwards is the operator's. Required for
+	// network "allowlist"; without it such sandboxes are refused.
+	Upstream string
+	// Resolve looks names up on the host; nil uses the system resolver.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Log receives each refused attempt as it happens; nil: slog.Default.
+	Log *slog.Logger
+}
+
+// SetEgress configures the upstream of h's allowlisted sandboxes; until it
+// is called, such sandboxes are refused.
+func (h *Host) SetEgress(e Egress) {
+	h.mu.Lock()
+	h.egressCfg = e
+	h.mu.Unlock()
+}
+
+func (h *Host) egress() (Egress, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.egressCfg, h.egressCfg.Upstream != ""
+}
+
+// Addresses of the two links. The sandbox link is link-local: it is never
+// routed anywhere, so it cannot collide with a destination. Uplinks take
+// one /30 per uid slot from the shared address space in Upstream.
+var (
+	gwAddr   = netip.MustParseAddr("169.254.0.1") // gateway side, and the DNS server
+	sbAddr   = netip.MustParseAddr("169.254.0.2") // the sandbox's eth0
+	uplinkV4 = netip.MustParseAddr("100.64.0.0")
+)
+
+const (
+	sbLink   = "sb" // gateway end of the sandbox link
+	upLink   = "up" // gateway end of the uplink
+	nftTable = "jailcell"
+	dnsTTL   = 30
+)
+
+// uplinkAddrs returns the upstream and gateway ends of slot's uplink.
+func uplinkAddrs(slot int) (netip.Addr, netip.Addr) {
+	b := uplinkV4.As4()
+	v := binary.BigEndian.Uint32(b[:]) + uint32(slot)*4
+	binary.BigEndian.PutUint32(b[:], v+1)
+	up := netip.AddrFrom4(b)
+	binary.BigEndian.PutUint32(b[:], v+2)
+	return up, netip.AddrFrom4(b)
+}
+
+// resolvConf is the sandbox's /etc/resolv.conf: the gateway's DNS only.
+const resolvConf = "nameserver 169.254.0.1\noptions timeout:2 attempts:1\n"
+
+// resolvConfPath is the generated file for a sandbox whose root is root.
+func resolvConfPath(root string) string { return filepath.Join(filepath.Dir(root), "resolv.conf") }
+
+// prepareNetwork fails closed before anything is built when the host cannot
+// give what the policy's network asks for, and writes the resolv.conf the
+// sandbox's /etc/resolv.conf is bound to.
+func (h *Host) prepareNetwork(p policy.Policy, root string) error {
+	if p.Network != policy.NetworkAllowlist {
+		return nil
+	}
+	if _, ok := h.egress(); !ok {
+		return fmt.Errorf("%w: network %q needs an egress upstream (Host.SetEgress)", ErrUnsupported, p.Network)
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return fmt.Errorf("%w: network %q needs nftables (nft): %v", ErrUnsupported, p.Network, err)
+	}
+	if err := os.WriteFile(resolvConfPath(root), []byte(resolvConf), 0o644); err != nil {
+		return fmt.Errorf("write resolv.conf: %w", err)
+	}
+	return nil
+}
+
+// inNetns runs fn on a thread that has joined ns. The thread is never
+// handed back to the scheduler: it ends with the goroutine.
+func inNetns(ns netns.NsHandle, fn func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if ns >= 0 {
+			if err := netns.Set(ns); err != nil {
+				ch <- fmt.Errorf("enter network namespace: %w", err)
+				return
+			}
+		}
+		ch <- fn()
+	}()
+	return <-ch
+}
+
+// newNetns creates an anonymous network namespace with loopback up, IPv4
+// forwarding on and IPv6 off.
+func newNetns() (netns.NsHandle, error) {
+	h := netns.None()
+	err := inNetns(-1, func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unshare network namespace: %w", err)
+		}
+		for _, kv := range [][2]string{
+			{"/proc/sys/net/ipv4/ip_forward", "1"},
+			{"/proc/sys/net/ipv6/conf/all/disable_ipv6", "1"},
+			{"/proc/sys/net/ipv6/conf/default/disable_ipv6", "1"},
+		} {
+			if err := os.WriteFile(kv[0], []byte(kv[1]), 0); err != nil {
+				return fmt.Errorf("sysctl %s: %w", kv[0], err)
+			}
+		}
+		var err error
+		h, err = netns.Get()
+		if err != nil {
+			return fmt.Errorf("open network namespace: %w", err)
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		if err != nil {
+			return fmt.Errorf("loopback up: %w", err)
+		}
+		return nil
+	})
+	if err != nil && h.IsOpen() {
+		h.Close()
+	}
+	return h, err
+}
+
+// gateway is one allowlisted sandbox's gateway namespace and DNS server.
+type gateway struct {
+	pol    policy.Policy
+	eg     Egress
+	ns     netns.NsHandle
+	dns    *net.UDPConn
+	done   chan struct{}
+	closed sync.Once
+
+	nftMu sync.Mutex // one nft at a time
+
+	mu      sync.Mutex
+	pinned  map[netip.AddrPort]bool
+	names   map[netip.Addr]string // the name an address was resolved for
+	refused map[RefusedKey]int64  // refused by the DNS server
+}
+
+// attachNetwork builds the gateway for a sandbox whose init is pid and
+// connects it. The sandbox's own namespace is owned by its user namespace,
+// but its processes hold no capability there, so they cannot change the
+// addresses and routes set here; nor could that help them: the gateway
+// decides.
+func (h *Host) attachNetwork(p policy.Policy, pid, slot int) (_ *gateway, retErr error) {
+	eg, ok := h.egress()
+	if !ok {
+		return nil, fmt.Errorf("%w: no egress upstream", ErrUnsupported)
+	}
+	if eg.Resolve == nil {
+		eg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+		}
+	}
+	if eg.Log == nil {
+		eg.Log = slog.Default()
+	}
+	g := &gateway{pol: p, eg: eg, ns: netns.None(), done: make(chan struct{}),
+		pinned: map[netip.AddrPort]bool{}, names: map[netip.Addr]string{}, refused: map[RefusedKey]int64{}}
+	defer func() {
+		if retErr != nil {
+			_ = g.close()
+		}
+	}()
+	var err error
+	if g.ns, err = newNetns(); err != nil {
+		return nil, err
+	}
+	sbNS, err := netns.GetFromPid(pid)
+	if err != nil {
+		return nil, fmt.Errorf("open sandbox network namespace: %w", err)
+	}
+	defer sbNS.Close()
+	upNS, err := netns.GetFromPath(eg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("open egress upstream %s: %w", eg.Upstream, err)
+	}
+	defer upNS.Close()
+	upPeer := "jcu" + strconv.Itoa(slot)
+	upAddr, gwUpAddr := uplinkAddrs(slot)
+
+	if err := g.links(sbNS, upNS, upPeer, upAddr, gwUpAddr); err != nil {
+		return nil, err
+	}
+	if err := g.nft(ruleset(p)); err != nil {
+		return nil, fmt.Errorf("install gateway rules: %w", err)
+	}
+	err = inNetns(g.ns, func() error {
+		var err error
+		g.dns, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(gwAddr, 53)))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen for the sandbox's DNS: %w", err)
+	}
+	go g.serveDNS()
+	// Pin what the exact names resolve to now; wildcards are pinned when
+	// the sandbox asks for a name.
+	for _, a := range p.Entries() {
+		if a.Host != "" && !strings.HasPrefix(a.Host, "*.") {
+			_, _ = g.resolve(a.Host)
+		}
+	}
+	return g, nil
+}
+
+// links creates and addresses both veth pairs.
+func (g *gateway) links(sbNS, upNS netns.NsHandle, upPeer string, upAddr, gwUpAddr netip.Addr) error {
+	gw, err := netlink.NewHandleAt(g.ns)
+	if err != nil {
+		return fmt.Errorf("netlink gateway: %w", err)
+	}
+	defer gw.Close()
+	sb, err := netlink.NewHandleAt(sbNS)
+	if err != nil {
+		return fmt.Errorf("netlink sandbox: %w", err)
+	}
+	defer sb.Close()
+	up, err := netlink.NewHandleAt(upNS)
+	if err != nil {
+		return fmt.Errorf("netlink upstream: %w", err)
+	}
+	defer up.Close()
+
+	pairs := []struct {
+		name, peer string
+		peerNS     netns.NsHandle
+	}{{sbLink, "eth0", sbNS}, {upLink, upPeer, upNS}}
+	for _, pr := range pairs {
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: pr.name}, PeerName: pr.peer, PeerNamespace: netlink.NsFd(pr.peerNS)}
+		if err := gw.LinkAdd(v); err != nil {
+			return fmt.Errorf("create veth %s/%s: %w", pr.name, pr.peer, err)
+		}
+	}
+	addr := func(hd *netlink.Handle, link string, a netip.Addr) error {
+		l, err := hd.LinkByName(link)
+		if err != nil {
+			return fmt.Errorf("find %s: %w", link, err)
+		}
+		ip := &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(30, 32)}
+		if err := hd.AddrAdd(l, &netlink.Addr{IPNet: ip}); err != nil {
+			return fmt.Errorf("address %s: %w", link, err)
+		}
+		if err := hd.LinkSetUp(l); err != nil {
+			return fmt.Errorf("up %s: %w", link, err)
+		}
+		return nil
+	}
+	steps := []error{
+		addr(gw, sbLink, gwAddr),
+		addr(gw, upLink, gwUpAddr),
+		addr(sb, "eth0", sbAddr),
+		addr(up, upPeer, upAddr),
+	}
+	if err := errors.Join(steps...); err != nil {
+		return err
+	}
+	if err := gw.RouteAdd(&netlink.Route{Gw: upAddr.AsSlice()}); err != nil {
+		return fmt.Errorf("gateway default route: %w", err)
+	}
+	if err := sb.RouteAdd(&netlink.Route{Gw: gwAddr.AsSlice()}); err != nil {
+		return fmt.Errorf("sandbox default route: %w", err)
+	}
+	return nil
+}
+
+// ruleset is the gateway's whole nftables configuration. Forwarding is
+// closed but for: replies, explicitly listed addresses inside special
+// ranges, and (once special ranges are refused) the pinned addresses of
+// listed names and the listed public addresses and prefixes. Everything
+// else is counted into the refused set and rejected at once, so a refused
+// connect fails fast instead of timing out.
+func ruleset(p policy.Policy) string {
+	var special, rest []string
+	for _, a := range p.Entries() {
+		pr, ok := a.Prefix()
+		if !ok {
+			continue
+		}
+		rule := fmt.Sprintf("iifname %q oifname %q ct state new meta l4proto { tcp, udp } ip daddr %s th dport { %s } counter name \"tx\" accept", sbLink, upLink, pr, ports(a.Ports))
+		if insideSpecial(pr) {
+			special = append(special, rule)
+		} else {
+			rest = append(rest, rule)
+		}
+	}
+	var sp []string
+	for _, s := range policy.Special {
+		sp = append(sp, s.String())
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "table inet %s {\n", nftTable)
+	b.WriteString("counter tx {\n}\ncounter rx {\n}\n")
+	b.WriteString("set pins { type ipv4_addr . inet_service; size 65536; }\n")
+	b.WriteString("set refused { type ipv4_addr . inet_service; size 4096; flags dynamic; counter; }\n")
+	fmt.Fprintf(&b, "set special { type ipv4_addr; flags interval; elements = { %s }; }\n", strings.Join(sp, ", "))
+	b.WriteString("chain input {\ntype filter hook input priority 0; policy drop;\n")
+	b.WriteString("iif \"lo\" accept\nct state established,related accept\n")
+	fmt.Fprintf(&b, "iifname %q ip daddr %s udp dport 53 accept\n", sbLink, gwAddr)
+	fmt.Fprintf(&b, "iifname %q reject with icmpx type admin-prohibited\n}\n", sbLink)
+	b.WriteString("chain forward {\ntype filter hook forward priority 0; policy drop;\n")
+	fmt.Fprintf(&b, "iifname %q oifname %q ct state established,related counter name \"rx\" accept\n", upLink, sbLink)
+	fmt.Fprintf(&b, "iifname %q oifname %q ct state established,related counter name \"tx\" accept\n", sbLink, upLink)
+	for _, r := range special {
+		b.WriteString(r + "\n")
+	}
+	fmt.Fprintf(&b, "iifname %q ip daddr @special goto refuse\n", sbLink)
+	fmt.Fprintf(&b, "iifname %q oifname %q ct state new meta l4proto { tcp, udp } ip daddr . th dport @pins counter name \"tx\" accept\n", sbLink, upLink)
+	for _, r := range rest {
+		b.WriteString(r + "\n")
+	}
+	fmt.Fprintf(&b, "iifname %q goto refuse\n}\n", sbLink)
+	b.WriteString("chain refuse {\nmeta l4proto { tcp, udp } update @refused { ip daddr . th dport }\n")
+	b.WriteString("reject with icmpx type admin-prohibited\n}\n")
+	fmt.Fprintf(&b, "chain postrouting {\ntype nat hook postrouting priority srcnat;\noifname %q masquerade\n}\n}\n", upLink)
+	return b.String()
+}
+
+func insideSpecial(pr netip.Prefix) bool {
+	for _, s := range policy.Special {
+		if s.Bits() <= pr.Bits() && s.Contains(pr.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+func ports(ps []uint16) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ", ")
+}
+
+// nft runs nft -f - with script inside the gateway namespace (the child
+// inherits the namespace of the thread that forks it).
+func (g *gateway) nft(script string, args ...string) error {
+	_, err := g.nftOut(script, args...)
+	return err
+}
+
+func (g *gateway) nftOut(stdin string, args ...string) ([]byte, error) {
+	g.nftMu.Lock()
+	defer g.nftMu.Unlock()
+	if len(args) == 0 {
+		args = []string{"-f", "-"}
+	}
+	var out []byte
+	err := inNetns(g.ns, func() error {
+		cmd := exec.Command("nft", args...)
+		cmd.Stdin = strings.NewReader(stdin)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		var err error
+		out, err = cmd.Output()
+		if err != nil {
+			return fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// close stops the DNS server and drops the gateway namespace; its veths go
+// with it (a veth pair dies with either end's namespace).
+func (g *gateway) close() error {
+	g.closed.Do(func() {
+		close(g.done)
+		if g.dns != nil {
+			_ = g.dns.Close()
+		}
+		if g.ns.IsOpen() {
+			_ = g.ns.Close()
+		}
+	})
+	return nil
+}
+
+// RefusedKey identifies a refused destination: an address and port the
+// gateway rejected, a name the DNS server would not answer for, or both
+// (a listed name that resolved to a private address).
+type RefusedKey struct {
+	Addr   string
+	Port   uint16
+	Name   string
+	Reason string
+}
+
+// Refused is a refused destination and how many attempts were made.
+type Refused struct {
+	RefusedKey
+	Count int64
+}
+
+// NetUsage is what a sandbox sent through its gateway, counted there.
+// Bytes are IP packet bytes (headers included).
+type NetUsage struct {
+	SentBytes, ReceivedBytes     int64
+	SentPackets, ReceivedPackets int64
+	Refused                      []Refused
+}
+
+// Since is u minus an earlier reading of the same sandbox.
+func (u NetUsage) Since(prev NetUsage) NetUsage {
+	before := map[RefusedKey]int64{}
+	for _, r := range prev.Refused {
+		before[r.RefusedKey] = r.Count
+	}
+	d := NetUsage{
+		SentBytes: u.SentBytes - prev.SentBytes, ReceivedBytes: u.ReceivedBytes - prev.ReceivedBytes,
+		SentPackets: u.SentPackets - prev.SentPackets, ReceivedPackets: u.ReceivedPackets - prev.ReceivedPackets,
+	}
+	for _, r := range u.Refused {
+		if n := r.Count - before[r.RefusedKey]; n > 0 {
+			d.Refused = append(d.Refused, Refused{RefusedKey: r.RefusedKey, Count: n})
+		}
+	}
+	return d
+}
+
+// NetUsage reads the gateway's counters; ok is false for a sandbox without
+// a network.
+func (s *Sandbox) NetUsage() (NetUsage, bool, error) {
+	if s.net == nil {
+		return NetUsage{}, false, nil
+	}
+	u, err := s.net.usage()
+	return u, true, err
+}
+
+func (g *gateway) usage() (NetUsage, error) {
+	out, err := g.nftOut("", "-j", "list", "table", "inet", nftTable)
+	if err != nil {
+		return NetUsage{}, err
+	}
+	var doc struct {
+		Nftables []struct {
+			Counter *struct {
+				Name           string
+				Packets, Bytes int64
+			} `json:"counter"`
+			Set *struct {
+				Name string
+				Elem []json.RawMessage
+			} `json:"set"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return NetUsage{}, fmt.Errorf("read gateway counters: %w", err)
+	}
+	var u NetUsage
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, o := range doc.Nftables {
+		switch {
+		case o.Counter != nil && o.Counter.Name == "tx":
+			u.SentBytes, u.SentPackets = o.Counter.Bytes, o.Counter.Packets
+		case o.Counter != nil && o.Counter.Name == "rx":
+			u.ReceivedBytes, u.ReceivedPackets = o.Counter.Bytes, o.Counter.Packets
+		case o.Set != nil && o.Set.Name == "refused":
+			for _, raw := range o.Set.Elem {
+				var e struct {
+					Elem struct {
+						Val struct {
+							Concat []json.RawMessage `json:"concat"`
+						} `json:"val"`
+						Counter struct{ Packets int64 } `json:"counter"`
+					} `json:"elem"`
+				}
+				if json.Unmarshal(raw, &e) != nil || len(e.Elem.Val.Concat) != 2 {
+					continue
+				}
+				var addr string
+				var port uint16
+				if json.Unmarshal(e.Elem.Val.Concat[0], &addr) != nil || json.Unmarshal(e.Elem.Val.Concat[1], &port) != nil {
+					continue
+				}
+				a, _ := netip.ParseAddr(addr)
+				n := e.Elem.Counter.Packets
+				if n == 0 {
+					n = 1 // added by this packet; the counter starts after it
+				}
+				u.Refused = append(u.Refused, Refused{RefusedKey{Addr: addr, Port: port, Name: g.names[a], Reason: "not on the allowlist"}, n})
+			}
+		}
+	}
+	for k, n := range g.refused {
+		u.Refused = append(u.Refused, Refused{k, n})
+	}
+	sort.Slice(u.Refused, func(i, j int) bool {
+		a, b := u.Refused[i], u.Refused[j]
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		if a.Addr != b.Addr {
+			return a.Addr < b.Addr
+		}
+		return a.Port < b.Port
+	})
+	return u, nil
+}
+
+// refuse records a refusal by the DNS server.
+func (g *gateway) refuse(k RefusedKey) {
+	g.mu.Lock()
+	g.refused[k]++
+	g.mu.Unlock()
+	g.eg.Log.Info("egress refused", "name", k.Name, "addr", k.Addr, "reason", k.Reason)
+}
+
+// resolve looks name up on the host, keeps the addresses the policy
+// permits (a listed name resolving into a special range is DNS rebinding
+// unless that address is listed itself) and pins them with the name's
+// ports. ok is false when the lookup itself failed.
+func (g *gateway) resolve(name string) (_ []netip.Addr, ok bool) {
+	ports := g.pol.HostPorts(name)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	addrs, err := g.eg.Resolve(ctx, name)
+	if err != nil {
+		return nil, false
+	}
+	var keep []netip.Addr
+	var add []string
+	g.mu.Lock()
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !a.Is4() {
+			continue
+		}
+		if policy.IsSpecial(a) && !g.pol.Explicit(a) {
+			g.mu.Unlock()
+			g.refuse(RefusedKey{Addr: a.String(), Name: name, Reason: "name resolves to a private or special address"})
+			g.mu.Lock()
+			continue
+		}
+		keep = append(keep, a)
+		g.names[a] = name
+		for _, p := range ports {
+			ap := netip.AddrPortFrom(a, p)
+			if !g.pinned[ap] {
+				g.pinned[ap] = true
+				add = append(add, fmt.Sprintf("%s . %d", a, p))
+			}
+		}
+	}
+	g.mu.Unlock()
+	if len(add) > 0 {
+		if err := g.nft(fmt.Sprintf("add element inet %s pins { %s }\n", nftTable, strings.Join(add, ", "))); err != nil {
+			g.eg.Log.Warn("egress pin", "name", name, "err", err)
+			return nil, false
+		}
+	}
+	return keep, true
+}
+
+// serveDNS answers the sandbox's queries until the gateway closes. Queries
+// are handled one at a time: a sandbox that floods it only delays itself.
+func (g *gateway) serveDNS() {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := g.dns.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			select {
+			case <-g.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if resp := g.answer(buf[:n]); resp != nil {
+			_, _ = g.dns.WriteToUDPAddrPort(resp, from)
+		}
+	}
+}
+
+// DNS response codes.
+const (
+	rcodeOK       = 0
+	rcodeFormErr  = 1
+	rcodeServFail = 2
+	rcodeNXDomain = 3
+	rcodeNotImp   = 4
+)
+
+// answer builds the reply to one query, or nil for garbage.
+func (g *gateway) answer(q []byte) []byte {
+	name, qtype, qend, err := parseQuery(q)
+	if err != nil {
+		if len(q) >= 12 && q[2]&0x80 == 0 {
+			return reply(q, 12, rcodeFormErr, nil)
+		}
+		return nil
+	}
+	if q[2]&0x78 != 0 { // opcode other than QUERY
+		return reply(q, qend, rcodeNotImp, nil)
+	}
+	if g.pol.HostPorts(name) == nil {
+		g.refuse(RefusedKey{Name: name, Reason: "name not on the allowlist"})
+		return reply(q, qend, rcodeNXDomain, nil)
+	}
+	if qtype != 1 { // AAAA and the rest: the name exists, with no such data
+		return reply(q, qend, rcodeOK, nil)
+	}
+	addrs, ok := g.resolve(name)
+	if !ok {
+		return reply(q, qend, rcodeServFail, nil)
+	}
+	if len(addrs) == 0 {
+		return reply(q, qend, rcodeNXDomain, nil)
+	}
+	return reply(q, qend, rcodeOK, addrs)
+}
+
+// parseQuery reads the single question of a DNS query (RFC 1035 4.1):
+// the name in lower case without the trailing dot, its type and where the
+// question ends. Compression pointers are refused: a query has no earlier
+// name to point at.
+func parseQuery(q []byte) (name string, qtype uint16, end int, err error) {
+	bad := errors.New("malformed DNS query")
+	if len(q) < 12 || q[2]&0x80 != 0 || binary.BigEndian.Uint16(q[4:]) != 1 {
+		return "", 0, 0, bad
+	}
+	i := 12
+	var labels []string
+	for {
+		if i >= len(q) {
+			return "", 0, 0, bad
+		}
+		l := int(q[i])
+		i++
+		if l == 0 {
+			break
+		}
+		if l > 63 || i+l > len(q) {
+			return "", 0, 0, bad
+		}
+		labels = append(labels, strings.ToLower(string(q[i:i+l])))
+		i += l
+		if len(labels) > 127 {
+			return "", 0, 0, bad
+		}
+	}
+	if i+4 > len(q) || len(labels) == 0 {
+		return "", 0, 0, bad
+	}
+	name = strings.Join(labels, ".")
+	if len(name) > 253 {
+		return "", 0, 0, bad
+	}
+	return name, binary.BigEndian.Uint16(q[i:]), i + 4, nil
+}
+
+// reply copies the query's header and question and appends A answers.
+func reply(q []byte, qend, rcode int, addrs []netip.Addr) []byte {
+	var b bytes.Buffer
+	b.Write(q[:2])
+	flags := uint16(0x8000) | uint16(q[2]&0x79)<<8 | 0x0080 | uint16(rcode) // QR, opcode+RD kept, RA
+	_ = binary.Write(&b, binary.BigEndian, flags)
+	qd := uint16(1)
+	if qend <= 12 {
+		qd = 0
+	}
+	_ = binary.Write(&b, binary.BigEndian, []uint16{qd, uint16(len(addrs)), 0, 0})
+	if qd == 1 {
+		b.Write(q[12:qend])
+	}
+	for _, a := range addrs {
+		_ = binary.Write(&b, binary.BigEndian, []uint16{0xC00C, 1, 1})
+		_ = binary.Write(&b, binary.BigEndian, uint32(dnsTTL))
+		_ = binary.Write(&b, binary.BigEndian, uint16(4))
+		v := a.As4()
+		b.Write(v[:])
+	}
+	return b.Bytes()
+}

@@ -1,0 +1,155 @@
+package session
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
+)
+
+// restartable builds managers over one state dir, as successive daemons.
+type restartable struct {
+	t     *testing.T
+	state string
+	root  string
+	hosts []*isolate.Host
+}
+
+func newRestartable(t *testing.T) *restartable {
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	return &restartable{t: t, state: testenv.StateDir(t), root: r.Root}
+}
+
+func (r *restartable) start(keep bool) *Manager {
+	r.t.Helper()
+	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(r.state, "isolate"), Rootfs: r.root, CgroupRoot: testCgroupRoot})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hosts = append(r.hosts, h)
+	m, err := New(Config{StateDir: filepath.Join(r.state, "sessions"), KeepOnShutdown: keep, StoreDir: filepath.Join(r.state, "store")}, h)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return m
+}
+
+// TestSessionSurvivesDaemonRestart: a drained daemon (KeepOnShutdown) and
+// a crashed one both leave their sessions to the next daemon, variables,
+// files and all; afterwards the host holds exactly the live sessions.
+func TestSessionSurvivesDaemonRestart(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+
+	m1 := r.start(true)
+	info, err := m1.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	res, err := m1.Exec(ctx, 1000, id, ExecRequest{Code: "import numpy as np\na = np.arange(5)\nf = open('log.txt', 'w')\nf.write('one ')"})
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	// Clean drain, sessions kept.
+	if err := m1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := r.start(true)
+	res, err = m2.Exec(ctx, 1000, id, ExecRequest{Code: "f.write('two'); f.flush()\nprint(a.sum(), open('log.txt').read())"})
+	if err != nil {
+		t.Fatalf("exec after restart: %v", err)
+	}
+	if res.Status != StatusOK || res.Stdout != "10 one two\n" {
+		t.Fatalf("after a drain the session lost state: %+v", res)
+	}
+	if _, err := m2.Exec(ctx, 1001, id, ExecRequest{Code: "1"}); err == nil {
+		t.Fatal("owner not kept across the restart")
+	}
+
+	// A crash: the manager simply stops existing (no Shutdown), like kill -9.
+	close(m2.stop)
+	<-m2.janitorD
+	m2.mu.Lock()
+	for _, s := range m2.sessions {
+		s.k.conn.Close()
+		s.k.listener.Close()
+	}
+	m2.mu.Unlock()
+
+	m3 := r.start(false)
+	res, err = m3.Exec(ctx, 1000, id, ExecRequest{Code: "print(a.sum() + 1)"})
+	if err != nil || res.Stdout != "11\n" {
+		t.Fatalf("after a crash: %v %+v", err, res)
+	}
+	if got := len(m3.List(0)); got != 1 {
+		t.Fatalf("%d sessions after two restarts, want 1", got)
+	}
+	if err := m3.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingLeft(t, r.state)
+	for _, h := range r.hosts {
+		h.Close()
+	}
+}
+
+// A session whose kernel died while no daemon ran is cleaned up and
+// reported as lost, its persisted files kept.
+func TestUnadoptableSessionIsReportedLost(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	m1 := r.start(true)
+	info, err := m1.Create(ctx, CreateOptions{Persist: "keepme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m1.Exec(ctx, 0, info.ID, ExecRequest{Code: "open('saved.txt','w').write('x')"}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := m1.get(0, info.ID)
+	pid := s.k.sb.Pid()
+	if err := m1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel dies between daemons.
+	p, _ := os.FindProcess(pid)
+	p.Kill()
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat("/proc/" + strings.TrimSpace(itoa(pid))); err != nil {
+			break
+		}
+		p.Kill()
+	}
+
+	m2 := r.start(false)
+	_, err = m2.Exec(ctx, 0, info.ID, ExecRequest{Code: "1"})
+	if err == nil || !strings.Contains(err.Error(), "lost when jailcell restarted") {
+		t.Fatalf("exec on a lost session: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(r.state, "store", "keepme", "saved.txt")); err != nil || string(b) != "x" {
+		t.Fatalf("persisted file not kept: %q %v", b, err)
+	}
+	if err := m2.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingLeft(t, r.state)
+	for _, h := range r.hosts {
+		h.Close()
+	}
+}
+
+func itoa(n int) string {
+	b := []byte{}
+	for n > 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}

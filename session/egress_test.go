@@ -1,0 +1,431 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+)
+
+// testNet is a network namespace of the test's own standing in for the
+// network beyond the gateways: every "host" is an address on its loopback
+// interface, with no route anywhere else, so no packet leaves this
+// machine.
+type testNet struct {
+	name, path string
+	// hits counts accepted connections per listener address.
+	hits map[string]*atomic.Int64
+	sunk atomic.Int64 // bytes the sink received
+}
+
+const (
+	pypiAddr      = "192.0.2.10" // pypi.test, mirror.pkgs.test
+	forbiddenAddr = "192.0.2.20" // forbidden.test (not listed)
+	rebindAddr    = "10.99.0.5"  // rebind.test: listed name, private address
+	intranetAddr  = "10.99.0.6"  // intranet.test: listed name and listed address
+	metadataAddr  = "169.254.169.254"
+	blobSize      = 300_000
+	sinkSize      = 200_000
+)
+
+var testNames = map[string]string{
+	"pypi.test": pypiAddr, "mirror.pkgs.test": pypiAddr, "forbidden.test": forbiddenAddr,
+	"rebind.test": rebindAddr, "intranet.test": intranetAddr,
+}
+
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// newTestNet builds the test hosts: an HTTP server with a PEP 503 index
+// and a byte sink on pypi.test, other servers on a second port, on a
+// forbidden host, on the rebinding target, on an explicitly listed private
+// host and on the metadata address. Everything is removed on cleanup.
+func newTestNet(t *testing.T) *testNet {
+	t.Helper()
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("requires nftables (nft): apt-get install nftables")
+	}
+	tn := &testNet{name: fmt.Sprintf("jcegress%d", os.Getpid()), hits: map[string]*atomic.Int64{}}
+	tn.path = "/run/netns/" + tn.name
+	ipCmd(t, "netns", "add", tn.name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", tn.name).Run() })
+	ipCmd(t, "-n", tn.name, "link", "set", "lo", "up")
+	for _, a := range []string{pypiAddr, forbiddenAddr, rebindAddr, intranetAddr, metadataAddr} {
+		ipCmd(t, "-n", tn.name, "addr", "add", a+"/32", "dev", "lo")
+	}
+
+	// The package index: /simple/<project>/ lists the project's wheels.
+	root := t.TempDir()
+	files := filepath.Join(root, "files")
+	os.MkdirAll(filepath.Join(root, "simple", "jcnet"), 0o755)
+	os.MkdirAll(files, 0o755)
+	writeWheel(t, files, "jcnet", "1.0", "VALUE = 'through the mirror'\n")
+	os.WriteFile(filepath.Join(root, "simple", "index.html"), []byte(`<html><body><a href="jcnet/">jcnet</a></body></html>`), 0o644)
+	os.WriteFile(filepath.Join(root, "simple", "jcnet", "index.html"),
+		[]byte(`<html><body><a href="../../files/jcnet-1.0-py3-none-any.whl">jcnet-1.0-py3-none-any.whl</a></body></html>`), 0o644)
+	os.WriteFile(filepath.Join(root, "blob"), make([]byte, blobSize), 0o644)
+	mux := http.NewServeMux()
+	mux.Handle("/", http.FileServer(http.Dir(root)))
+	mux.HandleFunc("/sink", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		tn.sunk.Add(n)
+		fmt.Fprint(w, n)
+	})
+
+	for _, addr := range []string{pypiAddr + ":8080", pypiAddr + ":8081", forbiddenAddr + ":8080",
+		rebindAddr + ":8080", intranetAddr + ":8080", metadataAddr + ":80"} {
+		l := tn.listen(t, addr)
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(l)
+		t.Cleanup(func() { srv.Close() })
+	}
+	return tn
+}
+
+// countingListener counts accepted connections.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// listen opens a TCP listener inside the test namespace, from a thread
+// that joins it and is then thrown away.
+func (tn *testNet) listen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	type res struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		ns, err := netns.GetFromPath(tn.path)
+		if err == nil {
+			err = netns.Set(ns)
+			ns.Close()
+		}
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		l, err := net.Listen("tcp4", addr)
+		ch <- res{l, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("listen %s in test netns: %v", addr, r.err)
+	}
+	n := &atomic.Int64{}
+	tn.hits[addr] = n
+	return countingListener{r.l, n}
+}
+
+func (tn *testNet) resolve(_ context.Context, host string) ([]netip.Addr, error) {
+	if a, ok := testNames[strings.TrimSuffix(host, ".")]; ok {
+		return []netip.Addr{netip.MustParseAddr(a)}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func egressPolicy() policy.Policy {
+	p := policy.Default()
+	p.Name = "egress"
+	p.MemoryBytes = 256 << 20
+	p.Pids = 64
+	p.DiskBytes = 64 << 20
+	p.OutputBytes = 64 << 10
+	p.Network = policy.NetworkAllowlist
+	p.Allow = &[]policy.Allow{
+		{Host: "pypi.test", Ports: []uint16{8080}},
+		{Host: "*.pkgs.test", Ports: []uint16{8080}},
+		{Host: "rebind.test", Ports: []uint16{8080}},
+		{Host: "intranet.test", Ports: []uint16{8080}},
+		{IP: intranetAddr, Ports: []uint16{8080}},
+	}
+	return p
+}
+
+func newEgressEnv(t *testing.T) (*env, *testNet) {
+	t.Helper()
+	tn := newTestNet(t)
+	e := newEnv(t, func(c *Config) { c.Policies["egress"] = egressPolicy() })
+	e.host.SetEgress(isolate.Egress{Upstream: tn.path, Resolve: tn.resolve})
+	return e, tn
+}
+
+// pyJSON runs code that prints one JSON object and decodes it.
+func pyJSON(t *testing.T, e *env, id, code string, out any) *Result {
+	t.Helper()
+	res := e.exec(t, id, code, 60*time.Second)
+	wantStatus(t, res, StatusOK)
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), out); err != nil {
+		t.Fatalf("decode %q: %v", res.Stdout, err)
+	}
+	return res
+}
+
+// probeCode tries every way out and reports each outcome as "ok" or the
+// exception's type, name and errno.
+const probeCode = `
+import json, socket, time, urllib.request, urllib.error, os
+out = {}
+def attempt(key, fn):
+    t0 = time.monotonic()
+    try:
+        out[key] = "ok:" + str(fn())
+    except Exception as e:
+        out[key] = "%s:%s" % (type(e).__name__, getattr(e, "errno", None) if not isinstance(e, urllib.error.URLError) else type(e.reason).__name__)
+    out[key + "_s"] = round(time.monotonic() - t0, 3)
+def resolve(name):
+    return sorted({a[4][0] for a in socket.getaddrinfo(name, 8080, socket.AF_INET, socket.SOCK_STREAM)})
+def connect(host, port):
+    s = socket.create_connection((host, port), timeout=5)
+    s.close()
+    return "connected"
+def get(url, proxies=None):
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies or {}))
+    return len(opener.open(url, timeout=5).read())
+for n in ["pypi.test", "mirror.pkgs.test", "forbidden.test", "rebind.test", "intranet.test", "pkgs.test", "metadata.google.internal"]:
+    attempt("dns " + n, lambda n=n: resolve(n))
+attempt("get pypi", lambda: get("http://pypi.test:8080/blob"))
+attempt("get intranet", lambda: get("http://intranet.test:8080/blob"))
+attempt("direct forbidden", lambda: connect("192.0.2.20", 8080))
+attempt("other port", lambda: connect("192.0.2.10", 8081))
+attempt("other port by name", lambda: connect("pypi.test", 8081))
+attempt("rebind direct", lambda: connect("10.99.0.5", 8080))
+attempt("metadata", lambda: connect("169.254.169.254", 80))
+# The proxy variables name an allowed host; the cell ignores them.
+os.environ["http_proxy"] = "http://pypi.test:8080"
+attempt("proxy bypass", lambda: get("http://192.0.2.20:8080/blob", proxies={}))
+attempt("raw socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+attempt("packet socket", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
+import fcntl, struct
+# SIOCSIFFLAGS: the sandbox cannot take its own link down or change it.
+attempt("ifdown", lambda: fcntl.ioctl(socket.socket(), 0x8914, struct.pack("16sH22x", b"eth0", 0)))
+attempt("udp forbidden", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.20", 8080)))
+print(json.dumps(out))
+`
+
+func TestEgressAllowlist(t *testing.T) {
+	e, tn := newEgressEnv(t)
+	info, err := e.m.Create(context.Background(), CreateOptions{Policy: "egress"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	var out map[string]any
+	res := pyJSON(t, e, info.ID, probeCode, &out)
+	t.Logf("probe: %v", out)
+	want := map[string]string{
+		"dns pypi.test":                "ok:['192.0.2.10']",
+		"dns mirror.pkgs.test":         "ok:['192.0.2.10']",
+		"dns intranet.test":            "ok:['10.99.0.6']",
+		"dns forbidden.test":           "gaierror:-2", // EAI_NONAME: NXDOMAIN, not a timeout (EAI_AGAIN)
+		"dns rebind.test":              "gaierror:-2",
+		"dns pkgs.test":                "gaierror:-2", // *.pkgs.test does not match pkgs.test
+		"dns metadata.google.internal": "gaierror:-2",
+		"get pypi":                     "ok:" + strconv.Itoa(blobSize),
+		"get intranet":                 "ok:" + strconv.Itoa(blobSize),
+		"raw socket":                   "PermissionError:1",
+		"packet socket":                "PermissionError:1",
+		"ifdown":                       "PermissionError:1",
+	}
+	for k, v := range want {
+		if out[k] != v {
+			t.Errorf("%s = %v, want %s", k, out[k], v)
+		}
+	}
+	for _, k := range []string{"direct forbidden", "other port", "other port by name", "rebind direct", "metadata", "proxy bypass"} {
+		if s, _ := out[k].(string); strings.HasPrefix(s, "ok") || strings.HasPrefix(s, "timeout") || strings.Contains(s, "timeout") {
+			t.Errorf("%s = %v, want refused at once", k, out[k])
+		}
+	}
+	for _, addr := range []string{forbiddenAddr + ":8080", pypiAddr + ":8081", rebindAddr + ":8080", metadataAddr + ":80"} {
+		if n := tn.hits[addr].Load(); n != 0 {
+			t.Errorf("%s accepted %d connections, want 0", addr, n)
+		}
+	}
+	nu := res.Usage.Network
+	if nu == nil {
+		t.Fatalf("usage has no network: %+v", res.Usage)
+	}
+	refused := map[string]bool{}
+	for _, r := range nu.Refused {
+		refused[fmt.Sprintf("%s|%d|%s", r.Addr, r.Port, r.Name)] = true
+	}
+	t.Logf("refused: %+v", nu.Refused)
+	for _, k := range []string{"|0|forbidden.test", rebindAddr + "|0|rebind.test", forbiddenAddr + "|8080|", pypiAddr + "|8081|pypi.test", metadataAddr + "|80|"} {
+		if !refused[k] {
+			t.Errorf("refused attempts lack %s: %+v", k, nu.Refused)
+		}
+	}
+
+	// Packages through it: pip against the index on the test host.
+	res = e.exec(t, info.ID, `import subprocess, sys, os
+env = dict(os.environ, PIP_NO_INDEX="0")
+r = subprocess.run([sys.executable, "-m", "pip", "install", "--index-url", "http://pypi.test:8080/simple/", "--trusted-host", "pypi.test", "jcnet"], capture_output=True, text=True, env=env)
+print(r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+import jcnet
+print(jcnet.VALUE)`, 120*time.Second)
+	if !strings.HasSuffix(res.Stdout, "through the mirror\n") {
+		t.Fatalf("pip install from the allowlisted index: %+v", res)
+	}
+}
+
+func TestEgressAccounting(t *testing.T) {
+	e, tn := newEgressEnv(t)
+	info, err := e.m.Create(context.Background(), CreateOptions{Policy: "egress"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	var out map[string]int
+	res := pyJSON(t, e, info.ID, fmt.Sprintf(`import json, urllib.request
+op = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+got = len(op.open("http://pypi.test:8080/blob", timeout=10).read())
+sunk = int(op.open(urllib.request.Request("http://pypi.test:8080/sink", data=b"x" * %d), timeout=10).read())
+print(json.dumps({"got": got, "sunk": sunk}))`, sinkSize), &out)
+	if out["got"] != blobSize || out["sunk"] != sinkSize || tn.sunk.Load() != sinkSize {
+		t.Fatalf("transfer: %v, sink saw %d", out, tn.sunk.Load())
+	}
+	nu := res.Usage.Network
+	if nu == nil {
+		t.Fatalf("no network usage")
+	}
+	t.Logf("network usage: %+v", *nu)
+	// IP bytes: payload plus headers (~3%% on full segments) plus the other
+	// direction's ACKs and the HTTP requests and responses.
+	bound := func(what string, got, payload, other int64) {
+		if lo, hi := payload, payload+payload/10+other/20+16<<10; got < lo || got > hi {
+			t.Errorf("%s = %d, want %d..%d", what, got, lo, hi)
+		}
+	}
+	bound("sent_bytes", nu.SentBytes, sinkSize, blobSize)
+	bound("received_bytes", nu.ReceivedBytes, blobSize, sinkSize)
+	if len(nu.Refused) != 0 {
+		t.Errorf("refused = %+v, want none", nu.Refused)
+	}
+	// A cell that does nothing costs nothing.
+	res = e.exec(t, info.ID, "1", 0)
+	if nu := res.Usage.Network; nu == nil || nu.SentBytes != 0 || nu.ReceivedBytes != 0 {
+		t.Errorf("idle cell network usage = %+v, want zero", nu)
+	}
+}
+
+// TestEgressClosed: the same hosts, the same upstream, but a sandbox with
+// network "none" and one whose allowlist (narrowed per session) does not
+// name them reach nothing.
+func TestEgressClosed(t *testing.T) {
+	e, tn := newEgressEnv(t)
+	none, err := e.m.Create(context.Background(), CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	narrowed, err := e.m.Create(context.Background(), CreateOptions{Policy: "egress",
+		Override: &policy.Override{Allow: &[]policy.Allow{{Host: "intranet.test", Ports: []uint16{8080}}, {IP: intranetAddr, Ports: []uint16{8080}}}}})
+	if err != nil {
+		t.Fatalf("create narrowed: %v", err)
+	}
+	code := `
+import json, socket
+out = {}
+for key, fn in [("dns", lambda: socket.getaddrinfo("pypi.test", 8080, socket.AF_INET)),
+                ("direct", lambda: socket.create_connection(("192.0.2.10", 8080), timeout=5)),
+                ("intranet", lambda: socket.create_connection(("10.99.0.6", 8080), timeout=5))]:
+    try:
+        fn(); out[key] = "ok"
+    except Exception as e:
+        out[key] = "%s:%s" % (type(e).__name__, e.errno)
+print(json.dumps(out))`
+	var o map[string]string
+	res := pyJSON(t, e, none.ID, code, &o)
+	t.Logf("none: %v", o)
+	// No resolver and no route: both fail at once.
+	if o["dns"] == "ok" || o["direct"] != "OSError:101" || o["intranet"] != "OSError:101" {
+		t.Errorf("network none: %v, want no name and ENETUNREACH", o)
+	}
+	if res.Usage.Network != nil {
+		t.Errorf("network none has network usage %+v", res.Usage.Network)
+	}
+	o = nil
+	pyJSON(t, e, narrowed.ID, code, &o)
+	t.Logf("narrowed: %v", o)
+	if o["dns"] != "gaierror:-2" || o["direct"] == "ok" || o["intranet"] != "ok" {
+		t.Errorf("narrowed allowlist: %v, want NXDOMAIN, refused, ok", o)
+	}
+	if n := tn.hits[pypiAddr+":8080"].Load(); n != 0 {
+		t.Errorf("pypi.test accepted %d connections", n)
+	}
+	// A request cannot widen the policy.
+	_, err = e.m.Create(context.Background(), CreateOptions{Policy: "egress",
+		Override: &policy.Override{Allow: &[]policy.Allow{{Host: "forbidden.test", Ports: []uint16{8080}}}}})
+	if err == nil {
+		t.Errorf("override outside the policy's allowlist accepted")
+	}
+}
+
+// TestEgressCleanup: destroying a session leaves no gateway behind: its
+// uplink veth in the upstream namespace is gone.
+func TestEgressCleanup(t *testing.T) {
+	e, tn := newEgressEnv(t)
+	info, err := e.m.Create(context.Background(), CreateOptions{Policy: "egress"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	links := func() string {
+		out, _ := exec.Command("ip", "-n", tn.name, "-o", "link", "show").CombinedOutput()
+		return string(out)
+	}
+	if !strings.Contains(links(), "jcu") {
+		t.Fatalf("no uplink in the upstream namespace: %s", links())
+	}
+	if err := e.m.Close(0, info.ID); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Contains(links(), "jcu") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if l := links(); strings.Contains(l, "jcu") {
+		t.Errorf("uplink left behind after delete: %s", l)
+	}
+}
+
+// TestEgressFailsClosed: an allowlist policy on a host with no egress
+// upstream is refused, never run with some other network.
+func TestEgressFailsClosed(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Policies["egress"] = egressPolicy() })
+	_, err := e.m.Create(context.Background(), CreateOptions{Policy: "egress"})
+	if err == nil || !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "egress upstream") {
+		t.Fatalf("create without an upstream: %v, want unavailable naming the upstream", err)
+	}
+}

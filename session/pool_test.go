@@ -1,0 +1,322 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+)
+
+var testPreload = []string{"numpy", "pandas", "matplotlib.pyplot"}
+
+// waitPool waits until the default pool holds n ready members.
+func waitPool(t *testing.T, m *Manager, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for m.PoolReady()["default"] != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool holds %d ready members after 2 min, want %d", m.PoolReady()["default"], n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// poolMembers returns the ids and sandbox ids of the default pool's members.
+func poolMembers(m *Manager) (ids, sandboxes []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.pool.ready["default"] {
+		ids = append(ids, s.id)
+		s.mu.Lock()
+		sandboxes = append(sandboxes, s.k.sb.ID)
+		s.mu.Unlock()
+	}
+	return ids, sandboxes
+}
+
+func sandboxOf(t *testing.T, m *Manager, id string) string {
+	t.Helper()
+	s, err := m.get(0, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.k.sb.ID
+}
+
+func inList(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPoolCreateIsFreshAndPreloaded(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.Preload = testPreload
+		c.Pool = map[string]int{"default": 2}
+	})
+	waitPool(t, e.m, 2)
+	ids, _ := poolMembers(e.m)
+	info, err := e.m.Create(context.Background(), CreateOptions{Owner: 1000, TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if !inList(ids, info.ID) {
+		t.Fatalf("session %s did not come from the pool %v", info.ID, ids)
+	}
+	if info.State != "ready" || info.Policy != "default" || info.Cells != 0 {
+		t.Fatalf("info = %+v", info)
+	}
+	// The owner and TTL are the create's, not the pool's.
+	if _, err := e.m.Exec(context.Background(), 1001, info.ID, ExecRequest{Code: "1"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another owner's exec: %v, want ErrNotFound", err)
+	}
+	if got := info.ExpiresAt.Sub(info.CreatedAt); got > time.Minute+time.Second || got < time.Minute-time.Second {
+		t.Fatalf("expires %s after creation, want the requested 1m", got)
+	}
+	res, err := e.m.Exec(context.Background(), 1000, info.ID, ExecRequest{Code: `import sys
+print(sorted(m for m in ("numpy", "pandas", "matplotlib.pyplot") if m in sys.modules), "x" in globals())
+import os; print(sorted(os.listdir(".")))`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, res, StatusOK)
+	want := "['matplotlib.pyplot', 'numpy', 'pandas'] False\n[]\n"
+	if res.Stdout != want {
+		t.Fatalf("stdout = %q, want %q (preloaded, no variables, empty workspace)", res.Stdout, want)
+	}
+	if res.Usage.WallMS > 0 && testing.Verbose() {
+		t.Logf("first cell after a pooled create: %d ms", res.Usage.WallMS)
+	}
+	// The first pandas cell needs no import time.
+	res, err = e.m.Exec(context.Background(), 1000, info.ID, ExecRequest{Code: "import pandas as pd\npd.DataFrame({'a': [1, 2]}).a.sum()"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Value["text/plain"] != "3" {
+		t.Fatalf("value = %v", res.Value)
+	}
+	// A create the pool cannot serve (an override) still works, cold.
+	mem := int64(200 << 20)
+	cold, err := e.m.Create(context.Background(), CreateOptions{Override: &policy.Override{MemoryBytes: &mem}})
+	if err != nil {
+		t.Fatalf("cold Create: %v", err)
+	}
+	if inList(ids, cold.ID) {
+		t.Fatalf("a create with an override took pool member %s", cold.ID)
+	}
+	waitPool(t, e.m, 2)
+}
+
+func TestPoolMemberServesOneSession(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.Preload = []string{"json"}
+		c.Pool = map[string]int{"default": 1}
+	})
+	seen := map[string]bool{}
+	seenSB := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		waitPool(t, e.m, 1)
+		ids, sbs := poolMembers(e.m)
+		for j, id := range ids {
+			if seen[id] || seenSB[sbs[j]] {
+				t.Fatalf("pool offers %s (sandbox %s), which already served a session", id, sbs[j])
+			}
+		}
+		id := e.create(t, CreateOptions{})
+		sb := sandboxOf(t, e.m, id)
+		if seen[id] || seenSB[sb] {
+			t.Fatalf("create %d got session %s / sandbox %s again", i, id, sb)
+		}
+		seen[id], seenSB[sb] = true, true
+		// No trace of an earlier session's variables or files.
+		res := e.exec(t, id, "import os\nprint('x' in globals(), os.listdir('.'))", 0)
+		if res.Stdout != "False []\n" {
+			t.Fatalf("create %d: stdout = %q, want a fresh kernel and workspace", i, res.Stdout)
+		}
+		wantStatus(t, e.exec(t, id, "x = 'mine'\nopen('mine.txt', 'w').write('x')", 0), StatusOK)
+		if err := e.m.Close(0, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Members are never in the live set, and closed sessions' sandboxes
+	// are gone from the host.
+	if n := len(e.m.List(0)); n != 0 {
+		t.Fatalf("%d sessions listed, want 0", n)
+	}
+}
+
+func TestPoolCountsTowardLimit(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.MaxSessions = 3
+		c.Pool = map[string]int{"default": 2}
+	})
+	waitPool(t, e.m, 2)
+	mem := int64(200 << 20)
+	cold := CreateOptions{Override: &policy.Override{MemoryBytes: &mem}}
+	if _, err := e.m.Create(context.Background(), cold); err != nil {
+		t.Fatalf("cold create into the one free place: %v", err)
+	}
+	if _, err := e.m.Create(context.Background(), cold); !errors.Is(err, ErrLimit) {
+		t.Fatalf("cold create past 1 session + 2 pooled of 3: %v, want ErrLimit", err)
+	}
+	// Pooled creates still work: the member's place becomes the session's.
+	e.create(t, CreateOptions{})
+	e.create(t, CreateOptions{})
+	if _, err := e.m.Create(context.Background(), CreateOptions{}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("create with 3 sessions of 3: %v, want ErrLimit", err)
+	}
+	// The pool cannot refill past the limit.
+	time.Sleep(2 * poolRetry)
+	e.m.mu.Lock()
+	n, r := len(e.m.sessions), e.m.reserved
+	e.m.mu.Unlock()
+	if n+r > 3 {
+		t.Fatalf("%d sessions + %d reserved, over max_sessions 3", n, r)
+	}
+	// A freed place is filled again by the pool.
+	ss := e.m.List(0)
+	if err := e.m.Close(0, ss[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, e.m, 1)
+}
+
+func TestPoolShutdownWhileFilling(t *testing.T) {
+	// newEnv's cleanup checks that Shutdown leaves nothing behind: no
+	// mount, cgroup, process or directory, whether the members are built,
+	// half built or handed out.
+	e := newEnv(t, func(c *Config) {
+		c.Preload = testPreload
+		c.Pool = map[string]int{"default": 3}
+	})
+	time.Sleep(300 * time.Millisecond)
+	if err := e.m.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, err := e.m.Create(context.Background(), CreateOptions{}); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("create after shutdown: %v", err)
+	}
+	e.m.mu.Lock()
+	r := e.m.reserved
+	e.m.mu.Unlock()
+	if r != 0 {
+		t.Fatalf("%d places still reserved after shutdown", r)
+	}
+}
+
+func TestPoolConfig(t *testing.T) {
+	for _, tc := range []struct {
+		pool map[string]int
+		want string
+	}{
+		{map[string]int{"nope": 1}, `no such policy`},
+		{map[string]int{"default": 99}, `want 0..64`},
+		{map[string]int{"default": -1}, `want 0..64`},
+	} {
+		_, err := New(Config{StateDir: t.TempDir(), Pool: tc.pool}, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("pool %v: %v, want %q", tc.pool, err, tc.want)
+		}
+	}
+}
+
+// BenchmarkExecTrivial measures the host side of a trivial cell in a live
+// session, without a transport: go test -tags seccomp -run NONE -bench
+// ExecTrivial ./session/. It reports a time and never asserts one.
+func BenchmarkExecTrivial(b *testing.B) {
+	testenv.RequiresRoot(b)
+	r := testenv.Rootfs(b)
+	state := testenv.StateDir(b)
+	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: testCgroupRoot})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := New(Config{StateDir: filepath.Join(state, "sessions")}, h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	info, err := m.Create(context.Background(), CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.Exec(context.Background(), 0, info.ID, ExecRequest{Code: "x = 0"}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		res, err := m.Exec(context.Background(), 0, info.ID, ExecRequest{Code: "x += 1"})
+		if err != nil || res.Status != StatusOK {
+			b.Fatalf("exec: %v %+v", err, res)
+		}
+	}
+}
+
+// BenchmarkCellOverhead times the host-side steps every cell pays besides
+// the kernel round trip, on a live session with an empty workspace.
+func BenchmarkCellOverhead(b *testing.B) {
+	testenv.RequiresRoot(b)
+	r := testenv.Rootfs(b)
+	state := testenv.StateDir(b)
+	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: testCgroupRoot})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := New(Config{StateDir: filepath.Join(state, "sessions")}, h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	info, err := m.Create(context.Background(), CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, _ := m.get(0, info.ID)
+	k := s.k
+	b.Run("usage", func(b *testing.B) {
+		for b.Loop() {
+			k.sb.Usage()
+		}
+	})
+	b.Run("reset-peak", func(b *testing.B) {
+		for b.Loop() {
+			k.sb.ResetPeak()
+		}
+	})
+	b.Run("disk-full", func(b *testing.B) {
+		for b.Loop() {
+			diskFull(s.disk.UpperDir())
+		}
+	})
+	b.Run("scan-empty", func(b *testing.B) {
+		for b.Loop() {
+			m.rescan(s)
+		}
+	})
+	if _, err := m.Exec(context.Background(), 0, info.ID, ExecRequest{Code: "import os\nfor i in range(50): open(f'f{i}.txt', 'w').write('x')"}); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("scan-50-files", func(b *testing.B) {
+		for b.Loop() {
+			m.rescan(s)
+		}
+	})
+	b.Run("round-trip", func(b *testing.B) {
+		for b.Loop() {
+			o := runCell(context.Background(), k, "b", "x = 1", time.Minute, time.Second, 1<<16, nil)
+			if o.err != nil {
+				b.Fatal(o.err)
+			}
+		}
+	})
+}

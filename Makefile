@@ -15,7 +15,7 @@ TEST_TIMEOUT ?= 25m
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
 
-.PHONY: all deps build rootfs demo test test-unit test-hostile test-cgroupv2 bench install clean
+.PHONY: all deps build rootfs demo test test-unit test-hostile test-cgroupv2 fuzz bench install clean
 
 all: build
 
@@ -48,12 +48,31 @@ test: rootfs
 	$(GO) vet -tags $(TAGS) ./...
 	$(GO) test -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 ./...
 	$(MAKE) --no-print-directory test-cgroupv2
+	$(MAKE) --no-print-directory fuzz
 
 # The sandbox integration tests on pure cgroup v2 (this host is a v1/v2
 # hybrid): a throwaway QEMU guest with a stock Debian kernel booted with
 # cgroup_no_v1=all. Kernel, initramfs and a rootfs image are cached in
 # VM_DIR. See docs/cgroupv2.md.
 VM_DIR ?= /var/cache/jailcell/vm
+# The hostile-cell suite alone: every case is a real cell in a real sandbox
+# (it also runs as part of `make test`).
+HOSTILE := CVE|Refuses|Limit|Bites|Bomb|Leak|Invisible|Isolated|Network|Environment|Symlink|Timeout|OOM|Gigabyte|Inode|Daemonised|Neighbour|Posture|Egress|Cap
+test-hostile: rootfs
+	$(GO) test -tags $(TAGS) -count=1 -run '$(HOSTILE)' ./isolate/ ./session/
+
+# Every fuzz target for a bounded time each (FUZZTIME), seeds included.
+FUZZTIME ?= 5s
+FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest \
+	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./session:FuzzCleanRel \
+	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery
+fuzz: deps
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
+		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
 test-cgroupv2: rootfs
 	VM_DIR=$(VM_DIR) JAILCELL_ROOTFS=$(ROOTFS_BASE) GO=$(GO) ./scripts/cgroupv2-vm.sh
 

@@ -64,6 +64,31 @@ def wopen(p):
     except OSError as e:
         return e.errno
 out["write_proc_self_exe"] = wopen("/proc/self/exe")
+# Read-only /proc/sys and /sys, masked /proc entries.
+def wfile(p, data):
+    try:
+        with open(p, "w") as f: f.write(data)
+        return 0
+    except OSError as e:
+        return e.errno
+out["ro_proc_sys"] = wfile("/proc/sys/kernel/hostname", "x")
+out["ro_sys"] = wfile("/sys/kernel/uevent_helper", "/tmp/x")
+out["ro_sysrq"] = wfile("/proc/sysrq-trigger", "b")
+out["masked_kcore"] = len(open("/proc/kcore", "rb").read(16)) if os.path.exists("/proc/kcore") else 0
+out["masked_keys"] = len(open("/proc/keys").read()) if os.path.exists("/proc/keys") else 0
+# TIOCSTI: inject input into a terminal (CVE-2017-5226 class).
+import fcntl, termios
+def sti(fd):
+    try:
+        fcntl.ioctl(fd, termios.TIOCSTI, b"x"); return 0
+    except OSError as e:
+        return e.errno
+out["tiocsti_stdin"] = sti(0)
+try:
+    ttyfd = os.open("/dev/tty", os.O_RDWR)
+    out["tiocsti_tty"] = sti(ttyfd)
+except OSError as e:
+    out["tiocsti_tty"] = e.errno
 out["write_proc_1_exe"] = wopen("/proc/1/exe")
 print(json.dumps(out))
 `
@@ -88,6 +113,15 @@ func TestSeccompRefusesDangerousSyscalls(t *testing.T) {
 			// or EAFNOSUPPORT (97) where the family is not even built.
 			if errno != eperm && errno != 97 {
 				t.Errorf("%s: errno %d, want EPERM", name, errno)
+			}
+		case strings.HasPrefix(name, "masked_"):
+			if errno != 0 {
+				t.Errorf("%s: %d bytes readable, want a masked (empty) file", name, errno)
+			}
+		case strings.HasPrefix(name, "ro_") || strings.HasPrefix(name, "tiocsti"):
+			// EROFS, EACCES, EPERM, ENOTTY, ENXIO: refused, whichever.
+			if errno == 0 {
+				t.Errorf("%s: allowed", name)
 			}
 		case strings.HasPrefix(name, "write_proc"):
 			if errno == 0 {

@@ -14,7 +14,7 @@ import (
 
 // hermeticConfig clears every JAILCELL_* variable the loader reads, so the
 // developer's environment cannot leak into a test.
-func hermeticConfig(t *testing.T) {
+func hermeticConfig(t testing.TB) {
 	t.Helper()
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")

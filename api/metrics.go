@@ -110,6 +110,11 @@ func (s *HTTPServer) writeMetrics(w io.Writer, owner int) error {
 		met := m.Metrics()
 		p.family("jailcell_sessions_live", "gauge", "Sessions alive now.")
 		p.sample("jailcell_sessions_live", float64(len(m.List(0))))
+		p.family("jailcell_pool_ready", "gauge", "Warm-pool sandboxes ready to serve a create, by policy.")
+		ready := m.PoolReady()
+		for _, name := range sortedKeys(ready) {
+			p.sample("jailcell_pool_ready", float64(ready[name]), "policy", name)
+		}
 		p.family("jailcell_sessions_created_total", "counter", "Sessions created since start.")
 		p.sample("jailcell_sessions_created_total", float64(met.Created.Load()))
 		p.family("jailcell_sessions_expired_total", "counter", "Sessions ended by their idle TTL or maximum lifetime.")

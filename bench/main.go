@@ -95,6 +95,8 @@ func fatal(format string, args ...any) {
 	if tmpDir != "" {
 		_ = os.RemoveAll(tmpDir)
 	}
+	b, _ := json.Marshal(res.Raw)
+	log.Printf("measured so far: %s", b)
 	os.Exit(1)
 }
 
@@ -119,7 +121,9 @@ func main() {
 	if err := os.MkdirAll(*outFlag, 0o755); err != nil {
 		fatal("%v", err)
 	}
-	tmp, err := os.MkdirTemp("", "jailcell-bench-")
+	// Short: a kernel's socket lives deep below each state dir, and a
+	// Unix socket path has at most 107 bytes.
+	tmp, err := os.MkdirTemp("", "jcb")
 	if err != nil {
 		fatal("%v", err)
 	}
@@ -417,7 +421,7 @@ func pct(ds []time.Duration, q float64) float64 {
 // benchJSONL spawns `jailcell json` and times `x += 1` over its pipes.
 func benchJSONL(dir string) {
 	log.Print("JSON-lines round trip")
-	d := filepath.Join(dir, "jsonl")
+	d := filepath.Join(dir, "j")
 	_ = os.MkdirAll(d, 0o755)
 	cfg := filepath.Join(d, "config.yaml")
 	writeConfig(cfg, stack, 0)
@@ -468,7 +472,7 @@ func benchJSONL(dir string) {
 // benchPool: creates from a warm pool, the first pandas cell, 20 at once.
 func benchPool(dir string) {
 	log.Print("warm pool: waiting for 20 members")
-	s := startServer(dir, "pool", stack, 20)
+	s := startServer(dir, "p", stack, 20)
 	defer s.stop()
 	waitFull := func() {
 		select {
@@ -561,7 +565,7 @@ func median(v []float64) float64 {
 // 100 concurrent cold creates.
 func benchSocket(dir string) {
 	log.Print("Unix socket round trip")
-	s := startServer(dir, "socket", stack, 0)
+	s := startServer(dir, "s", stack, 0)
 	defer s.stop()
 	time.Sleep(time.Second)
 	res.Raw["daemon_rss_0_mb"] = s.rss() / (1 << 20)
@@ -625,7 +629,7 @@ func benchCold(dir string) {
 		name    string
 		preload []string
 	}{{"cold_bare", nil}, {"cold_stack", stack}} {
-		s := startServer(dir, c.name, c.preload, 0)
+		s := startServer(dir, c.name[5:], c.preload, 0)
 		var ds, once []time.Duration
 		for i := 0; i < n(15, 3); i++ {
 			id, d := s.create()
@@ -716,7 +720,7 @@ func benchPeers(dir string) {
 	})
 	res.Raw["runc_pass_ms"] = benchRunc(dir, root, k)
 
-	cmd := exec.Command("python3", "-c", fmt.Sprintf(jupyterScript, n(500, 50)))
+	cmd := exec.Command("/usr/bin/python3", "-c", fmt.Sprintf(jupyterScript, n(500, 50)))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -891,7 +895,7 @@ fig.savefig("bench.png", dpi=110)
 // chart draws bench.png with the rootfs's matplotlib, in a one-shot
 // jailcell sandbox.
 func chart(dir string) error {
-	d := filepath.Join(dir, "chart")
+	d := filepath.Join(dir, "c")
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return err
 	}

@@ -103,7 +103,7 @@ func (d *Disk) Adopt() (*Sandbox, error) {
 	d.mu.Unlock()
 	s := &Sandbox{
 		ID: id, disk: d, container: c, pid: st.InitProcessPid,
-		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths},
+		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths, open: newOpenFiles()},
 		done: make(chan struct{}),
 	}
 	go s.waitPidfd(pidfd)

@@ -3,10 +3,13 @@ package isolate
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -31,6 +34,56 @@ type Usage struct {
 type cgroupFiles struct {
 	v2    bool
 	paths map[string]string // controller ("" for v2) -> directory
+	// open keeps the counter files open between reads (nil: open each
+	// time). A cell reads them twice; open+read+close of each file was
+	// the largest host-side cost of a trivial cell.
+	open *openFiles
+}
+
+// openFiles caches open cgroup counter files, read with pread.
+type openFiles struct {
+	mu    sync.Mutex
+	files map[string]*os.File
+	buf   []byte
+}
+
+func newOpenFiles() *openFiles {
+	return &openFiles{files: map[string]*os.File{}, buf: make([]byte, 4096)}
+}
+
+// read returns the content of path (at most 4 KiB: counter files are small).
+func (o *openFiles) read(path string) ([]byte, error) {
+	if o == nil {
+		return os.ReadFile(path)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f, ok := o.files[path]
+	if !ok {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			return nil, err
+		}
+		o.files[path] = f
+	}
+	n, err := f.ReadAt(o.buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return append([]byte(nil), o.buf[:n]...), nil
+}
+
+// close closes every cached file.
+func (o *openFiles) close() {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for p, f := range o.files {
+		f.Close()
+		delete(o.files, p)
+	}
 }
 
 func (c cgroupFiles) dir(ctrl string) string {
@@ -42,8 +95,8 @@ func (c cgroupFiles) dir(ctrl string) string {
 
 // keyed reads "key value" lines (memory.events, pids.events, cpu.stat,
 // memory.oom_control) and returns the value of key.
-func keyed(path, key string) (uint64, bool) {
-	b, err := os.ReadFile(path)
+func (c cgroupFiles) keyed(path, key string) (uint64, bool) {
+	b, err := c.open.read(path)
 	if err != nil {
 		return 0, false
 	}
@@ -58,8 +111,8 @@ func keyed(path, key string) (uint64, bool) {
 	return 0, false
 }
 
-func single(path string) (uint64, bool) {
-	b, err := os.ReadFile(path)
+func (c cgroupFiles) single(path string) (uint64, bool) {
+	b, err := c.open.read(path)
 	if err != nil {
 		return 0, false
 	}
@@ -75,30 +128,30 @@ func (c cgroupFiles) usage() Usage {
 	var u Usage
 	mem := c.dir("memory")
 	if c.v2 {
-		if v, ok := keyed(filepath.Join(mem, "cpu.stat"), "usage_usec"); ok {
+		if v, ok := c.keyed(filepath.Join(mem, "cpu.stat"), "usage_usec"); ok {
 			u.CPU = time.Duration(v) * time.Microsecond
 		}
-		if v, ok := single(filepath.Join(mem, "memory.peak")); ok {
+		if v, ok := c.single(filepath.Join(mem, "memory.peak")); ok {
 			u.MemoryPeak = int64(v)
 		}
-		if v, ok := single(filepath.Join(mem, "memory.current")); ok {
+		if v, ok := c.single(filepath.Join(mem, "memory.current")); ok {
 			u.MemoryCurrent = int64(v)
 		}
-		u.OOMKills, _ = keyed(filepath.Join(mem, "memory.events"), "oom_kill")
-		u.PidsDenied, _ = keyed(filepath.Join(mem, "pids.events"), "max")
+		u.OOMKills, _ = c.keyed(filepath.Join(mem, "memory.events"), "oom_kill")
+		u.PidsDenied, _ = c.keyed(filepath.Join(mem, "pids.events"), "max")
 		return u
 	}
-	if v, ok := single(filepath.Join(c.dir("cpuacct"), "cpuacct.usage")); ok {
+	if v, ok := c.single(filepath.Join(c.dir("cpuacct"), "cpuacct.usage")); ok {
 		u.CPU = time.Duration(v)
 	}
-	if v, ok := single(filepath.Join(mem, "memory.max_usage_in_bytes")); ok {
+	if v, ok := c.single(filepath.Join(mem, "memory.max_usage_in_bytes")); ok {
 		u.MemoryPeak = int64(v)
 	}
-	if v, ok := single(filepath.Join(mem, "memory.usage_in_bytes")); ok {
+	if v, ok := c.single(filepath.Join(mem, "memory.usage_in_bytes")); ok {
 		u.MemoryCurrent = int64(v)
 	}
-	u.OOMKills, _ = keyed(filepath.Join(mem, "memory.oom_control"), "oom_kill")
-	u.PidsDenied, _ = keyed(filepath.Join(c.dir("pids"), "pids.events"), "max")
+	u.OOMKills, _ = c.keyed(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+	u.PidsDenied, _ = c.keyed(filepath.Join(c.dir("pids"), "pids.events"), "max")
 	return u
 }
 

@@ -271,7 +271,7 @@ func (d *Disk) Create(spec Spec) (_ *Sandbox, retErr error) {
 	}
 	s := &Sandbox{
 		ID: id, disk: d, container: c, process: p, pid: pid, net: gw,
-		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths},
+		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths, open: newOpenFiles()},
 		done: make(chan struct{}),
 	}
 	go s.wait()
@@ -360,6 +360,7 @@ func (s *Sandbox) Destroy() error {
 		if s.net != nil {
 			_ = s.net.close()
 		}
+		s.cg.open.close()
 		h := s.disk.h
 		if err := h.removeCgroup(s.ID); err != nil {
 			errs = append(errs, err)

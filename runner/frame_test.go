@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -180,4 +182,38 @@ func FuzzReadFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkReadFrame(t, data)
 	})
+}
+
+// A control directory deeper than sun_path's 107 bytes still gets its
+// socket, at the directory's own path.
+func TestListenLongPath(t *testing.T) {
+	dir := t.TempDir()
+	for len(dir) < 120 {
+		dir = filepath.Join(dir, "deeper-directory")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen(dir)
+	if err != nil {
+		t.Fatalf("Listen(%d-byte dir): %v", len(dir), err)
+	}
+	defer l.Close()
+	fi, err := os.Lstat(filepath.Join(dir, SocketName))
+	if err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o666 {
+		t.Fatalf("socket at the long path: %v %v", fi, err)
+	}
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	// A client reaches it through the same short-alias trick.
+	d, _ := os.Open(dir)
+	defer d.Close()
+	c, err := net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), SocketName))
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	c.Close()
 }

@@ -77,9 +77,26 @@ func Listen(dir string) (*net.UnixListener, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("stat %s: %w", p, err)
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	// sun_path holds 107 bytes; a deep state directory would not fit.
+	// Binding through /proc/self/fd/N of the opened directory is the same
+	// file at a short name.
+	bindAt := p
+	if len(p) > 100 {
+		d, err := os.Open(dir)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", dir, err)
+		}
+		defer d.Close()
+		bindAt = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), SocketName)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: bindAt, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", p, err)
+	}
+	if bindAt != p {
+		// The alias is gone once the directory is closed: do not unlink
+		// through it; a stale socket is replaced by the next Listen.
+		l.SetUnlinkOnClose(false)
 	}
 	// The sandbox's root is an unprivileged uid on the host, and connecting
 	// to a Unix socket needs write permission on it.

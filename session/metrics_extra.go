@@ -20,14 +20,7 @@ type SessionUsage struct {
 // all), for the service's /metrics. A session whose kernel is starting
 // reports zeros.
 func (m *Manager) Usage(owner int) []SessionUsage {
-	m.mu.Lock()
-	var ss []*Session
-	for _, s := range m.sessions {
-		if owner == 0 || s.owner == owner {
-			ss = append(ss, s)
-		}
-	}
-	m.mu.Unlock()
+	ss := m.visible(owner)
 	out := make([]SessionUsage, 0, len(ss))
 	for _, s := range ss {
 		s.mu.Lock()

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -33,31 +30,9 @@ sandbox down and exits 0; SIGINT/SIGTERM cancel running cells first.
 	hf := addHostFlags(cmd)
 	cmd.Flags().IntVar(&maxLine, "max-line-bytes", 32<<20, "longest request line accepted; longer ones are discarded and answered with an error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		log, err := hf.logger()
-		if err != nil {
-			return err
-		}
-		st, err := hf.build(log)
-		if err != nil {
-			return err
-		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		wf, err := newWorkflow(st.manager, hf.cfg, log)
-		if err != nil {
-			_ = st.shutdown(30 * time.Second)
-			return err
-		}
-		d := &api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf}
-		serr := api.ServeJSONL(ctx, os.Stdin, os.Stdout, d, api.JSONLOptions{MaxLineBytes: maxLine, Logger: log})
-		if errors.Is(serr, context.Canceled) {
-			log.Info("interrupted; tearing sandboxes down")
-			serr = nil
-		}
-		if err := st.shutdown(30 * time.Second); err != nil {
-			return err
-		}
-		return serr
+		return hf.runFrontDoor(func(ctx context.Context, d *api.Dispatcher, log *slog.Logger) error {
+			return api.ServeJSONL(ctx, os.Stdin, os.Stdout, d, api.JSONLOptions{MaxLineBytes: maxLine, Logger: log})
+		})
 	}
 	return cmd
 }

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
@@ -32,30 +29,9 @@ client goes (EOF on stdin). Logs go to stderr. Client configuration:
 	hf := addHostFlags(cmd)
 	cmd.Flags().StringVar(&policyName, "policy", "", "policy of the client's session (default: the default policy)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		log, err := hf.logger()
-		if err != nil {
-			return err
-		}
-		st, err := hf.build(log)
-		if err != nil {
-			return err
-		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		wf, err := newWorkflow(st.manager, hf.cfg, log)
-		if err != nil {
-			_ = st.shutdown(30 * time.Second)
-			return err
-		}
-		d := &api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf}
-		serr := api.ServeMCP(ctx, d, &mcp.StdioTransport{}, api.MCPOptions{Owner: os.Getuid(), Policy: policyName, Logger: log})
-		if errors.Is(serr, context.Canceled) || errors.Is(serr, mcp.ErrConnectionClosed) {
-			serr = nil
-		}
-		if err := st.shutdown(30 * time.Second); err != nil {
-			return err
-		}
-		return serr
+		return hf.runFrontDoor(func(ctx context.Context, d *api.Dispatcher, log *slog.Logger) error {
+			return api.ServeMCP(ctx, d, &mcp.StdioTransport{}, api.MCPOptions{Owner: os.Getuid(), Policy: policyName, Logger: log})
+		}, mcp.ErrConnectionClosed)
 	}
 	return cmd
 }

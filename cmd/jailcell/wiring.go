@@ -9,14 +9,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/rootfs"
 	"github.com/jailcell/jailcell/session"
@@ -254,4 +257,37 @@ func lockStateDir(dir string) (*os.File, error) {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// runFrontDoor builds the stack and a dispatcher with the workflow, runs
+// serve until it returns or SIGINT/SIGTERM cancels its context, then tears
+// everything down. ignore lists errors that mean a normal end.
+func (f *hostFlags) runFrontDoor(serve func(ctx context.Context, d *api.Dispatcher, log *slog.Logger) error, ignore ...error) error {
+	log, err := f.logger()
+	if err != nil {
+		return err
+	}
+	st, err := f.build(log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	wf, err := newWorkflow(st.manager, f.cfg, log)
+	if err != nil {
+		_ = st.shutdown(30 * time.Second)
+		return err
+	}
+	d := &api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf}
+	serr := serve(ctx, d, log)
+	for _, e := range append(ignore, context.Canceled) {
+		if errors.Is(serr, e) {
+			log.Info("front door closed; tearing sandboxes down")
+			serr = nil
+		}
+	}
+	if err := st.shutdown(30 * time.Second); err != nil {
+		return err
+	}
+	return serr
 }

@@ -151,6 +151,18 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		return &Response{Files: entries}, nil
 	case OpClose:
 		return &Response{}, m.Close(owner, req.Session)
+	case OpHibernate:
+		info, err := m.Hibernate(owner, req.Session)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Info: info}, nil
+	case OpRestore:
+		info, err := m.Restore(ctx, owner, req.Session)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Info: info}, nil
 	case OpFailures:
 		return d.failures(owner, req)
 	case OpSessions:

@@ -44,9 +44,13 @@ const (
 	OpSessions = "sessions"
 	// OpFailures lists or clears the failure memory (needs a workflow).
 	OpFailures = "failures"
+	// OpHibernate checkpoints a session to disk and releases its memory;
+	// OpRestore brings it back (an exec does so by itself).
+	OpHibernate = "hibernate"
+	OpRestore   = "restore"
 )
 
-var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures}
+var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore}
 
 // allowedOps is the list bad requests quote.
 var allowedOps = strings.Join(ops, ", ")
@@ -276,7 +280,7 @@ func (r *Request) Validate() *Error {
 			return err
 		}
 		return need("path", "a path relative to the working directory", r.Path != "")
-	case OpFiles, OpClose:
+	case OpFiles, OpClose, OpHibernate, OpRestore:
 		return need("session", "a session id", r.Session != "")
 	case OpFailures:
 		if r.Action != "" && r.Action != "list" && r.Action != "clear" {

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -75,6 +76,10 @@ func (m *Manager) adoptAll() map[string]bool {
 		m.sessions[id] = s
 		m.mu.Unlock()
 		adopted[id] = true
+		if s.k == nil {
+			m.log().Info("hibernated session re-adopted", "session", id)
+			continue
+		}
 		m.log().Info("session re-adopted", "session", id, "kernel_pid", s.k.sb.Pid())
 	}
 	return adopted
@@ -93,6 +98,9 @@ func (m *Manager) adopt(id string) (_ *Session, retErr error) {
 	}
 	if err := meta.Policy.Validate(); err != nil {
 		return nil, err
+	}
+	if s, err := m.adoptHibernated(meta, dir); !errors.Is(err, errNotHibernated) {
+		return s, err
 	}
 	disk, err := m.host.AdoptDisk(id)
 	if err != nil {

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jailcell/jailcell/isolate"
@@ -38,6 +37,7 @@ var sandboxEnv = []string{
 
 // kernel is one running sandbox with its Python kernel connected.
 type kernel struct {
+	log      *logTail // the kernel's own stdio (nil for an adopted one)
 	sb       *isolate.Sandbox
 	conn     *runner.Conn
 	listener *net.UnixListener
@@ -74,24 +74,20 @@ func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl strin
 			_ = k.close()
 		}
 	}()
-	logPath := filepath.Join(filepath.Dir(ctl), "kernel.log")
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	// The kernel's own stdout/stderr (startup failures, kernel faults; a
+	// cell's output goes over the socket) come back through a pipe into a
+	// bounded tail. A pipe, not a host file: a checkpoint can carry it, and
+	// the sandbox never holds a descriptor of a host path.
+	logR, logW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("open kernel log: %w", err)
+		return nil, fmt.Errorf("kernel log pipe: %w", err)
 	}
-	defer log.Close()
-	binds := []isolate.Bind{{Source: ctl, Dest: ctlMount}}
-	if m.cfg.Wheelhouse != "" {
-		binds = append(binds, isolate.Bind{Source: m.cfg.Wheelhouse, Dest: wheelhouseMount})
-	}
-	sb, err := disk.Create(isolate.Spec{
-		Policy: p,
-		Args:   runner.Argv(ctlMount, m.cfg.Preload),
-		Env:    sandboxEnv,
-		Cwd:    Workdir,
-		Binds:  binds,
-		Log:    log,
-	})
+	k.log = newLogTail(logR, 4096)
+	defer logW.Close()
+	log := logW
+	spec := m.kernelSpec(ctl, p)
+	spec.Log = log
+	sb, err := disk.Create(spec)
 	if err != nil {
 		if errors.Is(err, isolate.ErrUnsupported) {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -111,7 +107,7 @@ func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl strin
 	if err != nil {
 		select {
 		case <-sb.Done():
-			return nil, fmt.Errorf("%w: kernel %s before it was ready: %s", ErrUnavailable, sb.Exit(), tail(logPath, 2048))
+			return nil, fmt.Errorf("%w: kernel %s before it was ready: %s", ErrUnavailable, sb.Exit(), k.log.String())
 		default:
 		}
 		return nil, fmt.Errorf("%w: kernel did not start: %v", ErrUnavailable, err)
@@ -121,19 +117,52 @@ func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl strin
 	return k, nil
 }
 
-// tail returns the last n bytes of a file the sandbox wrote: untrusted text
-// for an error message, so it is bounded and made printable.
-func tail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
+// logTail keeps the last bytes a sandbox wrote to its stdio: untrusted
+// text for error messages, so it is bounded and made printable.
+type logTail struct {
+	mu   sync.Mutex
+	buf  []byte
+	max  int
+	done chan struct{}
+}
+
+func newLogTail(r *os.File, max int) *logTail {
+	t := &logTail{max: max, done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		defer r.Close()
+		b := make([]byte, 4096)
+		for {
+			n, err := r.Read(b)
+			if n > 0 {
+				t.mu.Lock()
+				t.buf = append(t.buf, b[:n]...)
+				if len(t.buf) > t.max {
+					t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
+				}
+				t.mu.Unlock()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return t
+}
+
+// String returns the tail once the writer is gone (or after a short
+// wait), trimmed and valid UTF-8.
+func (t *logTail) String() string {
+	if t == nil {
 		return ""
 	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > n {
-		_, _ = f.Seek(-n, io.SeekEnd)
+	select {
+	case <-t.done:
+	case <-time.After(time.Second):
 	}
-	b, _ := io.ReadAll(io.LimitReader(f, n))
-	return strings.ToValidUTF8(strings.TrimSpace(string(b)), "?")
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.ToValidUTF8(strings.TrimSpace(string(t.buf)), "?")
 }
 
 // cellOutcome is what the host decided about one cell.

@@ -65,6 +65,13 @@ type Config struct {
 	// KeepOnShutdown leaves live sessions running at Shutdown for the next
 	// daemon to re-adopt, instead of destroying them. Default false.
 	KeepOnShutdown bool
+	// HibernateAfter checkpoints a session idle this long to disk and
+	// releases its memory (hibernate.go); it comes back on its next cell.
+	// Needs a working criu (make criu). Default 0: off.
+	HibernateAfter time.Duration
+	// HibernatedTTL ends a hibernated session idle this long (instead of
+	// its idle TTL). Default 7 days.
+	HibernatedTTL time.Duration
 }
 
 func (c *Config) defaults() {
@@ -94,6 +101,9 @@ func (c *Config) defaults() {
 	}
 	if c.RequirementsTimeout == 0 {
 		c.RequirementsTimeout = 5 * time.Minute
+	}
+	if c.HibernatedTTL == 0 {
+		c.HibernatedTTL = 7 * 24 * time.Hour
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -381,6 +391,8 @@ func (m *Manager) infoOf(s *Session) Info {
 	switch {
 	case s.busy:
 		info.State = "busy"
+	case s.hibernated && s.k == nil:
+		info.State = "hibernated"
 	case s.k == nil:
 		info.State = "starting"
 	}
@@ -607,16 +619,22 @@ func (m *Manager) end(s *Session, why string) error {
 	return err
 }
 
-// List returns the live sessions owner may see (root sees all).
-func (m *Manager) List(owner int) []Info {
+// visible returns the live sessions owner may see (root sees all).
+func (m *Manager) visible(owner int) []*Session {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	var ss []*Session
 	for _, s := range m.sessions {
 		if owner == 0 || s.owner == owner {
 			ss = append(ss, s)
 		}
 	}
-	m.mu.Unlock()
+	return ss
+}
+
+// List returns the live sessions owner may see (root sees all).
+func (m *Manager) List(owner int) []Info {
+	ss := m.visible(owner)
 	out := make([]Info, 0, len(ss))
 	for _, s := range ss {
 		out = append(out, m.infoOf(s))
@@ -640,6 +658,7 @@ func (m *Manager) janitor() {
 		case <-t.C:
 		}
 		now := time.Now()
+		m.hibernateIdle(now)
 		m.mu.Lock()
 		var expired []*Session
 		for _, s := range m.sessions {
@@ -702,7 +721,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Unlock()
 	errs := []error{poolErr}
 	for _, s := range all {
-		if m.cfg.KeepOnShutdown {
+		// A hibernated session is only files on disk: it waits for the next
+		// daemon whatever KeepOnShutdown says.
+		s.mu.Lock()
+		hib := s.hibernated
+		s.mu.Unlock()
+		if m.cfg.KeepOnShutdown || hib {
 			if err := m.release(s); err != nil {
 				errs = append(errs, err)
 			}

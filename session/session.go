@@ -41,7 +41,11 @@ type Session struct {
 	busy     bool
 	closed   bool
 	snap     snapshot // the workspace after the last cell
-	info     Info
+	// hibernated: the kernel is checkpointed in dir (hibernate.go) and
+	// expires after hibTTL idle instead of ttl.
+	hibernated bool
+	hibTTL     time.Duration
+	info       Info
 }
 
 func (s *Session) ctlDir() string { return s.disk.CtlDir() }
@@ -50,6 +54,9 @@ func (s *Session) ctlDir() string { return s.disk.CtlDir() }
 func (s *Session) expiry(maxLife time.Duration) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.hibernated {
+		return s.lastUsed.Add(s.hibTTL)
+	}
 	idle := s.lastUsed.Add(s.ttl)
 	if life := s.created.Add(maxLife); life.Before(idle) {
 		return life
@@ -95,6 +102,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
+	woke := m.wake(ctx, s)
 	k, err := m.ensureKernel(ctx, s)
 	if err != nil {
 		return nil, err
@@ -205,6 +213,9 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 			"received_bytes", netUse.ReceivedBytes, "refused", netUse.Refused)
 	}
 
+	if woke != "" && !lost {
+		res.State, res.StateReason = StateLost, woke
+	}
 	if lost {
 		res.State = StateLost
 		switch {

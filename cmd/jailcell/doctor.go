@@ -104,6 +104,7 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 	sc := checkStateDir(hf.stateDir)
 	printCheck(out, sc)
 	failed = failed || rc.status == statusFail || sc.status == statusFail
+	printCheck(out, checkCriu())
 
 	// The final word: build a real sandbox with the same code path as
 	// `jailcell run`.
@@ -430,4 +431,14 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// checkCriu says whether sessions can hibernate: a warning only, sessions
+// work without it.
+func checkCriu() *check {
+	c := &check{status: statusOK, name: "hibernation", found: "criu check passed: " + isolate.CriuBinary}
+	if err := isolate.CriuCheck(); err != nil {
+		c.status, c.found, c.fix = statusWarn, "off: "+err.Error(), "make criu (builds criu 4.x into /var/lib/jailcell/criu)"
+	}
+	return c
 }

@@ -1,0 +1,366 @@
+package isolate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/policy"
+)
+
+// Checkpoint and restore of a whole sandbox with CRIU, through libcontainer.
+// A checkpointed sandbox's processes and memory are gone; its disk (the
+// overlay's upper layer) stays, and Disk.Restore brings the processes back on
+// it from the image directory.
+
+// CriuBinary is the criu jailcell uses: the one `make criu` builds. criu 3.x,
+// as in Debian bookworm, fails on newer kernels.
+var CriuBinary = "/var/lib/jailcell/criu/bin/criu"
+
+var (
+	criuOnce sync.Once
+	criuErr  error
+)
+
+// CriuCheck runs `criu check` once and returns why checkpoint/restore is not
+// available, or nil. On success it puts CriuBinary first in PATH: libcontainer
+// runs "criu" from PATH.
+func CriuCheck() error {
+	criuOnce.Do(func() {
+		criuErr = criuCheck(CriuBinary)
+		if criuErr == nil {
+			dir := filepath.Dir(CriuBinary)
+			if p := os.Getenv("PATH"); !strings.HasPrefix(p, dir+":") {
+				_ = os.Setenv("PATH", dir+":"+p)
+			}
+		}
+	})
+	return criuErr
+}
+
+func criuCheck(bin string) error {
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("%w: criu not installed at %s (make criu)", ErrUnsupported, bin)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "check").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s check: %v: %s", ErrUnsupported, bin, err, lastLine(out))
+	}
+	return nil
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// criuConfig is the criu configuration file passed to every dump and restore
+// (libcontainer's org.criu.config label). Network locking is skipped: a
+// sandbox's network namespace has only loopback (allowlist sandboxes are not
+// checkpointed), and criu's iptables lock needs iptables on the host.
+const criuConfig = "network-lock skip\n"
+
+const (
+	dumpConf    = "dump.conf"
+	restoreConf = "restore.conf"
+	stdioName   = "stdio"
+)
+
+func writeCriuConfig(path, text string) error {
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		return fmt.Errorf("write criu config: %w", err)
+	}
+	return nil
+}
+
+// externalStdio returns criu's external keys (file[mnt_id:inode]) of the
+// regular files that are pid's stdout and stderr, "" for anything else.
+func externalStdio(pid int) ([2]string, error) {
+	var keys [2]string
+	for i, fd := range []int{1, 2} {
+		fi, err := os.Stat(fmt.Sprintf("/proc/%d/fd/%d", pid, fd))
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%d", pid, fd))
+		if err != nil {
+			return keys, fmt.Errorf("read fdinfo of sandbox init: %w", err)
+		}
+		var mnt int
+		for _, l := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(l, "mnt_id:"); ok {
+				_, _ = fmt.Sscan(strings.TrimSpace(v), &mnt)
+			}
+		}
+		keys[i] = fmt.Sprintf("file[%x:%x]", mnt, fi.Sys().(*syscall.Stat_t).Ino)
+	}
+	return keys, nil
+}
+
+const criuConfigLabel = "org.criu.config"
+
+func criuOpts(imageDir string, leaveRunning bool) *libcontainer.CriuOpts {
+	return &libcontainer.CriuOpts{
+		ImagesDirectory: imageDir,
+		WorkDirectory:   imageDir,
+		LeaveRunning:    leaveRunning,
+		FileLocks:       true,
+		// The cgroup is the sandbox's own, created by libcontainer on
+		// restore with the policy's limits; criu only moves tasks into it.
+		ManageCgroupsMode: "ignore",
+	}
+}
+
+// prepareImageDir creates dir for criu, owned by the sandbox's mapped root
+// (criu writes parts of the image from inside the user namespace).
+func (d *Disk) prepareImageDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create image dir: %w", err)
+	}
+	if err := os.Chown(dir, d.HostID(), d.HostID()); err != nil {
+		return fmt.Errorf("chown image dir: %w", err)
+	}
+	return nil
+}
+
+// Checkpoint dumps every process of the sandbox into imageDir (created if
+// missing; it must not be writable by the sandbox). Unless leaveRunning, the
+// processes are gone afterwards and the caller destroys the sandbox; its
+// disk stays for Restore. The sandbox's connections to the host must be
+// closed first: criu refuses sockets whose peer is outside.
+func (s *Sandbox) Checkpoint(imageDir string, leaveRunning bool) error {
+	if err := CriuCheck(); err != nil {
+		return err
+	}
+	if s.net != nil {
+		return fmt.Errorf("%w: checkpoint of a sandbox with an allowlist network", ErrUnsupported)
+	}
+	if err := s.disk.prepareImageDir(imageDir); err != nil {
+		return err
+	}
+	// The sandbox's stdout and stderr are the host's log file, which no
+	// mount inside shows: criu records it as external, and restore gives
+	// the restored tasks the log file the restoring caller passes.
+	ext, err := externalStdio(s.pid)
+	if err != nil {
+		return err
+	}
+	var conf strings.Builder
+	conf.WriteString(criuConfig)
+	keys := map[string]bool{}
+	for _, k := range ext {
+		if !keys[k] {
+			fmt.Fprintf(&conf, "external %s\n", k)
+			keys[k] = true
+		}
+	}
+	if err := writeCriuConfig(filepath.Join(imageDir, dumpConf), conf.String()); err != nil {
+		return err
+	}
+	if err := writeCriuConfig(filepath.Join(imageDir, stdioName), strings.Join(ext[:], "\n")); err != nil {
+		return err
+	}
+	cfg := s.container.Config()
+	cfg.Labels = append(withoutLabel(cfg.Labels, criuConfigLabel), criuConfigLabel+"="+filepath.Join(imageDir, dumpConf))
+	if err := s.container.Set(cfg); err != nil {
+		return fmt.Errorf("label sandbox %s for criu: %w", s.ID, err)
+	}
+	if err := s.container.Checkpoint(criuOpts(imageDir, leaveRunning)); err != nil {
+		return fmt.Errorf("checkpoint sandbox %s: %w%s", s.ID, err, criuLogTail(imageDir, "dump.log"))
+	}
+	// criu dumps as host root, 0600; the restore reads some images (the
+	// time namespace's) from inside the sandbox's user namespace, as its
+	// root. The directory is ours alone (host-owned, outside any sandbox):
+	// hand the files to the mapped root through their descriptors.
+	return chownImages(imageDir, s.disk.HostID())
+}
+
+func withoutLabel(labels []string, key string) []string {
+	var out []string
+	for _, l := range labels {
+		if !strings.HasPrefix(l, key+"=") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// criuLogTail is criu's first error from its log, for an error message.
+func criuLogTail(dir, name string) string {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return ""
+	}
+	var errs []string
+	for _, l := range strings.Split(string(b), "\n") {
+		// criu always fails to raise its own RLIMIT_NOFILE in a user
+		// namespace, harmlessly.
+		if strings.Contains(l, "Error (") && !strings.Contains(l, "rlimit:") {
+			errs = append(errs, strings.TrimSpace(l))
+			if len(errs) == 2 {
+				break
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return ""
+	}
+	return " (criu: " + strings.Join(errs, "; ") + ")"
+}
+
+// Restore brings back on d the sandbox checkpointed into imageDir. spec must
+// be the one the sandbox was built with, except for bind sources (a fork's
+// control directory is its own). On failure everything done is undone; the
+// disk and the images stay.
+func (d *Disk) Restore(imageDir string, spec Spec) (_ *Sandbox, retErr error) {
+	if err := CriuCheck(); err != nil {
+		return nil, err
+	}
+	if err := spec.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	if spec.Policy.Network == policy.NetworkAllowlist {
+		return nil, fmt.Errorf("%w: restore of a sandbox with an allowlist network", ErrUnsupported)
+	}
+	if _, err := os.Stat(filepath.Join(imageDir, "inventory.img")); err != nil {
+		return nil, fmt.Errorf("%w: no checkpoint in %s", ErrNotFound, imageDir)
+	}
+	d.mu.Lock()
+	if d.used {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("disk %s already has a sandbox", d.ID)
+	}
+	d.used = true
+	d.gen++
+	id := fmt.Sprintf("%s-%d", d.ID, d.gen)
+	d.mu.Unlock()
+	h := d.h
+	var cl cleanup
+	cl.add(func() error { d.mu.Lock(); d.used = false; d.mu.Unlock(); return nil })
+	defer func() {
+		if retErr != nil {
+			if err := cl.run(); err != nil {
+				retErr = fmt.Errorf("%w (and cleanup: %v)", retErr, err)
+			}
+		}
+	}()
+	if err := d.prepareImageDir(imageDir); err != nil {
+		return nil, err
+	}
+	// The external stdio of the dump becomes the caller's spec.Log, which
+	// libcontainer hands criu as its fds 1 and 2.
+	var conf strings.Builder
+	conf.WriteString(criuConfig)
+	if b, err := os.ReadFile(filepath.Join(imageDir, stdioName)); err == nil {
+		seen := map[string]bool{}
+		for i, k := range strings.Split(string(b), "\n") {
+			if k != "" && !seen[k] && i < 2 {
+				fmt.Fprintf(&conf, "inherit-fd fd[%d]:%s\n", i+1, k)
+				seen[k] = true
+			}
+		}
+	}
+	if err := writeCriuConfig(filepath.Join(imageDir, restoreConf), conf.String()); err != nil {
+		return nil, err
+	}
+	conf2 := filepath.Join(imageDir, restoreConf)
+
+	lower, root := filepath.Join(d.dir, "lower"), d.RootDir()
+	for _, p := range []string{lower, root} {
+		if err := os.Mkdir(p, 0o711); err != nil && !os.IsExist(err) {
+			return nil, fmt.Errorf("create sandbox dir: %w", err)
+		}
+	}
+	ns, err := userns(d.HostID(), idsPerSlot)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	if err := mountIDMapped(h.cfg.Rootfs, lower, ns); err != nil {
+		return nil, err
+	}
+	cl.add(func() error { return unmount(lower) })
+	if err := mountOverlay(d.dir, "lower", "disk/upper", "disk/work", root); err != nil {
+		return nil, err
+	}
+	cl.add(func() error { return unmount(root) })
+	if err := unmount(lower); err != nil {
+		return nil, err
+	}
+	sec, err := h.seccomp(policy.Errnos[spec.Policy.SeccompErrno])
+	if err != nil {
+		return nil, err
+	}
+	cfg := h.containerConfig(spec, id, root, d.HostID(), sec)
+	cfg.Labels = append(cfg.Labels, criuConfigLabel+"="+conf2)
+	c, err := libcontainer.Create(h.containersDir(), id, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	cl.add(func() error { _ = c.Destroy(); return os.RemoveAll(filepath.Join(h.containersDir(), id)) })
+	cl.add(func() error { return h.removeCgroup(id) })
+	p := &libcontainer.Process{
+		Args:   spec.Args,
+		Env:    spec.Env,
+		Cwd:    spec.Cwd,
+		Stdout: spec.Log,
+		Stderr: spec.Log,
+		Init:   true,
+	}
+	if err := c.Restore(p, criuOpts(imageDir, false)); err != nil {
+		return nil, fmt.Errorf("restore sandbox %s: %w%s", id, err, criuLogTail(imageDir, "restore.log"))
+	}
+	pid, err := p.Pid()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox pid: %w", err)
+	}
+	st, err := c.State()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox state: %w", err)
+	}
+	s := &Sandbox{
+		ID: id, disk: d, container: c, process: p, pid: pid,
+		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths},
+		done: make(chan struct{}),
+	}
+	go s.wait()
+	cl.release()
+	return s, nil
+}
+
+// chownImages gives every regular file directly in dir to uid (and gid),
+// through an opened descriptor, never following a symlink.
+func chownImages(dir string, uid int) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read images %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("open image %s: %w", e.Name(), err)
+		}
+		err = f.Chown(uid, uid)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("chown image %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,297 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/runner"
+)
+
+// Hibernation: an idle session's whole kernel is checkpointed with CRIU
+// (isolate.Sandbox.Checkpoint) into its host-owned session directory and
+// its sandbox destroyed, which releases its processes, memory and cgroup;
+// its disk (workspace files) stays. The next cell, or Restore, brings the
+// kernel back from the images with every variable, import and open file.
+// Without a working criu, hibernation is off and says why.
+
+// imagesName is the checkpoint's directory in the session directory; its
+// marker says the checkpoint is complete (a new daemon adopts the session as
+// hibernated only then).
+const (
+	imagesName     = "images"
+	hibernatedMark = "hibernated"
+)
+
+// HibernationAvailable says whether this host can hibernate sessions, or
+// why not.
+func HibernationAvailable() error { return isolate.CriuCheck() }
+
+// Hibernate checkpoints session id now and releases its memory. A session
+// already hibernated is left as it is.
+func (m *Manager) Hibernate(owner int, id string) (*Info, error) {
+	s, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.run.TryLock() {
+		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
+	}
+	defer s.run.Unlock()
+	if err := m.hibernate(s); err != nil {
+		return nil, err
+	}
+	info := m.infoOf(s)
+	return &info, nil
+}
+
+// hibernate does the work; the caller holds s.run.
+func (m *Manager) hibernate(s *Session) error {
+	if err := isolate.CriuCheck(); err != nil {
+		return fmt.Errorf("%w: hibernation is off: %v", ErrUnavailable, err)
+	}
+	s.mu.Lock()
+	k, hib, closed := s.k, s.hibernated, s.closed
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return fmt.Errorf("%w: session %s was closed", ErrNotFound, s.id)
+	case hib:
+		return nil
+	case k == nil:
+		return fmt.Errorf("%w: session %s has no kernel to hibernate", ErrUnavailable, s.id)
+	}
+	images := filepath.Join(s.dir, imagesName)
+	_ = os.RemoveAll(images)
+	_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
+	start := time.Now()
+	// criu refuses a socket whose peer is outside the sandbox: close the
+	// host's end and its listener (which unlinks the socket, so the kernel's
+	// 50 ms reconnects fail) and let the kernel drop its end.
+	_ = k.conn.Close()
+	_ = k.listener.Close()
+	var err error
+	for try := 0; try < 3; try++ {
+		time.Sleep(time.Duration(20+50*try) * time.Millisecond)
+		if err = k.sb.Checkpoint(images, false); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(images)
+		// The kernel still runs: take its connection back.
+		if rerr := m.reconnect(s, k); rerr != nil {
+			m.dropKernel(s, k)
+			return fmt.Errorf("%w: hibernate session %s: %v; its kernel was lost: %v", ErrUnavailable, s.id, err, rerr)
+		}
+		return fmt.Errorf("%w: hibernate session %s: %v", ErrUnavailable, s.id, err)
+	}
+	dump := time.Since(start)
+	<-k.sb.Done()
+	_ = k.sb.Destroy()
+	if err := os.WriteFile(filepath.Join(s.dir, hibernatedMark), []byte(time.Now().UTC().Format(time.RFC3339)), 0o600); err != nil {
+		m.log().Warn("hibernation marker", "session", s.id, "err", err)
+	}
+	s.mu.Lock()
+	s.k = nil
+	s.hibernated = true
+	s.hibTTL = m.cfg.HibernatedTTL
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	m.log().Info("session hibernated", "session", s.id, "checkpoint_ms", dump.Milliseconds(), "image_bytes", dirBytes(images))
+	return nil
+}
+
+// reconnect listens again on s's control socket and waits for k's kernel.
+func (m *Manager) reconnect(s *Session, k *kernel) error {
+	l, err := runner.Listen(s.ctlDir())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-k.sb.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame)
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("kernel did not reconnect: %w", err)
+	}
+	s.mu.Lock()
+	k.conn, k.listener = conn, l
+	s.mu.Unlock()
+	return nil
+}
+
+// Restore brings a hibernated session back now (the next cell would do it
+// anyway). A failed restore starts a fresh kernel on the same files and
+// says so.
+func (m *Manager) Restore(ctx context.Context, owner int, id string) (*Info, error) {
+	s, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.run.TryLock() {
+		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
+	}
+	defer s.run.Unlock()
+	lost := m.wake(ctx, s)
+	if _, err := m.ensureKernel(ctx, s); err != nil {
+		return nil, err
+	}
+	info := m.infoOf(s)
+	if lost != "" {
+		info.State = StateLost
+	}
+	return &info, nil
+}
+
+// wake restores s if it is hibernated. It returns "" on success (or if s
+// was not hibernated), else why its variables are gone: the images are
+// removed, and ensureKernel then starts a fresh kernel on the same disk.
+// The caller holds s.run.
+func (m *Manager) wake(ctx context.Context, s *Session) string {
+	s.mu.Lock()
+	hib := s.hibernated
+	s.mu.Unlock()
+	if !hib {
+		return ""
+	}
+	images := filepath.Join(s.dir, imagesName)
+	start := time.Now()
+	k, err := m.restoreKernel(ctx, s, images)
+	s.mu.Lock()
+	s.hibernated = false
+	if err == nil {
+		s.k = k
+	}
+	s.mu.Unlock()
+	_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
+	_ = os.RemoveAll(images)
+	if err != nil {
+		m.log().Warn("restore of hibernated session failed; starting a fresh kernel", "session", s.id, "err", err)
+		return "restoring the hibernated kernel failed (" + err.Error() + "); a fresh kernel was started (variables are gone, files remain)"
+	}
+	m.log().Info("session restored", "session", s.id, "restore_ms", time.Since(start).Milliseconds())
+	return ""
+}
+
+// restoreKernel restores the sandbox from images on s's disk and waits for
+// its kernel to reconnect.
+func (m *Manager) restoreKernel(ctx context.Context, s *Session, images string) (_ *kernel, retErr error) {
+	l, err := runner.Listen(s.ctlDir())
+	if err != nil {
+		return nil, fmt.Errorf("listen for kernel: %w", err)
+	}
+	k := &kernel{listener: l}
+	defer func() {
+		if retErr != nil {
+			_ = k.close()
+		}
+	}()
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("kernel log pipe: %w", err)
+	}
+	k.log = newLogTail(logR, 4096)
+	defer logW.Close()
+	spec := m.kernelSpec(s.ctlDir(), s.policy)
+	spec.Log = logW
+	sb, err := s.disk.Restore(images, spec)
+	if err != nil {
+		return nil, err
+	}
+	k.sb = sb
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-sb.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("restored kernel did not reconnect: %w", err)
+	}
+	k.conn = conn
+	return k, nil
+}
+
+// kernelSpec is the sandbox spec startKernel builds, for a restore.
+func (m *Manager) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
+	binds := []isolate.Bind{{Source: ctl, Dest: ctlMount}}
+	if m.cfg.Wheelhouse != "" {
+		binds = append(binds, isolate.Bind{Source: m.cfg.Wheelhouse, Dest: wheelhouseMount})
+	}
+	return isolate.Spec{Policy: p, Args: runner.Argv(ctlMount, m.cfg.Preload), Env: sandboxEnv, Cwd: Workdir, Binds: binds}
+}
+
+// hibernateIdle hibernates the sessions idle for HibernateAfter (janitor).
+func (m *Manager) hibernateIdle(now time.Time) {
+	if m.cfg.HibernateAfter <= 0 || isolate.CriuCheck() != nil {
+		return
+	}
+	m.mu.Lock()
+	var idle []*Session
+	for _, s := range m.sessions {
+		s.mu.Lock()
+		if !s.busy && !s.hibernated && s.k != nil && now.Sub(s.lastUsed) >= m.cfg.HibernateAfter {
+			idle = append(idle, s)
+		}
+		s.mu.Unlock()
+	}
+	m.mu.Unlock()
+	for _, s := range idle {
+		if !s.run.TryLock() {
+			continue
+		}
+		if err := m.hibernate(s); err != nil {
+			m.log().Warn("hibernate idle session", "session", s.id, "err", err)
+		}
+		s.run.Unlock()
+	}
+}
+
+// adoptHibernated takes over a session a previous daemon left hibernated:
+// its disk and complete images; the kernel is restored on its next cell.
+func (m *Manager) adoptHibernated(meta sessionMeta, dir string) (*Session, error) {
+	if _, err := os.Stat(filepath.Join(dir, hibernatedMark)); err != nil {
+		return nil, errNotHibernated
+	}
+	disk, err := m.host.AdoptDisk(meta.ID)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{
+		id: meta.ID, owner: meta.Owner, policy: meta.Policy, persist: meta.Persist, dir: dir, disk: disk,
+		created: meta.Created, ttl: meta.TTL, lastUsed: time.Now(), info: meta.Info,
+		hibernated: true, hibTTL: m.cfg.HibernatedTTL,
+	}
+	m.rescan(s)
+	return s, nil
+}
+
+var errNotHibernated = errors.New("not hibernated")
+
+func dirBytes(dir string) int64 {
+	var n int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}

@@ -1,0 +1,195 @@
+package session
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+func requiresCriu(t *testing.T) {
+	t.Helper()
+	if err := HibernationAvailable(); err != nil {
+		t.Skip("requires a working criu (make criu): " + err.Error())
+	}
+}
+
+// sessionCgroups lists the memory cgroups of session id's sandboxes.
+func sessionCgroups(id string) []string {
+	base := filepath.Join("/sys/fs/cgroup/memory", testCgroupRoot)
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		base = filepath.Join("/sys/fs/cgroup", testCgroupRoot)
+	}
+	var out []string
+	ents, _ := os.ReadDir(base)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), id+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+const hibernateState = `import numpy as np, pandas as pd, matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+a = np.arange(1_000_000, dtype=np.float64)
+df = pd.DataFrame({"x": range(1000), "y": [i * i for i in range(1000)]})
+class Thing:
+    def __init__(self): self.tag = "kept"
+thing = Thing()
+f = open("notes.txt", "w")
+f.write("before ")
+f.flush()
+`
+
+const hibernateCheck = `f.write("after")
+f.close()
+print(a.sum(), int(df.y.sum()), thing.tag, open("notes.txt").read())
+`
+
+// TestHibernateSurvivesRestart: numpy arrays, a DataFrame, an open file and a
+// module-level object survive hibernation and a daemon restart; the
+// hibernated session holds no memory (its cgroup is gone).
+func TestHibernateSurvivesRestart(t *testing.T) {
+	r := newRestartable(t)
+	requiresCriu(t)
+	ctx := context.Background()
+	m1 := r.start(false)
+	info, err := m1.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	res, err := m1.Exec(ctx, 1000, id, ExecRequest{Code: hibernateState})
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	if len(sessionCgroups(id)) == 0 {
+		t.Fatal("no cgroup for the live session")
+	}
+	start := time.Now()
+	hi, err := m1.Hibernate(1000, id)
+	if err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
+	dump := time.Since(start)
+	image := dirBytes(filepath.Join(r.state, "sessions", "sessions", id, imagesName))
+	if hi.State != "hibernated" {
+		t.Errorf("state after Hibernate %q, want hibernated", hi.State)
+	}
+	if cg := sessionCgroups(id); len(cg) != 0 {
+		t.Errorf("hibernated session still has cgroups (memory not released): %v", cg)
+	}
+	if err := m1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := r.start(false)
+	defer m2.Shutdown(ctx)
+	ls := m2.List(1000)
+	if len(ls) != 1 || ls[0].State != "hibernated" {
+		t.Fatalf("sessions after restart: %+v", ls)
+	}
+	start = time.Now()
+	res, err = m2.Exec(ctx, 1000, id, ExecRequest{Code: hibernateCheck})
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("cell after restore: %v %+v", err, res)
+	}
+	wake := time.Since(start)
+	if want := "499999500000.0 332833500 kept before after"; strings.TrimSpace(res.Stdout) != want || res.State != StateKept {
+		t.Fatalf("after restore: %q state %q %s, want %q", res.Stdout, res.State, res.StateReason, want)
+	}
+	t.Logf("numpy+pandas+matplotlib session: checkpoint %v, restore+cell %v, image %.1f MiB", dump, wake, float64(image)/(1<<20))
+}
+
+// TestHibernateRestoreP50 measures restore time of a loaded session.
+func TestHibernateRestoreP50(t *testing.T) {
+	r := newRestartable(t)
+	requiresCriu(t)
+	ctx := context.Background()
+	m := r.start(false)
+	defer m.Shutdown(ctx)
+	info, err := m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m.Exec(ctx, 1000, info.ID, ExecRequest{Code: hibernateState}); err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	var dumps, restores []time.Duration
+	var image int64
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		if _, err := m.Hibernate(1000, info.ID); err != nil {
+			t.Fatalf("Hibernate: %v", err)
+		}
+		dumps = append(dumps, time.Since(start))
+		image = dirBytes(filepath.Join(r.state, "sessions", "sessions", info.ID, imagesName))
+		start = time.Now()
+		ri, err := m.Restore(ctx, 1000, info.ID)
+		if err != nil || ri.State != "ready" {
+			t.Fatalf("Restore: %v %+v", err, ri)
+		}
+		restores = append(restores, time.Since(start))
+	}
+	res, err := m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "print(thing.tag, len(df))"})
+	if err != nil || strings.TrimSpace(res.Stdout) != "kept 1000" {
+		t.Fatalf("after restores: %v %+v", err, res)
+	}
+	p50 := func(d []time.Duration) time.Duration {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return d[len(d)/2]
+	}
+	t.Logf("numpy+pandas+matplotlib session, 5 rounds: checkpoint p50 %v, restore p50 %v (incl. kernel reconnect), image %.1f MiB",
+		p50(dumps), p50(restores), float64(image)/(1<<20))
+}
+
+// TestHibernateCorruptImageIsLost: a restore that fails reports state
+// "lost", keeps the workspace files and leaves no sandbox behind.
+func TestHibernateCorruptImageIsLost(t *testing.T) {
+	r := newRestartable(t)
+	requiresCriu(t)
+	ctx := context.Background()
+	m := r.start(false)
+	defer m.Shutdown(ctx)
+	info, err := m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	if res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: "x = 42\nopen('keep.txt', 'w').write('kept')"}); err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	if _, err := m.Hibernate(1000, id); err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
+	images := filepath.Join(r.state, "sessions", "sessions", id, imagesName)
+	ents, _ := os.ReadDir(images)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "pages-") || strings.HasPrefix(e.Name(), "core-") {
+			if err := os.WriteFile(filepath.Join(images, e.Name()), []byte("garbage"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: "print(open('keep.txt').read(), 'x' in globals())"})
+	if err != nil {
+		t.Fatalf("cell after failed restore: %v", err)
+	}
+	if res.State != StateLost || !strings.Contains(res.StateReason, "restor") {
+		t.Errorf("state %q (%s), want lost", res.State, res.StateReason)
+	}
+	if got := strings.TrimSpace(res.Stdout); got != "kept False" {
+		t.Errorf("fresh kernel saw %q, want the file and no variable", got)
+	}
+	if _, err := os.Stat(images); !os.IsNotExist(err) {
+		t.Errorf("images left after the failed restore: %v", err)
+	}
+	if cg := sessionCgroups(id); len(cg) != 1 {
+		t.Errorf("cgroups after failed restore and fresh start: %v, want one", cg)
+	}
+}

@@ -70,6 +70,8 @@ var configKeys = []configKey{
 	{"pool.size", 0, ""},
 	{"drain_grace", 30 * time.Second, ""},
 	{"sessions.survive_restart", false, ""},
+	{"sessions.hibernate_after", time.Duration(0), ""},
+	{"sessions.hibernated_ttl", 7 * 24 * time.Hour, ""},
 	// The workflow keys (fix-and-retry, review log, failure memory); see
 	// workflow_config.go for what each does.
 	{"fixer.kind", "", ""},
@@ -110,6 +112,9 @@ type config struct {
 	// SurviveRestart leaves sessions running when serve exits, for the
 	// next serve to re-adopt.
 	SurviveRestart bool
+	// HibernateAfter and HibernatedTTL: see session.Config.
+	HibernateAfter time.Duration
+	HibernatedTTL  time.Duration
 	// Workflow holds the workflow keys' effective values as text, for
 	// workflowConfig.
 	Workflow map[string]string
@@ -400,6 +405,8 @@ func (l *configLoader) decode() {
 	c.PoolSize = int(l.integer("pool.size", 0, 4096))
 	c.DrainGrace = l.duration("drain_grace")
 	c.SurviveRestart = l.boolean("sessions.survive_restart")
+	c.HibernateAfter = l.duration("sessions.hibernate_after")
+	c.HibernatedTTL = l.duration("sessions.hibernated_ttl")
 	c.Workflow = map[string]string{}
 	for _, k := range []string{"fixer.kind", "fixer.command", "fixer.openai.base_url", "fixer.openai.model", "fixer.openai.api_key_env", "review.dir"} {
 		c.Workflow[k] = l.str(k)

@@ -186,6 +186,8 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		Logger:      log,
 		// Sessions left running for the next daemon to re-adopt.
 		KeepOnShutdown: f.survivable && cfg.SurviveRestart,
+		HibernateAfter: cfg.HibernateAfter,
+		HibernatedTTL:  cfg.HibernatedTTL,
 	}, host)
 	if err != nil {
 		return nil, fmt.Errorf("start session manager: %w", err)
@@ -273,6 +275,10 @@ func (f *hostFlags) runFrontDoor(serve func(ctx context.Context, d *api.Dispatch
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A parent that dies closes our stdout and stderr: a write to them must
+	// fail with EPIPE (which cancels the running cells, then the sandboxes
+	// are torn down), not kill us by SIGPIPE with the sandboxes left running.
+	signal.Ignore(syscall.SIGPIPE)
 	wf, err := newWorkflow(st.manager, f.cfg, log)
 	if err != nil {
 		_ = st.shutdown(30 * time.Second)

@@ -238,6 +238,9 @@ func (d *Disk) Create(spec Spec) (_ *Sandbox, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
+	// Undone last to first: remove libcontainer's state directory even
+	// when its Destroy gives up on a cgroup it could not remove.
+	cl.add(func() error { return os.RemoveAll(filepath.Join(h.containersDir(), id)) })
 	cl.add(c.Destroy)
 	cl.add(func() error { return h.removeCgroup(id) })
 

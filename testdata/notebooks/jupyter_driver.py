@@ -38,7 +38,10 @@ def run(nb_path, workdir):
 
 
 def run_cell(kc, code):
-    msg_id = kc.execute(code, store_history=True)
+    # stop_on_error=False: an error must not abort the next cells, which a
+    # notebook run cell by cell does not do either (and which jailcell
+    # never does).
+    msg_id = kc.execute(code, store_history=True, stop_on_error=False)
     res = {"status": "", "error": "", "shown_error": "", "stdout": "", "value": None, "images": 0}
     while True:
         try:

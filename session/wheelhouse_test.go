@@ -52,6 +52,8 @@ func TestPackagesFromWheelhousePersist(t *testing.T) {
 	os.Chmod(filepath.Dir(wh), 0o711)
 	writeWheel(t, wh, "jcdemo", "1.0", "VALUE = 42\n")
 	writeWheel(t, wh, "jclater", "2.0", "NAME = 'later'\n")
+	writeWheel(t, wh, "jcmagic", "3.0", "MAGIC = 'pip magic'\n")
+	writeWheel(t, wh, "jcbang", "4.0", "BANG = 'shell escape'\n")
 	e := newEnv(t, func(c *Config) { c.Wheelhouse = wh })
 
 	info, err := e.m.Create(context.Background(), CreateOptions{Requirements: []string{"jcdemo==1.0"}})
@@ -73,6 +75,20 @@ func TestPackagesFromWheelhousePersist(t *testing.T) {
 	res = e.exec(t, info.ID, "import jclater\nprint(jclater.NAME)", 0)
 	if res.Stdout != "later\n" {
 		t.Fatalf("installed package did not persist: %+v", res)
+	}
+
+	// Notebook style: %pip and !pip install from the wheelhouse too, and the
+	// packages stay.
+	for _, c := range []struct{ install, check, want string }{
+		{"%pip install jcmagic", "import jcmagic\nprint(jcmagic.MAGIC)", "pip magic\n"},
+		{"!pip install jcbang", "import jcbang\nprint(jcbang.BANG)", "shell escape\n"},
+	} {
+		if res := e.exec(t, info.ID, c.install, 120*time.Second); res.Status != StatusOK {
+			t.Fatalf("%s: %+v", c.install, res)
+		}
+		if res := e.exec(t, info.ID, c.check, 0); res.Stdout != c.want {
+			t.Fatalf("after %s: %+v", c.install, res)
+		}
 	}
 
 	_, err = e.m.Create(context.Background(), CreateOptions{Requirements: []string{"nosuchpkg==9"}})

@@ -135,7 +135,7 @@ func TestMCP(t *testing.T) {
 func TestMCPCommand(t *testing.T) {
 	bin := os.Getenv("JAILCELL_BIN")
 	if bin == "" {
-		t.Skip("set JAILCELL_BIN to a built jailcell (go build -tags seccomp ./cmd/jailcell) to run `jailcell mcp` itself")
+		t.Skip("requires JAILCELL_BIN, a built jailcell (make test sets it), to run `jailcell mcp` itself")
 	}
 	testenv.RequiresRoot(t)
 	r := testenv.Rootfs(t)

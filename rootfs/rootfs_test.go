@@ -750,7 +750,7 @@ func TestRealRootfs(t *testing.T) {
 
 func TestRealRootfsVerify(t *testing.T) {
 	if testing.Short() {
-		t.Skip("hashing the whole real rootfs (~1.3 GB) is skipped with -short")
+		t.Skip("not with -short: needs to hash the whole real rootfs (~1.3 GB)")
 	}
 	r := openReal(t)
 	if err := r.Verify(); err != nil {

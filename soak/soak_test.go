@@ -347,7 +347,7 @@ func round(t *testing.T, d *daemon, ids []string, cells int, st *stats, next *at
 func TestSoak(t *testing.T) {
 	mode := os.Getenv("JAILCELL_SOAK")
 	if mode == "" {
-		t.Skip("set JAILCELL_SOAK=short|long to run the soak test")
+		t.Skip("requires JAILCELL_SOAK=short|long (make test sets short, make soak long)")
 	}
 	sh, ok := shapes[mode]
 	if !ok {

@@ -104,18 +104,8 @@ func NewHTTPServer(d *Dispatcher, opts HTTPOptions) *HTTPServer {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = defaultIdleTimeout
 	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = defaultMaxInFlight
-	}
-	if opts.MaxInFlightBytes <= 0 {
-		opts.MaxInFlightBytes = defaultMaxInFlightBytes
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	s := &HTTPServer{d: d, opts: opts, log: log, metrics: newServiceMetrics(),
-		lim: newBudget(opts.MaxInFlight, opts.MaxInFlightBytes)}
+	lim, log := transport(opts.MaxInFlight, opts.MaxInFlightBytes, opts.Logger)
+	s := &HTTPServer{d: d, opts: opts, log: log, metrics: newServiceMetrics(), lim: lim}
 	s.SetAccess(opts.Access)
 	s.srv = &http.Server{
 		Handler:           s,

@@ -52,22 +52,12 @@ func ServeJSONL(ctx context.Context, r io.Reader, w io.Writer, d *Dispatcher, op
 	if opts.MaxLineBytes <= 0 {
 		opts.MaxLineBytes = defaultMaxLineBytes
 	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = defaultMaxInFlight
-	}
-	if opts.MaxInFlightBytes <= 0 {
-		opts.MaxInFlightBytes = defaultMaxInFlightBytes
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	lim, log := transport(opts.MaxInFlight, opts.MaxInFlightBytes, opts.Logger)
 	owner := os.Getuid()
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	out := &lineWriter{w: w, log: log, fail: cancel}
-	lim := newBudget(opts.MaxInFlight, opts.MaxInFlightBytes)
 	lines := make(chan readLine)
 	go readLines(ctx, r, opts.MaxLineBytes, lines)
 
@@ -290,4 +280,19 @@ func (b *budget) release(w int64) {
 	close(b.wake)
 	b.wake = make(chan struct{})
 	b.mu.Unlock()
+}
+
+// transport applies the defaults every transport shares: the in-flight
+// budget (0 means the default) and the logger (nil: slog.Default()).
+func transport(maxInFlight int, maxBytes int64, log *slog.Logger) (*budget, *slog.Logger) {
+	if maxInFlight <= 0 {
+		maxInFlight = defaultMaxInFlight
+	}
+	if maxBytes <= 0 {
+		maxBytes = defaultMaxInFlightBytes
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return newBudget(maxInFlight, maxBytes), log
 }

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
 
@@ -225,7 +224,7 @@ func criuLogTail(dir, name string) string {
 // be the one the sandbox was built with, except for bind sources (a fork's
 // control directory is its own). On failure everything done is undone; the
 // disk and the images stay.
-func (d *Disk) Restore(imageDir string, spec Spec) (_ *Sandbox, retErr error) {
+func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 	if err := CriuCheck(); err != nil {
 		return nil, err
 	}
@@ -238,25 +237,6 @@ func (d *Disk) Restore(imageDir string, spec Spec) (_ *Sandbox, retErr error) {
 	if _, err := os.Stat(filepath.Join(imageDir, "inventory.img")); err != nil {
 		return nil, fmt.Errorf("%w: no checkpoint in %s", ErrNotFound, imageDir)
 	}
-	d.mu.Lock()
-	if d.used {
-		d.mu.Unlock()
-		return nil, fmt.Errorf("disk %s already has a sandbox", d.ID)
-	}
-	d.used = true
-	d.gen++
-	id := fmt.Sprintf("%s-%d", d.ID, d.gen)
-	d.mu.Unlock()
-	h := d.h
-	var cl cleanup
-	cl.add(func() error { d.mu.Lock(); d.used = false; d.mu.Unlock(); return nil })
-	defer func() {
-		if retErr != nil {
-			if err := cl.run(); err != nil {
-				retErr = fmt.Errorf("%w (and cleanup: %v)", retErr, err)
-			}
-		}
-	}()
 	if err := d.prepareImageDir(imageDir); err != nil {
 		return nil, err
 	}
@@ -273,72 +253,16 @@ func (d *Disk) Restore(imageDir string, spec Spec) (_ *Sandbox, retErr error) {
 			}
 		}
 	}
-	if err := writeCriuConfig(filepath.Join(imageDir, restoreConf), conf.String()); err != nil {
+	confPath := filepath.Join(imageDir, restoreConf)
+	if err := writeCriuConfig(confPath, conf.String()); err != nil {
 		return nil, err
 	}
-	conf2 := filepath.Join(imageDir, restoreConf)
-
-	lower, root := filepath.Join(d.dir, "lower"), d.RootDir()
-	for _, p := range []string{lower, root} {
-		if err := os.Mkdir(p, 0o711); err != nil && !os.IsExist(err) {
-			return nil, fmt.Errorf("create sandbox dir: %w", err)
+	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, func(c *libcontainer.Container, p *libcontainer.Process, id string) error {
+		if err := c.Restore(p, criuOpts(imageDir, false)); err != nil {
+			return fmt.Errorf("restore sandbox %s: %w%s", id, err, criuLogTail(imageDir, "restore.log"))
 		}
-	}
-	ns, err := userns(d.HostID(), idsPerSlot)
-	if err != nil {
-		return nil, err
-	}
-	defer ns.Close()
-	if err := mountIDMapped(h.cfg.Rootfs, lower, ns); err != nil {
-		return nil, err
-	}
-	cl.add(func() error { return unmount(lower) })
-	if err := mountOverlay(d.dir, "lower", "disk/upper", "disk/work", root); err != nil {
-		return nil, err
-	}
-	cl.add(func() error { return unmount(root) })
-	if err := unmount(lower); err != nil {
-		return nil, err
-	}
-	sec, err := h.seccomp(policy.Errnos[spec.Policy.SeccompErrno])
-	if err != nil {
-		return nil, err
-	}
-	cfg := h.containerConfig(spec, id, root, d.HostID(), sec)
-	cfg.Labels = append(cfg.Labels, criuConfigLabel+"="+conf2)
-	c, err := libcontainer.Create(h.containersDir(), id, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("create container: %w", err)
-	}
-	cl.add(func() error { _ = c.Destroy(); return os.RemoveAll(filepath.Join(h.containersDir(), id)) })
-	cl.add(func() error { return h.removeCgroup(id) })
-	p := &libcontainer.Process{
-		Args:   spec.Args,
-		Env:    spec.Env,
-		Cwd:    spec.Cwd,
-		Stdout: spec.Log,
-		Stderr: spec.Log,
-		Init:   true,
-	}
-	if err := c.Restore(p, criuOpts(imageDir, false)); err != nil {
-		return nil, fmt.Errorf("restore sandbox %s: %w%s", id, err, criuLogTail(imageDir, "restore.log"))
-	}
-	pid, err := p.Pid()
-	if err != nil {
-		return nil, fmt.Errorf("sandbox pid: %w", err)
-	}
-	st, err := c.State()
-	if err != nil {
-		return nil, fmt.Errorf("sandbox state: %w", err)
-	}
-	s := &Sandbox{
-		ID: id, disk: d, container: c, process: p, pid: pid,
-		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths},
-		done: make(chan struct{}),
-	}
-	go s.wait()
-	cl.release()
-	return s, nil
+		return nil
+	})
 }
 
 // chownImages gives every regular file directly in dir to uid (and gid),

@@ -178,7 +178,20 @@ func (d *Disk) Destroy() error {
 
 // Create builds and starts a sandbox on disk d. On any failure everything
 // done so far is undone (the disk stays).
-func (d *Disk) Create(spec Spec) (_ *Sandbox, retErr error) {
+func (d *Disk) Create(spec Spec) (*Sandbox, error) {
+	return d.build(spec, nil, func(c *libcontainer.Container, p *libcontainer.Process, _ string) error {
+		if err := c.Run(p); err != nil {
+			return fmt.Errorf("start sandbox: %w", err)
+		}
+		return nil
+	})
+}
+
+// build is every way a sandbox comes up on d (a fresh start, a restore):
+// claim the disk, mount its root, create the container, let start bring
+// up the init, and watch it. labels go to the container's configuration.
+// On failure everything done is undone; the disk stays.
+func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Container, p *libcontainer.Process, id string) error) (_ *Sandbox, retErr error) {
 	if err := spec.Policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -234,6 +247,7 @@ func (d *Disk) Create(spec Spec) (_ *Sandbox, retErr error) {
 		return nil, err
 	}
 	cfg := h.containerConfig(spec, id, root, d.HostID(), sec)
+	cfg.Labels = append(cfg.Labels, labels...)
 	c, err := libcontainer.Create(h.containersDir(), id, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
@@ -252,8 +266,8 @@ func (d *Disk) Create(spec Spec) (_ *Sandbox, retErr error) {
 		Stderr: spec.Log,
 		Init:   true,
 	}
-	if err := c.Run(p); err != nil {
-		return nil, fmt.Errorf("start sandbox: %w", err)
+	if err := start(c, p, id); err != nil {
+		return nil, err
 	}
 	pid, err := p.Pid()
 	if err != nil {

@@ -123,16 +123,34 @@ func criuOpts(imageDir string, leaveRunning bool) *libcontainer.CriuOpts {
 	}
 }
 
-// prepareImageDir creates dir for criu, owned by the sandbox's mapped root
-// (criu writes parts of the image from inside the user namespace).
+// Image ownership. During a restore criu's root task reads images (the time
+// namespace's, first) from inside the new user namespace twice over: before
+// criu's parent has written the namespace's uid map, and later as the
+// namespace's root. Before the map exists the task is still host uid and gid
+// 0 but holds no capability that reaches files of unmapped owners; after it
+// switched credentials it is the sandbox's mapped root. A directory and files
+// owned by the mapped root and group host root (0) serve both without a
+// capability, whichever way the race between the map and the read goes: the
+// map written late gave "Unable to open timens-0.img: Permission denied".
+// No one else reaches them: the session state directory above is host root's,
+// 0700, and no sandbox mounts it.
+const (
+	imageDirMode  = 0o770
+	imageFileMode = 0o660
+)
+
+// prepareImageDir creates dir for criu with the image ownership above.
 func (d *Disk) prepareImageDir(dir string) error {
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.Mkdir(dir, imageDirMode); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("create image dir: %w", err)
 	}
-	if err := os.Chown(dir, d.HostID(), d.HostID()); err != nil {
+	if err := os.Chown(dir, d.HostID(), 0); err != nil {
 		return fmt.Errorf("chown image dir: %w", err)
 	}
-	return nil
+	if err := os.Chmod(dir, imageDirMode); err != nil {
+		return fmt.Errorf("chmod image dir: %w", err)
+	}
+	return chownImages(dir, d.HostID())
 }
 
 // Checkpoint dumps every process of the sandbox into imageDir (created if
@@ -180,10 +198,7 @@ func (s *Sandbox) Checkpoint(imageDir string, leaveRunning bool) error {
 	if err := s.container.Checkpoint(criuOpts(imageDir, leaveRunning)); err != nil {
 		return fmt.Errorf("checkpoint sandbox %s: %w%s", s.ID, err, criuLogTail(imageDir, "dump.log"))
 	}
-	// criu dumps as host root, 0600; the restore reads some images (the
-	// time namespace's) from inside the sandbox's user namespace, as its
-	// root. The directory is ours alone (host-owned, outside any sandbox):
-	// hand the files to the mapped root through their descriptors.
+	// criu dumps as host root, 0600: give the files the image ownership.
 	return chownImages(imageDir, s.disk.HostID())
 }
 
@@ -265,8 +280,9 @@ func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 	})
 }
 
-// chownImages gives every regular file directly in dir to uid (and gid),
-// through an opened descriptor, never following a symlink.
+// chownImages gives every regular file directly in dir the image ownership
+// (owner uid, group host root, imageFileMode), through an opened
+// descriptor, never following a symlink.
 func chownImages(dir string, uid int) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -280,7 +296,10 @@ func chownImages(dir string, uid int) error {
 		if err != nil {
 			return fmt.Errorf("open image %s: %w", e.Name(), err)
 		}
-		err = f.Chown(uid, uid)
+		err = f.Chown(uid, 0)
+		if err == nil {
+			err = f.Chmod(imageFileMode)
+		}
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("chown image %s: %w", e.Name(), err)

@@ -122,9 +122,7 @@ func TestHibernateRestoreP50(t *testing.T) {
 	}
 	var dumps, restores []time.Duration
 	var image int64
-	// One round: a second restore in the same process hits the known bug
-	// (docs/hibernate.md); make test runs this test in a process of its own.
-	const rounds = 1
+	const rounds = 5
 	for i := 0; i < rounds; i++ {
 		start := time.Now()
 		if _, err := m.Hibernate(1000, info.ID); err != nil {

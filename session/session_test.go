@@ -125,11 +125,25 @@ func sandboxProcs() []int {
 			continue
 		}
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if err == nil && strings.Contains(string(b), ":"+testCgroupRoot+"/") {
+		if err == nil && strings.Contains(string(b), ":"+testCgroupRoot+"/") && !orphanZombie(pid) {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// orphanZombie says whether pid has exited and was handed to the host's
+// init: a helper criu forked during a restore and left when it exited. It
+// holds no resources and is no longer ours to reap; init reaps it (the
+// init of some machines, lazily).
+func orphanZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // gone
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	return ok && len(f) > 1 && f[0] == "Z" && f[1] == "1"
 }
 
 func (e *env) create(t *testing.T, opt CreateOptions) string {

@@ -235,9 +235,10 @@ func criuLogTail(dir, name string) string {
 	return " (criu: " + strings.Join(errs, "; ") + ")"
 }
 
-// Restore brings back on d the sandbox checkpointed into imageDir. spec must
-// be the one the sandbox was built with, except for bind sources (a fork's
-// control directory is its own). On failure everything done is undone; the
+// Restore brings back on d the sandbox checkpointed into imageDir, on d's
+// disk or on another one with a copy of its files (CopyUpper, LoadUpper).
+// spec must be the one the sandbox was built with, except for bind sources
+// (a fork's control directory is its own). On failure everything done is undone; the
 // disk and the images stay.
 func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 	if err := CriuCheck(); err != nil {
@@ -251,6 +252,11 @@ func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 	}
 	if _, err := os.Stat(filepath.Join(imageDir, "inventory.img")); err != nil {
 		return nil, fmt.Errorf("%w: no checkpoint in %s", ErrNotFound, imageDir)
+	}
+	// A checkpoint taken on another disk (a fork, a disk rebuilt after a
+	// reboot) comes back in this disk's uid slot.
+	if err := moveUserns(imageDir, d.HostID()); err != nil {
+		return nil, err
 	}
 	if err := d.prepareImageDir(imageDir); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,4 +129,195 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// fileCounter counts like counterScript and also appends each value to a
+// file it keeps open on its own disk: a restored copy must find that file,
+// at the size it had, on the disk it is restored on.
+const fileCounter = `import time, os
+log = open("/work/log", "a")
+n = 0
+while True:
+    n += 1
+    log.write("%d\n" % n); log.flush()
+    with open("/run/ctl/n.tmp", "w") as f:
+        f.write(str(n))
+    os.replace("/run/ctl/n.tmp", "/run/ctl/n")
+    time.sleep(0.02)
+`
+
+// criuCtl makes a control directory criu can reach from inside the user
+// namespace.
+func criuCtl(t *testing.T) string {
+	t.Helper()
+	tmp := t.TempDir()
+	_ = os.Chmod(tmp, 0o711)
+	_ = os.Chmod(filepath.Dir(tmp), 0o711)
+	ctl := filepath.Join(tmp, "ctl")
+	if err := os.Mkdir(ctl, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(ctl, 0o777)
+	return ctl
+}
+
+func hostUID(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Uid:"); ok {
+			n, _ := strconv.Atoi(strings.Fields(v)[0])
+			return n
+		}
+	}
+	t.Fatal("no Uid line")
+	return 0
+}
+
+// TestCheckpointForkOntoAnotherDisk: a sandbox checkpointed without being
+// stopped is restored on a second disk (another uid slot) with a copy of its
+// files; both go on, apart, each under its own slot's host ids.
+func TestCheckpointForkOntoAnotherDisk(t *testing.T) {
+	h := newTestHost(t)
+	requiresCriu(t)
+	p := policy.Default()
+	p.MemoryBytes = 300 << 20
+	newDisk := func(name string) *Disk {
+		d, err := h.NewDisk(name+strconv.Itoa(time.Now().Nanosecond()), p)
+		if err != nil {
+			t.Fatalf("NewDisk: %v", err)
+		}
+		t.Cleanup(func() { _ = d.Destroy() })
+		return d
+	}
+	spec := func(ctl string) Spec {
+		return Spec{Policy: p, Args: []string{"/usr/bin/python3", "-c", fileCounter}, Env: []string{"PATH=/usr/bin:/bin"},
+			Cwd: "/work", Binds: []Bind{{Source: ctl, Dest: "/run/ctl", Writable: true}}}
+	}
+	a := newDisk("parent")
+	ctlA := criuCtl(t)
+	sa, err := a.Create(spec(ctlA))
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() { _ = sa.Destroy() })
+	waitCount(t, ctlA, 5)
+	images := filepath.Join(t.TempDir(), "images")
+	if err := sa.Checkpoint(images, true); err != nil {
+		t.Fatalf("Checkpoint(leaveRunning): %v", err)
+	}
+	// The copy must match the image: no write between dump and copy.
+	if err := sa.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	at := readCount(t, ctlA)
+	b := newDisk("child")
+	if err := a.CopyUpper(b); err != nil {
+		t.Fatalf("CopyUpper: %v", err)
+	}
+	if err := sa.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	ctlB := criuCtl(t)
+	sb, err := b.Restore(images, spec(ctlB))
+	if err != nil {
+		t.Fatalf("Restore on another disk: %v", err)
+	}
+	t.Cleanup(func() { _ = sb.Destroy() })
+	nb := waitCount(t, ctlB, 0)
+	if nb > at+50 || nb < at-1 {
+		t.Errorf("fork counts from %d, parent was at %d: not a copy", nb, at)
+	}
+	waitCount(t, ctlA, at+5) // the parent goes on
+	if got, want := hostUID(t, sb.Pid()), b.HostID(); got != want {
+		t.Errorf("fork runs as host uid %d, want its own slot's %d", got, want)
+	}
+	if got, want := hostUID(t, sa.Pid()), a.HostID(); got != want {
+		t.Errorf("parent runs as host uid %d, want %d", got, want)
+	}
+	// Each writes its own log on its own disk, owned by its own slot.
+	for _, d := range []*Disk{a, b} {
+		fi, err := os.Stat(filepath.Join(d.UpperDir(), "work", "log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := int(fi.Sys().(*syscall.Stat_t).Uid); uid != d.HostID() {
+			t.Errorf("%s: log owned by %d, want %d", d.ID, uid, d.HostID())
+		}
+	}
+}
+
+// TestCheckpointRestoreOnRebuiltDisk: what a reboot does to a hibernated
+// sandbox (its tmpfs disk is gone) is survived by the saved upper layer: a
+// new disk, the files loaded back, the checkpoint restored there.
+func TestCheckpointRestoreOnRebuiltDisk(t *testing.T) {
+	h := newTestHost(t)
+	requiresCriu(t)
+	p := policy.Default()
+	p.MemoryBytes = 300 << 20
+	id := "reboot" + strconv.Itoa(time.Now().Nanosecond())
+	hold, err := h.NewDisk("hold"+strconv.Itoa(time.Now().Nanosecond()), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hold.Destroy() })
+	d, err := h.NewDisk(id, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := criuCtl(t)
+	spec := Spec{Policy: p, Args: []string{"/usr/bin/python3", "-c", fileCounter}, Env: []string{"PATH=/usr/bin:/bin"},
+		Cwd: "/work", Binds: []Bind{{Source: ctl, Dest: "/run/ctl", Writable: true}}}
+	sb, err := d.Create(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, ctl, 5)
+	state := t.TempDir()
+	images := filepath.Join(state, "images")
+	if err := sb.Checkpoint(images, false); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	<-sb.Done()
+	_ = sb.Destroy()
+	if err := d.SaveUpper(filepath.Join(state, "saved")); err != nil {
+		t.Fatalf("SaveUpper: %v", err)
+	}
+	before := readCount(t, ctl)
+	oldID := d.HostID()
+	if err := d.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	// Another disk takes the freed slot: the rebuilt one lands elsewhere,
+	// as after a reboot that hands out slots in another order.
+	hold2, err := h.NewDisk("hold"+strconv.Itoa(time.Now().Nanosecond()), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hold2.Destroy() })
+	d2, err := h.NewDisk(id, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d2.Destroy() })
+	if d2.HostID() == oldID {
+		t.Fatalf("rebuilt disk in the same slot (%d): the test proves nothing", oldID)
+	}
+	if err := d2.LoadUpper(filepath.Join(state, "saved")); err != nil {
+		t.Fatalf("LoadUpper: %v", err)
+	}
+	rs, err := d2.Restore(images, spec)
+	if err != nil {
+		t.Fatalf("Restore on rebuilt disk: %v", err)
+	}
+	t.Cleanup(func() { _ = rs.Destroy() })
+	if after := waitCount(t, ctl, before); after > before+50 {
+		t.Errorf("count after restore %d, before %d", after, before)
+	}
+	if got := hostUID(t, rs.Pid()); got != d2.HostID() {
+		t.Errorf("restored sandbox runs as host uid %d, want %d", got, d2.HostID())
+	}
 }

@@ -310,6 +310,23 @@ func (s *Sandbox) wait() {
 	close(s.done)
 }
 
+// Pause freezes every process of the sandbox (its cgroup's freezer);
+// Resume thaws them.
+func (s *Sandbox) Pause() error {
+	if err := s.container.Pause(); err != nil {
+		return fmt.Errorf("pause sandbox %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// Resume thaws a paused sandbox.
+func (s *Sandbox) Resume() error {
+	if err := s.container.Resume(); err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", s.ID, err)
+	}
+	return nil
+}
+
 // Pid is the host pid of the sandbox's init.
 func (s *Sandbox) Pid() int { return s.pid }
 

@@ -1,0 +1,336 @@
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// A disk's upper layer is copied when a session is forked (onto the new
+// session's disk) and when it is hibernated (into the host's state
+// directory, so that it outlives a reboot of the tmpfs it lives on), and
+// back onto a new disk after a reboot. Each copy moves file ownership from
+// the source's uid slot to the destination's.
+//
+// The source is written by a sandbox, which may still run (a fork) and
+// can plant symlinks or swap directories while it is read: the walk is
+// descriptor-relative and never follows a symlink (CVE-2018-15664, the
+// docker cp symlink-exchange race, is this class of bug). Symlinks are copied
+// as symlinks; hard links stay links (a file linked a thousand times is not
+// copied a thousand times onto the host's disk); device nodes other than
+// overlayfs whiteouts, sockets and security.* attributes (file capabilities
+// embed a host uid) are dropped. The destination is a directory no sandbox
+// sees yet.
+
+// maxCopyDepth bounds directory nesting: every level holds two
+// descriptors open.
+const maxCopyDepth = 1024
+
+// hostIDFile records, next to a saved upper layer, the host id its owners
+// are relative to.
+const hostIDFile = "hostid"
+
+// SaveUpper copies d's upper layer into dir/upper (dir is created, 0700,
+// and must not exist), keeping ownership; LoadUpper brings it back onto
+// another disk.
+func (d *Disk) SaveUpper(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("save upper layer: %w", err)
+	}
+	up := filepath.Join(dir, "upper")
+	if err := os.Mkdir(up, 0o700); err != nil {
+		return fmt.Errorf("save upper layer: %w", err)
+	}
+	if err := copyTree(d.UpperDir(), up, d.HostID(), d.HostID()); err != nil {
+		return fmt.Errorf("save upper layer of %s: %w", d.ID, err)
+	}
+	return os.WriteFile(filepath.Join(dir, hostIDFile), []byte(strconv.Itoa(d.HostID())), 0o600)
+}
+
+// LoadUpper copies the upper layer SaveUpper wrote into dir onto d, whose
+// upper layer must be empty (a new disk), moving ownership to d's slot.
+func (d *Disk) LoadUpper(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, hostIDFile))
+	if err != nil {
+		return fmt.Errorf("load upper layer: %w", err)
+	}
+	from, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || from < 0 {
+		return fmt.Errorf("load upper layer: bad host id %q", b)
+	}
+	if err := copyTree(filepath.Join(dir, "upper"), d.UpperDir(), from, d.HostID()); err != nil {
+		return fmt.Errorf("load upper layer onto %s: %w", d.ID, err)
+	}
+	return nil
+}
+
+// CopyUpper copies d's upper layer onto dst, a new disk.
+func (d *Disk) CopyUpper(dst *Disk) error {
+	if err := copyTree(d.UpperDir(), dst.UpperDir(), d.HostID(), dst.HostID()); err != nil {
+		return fmt.Errorf("copy upper layer of %s to %s: %w", d.ID, dst.ID, err)
+	}
+	return nil
+}
+
+type treeCopy struct {
+	from, to int
+	dstRoot  int                  // descriptor of the destination's root
+	links    map[[2]uint64]string // source (dev, ino) -> destination path
+	budget   int                  // directories left to open
+}
+
+// copyTree copies the tree under src into the existing directory dst,
+// shifting owners in [from, from+idsPerSlot) to the same offset from to;
+// other owners become the slot's nobody. dst's own attributes are src's.
+func copyTree(src, dst string, from, to int) error {
+	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", src, err)
+	}
+	defer unix.Close(sfd)
+	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dst, err)
+	}
+	defer unix.Close(dfd)
+	c := &treeCopy{from: from, to: to, dstRoot: dfd, links: map[[2]uint64]string{}, budget: 1 << 20}
+	if err := c.dir(sfd, dfd, "", 0); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return err
+	}
+	return c.attrs(sfd, dfd, "", &st)
+}
+
+func (c *treeCopy) shift(id uint32) int {
+	if int(id) >= c.from && int(id) < c.from+idsPerSlot {
+		return int(id) - c.from + c.to
+	}
+	return c.to + 65534
+}
+
+// dir copies the entries of the directory sfd into dfd; rel is dfd's path
+// from the destination root.
+func (c *treeCopy) dir(sfd, dfd int, rel string, depth int) error {
+	if depth > maxCopyDepth {
+		return fmt.Errorf("%s: directories nested deeper than %d", rel, maxCopyDepth)
+	}
+	names, err := readDirNames(sfd)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", relOr(rel), err)
+	}
+	for _, name := range names {
+		if err := c.entry(sfd, dfd, name, filepath.Join(rel, name), depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func relOr(rel string) string {
+	if rel == "" {
+		return "/"
+	}
+	return rel
+}
+
+func readDirNames(fd int) ([]string, error) {
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+func (c *treeCopy) entry(sfd, dfd int, name, rel string, depth int) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil // removed while we read: a running source
+		}
+		return fmt.Errorf("stat %s: %w", rel, err)
+	}
+	key := [2]uint64{st.Dev, st.Ino}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
+		if first, ok := c.links[key]; ok {
+			if err := unix.Linkat(c.dstRoot, first, dfd, name, 0); err != nil {
+				return fmt.Errorf("link %s: %w", rel, err)
+			}
+			return nil
+		}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		c.budget--
+		if c.budget < 0 {
+			return errors.New("too many directories")
+		}
+		if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
+			return fmt.Errorf("mkdir %s: %w", rel, err)
+		}
+		sub, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", rel, err)
+		}
+		defer unix.Close(sub)
+		dsub, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", rel, err)
+		}
+		defer unix.Close(dsub)
+		if err := c.dir(sub, dsub, rel, depth+1); err != nil {
+			return err
+		}
+		// What was opened is what gets its attributes copied.
+		if err := unix.Fstat(sub, &st); err != nil {
+			return err
+		}
+		return c.attrs(sub, dsub, rel, &st)
+	case unix.S_IFREG:
+		if err := c.file(sfd, dfd, name, rel); err != nil {
+			return err
+		}
+	case unix.S_IFLNK:
+		target, err := readlinkat(sfd, name)
+		if err != nil {
+			return fmt.Errorf("readlink %s: %w", rel, err)
+		}
+		if err := unix.Symlinkat(target, dfd, name); err != nil {
+			return fmt.Errorf("symlink %s: %w", rel, err)
+		}
+		if err := unix.Fchownat(dfd, name, c.shift(st.Uid), c.shift(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("chown %s: %w", rel, err)
+		}
+		ts := []unix.Timespec{st.Atim, st.Mtim}
+		_ = unix.UtimesNanoAt(dfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+		return nil
+	case unix.S_IFCHR, unix.S_IFIFO:
+		// overlayfs whiteouts are 0:0 character devices.
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev != 0 {
+			return nil
+		}
+		if err := unix.Mknodat(dfd, name, st.Mode&(unix.S_IFMT|0o777), 0); err != nil {
+			return fmt.Errorf("mknod %s: %w", rel, err)
+		}
+		if err := unix.Fchownat(dfd, name, c.shift(st.Uid), c.shift(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("chown %s: %w", rel, err)
+		}
+	default:
+		return nil // sockets, block devices
+	}
+	if st.Nlink > 1 {
+		c.links[key] = rel
+	}
+	return nil
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	for n := 256; ; n *= 2 {
+		buf := make([]byte, n)
+		m, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if m < n {
+			return string(buf[:m]), nil
+		}
+		if n > 1<<16 {
+			return "", unix.ENAMETOOLONG
+		}
+	}
+}
+
+// file copies one regular file, content and attributes.
+func (c *treeCopy) file(sfd, dfd int, name, rel string) error {
+	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("open %s: %w", rel, err)
+	}
+	src := os.NewFile(uintptr(in), rel)
+	defer src.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(in, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s changed type while copied", rel)
+	}
+	out, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", rel, err)
+	}
+	dst := os.NewFile(uintptr(out), rel)
+	defer dst.Close()
+	if _, err := io.Copy(dst, src); err != nil {
+		return fmt.Errorf("copy %s: %w", rel, err)
+	}
+	return c.attrs(in, out, rel, &st)
+}
+
+// attrs gives the destination descriptor dfd the attributes of the source
+// descriptor sfd (whose stat is st): owner (shifted), mode, the overlay's
+// and user.* extended attributes, times.
+func (c *treeCopy) attrs(sfd, dfd int, rel string, st *unix.Stat_t) error {
+	if err := unix.Fchown(dfd, c.shift(st.Uid), c.shift(st.Gid)); err != nil {
+		return fmt.Errorf("chown %s: %w", relOr(rel), err)
+	}
+	// After the chown, which clears set-id bits.
+	if err := unix.Fchmod(dfd, st.Mode&0o7777); err != nil {
+		return fmt.Errorf("chmod %s: %w", relOr(rel), err)
+	}
+	if err := copyXattrs(sfd, dfd); err != nil {
+		return fmt.Errorf("extended attributes of %s: %w", relOr(rel), err)
+	}
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	_ = unix.UtimesNano("/proc/self/fd/"+strconv.Itoa(dfd), ts)
+	return nil
+}
+
+// copyXattrs copies the extended attributes overlayfs keeps (opaque
+// directories, redirects) and the sandbox's own user.* ones.
+func copyXattrs(sfd, dfd int) error {
+	buf := make([]byte, 4096)
+	n, err := unix.Flistxattr(sfd, buf)
+	if errors.Is(err, unix.ERANGE) {
+		if n, err = unix.Flistxattr(sfd, nil); err == nil {
+			buf = make([]byte, n)
+			n, err = unix.Flistxattr(sfd, buf)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, unix.ENOTSUP) {
+			return nil
+		}
+		return err
+	}
+	for _, name := range strings.Split(string(buf[:n]), "\x00") {
+		if !strings.HasPrefix(name, "trusted.overlay.") && !strings.HasPrefix(name, "user.") {
+			continue
+		}
+		val := make([]byte, 64<<10)
+		m, err := unix.Fgetxattr(sfd, name, val)
+		if errors.Is(err, unix.ENODATA) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := unix.Fsetxattr(dfd, name, val[:m], 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package isolate
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+)
+
+// TestCopyTreeHostileSource: a copied upper layer keeps symlinks as
+// symlinks (never copies what they point at), keeps hard links as links,
+// keeps whiteouts and opaque directories, drops other devices and file
+// capabilities, and moves every owner to the destination slot.
+func TestCopyTreeHostileSource(t *testing.T) {
+	testenv.RequiresRoot(t)
+	const from, to = 200000, 300000
+	src, dst := t.TempDir(), t.TempDir()
+	secret := filepath.Join(t.TempDir(), "secret")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(secret, []byte("host secret"), 0o600))
+	must(os.MkdirAll(filepath.Join(src, "a", "b"), 0o755))
+	must(os.WriteFile(filepath.Join(src, "a", "b", "data"), []byte("hello"), 0o4755))
+	must(os.Symlink(secret, filepath.Join(src, "escape")))
+	must(os.Symlink("/etc", filepath.Join(src, "a", "etc")))
+	must(os.Link(filepath.Join(src, "a", "b", "data"), filepath.Join(src, "hard")))
+	must(unix.Mknod(filepath.Join(src, "gone"), unix.S_IFCHR, 0))
+	must(unix.Mknod(filepath.Join(src, "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	must(unix.Setxattr(filepath.Join(src, "a"), "trusted.overlay.opaque", []byte("y"), 0))
+	must(unix.Setxattr(filepath.Join(src, "a", "b", "data"), "security.capability", []byte{1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0))
+	filepath.Walk(src, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, from+1000, from+1000) })
+	must(os.Lchown(filepath.Join(src, "escape"), 0, 0)) // an unmapped owner
+	must(unix.Chmod(filepath.Join(src, "a", "b", "data"), 0o4755)) // chown cleared it
+
+	must(copyTree(src, dst, from, to))
+
+	if l, err := os.Readlink(filepath.Join(dst, "escape")); err != nil || l != secret {
+		t.Errorf("escape: %q %v, want the symlink itself", l, err)
+	}
+	if l, _ := os.Readlink(filepath.Join(dst, "a", "etc")); l != "/etc" {
+		t.Errorf("a/etc = %q", l)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "a", "b", "data")); !bytes.Equal(b, []byte("hello")) {
+		t.Errorf("data = %q", b)
+	}
+	var s1, s2 syscall.Stat_t
+	must(syscall.Stat(filepath.Join(dst, "a", "b", "data"), &s1))
+	must(syscall.Stat(filepath.Join(dst, "hard"), &s2))
+	if s1.Ino != s2.Ino {
+		t.Error("hard link copied as two files")
+	}
+	if s1.Uid != to+1000 || s1.Gid != to+1000 {
+		t.Errorf("owner %d:%d, want %d", s1.Uid, s1.Gid, to+1000)
+	}
+	if s1.Mode&0o7777 != 0o4755 {
+		t.Errorf("mode %o, want 4755", s1.Mode&0o7777)
+	}
+	if _, err := unix.Getxattr(filepath.Join(dst, "a", "b", "data"), "security.capability", make([]byte, 64)); err == nil {
+		t.Error("file capability copied")
+	}
+	if v := make([]byte, 8); true {
+		n, err := unix.Getxattr(filepath.Join(dst, "a"), "trusted.overlay.opaque", v)
+		if err != nil || string(v[:n]) != "y" {
+			t.Errorf("opaque dir lost its mark: %v", err)
+		}
+	}
+	var w syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(dst, "gone"), &w); err != nil || w.Mode&syscall.S_IFMT != syscall.S_IFCHR || w.Rdev != 0 {
+		t.Errorf("whiteout not kept: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "null")); err == nil {
+		t.Error("a device node was copied")
+	}
+	var e syscall.Stat_t
+	must(syscall.Lstat(filepath.Join(dst, "escape"), &e))
+	if e.Uid != to+65534 {
+		t.Errorf("unmapped owner became %d, want the slot's nobody %d", e.Uid, to+65534)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "host secret" {
+		t.Error("the host file changed")
+	}
+}
+
+// TestCopyTreeDepthBound: a tree nested past the bound is refused, not
+// walked with ever more descriptors.
+func TestCopyTreeDepthBound(t *testing.T) {
+	testenv.RequiresRoot(t)
+	src, dst := t.TempDir(), t.TempDir()
+	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < maxCopyDepth+5; i++ {
+		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		nfd, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = nfd
+	}
+	unix.Close(fd)
+	if err := copyTree(src, dst, 0, 100000); err == nil {
+		t.Fatal("copy of a too deep tree succeeded")
+	}
+}
+
+func TestUsernsImageRoundTrip(t *testing.T) {
+	m := usernsMaps{uid: []idExtent{{0, 100000, 65536}}, gid: []idExtent{{0, 100000, 65536}}}
+	got, err := decodeUserns(encodeUserns(m))
+	if err != nil || len(got.uid) != 1 || got.uid[0] != m.uid[0] || len(got.gid) != 1 || got.gid[0] != m.gid[0] {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for _, bad := range [][]byte{{0x0a, 0x02, 0x08}, {0x08, 0x01}, {0x0a, 0x02, 0x08, 0x01}} {
+		if _, err := decodeUserns(bad); err == nil {
+			t.Errorf("decode(%x) accepted", bad)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jailcell/jailcell/policy"
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
@@ -32,7 +33,7 @@ func (h *Host) AdoptDisk(id string) (*Disk, error) {
 		return nil, err
 	}
 	if !contains(mps, filepath.Join(d.dir, "disk")) {
-		return nil, fmt.Errorf("%w: disk of %s is not mounted (the host rebooted?)", ErrNotFound, id)
+		return nil, fmt.Errorf("%w: disk of %s (the host rebooted?)", ErrNotMounted, id)
 	}
 	fi, err := os.Lstat(d.UpperDir())
 	if err != nil {
@@ -52,6 +53,21 @@ func (h *Host) AdoptDisk(id string) (*Disk, error) {
 	h.mu.Unlock()
 	d.slot = slot
 	return d, nil
+}
+
+// ReplaceDisk makes a new disk for id where a previous daemon's disk of
+// that id did not survive (its tmpfs is gone after a reboot): what is left
+// of it (directories, a stale mount) is removed first. The new disk gets
+// whatever uid slot is free.
+func (h *Host) ReplaceDisk(id string, p policy.Policy) (*Disk, error) {
+	if !idRE.MatchString(id) {
+		return nil, fmt.Errorf("%w: disk id %q", ErrNotFound, id)
+	}
+	old := &Disk{ID: id, h: h, dir: h.sandboxDir(id), slot: -1}
+	if err := old.Destroy(); err != nil {
+		return nil, fmt.Errorf("remove what is left of disk %s: %w", id, err)
+	}
+	return h.NewDisk(id, p)
 }
 
 // Adopt takes over the running sandbox on d left by a previous daemon.

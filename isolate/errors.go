@@ -1,6 +1,9 @@
 package isolate
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. The API layer maps them to wire codes with errors.Is.
 var (
@@ -10,6 +13,9 @@ var (
 	ErrUnsupported = errors.New("isolation feature not supported by this host")
 	// ErrNotFound: no sandbox with that id.
 	ErrNotFound = errors.New("sandbox not found")
+	// ErrNotMounted: a disk's tmpfs is gone (the host rebooted); it is an
+	// ErrNotFound.
+	ErrNotMounted = fmt.Errorf("%w: disk not mounted", ErrNotFound)
 	// ErrExhausted: no free uid slot is left for another sandbox.
 	ErrExhausted = errors.New("sandbox slots exhausted")
 )

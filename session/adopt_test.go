@@ -27,12 +27,20 @@ func newRestartable(t *testing.T) *restartable {
 
 func (r *restartable) start(keep bool) *Manager {
 	r.t.Helper()
+	return r.startWith(func(c *Config) { c.KeepOnShutdown = keep })
+}
+
+// startWith starts a daemon on r's state with mod applied to its config.
+func (r *restartable) startWith(mod func(*Config)) *Manager {
+	r.t.Helper()
 	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(r.state, "isolate"), Rootfs: r.root, CgroupRoot: testCgroupRoot})
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.hosts = append(r.hosts, h)
-	m, err := New(Config{StateDir: filepath.Join(r.state, "sessions"), KeepOnShutdown: keep, StoreDir: filepath.Join(r.state, "store")}, h)
+	cfg := Config{StateDir: filepath.Join(r.state, "sessions"), StoreDir: filepath.Join(r.state, "store")}
+	mod(&cfg)
+	m, err := New(cfg, h)
 	if err != nil {
 		r.t.Fatal(err)
 	}

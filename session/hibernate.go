@@ -23,9 +23,13 @@ import (
 // imagesName is the checkpoint's directory in the session directory; its
 // marker says the checkpoint is complete (a new daemon adopts the session as
 // hibernated only then).
+// savedName holds a copy of the disk's upper layer (isolate.Disk.SaveUpper):
+// the disk is a tmpfs, gone after a reboot, and the copy brings the
+// workspace back onto a new disk with the restored kernel's open files.
 const (
 	imagesName     = "images"
 	hibernatedMark = "hibernated"
+	savedName      = "upper-saved"
 )
 
 // HibernationAvailable says whether this host can hibernate sessions, or
@@ -94,6 +98,9 @@ func (m *Manager) hibernate(s *Session) error {
 	dump := time.Since(start)
 	<-k.sb.Done()
 	_ = k.sb.Destroy()
+	if err := m.saveUpper(s); err != nil {
+		m.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
+	}
 	if err := os.WriteFile(filepath.Join(s.dir, hibernatedMark), []byte(time.Now().UTC().Format(time.RFC3339)), 0o600); err != nil {
 		m.log().Warn("hibernation marker", "session", s.id, "err", err)
 	}
@@ -178,6 +185,7 @@ func (m *Manager) wake(ctx context.Context, s *Session) string {
 	s.mu.Unlock()
 	_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
 	_ = os.RemoveAll(images)
+	_ = os.RemoveAll(filepath.Join(s.dir, savedName))
 	if err != nil {
 		m.log().Warn("restore of hibernated session failed; starting a fresh kernel", "session", s.id, "err", err)
 		return "restoring the hibernated kernel failed (" + err.Error() + "); a fresh kernel was started (variables are gone, files remain)"
@@ -271,6 +279,10 @@ func (m *Manager) adoptHibernated(meta sessionMeta, dir string) (*Session, error
 		return nil, errNotHibernated
 	}
 	disk, err := m.host.AdoptDisk(meta.ID)
+	if errors.Is(err, isolate.ErrNotMounted) {
+		// The host rebooted: a new disk with the saved files.
+		disk, err = m.rebuildDisk(meta, dir)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -284,6 +296,43 @@ func (m *Manager) adoptHibernated(meta sessionMeta, dir string) (*Session, error
 }
 
 var errNotHibernated = errors.New("not hibernated")
+
+// saveUpper copies s's workspace disk next to its images (replacing an
+// older copy). The caller holds s.run.
+func (m *Manager) saveUpper(s *Session) error {
+	dir := filepath.Join(s.dir, savedName)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := s.disk.SaveUpper(dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return err
+	}
+	return nil
+}
+
+// rebuildDisk makes a new disk for the hibernated session meta whose disk
+// did not survive (a reboot) and loads its saved files onto it.
+func (m *Manager) rebuildDisk(meta sessionMeta, dir string) (*isolate.Disk, error) {
+	saved := filepath.Join(dir, savedName)
+	if _, err := os.Stat(saved); err != nil {
+		return nil, fmt.Errorf("its disk is gone and no copy of its files was saved: %w", err)
+	}
+	disk, err := m.host.ReplaceDisk(meta.ID, meta.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeKernelScript(disk); err != nil {
+		_ = disk.Destroy()
+		return nil, err
+	}
+	if err := disk.LoadUpper(saved); err != nil {
+		_ = disk.Destroy()
+		return nil, err
+	}
+	m.log().Info("hibernated session's disk rebuilt from its saved files", "session", meta.ID)
+	return disk, nil
+}
 
 func dirBytes(dir string) int64 {
 	var n int64

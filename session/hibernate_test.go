@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -193,4 +195,180 @@ func TestHibernateCorruptImageIsLost(t *testing.T) {
 	if cg := sessionCgroups(id); len(cg) != 1 {
 		t.Errorf("cgroups after failed restore and fresh start: %v, want one", cg)
 	}
+}
+
+// reboot does to r's state what a host reboot does: every mount of a
+// sandbox disk (tmpfs) is gone; the state directory on disk stays.
+func (r *restartable) reboot() {
+	r.t.Helper()
+	mi, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var mps []string
+	for _, line := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], r.state+"/") {
+			mps = append(mps, f[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(mps)))
+	for _, mp := range mps {
+		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
+			r.t.Fatalf("unmount %s: %v", mp, err)
+		}
+	}
+	if len(mps) == 0 {
+		r.t.Fatal("no disk mounted: the reboot proves nothing")
+	}
+}
+
+// TestHibernateSurvivesReboot: a hibernated session whose disk (a tmpfs)
+// is gone comes back on a new disk from its saved files, with its
+// variables, its open file and everything in its workspace.
+func TestHibernateSurvivesReboot(t *testing.T) {
+	r := newRestartable(t)
+	requiresCriu(t)
+	ctx := context.Background()
+	m1 := r.start(false)
+	info, err := m1.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	if res, err := m1.Exec(ctx, 1000, id, ExecRequest{Code: hibernateState + "\nimport os; os.makedirs('d/e'); open('d/e/deep.txt', 'w').write('deep')\nos.symlink('d/e/deep.txt', 'link')"}); err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	if _, err := m1.Hibernate(1000, id); err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
+	// A file uploaded while hibernated is in the saved copy too.
+	if _, err := m1.Upload(1000, id, "uploaded.txt", []byte("while asleep")); err != nil {
+		t.Fatalf("Upload to hibernated: %v", err)
+	}
+	if err := m1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.reboot()
+
+	m2 := r.start(false)
+	defer m2.Shutdown(ctx)
+	if ls := m2.List(1000); len(ls) != 1 || ls[0].State != "hibernated" {
+		t.Fatalf("sessions after reboot: %+v", ls)
+	}
+	res, err := m2.Exec(ctx, 1000, id, ExecRequest{Code: hibernateCheck + "print(open('link').read(), open('uploaded.txt').read())\n"})
+	if err != nil || res.Status != StatusOK || res.State != StateKept {
+		t.Fatalf("cell after reboot: %v %+v", err, res)
+	}
+	if want := "499999500000.0 332833500 kept before after\ndeep while asleep"; strings.TrimSpace(res.Stdout) != want {
+		t.Fatalf("after reboot: %q, want %q", res.Stdout, want)
+	}
+}
+
+// TestHibernateOnShutdown: with HibernateOnShutdown a daemon that stops
+// hibernates its live sessions; the next one restores them on first use.
+func TestHibernateOnShutdown(t *testing.T) {
+	r := newRestartable(t)
+	requiresCriu(t)
+	ctx := context.Background()
+	hibernating := func(c *Config) { c.HibernateOnShutdown = true }
+	m1 := r.startWith(hibernating)
+	info, err := m1.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m1.Exec(ctx, 1000, info.ID, ExecRequest{Code: "import numpy as np\nv = np.ones(10)"}); err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	if err := m1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(sessionCgroups(info.ID)) != 0 {
+		t.Fatal("the session still runs after a hibernating shutdown")
+	}
+	m2 := r.startWith(hibernating)
+	defer m2.Shutdown(ctx)
+	if ls := m2.List(1000); len(ls) != 1 || ls[0].State != "hibernated" {
+		t.Fatalf("sessions after restart: %+v", ls)
+	}
+	res, err := m2.Exec(ctx, 1000, info.ID, ExecRequest{Code: "print(v.sum())"})
+	if err != nil || strings.TrimSpace(res.Stdout) != "10.0" || res.State != StateKept {
+		t.Fatalf("after restart: %v %+v", err, res)
+	}
+}
+
+// TestForkDiverges: a fork starts with its parent's variables, imports,
+// open file and workspace; afterwards neither sees the other's changes,
+// and each runs under its own uid slot.
+func TestForkDiverges(t *testing.T) {
+	r := newRestartable(t)
+	requiresCriu(t)
+	ctx := context.Background()
+	m := r.start(false)
+	defer m.Shutdown(ctx)
+	info, err := m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := info.ID
+	if res, err := m.Exec(ctx, 1000, parent, ExecRequest{Code: hibernateState + "\nx = 1\nopen('shared.txt', 'w').write('original')"}); err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	fi, err := m.Fork(ctx, 1000, parent)
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	child := fi.ID
+	if child == parent || fi.ForkedFrom != parent || fi.State != "ready" {
+		t.Fatalf("fork info %+v", fi)
+	}
+	if _, err := m.Fork(ctx, 1001, parent); err == nil {
+		t.Fatal("another owner forked the session")
+	}
+	// The fork has everything, then changes it.
+	res, err := m.Exec(ctx, 1000, child, ExecRequest{Code: "x = 2\nf.write('fork ')\nf.flush()\nopen('shared.txt', 'w').write('changed by fork')\nprint(a.sum(), len(df), thing.tag)"})
+	if err != nil || res.Status != StatusOK || strings.TrimSpace(res.Stdout) != "499999500000.0 1000 kept" {
+		t.Fatalf("fork cell: %v %+v", err, res)
+	}
+	// The parent has not seen it.
+	res, err = m.Exec(ctx, 1000, parent, ExecRequest{Code: "f.write('parent'); f.flush()\nprint(x, open('shared.txt').read(), open('notes.txt').read())"})
+	if err != nil || res.Status != StatusOK || strings.TrimSpace(res.Stdout) != "1 original before parent" {
+		t.Fatalf("parent after fork: %v %+v", err, res)
+	}
+	res, err = m.Exec(ctx, 1000, child, ExecRequest{Code: "print(x, open('shared.txt').read(), open('notes.txt').read())"})
+	if err != nil || res.Status != StatusOK || strings.TrimSpace(res.Stdout) != "2 changed by fork before fork" {
+		t.Fatalf("fork after parent's cell: %v %+v", err, res)
+	}
+	ps, _ := m.get(0, parent)
+	cs, _ := m.get(0, child)
+	if ps.disk.HostID() == cs.disk.HostID() {
+		t.Fatal("fork shares its parent's uid slot")
+	}
+	if got := procUID(t, cs.k.sb.Pid()); got != cs.disk.HostID() {
+		t.Errorf("fork runs as host uid %d, want its own slot's %d", got, cs.disk.HostID())
+	}
+	if len(m.List(1000)) != 2 {
+		t.Errorf("sessions: %+v", m.List(1000))
+	}
+	// Closing the parent leaves the fork alone.
+	if err := m.Close(1000, parent); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m.Exec(ctx, 1000, child, ExecRequest{Code: "print(x)"}); err != nil || strings.TrimSpace(res.Stdout) != "2" {
+		t.Fatalf("fork after its parent closed: %v %+v", err, res)
+	}
+}
+
+func procUID(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Uid:"); ok {
+			n, _ := strconv.Atoi(strings.Fields(v)[0])
+			return n
+		}
+	}
+	return -1
 }

@@ -72,6 +72,11 @@ type Config struct {
 	// HibernatedTTL ends a hibernated session idle this long (instead of
 	// its idle TTL). Default 7 days.
 	HibernatedTTL time.Duration
+	// HibernateOnShutdown hibernates every live session at Shutdown, so
+	// that the next daemon restores it, after a restart or a reboot. A
+	// session that cannot be hibernated (no criu, an allowlist network) is
+	// kept running if KeepOnShutdown, else ended. Default false.
+	HibernateOnShutdown bool
 }
 
 func (c *Config) defaults() {
@@ -265,12 +270,20 @@ func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr err
 	// bind mount shows no host path inside) holds the kernel and the
 	// socket: the sandbox may read the one and connect to the other, but
 	// replace neither.
-	if err := os.WriteFile(filepath.Join(disk.CtlDir(), runner.ScriptName), runner.Script, 0o644); err != nil {
+	if err := writeKernelScript(disk); err != nil {
 		_ = disk.Destroy()
-		return nil, fmt.Errorf("write kernel: %w", err)
+		return nil, err
 	}
 	now := time.Now()
 	return &Session{id: id, owner: owner, policy: p, dir: dir, disk: disk, created: now, lastUsed: now, snap: snapshot{}}, nil
+}
+
+// writeKernelScript puts the kernel into disk's control directory.
+func writeKernelScript(disk *isolate.Disk) error {
+	if err := os.WriteFile(filepath.Join(disk.CtlDir(), runner.ScriptName), runner.Script, 0o644); err != nil {
+		return fmt.Errorf("write kernel: %w", err)
+	}
+	return nil
 }
 
 // destroy tears a session down: kernel, sandbox, disk, directories.
@@ -533,6 +546,16 @@ func (m *Manager) Upload(owner int, id, path string, data []byte) (*Entry, error
 	}
 	m.rescan(s)
 	s.mu.Lock()
+	hib := s.hibernated
+	s.mu.Unlock()
+	if hib {
+		// The saved copy must have the new file for a restore after a
+		// reboot.
+		if err := m.saveUpper(s); err != nil {
+			m.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
+		}
+	}
+	s.mu.Lock()
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
 	return &Entry{Path: rel, Size: int64(len(data)), ModTime: time.Now().UTC()}, nil
@@ -726,6 +749,14 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		s.mu.Lock()
 		hib := s.hibernated
 		s.mu.Unlock()
+		if !hib && m.cfg.HibernateOnShutdown && s.run.TryLock() {
+			err := m.hibernate(s)
+			s.run.Unlock()
+			if err != nil {
+				m.log().Warn("session not hibernated at shutdown", "session", s.id, "err", err)
+			}
+			hib = err == nil
+		}
 		if m.cfg.KeepOnShutdown || hib {
 			if err := m.release(s); err != nil {
 				errs = append(errs, err)

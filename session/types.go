@@ -176,7 +176,7 @@ type CreateOptions struct {
 // Info describes a session.
 type Info struct {
 	ID        string    `json:"session"`
-	State     string    `json:"state"` // ready | busy | starting
+	State     string    `json:"state"` // ready | busy | starting | hibernated
 	Policy    string    `json:"policy"`
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
@@ -188,6 +188,8 @@ type Info struct {
 	Survives string `json:"survives,omitempty"`
 	// Installed lists requirements installed at create.
 	Installed []string `json:"installed,omitempty"`
+	// ForkedFrom is the session this one was forked from.
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // Entry is one file in a session's workspace.

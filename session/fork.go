@@ -1,0 +1,134 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+)
+
+// Fork: a new session that starts as an exact copy of a live one, kernel
+// and workspace. The parent's kernel is checkpointed without being stopped
+// (isolate.Sandbox.Checkpoint with leaveRunning), frozen while its files are
+// copied onto the fork's own disk (its own uid slot: the copy's owners move
+// with it), thawed, and reconnected; the checkpoint is restored on the new
+// disk. From then on the two share nothing: a cell in one is never seen by
+// the other. An agent tries a risky cell on a fork, or keeps one as a
+// known-good state to return to.
+
+// forkImagesName is the checkpoint's directory in the fork's session
+// directory, removed once the fork runs.
+const forkImagesName = "fork-images"
+
+// Fork copies session id into a new session of the same owner, policy and
+// idle TTL, and returns it. A hibernated parent is restored first. A
+// persisted parent's fork is not persisted (both would write one store).
+func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error) {
+	if err := isolate.CriuCheck(); err != nil {
+		return nil, fmt.Errorf("%w: fork needs checkpoint/restore: %v", ErrUnavailable, err)
+	}
+	parent, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if parent.policy.Network == policy.NetworkAllowlist {
+		return nil, fmt.Errorf("%w: a session with an allowlist network cannot be forked (its gateway is not checkpointed)", ErrUnavailable)
+	}
+	if !parent.run.TryLock() {
+		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
+	}
+	defer parent.run.Unlock()
+	if lost := m.wake(ctx, parent); lost != "" {
+		return nil, fmt.Errorf("%w: session %s: %s", ErrUnavailable, id, lost)
+	}
+	pk, err := m.ensureKernel(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.reserve(); err != nil {
+		return nil, err
+	}
+	defer m.unreserve()
+	start := time.Now()
+	child, err := m.newSession(parent.owner, parent.policy)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = m.destroy(child)
+		}
+	}()
+	parent.mu.Lock()
+	child.ttl = parent.ttl
+	child.info = Info{Policy: parent.info.Policy, Installed: parent.info.Installed, ForkedFrom: parent.id}
+	parent.mu.Unlock()
+
+	images := filepath.Join(child.dir, forkImagesName)
+	defer os.RemoveAll(images)
+	if err := m.checkpointCopy(parent, pk, child, images); err != nil {
+		return nil, err
+	}
+	k, err := m.restoreKernel(ctx, child, images)
+	if err != nil {
+		return nil, fmt.Errorf("%w: restore fork of %s: %v", ErrUnavailable, id, err)
+	}
+	child.mu.Lock()
+	child.k = k
+	child.mu.Unlock()
+	m.rescan(child)
+	m.mu.Lock()
+	if m.shutdown {
+		m.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	m.sessions[child.id] = child
+	m.mu.Unlock()
+	if err := m.saveMeta(child); err != nil {
+		m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", child.id, "err", err)
+	}
+	ok = true
+	m.metrics.created()
+	m.log().Info("session forked", "session", child.id, "parent", parent.id, "fork_ms", time.Since(start).Milliseconds())
+	info := m.infoOf(child)
+	return &info, nil
+}
+
+// checkpointCopy dumps parent's kernel k into images without stopping it,
+// copies its workspace onto child's disk while it is frozen, and gives the
+// parent its connection back. The caller holds parent.run.
+func (m *Manager) checkpointCopy(parent *Session, k *kernel, child *Session, images string) error {
+	// criu refuses a socket whose peer is outside the sandbox (hibernate).
+	_ = k.conn.Close()
+	_ = k.listener.Close()
+	var err error
+	for try := 0; try < 3; try++ {
+		time.Sleep(time.Duration(20+50*try) * time.Millisecond)
+		if err = k.sb.Checkpoint(images, true); err == nil {
+			break
+		}
+	}
+	if err == nil {
+		// The copy must match the image: nothing runs in the parent
+		// while its files are read.
+		if err = k.sb.Pause(); err == nil {
+			err = parent.disk.CopyUpper(child.disk)
+			if rerr := k.sb.Resume(); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+	}
+	if rerr := m.reconnect(parent, k); rerr != nil {
+		m.dropKernel(parent, k)
+		return fmt.Errorf("%w: fork of session %s: its kernel was lost: %v (fork: %v)", ErrUnavailable, parent.id, rerr, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: fork of session %s: %v", ErrUnavailable, parent.id, err)
+	}
+	return nil
+}

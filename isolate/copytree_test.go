@@ -38,7 +38,7 @@ func TestCopyTreeHostileSource(t *testing.T) {
 	must(unix.Setxattr(filepath.Join(src, "a"), "trusted.overlay.opaque", []byte("y"), 0))
 	must(unix.Setxattr(filepath.Join(src, "a", "b", "data"), "security.capability", []byte{1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0))
 	filepath.Walk(src, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, from+1000, from+1000) })
-	must(os.Lchown(filepath.Join(src, "escape"), 0, 0)) // an unmapped owner
+	must(os.Lchown(filepath.Join(src, "escape"), 0, 0))            // an unmapped owner
 	must(unix.Chmod(filepath.Join(src, "a", "b", "data"), 0o4755)) // chown cleared it
 
 	must(copyTree(src, dst, from, to))

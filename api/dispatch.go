@@ -163,6 +163,12 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 			return nil, err
 		}
 		return &Response{Info: info}, nil
+	case OpFork:
+		info, err := m.Fork(ctx, owner, req.Session)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Info: info}, nil
 	case OpFailures:
 		return d.failures(owner, req)
 	case OpSessions:

@@ -155,6 +155,7 @@ const (
 	routeOneShot  = "exec"         // /v1/exec
 	routeFiles    = "files"        // /v1/sessions/{id}/files
 	routeFile     = "file"         // /v1/sessions/{id}/files/{path...}
+	routeLife     = "session_op"   // /v1/sessions/{id}/{hibernate,restore,fork}
 	routeUnknown  = "unknown"
 )
 
@@ -168,12 +169,17 @@ var routeMethods = map[string][]string{
 	routeOneShot:  {http.MethodPost},
 	routeFiles:    {http.MethodGet, http.MethodHead},
 	routeFile:     {http.MethodGet, http.MethodHead, http.MethodPut},
+	routeLife:     {http.MethodPost},
 }
+
+// lifeOps are the session operations with a route of their own, no body.
+var lifeOps = map[string]string{"hibernate": OpHibernate, "restore": OpRestore, "fork": OpFork}
 
 type route struct {
 	name    string
 	session string
 	path    string // routeFile only
+	op      string // routeLife only
 }
 
 // matchRoute maps an escaped URL path to a route.
@@ -213,11 +219,13 @@ func matchRoute(escaped string) (route, *Error) {
 			return route{name: routeExec, session: id}, nil
 		case n == 4 && segs[3] == "files":
 			return route{name: routeFiles, session: id}, nil
+		case n == 4 && lifeOps[segs[3]] != "":
+			return route{name: routeLife, session: id, op: lifeOps[segs[3]]}, nil
 		case n >= 5 && segs[3] == "files":
 			return route{name: routeFile, session: id, path: strings.Join(segs[4:], "/")}, nil
 		}
 	}
-	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]]], /v1/exec", clip(escaped, 200))}
+	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork]], /v1/exec", clip(escaped, 200))}
 }
 
 // statusWriter remembers the status code for the request log and metrics.
@@ -300,6 +308,8 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		s.jsonOp(w, r, OpExec, "", owner)
 	case routeFiles:
 		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpFiles, Session: rt.session}, nil))
+	case routeLife:
+		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: rt.op, Session: rt.session}, nil))
 	case routeFile:
 		if r.Method == http.MethodPut {
 			s.upload(w, r, rt, owner)

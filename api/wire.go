@@ -48,9 +48,12 @@ const (
 	// OpRestore brings it back (an exec does so by itself).
 	OpHibernate = "hibernate"
 	OpRestore   = "restore"
+	// OpFork makes a new session that starts as an exact copy of a live
+	// one (kernel and workspace); the response's info is the new session.
+	OpFork = "fork"
 )
 
-var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore}
+var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork}
 
 // allowedOps is the list bad requests quote.
 var allowedOps = strings.Join(ops, ", ")
@@ -280,7 +283,7 @@ func (r *Request) Validate() *Error {
 			return err
 		}
 		return need("path", "a path relative to the working directory", r.Path != "")
-	case OpFiles, OpClose, OpHibernate, OpRestore:
+	case OpFiles, OpClose, OpHibernate, OpRestore, OpFork:
 		return need("session", "a session id", r.Session != "")
 	case OpFailures:
 		if r.Action != "" && r.Action != "list" && r.Action != "clear" {

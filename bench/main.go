@@ -1,9 +1,10 @@
 // Command bench measures jailcell against its peers on this machine, side by
 // side in one run: cell round trips over JSON-lines and the Unix socket,
 // session creates from the warm pool and cold, concurrency, throughput,
-// memory, and the same work on a Jupyter kernel, runc, bwrap and a bare
-// chroot. It prints a table and writes out/results.json and out/bench.png
-// (drawn by the rootfs's matplotlib through `jailcell run`).
+// memory, hibernation (checkpoint, restore, image size), and the same work
+// on a Jupyter kernel, runc, bwrap and a bare chroot. It prints a table and
+// writes out/results.json and out/bench.png (drawn by the rootfs's
+// matplotlib through `jailcell run`).
 //
 // Run it as root through `make bench`; it starts its own jailcell processes
 // on private state directories and sockets, and removes them afterwards.
@@ -793,8 +794,11 @@ func benchHibernate(dir string) {
 	// cmd/jailcell gives session.Config the state dir itself: a session's
 	// directory is <state>/sessions/<id>.
 	images := filepath.Join(j.state, "sessions", id, "images")
+	// Beside the images, a hibernate saves a copy of the workspace disk
+	// (it outlives a reboot): reported on its own, not as image.
+	saved := filepath.Join(j.state, "sessions", id, "upper-saved")
 	var dumps, restores []time.Duration
-	var sizes []float64
+	var sizes, savedSizes []float64
 	lost := 0
 	for i := 0; i < n(10, 3); i++ {
 		out, d, err := j.try(map[string]any{"op": "hibernate", "session": id})
@@ -818,6 +822,9 @@ func benchHibernate(dir string) {
 			fatal("image size: %v", err)
 		}
 		sizes = append(sizes, float64(size))
+		if size, err := dirSize(saved); err == nil {
+			savedSizes = append(savedSizes, float64(size))
+		}
 		out, d, err = j.try(map[string]any{"op": "restore", "session": id})
 		if err != nil {
 			hib.failed = fmt.Sprintf("restore round %d: %v", i+1, err)
@@ -834,6 +841,9 @@ func benchHibernate(dir string) {
 	res.Raw["hibernate_checkpoint_p90_ms"] = pct(dumps, 0.9)
 	res.Raw["hibernate_image_mib"] = median(sizes) / (1 << 20)
 	res.Raw["hibernate_image_max_mib"] = maxOf(sizes) / (1 << 20)
+	if len(savedSizes) > 0 {
+		res.Raw["hibernate_saved_workspace_mib"] = median(savedSizes) / (1 << 20)
+	}
 	if len(restores) > 0 {
 		res.Raw["hibernate_restore_p50_ms"] = pct(restores, 0.5)
 		res.Raw["hibernate_restore_p90_ms"] = pct(restores, 0.9)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"reflect"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
 )
@@ -83,6 +85,8 @@ func conformance(t *testing.T, c API) {
 		t.Fatalf("Files: %v", paths)
 	}
 
+	hibernateAndFork(ctx, t, c, s.ID)
+
 	// One-shot: files in, files back with their content.
 	res, err = c.Exec(ctx, "", "open('r.txt','w').write(open('a.txt').read()*2)", &ExecOptions{Files: []File{{Path: "a.txt", Data: []byte("ab")}}})
 	if err != nil || res.Status != "ok" {
@@ -113,6 +117,45 @@ func conformance(t *testing.T, c API) {
 	}
 	if _, err := c.Exec(ctx, s.ID, "1", nil); !IsCode(err, "not_found") {
 		t.Fatalf("closed session: %v", err)
+	}
+}
+
+// hibernateAndFork: session id (x = 42) hibernates, comes back on its next
+// cell, and forks into a copy that diverges from it.
+func hibernateAndFork(ctx context.Context, t *testing.T, c API, id string) {
+	t.Helper()
+	if err := isolate.CriuCheck(); err != nil {
+		t.Logf("hibernate and fork not tested: requires a working criu (make criu): %v", err)
+		return
+	}
+	h, err := c.Hibernate(ctx, id)
+	if err != nil || h.State != "hibernated" {
+		t.Fatalf("Hibernate: %+v, %v", h, err)
+	}
+	r, err := c.Restore(ctx, id)
+	if err != nil || r.State != "ready" {
+		t.Fatalf("Restore: %+v, %v", r, err)
+	}
+	f, err := c.Fork(ctx, id)
+	if err != nil || f.ForkedFrom != id || f.ID == id || f.State != "ready" {
+		t.Fatalf("Fork: %+v, %v", f, err)
+	}
+	res, err := c.Exec(ctx, f.ID, "x += 1\nx", nil)
+	if err != nil || res.Status != "ok" || fmt.Sprint(res.Value["text/plain"]) != "43" {
+		t.Fatalf("Exec in fork: %+v, %v", res, err)
+	}
+	if _, err := c.Hibernate(ctx, id); err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
+	res, err = c.Exec(ctx, id, "x", nil)
+	if err != nil || res.Status != "ok" || fmt.Sprint(res.Value["text/plain"]) != "42" {
+		t.Fatalf("Exec in parent after the fork's cell and a hibernation: %+v, %v", res, err)
+	}
+	if err := c.CloseSession(ctx, f.ID); err != nil {
+		t.Fatalf("CloseSession(fork): %v", err)
+	}
+	if _, err := c.Fork(ctx, "0123456789abcdef0123456789abcdef"); !IsCode(err, "not_found") {
+		t.Fatalf("fork of an unknown session: %v", err)
 	}
 }
 

@@ -153,6 +153,30 @@ func (c *HTTP) CloseSession(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, sessionPath(id), nil, "", &r)
 }
 
+// Hibernate implements API.
+func (c *HTTP) Hibernate(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "hibernate")
+}
+
+// Restore implements API.
+func (c *HTTP) Restore(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "restore")
+}
+
+// Fork implements API.
+func (c *HTTP) Fork(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "fork")
+}
+
+func (c *HTTP) sessionOp(ctx context.Context, id, op string) (*Session, error) {
+	var r response
+	if err := c.do(ctx, http.MethodPost, sessionPath(id, op), nil, "", &r); err != nil {
+		return nil, err
+	}
+	s := r.Session
+	return &s, nil
+}
+
 // Exec implements API. With opts.OnOutput the response is streamed
 // (Accept: application/x-ndjson) and output arrives as it happens.
 func (c *HTTP) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*Result, error) {

@@ -237,6 +237,30 @@ func (c *JSONL) CloseSession(ctx context.Context, id string) error {
 	return err
 }
 
+// Hibernate implements API.
+func (c *JSONL) Hibernate(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "hibernate")
+}
+
+// Restore implements API.
+func (c *JSONL) Restore(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "restore")
+}
+
+// Fork implements API.
+func (c *JSONL) Fork(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "fork")
+}
+
+func (c *JSONL) sessionOp(ctx context.Context, id, op string) (*Session, error) {
+	r, err := c.roundTrip(ctx, map[string]any{"op": op, "session": id}, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := r.Session
+	return &s, nil
+}
+
 // Exec implements API.
 func (c *JSONL) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*Result, error) {
 	req, err := asMap(newExecBody(code, opts))

@@ -32,6 +32,14 @@ type API interface {
 	Download(ctx context.Context, id, path string) ([]byte, error)
 	// Files lists the session's working directory.
 	Files(ctx context.Context, id string) ([]Entry, error)
+	// Hibernate checkpoints a session to disk and releases its memory
+	// (state "hibernated"); the next Exec or Restore brings it back.
+	Hibernate(ctx context.Context, id string) (*Session, error)
+	// Restore brings a hibernated session back now.
+	Restore(ctx context.Context, id string) (*Session, error)
+	// Fork makes a new session that starts as an exact copy of session id
+	// (variables, imports, open files, workspace) and returns it.
+	Fork(ctx context.Context, id string) (*Session, error)
 }
 
 // Error is an error answered by jailcell.
@@ -120,6 +128,8 @@ type Session struct {
 	Restored  []string  `json:"restored,omitempty"`
 	Survives  string    `json:"survives,omitempty"`
 	Installed []string  `json:"installed,omitempty"`
+	// ForkedFrom is the session this one was forked from.
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // Entry is one file in a session's working directory.

@@ -278,11 +278,18 @@ func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 	if err := writeCriuConfig(confPath, conf.String()); err != nil {
 		return nil, err
 	}
-	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, func(c *libcontainer.Container, p *libcontainer.Process, id string) error {
+	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error) {
 		if err := c.Restore(p, criuOpts(imageDir, false)); err != nil {
-			return fmt.Errorf("restore sandbox %s: %w%s", id, err, criuLogTail(imageDir, "restore.log"))
+			return nil, fmt.Errorf("restore sandbox %s: %w%s", id, err, criuLogTail(imageDir, "restore.log"))
 		}
-		return nil
+		// A restored container stays in libcontainer's "restored" state,
+		// which refuses a pause (a fork's freeze); loaded again from its
+		// state it is an ordinary running container.
+		lc, err := libcontainer.Load(d.h.containersDir(), id)
+		if err != nil {
+			return nil, fmt.Errorf("reload restored sandbox %s: %w", id, err)
+		}
+		return lc, nil
 	})
 }
 

@@ -114,6 +114,13 @@ func TestCheckpointRestore(t *testing.T) {
 	if after != before+1 && after < before {
 		t.Fatalf("count after restore %d, before %d: not the same process", after, before)
 	}
+	// A restored sandbox can be frozen and thawed (a fork of it).
+	if err := rs.Pause(); err != nil {
+		t.Fatalf("Pause after restore: %v", err)
+	}
+	if err := rs.Resume(); err != nil {
+		t.Fatalf("Resume after restore: %v", err)
+	}
 	if u := rs.Usage(); u.MemoryCurrent == 0 {
 		t.Errorf("restored sandbox has no memory figure: %+v", u)
 	}

@@ -179,19 +179,20 @@ func (d *Disk) Destroy() error {
 // Create builds and starts a sandbox on disk d. On any failure everything
 // done so far is undone (the disk stays).
 func (d *Disk) Create(spec Spec) (*Sandbox, error) {
-	return d.build(spec, nil, func(c *libcontainer.Container, p *libcontainer.Process, _ string) error {
+	return d.build(spec, nil, func(c *libcontainer.Container, p *libcontainer.Process, _ string) (*libcontainer.Container, error) {
 		if err := c.Run(p); err != nil {
-			return fmt.Errorf("start sandbox: %w", err)
+			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
-		return nil
+		return c, nil
 	})
 }
 
 // build is every way a sandbox comes up on d (a fresh start, a restore):
 // claim the disk, mount its root, create the container, let start bring
-// up the init, and watch it. labels go to the container's configuration.
+// up the init, and watch it; start returns the container to keep (a
+// restore's is reloaded). labels go to the container's configuration.
 // On failure everything done is undone; the disk stays.
-func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Container, p *libcontainer.Process, id string) error) (_ *Sandbox, retErr error) {
+func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error)) (_ *Sandbox, retErr error) {
 	if err := spec.Policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -266,7 +267,7 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 		Stderr: spec.Log,
 		Init:   true,
 	}
-	if err := start(c, p, id); err != nil {
+	if c, err = start(c, p, id); err != nil {
 		return nil, err
 	}
 	pid, err := p.Pid()
@@ -314,6 +315,9 @@ func (s *Sandbox) wait() {
 // Resume thaws them.
 func (s *Sandbox) Pause() error {
 	if err := s.container.Pause(); err != nil {
+		// libcontainer may have frozen the cgroup before it refused the
+		// state change: never leave a sandbox frozen by a failed pause.
+		_ = s.container.Resume()
 		return fmt.Errorf("pause sandbox %s: %w", s.ID, err)
 	}
 	return nil

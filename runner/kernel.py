@@ -788,7 +788,16 @@ def _may_be_ipython(source):
 
 
 def _get_ipython():
-    """The builtin get_ipython(): loads the shell on first use."""
+    """The builtin get_ipython(): loads the shell on first use.
+
+    Libraries only probe it (pandas calls it at import and whenever it
+    formats a frame, to detect a notebook frontend): for callers installed
+    under sys.prefix it returns the shell only if one is loaded, else None,
+    as IPython.get_ipython() does outside IPython. Loading IPython (and
+    jedi) for a probe costs ~25 MB of kernel memory and of every
+    hibernation image."""
+    if _SHELL is None and sys._getframe(1).f_code.co_filename.startswith(sys.prefix + os.sep):
+        return None
     return _ensure_shell()
 
 

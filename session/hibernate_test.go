@@ -313,6 +313,11 @@ func TestForkDiverges(t *testing.T) {
 	if res, err := m.Exec(ctx, 1000, parent, ExecRequest{Code: hibernateState + "\nx = 1\nopen('shared.txt', 'w').write('original')"}); err != nil || res.Status != StatusOK {
 		t.Fatalf("first cell: %v %+v", err, res)
 	}
+	// A hibernated parent is woken first; its restored sandbox is then
+	// frozen while its files are copied.
+	if _, err := m.Hibernate(1000, parent); err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
 	fi, err := m.Fork(ctx, 1000, parent)
 	if err != nil {
 		t.Fatalf("Fork: %v", err)

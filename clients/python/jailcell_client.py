@@ -191,6 +191,18 @@ class Client:
         """GET /v1/sessions/{id}/files: the workspace listing."""
         return self._json("GET", self._session_path(session_id, "files"))["files"]
 
+    def hibernate(self, session_id):
+        """POST /v1/sessions/{id}/hibernate: checkpoint to disk, free its memory."""
+        return self._json("POST", self._session_path(session_id, "hibernate"))
+
+    def restore(self, session_id):
+        """POST /v1/sessions/{id}/restore: bring a hibernated session back now."""
+        return self._json("POST", self._session_path(session_id, "restore"))
+
+    def fork(self, session_id):
+        """POST /v1/sessions/{id}/fork: a new session, an exact copy of this one."""
+        return self._json("POST", self._session_path(session_id, "fork"))
+
     def metrics(self):
         """GET /metrics: Prometheus text."""
         status, _, body = self._request("GET", "/metrics")
@@ -218,6 +230,18 @@ class Session:
 
     def files(self):
         return self.client.files(self.id)
+
+    def hibernate(self):
+        self.info = self.client.hibernate(self.id)
+        return self.info
+
+    def restore(self):
+        self.info = self.client.restore(self.id)
+        return self.info
+
+    def fork(self):
+        """A new Session that starts as an exact copy of this one."""
+        return Session(self.client, self.client.fork(self.id))
 
     def close(self):
         self.client.close(self.id)

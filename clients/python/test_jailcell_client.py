@@ -38,6 +38,17 @@ class ClientTest(unittest.TestCase):
             self.jc.exec("1", session=sid)
         self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
 
+    @unittest.skipUnless(os.path.exists("/var/lib/jailcell/criu/bin/criu"), "requires criu (make criu) for hibernate and fork")
+    def test_hibernate_and_fork(self):
+        with self.jc.session(ttl_s=120) as s:
+            s.exec("x = 41")
+            self.assertEqual(s.hibernate()["state"], "hibernated")
+            self.assertEqual(s.restore()["state"], "ready")
+            with s.fork() as f:
+                self.assertEqual(f.info["forked_from"], s.id)
+                self.assertEqual(f.exec("x += 1; print(x)")["stdout"], "42\n")
+                self.assertEqual(s.exec("print(x)")["stdout"], "41\n")
+
     def test_streaming(self):
         chunks = []
         lock = threading.Lock()

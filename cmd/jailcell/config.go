@@ -72,6 +72,7 @@ var configKeys = []configKey{
 	{"sessions.survive_restart", false, ""},
 	{"sessions.hibernate_after", time.Duration(0), ""},
 	{"sessions.hibernated_ttl", 7 * 24 * time.Hour, ""},
+	{"sessions.hibernate_on_shutdown", false, ""},
 	// The workflow keys (fix-and-retry, review log, failure memory); see
 	// workflow_config.go for what each does.
 	{"fixer.kind", "", ""},
@@ -112,9 +113,11 @@ type config struct {
 	// SurviveRestart leaves sessions running when serve exits, for the
 	// next serve to re-adopt.
 	SurviveRestart bool
-	// HibernateAfter and HibernatedTTL: see session.Config.
-	HibernateAfter time.Duration
-	HibernatedTTL  time.Duration
+	// HibernateAfter, HibernatedTTL and HibernateOnShutdown (serve
+	// only): see session.Config.
+	HibernateAfter      time.Duration
+	HibernatedTTL       time.Duration
+	HibernateOnShutdown bool
 	// Workflow holds the workflow keys' effective values as text, for
 	// workflowConfig.
 	Workflow map[string]string
@@ -407,6 +410,7 @@ func (l *configLoader) decode() {
 	c.SurviveRestart = l.boolean("sessions.survive_restart")
 	c.HibernateAfter = l.duration("sessions.hibernate_after")
 	c.HibernatedTTL = l.duration("sessions.hibernated_ttl")
+	c.HibernateOnShutdown = l.boolean("sessions.hibernate_on_shutdown")
 	c.Workflow = map[string]string{}
 	for _, k := range []string{"fixer.kind", "fixer.command", "fixer.openai.base_url", "fixer.openai.model", "fixer.openai.api_key_env", "review.dir"} {
 		c.Workflow[k] = l.str(k)

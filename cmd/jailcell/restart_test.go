@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jailcell/jailcell/isolate"
 )
 
 // relaunch starts another `jailcell serve` on p's configuration and state,
@@ -122,4 +124,59 @@ func quote(s string) string {
 		}
 	}
 	return string(append(b, '"'))
+}
+
+// TestServeHibernatesOnShutdownAcrossReboot: with
+// sessions.hibernate_on_shutdown a stopping service hibernates its
+// sessions; after a reboot (every sandbox disk, a tmpfs, is gone) the next
+// start restores one on its first cell with its variables and files.
+func TestServeHibernatesOnShutdownAcrossReboot(t *testing.T) {
+	if err := isolate.CriuCheck(); err != nil {
+		t.Skip("requires a working criu (make criu): " + err.Error())
+	}
+	first := startServe(t, "root", "")
+	first.stop()
+	p := relaunch(t, first, "JAILCELL_SESSIONS_HIBERNATE_ON_SHUTDOWN=true")
+	status, body := curl(t, p.sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", `{}`)
+	sid := decode(t, body).Session
+	if status != 201 || sid == "" {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	exec := func(sock, code string) wire {
+		t.Helper()
+		status, body := curl(t, sock, "-X", "POST", "http://jailcell/v1/sessions/"+sid+"/exec", "-d", `{"code":`+quote(code)+`}`)
+		w := decode(t, body)
+		if status != 200 || !w.OK || w.Result == nil {
+			t.Fatalf("exec %q: %d %s", code, status, body)
+		}
+		return w
+	}
+	exec(p.sock, "import numpy as np\nv = np.arange(10)\nf = open('log.txt', 'w'); f.write('a'); f.flush()")
+	p.stop()
+	if p.err != nil {
+		t.Fatalf("drain exited with %v", p.err)
+	}
+	p.waitLog("session hibernated", sid)
+	// The reboot: every mount under the state directory goes.
+	mi, _ := os.ReadFile("/proc/thread-self/mountinfo")
+	var mps []string
+	for _, l := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], p.state+"/") {
+			mps = append(mps, f[4])
+		}
+	}
+	if len(mps) == 0 {
+		t.Fatal("no sandbox disk mounted after the drain: nothing for the reboot to take")
+	}
+	for i := len(mps) - 1; i >= 0; i-- {
+		if err := syscall.Unmount(mps[i], syscall.MNT_DETACH); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := relaunch(t, p)
+	q.waitLog("hibernated session re-adopted", sid)
+	w := exec(q.sock, "f.write('b'); f.flush()\nprint(v.sum(), open('log.txt').read())")
+	if w.Result.Stdout != "45 ab\n" {
+		t.Fatalf("after a reboot: %+v", w.Result)
+	}
 }

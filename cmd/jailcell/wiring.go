@@ -188,6 +188,9 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		KeepOnShutdown: f.survivable && cfg.SurviveRestart,
 		HibernateAfter: cfg.HibernateAfter,
 		HibernatedTTL:  cfg.HibernatedTTL,
+		// Sessions hibernated for the next daemon, after a restart or
+		// a reboot.
+		HibernateOnShutdown: f.survivable && cfg.HibernateOnShutdown,
 	}, host)
 	if err != nil {
 		return nil, fmt.Errorf("start session manager: %w", err)

@@ -363,8 +363,6 @@ class _Pump:
                 pass  # a smaller pipe only means more wake-ups
             self.read_fds.append(r)
             self.write_fds.append(w)
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
         try:
             _State.log_fd = os.dup(2)  # non-inheritable: cells never get it
         except OSError:
@@ -375,7 +373,6 @@ class _Pump:
         self.pending_size = 0
         self.pending_since = 0.0
         self.lock = threading.Lock()
-        self.request = None
 
     def redirect(self):
         """Point fds 1 and 2 at the pipes again if a cell moved or closed them."""
@@ -389,7 +386,12 @@ class _Pump:
 
     def begin(self, exec_id, limit):
         """Start capturing for a cell; what was written before is dropped."""
-        self._call("begin", _Capture(exec_id, limit))
+        with self.lock:
+            self.capture = None  # what is in the pipes now predates the cell
+            self._drain_all()
+            self.pending = []
+            self.pending_size = 0
+            self.capture = _Capture(exec_id, limit)
 
     def end(self):
         """Forward everything written so far, then stop capturing.
@@ -397,21 +399,29 @@ class _Pump:
         Returns the capture. The caller flushed its buffers first, so once
         this returns every byte the cell wrote is on the wire, ahead of the
         result frame."""
-        return self._call("end", None)
-
-    def _call(self, kind, arg):
-        # Only the main thread calls this, one request at a time.
-        done = threading.Event()
-        box = [None]
         with self.lock:
-            self.request = (kind, arg, done, box)
-        os.write(self.wake_w, b"\0")
-        done.wait()
-        return box[0]
+            self._drain_all()
+            cap = self.capture
+            if cap is not None:
+                for i, dec in enumerate(cap.decoders):
+                    self._queue(i, dec.decode(b"", True))
+                self._flush()
+            self.capture = None
+            return cap
+
+    def _drain_all(self):
+        # Everything written before the call is already in the pipes; take
+        # exactly that much, so a writer that never stops (a background
+        # `yes`) cannot keep us here. The caller holds the lock.
+        for fd in self.read_fds:
+            self._drain(fd)
 
     def run(self):
+        # The main thread's begin() and end() read the pipes too, directly
+        # and under the same lock: a cell's boundaries cost no thread
+        # handoff.
         poller = select.poll()
-        for fd in self.read_fds + [self.wake_r]:
+        for fd in self.read_fds:
             poller.register(fd, select.POLLIN)
         if _State.init_pipe is not None:
             poller.register(_State.init_pipe, select.POLLIN)
@@ -425,57 +435,22 @@ class _Pump:
             except InterruptedError:
                 continue
             try:
-                for fd, _ in events:
-                    if fd == _State.init_pipe:
-                        os._exit(128 + signal.SIGKILL)  # the init is gone; so is the sandbox
-                    if fd == self.wake_r:
-                        self._serve_request()
-                    else:
+                with self.lock:
+                    for fd, _ in events:
+                        if fd == _State.init_pipe:
+                            os._exit(128 + signal.SIGKILL)  # the init is gone; so is the sandbox
                         self._read(fd, None)
-                if self.pending and (
-                    self.pending_size >= STREAM_CHUNK
-                    or time.monotonic() - self.pending_since >= STREAM_INTERVAL
-                ):
-                    self._flush()
+                    if self.pending and (
+                        self.pending_size >= STREAM_CHUNK
+                        or time.monotonic() - self.pending_since >= STREAM_INTERVAL
+                    ):
+                        self._flush()
             except Exception:
                 # Losing some output beats losing the pump: without it the
                 # cells block on full pipes and the main thread on end().
-                self.pending, self.pending_size = [], 0
+                with self.lock:
+                    self.pending, self.pending_size = [], 0
                 _log("output pump: %s" % traceback.format_exc())
-
-    def _serve_request(self):
-        try:
-            while os.read(self.wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        with self.lock:
-            req, self.request = self.request, None
-        if req is None:
-            return
-        kind, arg, done, box = req
-        try:
-            if kind == "begin":
-                self.capture = None  # what is in the pipes now predates the cell
-            # Everything written before the request is already in the pipes;
-            # take exactly that much, so a writer that never stops (a
-            # background `yes`) cannot keep us here.
-            for fd in self.read_fds:
-                self._drain(fd)
-            if kind == "begin":
-                self.pending = []
-                self.pending_size = 0
-                self.capture = arg
-            else:
-                cap = self.capture
-                if cap is not None:
-                    for i, dec in enumerate(cap.decoders):
-                        self._queue(i, dec.decode(b"", True))
-                    self._flush()
-                self.capture = None
-                box[0] = cap
-        finally:
-            done.set()
 
     def _drain(self, fd):
         try:

@@ -90,7 +90,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 	m := d.Manager
 	switch req.Op {
 	case OpExec:
-		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files}
+		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot}
 		if req.Stream {
 			er.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
 		}
@@ -165,6 +165,18 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		return &Response{Info: info}, nil
 	case OpFork:
 		info, err := m.Fork(ctx, owner, req.Session)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Info: info}, nil
+	case OpSnapshot:
+		info, err := m.Snapshot(ctx, owner, req.Session)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Info: info}, nil
+	case OpRollback:
+		info, err := m.Rollback(ctx, owner, req.Session)
 		if err != nil {
 			return nil, err
 		}

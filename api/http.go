@@ -155,7 +155,7 @@ const (
 	routeOneShot  = "exec"         // /v1/exec
 	routeFiles    = "files"        // /v1/sessions/{id}/files
 	routeFile     = "file"         // /v1/sessions/{id}/files/{path...}
-	routeLife     = "session_op"   // /v1/sessions/{id}/{hibernate,restore,fork}
+	routeLife     = "session_op"   // /v1/sessions/{id}/{hibernate,restore,fork,snapshot,rollback}
 	routeUnknown  = "unknown"
 )
 
@@ -173,7 +173,7 @@ var routeMethods = map[string][]string{
 }
 
 // lifeOps are the session operations with a route of their own, no body.
-var lifeOps = map[string]string{"hibernate": OpHibernate, "restore": OpRestore, "fork": OpFork}
+var lifeOps = map[string]string{"hibernate": OpHibernate, "restore": OpRestore, "fork": OpFork, "snapshot": OpSnapshot, "rollback": OpRollback}
 
 type route struct {
 	name    string
@@ -225,7 +225,7 @@ func matchRoute(escaped string) (route, *Error) {
 			return route{name: routeFile, session: id, path: strings.Join(segs[4:], "/")}, nil
 		}
 	}
-	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork]], /v1/exec", clip(escaped, 200))}
+	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback]], /v1/exec", clip(escaped, 200))}
 }
 
 // statusWriter remembers the status code for the request log and metrics.

@@ -51,9 +51,14 @@ const (
 	// OpFork makes a new session that starts as an exact copy of a live
 	// one (kernel and workspace); the response's info is the new session.
 	OpFork = "fork"
+	// OpSnapshot saves a session's kernel and files as its rollback
+	// target (exec's "snapshot": true does it before the cell); OpRollback
+	// returns the session to it, in place.
+	OpSnapshot = "snapshot"
+	OpRollback = "rollback"
 )
 
-var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork}
+var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback}
 
 // allowedOps is the list bad requests quote.
 var allowedOps = strings.Join(ops, ", ")
@@ -77,6 +82,9 @@ type Request struct {
 	TimeoutS float64 `json:"timeout_s,omitempty"`
 	// Stream asks for stdout/stderr events before the final response.
 	Stream bool `json:"stream,omitempty"`
+	// Snapshot takes a snapshot of the session before the cell runs
+	// (exec in a session), the target of a later rollback.
+	Snapshot bool `json:"snapshot,omitempty"`
 	// Files are placed in the cell's working directory before it runs.
 	Files []session.File `json:"files,omitempty"`
 	// Path and Data are the upload's destination and content; Path alone
@@ -205,6 +213,7 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.str("session", &req.Session)
 	d.seconds("timeout_s", &req.TimeoutS)
 	d.boolean("stream", &req.Stream)
+	d.boolean("snapshot", &req.Snapshot)
 	d.files(&req.Files)
 	d.str("path", &req.Path)
 	d.base64("data", &req.Data)
@@ -264,6 +273,9 @@ func (r *Request) Validate() *Error {
 		if r.Limits != nil {
 			return badRequest(`field "limits" is only allowed with op "create"; a one-shot exec runs under a named "policy"`)
 		}
+		if r.Snapshot && r.Session == "" {
+			return badRequest(`field "snapshot" needs "session": a one-shot cell has nothing to roll back to`)
+		}
 		if r.Fix != nil && r.Fix.MaxAttempts < 1 {
 			return badRequest(`field "fix.max_attempts" = %d: must be at least 1 (the first run counts)`, r.Fix.MaxAttempts)
 		}
@@ -283,7 +295,7 @@ func (r *Request) Validate() *Error {
 			return err
 		}
 		return need("path", "a path relative to the working directory", r.Path != "")
-	case OpFiles, OpClose, OpHibernate, OpRestore, OpFork:
+	case OpFiles, OpClose, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback:
 		return need("session", "a session id", r.Session != "")
 	case OpFailures:
 		if r.Action != "" && r.Action != "list" && r.Action != "clear" {

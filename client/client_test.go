@@ -121,7 +121,8 @@ func conformance(t *testing.T, c API) {
 }
 
 // hibernateAndFork: session id (x = 42) hibernates, comes back on its next
-// cell, and forks into a copy that diverges from it.
+// cell, forks into a copy that diverges from it, and rolls back a cell
+// to its snapshot.
 func hibernateAndFork(ctx context.Context, t *testing.T, c API, id string) {
 	t.Helper()
 	if err := isolate.CriuCheck(); err != nil {
@@ -153,6 +154,21 @@ func hibernateAndFork(ctx context.Context, t *testing.T, c API, id string) {
 	}
 	if err := c.CloseSession(ctx, f.ID); err != nil {
 		t.Fatalf("CloseSession(fork): %v", err)
+	}
+	if _, err := c.Rollback(ctx, id); !IsCode(err, "not_found") {
+		t.Fatalf("rollback without a snapshot: %v", err)
+	}
+	if res, err = c.Exec(ctx, id, "x = 0", &ExecOptions{Snapshot: true}); err != nil || res.Status != "ok" {
+		t.Fatalf("Exec with snapshot: %+v, %v", res, err)
+	}
+	if rb, err := c.Rollback(ctx, id); err != nil || rb.State != "ready" || rb.SnapshotAt == nil {
+		t.Fatalf("Rollback: %+v, %v", rb, err)
+	}
+	if res, err = c.Exec(ctx, id, "x", nil); err != nil || fmt.Sprint(res.Value["text/plain"]) != "42" {
+		t.Fatalf("Exec after rollback: %+v, %v", res, err)
+	}
+	if _, err := c.Snapshot(ctx, id); err != nil {
+		t.Fatalf("Snapshot: %v", err)
 	}
 	if _, err := c.Fork(ctx, "0123456789abcdef0123456789abcdef"); !IsCode(err, "not_found") {
 		t.Fatalf("fork of an unknown session: %v", err)

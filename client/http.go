@@ -163,6 +163,16 @@ func (c *HTTP) Restore(ctx context.Context, id string) (*Session, error) {
 	return c.sessionOp(ctx, id, "restore")
 }
 
+// Snapshot implements API.
+func (c *HTTP) Snapshot(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "snapshot")
+}
+
+// Rollback implements API.
+func (c *HTTP) Rollback(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "rollback")
+}
+
 // Fork implements API.
 func (c *HTTP) Fork(ctx context.Context, id string) (*Session, error) {
 	return c.sessionOp(ctx, id, "fork")

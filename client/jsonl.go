@@ -247,6 +247,16 @@ func (c *JSONL) Restore(ctx context.Context, id string) (*Session, error) {
 	return c.sessionOp(ctx, id, "restore")
 }
 
+// Snapshot implements API.
+func (c *JSONL) Snapshot(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "snapshot")
+}
+
+// Rollback implements API.
+func (c *JSONL) Rollback(ctx context.Context, id string) (*Session, error) {
+	return c.sessionOp(ctx, id, "rollback")
+}
+
 // Fork implements API.
 func (c *JSONL) Fork(ctx context.Context, id string) (*Session, error) {
 	return c.sessionOp(ctx, id, "fork")

@@ -40,6 +40,10 @@ type API interface {
 	// Fork makes a new session that starts as an exact copy of session id
 	// (variables, imports, open files, workspace) and returns it.
 	Fork(ctx context.Context, id string) (*Session, error)
+	// Snapshot saves session id's kernel and files as its rollback target.
+	Snapshot(ctx context.Context, id string) (*Session, error)
+	// Rollback returns session id to its snapshot, in place.
+	Rollback(ctx context.Context, id string) (*Session, error)
 }
 
 // Error is an error answered by jailcell.
@@ -108,6 +112,9 @@ type ExecOptions struct {
 	// (the request is then streamed). It is called from one goroutine at
 	// a time.
 	OnOutput func(stream, text string)
+	// Snapshot takes a snapshot of the session before the cell runs: the
+	// target of a later Rollback.
+	Snapshot bool
 }
 
 // File is a file handed to a cell.
@@ -130,6 +137,10 @@ type Session struct {
 	Installed []string  `json:"installed,omitempty"`
 	// ForkedFrom is the session this one was forked from.
 	ForkedFrom string `json:"forked_from,omitempty"`
+	// SnapshotAt is when the rollback target was taken (nil: none).
+	SnapshotAt *time.Time `json:"snapshot_at,omitempty"`
+	// StateReason says why a rollback lost the variables.
+	StateReason string `json:"state_reason,omitempty"`
 }
 
 // Entry is one file in a session's working directory.
@@ -249,12 +260,13 @@ type execBody struct {
 	TimeoutS float64 `json:"timeout_s,omitempty"`
 	Files    []File  `json:"files,omitempty"`
 	Policy   string  `json:"policy,omitempty"`
+	Snapshot bool    `json:"snapshot,omitempty"`
 }
 
 func newExecBody(code string, o *ExecOptions) execBody {
 	b := execBody{Code: code}
 	if o != nil {
-		b.TimeoutS, b.Files, b.Policy = o.Timeout.Seconds(), o.Files, o.Policy
+		b.TimeoutS, b.Files, b.Policy, b.Snapshot = o.Timeout.Seconds(), o.Files, o.Policy, o.Snapshot
 	}
 	return b
 }

@@ -78,6 +78,28 @@ func (d *Disk) CopyUpper(dst *Disk) error {
 	return nil
 }
 
+// ClearUpper removes everything in d's upper layer (a rollback loads a
+// saved one next). No sandbox may run on d.
+func (d *Disk) ClearUpper() error {
+	d.mu.Lock()
+	used := d.used
+	d.mu.Unlock()
+	if used {
+		return fmt.Errorf("clear upper layer of %s: a sandbox runs on it", d.ID)
+	}
+	ents, err := os.ReadDir(d.UpperDir())
+	if err != nil {
+		return fmt.Errorf("clear upper layer of %s: %w", d.ID, err)
+	}
+	for _, e := range ents {
+		// RemoveAll never follows a symlink the sandbox planted.
+		if err := os.RemoveAll(filepath.Join(d.UpperDir(), e.Name())); err != nil {
+			return fmt.Errorf("clear upper layer of %s: %w", d.ID, err)
+		}
+	}
+	return nil
+}
+
 type treeCopy struct {
 	from, to int
 	dstRoot  int                  // descriptor of the destination's root

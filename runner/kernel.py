@@ -57,6 +57,31 @@ def _on_sigint(signum, frame):
         raise KeyboardInterrupt
 
 
+# What PID 1 runs after the fork, exec'd into a bare interpreter: forward
+# signals to the kernel, reap every orphan, leave with the kernel's status.
+_INIT = """
+import os, signal, sys
+pid = int(sys.argv[1])
+F = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+def forward(signum, frame):
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
+for sig in F:
+    signal.signal(sig, forward)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, F)
+while True:
+    try:
+        wpid, status = os.wait()
+    except ChildProcessError:
+        os._exit(1)
+    if wpid == pid:
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(128 - code if code < 0 else code)
+"""
+
+
 def _become_init():
     """Fork. The child returns and becomes the kernel; the parent stays
     behind as a minimal init and never returns."""
@@ -76,6 +101,17 @@ def _become_init():
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         return
     os.close(death_r)
+    # Stay behind as a fresh, bare interpreter running only _INIT: a few MB
+    # instead of this process's pages, which every checkpoint of the
+    # sandbox would carry twice (here and, copy-on-write, in the kernel).
+    # The forwarded signals stay blocked across the exec until _INIT has
+    # its handlers; the pipe's write end stays open in it.
+    os.set_inheritable(death_w, True)
+    try:
+        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _INIT, str(pid)])
+    except OSError:
+        pass  # no exec: stay behind as this process
+    os.set_inheritable(death_w, False)
 
     def forward(signum, frame):
         try:

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
@@ -376,4 +377,57 @@ func procUID(t *testing.T, pid int) int {
 		}
 	}
 	return -1
+}
+
+// TestSnapshotRollback: a snapshot taken before a cell that breaks things
+// brings back, in place and as often as asked, the variables, the open
+// file and the workspace as they were.
+func TestSnapshotRollback(t *testing.T) {
+	r := newRestartable(t)
+	requiresCriu(t)
+	ctx := context.Background()
+	m := r.start(false)
+	defer m.Shutdown(ctx)
+	info, err := m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	if _, err := m.Rollback(ctx, 1000, id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("rollback without a snapshot: %v", err)
+	}
+	if res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: "x = 1\nopen('a.txt', 'w').write('one')\nf = open('log.txt', 'w'); f.write('s'); f.flush()"}); err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	breaking := "import os\nx = 2\nos.remove('a.txt')\nopen('b.txt', 'w').write('new')\nf.close()"
+	if res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: breaking, Snapshot: true}); err != nil || res.Status != StatusOK {
+		t.Fatalf("cell with snapshot: %v %+v", err, res)
+	}
+	if ls := m.List(1000); len(ls) != 1 || ls[0].SnapshotAt == nil {
+		t.Fatalf("no snapshot_at after a snapshot: %+v", ls)
+	}
+	check := "import os\nf.write('+'); f.flush()\nprint(x, open('a.txt').read(), os.path.exists('b.txt'), open('log.txt').read())"
+	for round := 0; round < 2; round++ {
+		ri, err := m.Rollback(ctx, 1000, id)
+		if err != nil || ri.State != "ready" {
+			t.Fatalf("Rollback %d: %v %+v", round, err, ri)
+		}
+		res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: check})
+		if err != nil || res.Status != StatusOK || res.State != StateKept {
+			t.Fatalf("after rollback %d: %v %+v", round, err, res)
+		}
+		if got := strings.TrimSpace(res.Stdout); got != "1 one False s+" {
+			t.Fatalf("after rollback %d: %q, want %q", round, got, "1 one False s+")
+		}
+		files, _ := m.Files(1000, id)
+		for _, f := range files {
+			if f.Path == "b.txt" {
+				t.Fatalf("rollback %d left a file created after the snapshot", round)
+			}
+		}
+		// Break it again for the next round.
+		if res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: breaking}); err != nil || res.Status != StatusOK {
+			t.Fatalf("breaking cell: %v %+v", err, res)
+		}
+	}
 }

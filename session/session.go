@@ -102,6 +102,11 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
+	if req.Snapshot {
+		if err := m.snapshot(ctx, s); err != nil {
+			return nil, fmt.Errorf("snapshot before the cell (the cell did not run): %w", err)
+		}
+	}
 	woke := m.wake(ctx, s)
 	k, err := m.ensureKernel(ctx, s)
 	if err != nil {

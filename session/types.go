@@ -152,6 +152,10 @@ type ExecRequest struct {
 	Files []File
 	// OnOutput, if set, receives stdout/stderr chunks as they happen.
 	OnOutput func(stream, text string)
+	// Snapshot takes a snapshot of the session (Manager.Snapshot) before
+	// the cell runs, so that Rollback can undo it. The cell does not run
+	// if the snapshot fails.
+	Snapshot bool
 }
 
 // CreateOptions shape a new session.
@@ -190,6 +194,11 @@ type Info struct {
 	Installed []string `json:"installed,omitempty"`
 	// ForkedFrom is the session this one was forked from.
 	ForkedFrom string `json:"forked_from,omitempty"`
+	// SnapshotAt is when the session's snapshot (rollback target) was
+	// taken; nil: none.
+	SnapshotAt *time.Time `json:"snapshot_at,omitempty"`
+	// StateReason says why a rollback or restore lost the variables.
+	StateReason string `json:"state_reason,omitempty"`
 }
 
 // Entry is one file in a session's workspace.

@@ -203,6 +203,8 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 	for n := 1; ; n++ {
 		er := req.Exec
 		er.Code = code
+		// A snapshot is the state before the request, not before a retry.
+		er.Snapshot = er.Snapshot && n == 1
 		res, err := r.run(ctx, req, er)
 		if err != nil {
 			if !sandboxFailure(err) {

@@ -138,13 +138,14 @@ class Client:
         """DELETE /v1/sessions/{id}."""
         self._json("DELETE", self._session_path(session_id))
 
-    def exec(self, code, session=None, timeout_s=None, files=None, policy=None, on_output=None):
+    def exec(self, code, session=None, timeout_s=None, files=None, policy=None, on_output=None, snapshot=None):
         """Run code in a session, or one-shot in a fresh sandbox when session
         is None. files: {path: bytes} placed in the working directory first.
+        snapshot=True saves the session first, the target of rollback().
         on_output(stream, text), if given, is called as output happens
         (the response is then streamed as JSON lines). Returns the result."""
         path = self._session_path(session, "exec") if session else "/v1/exec"
-        payload = {"code": code, "timeout_s": timeout_s, "files": _files(files), "policy": policy}
+        payload = {"code": code, "timeout_s": timeout_s, "files": _files(files), "policy": policy, "snapshot": snapshot}
         if on_output is None:
             return self._json("POST", path, payload)["result"]
         body = json.dumps({k: v for k, v in payload.items() if v is not None}).encode()
@@ -203,6 +204,14 @@ class Client:
         """POST /v1/sessions/{id}/fork: a new session, an exact copy of this one."""
         return self._json("POST", self._session_path(session_id, "fork"))
 
+    def snapshot(self, session_id):
+        """POST /v1/sessions/{id}/snapshot: save kernel and files as the rollback target."""
+        return self._json("POST", self._session_path(session_id, "snapshot"))
+
+    def rollback(self, session_id):
+        """POST /v1/sessions/{id}/rollback: back to the snapshot, in place."""
+        return self._json("POST", self._session_path(session_id, "rollback"))
+
     def metrics(self):
         """GET /metrics: Prometheus text."""
         status, _, body = self._request("GET", "/metrics")
@@ -242,6 +251,14 @@ class Session:
     def fork(self):
         """A new Session that starts as an exact copy of this one."""
         return Session(self.client, self.client.fork(self.id))
+
+    def snapshot(self):
+        self.info = self.client.snapshot(self.id)
+        return self.info
+
+    def rollback(self):
+        self.info = self.client.rollback(self.id)
+        return self.info
 
     def close(self):
         self.client.close(self.id)

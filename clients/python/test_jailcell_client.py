@@ -48,6 +48,9 @@ class ClientTest(unittest.TestCase):
                 self.assertEqual(f.info["forked_from"], s.id)
                 self.assertEqual(f.exec("x += 1; print(x)")["stdout"], "42\n")
                 self.assertEqual(s.exec("print(x)")["stdout"], "41\n")
+            s.exec("x = 0", snapshot=True)
+            self.assertEqual(s.rollback()["state"], "ready")
+            self.assertEqual(s.exec("print(x)")["stdout"], "41\n")
 
     def test_streaming(self):
         chunks = []

@@ -1,0 +1,152 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+)
+
+// Snapshot and rollback: a known-good state to return to, in place. A
+// snapshot is a checkpoint of the live kernel taken without stopping it
+// plus a copy of the workspace, kept in the session directory (one per
+// session, replaced by the next). Rollback throws the kernel and the
+// workspace away and brings both back as they were at the snapshot, under
+// the same session id; it can be repeated. An agent asks for one before a
+// risky cell (the exec field "snapshot") and rolls back if the cell broke
+// the session.
+
+// snapshotName is the snapshot's directory in the session directory:
+// images/ and upper-saved/ (isolate.Disk.SaveUpper).
+const snapshotName = "snapshot"
+
+// Snapshot takes a snapshot of session id now, replacing an earlier one.
+func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, error) {
+	s, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.run.TryLock() {
+		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
+	}
+	defer s.run.Unlock()
+	if err := m.snapshot(ctx, s); err != nil {
+		return nil, err
+	}
+	info := m.infoOf(s)
+	return &info, nil
+}
+
+// snapshot does the work; the caller holds s.run.
+func (m *Manager) snapshot(ctx context.Context, s *Session) error {
+	if err := isolate.CriuCheck(); err != nil {
+		return fmt.Errorf("%w: snapshots need checkpoint/restore: %v", ErrUnavailable, err)
+	}
+	if s.policy.Network == policy.NetworkAllowlist {
+		return fmt.Errorf("%w: a session with an allowlist network cannot be snapshotted (its gateway is not checkpointed)", ErrUnavailable)
+	}
+	if lost := m.wake(ctx, s); lost != "" {
+		return fmt.Errorf("%w: session %s: %s", ErrUnavailable, s.id, lost)
+	}
+	k, err := m.ensureKernel(ctx, s)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	tmp := filepath.Join(s.dir, snapshotName+".new")
+	_ = os.RemoveAll(tmp)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return fmt.Errorf("snapshot dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	err = m.checkpointCopy(s, k, filepath.Join(tmp, imagesName), func() error {
+		return s.disk.SaveUpper(filepath.Join(tmp, savedName))
+	})
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(s.dir, snapshotName)
+	if err := os.RemoveAll(dst); err != nil {
+		return fmt.Errorf("replace snapshot: %w", err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("keep snapshot: %w", err)
+	}
+	now := time.Now().UTC()
+	s.mu.Lock()
+	s.info.SnapshotAt = &now
+	s.mu.Unlock()
+	if err := m.saveMeta(s); err != nil {
+		m.log().Warn("session metadata not saved", "session", s.id, "err", err)
+	}
+	m.log().Info("session snapshot", "session", s.id, "snapshot_ms", time.Since(start).Milliseconds(), "image_bytes", dirBytes(filepath.Join(dst, imagesName)))
+	return nil
+}
+
+// Rollback returns session id to its snapshot: the kernel (variables,
+// imports, open files) and the workspace as they were. The snapshot stays
+// for another rollback. A restore that fails leaves a fresh kernel on the
+// snapshot's files and says so (state "lost").
+func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, error) {
+	s, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.run.TryLock() {
+		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
+	}
+	defer s.run.Unlock()
+	snap := filepath.Join(s.dir, snapshotName)
+	if _, err := os.Stat(filepath.Join(snap, imagesName)); err != nil {
+		return nil, fmt.Errorf("%w: session %s has no snapshot (take one with the snapshot op, or exec with \"snapshot\": true)", ErrNotFound, id)
+	}
+	start := time.Now()
+	// Everything the session has now goes: its kernel, or its hibernation.
+	s.mu.Lock()
+	k, hib := s.k, s.hibernated
+	s.hibernated = false
+	s.mu.Unlock()
+	if k != nil {
+		m.dropKernel(s, k)
+	}
+	if hib {
+		_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
+		_ = os.RemoveAll(filepath.Join(s.dir, imagesName))
+		_ = os.RemoveAll(filepath.Join(s.dir, savedName))
+	}
+	if err := s.disk.ClearUpper(); err != nil {
+		return nil, fmt.Errorf("%w: roll back session %s: %v", ErrUnavailable, id, err)
+	}
+	if err := s.disk.LoadUpper(filepath.Join(snap, savedName)); err != nil {
+		return nil, fmt.Errorf("%w: roll back session %s: %v", ErrUnavailable, id, err)
+	}
+	// The restore writes its log and config next to the images; the
+	// snapshot's images themselves are only read.
+	nk, rerr := m.restoreKernel(ctx, s, filepath.Join(snap, imagesName))
+	if rerr == nil {
+		s.mu.Lock()
+		s.k = nk
+		s.mu.Unlock()
+	}
+	m.rescan(s)
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	if rerr != nil {
+		m.log().Warn("rollback restore failed; starting a fresh kernel", "session", id, "err", rerr)
+		if _, err := m.ensureKernel(ctx, s); err != nil {
+			return nil, err
+		}
+		info := m.infoOf(s)
+		info.State = StateLost
+		info.StateReason = "restoring the snapshot's kernel failed (" + rerr.Error() + "); a fresh kernel was started on the snapshot's files (variables are gone)"
+		return &info, nil
+	}
+	m.log().Info("session rolled back", "session", id, "rollback_ms", time.Since(start).Milliseconds())
+	info := m.infoOf(s)
+	return &info, nil
+}

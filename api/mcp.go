@@ -60,6 +60,10 @@ func NewMCPServer(d *Dispatcher, opts MCPOptions) (*mcp.Server, interface{ close
 	mcp.AddTool(s, &mcp.Tool{Name: "download_file", Description: "Read a file from the session's working directory."}, c.download)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_files", Description: "List the files in the session's working directory."}, c.listFiles)
 	mcp.AddTool(s, &mcp.Tool{Name: "reset_session", Description: "Close the session: variables and files are gone; the next call starts a fresh one."}, c.reset)
+	mcp.AddTool(s, &mcp.Tool{Name: "snapshot_session", Description: "Save the session's whole state (variables, imports, open files, working directory) " +
+		"as the point rollback_session returns to; replaces an earlier snapshot. Take one before code that may break the session."}, c.snapshot)
+	mcp.AddTool(s, &mcp.Tool{Name: "rollback_session", Description: "Return the session to its last snapshot: variables, imports and files exactly as they were then. " +
+		"The snapshot stays, so it can be rolled back to again."}, c.rollback)
 	return s, c
 }
 
@@ -281,6 +285,35 @@ func (c *mcpConn) listFiles(ctx context.Context, _ *mcp.CallToolRequest, _ noIn)
 		b.WriteString("(no files)")
 	}
 	return text(b.String()), nil, nil
+}
+
+func (c *mcpConn) snapshot(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, any, error) {
+	id, e := c.ensureSession(ctx)
+	if e != nil {
+		return errorResult(e, nil), nil, nil
+	}
+	resp := c.handle(ctx, &Request{Op: OpSnapshot, Session: id})
+	if resp.Error != nil {
+		return errorResult(resp.Error, nil), nil, nil
+	}
+	return text("snapshot saved; rollback_session returns here"), nil, nil
+}
+
+func (c *mcpConn) rollback(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, any, error) {
+	c.mu.Lock()
+	id := c.session
+	c.mu.Unlock()
+	if id == "" {
+		return toolError("not_found: no session yet, so no snapshot to roll back to"), nil, nil
+	}
+	resp := c.handle(ctx, &Request{Op: OpRollback, Session: id})
+	if resp.Error != nil {
+		return errorResult(resp.Error, nil), nil, nil
+	}
+	if resp.Info != nil && resp.Info.State == "lost" {
+		return toolError("rolled back the files, but the variables could not be restored: %s", resp.Info.StateReason), nil, nil
+	}
+	return text("rolled back to the snapshot: variables, imports and files are as they were then"), nil, nil
 }
 
 func (c *mcpConn) reset(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, any, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -48,7 +49,7 @@ func TestMCP(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); got != "download_file,list_files,reset_session,run_python,upload_file" {
+	if got := strings.Join(names, ","); got != "download_file,list_files,reset_session,rollback_session,run_python,snapshot_session,upload_file" {
 		t.Errorf("tools %s", got)
 	}
 
@@ -108,6 +109,21 @@ func TestMCP(t *testing.T) {
 	}
 	if res := call("download_file", map[string]any{"path": "../etc/passwd"}); !res.IsError {
 		t.Fatalf("escape not refused: %q", textOf(res))
+	}
+	// snapshot_session and rollback_session (with a working criu).
+	if isolate.CriuCheck() == nil {
+		if res := call("snapshot_session", map[string]any{}); res.IsError {
+			t.Fatalf("snapshot_session: %s", textOf(res))
+		}
+		call("run_python", map[string]any{"code": "x = 0\nimport os; os.remove('in.txt')"})
+		if res := call("rollback_session", map[string]any{}); res.IsError {
+			t.Fatalf("rollback_session: %s", textOf(res))
+		}
+		if res := call("run_python", map[string]any{"code": "print(x, open('in.txt').read())"}); res.IsError || textOf(res) != "20 hello\n" {
+			t.Fatalf("after rollback: %q", textOf(res))
+		}
+	} else {
+		t.Log("snapshot_session and rollback_session not tested: requires a working criu (make criu)")
 	}
 	// reset_session: variables gone.
 	call("reset_session", map[string]any{})

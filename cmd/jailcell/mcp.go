@@ -19,7 +19,8 @@ func newMCPCmd() *cobra.Command {
 		Use:   "mcp",
 		Short: "Serve the Model Context Protocol on stdin/stdout",
 		Long: `Serve the Model Context Protocol over stdio with the tools run_python,
-upload_file, download_file, list_files and reset_session. The client's
+upload_file, download_file, list_files, reset_session, snapshot_session
+and rollback_session. The client's
 session is created on first use, kept across calls and closed when the
 client goes (EOF on stdin). Logs go to stderr. Client configuration:
 

@@ -86,6 +86,18 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 	return r
 }
 
+// sessionOps are the ops on one session that answer with its info (fork:
+// the new session's).
+var sessionOps = map[string]func(m *session.Manager, ctx context.Context, owner int, id string) (*session.Info, error){
+	OpHibernate: func(m *session.Manager, _ context.Context, owner int, id string) (*session.Info, error) {
+		return m.Hibernate(owner, id)
+	},
+	OpRestore:  (*session.Manager).Restore,
+	OpFork:     (*session.Manager).Fork,
+	OpSnapshot: (*session.Manager).Snapshot,
+	OpRollback: (*session.Manager).Rollback,
+}
+
 func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(Event)) (*Response, error) {
 	m := d.Manager
 	switch req.Op {
@@ -151,32 +163,8 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		return &Response{Files: entries}, nil
 	case OpClose:
 		return &Response{}, m.Close(owner, req.Session)
-	case OpHibernate:
-		info, err := m.Hibernate(owner, req.Session)
-		if err != nil {
-			return nil, err
-		}
-		return &Response{Info: info}, nil
-	case OpRestore:
-		info, err := m.Restore(ctx, owner, req.Session)
-		if err != nil {
-			return nil, err
-		}
-		return &Response{Info: info}, nil
-	case OpFork:
-		info, err := m.Fork(ctx, owner, req.Session)
-		if err != nil {
-			return nil, err
-		}
-		return &Response{Info: info}, nil
-	case OpSnapshot:
-		info, err := m.Snapshot(ctx, owner, req.Session)
-		if err != nil {
-			return nil, err
-		}
-		return &Response{Info: info}, nil
-	case OpRollback:
-		info, err := m.Rollback(ctx, owner, req.Session)
+	case OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback:
+		info, err := sessionOps[req.Op](m, ctx, owner, req.Session)
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -65,15 +66,7 @@ func TestCheckpointRestore(t *testing.T) {
 		t.Fatalf("NewDisk: %v", err)
 	}
 	t.Cleanup(func() { _ = d.Destroy() })
-	// criu opens the bind's source from inside the user namespace.
-	tmp := t.TempDir()
-	_ = os.Chmod(tmp, 0o711)
-	_ = os.Chmod(filepath.Dir(tmp), 0o711)
-	ctl := filepath.Join(tmp, "ctl")
-	if err := os.Mkdir(ctl, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(ctl, 0o777)
+	ctl := criuCtl(t)
 	spec := Spec{
 		Policy: p,
 		Args:   []string{"/usr/bin/python3", "-c", counterScript},
@@ -153,8 +146,8 @@ while True:
     time.sleep(0.02)
 `
 
-// criuCtl makes a control directory criu can reach from inside the user
-// namespace.
+// criuCtl makes a control directory for a sandbox's bind: criu opens the
+// bind's source from inside the user namespace.
 func criuCtl(t *testing.T) string {
 	t.Helper()
 	tmp := t.TempDir()
@@ -166,22 +159,6 @@ func criuCtl(t *testing.T) string {
 	}
 	_ = os.Chmod(ctl, 0o777)
 	return ctl
-}
-
-func hostUID(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Uid:"); ok {
-			n, _ := strconv.Atoi(strings.Fields(v)[0])
-			return n
-		}
-	}
-	t.Fatal("no Uid line")
-	return 0
 }
 
 // TestCheckpointForkOntoAnotherDisk: a sandbox checkpointed without being
@@ -239,10 +216,10 @@ func TestCheckpointForkOntoAnotherDisk(t *testing.T) {
 		t.Errorf("fork counts from %d, parent was at %d: not a copy", nb, at)
 	}
 	waitCount(t, ctlA, at+5) // the parent goes on
-	if got, want := hostUID(t, sb.Pid()), b.HostID(); got != want {
+	if got, want := testenv.HostUID(t, sb.Pid()), b.HostID(); got != want {
 		t.Errorf("fork runs as host uid %d, want its own slot's %d", got, want)
 	}
-	if got, want := hostUID(t, sa.Pid()), a.HostID(); got != want {
+	if got, want := testenv.HostUID(t, sa.Pid()), a.HostID(); got != want {
 		t.Errorf("parent runs as host uid %d, want %d", got, want)
 	}
 	// Each writes its own log on its own disk, owned by its own slot.
@@ -324,7 +301,7 @@ func TestCheckpointRestoreOnRebuiltDisk(t *testing.T) {
 	if after := waitCount(t, ctl, before); after > before+50 {
 		t.Errorf("count after restore %d, before %d", after, before)
 	}
-	if got := hostUID(t, rs.Pid()); got != d2.HostID() {
+	if got := testenv.HostUID(t, rs.Pid()); got != d2.HostID() {
 		t.Errorf("restored sandbox runs as host uid %d, want %d", got, d2.HostID())
 	}
 }

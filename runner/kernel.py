@@ -110,28 +110,9 @@ def _become_init():
     try:
         os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _INIT, str(pid)])
     except OSError:
-        pass  # no exec: stay behind as this process
-    os.set_inheritable(death_w, False)
-
-    def forward(signum, frame):
-        try:
-            os.kill(pid, signum)
-        except OSError:
-            pass  # the kernel is already gone; os.wait below reports it
-
-    for sig in _FORWARDED:
-        signal.signal(sig, forward)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
-    # PID 1 inherits every orphan in the namespace: reap them all, and leave
-    # with the kernel's status so the host sees the sandbox die with it.
-    while True:
-        try:
-            wpid, status = os.wait()
-        except ChildProcessError:
-            os._exit(1)
-        if wpid == pid:
-            code = os.waitstatus_to_exitcode(status)
-            os._exit(128 - code if code < 0 else code)
+        pass  # no exec: run the same loop in this process
+    sys.argv = ["", str(pid)]
+    exec(_INIT, {"__name__": "_jailcell_init"})
 
 
 if __name__ == "__main__":

@@ -31,17 +31,14 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	if err := isolate.CriuCheck(); err != nil {
 		return nil, fmt.Errorf("%w: fork needs checkpoint/restore: %v", ErrUnavailable, err)
 	}
-	parent, err := m.get(owner, id)
+	parent, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err
 	}
+	defer parent.run.Unlock()
 	if parent.policy.Network == policy.NetworkAllowlist {
 		return nil, fmt.Errorf("%w: a session with an allowlist network cannot be forked (its gateway is not checkpointed)", ErrUnavailable)
 	}
-	if !parent.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
-	}
-	defer parent.run.Unlock()
 	if lost := m.wake(ctx, parent); lost != "" {
 		return nil, fmt.Errorf("%w: session %s: %s", ErrUnavailable, id, lost)
 	}
@@ -81,19 +78,10 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	child.mu.Lock()
 	child.k = k
 	child.mu.Unlock()
-	m.rescan(child)
-	m.mu.Lock()
-	if m.shutdown {
-		m.mu.Unlock()
-		return nil, ErrShutdown
-	}
-	m.sessions[child.id] = child
-	m.mu.Unlock()
-	if err := m.saveMeta(child); err != nil {
-		m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", child.id, "err", err)
+	if err := m.register(child); err != nil {
+		return nil, err
 	}
 	ok = true
-	m.metrics.created()
 	m.log().Info("session forked", "session", child.id, "parent", parent.id, "fork_ms", time.Since(start).Milliseconds())
 	info := m.infoOf(child)
 	return &info, nil

@@ -39,12 +39,9 @@ func HibernationAvailable() error { return isolate.CriuCheck() }
 // Hibernate checkpoints session id now and releases its memory. A session
 // already hibernated is left as it is.
 func (m *Manager) Hibernate(owner int, id string) (*Info, error) {
-	s, err := m.get(owner, id)
+	s, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err
-	}
-	if !s.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
 	}
 	defer s.run.Unlock()
 	if err := m.hibernate(s); err != nil {
@@ -146,12 +143,9 @@ func (m *Manager) reconnect(s *Session, k *kernel) error {
 // anyway). A failed restore starts a fresh kernel on the same files and
 // says so.
 func (m *Manager) Restore(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.get(owner, id)
+	s, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err
-	}
-	if !s.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
 	}
 	defer s.run.Unlock()
 	lost := m.wake(ctx, s)

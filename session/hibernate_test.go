@@ -6,11 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 func requiresCriu(t *testing.T) {
@@ -349,7 +350,7 @@ func TestForkDiverges(t *testing.T) {
 	if ps.disk.HostID() == cs.disk.HostID() {
 		t.Fatal("fork shares its parent's uid slot")
 	}
-	if got := procUID(t, cs.k.sb.Pid()); got != cs.disk.HostID() {
+	if got := testenv.HostUID(t, cs.k.sb.Pid()); got != cs.disk.HostID() {
 		t.Errorf("fork runs as host uid %d, want its own slot's %d", got, cs.disk.HostID())
 	}
 	if len(m.List(1000)) != 2 {
@@ -362,21 +363,6 @@ func TestForkDiverges(t *testing.T) {
 	if res, err := m.Exec(ctx, 1000, child, ExecRequest{Code: "print(x)"}); err != nil || strings.TrimSpace(res.Stdout) != "2" {
 		t.Fatalf("fork after its parent closed: %v %+v", err, res)
 	}
-}
-
-func procUID(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Uid:"); ok {
-			n, _ := strconv.Atoi(strings.Fields(v)[0])
-			return n
-		}
-	}
-	return -1
 }
 
 // TestSnapshotRollback: a snapshot taken before a cell that breaks things

@@ -373,22 +373,44 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 		}
 		s.info.Installed = installed
 	}
+	if err := m.register(s); err != nil {
+		return nil, err
+	}
+	ok = true
+	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
+	info := m.infoOf(s)
+	return &info, nil
+}
+
+// register makes a new session with a running kernel live: listed, saved
+// for re-adoption, counted.
+func (m *Manager) register(s *Session) error {
 	m.rescan(s)
 	m.mu.Lock()
 	if m.shutdown {
 		m.mu.Unlock()
-		return nil, ErrShutdown
+		return ErrShutdown
 	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
 	if err := m.saveMeta(s); err != nil {
 		m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
 	}
-	ok = true
 	m.metrics.created()
-	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
-	info := m.infoOf(s)
-	return &info, nil
+	return nil
+}
+
+// claim finds session id for owner and takes its run lock (ErrBusy while
+// a cell runs); the caller unlocks s.run.
+func (m *Manager) claim(owner int, id string) (*Session, error) {
+	s, err := m.get(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.run.TryLock() {
+		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
+	}
+	return s, nil
 }
 
 func (m *Manager) infoOf(s *Session) Info {

@@ -26,12 +26,9 @@ const snapshotName = "snapshot"
 
 // Snapshot takes a snapshot of session id now, replacing an earlier one.
 func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.get(owner, id)
+	s, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err
-	}
-	if !s.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
 	}
 	defer s.run.Unlock()
 	if err := m.snapshot(ctx, s); err != nil {
@@ -92,12 +89,9 @@ func (m *Manager) snapshot(ctx context.Context, s *Session) error {
 // for another rollback. A restore that fails leaves a fresh kernel on the
 // snapshot's files and says so (state "lost").
 func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.get(owner, id)
+	s, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err
-	}
-	if !s.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
 	}
 	defer s.run.Unlock()
 	snap := filepath.Join(s.dir, snapshotName)

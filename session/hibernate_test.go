@@ -37,6 +37,26 @@ func sessionCgroups(id string) []string {
 	return out
 }
 
+// criuDaemon starts a daemon on r (mod may change its config) with one
+// session of owner 1000 that ran code; it needs a working criu.
+func criuDaemon(t *testing.T, r *restartable, mod func(*Config), code string) (*Manager, string) {
+	t.Helper()
+	requiresCriu(t)
+	if mod == nil {
+		mod = func(*Config) {}
+	}
+	m := r.startWith(mod)
+	info, err := m.Create(context.Background(), CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Exec(context.Background(), 1000, info.ID, ExecRequest{Code: code})
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	return m, info.ID
+}
+
 const hibernateState = `import numpy as np, pandas as pd, matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -60,18 +80,8 @@ print(a.sum(), int(df.y.sum()), thing.tag, open("notes.txt").read())
 // hibernated session holds no memory (its cgroup is gone).
 func TestHibernateSurvivesRestart(t *testing.T) {
 	r := newRestartable(t)
-	requiresCriu(t)
 	ctx := context.Background()
-	m1 := r.start(false)
-	info, err := m1.Create(ctx, CreateOptions{Owner: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := info.ID
-	res, err := m1.Exec(ctx, 1000, id, ExecRequest{Code: hibernateState})
-	if err != nil || res.Status != StatusOK {
-		t.Fatalf("first cell: %v %+v", err, res)
-	}
+	m1, id := criuDaemon(t, r, nil, hibernateState)
 	if len(sessionCgroups(id)) == 0 {
 		t.Fatal("no cgroup for the live session")
 	}
@@ -99,7 +109,7 @@ func TestHibernateSurvivesRestart(t *testing.T) {
 		t.Fatalf("sessions after restart: %+v", ls)
 	}
 	start = time.Now()
-	res, err = m2.Exec(ctx, 1000, id, ExecRequest{Code: hibernateCheck})
+	res, err := m2.Exec(ctx, 1000, id, ExecRequest{Code: hibernateCheck})
 	if err != nil || res.Status != StatusOK {
 		t.Fatalf("cell after restore: %v %+v", err, res)
 	}
@@ -113,35 +123,27 @@ func TestHibernateSurvivesRestart(t *testing.T) {
 // TestHibernateRestoreP50 measures restore time of a loaded session.
 func TestHibernateRestoreP50(t *testing.T) {
 	r := newRestartable(t)
-	requiresCriu(t)
 	ctx := context.Background()
-	m := r.start(false)
+	m, id := criuDaemon(t, r, nil, hibernateState)
 	defer m.Shutdown(ctx)
-	info, err := m.Create(ctx, CreateOptions{Owner: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := m.Exec(ctx, 1000, info.ID, ExecRequest{Code: hibernateState}); err != nil || res.Status != StatusOK {
-		t.Fatalf("first cell: %v %+v", err, res)
-	}
 	var dumps, restores []time.Duration
 	var image int64
 	const rounds = 5
 	for i := 0; i < rounds; i++ {
 		start := time.Now()
-		if _, err := m.Hibernate(1000, info.ID); err != nil {
+		if _, err := m.Hibernate(1000, id); err != nil {
 			t.Fatalf("Hibernate: %v", err)
 		}
 		dumps = append(dumps, time.Since(start))
-		image = dirBytes(filepath.Join(r.state, "sessions", "sessions", info.ID, imagesName))
+		image = dirBytes(filepath.Join(r.state, "sessions", "sessions", id, imagesName))
 		start = time.Now()
-		ri, err := m.Restore(ctx, 1000, info.ID)
+		ri, err := m.Restore(ctx, 1000, id)
 		if err != nil || ri.State != "ready" {
 			t.Fatalf("Restore: %v %+v", err, ri)
 		}
 		restores = append(restores, time.Since(start))
 	}
-	res, err := m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "print(thing.tag, len(df))"})
+	res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: "print(thing.tag, len(df))"})
 	if err != nil || strings.TrimSpace(res.Stdout) != "kept 1000" {
 		t.Fatalf("after restores: %v %+v", err, res)
 	}
@@ -157,18 +159,9 @@ func TestHibernateRestoreP50(t *testing.T) {
 // "lost", keeps the workspace files and leaves no sandbox behind.
 func TestHibernateCorruptImageIsLost(t *testing.T) {
 	r := newRestartable(t)
-	requiresCriu(t)
 	ctx := context.Background()
-	m := r.start(false)
+	m, id := criuDaemon(t, r, nil, "x = 42\nopen('keep.txt', 'w').write('kept')")
 	defer m.Shutdown(ctx)
-	info, err := m.Create(ctx, CreateOptions{Owner: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := info.ID
-	if res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: "x = 42\nopen('keep.txt', 'w').write('kept')"}); err != nil || res.Status != StatusOK {
-		t.Fatalf("first cell: %v %+v", err, res)
-	}
 	if _, err := m.Hibernate(1000, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
@@ -229,17 +222,8 @@ func (r *restartable) reboot() {
 // variables, its open file and everything in its workspace.
 func TestHibernateSurvivesReboot(t *testing.T) {
 	r := newRestartable(t)
-	requiresCriu(t)
 	ctx := context.Background()
-	m1 := r.start(false)
-	info, err := m1.Create(ctx, CreateOptions{Owner: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := info.ID
-	if res, err := m1.Exec(ctx, 1000, id, ExecRequest{Code: hibernateState + "\nimport os; os.makedirs('d/e'); open('d/e/deep.txt', 'w').write('deep')\nos.symlink('d/e/deep.txt', 'link')"}); err != nil || res.Status != StatusOK {
-		t.Fatalf("first cell: %v %+v", err, res)
-	}
+	m1, id := criuDaemon(t, r, nil, hibernateState + "\nimport os; os.makedirs('d/e'); open('d/e/deep.txt', 'w').write('deep')\nos.symlink('d/e/deep.txt', 'link')")
 	if _, err := m1.Hibernate(1000, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
@@ -270,21 +254,13 @@ func TestHibernateSurvivesReboot(t *testing.T) {
 // hibernates its live sessions; the next one restores them on first use.
 func TestHibernateOnShutdown(t *testing.T) {
 	r := newRestartable(t)
-	requiresCriu(t)
 	ctx := context.Background()
 	hibernating := func(c *Config) { c.HibernateOnShutdown = true }
-	m1 := r.startWith(hibernating)
-	info, err := m1.Create(ctx, CreateOptions{Owner: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := m1.Exec(ctx, 1000, info.ID, ExecRequest{Code: "import numpy as np\nv = np.ones(10)"}); err != nil || res.Status != StatusOK {
-		t.Fatalf("first cell: %v %+v", err, res)
-	}
+	m1, id := criuDaemon(t, r, hibernating, "import numpy as np\nv = np.ones(10)")
 	if err := m1.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(sessionCgroups(info.ID)) != 0 {
+	if len(sessionCgroups(id)) != 0 {
 		t.Fatal("the session still runs after a hibernating shutdown")
 	}
 	m2 := r.startWith(hibernating)
@@ -292,7 +268,7 @@ func TestHibernateOnShutdown(t *testing.T) {
 	if ls := m2.List(1000); len(ls) != 1 || ls[0].State != "hibernated" {
 		t.Fatalf("sessions after restart: %+v", ls)
 	}
-	res, err := m2.Exec(ctx, 1000, info.ID, ExecRequest{Code: "print(v.sum())"})
+	res, err := m2.Exec(ctx, 1000, id, ExecRequest{Code: "print(v.sum())"})
 	if err != nil || strings.TrimSpace(res.Stdout) != "10.0" || res.State != StateKept {
 		t.Fatalf("after restart: %v %+v", err, res)
 	}
@@ -303,18 +279,9 @@ func TestHibernateOnShutdown(t *testing.T) {
 // and each runs under its own uid slot.
 func TestForkDiverges(t *testing.T) {
 	r := newRestartable(t)
-	requiresCriu(t)
 	ctx := context.Background()
-	m := r.start(false)
+	m, parent := criuDaemon(t, r, nil, hibernateState + "\nx = 1\nopen('shared.txt', 'w').write('original')")
 	defer m.Shutdown(ctx)
-	info, err := m.Create(ctx, CreateOptions{Owner: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := info.ID
-	if res, err := m.Exec(ctx, 1000, parent, ExecRequest{Code: hibernateState + "\nx = 1\nopen('shared.txt', 'w').write('original')"}); err != nil || res.Status != StatusOK {
-		t.Fatalf("first cell: %v %+v", err, res)
-	}
 	// A hibernated parent is woken first; its restored sandbox is then
 	// frozen while its files are copied.
 	if _, err := m.Hibernate(1000, parent); err != nil {

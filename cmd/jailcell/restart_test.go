@@ -62,15 +62,7 @@ func TestServeRestartReadoptsSessions(t *testing.T) {
 	if status != 201 || sid == "" {
 		t.Fatalf("create: %d %s", status, body)
 	}
-	exec := func(sock, code string) wire {
-		t.Helper()
-		status, body := curl(t, sock, "-X", "POST", "http://jailcell/v1/sessions/"+sid+"/exec", "-d", `{"code":`+quote(code)+`}`)
-		w := decode(t, body)
-		if status != 200 || !w.OK || w.Result == nil {
-			t.Fatalf("exec %q: %d %s", code, status, body)
-		}
-		return w
-	}
+	exec := func(sock, code string) wire { t.Helper(); return execIn(t, sock, sid, code) }
 	exec(p.sock, "x = 41\nopen('f.txt', 'w').write('kept')")
 
 	// kill -9: nothing is torn down.
@@ -111,6 +103,17 @@ func TestServeRestartReadoptsSessions(t *testing.T) {
 	}
 }
 
+// execIn runs code in session sid through the service on sock.
+func execIn(t *testing.T, sock, sid, code string) wire {
+	t.Helper()
+	status, body := curl(t, sock, "-X", "POST", "http://jailcell/v1/sessions/"+sid+"/exec", "-d", `{"code":`+quote(code)+`}`)
+	w := decode(t, body)
+	if status != 200 || !w.OK || w.Result == nil {
+		t.Fatalf("exec %q: %d %s", code, status, body)
+	}
+	return w
+}
+
 func quote(s string) string {
 	b := []byte{'"'}
 	for _, c := range []byte(s) {
@@ -142,15 +145,7 @@ func TestServeHibernatesOnShutdownAcrossReboot(t *testing.T) {
 	if status != 201 || sid == "" {
 		t.Fatalf("create: %d %s", status, body)
 	}
-	exec := func(sock, code string) wire {
-		t.Helper()
-		status, body := curl(t, sock, "-X", "POST", "http://jailcell/v1/sessions/"+sid+"/exec", "-d", `{"code":`+quote(code)+`}`)
-		w := decode(t, body)
-		if status != 200 || !w.OK || w.Result == nil {
-			t.Fatalf("exec %q: %d %s", code, status, body)
-		}
-		return w
-	}
+	exec := func(sock, code string) wire { t.Helper(); return execIn(t, sock, sid, code) }
 	exec(p.sock, "import numpy as np\nv = np.arange(10)\nf = open('log.txt', 'w'); f.write('a'); f.flush()")
 	p.stop()
 	if p.err != nil {

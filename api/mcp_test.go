@@ -167,7 +167,7 @@ func TestMCPCommand(t *testing.T) {
 		t.Fatalf("initialize: %v", err)
 	}
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil || len(tools.Tools) != 5 {
+	if err != nil || len(tools.Tools) != 7 {
 		t.Fatalf("tools %+v, %v", tools, err)
 	}
 	for _, code := range []string{"y = 6", "print(y * 7)"} {

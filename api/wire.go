@@ -399,6 +399,9 @@ func (d *decoder) strings(name string, dst *[]string) {
 		d.wrongType(name, "an array of strings", raw)
 		return
 	}
+	if len(items) == 0 {
+		return // [] means what absent means; nil keeps a round trip exact
+	}
 	out := make([]string, len(items))
 	for i, it := range items {
 		if jsonKind(it) != "string" || json.Unmarshal(it, &out[i]) != nil {
@@ -448,6 +451,9 @@ func (d *decoder) files(dst *[]session.File) {
 	if jsonKind(raw) != "array" || json.Unmarshal(raw, &items) != nil {
 		d.wrongType("files", `an array of {"path": string, "data": base64 string}`, raw)
 		return
+	}
+	if len(items) == 0 {
+		return // [] means what absent means; nil keeps a round trip exact
 	}
 	out := make([]session.File, len(items))
 	for i, it := range items {

@@ -71,7 +71,8 @@ test-hostile: rootfs
 FUZZTIME ?= 5s
 FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest \
 	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./session:FuzzCleanRel \
-	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery
+	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery \
+	./isolate:FuzzDecodeUserns
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

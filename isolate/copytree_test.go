@@ -128,3 +128,30 @@ func TestUsernsImageRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeUserns: no input panics the userns entry decoder, and what it
+// accepts encodes back to an entry that decodes the same.
+func FuzzDecodeUserns(f *testing.F) {
+	f.Add(encodeUserns(usernsMaps{uid: []idExtent{{0, 100000, 65536}}, gid: []idExtent{{0, 100000, 65536}}}))
+	f.Add([]byte{0x0a, 0x02, 0x08})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeUserns(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeUserns(encodeUserns(m))
+		if err != nil || len(again.uid) != len(m.uid) || len(again.gid) != len(m.gid) {
+			t.Fatalf("round trip: %+v -> %+v, %v", m, again, err)
+		}
+		for i := range m.uid {
+			if again.uid[i] != m.uid[i] {
+				t.Fatalf("uid extent %d: %+v -> %+v", i, m.uid[i], again.uid[i])
+			}
+		}
+		for i := range m.gid {
+			if again.gid[i] != m.gid[i] {
+				t.Fatalf("gid extent %d: %+v -> %+v", i, m.gid[i], again.gid[i])
+			}
+		}
+	})
+}

@@ -289,6 +289,7 @@ type stats struct {
 	mu       sync.Mutex
 	byKind   map[string]map[string]int
 	lat      []time.Duration
+	kindLat  map[string][]time.Duration
 	problems []string
 }
 
@@ -299,7 +300,13 @@ func (s *stats) add(k, status string, lat time.Duration, problem string) {
 		s.byKind[k] = map[string]int{}
 	}
 	s.byKind[k][status]++
-	s.lat = append(s.lat, lat)
+	if status != "mismatch" {
+		s.lat = append(s.lat, lat)
+		if s.kindLat == nil {
+			s.kindLat = map[string][]time.Duration{}
+		}
+		s.kindLat[k] = append(s.kindLat[k], lat)
+	}
 	if problem != "" && len(s.problems) < 50 {
 		s.problems = append(s.problems, problem)
 	}
@@ -446,6 +453,11 @@ func TestSoak(t *testing.T) {
 			if s != "mismatch" {
 				total += st.byKind[k][s]
 			}
+		}
+		kl := st.kindLat[k]
+		sort.Slice(kl, func(i, j int) bool { return kl[i] < kl[j] })
+		if len(kl) > 0 {
+			parts = append(parts, fmt.Sprintf("(latency p50=%s max=%s)", kl[len(kl)/2].Round(time.Millisecond), kl[len(kl)-1].Round(time.Millisecond)))
 		}
 		fmt.Fprintf(&b, "%-10s %s\n", k, strings.Join(parts, " "))
 	}

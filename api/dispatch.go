@@ -127,6 +127,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		info, err := m.Create(ctx, session.CreateOptions{
 			Owner:        owner,
 			TTL:          duration(req.TTLS),
+			MaxLifetime:  duration(req.MaxLifetimeS),
 			Policy:       req.Policy,
 			Override:     req.Limits,
 			Persist:      req.Persist,

@@ -94,6 +94,9 @@ type Request struct {
 
 	// TTLS is a new session's idle timeout in seconds (0 = default).
 	TTLS float64 `json:"ttl_s,omitempty"`
+	// MaxLifetimeS ends a new session this many seconds after its
+	// creation however busy (0 = the configured max_lifetime, its ceiling).
+	MaxLifetimeS float64 `json:"max_lifetime_s,omitempty"`
 	// Policy names a configured policy (create, one-shot exec).
 	Policy string `json:"policy,omitempty"`
 	// Limits tighten the policy of a new session.
@@ -218,6 +221,7 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.str("path", &req.Path)
 	d.base64("data", &req.Data)
 	d.seconds("ttl_s", &req.TTLS)
+	d.seconds("max_lifetime_s", &req.MaxLifetimeS)
 	d.str("policy", &req.Policy)
 	d.limits(&req.Limits)
 	d.str("persist", &req.Persist)
@@ -253,6 +257,12 @@ func (r *Request) Validate() *Error {
 	}
 	if r.TTLS < 0 || math.IsNaN(r.TTLS) {
 		return badRequest(`field "ttl_s" = %g: must be a number of seconds >= 0 (0 or absent: the default)`, r.TTLS)
+	}
+	if r.MaxLifetimeS < 0 || math.IsNaN(r.MaxLifetimeS) {
+		return badRequest(`field "max_lifetime_s" = %g: must be a number of seconds >= 0 (0 or absent: the configured max_lifetime)`, r.MaxLifetimeS)
+	}
+	if r.MaxLifetimeS != 0 && r.Op != OpCreate {
+		return badRequest(`field "max_lifetime_s" is only allowed with op "create"`)
 	}
 	switch r.Op {
 	case OpPing, OpSessions:

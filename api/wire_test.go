@@ -109,6 +109,8 @@ var decodeCases = []decodeCase{
 	{name: "file missing data", line: `{"id":1,"op":"exec","code":"1","files":[{"path":"a"}]}`, wantErr: []string{`field "files[0].data" is required`}, wantID: `1`},
 	{name: "policy with session", line: `{"id":1,"op":"exec","code":"1","session":"s","policy":"small"}`, wantErr: []string{`field "policy" is not allowed with "session"`}, wantID: `1`},
 	{name: "limits on exec", line: `{"id":1,"op":"exec","code":"1","limits":{"pids":8}}`, wantErr: []string{`field "limits" is only allowed with op "create"`}, wantID: `1`},
+	{name: "max lifetime negative", line: `{"id":1,"op":"create","max_lifetime_s":-1}`, wantErr: []string{`field "max_lifetime_s" = -1`}, wantID: `1`},
+	{name: "max lifetime on exec", line: `{"id":1,"op":"exec","code":"1","max_lifetime_s":5}`, wantErr: []string{`field "max_lifetime_s" is only allowed with op "create"`}, wantID: `1`},
 	{name: "snapshot on a one-shot exec", line: `{"id":1,"op":"exec","code":"1","snapshot":true}`, wantErr: []string{`field "snapshot" needs "session"`}, wantID: `1`},
 	{name: "snapshot not a bool", line: `{"id":1,"op":"exec","code":"1","session":"s","snapshot":"yes"}`, wantErr: []string{`"snapshot"`}, wantID: `1`},
 	{name: "rollback without session", line: `{"id":1,"op":"rollback"}`, wantErr: []string{`op "rollback" needs field "session"`}, wantID: `1`},

@@ -68,6 +68,9 @@ func IsCode(err error, code string) bool {
 type CreateOptions struct {
 	// TTL is the idle timeout (0: the service's default).
 	TTL time.Duration
+	// MaxLifetime ends the session this long after its creation however
+	// busy (0: the service's max_lifetime, which also caps it).
+	MaxLifetime time.Duration
 	// Policy names a configured policy ("" = default).
 	Policy string
 	// Limits tighten the policy.
@@ -274,6 +277,7 @@ func newExecBody(code string, o *ExecOptions) execBody {
 // createBody is the create fields of a request.
 type createBody struct {
 	TTLS         float64  `json:"ttl_s,omitempty"`
+	MaxLifetimeS float64  `json:"max_lifetime_s,omitempty"`
 	Policy       string   `json:"policy,omitempty"`
 	Limits       *Limits  `json:"limits,omitempty"`
 	Persist      string   `json:"persist,omitempty"`
@@ -281,5 +285,5 @@ type createBody struct {
 }
 
 func newCreateBody(o CreateOptions) createBody {
-	return createBody{TTLS: o.TTL.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements}
+	return createBody{TTLS: o.TTL.Seconds(), MaxLifetimeS: o.MaxLifetime.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements}
 }

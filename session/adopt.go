@@ -35,6 +35,8 @@ type sessionMeta struct {
 	Policy  policy.Policy `json:"policy"`
 	Persist string        `json:"persist,omitempty"`
 	TTL     time.Duration `json:"ttl"`
+	// MaxLife is the session's own lifetime (0: the configured one).
+	MaxLife time.Duration `json:"max_lifetime,omitempty"`
 	Created time.Time     `json:"created"`
 	Info    Info          `json:"info"`
 }
@@ -42,7 +44,7 @@ type sessionMeta struct {
 // saveMeta writes what a new daemon needs to adopt s.
 func (m *Manager) saveMeta(s *Session) error {
 	s.mu.Lock()
-	meta := sessionMeta{Version: metaVersion, ID: s.id, Owner: s.owner, Policy: s.policy, Persist: s.persist, TTL: s.ttl, Created: s.created, Info: s.info}
+	meta := sessionMeta{Version: metaVersion, ID: s.id, Owner: s.owner, Policy: s.policy, Persist: s.persist, TTL: s.ttl, MaxLife: s.maxLife, Created: s.created, Info: s.info}
 	s.mu.Unlock()
 	b, err := json.Marshal(meta)
 	if err != nil {
@@ -143,7 +145,7 @@ func (m *Manager) adopt(id string) (_ *Session, retErr error) {
 	now := time.Now()
 	s := &Session{
 		id: id, owner: meta.Owner, policy: meta.Policy, persist: meta.Persist, dir: dir, disk: disk,
-		created: meta.Created, ttl: meta.TTL, lastUsed: now, info: meta.Info,
+		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: now, info: meta.Info,
 		k: &kernel{sb: sb, conn: conn, listener: l}, cells: conn.Hello().Cells,
 	}
 	m.rescan(s)

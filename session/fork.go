@@ -62,7 +62,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 		}
 	}()
 	parent.mu.Lock()
-	child.ttl = parent.ttl
+	child.ttl, child.maxLife = parent.ttl, parent.maxLife
 	child.info = Info{Policy: parent.info.Policy, Installed: parent.info.Installed, ForkedFrom: parent.id}
 	parent.mu.Unlock()
 

@@ -284,7 +284,7 @@ func (m *Manager) adoptHibernated(meta sessionMeta, dir string) (*Session, error
 	}
 	s := &Session{
 		id: meta.ID, owner: meta.Owner, policy: meta.Policy, persist: meta.Persist, dir: dir, disk: disk,
-		created: meta.Created, ttl: meta.TTL, lastUsed: time.Now(), info: meta.Info,
+		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: time.Now(), info: meta.Info,
 		hibernated: true, hibTTL: m.cfg.HibernatedTTL,
 	}
 	m.rescan(s)

@@ -223,7 +223,7 @@ func (r *restartable) reboot() {
 func TestHibernateSurvivesReboot(t *testing.T) {
 	r := newRestartable(t)
 	ctx := context.Background()
-	m1, id := criuDaemon(t, r, nil, hibernateState + "\nimport os; os.makedirs('d/e'); open('d/e/deep.txt', 'w').write('deep')\nos.symlink('d/e/deep.txt', 'link')")
+	m1, id := criuDaemon(t, r, nil, hibernateState+"\nimport os; os.makedirs('d/e'); open('d/e/deep.txt', 'w').write('deep')\nos.symlink('d/e/deep.txt', 'link')")
 	if _, err := m1.Hibernate(1000, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
@@ -280,7 +280,7 @@ func TestHibernateOnShutdown(t *testing.T) {
 func TestForkDiverges(t *testing.T) {
 	r := newRestartable(t)
 	ctx := context.Background()
-	m, parent := criuDaemon(t, r, nil, hibernateState + "\nx = 1\nopen('shared.txt', 'w').write('original')")
+	m, parent := criuDaemon(t, r, nil, hibernateState+"\nx = 1\nopen('shared.txt', 'w').write('original')")
 	defer m.Shutdown(ctx)
 	// A hibernated parent is woken first; its restored sandbox is then
 	// frozen while its files are copied.

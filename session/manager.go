@@ -317,6 +317,12 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 	case ttl > m.cfg.MaxIdleTTL:
 		ttl = m.cfg.MaxIdleTTL
 	}
+	switch {
+	case opt.MaxLifetime < 0:
+		return nil, fmt.Errorf("%w: max_lifetime_s must be positive", ErrBadRequest)
+	case opt.MaxLifetime > m.cfg.MaxLifetime:
+		opt.MaxLifetime = m.cfg.MaxLifetime
+	}
 	if opt.Persist != "" {
 		if m.cfg.StoreDir == "" {
 			return nil, fmt.Errorf("%w: persist needs a store directory (config key store_dir)", ErrBadRequest)
@@ -341,7 +347,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.ttl, s.persist = ttl, opt.Persist
+	s.ttl, s.persist, s.maxLife = ttl, opt.Persist, opt.MaxLifetime
 	s.info = Info{Policy: p.Name, Persist: opt.Persist}
 	ok := false
 	defer func() {
@@ -382,6 +388,14 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 	return &info, nil
 }
 
+// maxLifeOf is how long s may live from its creation.
+func (m *Manager) maxLifeOf(s *Session) time.Duration {
+	if s.maxLife > 0 {
+		return s.maxLife
+	}
+	return m.cfg.MaxLifetime
+}
+
 // register makes a new session with a running kernel live: listed, saved
 // for re-adoption, counted.
 func (m *Manager) register(s *Session) error {
@@ -414,7 +428,7 @@ func (m *Manager) claim(owner int, id string) (*Session, error) {
 }
 
 func (m *Manager) infoOf(s *Session) Info {
-	exp := s.expiry(m.cfg.MaxLifetime)
+	exp := s.expiry(m.maxLifeOf(s))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	info := s.info
@@ -710,13 +724,13 @@ func (m *Manager) janitor() {
 			s.mu.Lock()
 			busy := s.busy
 			s.mu.Unlock()
-			if !busy && now.After(s.expiry(m.cfg.MaxLifetime)) {
+			if !busy && now.After(s.expiry(m.maxLifeOf(s))) {
 				expired = append(expired, s)
 			}
 		}
 		m.mu.Unlock()
 		for _, s := range expired {
-			at := s.expiry(m.cfg.MaxLifetime).UTC().Format(time.RFC3339)
+			at := s.expiry(m.maxLifeOf(s)).UTC().Format(time.RFC3339)
 			if err := m.end(s, "expired at "+at); err != nil && !errors.Is(err, ErrNotFound) {
 				m.log().Warn("expire session", "session", s.id, "err", err)
 			}

@@ -207,7 +207,7 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 		}
 		now := time.Now()
 		s.mu.Lock()
-		s.owner, s.ttl = opt.Owner, ttl
+		s.owner, s.ttl, s.maxLife = opt.Owner, ttl, opt.MaxLifetime
 		s.created, s.lastUsed = now, now
 		s.mu.Unlock()
 		m.sessions[s.id] = s

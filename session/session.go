@@ -36,6 +36,7 @@ type Session struct {
 	k        *kernel // nil while (re)starting or after close
 	kErr     error   // why the last start failed
 	ttl      time.Duration
+	maxLife  time.Duration // 0: the configured MaxLifetime; set at create
 	lastUsed time.Time
 	cells    int
 	busy     bool

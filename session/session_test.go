@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -431,6 +432,46 @@ func TestTTLExpiryLeavesNothing(t *testing.T) {
 		t.Fatalf("exec after expiry: %v, want not_found saying it expired", err)
 	}
 	assertNothingLeft(t, e.state)
+}
+
+// TestMaxLifetimePerSession: a session's own lifetime ends it however
+// busy it is, and a longer one than configured is cut to the ceiling.
+func TestMaxLifetimePerSession(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.JanitorInterval = 50 * time.Millisecond; c.MaxLifetime = time.Hour })
+	info, err := e.m.Create(context.Background(), CreateOptions{MaxLifetime: 1500 * time.Millisecond, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(info.ExpiresAt); left > 2*time.Second || left < 0 {
+		t.Fatalf("expires_at %v away, want the 1.5 s lifetime", left)
+	}
+	// Idle TTL 2 h: only the lifetime, cut to the 1 h ceiling, ends it
+	// sooner.
+	long, err := e.m.Create(context.Background(), CreateOptions{MaxLifetime: 48 * time.Hour, TTL: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(long.ExpiresAt); left > 61*time.Minute || left < 59*time.Minute {
+		t.Fatalf("a 48 h lifetime was not cut: expires in %v", left)
+	}
+	if _, err := e.m.Create(context.Background(), CreateOptions{MaxLifetime: -time.Second}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("negative lifetime: %v", err)
+	}
+	// Busy all along: a cell every 200 ms, well inside the idle TTL.
+	deadline := time.Now().Add(10 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		if _, last = e.m.Exec(context.Background(), 0, info.ID, ExecRequest{Code: "x = 1"}); last != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if last == nil || !strings.Contains(last.Error(), "expired at") {
+		t.Fatalf("a session past its lifetime still runs cells: %v", last)
+	}
+	if len(e.m.List(0)) != 1 {
+		t.Fatalf("sessions: %+v, want only the long-lived one", e.m.List(0))
+	}
 }
 
 func TestPersistedWorkspaceComesBack(t *testing.T) {

@@ -165,6 +165,9 @@ type CreateOptions struct {
 	// TTL is the idle timeout; 0 means the configured default, capped by
 	// the configured ceiling.
 	TTL time.Duration
+	// MaxLifetime ends the session this long after its creation however
+	// busy; 0 means the configured MaxLifetime, which also caps it.
+	MaxLifetime time.Duration
 	// Policy names a configured policy ("" = default).
 	Policy string
 	// Override tightens the named policy.
@@ -183,6 +186,8 @@ type Info struct {
 	State     string    `json:"state"` // ready | busy | starting | hibernated
 	Policy    string    `json:"policy"`
 	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the session ends if unused: its idle TTL from the
+	// last cell, or its lifetime from creation, whichever comes first.
 	ExpiresAt time.Time `json:"expires_at"`
 	Cells     int       `json:"cells"`
 	Persist   string    `json:"persist,omitempty"`

@@ -119,11 +119,11 @@ class Client:
         """GET /healthz: version and the host's isolation features."""
         return self._json("GET", "/healthz")
 
-    def create(self, ttl_s=None, policy=None, limits=None, persist=None, requirements=None):
+    def create(self, ttl_s=None, policy=None, limits=None, persist=None, requirements=None, max_lifetime_s=None):
         """POST /v1/sessions: a new session (dict with "session", "expires_at", ...)."""
         return self._json("POST", "/v1/sessions", {
             "ttl_s": ttl_s, "policy": policy, "limits": limits,
-            "persist": persist, "requirements": requirements,
+            "persist": persist, "requirements": requirements, "max_lifetime_s": max_lifetime_s,
         })
 
     def session(self, **create_args):

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
@@ -60,6 +61,40 @@ type Host struct {
 	slots     []bool
 	seccomps  map[uint]*configs.Seccomp
 	egressCfg Egress
+
+	gate atomic.Pointer[gate]
+}
+
+// gate is a check every sandbox build waits for (Host.Gate).
+type gate struct {
+	done chan struct{}
+	err  error
+}
+
+// Gate runs check once, in the background, and makes every sandbox build
+// wait for its result; if it fails, every build after it fails with its
+// error (ErrUnsupported: fail closed). serve verifies the rootfs's
+// content hash this way while it already listens.
+func (h *Host) Gate(check func() error) {
+	g := &gate{done: make(chan struct{})}
+	h.gate.Store(g)
+	go func() {
+		g.err = check()
+		close(g.done)
+	}()
+}
+
+// passGate waits for the gate, if any.
+func (h *Host) passGate() error {
+	g := h.gate.Load()
+	if g == nil {
+		return nil
+	}
+	<-g.done
+	if g.err != nil {
+		return fmt.Errorf("%w: %v", ErrUnsupported, g.err)
+	}
+	return nil
 }
 
 // NewHost checks cfg, the host's features (failing closed on anything a

@@ -1,6 +1,7 @@
 package isolate
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -265,4 +266,45 @@ func waitExec(t *testing.T, pid int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("sandbox init %d never exec'd its program", pid)
+}
+
+// TestGateHoldsAndRefusesBuilds: no sandbox is built before the host's
+// gate (serve's rootfs check) has passed, and none after it failed.
+func TestGateHoldsAndRefusesBuilds(t *testing.T) {
+	h := newTestHost(t)
+	p := policy.Default()
+	spec := Spec{Policy: p, Args: []string{"/usr/bin/python3", "-c", "pass"}, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/work"}
+	release := make(chan struct{})
+	passed := make(chan time.Time, 1)
+	h.Gate(func() error { <-release; passed <- time.Now(); return nil })
+	d, err := h.NewDisk("gate"+strconv.Itoa(time.Now().Nanosecond()), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Destroy() })
+	built := make(chan time.Time, 1)
+	go func() {
+		sb, err := d.Create(spec)
+		if err == nil {
+			<-sb.Done()
+			_ = sb.Destroy()
+		}
+		built <- time.Now()
+	}()
+	select {
+	case <-built:
+		t.Fatal("a sandbox was built before the gate passed")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	at, done := <-passed, <-built
+	if done.Before(at) {
+		t.Fatal("built before the gate passed")
+	}
+
+	h.Gate(func() error { return errors.New("rootfs tree hashes to x, manifest says y") })
+	_, err = d.Create(spec)
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "manifest says y") {
+		t.Fatalf("build after a failed gate: %v", err)
+	}
 }

@@ -196,6 +196,9 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 	if err := spec.Policy.Validate(); err != nil {
 		return nil, err
 	}
+	if err := d.h.passGate(); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	if d.used {
 		d.mu.Unlock()

@@ -332,6 +332,8 @@ func TestServe(t *testing.T) {
 	// allowed_uids lets it call.
 	srv := startServe(t, "jailcell-test2", "allowed_uids: [jailcell-test2]\n")
 	sock := srv.sock
+	// The service rehashes its rootfs before it builds a sandbox.
+	srv.waitLog("rootfs content matches its manifest")
 
 	fi, err := os.Stat(sock)
 	if err != nil {

@@ -172,6 +172,20 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	if cfg.EgressUpstream != "" {
 		host.SetEgress(isolate.Egress{Upstream: cfg.EgressUpstream, Log: log})
 	}
+	if f.survivable {
+		// A long-running service rehashes the rootfs against its manifest
+		// (2-4 s) while it already listens; no sandbox is built before the
+		// hash matches, none at all if it does not.
+		host.Gate(func() error {
+			start := time.Now()
+			if err := r.Verify(); err != nil {
+				log.Error("rootfs content check failed: no sandbox will be built (rebuild it: make rootfs)", "rootfs", r.Dir, "err", err)
+				return fmt.Errorf("%w (rebuild it: make rootfs)", err)
+			}
+			log.Info("rootfs content matches its manifest", "rootfs", r.Dir, "verify_ms", time.Since(start).Milliseconds())
+			return nil
+		})
+	}
 	m, err := session.New(session.Config{
 		StateDir:    stateDir,
 		Policies:    cfg.Policies,

@@ -126,6 +126,22 @@ func (d *Disk) Adopt() (*Sandbox, error) {
 	return s, nil
 }
 
+// AttachNetwork gives an adopted sandbox whose policy asks for an
+// allowlist network a new egress gateway: its old one was held by the
+// daemon that built it and died with it, taking the sandbox's veth with
+// it, so until then the sandbox has loopback only (closed, never open).
+func (s *Sandbox) AttachNetwork(p policy.Policy) error {
+	if p.Network != policy.NetworkAllowlist || s.net != nil {
+		return nil
+	}
+	gw, err := s.disk.h.attachNetwork(p, s.pid, s.disk.slot)
+	if err != nil {
+		return fmt.Errorf("rebuild the egress gateway of sandbox %s: %w", s.ID, err)
+	}
+	s.net = gw
+	return nil
+}
+
 // waitPidfd closes done when the adopted init exits.
 func (s *Sandbox) waitPidfd(pidfd int) {
 	defer unix.Close(pidfd)

@@ -271,6 +271,21 @@ func (g *gateway) links(sbNS, upNS netns.NsHandle, upPeer string, upAddr, gwUpAd
 		name, peer string
 		peerNS     netns.NsHandle
 	}{{sbLink, "eth0", sbNS}, {upLink, upPeer, upNS}}
+	// A gateway that was just dropped (a daemon that exited, a sandbox of
+	// this slot destroyed a moment ago) takes its veth pairs with it only
+	// when the kernel gets round to freeing its namespace: remove what is
+	// left of them by name. Both names are this sandbox's own: eth0 in its
+	// namespace, the uplink by its uid slot.
+	for _, stale := range []struct {
+		hd   *netlink.Handle
+		name string
+	}{{sb, "eth0"}, {up, upPeer}} {
+		if l, err := stale.hd.LinkByName(stale.name); err == nil {
+			if err := stale.hd.LinkDel(l); err != nil {
+				return fmt.Errorf("remove stale link %s: %w", stale.name, err)
+			}
+		}
+	}
 	for _, pr := range pairs {
 		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: pr.name}, PeerName: pr.peer, PeerNamespace: netlink.NsFd(pr.peerNS)}
 		if err := gw.LinkAdd(v); err != nil {

@@ -375,6 +375,19 @@ func (s *Sandbox) ResetPeak() { s.cg.resetPeak() }
 // Disk is the disk the sandbox runs on.
 func (s *Sandbox) Disk() *Disk { return s.disk }
 
+// Release lets go of a sandbox that keeps running for the next daemon to
+// adopt: what only this process holds goes, as it would when the process
+// exits: the egress gateway (the sandbox is left with loopback only until
+// AttachNetwork) and the open cgroup files. The sandbox must not be used
+// afterwards.
+func (s *Sandbox) Release() {
+	if s.net != nil {
+		_ = s.net.close()
+		s.net = nil
+	}
+	s.cg.open.close()
+}
+
 // Destroy kills the sandbox and removes its container, cgroup and root
 // mount; its disk stays. It is idempotent.
 func (s *Sandbox) Destroy() error {

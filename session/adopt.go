@@ -121,6 +121,11 @@ func (m *Manager) adopt(id string) (_ *Session, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := sb.AttachNetwork(meta.Policy); err != nil {
+		// Closed, never open: the sandbox keeps its state and has no
+		// network until it is recreated.
+		m.log().Warn("re-adopted session has no network: its egress gateway could not be rebuilt", "session", id, "err", err)
+	}
 	ctl := disk.CtlDir()
 	l, err := runner.Listen(ctl)
 	if err != nil {
@@ -177,6 +182,7 @@ func (m *Manager) release(s *Session) error {
 	if s.k != nil {
 		_ = s.k.conn.Close()
 		_ = s.k.listener.Close()
+		s.k.sb.Release()
 		s.k = nil
 	}
 	if err != nil {

@@ -17,6 +17,9 @@ type restartable struct {
 	state string
 	root  string
 	hosts []*isolate.Host
+	// hostMod, if set, configures each daemon's host before its manager
+	// adopts anything (an egress upstream).
+	hostMod func(*isolate.Host)
 }
 
 func newRestartable(t *testing.T) *restartable {
@@ -38,6 +41,9 @@ func (r *restartable) startWith(mod func(*Config)) *Manager {
 		r.t.Fatal(err)
 	}
 	r.hosts = append(r.hosts, h)
+	if r.hostMod != nil {
+		r.hostMod(h)
+	}
 	cfg := Config{StateDir: filepath.Join(r.state, "sessions"), StoreDir: filepath.Join(r.state, "store")}
 	mod(&cfg)
 	m, err := New(cfg, h)

@@ -429,3 +429,54 @@ func TestEgressFailsClosed(t *testing.T) {
 		t.Fatalf("create without an upstream: %v, want unavailable naming the upstream", err)
 	}
 }
+
+// TestEgressSurvivesReadoption: a session with an allowlist network that a
+// new daemon re-adopts gets a new gateway (the old one died with its
+// daemon), with the same allowlist: the listed host answers, others are
+// still refused.
+func TestEgressSurvivesReadoption(t *testing.T) {
+	r := newRestartable(t)
+	tn := newTestNet(t)
+	r.hostMod = func(h *isolate.Host) { h.SetEgress(isolate.Egress{Upstream: tn.path, Resolve: tn.resolve}) }
+	withEgress := func(c *Config) {
+		c.KeepOnShutdown = true
+		c.Logger = testLogger()
+		c.Policies = map[string]policy.Policy{"default": policy.Default(), "egress": egressPolicy()}
+	}
+	ctx := context.Background()
+	m1 := r.startWith(withEgress)
+	info, err := m1.Create(ctx, CreateOptions{Owner: 1000, Policy: "egress"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := `import socket, urllib.request
+def get(url):
+    try:
+        return len(urllib.request.urlopen(url, timeout=5).read())
+    except Exception as e:
+        return type(e).__name__
+x = locals().get("x", 0) + 1
+print(x, get("http://pypi.test:8080/blob"), get("http://192.0.2.20:8080/blob"))`
+	run := func(m *Manager) string {
+		t.Helper()
+		res, err := m.Exec(ctx, 1000, info.ID, ExecRequest{Code: probe, Timeout: 60 * time.Second})
+		if err != nil || res.Status != StatusOK {
+			t.Fatalf("probe: %v %+v", err, res)
+		}
+		return strings.TrimSpace(res.Stdout)
+	}
+	if got, want := run(m1), fmt.Sprintf("1 %d URLError", blobSize); got != want {
+		t.Fatalf("before the restart: %q, want %q", got, want)
+	}
+	if err := m1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m2 := r.startWith(withEgress)
+	defer m2.Shutdown(ctx)
+	if got, want := run(m2), fmt.Sprintf("2 %d URLError", blobSize); got != want {
+		t.Fatalf("after re-adoption: %q, want %q (variables kept, listed host reachable, others refused)", got, want)
+	}
+	if n := tn.hits[forbiddenAddr+":8080"].Load(); n != 0 {
+		t.Errorf("the forbidden host accepted %d connections", n)
+	}
+}

@@ -131,6 +131,7 @@ func (d *Disk) Adopt() (*Sandbox, error) {
 // daemon that built it and died with it, taking the sandbox's veth with
 // it, so until then the sandbox has loopback only (closed, never open).
 func (s *Sandbox) AttachNetwork(p policy.Policy) error {
+	s.policy = p
 	if p.Network != policy.NetworkAllowlist || s.net != nil {
 		return nil
 	}

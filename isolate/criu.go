@@ -14,8 +14,6 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
-
-	"github.com/jailcell/jailcell/policy"
 )
 
 // Checkpoint and restore of a whole sandbox with CRIU, through libcontainer.
@@ -68,8 +66,9 @@ func lastLine(b []byte) string {
 
 // criuConfig is the criu configuration file passed to every dump and restore
 // (libcontainer's org.criu.config label). Network locking is skipped: a
-// sandbox's network namespace has only loopback (allowlist sandboxes are not
-// checkpointed), and criu's iptables lock needs iptables on the host.
+// sandbox's network namespace has only loopback when it is dumped (an
+// allowlist sandbox's gateway link is removed first), and criu's iptables
+// lock needs iptables on the host.
 const criuConfig = "network-lock skip\n"
 
 const (
@@ -158,12 +157,25 @@ func (d *Disk) prepareImageDir(dir string) error {
 // processes are gone afterwards and the caller destroys the sandbox; its
 // disk stays for Restore. The sandbox's connections to the host must be
 // closed first: criu refuses sockets whose peer is outside.
-func (s *Sandbox) Checkpoint(imageDir string, leaveRunning bool) error {
+func (s *Sandbox) Checkpoint(imageDir string, leaveRunning bool) (retErr error) {
 	if err := CriuCheck(); err != nil {
 		return err
 	}
 	if s.net != nil {
-		return fmt.Errorf("%w: checkpoint of a sandbox with an allowlist network", ErrUnsupported)
+		// The gateway is the daemon's, outside the sandbox: criu cannot
+		// carry its link. The dump is taken with loopback only (closed,
+		// never open), and a sandbox that goes on running gets a new
+		// gateway with the same allowlist; a restore builds its own.
+		if err := s.detachNetwork(); err != nil {
+			return err
+		}
+		defer func() {
+			if leaveRunning || retErr != nil {
+				if err := s.AttachNetwork(s.policy); err != nil && retErr == nil {
+					retErr = err
+				}
+			}
+		}()
 	}
 	if err := s.disk.prepareImageDir(imageDir); err != nil {
 		return err
@@ -246,9 +258,6 @@ func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 	}
 	if err := spec.Policy.Validate(); err != nil {
 		return nil, err
-	}
-	if spec.Policy.Network == policy.NetworkAllowlist {
-		return nil, fmt.Errorf("%w: restore of a sandbox with an allowlist network", ErrUnsupported)
 	}
 	if _, err := os.Stat(filepath.Join(imageDir, "inventory.img")); err != nil {
 		return nil, fmt.Errorf("%w: no checkpoint in %s", ErrNotFound, imageDir)

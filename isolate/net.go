@@ -423,6 +423,33 @@ func (g *gateway) nftOut(stdin string, args ...string) ([]byte, error) {
 	return out, err
 }
 
+// detachNetwork drops s's gateway and removes its link from the sandbox's
+// namespace now (the kernel frees a dropped namespace, and the veth with
+// it, only later): the sandbox is left with loopback only.
+func (s *Sandbox) detachNetwork() error {
+	if s.net == nil {
+		return nil
+	}
+	_ = s.net.close()
+	s.net = nil
+	sbNS, err := netns.GetFromPid(s.pid)
+	if err != nil {
+		return fmt.Errorf("open sandbox network namespace: %w", err)
+	}
+	defer sbNS.Close()
+	hd, err := netlink.NewHandleAt(sbNS)
+	if err != nil {
+		return fmt.Errorf("netlink sandbox: %w", err)
+	}
+	defer hd.Close()
+	if l, err := hd.LinkByName("eth0"); err == nil {
+		if err := hd.LinkDel(l); err != nil {
+			return fmt.Errorf("remove the gateway link: %w", err)
+		}
+	}
+	return nil
+}
+
 // close stops the DNS server and drops the gateway namespace; its veths go
 // with it (a veth pair dies with either end's namespace).
 func (g *gateway) close() error {

@@ -68,7 +68,8 @@ type Sandbox struct {
 	process   *libcontainer.Process
 	pid       int
 	cg        cgroupFiles
-	net       *gateway // nil unless the policy's network is "allowlist"
+	policy    policy.Policy // what it was built with (adopted: from AttachNetwork)
+	net       *gateway      // nil unless the policy's network is "allowlist"
 
 	done     chan struct{}
 	exit     Exit
@@ -291,7 +292,7 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 		cl.add(gw.close)
 	}
 	s := &Sandbox{
-		ID: id, disk: d, container: c, process: p, pid: pid, net: gw,
+		ID: id, disk: d, container: c, process: p, pid: pid, net: gw, policy: spec.Policy,
 		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths, open: newOpenFiles()},
 		done: make(chan struct{}),
 	}

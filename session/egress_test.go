@@ -480,3 +480,56 @@ print(x, get("http://pypi.test:8080/blob"), get("http://192.0.2.20:8080/blob"))`
 		t.Errorf("the forbidden host accepted %d connections", n)
 	}
 }
+
+// TestEgressThroughCheckpoints: an allowlist session hibernates, restores,
+// forks and rolls back with its allowlist: each sandbox that runs after a
+// checkpoint has a gateway of its own that lets the listed host through and
+// refuses the rest.
+func TestEgressThroughCheckpoints(t *testing.T) {
+	e, tn := newEgressEnv(t)
+	requiresCriu(t)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Policy: "egress"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := `import urllib.request
+def get(url):
+    try:
+        return len(urllib.request.urlopen(url, timeout=5).read())
+    except Exception as e:
+        return type(e).__name__
+print(x, get("http://pypi.test:8080/blob"), get("http://192.0.2.20:8080/blob"))`
+	check := func(id, step string, x int) {
+		t.Helper()
+		res := e.exec(t, id, probe, 60*time.Second)
+		if want := fmt.Sprintf("%d %d URLError", x, blobSize); strings.TrimSpace(res.Stdout) != want || res.State != StateKept {
+			t.Fatalf("%s: %q (%s), want %q", step, res.Stdout, res.State, want)
+		}
+	}
+	e.exec(t, info.ID, "x = 1", 0)
+	check(info.ID, "before", 1)
+	if _, err := e.m.Hibernate(0, info.ID); err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
+	check(info.ID, "after hibernate and restore", 1)
+	e.exec(t, info.ID, "x = 2", 0)
+	if _, err := e.m.Snapshot(ctx, 0, info.ID); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	check(info.ID, "the parent after its snapshot", 2)
+	fi, err := e.m.Fork(ctx, 0, info.ID)
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	check(fi.ID, "the fork", 2)
+	check(info.ID, "the parent after the fork", 2)
+	e.exec(t, info.ID, "x = 3", 0)
+	if _, err := e.m.Rollback(ctx, 0, info.ID); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+	check(info.ID, "after rollback", 2)
+	if n := tn.hits[forbiddenAddr+":8080"].Load(); n != 0 {
+		t.Errorf("the forbidden host accepted %d connections", n)
+	}
+}

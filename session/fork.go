@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/isolate"
-	"github.com/jailcell/jailcell/policy"
 )
 
 // Fork: a new session that starts as an exact copy of a live one, kernel
@@ -36,9 +35,6 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 		return nil, err
 	}
 	defer parent.run.Unlock()
-	if parent.policy.Network == policy.NetworkAllowlist {
-		return nil, fmt.Errorf("%w: a session with an allowlist network cannot be forked (its gateway is not checkpointed)", ErrUnavailable)
-	}
 	if lost := m.wake(ctx, parent); lost != "" {
 		return nil, fmt.Errorf("%w: session %s: %s", ErrUnavailable, id, lost)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/isolate"
-	"github.com/jailcell/jailcell/policy"
 )
 
 // Snapshot and rollback: a known-good state to return to, in place. A
@@ -42,9 +41,6 @@ func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, er
 func (m *Manager) snapshot(ctx context.Context, s *Session) error {
 	if err := isolate.CriuCheck(); err != nil {
 		return fmt.Errorf("%w: snapshots need checkpoint/restore: %v", ErrUnavailable, err)
-	}
-	if s.policy.Network == policy.NetworkAllowlist {
-		return fmt.Errorf("%w: a session with an allowlist network cannot be snapshotted (its gateway is not checkpointed)", ErrUnavailable)
 	}
 	if lost := m.wake(ctx, s); lost != "" {
 		return fmt.Errorf("%w: session %s: %s", ErrUnavailable, s.id, lost)

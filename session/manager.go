@@ -74,7 +74,7 @@ type Config struct {
 	HibernatedTTL time.Duration
 	// HibernateOnShutdown hibernates every live session at Shutdown, so
 	// that the next daemon restores it, after a restart or a reboot. A
-	// session that cannot be hibernated (no criu, an allowlist network) is
+	// session that cannot be hibernated (no criu, a dump that fails) is
 	// kept running if KeepOnShutdown, else ended. Default false.
 	HibernateOnShutdown bool
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/rootfs"
 )
@@ -60,6 +61,7 @@ var configKeys = []configKey{
 	{"store_dir", "", ""},
 	{"wheelhouse", "", ""},
 	{"egress_upstream", "", ""},
+	{"criu", isolate.CriuBinary, ""},
 	{"log.level", "info", "log-level"},
 	{"log.format", "text", "log-format"},
 	{"sessions.max", 64, ""},
@@ -97,6 +99,9 @@ type config struct {
 	Rootfs      string
 	StoreDir    string
 	Wheelhouse  string
+	// Criu is the criu binary for hibernate, restore, fork and snapshots
+	// (criu 4.x; make criu builds one).
+	Criu string
 	// EgressUpstream is the network namespace allowlisted sandboxes'
 	// gateways are plugged into ("" refuses network: allowlist).
 	EgressUpstream string
@@ -393,6 +398,7 @@ func (l *configLoader) decode() {
 	c.Rootfs = l.str("rootfs")
 	c.StoreDir = l.str("store_dir")
 	c.Wheelhouse = l.str("wheelhouse")
+	c.Criu = l.str("criu")
 	c.EgressUpstream = l.str("egress_upstream")
 	lvl := l.v.Get("log.level")
 	if s, ok := lvl.(string); !ok || !validLevel(s) || c.LogLevel.UnmarshalText([]byte(s)) != nil {

@@ -104,6 +104,9 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 	sc := checkStateDir(hf.stateDir)
 	printCheck(out, sc)
 	failed = failed || rc.status == statusFail || sc.status == statusFail
+	if cfg, err := hf.config(); err == nil {
+		isolate.CriuBinary = cfg.Criu
+	}
 	printCheck(out, checkCriu())
 
 	// The final word: build a real sandbox with the same code path as

@@ -299,3 +299,52 @@ func procsInCgroup(root string) []int {
 	}
 	return out
 }
+
+// TestFaultNoCriu: with no criu where the configuration says, the
+// checkpoint ops answer unavailable and name what is missing and how to get
+// it, and sessions work as without them.
+func TestFaultNoCriu(t *testing.T) {
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state := testenv.StateDir(t)
+	cmd := exec.Command(os.Args[0], "json", "--rootfs", r.Root, "--state-dir", state)
+	cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR="+state+"/review", "JAILCELL_CRIU="+state+"/no/criu")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	ask := func(line string) map[string]any {
+		t.Helper()
+		fmt.Fprintln(stdin, line)
+		if !lines.Scan() {
+			t.Fatalf("no answer to %s", line)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("answer %q: %v", lines.Text(), err)
+		}
+		return m
+	}
+	c := ask(`{"id":"c","op":"create"}`)
+	id, _ := c["session"].(string)
+	if id == "" {
+		t.Fatalf("create: %v", c)
+	}
+	for _, op := range []string{"hibernate", "fork", "snapshot"} {
+		a := ask(`{"id":"` + op + `","op":"` + op + `","session":"` + id + `"}`)
+		e, _ := a["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		if a["ok"] != false || e["code"] != "unavailable" || !strings.Contains(msg, "make criu") || !strings.Contains(msg, "no/criu") {
+			t.Errorf("%s without criu: %v", op, a)
+		}
+	}
+	a := ask(`{"id":"x","op":"exec","session":"` + id + `","code":"print(6 * 7)"}`)
+	if res, _ := a["result"].(map[string]any); a["ok"] != true || res["stdout"] != "42\n" {
+		t.Fatalf("a cell without criu: %v", a)
+	}
+}

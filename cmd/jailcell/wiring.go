@@ -143,6 +143,7 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	isolate.CriuBinary = cfg.Criu
 	lock, err := lockStateDir(stateDir)
 	if err != nil {
 		return nil, err

@@ -157,7 +157,12 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	if err := cfg.checkPool(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "sessions"), 0o711); err != nil {
+	// Host root's alone: session metadata, checkpoint images (a kernel's
+	// whole memory) and saved workspaces live below; no sandbox needs it.
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "sessions"), 0o700); err != nil {
+		return nil, fmt.Errorf("create session dir: %w", err)
+	}
+	if err := os.Chmod(filepath.Join(cfg.StateDir, "sessions"), 0o700); err != nil {
 		return nil, fmt.Errorf("create session dir: %w", err)
 	}
 	if cfg.StoreDir != "" {
@@ -254,7 +259,7 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr error) {
 	id := newID()
 	dir := filepath.Join(m.cfg.StateDir, "sessions", id)
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create session dir: %w", err)
 	}
 	defer func() {

@@ -144,6 +144,9 @@ type Session struct {
 	SnapshotAt *time.Time `json:"snapshot_at,omitempty"`
 	// StateReason says why a rollback lost the variables.
 	StateReason string `json:"state_reason,omitempty"`
+	// MemoryBytes is the memory the session is charged now (listings
+	// only; 0 while hibernated).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // Entry is one file in a session's working directory.

@@ -42,9 +42,10 @@ type cgroupFiles struct {
 
 // openFiles caches open cgroup counter files, read with pread.
 type openFiles struct {
-	mu    sync.Mutex
-	files map[string]*os.File
-	buf   []byte
+	mu     sync.Mutex
+	files  map[string]*os.File
+	buf    []byte
+	closed bool // after close: read without caching, so nothing leaks
 }
 
 func newOpenFiles() *openFiles {
@@ -58,6 +59,9 @@ func (o *openFiles) read(path string) ([]byte, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.closed {
+		return os.ReadFile(path)
+	}
 	f, ok := o.files[path]
 	if !ok {
 		var err error
@@ -80,6 +84,7 @@ func (o *openFiles) close() {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.closed = true
 	for p, f := range o.files {
 		f.Close()
 		delete(o.files, p)

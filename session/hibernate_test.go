@@ -85,6 +85,9 @@ func TestHibernateSurvivesRestart(t *testing.T) {
 	if len(sessionCgroups(id)) == 0 {
 		t.Fatal("no cgroup for the live session")
 	}
+	if ls := m1.List(1000); len(ls) != 1 || ls[0].MemoryBytes < 50<<20 {
+		t.Fatalf("a live numpy+pandas session charged %+v", ls)
+	}
 	start := time.Now()
 	hi, err := m1.Hibernate(1000, id)
 	if err != nil {
@@ -97,6 +100,9 @@ func TestHibernateSurvivesRestart(t *testing.T) {
 	}
 	if cg := sessionCgroups(id); len(cg) != 0 {
 		t.Errorf("hibernated session still has cgroups (memory not released): %v", cg)
+	}
+	if ls := m1.List(1000); len(ls) != 1 || ls[0].State != "hibernated" || ls[0].MemoryBytes != 0 {
+		t.Errorf("a hibernated session listed as %+v, want state hibernated and no memory", ls)
 	}
 	if err := m1.Shutdown(ctx); err != nil {
 		t.Fatal(err)

@@ -701,7 +701,14 @@ func (m *Manager) List(owner int) []Info {
 	ss := m.visible(owner)
 	out := make([]Info, 0, len(ss))
 	for _, s := range ss {
-		out = append(out, m.infoOf(s))
+		info := m.infoOf(s)
+		s.mu.Lock()
+		k := s.k
+		s.mu.Unlock()
+		if k != nil {
+			info.MemoryBytes = k.sb.Usage().MemoryCurrent
+		}
+		out = append(out, info)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out

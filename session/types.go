@@ -204,6 +204,9 @@ type Info struct {
 	SnapshotAt *time.Time `json:"snapshot_at,omitempty"`
 	// StateReason says why a rollback or restore lost the variables.
 	StateReason string `json:"state_reason,omitempty"`
+	// MemoryBytes is the memory the session's sandbox is charged now
+	// (its cgroup; sessions listings only): 0 while hibernated.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // Entry is one file in a session's workspace.

@@ -354,7 +354,10 @@ class _Capture:
         self.used = [0, 0]
         self.truncated = [False, False]
         # Incremental, so a multi-byte character split across reads survives.
-        self.decoders = [codecs.getincrementaldecoder("utf-8")("replace") for _ in range(2)]
+        self.decoders = [_UTF8Decoder("replace"), _UTF8Decoder("replace")]
+
+
+_UTF8Decoder = codecs.getincrementaldecoder("utf-8")
 
 
 class _Pump:
@@ -380,6 +383,8 @@ class _Pump:
                 pass  # a smaller pipe only means more wake-ups
             self.read_fds.append(r)
             self.write_fds.append(w)
+        st = [os.fstat(w) for w in self.write_fds]
+        self.write_inos = [(x.st_dev, x.st_ino) for x in st]
         try:
             _State.log_fd = os.dup(2)  # non-inheritable: cells never get it
         except OSError:
@@ -393,9 +398,10 @@ class _Pump:
 
     def redirect(self):
         """Point fds 1 and 2 at the pipes again if a cell moved or closed them."""
-        for fd, w in zip((1, 2), self.write_fds):
+        for fd, w, ino in zip((1, 2), self.write_fds, self.write_inos):
             try:
-                same = os.path.sameopenfile(fd, w)
+                st = os.fstat(fd)
+                same = (st.st_dev, st.st_ino) == ino
             except OSError:
                 same = False
             if not same:

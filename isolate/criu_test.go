@@ -190,14 +190,19 @@ func TestCheckpointForkOntoAnotherDisk(t *testing.T) {
 	t.Cleanup(func() { _ = sa.Destroy() })
 	waitCount(t, ctlA, 5)
 	images := filepath.Join(t.TempDir(), "images")
-	if err := sa.Checkpoint(images, true); err != nil {
-		t.Fatalf("Checkpoint(leaveRunning): %v", err)
-	}
-	// The copy must match the image: no write between dump and copy.
+	// Frozen from before the dump until the copy is done: the files match
+	// the image (criu leaves a cgroup frozen if it found it so).
 	if err := sa.Pause(); err != nil {
 		t.Fatal(err)
 	}
+	if err := sa.Checkpoint(images, true); err != nil {
+		t.Fatalf("Checkpoint(leaveRunning) of a paused sandbox: %v", err)
+	}
 	at := readCount(t, ctlA)
+	time.Sleep(100 * time.Millisecond)
+	if n := readCount(t, ctlA); n != at {
+		t.Fatalf("the sandbox ran after its dump (count %d -> %d): not frozen through the copy", at, n)
+	}
 	b := newDisk("child")
 	if err := a.CopyUpper(b); err != nil {
 		t.Fatalf("CopyUpper: %v", err)

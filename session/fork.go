@@ -83,27 +83,34 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	return &info, nil
 }
 
-// checkpointCopy dumps s's kernel k into images without stopping it, runs
-// copyFiles while the kernel is frozen (so the files match the image: criu
-// checks the size of every open file), and gives s its connection back.
-// The caller holds s.run.
+// checkpointCopy dumps s's kernel k into images without stopping it and
+// runs copyFiles, both while the kernel is frozen: the files match the
+// image (criu checks the size of every open file), whatever a background
+// thread of the kernel writes. Then it gives s its connection back. The
+// caller holds s.run.
 func (m *Manager) checkpointCopy(s *Session, k *kernel, images string, copyFiles func() error) error {
-	// criu refuses a socket whose peer is outside the sandbox (hibernate).
+	// criu refuses a socket whose peer is outside the sandbox (hibernate):
+	// the kernel drops its end while it still runs.
 	_ = k.conn.Close()
 	_ = k.listener.Close()
 	var err error
-	for try := 0; try < 3; try++ {
+	// Only the dump is retried (the kernel may not have dropped its end
+	// yet); a copy that failed is not made again.
+	copied := false
+	for try := 0; try < 3 && !copied; try++ {
 		time.Sleep(time.Duration(20+50*try) * time.Millisecond)
-		if err = k.sb.Checkpoint(images, true); err == nil {
+		if err = k.sb.Pause(); err != nil {
 			break
 		}
-	}
-	if err == nil {
-		if err = k.sb.Pause(); err == nil {
-			err = copyFiles()
-			if rerr := k.sb.Resume(); rerr != nil && err == nil {
-				err = rerr
-			}
+		// criu leaves a cgroup it found frozen frozen after the dump.
+		if err = k.sb.Checkpoint(images, true); err == nil {
+			err, copied = copyFiles(), true
+		}
+		if rerr := k.sb.Resume(); rerr != nil && err == nil {
+			err = rerr
+		}
+		if err == nil {
+			break
 		}
 	}
 	if rerr := m.reconnect(s, k); rerr != nil {

@@ -390,3 +390,38 @@ func TestSnapshotRollback(t *testing.T) {
 		}
 	}
 }
+
+// TestForkWithBackgroundWriter: a kernel thread that keeps appending to an
+// open file between cells does not break a fork or a snapshot: the kernel
+// is frozen from before the dump until its files are copied, so the copy
+// matches the image.
+func TestForkWithBackgroundWriter(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	m, id := criuDaemon(t, r, nil, `import threading, time
+f = open("bg.log", "a")
+def writer():
+    while True:
+        f.write("x" * 100); f.flush(); time.sleep(0.002)
+threading.Thread(target=writer, daemon=True).start()`)
+	defer m.Shutdown(ctx)
+	for i := 0; i < 3; i++ {
+		fi, err := m.Fork(ctx, 1000, id)
+		if err != nil {
+			t.Fatalf("fork %d of a session with a background writer: %v", i, err)
+		}
+		res, err := m.Exec(ctx, 1000, fi.ID, ExecRequest{Code: "import os, time\nn = os.path.getsize('bg.log'); time.sleep(0.05)\nprint(os.path.getsize('bg.log') > n)"})
+		if err != nil || strings.TrimSpace(res.Stdout) != "True" {
+			t.Fatalf("fork %d: its writer does not go on: %v %+v", i, err, res)
+		}
+		if err := m.Close(1000, fi.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Snapshot(ctx, 1000, id); err != nil {
+		t.Fatalf("snapshot of a session with a background writer: %v", err)
+	}
+	if _, err := m.Rollback(ctx, 1000, id); err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+}

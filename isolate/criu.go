@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -289,6 +290,7 @@ func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 	}
 	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error) {
 		if err := c.Restore(p, criuOpts(imageDir, false)); err != nil {
+			reapCriuZombies()
 			return nil, fmt.Errorf("restore sandbox %s: %w%s", id, err, criuLogTail(imageDir, "restore.log"))
 		}
 		// A restored container stays in libcontainer's "restored" state,
@@ -300,6 +302,44 @@ func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 		}
 		return lc, nil
 	})
+}
+
+// reapCriuZombies waits for the children a failed restore left: criu
+// creates the restored root task as this process's child (libcontainer
+// restores "as a sibling"), and when criu gives up that task dies as our
+// child, still named criu, and nothing else would ever wait for it. Only
+// zombies named criu are taken: a sandbox's init, also our child, is
+// waited for by its own watcher.
+func reapCriuZombies() {
+	self := os.Getpid()
+	for try := 0; try < 5; try++ {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			s := string(b)
+			lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+			if lp < 0 || rp < lp || rp+2 > len(s) {
+				continue
+			}
+			f := strings.Fields(s[rp+2:])
+			if len(f) < 2 || f[0] != "Z" || s[lp+1:rp] != "criu" {
+				continue
+			}
+			if ppid, _ := strconv.Atoi(f[1]); ppid != self {
+				continue
+			}
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // chownImages gives every regular file directly in dir the image ownership

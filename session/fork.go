@@ -35,7 +35,9 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 		return nil, err
 	}
 	defer parent.run.Unlock()
-	if lost := m.wake(ctx, parent); lost != "" {
+	if lost, err := m.wake(ctx, parent); err != nil {
+		return nil, err
+	} else if lost != "" {
 		return nil, fmt.Errorf("%w: session %s: %s", ErrUnavailable, id, lost)
 	}
 	pk, err := m.ensureKernel(ctx, parent)

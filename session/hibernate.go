@@ -67,6 +67,9 @@ func (m *Manager) hibernate(s *Session) error {
 	case k == nil:
 		return fmt.Errorf("%w: session %s has no kernel to hibernate", ErrUnavailable, s.id)
 	}
+	if n := m.hibernatedCount(); n >= m.cfg.MaxHibernated {
+		return fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
+	}
 	images := filepath.Join(s.dir, imagesName)
 	_ = os.RemoveAll(images)
 	_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
@@ -148,7 +151,10 @@ func (m *Manager) Restore(ctx context.Context, owner int, id string) (*Info, err
 		return nil, err
 	}
 	defer s.run.Unlock()
-	lost := m.wake(ctx, s)
+	lost, err := m.wake(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := m.ensureKernel(ctx, s); err != nil {
 		return nil, err
 	}
@@ -163,13 +169,19 @@ func (m *Manager) Restore(ctx context.Context, owner int, id string) (*Info, err
 // was not hibernated), else why its variables are gone: the images are
 // removed, and ensureKernel then starts a fresh kernel on the same disk.
 // The caller holds s.run.
-func (m *Manager) wake(ctx context.Context, s *Session) string {
+func (m *Manager) wake(ctx context.Context, s *Session) (string, error) {
 	s.mu.Lock()
 	hib := s.hibernated
 	s.mu.Unlock()
 	if !hib {
-		return ""
+		return "", nil
 	}
+	// A hibernated session does not count toward MaxSessions; a woken one
+	// does.
+	if err := m.reserve(); err != nil {
+		return "", fmt.Errorf("session %s is hibernated and cannot be woken now: %w", s.id, err)
+	}
+	defer m.unreserve()
 	images := filepath.Join(s.dir, imagesName)
 	start := time.Now()
 	k, err := m.restoreKernel(ctx, s, images)
@@ -184,10 +196,10 @@ func (m *Manager) wake(ctx context.Context, s *Session) string {
 	_ = os.RemoveAll(filepath.Join(s.dir, savedName))
 	if err != nil {
 		m.log().Warn("restore of hibernated session failed; starting a fresh kernel", "session", s.id, "err", err)
-		return "restoring the hibernated kernel failed (" + err.Error() + "); a fresh kernel was started (variables are gone, files remain)"
+		return "restoring the hibernated kernel failed (" + err.Error() + "); a fresh kernel was started (variables are gone, files remain)", nil
 	}
 	m.log().Info("session restored", "session", s.id, "restore_ms", time.Since(start).Milliseconds())
-	return ""
+	return "", nil
 }
 
 // restoreKernel restores the sandbox from images on s's disk and waits for

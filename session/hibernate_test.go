@@ -425,3 +425,45 @@ threading.Thread(target=writer, daemon=True).start()`)
 		t.Fatalf("rollback: %v", err)
 	}
 }
+
+// TestHibernatedSessionsDoNotCountTowardMax: a hibernated session holds no
+// sandbox, so it leaves its place under MaxSessions to another; waking it
+// needs a place again, and hibernated sessions have a cap of their own.
+func TestHibernatedSessionsDoNotCountTowardMax(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	m, a := criuDaemon(t, r, func(c *Config) { c.MaxSessions = 2; c.MaxHibernated = 1 }, "x = 'a'")
+	defer m.Shutdown(ctx)
+	if _, err := m.Hibernate(1000, a); err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
+	var live []string
+	for i := 0; i < 2; i++ {
+		info, err := m.Create(ctx, CreateOptions{Owner: 1000})
+		if err != nil {
+			t.Fatalf("create %d next to a hibernated session (max 2): %v", i, err)
+		}
+		live = append(live, info.ID)
+	}
+	if _, err := m.Create(ctx, CreateOptions{Owner: 1000}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a third live session: %v, want the limit", err)
+	}
+	// Two live: the hibernated one cannot wake, and says why.
+	if _, err := m.Exec(ctx, 1000, a, ExecRequest{Code: "x"}); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "hibernated") {
+		t.Fatalf("waking past the limit: %v", err)
+	}
+	if ls := m.List(1000); len(ls) != 3 {
+		t.Fatalf("sessions: %+v", ls)
+	}
+	// The hibernated cap: one already.
+	if _, err := m.Hibernate(1000, live[0]); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a second hibernated session (cap 1): %v", err)
+	}
+	if err := m.Close(1000, live[1]); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Exec(ctx, 1000, a, ExecRequest{Code: "print(x)"})
+	if err != nil || strings.TrimSpace(res.Stdout) != "a" || res.State != StateKept {
+		t.Fatalf("waking with a place free: %v %+v", err, res)
+	}
+}

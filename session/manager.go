@@ -72,6 +72,10 @@ type Config struct {
 	// HibernatedTTL ends a hibernated session idle this long (instead of
 	// its idle TTL). Default 7 days.
 	HibernatedTTL time.Duration
+	// MaxHibernated caps hibernated sessions, which do not count toward
+	// MaxSessions (they hold no sandbox, only disk: their images and
+	// files). Default 1024.
+	MaxHibernated int
 	// HibernateOnShutdown hibernates every live session at Shutdown, so
 	// that the next daemon restores it, after a restart or a reboot. A
 	// session that cannot be hibernated (no criu, a dump that fails) is
@@ -109,6 +113,9 @@ func (c *Config) defaults() {
 	}
 	if c.HibernatedTTL == 0 {
 		c.HibernatedTTL = 7 * 24 * time.Hour
+	}
+	if c.MaxHibernated == 0 {
+		c.MaxHibernated = 1024
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -221,11 +228,32 @@ func (m *Manager) reserve() error {
 	if m.shutdown {
 		return ErrShutdown
 	}
-	if len(m.sessions)+m.reserved >= m.cfg.MaxSessions {
-		return fmt.Errorf("%w: %d live sessions, the configured maximum (max_sessions)", ErrLimit, m.cfg.MaxSessions)
+	if m.liveLocked()+m.reserved >= m.cfg.MaxSessions {
+		return fmt.Errorf("%w: %d live sessions, the configured maximum (max_sessions; hibernated sessions do not count)", ErrLimit, m.cfg.MaxSessions)
 	}
 	m.reserved++
 	return nil
+}
+
+// liveLocked counts the sessions that hold a sandbox: all but the
+// hibernated ones. The caller holds m.mu.
+func (m *Manager) liveLocked() int {
+	n := 0
+	for _, s := range m.sessions {
+		s.mu.Lock()
+		if !s.hibernated {
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// hibernatedCount counts the hibernated sessions.
+func (m *Manager) hibernatedCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions) - m.liveLocked()
 }
 
 func (m *Manager) unreserve() {

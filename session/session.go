@@ -108,7 +108,10 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 			return nil, fmt.Errorf("snapshot before the cell (the cell did not run): %w", err)
 		}
 	}
-	woke := m.wake(ctx, s)
+	woke, err := m.wake(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	k, err := m.ensureKernel(ctx, s)
 	if err != nil {
 		return nil, err

@@ -42,7 +42,9 @@ func (m *Manager) snapshot(ctx context.Context, s *Session) error {
 	if err := isolate.CriuCheck(); err != nil {
 		return fmt.Errorf("%w: snapshots need checkpoint/restore: %v", ErrUnavailable, err)
 	}
-	if lost := m.wake(ctx, s); lost != "" {
+	if lost, err := m.wake(ctx, s); err != nil {
+		return err
+	} else if lost != "" {
 		return fmt.Errorf("%w: session %s: %s", ErrUnavailable, s.id, lost)
 	}
 	k, err := m.ensureKernel(ctx, s)
@@ -95,9 +97,19 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 		return nil, fmt.Errorf("%w: session %s has no snapshot (take one with the snapshot op, or exec with \"snapshot\": true)", ErrNotFound, id)
 	}
 	start := time.Now()
+	s.mu.Lock()
+	hib := s.hibernated
+	s.mu.Unlock()
+	if hib {
+		// Live again afterwards: it counts toward MaxSessions.
+		if err := m.reserve(); err != nil {
+			return nil, fmt.Errorf("session %s is hibernated and cannot be rolled back now: %w", id, err)
+		}
+		defer m.unreserve()
+	}
 	// Everything the session has now goes: its kernel, or its hibernation.
 	s.mu.Lock()
-	k, hib := s.k, s.hibernated
+	k := s.k
 	s.hibernated = false
 	s.mu.Unlock()
 	if k != nil {

@@ -75,6 +75,7 @@ var configKeys = []configKey{
 	{"sessions.hibernate_after", time.Duration(0), ""},
 	{"sessions.hibernated_ttl", 7 * 24 * time.Hour, ""},
 	{"sessions.hibernate_on_shutdown", false, ""},
+	{"sessions.max_hibernated", 1024, ""},
 	// The workflow keys (fix-and-retry, review log, failure memory); see
 	// workflow_config.go for what each does.
 	{"fixer.kind", "", ""},
@@ -123,6 +124,7 @@ type config struct {
 	HibernateAfter      time.Duration
 	HibernatedTTL       time.Duration
 	HibernateOnShutdown bool
+	MaxHibernated       int
 	// Workflow holds the workflow keys' effective values as text, for
 	// workflowConfig.
 	Workflow map[string]string
@@ -417,6 +419,7 @@ func (l *configLoader) decode() {
 	c.HibernateAfter = l.duration("sessions.hibernate_after")
 	c.HibernatedTTL = l.duration("sessions.hibernated_ttl")
 	c.HibernateOnShutdown = l.boolean("sessions.hibernate_on_shutdown")
+	c.MaxHibernated = int(l.integer("sessions.max_hibernated", 1, 1<<20))
 	c.Workflow = map[string]string{}
 	for _, k := range []string{"fixer.kind", "fixer.command", "fixer.openai.base_url", "fixer.openai.model", "fixer.openai.api_key_env", "review.dir"} {
 		c.Workflow[k] = l.str(k)

@@ -203,6 +203,7 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		KeepOnShutdown: f.survivable && cfg.SurviveRestart,
 		HibernateAfter: cfg.HibernateAfter,
 		HibernatedTTL:  cfg.HibernatedTTL,
+		MaxHibernated:  cfg.MaxHibernated,
 		// Sessions hibernated for the next daemon, after a restart or
 		// a reboot.
 		HibernateOnShutdown: f.survivable && cfg.HibernateOnShutdown,

@@ -509,6 +509,14 @@ print(x, get("http://pypi.test:8080/blob"), get("http://192.0.2.20:8080/blob"))`
 	}
 	e.exec(t, info.ID, "x = 1", 0)
 	check(info.ID, "before", 1)
+	// An open connection is not carried: the dump refuses it, says so, and
+	// the session goes on with its network.
+	e.exec(t, info.ID, "import socket\nconn = socket.create_connection(('pypi.test', 8080), timeout=5)", 0)
+	if _, err := e.m.Hibernate(0, info.ID); err == nil || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Hibernate with an open TCP connection: %v, want unavailable", err)
+	}
+	check(info.ID, "after a refused hibernation", 1)
+	e.exec(t, info.ID, "conn.close()", 0)
 	if _, err := e.m.Hibernate(0, info.ID); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}

@@ -129,18 +129,23 @@ func (c cgroupFiles) single(path string) (uint64, bool) {
 	return v, err == nil
 }
 
-func (c cgroupFiles) usage() Usage {
+func (c cgroupFiles) usage() Usage { return c.read(true) }
+
+// read reads the counters; the memory figures only if withMemory.
+func (c cgroupFiles) read(withMemory bool) Usage {
 	var u Usage
 	mem := c.dir("memory")
 	if c.v2 {
 		if v, ok := c.keyed(filepath.Join(mem, "cpu.stat"), "usage_usec"); ok {
 			u.CPU = time.Duration(v) * time.Microsecond
 		}
-		if v, ok := c.single(filepath.Join(mem, "memory.peak")); ok {
-			u.MemoryPeak = int64(v)
-		}
-		if v, ok := c.single(filepath.Join(mem, "memory.current")); ok {
-			u.MemoryCurrent = int64(v)
+		if withMemory {
+			if v, ok := c.single(filepath.Join(mem, "memory.peak")); ok {
+				u.MemoryPeak = int64(v)
+			}
+			if v, ok := c.single(filepath.Join(mem, "memory.current")); ok {
+				u.MemoryCurrent = int64(v)
+			}
 		}
 		u.OOMKills, _ = c.keyed(filepath.Join(mem, "memory.events"), "oom_kill")
 		u.PidsDenied, _ = c.keyed(filepath.Join(mem, "pids.events"), "max")
@@ -149,11 +154,13 @@ func (c cgroupFiles) usage() Usage {
 	if v, ok := c.single(filepath.Join(c.dir("cpuacct"), "cpuacct.usage")); ok {
 		u.CPU = time.Duration(v)
 	}
-	if v, ok := c.single(filepath.Join(mem, "memory.max_usage_in_bytes")); ok {
-		u.MemoryPeak = int64(v)
-	}
-	if v, ok := c.single(filepath.Join(mem, "memory.usage_in_bytes")); ok {
-		u.MemoryCurrent = int64(v)
+	if withMemory {
+		if v, ok := c.single(filepath.Join(mem, "memory.max_usage_in_bytes")); ok {
+			u.MemoryPeak = int64(v)
+		}
+		if v, ok := c.single(filepath.Join(mem, "memory.usage_in_bytes")); ok {
+			u.MemoryCurrent = int64(v)
+		}
 	}
 	u.OOMKills, _ = c.keyed(filepath.Join(mem, "memory.oom_control"), "oom_kill")
 	u.PidsDenied, _ = c.keyed(filepath.Join(c.dir("pids"), "pids.events"), "max")

@@ -308,3 +308,33 @@ func TestGateHoldsAndRefusesBuilds(t *testing.T) {
 		t.Fatalf("build after a failed gate: %v", err)
 	}
 }
+
+// TestCountersLeaveMemoryOut: Counters reads what a cell's figures start
+// from (CPU, kills, refused forks) and not the memory files; Usage reads
+// them all.
+func TestCountersLeaveMemoryOut(t *testing.T) {
+	h := newTestHost(t)
+	p := policy.Default()
+	d, err := h.NewDisk("ctr"+strconv.Itoa(time.Now().Nanosecond()), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Destroy() })
+	sb, err := d.Create(Spec{Policy: p, Args: []string{"/usr/bin/python3", "-c", "sum(range(3_000_000)); import time; time.sleep(30)"},
+		Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Destroy() })
+	deadline := time.Now().Add(10 * time.Second)
+	for sb.Counters().CPU == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	c, u := sb.Counters(), sb.Usage()
+	if c.CPU == 0 || c.MemoryCurrent != 0 || c.MemoryPeak != 0 {
+		t.Errorf("Counters = %+v, want CPU and no memory figures", c)
+	}
+	if u.MemoryCurrent == 0 || u.CPU < c.CPU {
+		t.Errorf("Usage = %+v after Counters %+v", u, c)
+	}
+}

@@ -369,6 +369,10 @@ func (s *Sandbox) Kill() error {
 // Usage reads the sandbox's cgroup counters.
 func (s *Sandbox) Usage() Usage { return s.cg.usage() }
 
+// Counters is Usage without the memory figures (zero): what a cell's
+// figures are measured from, read before it runs.
+func (s *Sandbox) Counters() Usage { return s.cg.read(false) }
+
 // ResetPeak restarts the memory high-water mark (cgroup v1; on v2 the peak
 // stays the sandbox's lifetime peak).
 func (s *Sandbox) ResetPeak() { s.cg.resetPeak() }

@@ -131,7 +131,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	before := s.snap
 	s.mu.Unlock()
 
-	u0 := k.sb.Usage()
+	u0 := k.sb.Counters()
 	n0, hasNet, _ := k.sb.NetUsage()
 	k.sb.ResetPeak()
 	start := time.Now()

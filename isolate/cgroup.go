@@ -77,6 +77,29 @@ func (o *openFiles) read(path string) ([]byte, error) {
 	return append([]byte(nil), o.buf[:n]...), nil
 }
 
+// write writes data to path through a cached write-only descriptor.
+func (o *openFiles) write(path string, data []byte) error {
+	if o == nil {
+		return os.WriteFile(path, data, 0)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return os.WriteFile(path, data, 0)
+	}
+	key := "w:" + path
+	f, ok := o.files[key]
+	if !ok {
+		var err error
+		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err != nil {
+			return err
+		}
+		o.files[key] = f
+	}
+	_, err := f.WriteAt(data, 0)
+	return err
+}
+
 // close closes every cached file.
 func (o *openFiles) close() {
 	if o == nil {
@@ -176,5 +199,5 @@ func (c cgroupFiles) resetPeak() {
 		// still gives the peak since start, which bounds the cell's.
 		return
 	}
-	_ = os.WriteFile(filepath.Join(c.dir("memory"), "memory.max_usage_in_bytes"), []byte("0"), 0)
+	_ = c.open.write(filepath.Join(c.dir("memory"), "memory.max_usage_in_bytes"), []byte("0"))
 }

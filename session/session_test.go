@@ -18,6 +18,7 @@ import (
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
+	"github.com/opencontainers/cgroups"
 )
 
 func TestMain(m *testing.M) {
@@ -713,4 +714,23 @@ func testLogger() *slog.Logger {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// TestPeakMemoryIsPerCell: a cell's peak memory is its own, not the peak
+// of an earlier cell (cgroup v1 resets the high-water mark before each
+// cell; cgroup v2 before 6.12 cannot, and reports the lifetime peak).
+func TestPeakMemoryIsPerCell(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, CreateOptions{})
+	big := e.exec(t, id, "b = bytearray(150 << 20)\nb[::4096] = b'x' * len(b[::4096])\ndel b", 0)
+	small := e.exec(t, id, "x = 1", 0)
+	if big.Usage.PeakMemoryBytes < 150<<20 {
+		t.Fatalf("a cell that touched 150 MiB peaked at %d bytes", big.Usage.PeakMemoryBytes)
+	}
+	if cgroups.IsCgroup2UnifiedMode() {
+		t.Skipf("per-cell peak needs a resettable high-water mark: cgroup v2 here reports the lifetime peak (%d, %d)", big.Usage.PeakMemoryBytes, small.Usage.PeakMemoryBytes)
+	}
+	if small.Usage.PeakMemoryBytes >= big.Usage.PeakMemoryBytes-100<<20 {
+		t.Fatalf("the next cell's peak %d is the earlier cell's %d, not its own", small.Usage.PeakMemoryBytes, big.Usage.PeakMemoryBytes)
+	}
 }

@@ -204,45 +204,10 @@ func (m *Manager) wake(ctx context.Context, s *Session) (string, error) {
 
 // restoreKernel restores the sandbox from images on s's disk and waits for
 // its kernel to reconnect.
-func (m *Manager) restoreKernel(ctx context.Context, s *Session, images string) (_ *kernel, retErr error) {
-	l, err := runner.Listen(s.ctlDir())
-	if err != nil {
-		return nil, fmt.Errorf("listen for kernel: %w", err)
-	}
-	k := &kernel{listener: l}
-	defer func() {
-		if retErr != nil {
-			_ = k.close()
-		}
-	}()
-	logR, logW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("kernel log pipe: %w", err)
-	}
-	k.log = newLogTail(logR, 4096)
-	defer logW.Close()
-	spec := m.kernelSpec(s.ctlDir(), s.policy)
-	spec.Log = logW
-	sb, err := s.disk.Restore(images, spec)
-	if err != nil {
-		return nil, err
-	}
-	k.sb = sb
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	go func() {
-		select {
-		case <-sb.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame)
-	if err != nil {
-		return nil, fmt.Errorf("restored kernel did not reconnect: %w", err)
-	}
-	k.conn = conn
-	return k, nil
+func (m *Manager) restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error) {
+	return m.launchKernel(ctx, s.ctlDir(), s.policy, 10*time.Second, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+		return s.disk.Restore(images, spec)
+	})
 }
 
 // kernelSpec is the sandbox spec startKernel builds, for a restore.

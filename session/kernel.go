@@ -60,10 +60,28 @@ func (k *kernel) close() error {
 
 // startKernel builds a sandbox on disk and waits for its kernel's hello.
 // ctl is the session's control directory on the host.
-func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl string, p policy.Policy) (_ *kernel, retErr error) {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.StartTimeout)
-	defer cancel()
+func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl string, p policy.Policy) (*kernel, error) {
 	start := time.Now()
+	k, err := m.launchKernel(ctx, ctl, p, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+		sb, err := disk.Create(spec)
+		if err != nil && !errors.Is(err, isolate.ErrUnsupported) {
+			err = fmt.Errorf("build sandbox: %w", err)
+		}
+		return sb, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	m.metrics.StartSeconds.Observe(time.Since(start).Seconds())
+	return k, nil
+}
+
+// launchKernel brings a kernel's sandbox up with build (a fresh start, a
+// restore from a checkpoint) and waits, at most timeout, for the kernel to
+// connect to ctl, the session's control directory on the host.
+func (m *Manager) launchKernel(ctx context.Context, ctl string, p policy.Policy, timeout time.Duration, build func(isolate.Spec) (*isolate.Sandbox, error)) (_ *kernel, retErr error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	l, err := runner.Listen(ctl)
 	if err != nil {
 		return nil, fmt.Errorf("listen for kernel: %w", err)
@@ -84,15 +102,11 @@ func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl strin
 	}
 	k.log = newLogTail(logR, 4096)
 	defer logW.Close()
-	log := logW
 	spec := m.kernelSpec(ctl, p)
-	spec.Log = log
-	sb, err := disk.Create(spec)
+	spec.Log = logW
+	sb, err := build(spec)
 	if err != nil {
-		if errors.Is(err, isolate.ErrUnsupported) {
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		return nil, fmt.Errorf("%w: build sandbox: %v", ErrUnavailable, err)
+		return nil, err
 	}
 	k.sb = sb
 	// A kernel that dies before it connects would leave Accept waiting.
@@ -107,13 +121,12 @@ func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl strin
 	if err != nil {
 		select {
 		case <-sb.Done():
-			return nil, fmt.Errorf("%w: kernel %s before it was ready: %s", ErrUnavailable, sb.Exit(), k.log.String())
+			return nil, fmt.Errorf("kernel %s before it was ready: %s", sb.Exit(), k.log.String())
 		default:
 		}
-		return nil, fmt.Errorf("%w: kernel did not start: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("kernel did not connect: %v", err)
 	}
 	k.conn = conn
-	m.metrics.StartSeconds.Observe(time.Since(start).Seconds())
 	return k, nil
 }
 

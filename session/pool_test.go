@@ -231,10 +231,9 @@ func TestPoolConfig(t *testing.T) {
 	}
 }
 
-// BenchmarkExecTrivial measures the host side of a trivial cell in a live
-// session, without a transport: go test -tags seccomp -run NONE -bench
-// ExecTrivial ./session/. It reports a time and never asserts one.
-func BenchmarkExecTrivial(b *testing.B) {
+// benchSession starts a manager with one session for a benchmark.
+func benchSession(b *testing.B) (*Manager, string) {
+	b.Helper()
 	testenv.RequiresRoot(b)
 	r := testenv.Rootfs(b)
 	state := testenv.StateDir(b)
@@ -246,16 +245,24 @@ func BenchmarkExecTrivial(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer m.Shutdown(context.Background())
+	b.Cleanup(func() { _ = m.Shutdown(context.Background()) })
 	info, err := m.Create(context.Background(), CreateOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := m.Exec(context.Background(), 0, info.ID, ExecRequest{Code: "x = 0"}); err != nil {
+	return m, info.ID
+}
+
+// BenchmarkExecTrivial measures the host side of a trivial cell in a live
+// session, without a transport: go test -tags seccomp -run NONE -bench
+// ExecTrivial ./session/. It reports a time and never asserts one.
+func BenchmarkExecTrivial(b *testing.B) {
+	m, id := benchSession(b)
+	if _, err := m.Exec(context.Background(), 0, id, ExecRequest{Code: "x = 0"}); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		res, err := m.Exec(context.Background(), 0, info.ID, ExecRequest{Code: "x += 1"})
+		res, err := m.Exec(context.Background(), 0, id, ExecRequest{Code: "x += 1"})
 		if err != nil || res.Status != StatusOK {
 			b.Fatalf("exec: %v %+v", err, res)
 		}
@@ -265,23 +272,8 @@ func BenchmarkExecTrivial(b *testing.B) {
 // BenchmarkCellOverhead times the host-side steps every cell pays besides
 // the kernel round trip, on a live session with an empty workspace.
 func BenchmarkCellOverhead(b *testing.B) {
-	testenv.RequiresRoot(b)
-	r := testenv.Rootfs(b)
-	state := testenv.StateDir(b)
-	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: testCgroupRoot})
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := New(Config{StateDir: filepath.Join(state, "sessions")}, h)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Shutdown(context.Background())
-	info, err := m.Create(context.Background(), CreateOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, _ := m.get(0, info.ID)
+	m, id := benchSession(b)
+	s, _ := m.get(0, id)
 	k := s.k
 	b.Run("usage", func(b *testing.B) {
 		for b.Loop() {
@@ -303,7 +295,7 @@ func BenchmarkCellOverhead(b *testing.B) {
 			m.rescan(s)
 		}
 	})
-	if _, err := m.Exec(context.Background(), 0, info.ID, ExecRequest{Code: "import os\nfor i in range(50): open(f'f{i}.txt', 'w').write('x')"}); err != nil {
+	if _, err := m.Exec(context.Background(), 0, id, ExecRequest{Code: "import os\nfor i in range(50): open(f'f{i}.txt', 'w').write('x')"}); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("scan-50-files", func(b *testing.B) {

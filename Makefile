@@ -74,11 +74,7 @@ FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedReq
 	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery \
 	./isolate:FuzzDecodeUserns
 fuzz: deps
-	@for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
-		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
-	done
+	GO=$(GO) TAGS=$(TAGS) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh $(FUZZ_TARGETS)
 
 test-cgroupv2: rootfs
 	VM_DIR=$(VM_DIR) JAILCELL_ROOTFS=$(ROOTFS_BASE) GO=$(GO) ./scripts/cgroupv2-vm.sh

@@ -595,17 +595,7 @@ func benchPool(dir string) {
 	ids = concurrentCreates(s, 20, "pool20_all_ready_ms")
 	// Idle preloaded sessions: their cgroup charge.
 	time.Sleep(2 * time.Second)
-	var tot, anon []float64
-	for _, id := range ids {
-		if t, a, ok := s.sessionMemory(id); ok {
-			tot, anon = append(tot, t), append(anon, a)
-		}
-	}
-	res.Raw["idle_session_cgroup_mb"] = median(tot) / (1 << 20)
-	res.Raw["idle_session_anon_mb"] = median(anon) / (1 << 20)
-	for _, id := range ids {
-		s.close(id)
-	}
+	idleMemory(s, ids, "")
 }
 
 func concurrentCreates(s *server, k int, key string) []string {
@@ -698,14 +688,20 @@ func benchSocket(dir string) {
 	ids = concurrentCreates(s, k, "create100_cold_ms")
 	time.Sleep(2 * time.Second)
 	res.Raw["daemon_rss_100_mb"] = s.rss() / (1 << 20)
+	idleMemory(s, ids, "_100")
+}
+
+// idleMemory records the median cgroup charge (and its anonymous part) of
+// the idle sessions ids under keys ending in suffix, then closes them.
+func idleMemory(s *server, ids []string, suffix string) {
 	var tot, anon []float64
 	for _, id := range ids {
 		if t, a, ok := s.sessionMemory(id); ok {
 			tot, anon = append(tot, t), append(anon, a)
 		}
 	}
-	res.Raw["idle_session_cgroup_mb_100"] = median(tot) / (1 << 20)
-	res.Raw["idle_session_anon_mb_100"] = median(anon) / (1 << 20)
+	res.Raw["idle_session_cgroup_mb"+suffix] = median(tot) / (1 << 20)
+	res.Raw["idle_session_anon_mb"+suffix] = median(anon) / (1 << 20)
 	for _, id := range ids {
 		s.close(id)
 	}

@@ -9,6 +9,9 @@
 # configuration under BUILD_DIR and uses the same mirror as the system's bookworm
 # entry; the system's apt sources are not touched.
 #
+# FETCH_ONLY=1 stops after the lookup and the checksummed download: the cheap
+# cold-path check `make test` runs with empty BUILD_DIR and PREFIX.
+#
 # Idempotent: a stamp next to the binary records version and patch hash; when it
 # matches and `criu --version` runs, nothing is done.
 set -euo pipefail
@@ -80,13 +83,22 @@ if ! echo "$ORIG_SHA256  $src_dir/$ORIG" | sha256sum -c --quiet - >/dev/null 2>&
 	echo "fetching $ORIG from $mirror ($CRIU_SUITE)"
 	apt-get "${apt_opts[@]}" update -qq
 	# The pool directory comes from the suite's signed Sources index.
-	dir=$(apt-cache "${apt_opts[@]}" showsrc "criu=$CRIU_VERSION-$CRIU_DEBIAN_REVISION" | awk '/^Directory:/ {print $2; exit}')
+	# bookworm's apt (2.6) refuses `showsrc NAME=VERSION` ("Unable to locate
+	# package"), so list every version and pick the pinned one's stanza.
+	dir=$(apt-cache "${apt_opts[@]}" showsrc criu | awk -v RS= -v want="$CRIU_VERSION-$CRIU_DEBIAN_REVISION" '
+		$0 ~ "(^|\n)Package: criu\n" && $0 ~ "\nVersion: " want "\n" {
+			if (match($0, /\nDirectory: [^\n]+/)) { print substr($0, RSTART + 12, RLENGTH - 12); exit }
+		}')
 	[[ -n $dir ]] || { echo "build-criu: criu $CRIU_VERSION-$CRIU_DEBIAN_REVISION not in $CRIU_SUITE" >&2; exit 1; }
 	rm -f "$src_dir/$ORIG"
 	/usr/lib/apt/apt-helper download-file "$mirror/$dir/$ORIG" "$src_dir/$ORIG" "SHA256:$ORIG_SHA256" >/dev/null
 fi
 echo "$ORIG_SHA256  $src_dir/$ORIG" | sha256sum -c --quiet - ||
 	{ echo "build-criu: sha256 mismatch for $ORIG" >&2; exit 1; }
+if [[ ${FETCH_ONLY:-} == 1 ]]; then
+	echo "fetched $ORIG (sha256 ok) into $src_dir"
+	exit 0
+fi
 
 tree=$BUILD_DIR/criu-$CRIU_VERSION
 rm -rf "$tree"

@@ -83,6 +83,18 @@ var Special = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 }
 
+// InsideSpecial reports whether the whole of pr lies inside one Special
+// range: only such an IP or CIDR entry opens (that part of) a special
+// range. A broader prefix, even one covering a special range, never does.
+func InsideSpecial(pr netip.Prefix) bool {
+	for _, s := range Special {
+		if s.Bits() <= pr.Bits() && s.Contains(pr.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
 // IsSpecial reports whether a is in a Special range (or is not IPv4).
 func IsSpecial(a netip.Addr) bool {
 	a = a.Unmap()
@@ -105,11 +117,13 @@ func (p *Policy) Entries() []Allow {
 	return *p.Allow
 }
 
-// Explicit reports whether an IP or CIDR entry of p names a (the only way
-// a Special address becomes reachable).
+// Explicit reports whether an IP or CIDR entry of p that lies inside a
+// Special range names a (the only way a Special address becomes
+// reachable). A broad entry such as 0.0.0.0/0 contains 169.254.169.254 but
+// does not make it explicit.
 func (p *Policy) Explicit(a netip.Addr) bool {
 	for _, e := range p.Entries() {
-		if pr, ok := e.Prefix(); ok && pr.Contains(a.Unmap()) {
+		if pr, ok := e.Prefix(); ok && InsideSpecial(pr) && pr.Contains(a.Unmap()) {
 			return true
 		}
 	}
@@ -214,7 +228,14 @@ func checkNetwork(p *Policy) error {
 // within reports whether the entry a is permitted by base: a Host entry
 // matched by one of base's Host entries (exactly, or a wildcard covering
 // it), an IP or CIDR inside one of base's, and every port allowed there.
+// An IP or CIDR inside a Special range must lie inside a base entry that is
+// itself inside a Special range: the gateway opens such an entry ahead of
+// its refusal of special ranges, so a narrowed 169.254.169.254 under a
+// policy's 0.0.0.0/0 would reach the cloud metadata service (SSRF), which
+// the policy itself never does.
 func within(a Allow, base []Allow) bool {
+	pa, isPrefix := a.Prefix()
+	special := isPrefix && InsideSpecial(pa)
 	for _, b := range base {
 		ok := false
 		switch {
@@ -223,9 +244,8 @@ func within(a Allow, base []Allow) bool {
 			ok = strings.EqualFold(a.Host, b.Host) || (!strings.HasPrefix(h, "*.") && b.MatchHost(h)) ||
 				(strings.HasPrefix(h, "*.") && strings.HasPrefix(b.Host, "*.") && b.MatchHost(h[2:]))
 		case a.Host == "" && b.Host == "":
-			pa, _ := a.Prefix()
 			pb, _ := b.Prefix()
-			ok = pa.Bits() >= pb.Bits() && pb.Contains(pa.Addr())
+			ok = pa.Bits() >= pb.Bits() && pb.Contains(pa.Addr()) && (!special || InsideSpecial(pb))
 		}
 		if ok && portsWithin(a.Ports, b.Ports) {
 			return true
@@ -258,6 +278,9 @@ func narrowNetwork(p *Policy, allow []Allow) error {
 			return err
 		}
 		if !within(a, p.Entries()) {
+			if pr, ok := a.Prefix(); ok && InsideSpecial(pr) {
+				return fmt.Errorf("%w: allow[%d] = %s is a private or special range; allowed only inside an ip or cidr entry of the policy that lies in that range itself (a broad prefix such as 0.0.0.0/0 does not open it)", ErrInvalid, i, pr)
+			}
 			return fmt.Errorf("%w: allow[%d] is not within the policy's allowlist", ErrInvalid, i)
 		}
 	}

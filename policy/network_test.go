@@ -107,3 +107,64 @@ func TestNetworkOverride(t *testing.T) {
 		t.Error("override opened a network-none policy")
 	}
 }
+
+// TestHostileNarrowOpensSpecialRange: a request narrowing a policy whose
+// only broad entry is 0.0.0.0/0 must not open a special range (the cloud
+// metadata address, RFC 1918, loopback, shared address space): the gateway
+// opens an entry inside a special range ahead of its refusal of those
+// ranges, so accepting it would be an SSRF the policy itself never allows.
+// An explicit entry of the policy inside the range still narrows.
+func TestHostileNarrowOpensSpecialRange(t *testing.T) {
+	base := allowlist(Allow{CIDR: "0.0.0.0/0", Ports: []uint16{80, 443}},
+		Allow{IP: "10.20.0.15", Ports: []uint16{5432}}, Allow{CIDR: "172.16.4.0/24", Ports: []uint16{443}})
+	for _, bad := range []Allow{
+		{CIDR: "10.0.0.0/8", Ports: []uint16{443}},
+		{IP: "169.254.169.254", Ports: []uint16{80}},
+		{CIDR: "169.254.169.254/32", Ports: []uint16{80}},
+		{IP: "100.64.0.1", Ports: []uint16{443}},
+		{CIDR: "127.0.0.0/8", Ports: []uint16{80}},
+		{IP: "127.0.0.1", Ports: []uint16{443}},
+		{IP: "192.168.1.1", Ports: []uint16{443}},
+		{IP: "10.20.0.15", Ports: []uint16{443}},      // listed, but not on this port
+		{CIDR: "10.20.0.0/24", Ports: []uint16{5432}}, // wider than the listed address
+		{CIDR: "172.16.0.0/16", Ports: []uint16{443}}, // wider than the listed prefix
+		{IP: "224.0.0.1", Ports: []uint16{80}},
+	} {
+		allow := []Allow{bad}
+		p, err := (&Override{Allow: &allow}).Apply(base)
+		if err == nil {
+			t.Errorf("narrowing to %+v accepted (%v): opens a special range the policy does not", bad, p.Entries())
+		} else if !strings.Contains(err.Error(), "special range") {
+			t.Errorf("narrowing to %+v: %v, want an error naming the special range", bad, err)
+		}
+	}
+	for _, good := range []Allow{
+		{IP: "10.20.0.15", Ports: []uint16{5432}},
+		{CIDR: "10.20.0.15/32", Ports: []uint16{5432}},
+		{CIDR: "172.16.4.128/25", Ports: []uint16{443}},
+		{IP: "203.0.113.7", Ports: []uint16{443}},
+		{CIDR: "0.0.0.0/1", Ports: []uint16{80}}, // covers 10/8, but only its public part is opened
+	} {
+		allow := []Allow{good}
+		if _, err := (&Override{Allow: &allow}).Apply(base); err != nil {
+			t.Errorf("narrowing to %+v: %v", good, err)
+		}
+	}
+	// The DNS side: a listed name resolving into a special range is
+	// rebinding unless an entry inside that range lists the address.
+	for a, want := range map[string]bool{"169.254.169.254": false, "10.0.0.1": false, "127.0.0.1": false,
+		"10.20.0.15": true, "172.16.4.9": true, "203.0.113.7": true} {
+		if got := base.Explicit(netip.MustParseAddr(a)); got != want && IsSpecial(netip.MustParseAddr(a)) {
+			t.Errorf("Explicit(%s) = %v, want %v", a, got, want)
+		}
+	}
+}
+
+func TestInsideSpecial(t *testing.T) {
+	for pr, want := range map[string]bool{"10.0.0.0/8": true, "10.1.0.0/16": true, "169.254.169.254/32": true,
+		"0.0.0.0/0": false, "8.0.0.0/6": false, "224.0.0.0/3": false, "203.0.113.0/24": false, "0.0.0.0/8": true} {
+		if got := InsideSpecial(netip.MustParsePrefix(pr)); got != want {
+			t.Errorf("InsideSpecial(%s) = %v, want %v", pr, got, want)
+		}
+	}
+}

@@ -33,6 +33,9 @@ type Hello struct {
 	// (the host restarted during a cell). Its result goes to the old id and
 	// is ignored.
 	Busy bool `json:"busy"`
+	// Acks is true if the kernel sends a "started" frame before each
+	// cell's code runs (see ErrNotStarted); older kernels do not.
+	Acks bool `json:"acks"`
 }
 
 // ExecRequest is one cell to run.
@@ -267,7 +270,10 @@ func (c *Conn) broken() error {
 // kill) or calls Close.
 //
 // An error means the Conn is broken, except for an invalid request and code
-// too large to send, which leave it usable.
+// too large to send, which leave it usable. An error that wraps
+// ErrNotStarted says the cell's code never ran: nothing was sent, or the
+// connection ended before the kernel's "started" frame (only meaningful
+// when Hello().Acks).
 func (c *Conn) Exec(req ExecRequest, onStream func(name, text string)) (*Result, error) {
 	if req.ID == "" {
 		return nil, errors.New("exec: empty id")
@@ -278,7 +284,7 @@ func (c *Conn) Exec(req ExecRequest, onStream func(name, text string)) (*Result,
 	c.sem <- struct{}{}
 	defer func() { <-c.sem }()
 	if err := c.broken(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (%w)", err, ErrNotStarted)
 	}
 	frame := struct {
 		T         string `json:"t"`
@@ -290,12 +296,15 @@ func (c *Conn) Exec(req ExecRequest, onStream func(name, text string)) (*Result,
 		if errors.Is(err, ErrFrameTooLarge) {
 			return nil, fmt.Errorf("exec %s: %w", req.ID, err) // nothing was written
 		}
-		return nil, c.fail(fmt.Errorf("exec %s: %w", req.ID, err))
+		return nil, c.fail(fmt.Errorf("exec %s: %w (%w)", req.ID, err, ErrNotStarted))
 	}
 	st := newExecState(req, onStream)
 	for {
 		b, err := ReadFrame(c.r, c.maxFrame)
 		if err != nil {
+			if !st.started {
+				err = fmt.Errorf("%w (%w)", err, ErrNotStarted)
+			}
 			return nil, c.fail(fmt.Errorf("exec %s: %w", req.ID, err))
 		}
 		res, err := st.handle(b)
@@ -378,6 +387,10 @@ type execState struct {
 	onStream  func(name, text string)
 	out       [2][]byte
 	truncated [2]bool
+	// started: the kernel said the cell's code is about to run. Any frame
+	// of the cell counts: a kernel does not stream for a cell it has not
+	// started.
+	started bool
 }
 
 var streamNames = [2]string{"stdout", "stderr"}
@@ -396,6 +409,7 @@ func (s *execState) handle(b []byte) (*Result, error) {
 	if !ok || id != s.req.ID {
 		return nil, nil // stale, forged or meant for another request
 	}
+	s.started = true
 	switch t {
 	case "stream":
 		var f struct {

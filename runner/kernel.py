@@ -1131,6 +1131,7 @@ class _Kernel:
             "python": "%d.%d.%d" % sys.version_info[:3],
             "cells": self.cells,
             "busy": self.busy,
+            "acks": True,
         }
 
     def display(self, *objs, raw=False, **kwargs):
@@ -1205,6 +1206,10 @@ class _Kernel:
                 req = self.requests.get()
                 if req.gen != self.link.gen:
                     continue  # its host has gone; a new one does not know the id
+                # Before any of the cell's code: the host then knows that a
+                # kernel gone without this frame never ran the cell.
+                if not self.link.send({"t": "started", "id": req.id}):
+                    continue
                 self.busy = True
                 msg = self.run_cell(req)
             except KeyboardInterrupt as exc:

@@ -57,6 +57,13 @@ var (
 	// ErrProtocol reports a frame that breaks the protocol: not a JSON
 	// object, a hello or result of the wrong shape, an unknown status.
 	ErrProtocol = errors.New("kernel protocol violation")
+	// ErrNotStarted marks an Exec that failed before the cell's code ran:
+	// nothing was sent, or the connection ended before the kernel's
+	// "started" frame for the cell. The kernel sends that frame before any
+	// of the cell's code, so without it the code did not run. (Code of an
+	// earlier cell still running in the kernel could forge the frame; it
+	// can only mislead its own session.)
+	ErrNotStarted = errors.New("the cell did not start")
 )
 
 // Listen removes a stale SocketName in dir and listens there. dir must be a

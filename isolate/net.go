@@ -74,6 +74,22 @@ const (
 	upLink   = "up" // gateway end of the uplink
 	nftTable = "jailcell"
 	dnsTTL   = 30
+	// maxPins bounds the (address, port) pairs a sandbox's listed names
+	// may pin, as the nftables set does: a wildcard under a domain whose
+	// name servers answer each query with new addresses cannot grow the
+	// daemon's bookkeeping past it.
+	maxPins = 65536
+	// MaxRefusedSample bounds the distinct refused destinations a cell's
+	// usage lists (the most frequent first); RefusedCount has them all.
+	// The DNS server keeps at most this many distinct refused names per
+	// reading: a cell asking for 100,000 random names costs a count, not a
+	// map of names (memory exhaustion of the daemon, and a result of
+	// megabytes).
+	MaxRefusedSample = 64
+	// At most refusedLogBurst "egress refused" lines per sandbox and
+	// refusedLogWindow; the rest are counted and summarised once.
+	refusedLogBurst  = 20
+	refusedLogWindow = 10 * time.Second
 )
 
 // uplinkAddrs returns the upstream and gateway ends of slot's uplink.
@@ -176,10 +192,18 @@ type gateway struct {
 
 	nftMu sync.Mutex // one nft at a time
 
-	mu      sync.Mutex
-	pinned  map[netip.AddrPort]bool
-	names   map[netip.Addr]string // the name an address was resolved for
-	refused map[RefusedKey]int64  // refused by the DNS server
+	mu     sync.Mutex
+	pinned map[netip.AddrPort]bool // at most maxPins
+	names  map[netip.Addr]string   // the name an address was resolved for
+	// refused is a sample of the DNS server's refusals since the last
+	// usage reading (at most MaxRefusedSample names); refusedN counts them
+	// all, for the gateway's life.
+	refused  map[RefusedKey]int64
+	refusedN int64
+	// The log of refusals is rate-limited per sandbox.
+	logStart time.Time
+	logged   int
+	logQuiet int64 // refusals not logged in the current window
 }
 
 // attachNetwork builds the gateway for a sandbox whose init is pid and
@@ -338,7 +362,7 @@ func ruleset(p policy.Policy) string {
 			continue
 		}
 		rule := fmt.Sprintf("iifname %q oifname %q ct state new meta l4proto { tcp, udp } ip daddr %s th dport { %s } counter name \"tx\" accept", sbLink, upLink, pr, ports(a.Ports))
-		if insideSpecial(pr) {
+		if policy.InsideSpecial(pr) {
 			special = append(special, rule)
 		} else {
 			rest = append(rest, rule)
@@ -350,7 +374,7 @@ func ruleset(p policy.Policy) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "table inet %s {\n", nftTable)
-	b.WriteString("counter tx {\n}\ncounter rx {\n}\n")
+	b.WriteString("counter tx {\n}\ncounter rx {\n}\ncounter refusedall {\n}\n")
 	b.WriteString("set pins { type ipv4_addr . inet_service; size 65536; }\n")
 	b.WriteString("set refused { type ipv4_addr . inet_service; size 4096; flags dynamic; counter; }\n")
 	fmt.Fprintf(&b, "set special { type ipv4_addr; flags interval; elements = { %s }; }\n", strings.Join(sp, ", "))
@@ -370,19 +394,13 @@ func ruleset(p policy.Policy) string {
 		b.WriteString(r + "\n")
 	}
 	fmt.Fprintf(&b, "iifname %q goto refuse\n}\n", sbLink)
-	b.WriteString("chain refuse {\nmeta l4proto { tcp, udp } update @refused { ip daddr . th dport }\n")
+	// refusedall counts every refused attempt; the refused set (bounded by
+	// nftables) names the destinations.
+	b.WriteString("chain refuse {\nmeta l4proto { tcp, udp } counter name \"refusedall\"\n")
+	b.WriteString("meta l4proto { tcp, udp } update @refused { ip daddr . th dport }\n")
 	b.WriteString("reject with icmpx type admin-prohibited\n}\n")
 	fmt.Fprintf(&b, "chain postrouting {\ntype nat hook postrouting priority srcnat;\noifname %q masquerade\n}\n}\n", upLink)
 	return b.String()
-}
-
-func insideSpecial(pr netip.Prefix) bool {
-	for _, s := range policy.Special {
-		if s.Bits() <= pr.Bits() && s.Contains(pr.Addr()) {
-			return true
-		}
-	}
-	return false
 }
 
 func ports(ps []uint16) string {
@@ -479,6 +497,9 @@ type RefusedKey struct {
 type Refused struct {
 	RefusedKey
 	Count int64
+	// windowed: counted since the previous reading (the DNS server's
+	// sample), not since the gateway was built.
+	windowed bool
 }
 
 // NetUsage is what a sandbox sent through its gateway, counted there.
@@ -486,25 +507,58 @@ type Refused struct {
 type NetUsage struct {
 	SentBytes, ReceivedBytes     int64
 	SentPackets, ReceivedPackets int64
-	Refused                      []Refused
+	// RefusedCount is every refused attempt: packets the gateway
+	// rejected and names its DNS server would not answer for.
+	RefusedCount int64
+	// Refused is a sample of them by destination. In a reading from
+	// Sandbox.NetUsage, the DNS server's part covers the time since the
+	// previous reading; Since keeps at most MaxRefusedSample entries, the
+	// most frequent.
+	Refused []Refused
 }
 
-// Since is u minus an earlier reading of the same sandbox.
+// Since is u minus an earlier reading of the same sandbox, with Refused
+// cut to MaxRefusedSample entries.
 func (u NetUsage) Since(prev NetUsage) NetUsage {
 	before := map[RefusedKey]int64{}
 	for _, r := range prev.Refused {
-		before[r.RefusedKey] = r.Count
+		if !r.windowed {
+			before[r.RefusedKey] = r.Count
+		}
 	}
 	d := NetUsage{
 		SentBytes: u.SentBytes - prev.SentBytes, ReceivedBytes: u.ReceivedBytes - prev.ReceivedBytes,
 		SentPackets: u.SentPackets - prev.SentPackets, ReceivedPackets: u.ReceivedPackets - prev.ReceivedPackets,
+		RefusedCount: u.RefusedCount - prev.RefusedCount,
 	}
 	for _, r := range u.Refused {
-		if n := r.Count - before[r.RefusedKey]; n > 0 {
+		n := r.Count
+		if !r.windowed {
+			n -= before[r.RefusedKey]
+		}
+		if n > 0 {
 			d.Refused = append(d.Refused, Refused{RefusedKey: r.RefusedKey, Count: n})
 		}
 	}
+	if len(d.Refused) > MaxRefusedSample {
+		sort.SliceStable(d.Refused, func(i, j int) bool { return d.Refused[i].Count > d.Refused[j].Count })
+		d.Refused = d.Refused[:MaxRefusedSample]
+		sortRefused(d.Refused)
+	}
 	return d
+}
+
+func sortRefused(rs []Refused) {
+	sort.Slice(rs, func(i, j int) bool {
+		a, b := rs[i], rs[j]
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		if a.Addr != b.Addr {
+			return a.Addr < b.Addr
+		}
+		return a.Port < b.Port
+	})
 }
 
 // NetUsage reads the gateway's counters; ok is false for a sandbox without
@@ -546,6 +600,8 @@ func (g *gateway) usage() (NetUsage, error) {
 			u.SentBytes, u.SentPackets = o.Counter.Bytes, o.Counter.Packets
 		case o.Counter != nil && o.Counter.Name == "rx":
 			u.ReceivedBytes, u.ReceivedPackets = o.Counter.Bytes, o.Counter.Packets
+		case o.Counter != nil && o.Counter.Name == "refusedall":
+			u.RefusedCount += o.Counter.Packets
 		case o.Set != nil && o.Set.Name == "refused":
 			for _, raw := range o.Set.Elem {
 				var e struct {
@@ -569,32 +625,55 @@ func (g *gateway) usage() (NetUsage, error) {
 				if n == 0 {
 					n = 1 // added by this packet; the counter starts after it
 				}
-				u.Refused = append(u.Refused, Refused{RefusedKey{Addr: addr, Port: port, Name: g.names[a], Reason: "not on the allowlist"}, n})
+				u.Refused = append(u.Refused, Refused{RefusedKey: RefusedKey{Addr: addr, Port: port, Name: g.names[a], Reason: "not on the allowlist"}, Count: n})
 			}
 		}
 	}
-	for k, n := range g.refused {
-		u.Refused = append(u.Refused, Refused{k, n})
-	}
-	sort.Slice(u.Refused, func(i, j int) bool {
-		a, b := u.Refused[i], u.Refused[j]
-		if a.Name != b.Name {
-			return a.Name < b.Name
-		}
-		if a.Addr != b.Addr {
-			return a.Addr < b.Addr
-		}
-		return a.Port < b.Port
-	})
+	g.takeDNSRefusals(&u)
+	sortRefused(u.Refused)
 	return u, nil
 }
 
-// refuse records a refusal by the DNS server.
+// takeDNSRefusals adds the DNS server's refusals to u: the count for the
+// gateway's life and the sample since the previous reading, which starts
+// a new sample.
+func (g *gateway) takeDNSRefusals(u *NetUsage) {
+	u.RefusedCount += g.refusedN
+	for k, n := range g.refused {
+		u.Refused = append(u.Refused, Refused{RefusedKey: k, Count: n, windowed: true})
+	}
+	clear(g.refused)
+}
+
+// refuse records a refusal by the DNS server: always counted, sampled up
+// to MaxRefusedSample distinct names per reading, logged at most
+// refusedLogBurst times per refusedLogWindow. The name is the cell's own
+// choice, so none of this may grow with the number of names it tries.
 func (g *gateway) refuse(k RefusedKey) {
+	now := time.Now()
 	g.mu.Lock()
-	g.refused[k]++
+	g.refusedN++
+	if _, ok := g.refused[k]; ok || len(g.refused) < MaxRefusedSample {
+		g.refused[k]++
+	}
+	var quiet int64
+	if now.Sub(g.logStart) >= refusedLogWindow {
+		quiet = g.logQuiet
+		g.logStart, g.logged, g.logQuiet = now, 0, 0
+	}
+	log := g.logged < refusedLogBurst
+	if log {
+		g.logged++
+	} else {
+		g.logQuiet++
+	}
 	g.mu.Unlock()
-	g.eg.Log.Info("egress refused", "name", k.Name, "addr", k.Addr, "reason", k.Reason)
+	if quiet > 0 {
+		g.eg.Log.Warn("egress refusals not logged", "count", quiet, "window", refusedLogWindow)
+	}
+	if log {
+		g.eg.Log.Info("egress refused", "name", k.Name, "addr", k.Addr, "reason", k.Reason)
+	}
 }
 
 // resolve looks name up on the host, keeps the addresses the policy
@@ -611,6 +690,7 @@ func (g *gateway) resolve(name string) (_ []netip.Addr, ok bool) {
 	}
 	var keep []netip.Addr
 	var add []string
+	full := false
 	g.mu.Lock()
 	for _, a := range addrs {
 		a = a.Unmap()
@@ -623,17 +703,28 @@ func (g *gateway) resolve(name string) (_ []netip.Addr, ok bool) {
 			g.mu.Lock()
 			continue
 		}
-		keep = append(keep, a)
-		g.names[a] = name
+		kept := false
 		for _, p := range ports {
 			ap := netip.AddrPortFrom(a, p)
-			if !g.pinned[ap] {
+			if g.pinned[ap] {
+				kept = true
+			} else if len(g.pinned) < maxPins {
 				g.pinned[ap] = true
 				add = append(add, fmt.Sprintf("%s . %d", a, p))
+				kept = true
+			} else {
+				full = true
 			}
+		}
+		if kept {
+			keep = append(keep, a)
+			g.names[a] = name
 		}
 	}
 	g.mu.Unlock()
+	if full {
+		g.refuse(RefusedKey{Name: name, Reason: fmt.Sprintf("the sandbox's %d pinned addresses are used up", maxPins)})
+	}
 	if len(add) > 0 {
 		if err := g.nft(fmt.Sprintf("add element inet %s pins { %s }\n", nftTable, strings.Join(add, ", "))); err != nil {
 			g.eg.Log.Warn("egress pin", "name", name, "err", err)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jailcell/jailcell/policy"
 )
@@ -149,5 +152,101 @@ func TestUplinkAddrs(t *testing.T) {
 	up, gw = uplinkAddrs(4095)
 	if up.String() != "100.64.63.253" || gw.String() != "100.64.63.254" {
 		t.Errorf("slot 4095: %s %s", up, gw)
+	}
+}
+
+// lineCounter counts log lines.
+type lineCounter struct{ n atomic.Int64 }
+
+func (c *lineCounter) Write(b []byte) (int, error) {
+	c.n.Add(int64(strings.Count(string(b), "\n")))
+	return len(b), nil
+}
+
+// TestHostileRefusedDNSNames: a cell asking the gateway's DNS server for
+// 100,000 distinct unlisted names costs the daemon a count, a sample of at
+// most MaxRefusedSample names and a rate-limited log, not a map entry, a
+// result entry and a log line per name (memory exhaustion of the daemon,
+// results of megabytes, a flooded log).
+func TestHostileRefusedDNSNames(t *testing.T) {
+	g := testGateway()
+	var lines lineCounter
+	g.eg.Log = slog.New(slog.NewTextHandler(&lines, nil))
+	const flood = 100_000
+	start := time.Now()
+	for i := range flood {
+		q := query(uint16(i), fmt.Sprintf("n%d.flood.test", i), 1)
+		if r := g.answer(q); r == nil || r[3]&0x0f != rcodeNXDomain {
+			t.Fatalf("%d: answer %x, want NXDOMAIN", i, r)
+		}
+	}
+	windows := int64(time.Since(start)/refusedLogWindow) + 1
+	if len(g.refused) > MaxRefusedSample {
+		t.Fatalf("the DNS server keeps %d refused names, want at most %d", len(g.refused), MaxRefusedSample)
+	}
+	if n := lines.n.Load(); n > windows*(refusedLogBurst+1) {
+		t.Errorf("%d log lines for %d refusals, want at most %d per %s", n, flood, refusedLogBurst+1, refusedLogWindow)
+	}
+	var u NetUsage
+	g.takeDNSRefusals(&u)
+	if u.RefusedCount != flood || len(u.Refused) != MaxRefusedSample {
+		t.Fatalf("reading: count %d, %d sampled; want %d, %d", u.RefusedCount, len(u.Refused), flood, MaxRefusedSample)
+	}
+	// The next reading samples afresh: a later cell's names are listed.
+	g.answer(query(1, "later.test", 1))
+	g.answer(query(2, "later.test", 1))
+	var u2 NetUsage
+	g.takeDNSRefusals(&u2)
+	d := u2.Since(u)
+	if d.RefusedCount != 2 || len(d.Refused) != 1 || d.Refused[0].Name != "later.test" || d.Refused[0].Count != 2 {
+		t.Fatalf("the next cell's refusals: %+v, want later.test twice", d)
+	}
+}
+
+// TestNetUsageSince: gateway refusals are counted since the gateway was
+// built and subtracted; DNS samples already cover one reading; the result
+// lists at most MaxRefusedSample destinations, the most frequent.
+func TestNetUsageSince(t *testing.T) {
+	prev := NetUsage{SentBytes: 10, RefusedCount: 5, Refused: []Refused{
+		{RefusedKey: RefusedKey{Addr: "192.0.2.1", Port: 80}, Count: 3},
+		{RefusedKey: RefusedKey{Name: "a.test"}, Count: 2, windowed: true},
+	}}
+	cur := NetUsage{SentBytes: 30, RefusedCount: 5 + 1 + 1 + 4*MaxRefusedSample, Refused: []Refused{
+		{RefusedKey: RefusedKey{Addr: "192.0.2.1", Port: 80}, Count: 3}, // nothing new
+		{RefusedKey: RefusedKey{Addr: "192.0.2.2", Port: 80}, Count: 5},
+		{RefusedKey: RefusedKey{Name: "a.test"}, Count: 3, windowed: true},
+	}}
+	for i := range 2 * MaxRefusedSample {
+		cur.Refused = append(cur.Refused, Refused{RefusedKey: RefusedKey{Addr: fmt.Sprintf("198.51.100.%d", i), Port: 443}, Count: 2})
+	}
+	d := cur.Since(prev)
+	if d.SentBytes != 20 || d.RefusedCount != cur.RefusedCount-5 || len(d.Refused) != MaxRefusedSample {
+		t.Fatalf("Since: %+v", d)
+	}
+	got := map[string]int64{}
+	for _, r := range d.Refused {
+		got[r.Addr+r.Name] = r.Count
+	}
+	if got["192.0.2.2"] != 5 || got["a.test"] != 3 || got["192.0.2.1"] != 0 {
+		t.Errorf("Since kept %v, want 192.0.2.2 x5 and a.test x3 first and nothing for 192.0.2.1", got)
+	}
+}
+
+// TestPinsBounded: a wildcard whose name servers answer every query with
+// new addresses cannot pin more than maxPins pairs.
+func TestPinsBounded(t *testing.T) {
+	g := testGateway()
+	g.pinned = map[netip.AddrPort]bool{}
+	for i := range maxPins {
+		g.pinned[netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}), 443)] = true
+	}
+	g.eg.Resolve = func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("203.0.113.9")}, nil
+	}
+	if addrs, ok := g.resolve("new.pkgs.test"); !ok || len(addrs) != 0 || len(g.pinned) != maxPins {
+		t.Fatalf("resolve past the pin limit: %v %v, %d pins", addrs, ok, len(g.pinned))
+	}
+	if len(g.refused) != 1 {
+		t.Errorf("refusal at the pin limit not recorded: %v", g.refused)
 	}
 }

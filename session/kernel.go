@@ -227,7 +227,7 @@ func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace tim
 
 // networkUsage is the wire form of a cell's gateway counters.
 func networkUsage(u isolate.NetUsage) *NetworkUsage {
-	n := &NetworkUsage{SentBytes: u.SentBytes, ReceivedBytes: u.ReceivedBytes}
+	n := &NetworkUsage{SentBytes: u.SentBytes, ReceivedBytes: u.ReceivedBytes, RefusedCount: u.RefusedCount}
 	for _, r := range u.Refused {
 		n.Refused = append(n.Refused, RefusedAttempt{Addr: r.Addr, Port: r.Port, Name: r.Name, Reason: r.Reason, Count: r.Count})
 	}

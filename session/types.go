@@ -102,9 +102,13 @@ type Usage struct {
 // gateway, counted there (IP packet bytes, headers included), and what it
 // was refused.
 type NetworkUsage struct {
-	SentBytes     int64            `json:"sent_bytes"`
-	ReceivedBytes int64            `json:"received_bytes"`
-	Refused       []RefusedAttempt `json:"refused,omitempty"`
+	SentBytes     int64 `json:"sent_bytes"`
+	ReceivedBytes int64 `json:"received_bytes"`
+	// RefusedCount is every refused attempt of the cell; Refused lists at
+	// most isolate.MaxRefusedSample (64) of them by destination, the most
+	// frequent.
+	RefusedCount int64            `json:"refused_count"`
+	Refused      []RefusedAttempt `json:"refused,omitempty"`
 }
 
 // RefusedAttempt is a destination the gateway refused: an address and

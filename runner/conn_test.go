@@ -159,11 +159,11 @@ func TestHandleFrameRichBudget(t *testing.T) {
 	if res.Value["text/plain"] != big {
 		t.Errorf("value dropped although within the budget")
 	}
-	if len(res.Display) != 2 || res.Display[0].MIME != "text/plain" || !strings.Contains(res.Display[0].Data, "dropped") {
-		t.Errorf("first display item %.200v, want a dropped marker", res.Display)
+	if len(res.Display) != 2 || res.Display[0].Data != "small" {
+		t.Fatalf("display %.200v, want the small item kept", res.Display)
 	}
-	if res.Display[1].Data != "small" {
-		t.Errorf("second display item %+v, want it kept", res.Display[1])
+	if d := res.Display[1]; d.MIME != "text/plain" || !strings.Contains(d.Data, "1 display items dropped") {
+		t.Errorf("last display item %.200v, want one note of what was dropped", d)
 	}
 }
 

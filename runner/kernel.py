@@ -146,6 +146,7 @@ DEFAULT_MAX_OUTPUT = 1 << 20  # per stream, when the host does not say
 TEXT_PLAIN_LIMIT = 64 << 10  # bytes of repr() kept in text/plain
 MIME_LIMIT = 16 << 20  # larger entries of a rich bundle are left out
 RICH_BUDGET = 32 << 20  # value + display items of one cell, encoded
+DISPLAY_LIMIT = 999  # display items kept per cell; the host keeps 1000 (this + one note)
 MESSAGE_LIMIT = 64 << 10  # bytes of str(exception) kept
 TRACEBACK_LIMIT = 1 << 20  # bytes of formatted traceback kept
 FRAMES_LIMIT = 200  # structured frames kept (half from each end)
@@ -1063,6 +1064,7 @@ class _Cell:
         self.display = []
         self.error = None
         self.rich_used = 0
+        self.dropped = 0  # display items left out, told in one note at the end
 
     def set_error(self, exc):
         if self.error is None:
@@ -1080,11 +1082,25 @@ class _Cell:
         return True
 
     def add_display(self, bundle):
+        if len(self.display) >= DISPLAY_LIMIT:
+            self.dropped += 1
+            return
         item = _display_item(bundle)
         if not self._charge(item):
-            note = "[display output dropped: over the %d MiB limit for one cell]" % (RICH_BUDGET >> 20)
-            item = {"mime": "text/plain", "data": note, "bundle": {"text/plain": note}}
+            self.dropped += 1
+            return
         self.display.append(item)
+
+    def display_items(self):
+        """The display list, ending with one note if items were dropped."""
+        if not self.dropped:
+            return self.display
+        note = "[%d display items dropped: over the limit of %d items and %d MiB for one cell]" % (
+            self.dropped,
+            DISPLAY_LIMIT,
+            RICH_BUDGET >> 20,
+        )
+        return self.display + [{"mime": "text/plain", "data": note, "bundle": {"text/plain": note}}]
 
     def set_value(self, bundle):
         if not self._charge(bundle):
@@ -1277,7 +1293,7 @@ class _Kernel:
         self._flush_stdio()
         cap = self.pump.end()
         self.cell = None
-        return self._result(req, cell.value, cell.display, cell.error, cap, _State.interrupted)
+        return self._result(req, cell.value, cell.display_items(), cell.error, cap, _State.interrupted)
 
     def _remember(self, value):
         """_, __, ___, Out[n] and _n, as IPython's displayhook keeps them.

@@ -691,7 +691,7 @@ forge({'t': 'pong', 'id': 'f1'})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if plain(r) != "forged" || len(r.Display) != 2 || !strings.Contains(r.Display[0].Data, "dropped") || r.Display[1].Data != "kept" {
+		if plain(r) != "forged" || len(r.Display) != 2 || r.Display[0].Data != "kept" || !strings.Contains(r.Display[1].Data, "1 display items dropped") {
 			t.Errorf("result value %v, display %.300v", r.Value, r.Display)
 		}
 		// The kernel's own result for f2 follows; the next Exec skips it.

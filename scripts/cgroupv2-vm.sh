@@ -10,6 +10,9 @@
 # (default /var/lib/jailcell/rootfs), VM_MEM (MiB, default 3072), VM_SMP
 # (default 2), VM_TIMEOUT (seconds for the whole guest, default 900),
 # VM_ROOTFS_VIA (ext4 (default) or 9p; see docs/cgroupv2.md).
+# FETCH_ONLY=1 stops once the kernel and the base initramfs are in VM_DIR
+# (the lookup, the checksummed download, the unpacking): the cold-path
+# check `make test` runs with an empty VM_DIR. It needs no rootfs.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,13 +47,15 @@ if [ -n "$need" ]; then
 fi
 
 # --- rootfs to share ----------------------------------------------------
-rootfs_dir=$ROOTFS_BASE
-[ -e "$rootfs_dir/manifest.json" ] || rootfs_dir=$ROOTFS_BASE/current
-if [ ! -e "$rootfs_dir/manifest.json" ] || [ ! -d "$rootfs_dir/root" ]; then
-	die "no rootfs (manifest.json + root/) at $ROOTFS_BASE: run make rootfs"
+if [ "${FETCH_ONLY:-}" != 1 ]; then
+	rootfs_dir=$ROOTFS_BASE
+	[ -e "$rootfs_dir/manifest.json" ] || rootfs_dir=$ROOTFS_BASE/current
+	if [ ! -e "$rootfs_dir/manifest.json" ] || [ ! -d "$rootfs_dir/root" ]; then
+		die "no rootfs (manifest.json + root/) at $ROOTFS_BASE: run make rootfs"
+	fi
+	rootfs_dir=$(readlink -f "$rootfs_dir")
+	version=$(basename "$rootfs_dir")
 fi
-rootfs_dir=$(readlink -f "$rootfs_dir")
-version=$(basename "$rootfs_dir")
 
 # --- kernel, cached by Debian package version ----------------------------
 mkdir -p "$VM_DIR"
@@ -104,6 +109,11 @@ if [ ! -s "$kdir/vmlinux" ] || [ ! -s "$base" ]; then
 	mv "$kdir/base.cpio.tmp" "$base"
 	rm -rf "$kdir/pkg" "$ird" "$kdir"/*.deb
 	log "kernel $kver and base initramfs cached in $kdir ($(elapsed))"
+fi
+if [ "${FETCH_ONLY:-}" = 1 ]; then
+	[ -s "$kdir/vmlinux" ] && [ -s "$base" ] || die "no kernel or base initramfs in $kdir"
+	log "kernel $kver and base initramfs in $kdir ($(elapsed)); FETCH_ONLY: not booting"
+	exit 0
 fi
 
 # --- the rootfs as the guest sees it --------------------------------------

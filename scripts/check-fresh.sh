@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# check-fresh.sh [--full]: prove every fetch-or-build-once step works from
+# nothing, the way it runs on a new machine, without touching the real
+# caches (/var/cache/jailcell, /var/lib/jailcell) or the system's apt lists:
+# each step gets empty temporary directories, and apt gets private, empty
+# package lists (APT_CONFIG), filled by its own `apt-get update`.
+#
+# Quick (the default; `make test` runs it, so CI on a warm machine still
+# exercises the cold path), about half a minute here:
+#   apt       the system's sources update into empty lists; every package
+#             `make deps` (APT_PKGS) and `make bench` (BENCH_PKGS) installs
+#             has a candidate
+#   criu      the pinned source looked up in trixie's Sources and its
+#             tarball downloaded and checked by sha256 (FETCH_ONLY=1)
+#   rootfs    mmdebstrap --simulate of the rootfs's package list
+#   vm        the cgroup v2 guest's kernel looked up, downloaded (apt checks
+#             its hash), unpacked, and its base initramfs built (FETCH_ONLY=1)
+# Full (`make check-fresh`, several minutes and about 2 GB in TMPDIR):
+#   criu      built from empty and run (--version)
+#   rootfs    built from empty into a temporary base and sealed
+#   vm        the guest booted from empty (kernel, initramfs, the rootfs
+#             image of that new rootfs) running one cgroup v2 test
+#   bench     the peers' packages downloaded (apt checks their hashes)
+#
+# Env: APT_PKGS, BENCH_PKGS (from the Makefile), JAILCELL (binary that seals
+# a rootfs, default ./bin/jailcell), GO, KEEP=1 keeps the temporary dirs.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+full=0
+[[ ${1:-} == --full ]] && full=1
+[[ $(id -u) == 0 ]] || { echo "check-fresh: must run as root (the scripts it checks do)" >&2; exit 1; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/jailcell-fresh.XXXXXX")
+cleanup() {
+	if [[ ${KEEP:-} == 1 ]]; then
+		echo "check-fresh: kept $tmp"
+	else
+		rm -rf "$tmp"
+	fi
+}
+trap cleanup EXIT
+
+t0=$(date +%s)
+step() { echo "check-fresh: $* ($(($(date +%s) - t0))s)"; }
+fail() {
+	echo "check-fresh: FAIL: $*" >&2
+	exit 1
+}
+
+# --- apt: private, empty lists from the system's own sources ----------------
+apt=$tmp/apt
+mkdir -p "$apt"/{lists/partial,cache/archives/partial}
+# _apt cannot write into a root-only mktemp dir; root downloads (apt warns).
+chmod 0755 "$tmp" "$apt"
+cat >"$apt/apt.conf" <<EOF
+Dir::State::Lists "$apt/lists";
+Dir::Cache "$apt/cache";
+EOF
+export APT_CONFIG=$apt/apt.conf
+apt-get update -qq || fail "apt-get update into empty lists ($apt/lists)"
+missing=()
+# shellcheck disable=SC2086 # word lists from the Makefile
+for p in ${APT_PKGS:-} ${BENCH_PKGS:-}; do
+	c=$(apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ {print $2}')
+	[[ -n $c && $c != "(none)" ]] || missing+=("$p")
+done
+((${#missing[@]} == 0)) || fail "no installable candidate for: ${missing[*]}"
+step "apt: $(echo ${APT_PKGS:-} ${BENCH_PKGS:-} | wc -w) packages of make deps and make bench resolve from empty lists"
+
+# --- criu ---------------------------------------------------------------------
+if ((full)); then
+	PREFIX=$tmp/criu BUILD_DIR=$tmp/criu-build "$here/scripts/build-criu.sh" || fail "criu from empty"
+	"$tmp/criu/bin/criu" --version >/dev/null || fail "the criu built from empty does not run"
+	step "criu: built from empty"
+else
+	FETCH_ONLY=1 PREFIX=$tmp/criu BUILD_DIR=$tmp/criu-build "$here/scripts/build-criu.sh" || fail "criu lookup and download from empty"
+	[[ ! -e $tmp/criu/bin/criu ]] || fail "FETCH_ONLY built criu"
+	step "criu: source looked up and downloaded with its sha256"
+fi
+
+# --- rootfs -------------------------------------------------------------------
+if ((full)); then
+	jc=${JAILCELL:-$here/bin/jailcell}
+	JAILCELL=$jc "$here/scripts/build-rootfs.sh" "$tmp/rootfs" || fail "rootfs from empty"
+	[[ -e $tmp/rootfs/current/manifest.json ]] || fail "the rootfs built from empty has no manifest"
+	step "rootfs: built from empty and sealed"
+else
+	"$here/scripts/build-rootfs.sh" --simulate "$tmp/rootfs-sim" || fail "rootfs package resolution from empty"
+	step "rootfs: package list resolves (mmdebstrap --simulate)"
+fi
+
+# --- the cgroup v2 guest ------------------------------------------------------
+if ((full)); then
+	plan=$tmp/vm-plan
+	echo 'internal/vmtest ^TestMemoryMaxOOMKillCountedInMemoryEvents$ 10m' >"$plan"
+	VM_DIR=$tmp/vm JAILCELL_ROOTFS=$tmp/rootfs VM_OUT=$tmp/vm-out GO=${GO:-go} \
+		"$here/scripts/cgroupv2-vm.sh" "$plan" || fail "the cgroup v2 guest from empty"
+	step "vm: kernel, initramfs and rootfs image from empty; the guest ran a test"
+else
+	FETCH_ONLY=1 VM_DIR=$tmp/vm "$here/scripts/cgroupv2-vm.sh" || fail "the guest's kernel and initramfs from empty"
+	step "vm: kernel fetched, unpacked, base initramfs built"
+fi
+
+# --- bench peers ----------------------------------------------------------------
+if ((full)) && [[ -n ${BENCH_PKGS:-} ]]; then
+	mkdir -p "$tmp/bench-debs"
+	# shellcheck disable=SC2086
+	(cd "$tmp/bench-debs" && apt-get download -qq $BENCH_PKGS) || fail "download the bench peers"
+	step "bench: $(ls "$tmp/bench-debs" | wc -l) peer packages downloaded and checked"
+fi
+
+step "every fetch-or-build-once step works from empty ($( ((full)) && echo full || echo quick))"

@@ -226,7 +226,7 @@ func (d *Dispatcher) failures(owner int, req *Request) (*Response, error) {
 		}
 		return &Response{Cleared: &n}, nil
 	}
-	list := d.Workflow.Failures()
+	list := d.Workflow.Failures(owner)
 	if list == nil {
 		list = []*workflow.Failure{}
 	}

@@ -187,6 +187,15 @@ type cellOutcome struct {
 	killed   bool // the host killed the sandbox
 }
 
+// notStarted reports whether the cell's code certainly did not run: the
+// link to k failed before the kernel's "started" frame (runner.ErrNotStarted),
+// and k is a kernel that sends that frame. A timeout or cancellation keeps
+// its own verdict.
+func (o cellOutcome) notStarted(k *kernel) bool {
+	return o.err != nil && errors.Is(o.err, runner.ErrNotStarted) && k.conn.Hello().Acks &&
+		!o.timedOut && !o.canceled && !o.killed
+}
+
 // runCell sends code to the kernel and enforces the wall timeout: at the
 // deadline the kernel gets SIGINT (KeyboardInterrupt in the cell); if the
 // cell has not stopped after the policy's grace period, the sandbox is

@@ -280,6 +280,13 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 	if err != nil {
 		return p, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
+	// A limit set at create bounds the whole session: its timeout_s is the
+	// ceiling of every later request's, not only their default (exec's
+	// cellTimeout). max_timeout cannot go below its own 1 s floor; the
+	// ceiling is then the timeout itself.
+	if o != nil && o.TimeoutS != nil {
+		p.MaxTimeout = max(p.Timeout, time.Second)
+	}
 	return p, nil
 }
 
@@ -533,8 +540,35 @@ func (m *Manager) RunOnce(ctx context.Context, owner int, policyName string, req
 	if err != nil {
 		return nil, err
 	}
-	if _, err := p.CellTimeout(req.Timeout.Seconds()); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	return m.runOnce(ctx, owner, p, req)
+}
+
+// RunOnceAs is RunOnce under the effective policy of session id: its named
+// policy as tightened at create (limits, allow), never the wider policy of
+// the same name. Without a session owner may use, that policy cannot be
+// known and nothing runs (ErrNotFound).
+func (m *Manager) RunOnceAs(ctx context.Context, owner int, id string, req ExecRequest) (*Result, error) {
+	p, err := m.PolicyOf(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	return m.runOnce(ctx, owner, p, req)
+}
+
+// PolicyOf returns the effective policy of session id (as tightened at
+// create) for owner.
+func (m *Manager) PolicyOf(owner int, id string) (policy.Policy, error) {
+	s, err := m.get(owner, id)
+	if err != nil {
+		return policy.Policy{}, err
+	}
+	return s.policy, nil
+}
+
+// runOnce runs one cell in a fresh sandbox built from p.
+func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req ExecRequest) (*Result, error) {
+	if _, err := m.cellTimeout(&Session{policy: p}, req.Timeout); err != nil {
+		return nil, err
 	}
 	if err := m.reserve(); err != nil {
 		return nil, err

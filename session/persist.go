@@ -9,15 +9,28 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
 
 var persistNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
 
-// storeRoot opens (creating) the store entry of s.
-func (m *Manager) storeRoot(name string) (*os.Root, error) {
-	dir := filepath.Join(m.cfg.StoreDir, name)
+// storeRoot opens (creating) owner's store entry name. Entries are
+// namespaced by owner (<store>/uid=<uid>/<name>): a persist name is chosen
+// by the caller, so with one flat namespace any user of the service could
+// restore (read) or overwrite another's workspace by naming it. "=" is not
+// allowed in a persist name, so no name can stand for an owner's directory
+// or one of an older layout's flat entries.
+func (m *Manager) storeRoot(owner int, name string) (*os.Root, error) {
+	if owner < 0 {
+		return nil, fmt.Errorf("store entry %q: owner %d", name, owner)
+	}
+	dir := filepath.Join(m.cfg.StoreDir, "uid="+strconv.Itoa(owner))
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("create store directory of uid %d: %w", owner, err)
+	}
+	dir = filepath.Join(dir, name)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("create store entry: %w", err)
 	}
@@ -33,7 +46,7 @@ func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
 		return err
 	}
 	defer ws.Close()
-	st, err := m.storeRoot(s.persist)
+	st, err := m.storeRoot(s.owner, s.persist)
 	if err != nil {
 		return err
 	}
@@ -60,7 +73,7 @@ func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
 // restorePersist copies the store entry into the new session's workspace
 // (before its first kernel starts) and returns the files restored.
 func (m *Manager) restorePersist(s *Session) ([]string, error) {
-	st, err := m.storeRoot(s.persist)
+	st, err := m.storeRoot(s.owner, s.persist)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +116,7 @@ print(_r.stdout[-4000:]); print(_r.stderr[-4000:], file=sys.stderr)
 if _r.returncode: raise RuntimeError("pip exited with %%d" %% _r.returncode)
 del _r
 `, wheelhouseMount, arg)
-	res, err := m.exec(ctx, s, ExecRequest{Code: code, Timeout: m.cfg.RequirementsTimeout})
+	res, err := m.exec(ctx, s, ExecRequest{Code: code, Timeout: m.cfg.RequirementsTimeout, setup: true})
 	if err != nil {
 		return nil, err
 	}

@@ -97,11 +97,33 @@ func (s *Session) writableWorkspace() (*os.Root, error) {
 	return openWorkspace(upper)
 }
 
+// cellTimeout resolves a request's timeout (0: the default) for a cell of
+// s. Above the configured policy's ceiling it is clamped, as documented;
+// above a ceiling the session's own create lowered (limits.timeout_s) it
+// is refused: that limit was asked for, so a later request may not widen
+// it, and silently cutting its time would hide that.
+func (m *Manager) cellTimeout(s *Session, d time.Duration) (time.Duration, error) {
+	if base, ok := m.cfg.Policies[s.policy.Name]; ok && s.policy.MaxTimeout < base.MaxTimeout {
+		// policyFor sets max_timeout to timeout_s (at least 1 s).
+		if max := s.policy.Timeout; d > max {
+			return 0, fmt.Errorf("%w: timeout_s = %g, allowed up to %g (the limits.timeout_s this session was created with)", ErrBadRequest, d.Seconds(), max.Seconds())
+		}
+	}
+	t, err := s.policy.CellTimeout(d.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return t, nil
+}
+
 // exec runs one cell. The caller holds s.run.
 func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Result, error) {
-	timeout, err := s.policy.CellTimeout(req.Timeout.Seconds())
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	timeout := req.Timeout
+	if !req.setup {
+		var err error
+		if timeout, err = m.cellTimeout(s, req.Timeout); err != nil {
+			return nil, err
+		}
 	}
 	if req.Snapshot {
 		if err := m.snapshot(ctx, s); err != nil {
@@ -115,6 +137,19 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	k, err := m.ensureKernel(ctx, s)
 	if err != nil {
 		return nil, err
+	}
+	// A kernel that died since its last cell (a timer or thread an earlier
+	// cell left behind, an OOM kill between cells) is replaced before this
+	// cell is sent: the cell runs, and its result says the state was lost.
+	// Never a verdict for code that did not run.
+	died := ""
+	select {
+	case <-k.sb.Done():
+		died = "the kernel " + k.sb.Exit().String() + " after the previous cell"
+		if k, err = m.replaceKernel(ctx, s, k); err != nil {
+			return nil, fmt.Errorf("%s and a new one could not be started (the cell did not run): %w", died, err)
+		}
+	default:
 	}
 	if len(req.Files) > 0 {
 		if err := m.placeFiles(s, req.Files); err != nil {
@@ -131,11 +166,40 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	before := s.snap
 	s.mu.Unlock()
 
-	u0 := k.sb.Counters()
-	n0, hasNet, _ := k.sb.NetUsage()
-	k.sb.ResetPeak()
-	start := time.Now()
-	o := runCell(ctx, k, cellID, req.Code, timeout, s.policy.InterruptGrace, s.policy.OutputBytes, req.OnOutput)
+	var u0 isolate.Usage
+	var n0 isolate.NetUsage
+	var hasNet bool
+	var o cellOutcome
+	var start time.Time
+	for try := 1; ; try++ {
+		u0 = k.sb.Counters()
+		n0, hasNet, _ = k.sb.NetUsage()
+		k.sb.ResetPeak()
+		start = time.Now()
+		o = runCell(ctx, k, cellID, req.Code, timeout, s.policy.InterruptGrace, s.policy.OutputBytes, req.OnOutput)
+		if !o.notStarted(k) {
+			break
+		}
+		// The kernel went after the check above but before it took the
+		// cell (its "started" frame never came): the code did not run, so
+		// it runs in a new kernel. Once: a kernel that cannot take a cell
+		// twice in a row is a fault to report, not to loop on.
+		why := "the kernel's connection to the host broke after the previous cell"
+		select {
+		case <-k.sb.Done():
+			why = "the kernel " + k.sb.Exit().String() + " after the previous cell"
+		case <-time.After(100 * time.Millisecond):
+		}
+		if try > 1 {
+			m.dropKernel(s, k)
+			return nil, fmt.Errorf("%w: %s, twice in a row; the cell did not run", ErrUnavailable, why)
+		}
+		died = why
+		var err error
+		if k, err = m.replaceKernel(ctx, s, k); err != nil {
+			return nil, fmt.Errorf("%s and a new one could not be started (the cell did not run): %w", died, err)
+		}
+	}
 	wall := time.Since(start)
 
 	lost := o.err != nil || o.killed
@@ -225,6 +289,9 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if woke != "" && !lost {
 		res.State, res.StateReason = StateLost, woke
 	}
+	if died != "" && !lost {
+		res.State, res.StateReason = StateLost, died+"; a fresh kernel was started and ran this cell (variables are gone, files remain)"
+	}
 	if lost {
 		res.State = StateLost
 		switch {
@@ -311,6 +378,14 @@ func (m *Manager) ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 	}
 	s.k, s.kErr = k, nil
 	return k, nil
+}
+
+// replaceKernel destroys k, a kernel that is gone or cannot take a cell,
+// and starts the session's next one.
+func (m *Manager) replaceKernel(ctx context.Context, s *Session, k *kernel) (*kernel, error) {
+	m.log().Warn("kernel gone between cells; starting a new one", "session", s.id)
+	m.dropKernel(s, k)
+	return m.ensureKernel(ctx, s)
 }
 
 // dropKernel destroys k if it is still the session's kernel.

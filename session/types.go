@@ -160,6 +160,11 @@ type ExecRequest struct {
 	// the cell runs, so that Rollback can undo it. The cell does not run
 	// if the snapshot fails.
 	Snapshot bool
+
+	// setup marks the daemon's own cell (installing requirements at
+	// create): Timeout is then the configured bound for that work, not a
+	// request's, and the session's cell limits do not apply to it.
+	setup bool
 }
 
 // CreateOptions shape a new session.

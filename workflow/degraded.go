@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jailcell/jailcell/session"
 )
@@ -18,37 +19,44 @@ const DegradedStateless = "stateless"
 // The sandbox is, and it is built from the same policy as the normal run.
 const stdlibOnly = `import sys as _jc_s; _jc_s.path[:] = [_p for _p in _jc_s.path if not ("site-packages" in _p or "dist-packages" in _p or _p in ("", "."))]; [_jc_s.modules.pop(_k, None) for _k, _v in list(_jc_s.modules.items()) if any(_d in (getattr(_v, "__file__", None) or "") for _d in ("site-packages", "dist-packages"))]; del _jc_s` + "\n"
 
-// degradedAllowed reports whether the request's policy allows the degraded
-// run.
-func (r *Runner) degradedAllowed(req Request) bool {
-	p, ok := r.cfg.Policies[r.policyName(req)]
-	return ok && p.Degraded == DegradedStateless
-}
-
-// policyName is the policy the request runs under: the session's, or the
-// one-shot's named one.
-func (r *Runner) policyName(req Request) string {
-	name := req.Policy
+// degradedAllowed reports whether the policy the request runs under allows
+// the degraded run. err says why that policy cannot be known (the session
+// ended or is not the caller's): then there is no degraded run.
+func (r *Runner) degradedAllowed(req Request) (bool, error) {
 	if req.Session != "" {
-		name = ""
-		for _, in := range r.m.List(req.Owner) {
-			if in.ID == req.Session {
-				name = in.Policy
-			}
+		p, err := r.m.PolicyOf(req.Owner, req.Session)
+		if err != nil {
+			return false, fmt.Errorf("the session's policy cannot be known: %w", err)
 		}
+		return p.Degraded == DegradedStateless, nil
 	}
-	if name == "" {
-		name = "default"
-	}
-	return name
+	p, ok := r.cfg.Policies[oneShotPolicy(req)]
+	return ok && p.Degraded == DegradedStateless, nil
 }
 
-// degraded runs code once in a fresh one-shot sandbox under the same named
-// policy, standard library only. It never runs outside a sandbox: if the
-// Manager cannot build one, it fails.
+// oneShotPolicy is the named policy a one-shot request runs under.
+func oneShotPolicy(req Request) string {
+	if req.Policy == "" {
+		return "default"
+	}
+	return req.Policy
+}
+
+// degraded runs code once in a fresh one-shot sandbox under the policy the
+// request ran under, standard library only: a session's effective policy
+// (its named one as tightened at create: memory, timeout, allowlist), never
+// the wider policy of the same name; refused when the session is gone or
+// not the caller's, since its policy cannot then be known. It never runs
+// outside a sandbox: if the Manager cannot build one, it fails.
 func (r *Runner) degraded(ctx context.Context, req Request, code string) (*session.Result, error) {
 	er := session.ExecRequest{Code: stdlibOnly + code, Timeout: req.Exec.Timeout, Files: req.Exec.Files, OnOutput: req.Exec.OnOutput}
-	res, err := r.m.RunOnce(ctx, req.Owner, r.policyName(req), er)
+	var res *session.Result
+	var err error
+	if req.Session != "" {
+		res, err = r.m.RunOnceAs(ctx, req.Owner, req.Session, er)
+	} else {
+		res, err = r.m.RunOnce(ctx, req.Owner, oneShotPolicy(req), er)
+	}
 	if err != nil {
 		return nil, err
 	}

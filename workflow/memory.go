@@ -22,8 +22,13 @@ const FailuresFile = "failures.json"
 // maxCodesPerFailure bounds the code hashes one fingerprint remembers.
 const maxCodesPerFailure = 32
 
-// Failure is one remembered fingerprint.
+// Failure is one remembered fingerprint of one owner's requests. Owners
+// never share them: another user's failures would skip your requests (a
+// denial of service by failing on purpose) and show you their errors.
 type Failure struct {
+	// UID is the owner whose requests failed (0: root, and entries written
+	// before failures were kept per owner).
+	UID         int       `json:"uid"`
 	Fingerprint string    `json:"fingerprint"`
 	Type        string    `json:"type"`
 	Message     string    `json:"message"` // normalised
@@ -66,7 +71,7 @@ func openMemory(dir string, ttl time.Duration, now func() time.Time) (*memory, e
 		return nil, fmt.Errorf("decode failure memory %s: %w", mem.path, err)
 	}
 	for _, f := range list {
-		mem.m[f.Fingerprint] = f
+		mem.m[memKey(f.UID, f.Fingerprint)] = f
 	}
 	mem.expire()
 	return mem, nil
@@ -122,6 +127,9 @@ func Fingerprint(errType, msg string, modules []string) string {
 	return hex.EncodeToString(h[:8])
 }
 
+// memKey is a failure's key in memory: per owner.
+func memKey(uid int, fp string) string { return fmt.Sprintf("%d/%s", uid, fp) }
+
 func codeHash(code string) string {
 	h := sha256.Sum256([]byte(strings.Join(strings.Fields(code), " ")))
 	return hex.EncodeToString(h[:8])
@@ -134,9 +142,10 @@ func failureOf(res *session.Result) (typ, msg string) {
 	return res.Status, ""
 }
 
-// record counts one loop-ending failure. first is the request's code (how
-// later requests are matched), last the code of the final attempt.
-func (m *memory) record(first, last string, res *session.Result) string {
+// record counts one loop-ending failure of owner's. first is the request's
+// code (how owner's later requests are matched), last the code of the
+// final attempt.
+func (m *memory) record(owner int, first, last string, res *session.Result) string {
 	if res == nil {
 		return ""
 	}
@@ -147,10 +156,10 @@ func (m *memory) record(first, last string, res *session.Result) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire()
-	f := m.m[fp]
+	f := m.m[memKey(owner, fp)]
 	if f == nil {
-		f = &Failure{Fingerprint: fp, Type: typ, Message: Normalise(msg), Modules: mods, FirstSeen: now}
-		m.m[fp] = f
+		f = &Failure{UID: owner, Fingerprint: fp, Type: typ, Message: Normalise(msg), Modules: mods, FirstSeen: now}
+		m.m[memKey(owner, fp)] = f
 	}
 	f.Count++
 	f.LastSeen = now
@@ -175,15 +184,16 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// lookup finds a remembered failure of code seen at least threshold times.
-func (m *memory) lookup(code string, threshold int) *Known {
+// lookup finds a remembered failure of owner's code seen at least
+// threshold times.
+func (m *memory) lookup(owner int, code string, threshold int) *Known {
 	h := codeHash(code)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire()
 	var best *Failure
 	for _, f := range m.m {
-		if f.Count >= threshold && contains(f.Codes, h) && (best == nil || f.Count > best.Count) {
+		if f.UID == owner && f.Count >= threshold && contains(f.Codes, h) && (best == nil || f.Count > best.Count) {
 			best = f
 		}
 	}
@@ -221,9 +231,15 @@ func (m *memory) save() error {
 	return os.Rename(tmp, m.path)
 }
 
-func (m *memory) listLocked() []*Failure {
+func (m *memory) listLocked() []*Failure { return m.listOf(-1) }
+
+// listOf lists owner's failures (owner < 0: everyone's). Caller holds mu.
+func (m *memory) listOf(owner int) []*Failure {
 	list := make([]*Failure, 0, len(m.m))
 	for _, f := range m.m {
+		if owner >= 0 && f.UID != owner {
+			continue
+		}
 		c := *f
 		list = append(list, &c)
 	}
@@ -231,12 +247,16 @@ func (m *memory) listLocked() []*Failure {
 	return list
 }
 
-// Failures lists the remembered failures, most recent first.
-func (r *Runner) Failures() []*Failure {
+// Failures lists owner's remembered failures, most recent first; root
+// (owner 0) sees everyone's.
+func (r *Runner) Failures(owner int) []*Failure {
 	r.mem.mu.Lock()
 	defer r.mem.mu.Unlock()
 	r.mem.expire()
-	return r.mem.listLocked()
+	if owner == 0 {
+		return r.mem.listOf(-1)
+	}
+	return r.mem.listOf(owner)
 }
 
 // ClearFailures forgets every remembered failure and returns how many.

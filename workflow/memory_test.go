@@ -48,20 +48,20 @@ func TestMemoryExpiresAndPersists(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := &session.Result{Status: "error", Error: &session.CellError{Type: "ZeroDivisionError", Message: "division by zero"}}
-	mem.record("1/0", "1/0", res)
-	mem.record("1 / 0", "1/0", res) // whitespace differs: same code
-	if k := mem.lookup("1/0", 2); k == nil || k.Count != 2 {
+	mem.record(0, "1/0", "1/0", res)
+	mem.record(0, "1 / 0", "1/0", res) // whitespace differs: same code
+	if k := mem.lookup(0, "1/0", 2); k == nil || k.Count != 2 {
 		t.Fatalf("lookup = %+v, want count 2", k)
 	}
-	if k := mem.lookup("1/0", 3); k != nil {
+	if k := mem.lookup(0, "1/0", 3); k != nil {
 		t.Fatalf("lookup under threshold = %+v", k)
 	}
 	mem2, err := openMemory(dir, time.Hour, clock)
-	if err != nil || mem2.lookup("1/0", 2) == nil {
+	if err != nil || mem2.lookup(0, "1/0", 2) == nil {
 		t.Fatalf("not persisted: %v", err)
 	}
 	now = now.Add(2 * time.Hour)
-	if k := mem2.lookup("1/0", 1); k != nil {
+	if k := mem2.lookup(0, "1/0", 1); k != nil {
 		t.Fatalf("expired entry still found: %+v", k)
 	}
 }

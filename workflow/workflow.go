@@ -184,7 +184,7 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 			session.ErrBadRequest, req.MaxAttempts, r.cfg.MaxAttemptsCeiling)
 	}
 	if !req.Force {
-		if k := r.mem.lookup(req.Exec.Code, r.cfg.Threshold); k != nil {
+		if k := r.mem.lookup(req.Owner, req.Exec.Code, r.cfg.Threshold); k != nil {
 			r.cfg.Logger.Info("cell skipped by failure memory", "fingerprint", k.Fingerprint, "count", k.Count)
 			return &Outcome{
 				Result: &session.Result{Status: StatusSkipped, Error: &session.CellError{
@@ -273,10 +273,14 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 	out.Fallback = fb
 	fp := ""
 	if runErr == nil {
-		fp = r.mem.record(req.Exec.Code, code, out.Result)
+		fp = r.mem.record(req.Owner, req.Exec.Code, code, out.Result)
 	}
 	r.review(req, out, fp)
-	if r.degradedAllowed(req) {
+	allowed, perr := r.degradedAllowed(req)
+	if perr != nil {
+		fb.Tried = append(fb.Tried, "degraded stateless run: not tried: "+perr.Error())
+	}
+	if allowed {
 		if dres, derr := r.degraded(ctx, req, code); derr == nil {
 			fb.Tried = append(fb.Tried, "degraded stateless run: "+statusLine(dres))
 			out.Result, out.Mode = dres, ModeDegraded

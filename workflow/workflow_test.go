@@ -170,7 +170,7 @@ func TestFixerNeverFixesThenSkippedThenForce(t *testing.T) {
 	if out, _ := r2.Exec(ctx, req); out.Result.Status != StatusSkipped {
 		t.Errorf("after restart: status %s, want skipped", out.Result.Status)
 	}
-	if l := r2.Failures(); len(l) != 1 || l[0].Count != 2 || !strings.Contains(l[0].Message, "<path>") {
+	if l := r2.Failures(0); len(l) != 1 || l[0].Count != 2 || !strings.Contains(l[0].Message, "<path>") {
 		t.Errorf("failures %+v, want one normalised entry", l)
 	}
 	// force runs it anyway.

@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // denied are system calls refused even where Docker's default profile allows
@@ -31,13 +32,19 @@ var denied = []string{
 	"request_key",       //
 }
 
+// maxNetlinkProtocol is the kernel's MAX_LINKS: netlink protocols are
+// 0..31.
+const maxNetlinkProtocol = 32
+
 // seccompConfig builds the sandbox's filter from Docker's default allowlist
 // (github.com/moby/profiles, computed for a process with no capabilities,
 // which also removes mount, unshare, setns, namespace clone flags, reboot,
-// kexec, module loading and clock setting), minus the calls in denied.
-// Only the native ABI is allowed: 32-bit and x32 entry points are refused
-// (the 32-bit path has been the way around filters before, e.g.
-// CVE-2009-0835).
+// kexec, module loading and clock setting), minus the calls in denied and
+// netlink audit sockets (see noNetlinkAudit). Only the native ABI is
+// allowed: 32-bit and x32 entry points are refused (the 32-bit path has
+// been the way around filters before, e.g. CVE-2009-0835). Nothing Docker
+// refuses an unprivileged container is allowed here; TestSeccompParity
+// compares the two rule by rule and lists every deliberate difference.
 func seccompConfig(errno uint) (*configs.Seccomp, error) {
 	spec := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
 	prof, err := mobyseccomp.GetDefaultProfile(spec)
@@ -63,10 +70,105 @@ func seccompConfig(errno uint) (*configs.Seccomp, error) {
 			calls = append(calls, c)
 		}
 	}
-	prof.Syscalls = calls
+	if prof.Syscalls, err = noNetlinkAudit(calls); err != nil {
+		return nil, err
+	}
 	cfg, err := specconv.SetupSeccomp(prof)
 	if err != nil {
 		return nil, fmt.Errorf("convert seccomp profile: %w", err)
 	}
 	return cfg, nil
+}
+
+// noNetlinkAudit replaces Docker's socket(AF_NETLINK, *, *) rule with one
+// rule per netlink protocol but NETLINK_AUDIT. The audit subsystem is not
+// namespaced: its socket reaches the host's audit code from any network
+// namespace, and a sandbox has no business there (systemd-nspawn and
+// Podman's profile refuse it without CAP_AUDIT_WRITE too). Each protocol is
+// compared in all 64 bits, so a protocol of 9 with garbage in the upper
+// half (which the kernel truncates to int) matches no rule and is refused
+// as well: a "protocol != 9" rule would let that through. Protocols above
+// 31 do not exist. Fails closed if another socket rule admits AF_NETLINK.
+func noNetlinkAudit(calls []specs.LinuxSyscall) ([]specs.LinuxSyscall, error) {
+	var out []specs.LinuxSyscall
+	found := false
+	for _, c := range calls {
+		if c.Action != specs.ActAllow || !slices.Contains(c.Names, "socket") {
+			out = append(out, c)
+			continue
+		}
+		if len(c.Args) == 1 && c.Args[0] == (specs.LinuxSeccompArg{Index: 0, Value: unix.AF_NETLINK, Op: specs.OpEqualTo}) {
+			found = true
+			if others := slices.DeleteFunc(slices.Clone(c.Names), func(n string) bool { return n == "socket" }); len(others) > 0 {
+				o := c
+				o.Names = others
+				out = append(out, o)
+			}
+			for proto := range uint64(maxNetlinkProtocol) {
+				if proto == unix.NETLINK_AUDIT {
+					continue
+				}
+				out = append(out, specs.LinuxSyscall{Names: []string{"socket"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{
+					{Index: 0, Value: unix.AF_NETLINK, Op: specs.OpEqualTo},
+					{Index: 2, Value: proto, Op: specs.OpEqualTo},
+				}})
+			}
+			continue
+		}
+		if ruleAdmits(c.Args, []uint64{unix.AF_NETLINK, 0, unix.NETLINK_AUDIT, 0, 0, 0}) {
+			return nil, fmt.Errorf("%w: seccomp profile: socket rule %+v admits NETLINK_AUDIT sockets", ErrUnsupported, c.Args)
+		}
+		out = append(out, c)
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: seccomp profile: no socket(AF_NETLINK) rule to restrict", ErrUnsupported)
+	}
+	return out, nil
+}
+
+// ruleAdmits reports whether a rule with these argument conditions matches
+// a call with args, as runc installs it: the conditions are ANDed, unless
+// two of them test the same argument, in which case runc adds each as a
+// rule of its own (ORed).
+func ruleAdmits(conds []specs.LinuxSeccompArg, args []uint64) bool {
+	if len(conds) == 0 {
+		return true
+	}
+	seen := map[uint]bool{}
+	or := false
+	for _, c := range conds {
+		or = or || seen[c.Index]
+		seen[c.Index] = true
+	}
+	for _, c := range conds {
+		m := c.Index < uint(len(args)) && argAdmits(c, args[c.Index])
+		if or && m {
+			return true
+		}
+		if !or && !m {
+			return false
+		}
+	}
+	return !or
+}
+
+// argAdmits evaluates one libseccomp comparison on a 64-bit argument.
+func argAdmits(c specs.LinuxSeccompArg, x uint64) bool {
+	switch c.Op {
+	case specs.OpEqualTo:
+		return x == c.Value
+	case specs.OpNotEqual:
+		return x != c.Value
+	case specs.OpLessThan:
+		return x < c.Value
+	case specs.OpLessEqual:
+		return x <= c.Value
+	case specs.OpGreaterThan:
+		return x > c.Value
+	case specs.OpGreaterEqual:
+		return x >= c.Value
+	case specs.OpMaskedEqual:
+		return x&c.Value == c.ValueTwo
+	}
+	return true // unknown: assume it matches, so a check built on it fails closed
 }

@@ -11,20 +11,47 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// Workspace files are read and written on the host only through os.Root
-// opened on a directory the sandbox cannot replace (the overlay's root or
-// its upper layer), so a symlink or ".." planted by a cell resolves inside
-// the sandbox's own tree, never to a host file (Judge0 CVE-2024-28185).
+// Host-side file access into a session never follows a link and never
+// blocks. A workspace is written by its cell, which may plant a symlink (a
+// path join would follow it onto a host file: Judge0 CVE-2024-28185), a
+// FIFO (opening one blocks until a peer opens the other end: the host
+// operation, the session's run lock and whoever waits on it hang), a
+// socket or a device, and may swap any of them with a directory while the
+// host walks (the docker cp symlink-exchange race, CVE-2018-15664). So
+// every path is resolved one component at a time, descriptor-relative from
+// a directory the sandbox cannot replace (the overlay's root or its upper
+// layer): each component is opened O_PATH|O_NOFOLLOW, which opens nothing
+// for I/O, and its type checked with fstat; only a directory is descended
+// into and only a regular file is reopened for I/O, with O_NONBLOCK and
+// O_NOFOLLOW, and checked again with fstat on the descriptor in hand. A
+// FIFO, socket, device or symlink anywhere in a path is ErrBadRequest
+// naming the path. Symlinks are not followed even inside the workspace.
 
 const (
 	// maxWorkspaceEntries bounds a workspace scan.
 	maxWorkspaceEntries = 100000
+	// maxScanDepth bounds directory nesting in a scan: each level holds a
+	// descriptor and a read buffer.
+	maxScanDepth = 256
+	// maxScanPathBytes bounds the bytes of the paths one scan records
+	// (a snapshot is kept per session).
+	maxScanPathBytes = 16 << 20
+	// scanTimeout bounds one workspace scan.
+	scanTimeout = 5 * time.Second
 	// MaxFileBytes bounds one upload or download.
 	MaxFileBytes = 256 << 20
+)
+
+// Why a scan is incomplete. errScanChanged is the workspace changing under
+// the scan (a cell renaming); a retry may succeed.
+var (
+	errScanChanged = fmt.Errorf("%w: the workspace changed while it was scanned (a process in the session is renaming or removing files); try again", ErrBusy)
+	errScanLimit   = fmt.Errorf("%w: workspace scan", ErrLimit)
 )
 
 // cleanRel validates a client-supplied workspace path and returns it
@@ -51,23 +78,221 @@ func cleanRel(p string) (string, error) {
 	return c, nil
 }
 
+// typeName says what a stat mode is, for errors.
+func typeName(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFREG:
+		return "a regular file"
+	case unix.S_IFLNK:
+		return "a symbolic link"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	}
+	return "of an unknown type"
+}
+
+func isType(st *unix.Stat_t, t uint32) bool { return st.Mode&unix.S_IFMT == t }
+
+// rootFD returns a new descriptor of root's own directory. It cannot
+// block: root was checked to be a directory when it was opened, and "."
+// names that same inode.
+func rootFD(root *os.Root) (int, error) {
+	f, err := root.OpenFile(".", os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer f.Close()
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var derr error
+	if err := sc.Control(func(raw uintptr) { fd, derr = unix.FcntlInt(raw, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	return fd, derr
+}
+
+// openPath opens name below dirfd as O_PATH without following it and
+// returns the descriptor with its stat. Opening O_PATH performs no open on
+// the file itself: a FIFO, socket or device is not touched.
+func openPath(dirfd int, name string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, err
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, err
+	}
+	return fd, st, nil
+}
+
+// openDirs resolves the directories leading to rel below dirfd and returns
+// an O_PATH descriptor of rel's parent and rel's last component. Every
+// component before the last must be a directory: anything else is
+// ErrBadRequest naming it. With create, missing directories are made (mode
+// 0755) and those owned by root handed to uid, through the descriptor.
+func openDirs(dirfd int, rel string, create bool, uid int) (int, string, error) {
+	parts := strings.Split(rel, "/")
+	cur, err := unix.Openat(dirfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("open workspace: %w", err)
+	}
+	for i, name := range parts[:len(parts)-1] {
+		sub := strings.Join(parts[:i+1], "/")
+		if create {
+			if err := unix.Mkdirat(cur, name, 0o755); err != nil && err != unix.EEXIST {
+				unix.Close(cur)
+				return -1, "", fmt.Errorf("create %s: %w", sub, err)
+			}
+		}
+		next, st, err := openPath(cur, name)
+		unix.Close(cur)
+		if err != nil {
+			return -1, "", &fs.PathError{Op: "open", Path: sub, Err: err}
+		}
+		if !isType(&st, unix.S_IFDIR) {
+			unix.Close(next)
+			return -1, "", fmt.Errorf("%w: %s: %s is %s, not a directory", ErrBadRequest, rel, sub, typeName(st.Mode))
+		}
+		if create && st.Uid == 0 && uid != 0 {
+			if err := unix.Fchownat(next, "", uid, uid, unix.AT_EMPTY_PATH); err != nil {
+				unix.Close(next)
+				return -1, "", fmt.Errorf("chown %s: %w", sub, err)
+			}
+		}
+		cur = next
+	}
+	return cur, parts[len(parts)-1], nil
+}
+
+// openRegular opens rel below dirfd for I/O with flags (O_RDONLY or
+// O_WRONLY, optionally O_CREAT), only if it is a regular file. The
+// returned file is checked with fstat: a swap between the check and the
+// open yields a non-regular descriptor, refused before any I/O.
+func openRegular(dirfd int, rel string, flags int, uid int) (*os.File, error) {
+	create := flags&unix.O_CREAT != 0
+	pfd, base, err := openDirs(dirfd, rel, create, uid)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	probe, st, err := openPath(pfd, base)
+	switch {
+	case err == nil:
+		unix.Close(probe)
+		if !isType(&st, unix.S_IFREG) {
+			return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrBadRequest, rel, typeName(st.Mode))
+		}
+	case create && err == unix.ENOENT:
+	default:
+		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	// O_NONBLOCK: a FIFO swapped in meanwhile opens at once (or fails
+	// with ENXIO) instead of waiting for a peer; O_NOCTTY: a terminal
+	// never becomes ours.
+	fd, err := unix.Openat(pfd, base, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
+	switch {
+	case err == unix.ELOOP || err == unix.ENXIO || err == unix.EISDIR:
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadRequest, rel)
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("stat %s: %w", rel, err)
+	}
+	if !isType(&st, unix.S_IFREG) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrBadRequest, rel, typeName(st.Mode))
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
 // openWorkspace opens the workspace directory below base (an overlay root or
-// upper layer). The "work" name is itself resolved inside base, so a cell
-// that replaced /work with a symlink cannot move the workspace out.
+// upper layer). The "work" name is resolved without following a link or
+// opening anything but a directory: a cell that replaced /work with a
+// symlink or a FIFO gets ErrBadRequest, and an overlay whiteout (the cell
+// removed /work) is fs.ErrNotExist.
 func openWorkspace(base string) (*os.Root, error) {
-	r, err := os.OpenRoot(base)
+	bfd, err := unix.Open(base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open sandbox root: %w", err)
 	}
-	defer r.Close()
-	w, err := r.OpenRoot(strings.TrimPrefix(Workdir, "/"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+	defer unix.Close(bfd)
+	name := strings.TrimPrefix(Workdir, "/")
+	pfd, st, err := openPath(bfd, name)
+	if err == unix.ENOENT {
+		return nil, fs.ErrNotExist
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}
-	return w, nil
+	unix.Close(pfd)
+	if isType(&st, unix.S_IFCHR) && st.Rdev == 0 {
+		return nil, fs.ErrNotExist
+	}
+	if !isType(&st, unix.S_IFDIR) {
+		return nil, fmt.Errorf("%w: the working directory %s is %s, not a directory", ErrBadRequest, Workdir, typeName(st.Mode))
+	}
+	// O_DIRECTORY: if it was swapped since, this fails instead of blocking.
+	wfd, err := unix.Openat(bfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
+		return nil, fs.ErrNotExist
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: the working directory %s changed while it was opened: %v", ErrBusy, Workdir, err)
+	}
+	defer unix.Close(wfd)
+	// os.Root has no constructor from a descriptor; reopening it through
+	// its /proc magic link reaches the same inode, a directory.
+	r, err := os.OpenRoot(fmt.Sprintf("/proc/self/fd/%d", wfd))
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	return r, nil
+}
+
+// mkWorkdir makes the workspace directory in an upper layer if it is
+// missing, owned by uid, through descriptors: never a chown by path in a
+// tree the cell writes.
+func mkWorkdir(upper string, uid int) error {
+	ufd, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open upper layer: %w", err)
+	}
+	defer unix.Close(ufd)
+	name := strings.TrimPrefix(Workdir, "/")
+	err = unix.Mkdirat(ufd, name, 0o755)
+	if err == unix.EEXIST {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create %s: %w", Workdir, err)
+	}
+	fd, st, err := openPath(ufd, name)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", Workdir, err)
+	}
+	defer unix.Close(fd)
+	if !isType(&st, unix.S_IFDIR) {
+		return fmt.Errorf("%w: the working directory %s is %s, not a directory", ErrBadRequest, Workdir, typeName(st.Mode))
+	}
+	if err := unix.Fchownat(fd, "", uid, uid, unix.AT_EMPTY_PATH); err != nil {
+		return fmt.Errorf("chown %s: %w", Workdir, err)
+	}
+	return nil
 }
 
 // fileStamp identifies a version of a file cheaply.
@@ -79,84 +304,219 @@ type fileStamp struct {
 	dir   bool
 }
 
-// snapshot maps workspace paths to their stamps.
-type snapshot map[string]fileStamp
-
-// walk visits every entry of the workspace under root, parents before
-// children, without following symlinks (entries are lstat'ed and
-// directories opened through root), skipping overlay whiteouts, and stops
-// after maxWorkspaceEntries.
-func walk(root *os.Root, visit func(p string, fi fs.FileInfo, st *syscall.Stat_t)) error {
-	n := 0
-	var rec func(dir string) error
-	rec = func(dir string) error {
-		f, err := root.Open(dir)
-		if err != nil {
-			return err
-		}
-		ents, err := f.ReadDir(-1)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			if n >= maxWorkspaceEntries {
-				return nil
-			}
-			p := e.Name()
-			if dir != "." {
-				p = dir + "/" + e.Name()
-			}
-			fi, err := e.Info()
-			if err != nil {
-				continue
-			}
-			st, _ := fi.Sys().(*syscall.Stat_t)
-			// An overlay whiteout (char device 0:0) marks a deletion.
-			if st != nil && fi.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0 {
-				continue
-			}
-			n++
-			visit(p, fi, st)
-			if fi.IsDir() {
-				if err := rec(p); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	if err := rec("."); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
+// snapshot maps workspace paths to their stamps. A partial one (the scan
+// was cut short by a bound or a concurrent change) lists only some of the
+// files that exist: its absences mean nothing.
+type snapshot struct {
+	files   map[string]fileStamp
+	partial bool
 }
 
-// scan records the stamp of every directory, regular file and symlink.
-func scan(root *os.Root) (snapshot, error) {
-	s := snapshot{}
-	err := walk(root, func(p string, fi fs.FileInfo, st *syscall.Stat_t) {
-		if !fi.IsDir() && !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+// dirNode is a directory a walk read, with its stamp as it was before the
+// read, to check at the end that it did not change meanwhile.
+type dirNode struct {
+	name  string
+	stamp [4]int64 // ino, ctime, mtime, size
+	kids  []*dirNode
+}
+
+func dirStamp(st *unix.Stat_t) [4]int64 {
+	return [4]int64{int64(st.Ino), st.Ctim.Nano(), st.Mtim.Nano(), st.Size}
+}
+
+// walker is one bounded walk.
+type walker struct {
+	visit    func(p string, st *unix.Stat_t)
+	deadline time.Time
+	n        int
+	bytes    int
+	stop     error // why the walk is incomplete
+}
+
+func (w *walker) fail(err error) {
+	if w.stop == nil {
+		w.stop = err
+	}
+}
+
+// walk visits every entry of the workspace under root, parents before
+// children, without following symlinks or opening anything but
+// directories, and skipping overlay whiteouts. It returns nil only if the
+// walk is complete: every directory read whole, within maxWorkspaceEntries,
+// maxScanDepth, maxScanPathBytes and deadline, and none of them changed
+// while the walk ran (checked at the end through their stamps, ctime being
+// fine-grained once queried), so that a rename or an exchange during the
+// walk cannot hide a file. Otherwise the error wraps errScanChanged or
+// errScanLimit and the entries visited are only some of those that exist.
+func walk(root *os.Root, deadline time.Time, visit func(p string, st *unix.Stat_t)) error {
+	fd, err := rootFD(root)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	w := &walker{visit: visit, deadline: deadline}
+	top := &dirNode{}
+	w.dir(fd, "", 0, top)
+	if w.stop == nil {
+		w.check(fd, top)
+	}
+	return w.stop
+}
+
+// dir reads the directory open at fd (its workspace path p) into node.
+func (w *walker) dir(fd int, p string, depth int, node *dirNode) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		w.fail(fmt.Errorf("%w: stat %s: %v", errScanChanged, p, err))
+		return
+	}
+	node.stamp = dirStamp(&st)
+	buf := make([]byte, 8<<10)
+	for w.stop == nil {
+		nb, err := unix.ReadDirent(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			w.fail(fmt.Errorf("%w: read %s: %v", errScanChanged, p, err))
 			return
 		}
-		stamp := fileStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano(), dir: fi.IsDir()}
-		if st != nil {
-			stamp.ctime, stamp.ino = st.Ctim.Nano(), st.Ino
+		if nb == 0 {
+			return
 		}
-		s[p] = stamp
+		_, _, names := unix.ParseDirent(buf[:nb], -1, nil)
+		for _, name := range names {
+			if w.stop != nil {
+				return
+			}
+			w.entry(fd, p, name, depth, node)
+		}
+	}
+}
+
+// entry visits name in the directory open at fd.
+func (w *walker) entry(fd int, dir, name string, depth int, node *dirNode) {
+	if w.n%64 == 0 && time.Now().After(w.deadline) {
+		w.fail(fmt.Errorf("%w: not done within %s", errScanLimit, scanTimeout))
+		return
+	}
+	p := name
+	if dir != "" {
+		p = dir + "/" + name
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		// Gone since the directory was read: moved, perhaps to a place
+		// already read.
+		w.fail(fmt.Errorf("%w: %s vanished", errScanChanged, p))
+		return
+	}
+	// An overlay whiteout (char device 0:0) marks a deletion.
+	if isType(&st, unix.S_IFCHR) && st.Rdev == 0 {
+		return
+	}
+	if w.n >= maxWorkspaceEntries {
+		w.fail(fmt.Errorf("%w: more than %d entries", errScanLimit, maxWorkspaceEntries))
+		return
+	}
+	w.n++
+	w.bytes += len(p)
+	if w.bytes > maxScanPathBytes || len(p) > 4096 {
+		w.fail(fmt.Errorf("%w: paths longer than %d bytes in all, or one longer than 4096", errScanLimit, maxScanPathBytes))
+		return
+	}
+	w.visit(p, &st)
+	if !isType(&st, unix.S_IFDIR) {
+		return
+	}
+	if depth+1 >= maxScanDepth {
+		w.fail(fmt.Errorf("%w: directories nested deeper than %d", errScanLimit, maxScanDepth))
+		return
+	}
+	// O_DIRECTORY|O_NONBLOCK: a FIFO swapped in fails with ENOTDIR
+	// instead of blocking.
+	cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		w.fail(fmt.Errorf("%w: open %s: %v", errScanChanged, p, err))
+		return
+	}
+	defer unix.Close(cfd)
+	var cst unix.Stat_t
+	if err := unix.Fstat(cfd, &cst); err != nil || cst.Ino != st.Ino || cst.Dev != st.Dev {
+		w.fail(fmt.Errorf("%w: %s was replaced", errScanChanged, p))
+		return
+	}
+	kid := &dirNode{name: name}
+	node.kids = append(node.kids, kid)
+	w.dir(cfd, p, depth+1, kid)
+}
+
+// check compares every directory read with its stamp before the read.
+func (w *walker) check(fd int, node *dirNode) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || dirStamp(&st) != node.stamp {
+		w.fail(errScanChanged)
+		return
+	}
+	for _, kid := range node.kids {
+		if w.stop != nil {
+			return
+		}
+		cfd, err := unix.Openat(fd, kid.name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			w.fail(errScanChanged)
+			return
+		}
+		w.check(cfd, kid)
+		unix.Close(cfd)
+	}
+}
+
+// scan records the stamp of every directory, regular file and symlink. A
+// scan that is not complete returns a partial snapshot and the reason.
+func scan(root *os.Root) (snapshot, error) {
+	s := snapshot{files: map[string]fileStamp{}}
+	err := walk(root, time.Now().Add(scanTimeout), func(p string, st *unix.Stat_t) {
+		if !isType(st, unix.S_IFDIR) && !isType(st, unix.S_IFREG) && !isType(st, unix.S_IFLNK) {
+			return
+		}
+		s.files[p] = fileStamp{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino, dir: isType(st, unix.S_IFDIR)}
 	})
+	s.partial = err != nil
 	return s, err
 }
 
+// fillPartial completes a partial snapshot with the entries of an earlier
+// one it did not see, so that they are neither reported deleted now nor
+// created later; the next complete scan settles them. The result is
+// bounded at twice maxWorkspaceEntries: an entry dropped is at worst
+// reported created again, never deleted.
+func fillPartial(after, before snapshot) {
+	if !after.partial || after.files == nil {
+		return
+	}
+	for p, b := range before.files {
+		if len(after.files) >= 2*maxWorkspaceEntries {
+			return
+		}
+		if _, ok := after.files[p]; !ok {
+			after.files[p] = b
+		}
+	}
+}
+
 // diff lists files created, modified or deleted between two snapshots
-// (directories are not reported), sorted by path.
+// (directories are not reported), sorted by path. A partial after reports
+// no deletion (an absence in it proves nothing) and is filled in with
+// before's unseen entries (fillPartial), so that the caller keeps it as
+// the next before.
 func diff(before, after snapshot) []FileChange {
 	var out []FileChange
-	for p, a := range after {
+	for p, a := range after.files {
 		if a.dir {
 			continue
 		}
-		b, ok := before[p]
+		b, ok := before.files[p]
 		switch {
 		case !ok || b.dir:
 			out = append(out, FileChange{Path: p, Size: a.size, Change: "created"})
@@ -164,39 +524,61 @@ func diff(before, after snapshot) []FileChange {
 			out = append(out, FileChange{Path: p, Size: a.size, Change: "modified"})
 		}
 	}
-	for p, b := range before {
-		if b.dir {
-			continue
-		}
-		if a, ok := after[p]; !ok || a.dir {
-			out = append(out, FileChange{Path: p, Change: "deleted"})
+	if after.partial {
+		fillPartial(after, before)
+	} else {
+		for p, b := range before.files {
+			if b.dir {
+				continue
+			}
+			if a, ok := after.files[p]; !ok || a.dir {
+				out = append(out, FileChange{Path: p, Change: "deleted"})
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }
 
-// readFile reads a regular file through root, refusing symlinks, devices
-// and anything larger than limit.
+// exists says whether rel names anything (of any type) below root, or
+// whether that cannot be told (a component that is not a directory, an
+// error): only a definite "no such file" is false.
+func exists(root *os.Root, rel string) bool {
+	fd, err := rootFD(root)
+	if err != nil {
+		return true
+	}
+	defer unix.Close(fd)
+	pfd, base, err := openDirs(fd, rel, false, 0)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	err = unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == unix.ENOENT {
+		return false
+	}
+	return err != nil || !(isType(&st, unix.S_IFCHR) && st.Rdev == 0)
+}
+
+// readFile reads a regular file through root, refusing symlinks, FIFOs,
+// sockets and devices anywhere in its path, and anything larger than
+// limit.
 func readFile(root *os.Root, rel string, limit int64) ([]byte, error) {
-	fi, err := root.Lstat(rel)
+	fd, err := rootFD(root)
 	if err != nil {
 		return nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadRequest, rel)
-	}
-	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	defer unix.Close(fd)
+	f, err := openRegular(fd, rel, unix.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err = f.Stat()
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadRequest, rel)
 	}
 	if fi.Size() > limit {
 		return nil, fmt.Errorf("%w: %s is %d bytes, more than the %d allowed", ErrLimit, rel, fi.Size(), limit)
@@ -213,36 +595,25 @@ func readFile(root *os.Root, rel string, limit int64) ([]byte, error) {
 
 // writeFile creates or replaces rel through root with data, owned by uid
 // (the sandbox's root), creating parent directories likewise. Ownership is
-// set on the open descriptor, never by path.
+// set on descriptors, never by path; a FIFO, socket, device or symlink
+// anywhere in the path is refused (ErrBadRequest) without being opened.
 func writeFile(root *os.Root, rel string, data []byte, uid int) error {
-	dir := path.Dir(rel)
-	if dir != "." {
-		parts := strings.Split(dir, "/")
-		for i := range parts {
-			sub := strings.Join(parts[:i+1], "/")
-			if err := root.Mkdir(sub, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("create %s: %w", sub, err)
-			}
-			d, err := root.Open(sub)
-			if err != nil {
-				return fmt.Errorf("open %s: %w", sub, err)
-			}
-			fi, err := d.Stat()
-			if err == nil && fi.IsDir() && fi.Sys().(*syscall.Stat_t).Uid == 0 {
-				err = d.Chown(uid, uid)
-			}
-			d.Close()
-			if err != nil {
-				return fmt.Errorf("chown %s: %w", sub, err)
-			}
-		}
-	}
-	if fi, err := root.Lstat(rel); err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%w: %s exists and is not a regular file", ErrBadRequest, rel)
-	}
-	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	fd, err := rootFD(root)
 	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	f, err := openRegular(fd, rel, unix.O_WRONLY|unix.O_CREAT, uid)
+	if err != nil {
+		if errors.Is(err, ErrBadRequest) {
+			return err
+		}
 		return fmt.Errorf("create %s: %w", rel, err)
+	}
+	// Truncated only now that it is known to be a regular file.
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return fmt.Errorf("truncate %s: %w", rel, err)
 	}
 	if err := f.Chown(uid, uid); err != nil {
 		f.Close()
@@ -255,17 +626,24 @@ func writeFile(root *os.Root, rel string, data []byte, uid int) error {
 	return f.Close()
 }
 
-// list returns the workspace entries under root.
-func list(root *os.Root) ([]Entry, error) {
+// listWithin returns the workspace entries under root, or an error if the
+// walk is not complete by deadline (errScanChanged, errScanLimit): never a
+// listing that leaves out files that exist.
+func listWithin(root *os.Root, deadline time.Time) ([]Entry, error) {
 	var out []Entry
-	err := walk(root, func(p string, fi fs.FileInfo, _ *syscall.Stat_t) {
-		out = append(out, Entry{Path: p, Size: fi.Size(), Dir: fi.IsDir(), ModTime: fi.ModTime().UTC().Truncate(time.Millisecond)})
+	err := walk(root, deadline, func(p string, st *unix.Stat_t) {
+		out = append(out, Entry{Path: p, Size: st.Size, Dir: isType(st, unix.S_IFDIR), ModTime: time.Unix(0, st.Mtim.Nano()).UTC().Truncate(time.Millisecond)})
 	})
 	if err != nil {
 		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// list returns the workspace entries under root (see listWithin).
+func list(root *os.Root) ([]Entry, error) {
+	return listWithin(root, time.Now().Add(scanTimeout))
 }
 
 func sha256hex(b []byte) string {

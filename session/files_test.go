@@ -1,11 +1,15 @@
 package session
 
 import (
+	"errors"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // checkCleanRel is the invariant every accepted path keeps: relative,
@@ -50,4 +54,201 @@ func TestCleanRel(t *testing.T) {
 func FuzzCleanRel(f *testing.F) {
 	f.Add("a/b")
 	f.Fuzz(checkCleanRel)
+}
+
+// hostTree makes a directory with a FIFO, a socket, a symlink and a
+// regular file, and opens it as a root.
+func hostTree(t *testing.T) (string, *os.Root) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(dir, "p"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(dir, "sock")}); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if err := os.Symlink("/etc", filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return dir, r
+}
+
+// bounded fails the test if op does not return within 5 s; release (the
+// FIFO opened for writing) then unblocks it.
+func bounded(t *testing.T, what string, release func(), op func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		op()
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s blocked", what)
+	}
+	for {
+		release()
+		select {
+		case <-done:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestHostileFIFOInPathHostTree: a FIFO, socket or symlink anywhere in a
+// path is a bad request naming the path, returned at once, never opened.
+func TestHostileFIFOInPathHostTree(t *testing.T) {
+	dir, r := hostTree(t)
+	release := func() {
+		if fd, err := unix.Open(filepath.Join(dir, "p"), unix.O_RDWR|unix.O_NONBLOCK, 0); err == nil {
+			unix.Close(fd)
+		}
+	}
+	for _, p := range []string{"p", "p/x", "p/a/b", "sock", "sock/x", "l", "l/passwd", "f.txt/x"} {
+		bounded(t, "writeFile "+p, release, func() {
+			err := writeFile(r, p, []byte("x"), 0)
+			if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), p) {
+				t.Errorf("writeFile(%s) = %v, want a bad request naming it", p, err)
+			}
+		})
+		bounded(t, "readFile "+p, release, func() {
+			_, err := readFile(r, p, 1<<20)
+			if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), p) {
+				t.Errorf("readFile(%s) = %v, want a bad request naming it", p, err)
+			}
+		})
+	}
+	if b, err := os.ReadFile("/etc/passwd"); err != nil || string(b) == "x" {
+		t.Fatal("write followed the symlink")
+	}
+	if _, err := readFile(r, "missing/x", 10); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("readFile(missing/x) = %v, want not exist", err)
+	}
+	if err := writeFile(r, "new/dir/x.txt", []byte("ok"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := readFile(r, "new/dir/x.txt", 10); err != nil || string(b) != "ok" {
+		t.Fatalf("readFile = %q, %v", b, err)
+	}
+	if _, err := readFile(r, "new/dir/x.txt", 1); !errors.Is(err, ErrLimit) {
+		t.Errorf("readFile over its limit = %v, want ErrLimit", err)
+	}
+	bounded(t, "list", release, func() {
+		ents, err := list(r)
+		if err != nil || len(ents) != 7 {
+			t.Errorf("list = %v, %v; want 7 entries", ents, err)
+		}
+	})
+}
+
+// TestHostileExchangeRaceHostTree: a directory and a FIFO swapped in a loop
+// (renameat2 RENAME_EXCHANGE, the CVE-2018-15664 pattern) while the tree
+// is scanned: no scan blocks, and one that says it is complete lists every
+// file that exists.
+func TestHostileExchangeRaceHostTree(t *testing.T) {
+	dir, r := hostTree(t)
+	for _, d := range []string{"a", "d", "z"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, d, "in.txt"), []byte(d), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	swapped := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				swapped <- n
+				return
+			default:
+			}
+			if unix.Renameat2(unix.AT_FDCWD, filepath.Join(dir, "d"), unix.AT_FDCWD, filepath.Join(dir, "p"), unix.RENAME_EXCHANGE) == nil {
+				n++
+			}
+		}
+	}()
+	release := func() {
+		for _, n := range []string{"d", "p"} {
+			if fd, err := unix.Open(filepath.Join(dir, n), unix.O_RDWR|unix.O_NONBLOCK, 0); err == nil {
+				unix.Close(fd)
+			}
+		}
+	}
+	complete, partial := 0, 0
+	before := snapshot{files: map[string]fileStamp{"a/in.txt": {}, "z/in.txt": {}, "f.txt": {}}}
+	end := time.Now().Add(2 * time.Second)
+	for time.Now().Before(end) && !t.Failed() {
+		bounded(t, "scan", release, func() {
+			s, err := scan(r)
+			if (err != nil) != s.partial {
+				t.Errorf("scan: err %v but partial %v", err, s.partial)
+			}
+			if err != nil {
+				if !errors.Is(err, errScanChanged) {
+					t.Errorf("scan: %v", err)
+				}
+				partial++
+			} else {
+				complete++
+				_, d := s.files["d/in.txt"]
+				_, p := s.files["p/in.txt"]
+				if d == p {
+					t.Errorf("complete scan lists the moving file under neither or both names: %v", s.files)
+				}
+			}
+			for _, c := range diff(before, s) {
+				if c.Change == "deleted" {
+					t.Errorf("scan (partial %v) reports %s deleted; it exists", s.partial, c.Path)
+				}
+			}
+		})
+	}
+	close(stop)
+	t.Logf("%d swaps; %d complete scans, %d partial", <-swapped, complete, partial)
+}
+
+// TestDiffPartial: a partial scan reports nothing deleted and keeps the
+// entries it did not see for the next diff; the persist sync deletes from
+// the store only what exists in no form.
+func TestDiffPartial(t *testing.T) {
+	_, r := hostTree(t)
+	for p, want := range map[string]bool{"p": true, "l": true, "sock": true, "f.txt": true, "p/x": true, "nope": false, "nope/x": false} {
+		if got := exists(r, p); got != want {
+			t.Errorf("exists(%s) = %v, want %v", p, got, want)
+		}
+	}
+	before := snapshot{files: map[string]fileStamp{"a": {size: 1}, "b": {size: 1}, "c": {size: 1}}}
+	after := snapshot{files: map[string]fileStamp{"a": {size: 2}, "n": {size: 1}}, partial: true}
+	got := diff(before, after)
+	if len(got) != 2 || got[0].Path != "a" || got[0].Change != "modified" || got[1].Path != "n" || got[1].Change != "created" {
+		t.Fatalf("diff = %+v", got)
+	}
+	if _, ok := after.files["b"]; !ok || len(after.files) != 4 {
+		t.Fatalf("partial after not filled in: %v", after.files)
+	}
+	complete := snapshot{files: map[string]fileStamp{"a": {size: 2}, "n": {size: 1}}}
+	got = diff(after, complete)
+	if len(got) != 2 || got[0].Path != "b" || got[0].Change != "deleted" || got[1].Path != "c" {
+		t.Fatalf("diff after the partial one = %+v", got)
+	}
 }

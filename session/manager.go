@@ -703,7 +703,17 @@ func (m *Manager) Files(owner int, id string) ([]Entry, error) {
 		return []Entry{}, err
 	}
 	defer ws.Close()
-	return list(ws)
+	// Never a listing that leaves out files that exist: a walk cut short
+	// by a concurrent rename is retried, all tries within one scan's
+	// bound, then refused (busy).
+	deadline := time.Now().Add(scanTimeout)
+	for try := 1; ; try++ {
+		out, err := listWithin(ws, deadline)
+		if !errors.Is(err, errScanChanged) || try == 5 || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
+	}
 }
 
 // Close ends a session now.
@@ -738,11 +748,45 @@ func (m *Manager) end(s *Session, why string) error {
 		_ = s.k.sb.Kill()
 	}
 	s.mu.Unlock()
-	s.run.Lock()
+	if !lockWithin(&s.run, endLockWait) {
+		// Something on the host side is stuck inside the session (a bug:
+		// no file operation into a session can block). The janitor and
+		// Shutdown must not wait on it: the session is gone from the live
+		// set already; its disk is freed when that operation returns.
+		m.log().Error("session stuck: its run lock was not released after its sandbox was killed; it is ended, and destroyed once the operation holding it returns",
+			"session", s.id, "waited", endLockWait, "why", why)
+		go func() {
+			s.run.Lock()
+			defer s.run.Unlock()
+			if err := m.destroy(s); err != nil {
+				m.log().Warn("destroy stuck session", "session", s.id, "err", err)
+			}
+			m.log().Info("stuck session destroyed", "session", s.id)
+		}()
+		return fmt.Errorf("session %s stuck: an operation held it %s after its sandbox was killed; it is destroyed when that operation returns", s.id, endLockWait)
+	}
 	defer s.run.Unlock()
 	err := m.destroy(s)
 	m.log().Info("session ended", "session", s.id, "why", why)
 	return err
+}
+
+// endLockWait bounds how long end waits for a session's run lock once its
+// sandbox is killed: a cell returns promptly then (its result, a scan of
+// its workspace, the persist copy), so only a stuck host-side operation
+// holds it longer. A variable so that tests can shorten it.
+var endLockWait = 10 * time.Second
+
+// lockWithin takes mu if it can within d.
+func lockWithin(mu *sync.Mutex, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for pause := time.Millisecond; !mu.TryLock(); pause = min(2*pause, 20*time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pause)
+	}
+	return true
 }
 
 // visible returns the live sessions owner may see (root sees all).
@@ -782,6 +826,10 @@ func (m *Manager) Features() isolate.Features { return m.host.Features() }
 // janitor ends sessions past their idle TTL or lifetime.
 func (m *Manager) janitor() {
 	defer close(m.janitorD)
+	// Expiries in flight are each bounded (end), so waiting for them at
+	// stop is too.
+	var ending sync.WaitGroup
+	defer ending.Wait()
 	t := time.NewTicker(m.cfg.JanitorInterval)
 	defer t.Stop()
 	for {
@@ -803,12 +851,22 @@ func (m *Manager) janitor() {
 			}
 		}
 		m.mu.Unlock()
+		// Each expiry on its own: a session stuck for endLockWait delays
+		// neither the others nor the next sweep.
 		for _, s := range expired {
-			at := s.expiry(m.maxLifeOf(s)).UTC().Format(time.RFC3339)
-			if err := m.end(s, "expired at "+at); err != nil && !errors.Is(err, ErrNotFound) {
-				m.log().Warn("expire session", "session", s.id, "err", err)
-			}
-			m.metrics.expired()
+			ending.Add(1)
+			go func() {
+				defer ending.Done()
+				at := s.expiry(m.maxLifeOf(s)).UTC().Format(time.RFC3339)
+				err := m.end(s, "expired at "+at)
+				if errors.Is(err, ErrNotFound) {
+					return // ended meanwhile (closed, or by an earlier sweep)
+				}
+				if err != nil {
+					m.log().Warn("expire session", "session", s.id, "err", err)
+				}
+				m.metrics.expired()
+			}()
 		}
 	}
 }
@@ -853,6 +911,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	errs := []error{poolErr}
+	var toEnd []*Session
 	for _, s := range all {
 		// A hibernated session is only files on disk: it waits for the next
 		// daemon whatever KeepOnShutdown says.
@@ -873,10 +932,27 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			}
 			continue
 		}
-		if err := m.end(s, "ended when jailcell shut down"); err != nil && !errors.Is(err, ErrNotFound) {
-			errs = append(errs, err)
-		}
+		toEnd = append(toEnd, s)
 	}
+	// Side by side, a few at a time: a stuck session costs one endLockWait
+	// in all, not one each.
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	sem := make(chan struct{}, 8)
+	for _, s := range toEnd {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := m.end(s, "ended when jailcell shut down"); err != nil && !errors.Is(err, ErrNotFound) {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
 	// Wait for killed one-shots (and creates in flight) to clean up.
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -54,6 +54,11 @@ func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
 	var errs []error
 	for _, c := range changes {
 		if c.Change == "deleted" {
+			// Deleted from the store only if the workspace says so now: a
+			// scan the cell raced must never cost a saved file.
+			if exists(ws, c.Path) {
+				continue
+			}
 			if err := st.Remove(c.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -86,13 +85,8 @@ func (s *Session) writableWorkspace() (*os.Root, error) {
 		return openWorkspace(s.disk.RootDir())
 	}
 	upper := s.disk.UpperDir()
-	if _, err := os.Lstat(filepath.Join(upper, "work")); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(filepath.Join(upper, "work"), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.Lchown(filepath.Join(upper, "work"), s.disk.HostID(), s.disk.HostID()); err != nil {
-			return nil, err
-		}
+	if err := mkWorkdir(upper, s.disk.HostID()); err != nil {
+		return nil, err
 	}
 	return openWorkspace(upper)
 }
@@ -412,6 +406,9 @@ func (m *Manager) rescan(s *Session) {
 		ws.Close()
 	}
 	s.mu.Lock()
+	// A partial scan keeps what the last one saw, so that its absences
+	// are not later reported as deletions.
+	fillPartial(snap, s.snap)
 	s.snap = snap
 	s.mu.Unlock()
 }

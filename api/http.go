@@ -43,18 +43,19 @@ type HTTPOptions struct {
 	// ReadHeaderTimeout is how long a client has to send its headers.
 	// Default 10 s.
 	ReadHeaderTimeout time.Duration
-	// BodyTimeout is how long a client has to send a request body.
-	// Default 5 min.
+	// BodyTimeout is how long a client has to send a request body, and to
+	// take a response that is not streamed (it holds a place in the
+	// in-flight budget until then). Default 5 min.
 	BodyTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection with no request for
 	// this long. Default 2 min.
 	IdleTimeout time.Duration
-	// MaxInFlight bounds the requests handled at once; more wait for a
-	// place. Default 256.
+	// MaxInFlight bounds the requests handled at once, /metrics aside;
+	// more wait for a place. Default 256.
 	MaxInFlight int
 	// MaxInFlightBytes bounds the summed declared size of the bodies of
-	// the requests handled at once (one request always fits). Default
-	// 256 MiB.
+	// the requests handled at once and of their responses until written
+	// (one request always fits). Default 256 MiB.
 	MaxInFlightBytes int64
 	// Logger receives transport problems and, at debug level, one line
 	// per request. Default slog.Default().
@@ -286,9 +287,11 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 	}
 	// A peer's uid is its owner id: root (0) sees every session.
 	owner := int(peer.UID)
+	// Each answer holds a place in the in-flight budget until written
+	// (handle); the routes with a body take theirs in readBody.
 	switch rt.name {
 	case routeHealthz:
-		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpPing}, nil))
+		s.handle(w, r, &Request{ID: s.nextID(), Op: OpPing}, owner)
 	case routeMetrics:
 		w.Header().Set("Content-Type", metricsContentType)
 		if err := s.writeMetrics(w, owner); err != nil {
@@ -299,17 +302,17 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 			s.jsonOp(w, r, OpCreate, "", owner)
 			return
 		}
-		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpSessions}, nil))
+		s.handle(w, r, &Request{ID: s.nextID(), Op: OpSessions}, owner)
 	case routeSession:
-		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpClose, Session: rt.session}, nil))
+		s.handle(w, r, &Request{ID: s.nextID(), Op: OpClose, Session: rt.session}, owner)
 	case routeExec:
 		s.jsonOp(w, r, OpExec, rt.session, owner)
 	case routeOneShot:
 		s.jsonOp(w, r, OpExec, "", owner)
 	case routeFiles:
-		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpFiles, Session: rt.session}, nil))
+		s.handle(w, r, &Request{ID: s.nextID(), Op: OpFiles, Session: rt.session}, owner)
 	case routeLife:
-		s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: rt.op, Session: rt.session}, nil))
+		s.handle(w, r, &Request{ID: s.nextID(), Op: rt.op, Session: rt.session}, owner)
 	case routeFile:
 		if r.Method == http.MethodPut {
 			s.upload(w, r, rt, owner)
@@ -319,14 +322,35 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// admit takes a place without a body in the in-flight budget. A refusal
+// has been written when p is nil.
+func (s *HTTPServer) admit(w http.ResponseWriter, r *http.Request) *place {
+	p, err := s.lim.take(r.Context(), 0)
+	if err != nil {
+		s.writeError(w, &Error{Code: CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
+		return nil
+	}
+	return p
+}
+
+// handle answers a request without a body.
+func (s *HTTPServer) handle(w http.ResponseWriter, r *http.Request, req *Request, owner int) {
+	p := s.admit(w, r)
+	if p == nil {
+		return
+	}
+	defer p.release()
+	s.respondIn(w, p, s.d.Handle(r.Context(), owner, req, nil))
+}
+
 func (s *HTTPServer) nextID() json.RawMessage {
 	return json.RawMessage(strconv.FormatInt(s.seq.Add(1), 10))
 }
 
 // readBody reads a body of at most max bytes within the body timeout, and
-// takes its place in the in-flight budget; the caller must call release.
+// takes its place in the in-flight budget; the caller must release it.
 // A refusal has been written when ok is false.
-func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, max int64) (body []byte, release func(), ok bool) {
+func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, max int64) (body []byte, pl *place, ok bool) {
 	if r.ContentLength > max {
 		s.respondStatus(w, http.StatusRequestEntityTooLarge, fail(nullID, tooLarge(r.ContentLength, max)))
 		return nil, nil, false
@@ -335,18 +359,18 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, max int64)
 	if weight < 0 { // chunked: reserve the most it may be
 		weight = max
 	}
-	if err := s.lim.acquire(r.Context(), weight); err != nil {
+	var err error
+	if pl, err = s.lim.take(r.Context(), weight); err != nil {
 		s.writeError(w, &Error{Code: CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
 		return nil, nil, false
 	}
-	release = func() { s.lim.release(weight) }
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	// The deadline is for the body only: a long cell must not trip it.
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
-		release()
+		pl.release()
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
@@ -359,7 +383,7 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, max int64)
 		}
 		return nil, nil, false
 	}
-	return body, release, true
+	return body, pl, true
 }
 
 func isTimeout(err error) bool {
@@ -417,11 +441,11 @@ func routedRequest(body []byte, op, sessionID string, id json.RawMessage) (*Requ
 
 // jsonOp handles the routes whose body is a JSON request: create and exec.
 func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionID string, owner int) {
-	body, release, ok := s.readBody(w, r, s.opts.MaxBodyBytes)
+	body, pl, ok := s.readBody(w, r, s.opts.MaxBodyBytes)
 	if !ok {
 		return
 	}
-	defer release()
+	defer pl.release()
 	req, derr := routedRequest(body, op, sessionID, s.nextID())
 	body = nil
 	if derr != nil {
@@ -431,12 +455,10 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 	// Only an exec has output to stream: asked by the Accept header, or
 	// by "stream" as in a JSON-lines request.
 	req.Stream = op == OpExec && (req.Stream || acceptsNDJSON(r.Header.Get("Accept")))
-	var resp *Response
 	if req.Stream {
-		resp = s.stream(w, r.Context(), owner, req)
+		s.stream(w, r.Context(), owner, req, pl)
 	} else {
-		resp = s.d.Handle(r.Context(), owner, req, nil)
-		s.respond(w, resp)
+		s.respondIn(w, pl, s.d.Handle(r.Context(), owner, req, nil))
 	}
 }
 
@@ -444,7 +466,7 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 // happen, then the response, exactly as JSON-lines mode writes them. The
 // status is 200 once an event has gone out; a request that fails before
 // any output gets its error's status instead.
-func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner int, req *Request) *Response {
+func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner int, req *Request, pl *place) *Response {
 	rc := http.NewResponseController(w)
 	var mu sync.Mutex
 	started, broken := false, false
@@ -486,6 +508,7 @@ func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner in
 		resp = fail(resp.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()})
 		b, _ = encodeLine(resp)
 	}
+	pl.grow(int64(len(b)))
 	mu.Lock()
 	defer mu.Unlock()
 	start(httpStatus(resp))
@@ -494,31 +517,66 @@ func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner in
 }
 
 func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, owner int) {
-	body, release, ok := s.readBody(w, r, s.opts.MaxUploadBytes)
+	body, pl, ok := s.readBody(w, r, s.opts.MaxUploadBytes)
 	if !ok {
 		return
 	}
-	defer release()
+	defer pl.release()
 	if body == nil {
 		body = []byte{} // an empty body is an empty file
 	}
-	s.respond(w, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpUpload, Session: rt.session, Path: rt.path, Data: body}, nil))
+	s.respondIn(w, pl, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpUpload, Session: rt.session, Path: rt.path, Data: body}, nil))
 }
 
 // download answers the file's raw bytes; errors are JSON like every other
 // route's.
 func (s *HTTPServer) download(w http.ResponseWriter, r *http.Request, rt route, owner int) {
-	resp := s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpDownload, Session: rt.session, Path: rt.path}, nil)
-	if !resp.OK {
-		s.respond(w, resp)
+	pl := s.admit(w, r)
+	if pl == nil {
 		return
 	}
+	defer pl.release()
+	resp := s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpDownload, Session: rt.session, Path: rt.path}, nil)
+	if !resp.OK {
+		s.respondIn(w, pl, resp)
+		return
+	}
+	pl.grow(int64(len(resp.Data)))
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Length", strconv.Itoa(len(resp.Data)))
 	h.Set("X-Jailcell-Sha256", resp.SHA256)
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(resp.Data)
+	s.writeWithin(w, http.StatusOK, resp.Data)
+}
+
+// respondIn is respond for a request holding place pl: the response's bytes
+// count in the budget until written, within the body timeout, so a client
+// that does not read cannot hold them (and its place) forever.
+func (s *HTTPServer) respondIn(w http.ResponseWriter, pl *place, resp *Response) {
+	status := httpStatus(resp)
+	b, err := encodeLine(resp)
+	if err != nil {
+		s.log.Error("encode response", "err", err)
+		b, _ = encodeLine(fail(resp.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()}))
+		status = http.StatusInternalServerError
+	}
+	pl.grow(int64(len(b)))
+	w.Header().Set("Content-Type", "application/json")
+	s.writeWithin(w, status, b)
+}
+
+// writeWithin writes a response that is not streamed within the body
+// timeout, flushed before the handler returns (and its place with it).
+// The deadline is cleared afterwards: the connection may carry a long
+// streamed cell next.
+func (s *HTTPServer) writeWithin(w http.ResponseWriter, status int, b []byte) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.BodyTimeout))
+	w.WriteHeader(status)
+	if _, err := w.Write(b); err == nil {
+		_ = rc.Flush()
+	}
+	_ = rc.SetWriteDeadline(time.Time{})
 }
 
 // respond writes a Response as JSON with the status its error code maps to.

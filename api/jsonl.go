@@ -23,8 +23,9 @@ type JSONLOptions struct {
 	// while it is reached. Default 256.
 	MaxInFlight int
 	// MaxInFlightBytes bounds the summed size of the request lines running
-	// at once, so many large uploads cannot pile up in memory; reading
-	// pauses while it is reached (one request always fits). Default 256 MiB.
+	// at once and of their responses until written, so many large uploads,
+	// downloads or results cannot pile up in memory; reading pauses while
+	// it is reached (one request always fits). Default 256 MiB.
 	MaxInFlightBytes int64
 	// Logger receives transport problems (default slog.Default()). Never
 	// stdout: that is the protocol stream.
@@ -97,20 +98,26 @@ func ServeJSONL(ctx context.Context, r io.Reader, w io.Writer, d *Dispatcher, op
 			out.response(fail(req.ID, derr))
 			continue
 		}
-		weight := int64(len(ln.data))
-		if err := lim.acquire(ctx, weight); err != nil {
+		pl, err := lim.take(ctx, int64(len(ln.data)))
+		if err != nil {
 			out.response(fail(req.ID, &Error{Code: CodeUnavailable, Message: "shutting down: " + context.Cause(ctx).Error()}))
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer lim.release(weight)
+			defer pl.release()
 			var emit func(Event)
 			if req.Stream {
 				emit = out.event
 			}
-			out.response(d.Handle(ctx, owner, req, emit))
+			b := out.encode(d.Handle(ctx, owner, req, emit))
+			// The response holds the request's place until it is written:
+			// a client that sends downloads and does not read the answers
+			// stops the reading of new requests instead of piling up
+			// responses in the daemon.
+			pl.grow(int64(len(b)))
+			out.write(b)
 		}()
 	}
 }
@@ -194,7 +201,10 @@ type lineWriter struct {
 	err  error
 }
 
-func (lw *lineWriter) response(r *Response) {
+func (lw *lineWriter) response(r *Response) { lw.write(lw.encode(r)) }
+
+// encode is a response's line.
+func (lw *lineWriter) encode(r *Response) []byte {
 	b, err := encodeLine(r)
 	if err != nil {
 		// E.g. a value the sandbox produced that JSON cannot carry; the
@@ -202,7 +212,7 @@ func (lw *lineWriter) response(r *Response) {
 		lw.log.Error("encode response", "err", err)
 		b, _ = encodeLine(fail(r.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()}))
 	}
-	lw.write(b)
+	return b
 }
 
 func (lw *lineWriter) event(ev Event) {
@@ -239,8 +249,10 @@ func encodeLine(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// budget bounds the number and summed weight of running requests. Only
-// the read loop acquires, so there is no fairness to keep.
+// budget bounds the number and summed weight of running requests: their
+// request bytes, and their response bytes until written. In JSON-lines
+// only the read loop acquires, so there is no fairness to keep; over HTTP
+// every handler does, and waits in no order.
 type budget struct {
 	mu        sync.Mutex
 	count     int
@@ -272,6 +284,34 @@ func (b *budget) acquire(ctx context.Context, w int64) error {
 		}
 	}
 }
+
+// place is one request's share of a budget, held until its response has
+// been written.
+type place struct {
+	b *budget
+	w int64
+}
+
+// take acquires a place of weight w.
+func (b *budget) take(ctx context.Context, w int64) (*place, error) {
+	if err := b.acquire(ctx, w); err != nil {
+		return nil, err
+	}
+	return &place{b: b, w: w}, nil
+}
+
+// grow adds n bytes (the response) to the place at once, over the bound if
+// need be: the bytes exist already, and waiting here while holding the
+// place could deadlock. Later acquires wait until they are released.
+func (p *place) grow(n int64) {
+	p.b.mu.Lock()
+	p.b.used += n
+	p.b.mu.Unlock()
+	p.w += n
+}
+
+// release gives the place back; it may be called once.
+func (p *place) release() { p.b.release(p.w) }
 
 func (b *budget) release(w int64) {
 	b.mu.Lock()

@@ -689,7 +689,7 @@ func decodeBundle(obj []byte, budget int) (map[string]any, int) {
 			cost = c + enc
 			return nil
 		}
-		canon, ok := appendCanonical(nil, v, budget-c, maxJSONDepth)
+		canon, ok := canonical(v, budget-c, maxJSONDepth)
 		if !ok {
 			return over
 		}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"net"
@@ -27,6 +28,7 @@ var handleSeeds = map[string]struct {
 	"stream":          {stdout: "hello"},
 	"stream-over-cap": {stderr: strings.Repeat("é", 8), truncated: true},
 	"stream-other-id": {},
+	"stream-no-text":  {},
 	"stream-bad-utf8": {stdout: "a\uFFFD\uFFFDb\uFFFD"},
 	"result-ok": {result: true, check: func(t *testing.T, r *Result) {
 		if r.Status != "ok" || r.Value["text/plain"] != "2" || len(r.Display) != 1 || r.Display[0].MIME != "text/html" || r.Error != nil {
@@ -198,6 +200,9 @@ func checkHandleFrame(t *testing.T, data []byte) {
 		}
 		if res.Status != "ok" && res.Status != "error" {
 			t.Fatalf("status %q", res.Status)
+		}
+		if enc, err := json.Marshal(res); err != nil || int64(len(enc)) > MaxResultJSON(st.req.MaxOutput) {
+			t.Fatalf("result of %d bytes encoded (%v), over MaxResultJSON", len(enc), err)
 		}
 		if (res.Status == "error") != (res.Error != nil) {
 			t.Fatalf("status %q with error %+v", res.Status, res.Error)

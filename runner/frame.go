@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // WriteFrame writes v as one frame: a 4-byte big-endian length, then v as
@@ -213,8 +214,12 @@ func countElements(arr []byte) int {
 }
 
 // kind is the JSON type of a raw value: '"', '{', '[', 'n' (null), 't' or
-// 'f' (booleans), or '0' for a number.
+// 'f' (booleans), '0' for a number, or 0 if v is empty (the field was
+// absent).
 func kind(v []byte) byte {
+	if len(v) == 0 {
+		return 0 // absent
+	}
 	switch c := v[0]; c {
 	case '"', '{', '[', 'n', 't', 'f':
 		return c
@@ -381,9 +386,17 @@ var plainASCII = func() (t [256]bool) {
 }()
 
 // unquote decodes the JSON string raw, cut to at most maxEnc bytes encoded.
+// It measures first, so the text is allocated once, at its size.
 func unquote(raw []byte, maxEnc int) (s string, enc int, cut bool) {
-	b, _, enc, cut := scanString(make([]byte, 0, min(len(raw), maxEnc)), raw, maxInt, maxEnc, decode)
-	return string(b), enc, cut
+	maxEnc = max(maxEnc, 0)
+	_, dec, _, _ := scanString(nil, raw, maxInt, maxEnc, measure)
+	if dec == 0 {
+		_, _, enc, cut = scanString(nil, raw, maxInt, maxEnc, measure)
+		return "", enc, cut
+	}
+	b, _, enc, cut := scanString(make([]byte, 0, dec), raw, maxInt, maxEnc, decode)
+	// As strings.Builder does: b is never written again.
+	return unsafe.String(unsafe.SliceData(b), len(b)), enc, cut
 }
 
 const maxInt = int(^uint(0) >> 1)
@@ -403,13 +416,25 @@ func stringIs(raw []byte, want string) bool {
 	return !cut && string(b) == want
 }
 
-// appendCanonical appends raw, a valid JSON value, as a response will carry
-// it: compact, strings re-encoded the way encoding/json encodes them. It
-// fails, having appended at most max bytes, if the result would be longer
-// than max or nest deeper than maxDepth: the output goes to clients whose
-// parsers may recurse.
-func appendCanonical(dst, raw []byte, max, maxDepth int) ([]byte, bool) {
-	limit := len(dst) + max
+// canonical returns raw, a valid JSON value, as a response will carry it:
+// compact, strings re-encoded the way encoding/json encodes them. It fails,
+// allocating nothing, if the result would be longer than max bytes or nest
+// deeper than maxDepth: the output goes to clients whose parsers may
+// recurse.
+func canonical(raw []byte, max, maxDepth int) ([]byte, bool) {
+	_, n, ok := appendCanonical(nil, raw, max, maxDepth, measure)
+	if !ok {
+		return nil, false
+	}
+	out, _, _ := appendCanonical(make([]byte, 0, n), raw, max, maxDepth, transcode)
+	return out, true
+}
+
+// appendCanonical appends the canonical form of raw to dst (mode transcode)
+// or only counts it (mode measure), returning dst and its new length.
+func appendCanonical(dst, raw []byte, max, maxDepth, mode int) ([]byte, int, bool) {
+	n := len(dst)
+	limit := n + max
 	depth := 0
 	for i := 0; i < len(raw); {
 		c := raw[i]
@@ -419,27 +444,36 @@ func appendCanonical(dst, raw []byte, max, maxDepth int) ([]byte, bool) {
 			continue
 		case c == '"':
 			j := skipString(raw, i)
-			dst = append(dst, '"')
+			var enc int
 			var cut bool
-			dst, _, _, cut = scanString(dst, raw[i:j], maxInt, limit-len(dst)-1, transcode)
-			if cut {
-				return dst, false
+			if mode == transcode {
+				dst = append(dst, '"')
+				dst, _, enc, cut = scanString(dst, raw[i:j], maxInt, limit-n-2, transcode)
+				dst = append(dst, '"')
+			} else {
+				_, _, enc, cut = scanString(nil, raw[i:j], maxInt, limit-n-2, measure)
 			}
-			dst = append(dst, '"')
+			if cut {
+				return dst, n, false
+			}
+			n += enc + 2
 			i = j
 			continue
 		case c == '{' || c == '[':
 			if depth++; depth > maxDepth {
-				return dst, false
+				return dst, n, false
 			}
 		case c == '}' || c == ']':
 			depth--
 		}
-		if len(dst) >= limit {
-			return dst, false
+		if n >= limit {
+			return dst, n, false
 		}
-		dst = append(dst, c)
+		if mode == transcode {
+			dst = append(dst, c)
+		}
+		n++
 		i++
 	}
-	return dst, len(dst) <= limit
+	return dst, n, n <= limit
 }

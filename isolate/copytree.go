@@ -27,6 +27,41 @@ import (
 // overlayfs whiteouts, sockets and security.* attributes (file capabilities
 // embed a host uid) are dropped. The destination is a directory no sandbox
 // sees yet.
+//
+// Every copy is metered: a 16 MiB file holding one byte takes one 4 KiB
+// page on the sandbox's tmpfs, and a copy that reads it densely writes 16
+// MiB to the host (the sparse-file amplification of tar and cp without
+// --sparse; 32 such files in a 16 MiB disk made 512 MiB per copy). Files
+// are copied extent by extent (SEEK_DATA/SEEK_HOLE), holes stay holes, and
+// a Meter is charged the bytes each write will allocate before it is made.
+
+// blockSize is what the copy charges for a directory (an ext4 directory
+// takes one block where tmpfs takes none), a long symlink, and the unit a
+// data extent is rounded out to.
+const blockSize = 4096
+
+// maxInlineSymlink is the longest symlink target ext4 keeps in the inode.
+const maxInlineSymlink = 59
+
+// A Meter is charged the host bytes a copy is about to allocate, before it
+// writes them; an error from Charge stops the copy with that error.
+type Meter interface {
+	Charge(n int64) error
+}
+
+// ByteCap is a Meter that allows Max bytes in all; Used is what was charged.
+type ByteCap struct {
+	Max, Used int64
+}
+
+// Charge implements Meter.
+func (c *ByteCap) Charge(n int64) error {
+	if n > c.Max-c.Used {
+		return fmt.Errorf("%w: it would allocate more than %d bytes (%d MiB)", ErrCopyBudget, c.Max, c.Max>>20)
+	}
+	c.Used += n
+	return nil
+}
 
 // maxCopyDepth bounds directory nesting: every level holds two
 // descriptors open.
@@ -37,9 +72,9 @@ const maxCopyDepth = 1024
 const hostIDFile = "hostid"
 
 // SaveUpper copies d's upper layer into dir/upper (dir is created, 0700,
-// and must not exist), keeping ownership; LoadUpper brings it back onto
-// another disk.
-func (d *Disk) SaveUpper(dir string) error {
+// and must not exist), keeping ownership and holes, charging m; LoadUpper
+// brings it back onto another disk.
+func (d *Disk) SaveUpper(dir string, m Meter) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("save upper layer: %w", err)
 	}
@@ -47,7 +82,7 @@ func (d *Disk) SaveUpper(dir string) error {
 	if err := os.Mkdir(up, 0o700); err != nil {
 		return fmt.Errorf("save upper layer: %w", err)
 	}
-	if err := copyTree(d.UpperDir(), up, d.HostID(), d.HostID()); err != nil {
+	if err := copyTree(d.UpperDir(), up, d.HostID(), d.HostID(), m); err != nil {
 		return fmt.Errorf("save upper layer of %s: %w", d.ID, err)
 	}
 	return os.WriteFile(filepath.Join(dir, hostIDFile), []byte(strconv.Itoa(d.HostID())), 0o600)
@@ -55,6 +90,8 @@ func (d *Disk) SaveUpper(dir string) error {
 
 // LoadUpper copies the upper layer SaveUpper wrote into dir onto d, whose
 // upper layer must be empty (a new disk), moving ownership to d's slot.
+// d's tmpfs bounds the copy; holes stay holes, so what fit on the disk it
+// was saved from fits again.
 func (d *Disk) LoadUpper(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, hostIDFile))
 	if err != nil {
@@ -64,15 +101,16 @@ func (d *Disk) LoadUpper(dir string) error {
 	if err != nil || from < 0 {
 		return fmt.Errorf("load upper layer: bad host id %q", b)
 	}
-	if err := copyTree(filepath.Join(dir, "upper"), d.UpperDir(), from, d.HostID()); err != nil {
+	if err := copyTree(filepath.Join(dir, "upper"), d.UpperDir(), from, d.HostID(), unmetered{}); err != nil {
 		return fmt.Errorf("load upper layer onto %s: %w", d.ID, err)
 	}
 	return nil
 }
 
-// CopyUpper copies d's upper layer onto dst, a new disk.
-func (d *Disk) CopyUpper(dst *Disk) error {
-	if err := copyTree(d.UpperDir(), dst.UpperDir(), d.HostID(), dst.HostID()); err != nil {
+// CopyUpper copies d's upper layer onto dst, a new disk, charging m (dst's
+// tmpfs bounds it too).
+func (d *Disk) CopyUpper(dst *Disk, m Meter) error {
+	if err := copyTree(d.UpperDir(), dst.UpperDir(), d.HostID(), dst.HostID(), m); err != nil {
 		return fmt.Errorf("copy upper layer of %s to %s: %w", d.ID, dst.ID, err)
 	}
 	return nil
@@ -100,7 +138,13 @@ func (d *Disk) ClearUpper() error {
 	return nil
 }
 
+// unmetered charges nothing: for copies onto a tmpfs, which bounds them.
+type unmetered struct{}
+
+func (unmetered) Charge(int64) error { return nil }
+
 type treeCopy struct {
+	meter    Meter
 	from, to int
 	dstRoot  int                  // descriptor of the destination's root
 	links    map[[2]uint64]string // source (dev, ino) -> destination path
@@ -110,7 +154,8 @@ type treeCopy struct {
 // copyTree copies the tree under src into the existing directory dst,
 // shifting owners in [from, from+idsPerSlot) to the same offset from to;
 // other owners become the slot's nobody. dst's own attributes are src's.
-func copyTree(src, dst string, from, to int) error {
+// m is charged before each allocation (copyData says what counts).
+func copyTree(src, dst string, from, to int, m Meter) error {
 	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", src, err)
@@ -121,7 +166,7 @@ func copyTree(src, dst string, from, to int) error {
 		return fmt.Errorf("open %s: %w", dst, err)
 	}
 	defer unix.Close(dfd)
-	c := &treeCopy{from: from, to: to, dstRoot: dfd, links: map[[2]uint64]string{}, budget: 1 << 20}
+	c := &treeCopy{meter: m, from: from, to: to, dstRoot: dfd, links: map[[2]uint64]string{}, budget: 1 << 20}
 	if err := c.dir(sfd, dfd, "", 0); err != nil {
 		return err
 	}
@@ -197,6 +242,9 @@ func (c *treeCopy) entry(sfd, dfd int, name, rel string, depth int) error {
 		if c.budget < 0 {
 			return errors.New("too many directories")
 		}
+		if err := c.meter.Charge(blockSize); err != nil {
+			return fmt.Errorf("mkdir %s: %w", rel, err)
+		}
 		if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
 			return fmt.Errorf("mkdir %s: %w", rel, err)
 		}
@@ -226,6 +274,11 @@ func (c *treeCopy) entry(sfd, dfd int, name, rel string, depth int) error {
 		target, err := readlinkat(sfd, name)
 		if err != nil {
 			return fmt.Errorf("readlink %s: %w", rel, err)
+		}
+		if len(target) > maxInlineSymlink {
+			if err := c.meter.Charge(blockSize); err != nil {
+				return fmt.Errorf("symlink %s: %w", rel, err)
+			}
 		}
 		if err := unix.Symlinkat(target, dfd, name); err != nil {
 			return fmt.Errorf("symlink %s: %w", rel, err)
@@ -296,7 +349,7 @@ func (c *treeCopy) file(sfd, dfd int, name, rel string) error {
 	}
 	dst := os.NewFile(uintptr(out), rel)
 	defer dst.Close()
-	if _, err := io.Copy(dst, src); err != nil {
+	if err := copyData(out, in, st.Size, c.meter); err != nil {
 		return fmt.Errorf("copy %s: %w", rel, err)
 	}
 	return c.attrs(in, out, rel, &st)
@@ -313,7 +366,7 @@ func (c *treeCopy) attrs(sfd, dfd int, rel string, st *unix.Stat_t) error {
 	if err := unix.Fchmod(dfd, st.Mode&0o7777); err != nil {
 		return fmt.Errorf("chmod %s: %w", relOr(rel), err)
 	}
-	if err := copyXattrs(sfd, dfd); err != nil {
+	if err := copyXattrs(sfd, dfd, c.meter); err != nil {
 		return fmt.Errorf("extended attributes of %s: %w", relOr(rel), err)
 	}
 	ts := []unix.Timespec{st.Atim, st.Mtim}
@@ -322,8 +375,9 @@ func (c *treeCopy) attrs(sfd, dfd int, rel string, st *unix.Stat_t) error {
 }
 
 // copyXattrs copies the extended attributes overlayfs keeps (opaque
-// directories, redirects) and the sandbox's own user.* ones.
-func copyXattrs(sfd, dfd int) error {
+// directories, redirects) and the sandbox's own user.* ones, charging
+// meter their name and value bytes.
+func copyXattrs(sfd, dfd int, meter Meter) error {
 	buf := make([]byte, 4096)
 	n, err := unix.Flistxattr(sfd, buf)
 	if errors.Is(err, unix.ERANGE) {
@@ -350,9 +404,98 @@ func copyXattrs(sfd, dfd int) error {
 		if err != nil {
 			return err
 		}
+		if err := meter.Charge(int64(len(name) + m)); err != nil {
+			return err
+		}
 		if err := unix.Fsetxattr(dfd, name, val[:m], 0); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// CopyFileData copies the content of the regular file src into dst, which
+// must be empty, keeping holes and charging m (see copyData). Only what src
+// held when it was opened is copied: a file that grows meanwhile (a running
+// sandbox writes it) does not stretch the copy.
+func CopyFileData(dst, src *os.File, m Meter) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s is not a regular file", src.Name())
+	}
+	return copyData(int(dst.Fd()), int(src.Fd()), st.Size, m)
+}
+
+// copyData copies the first size bytes of the file in into the empty file
+// out extent by extent: SEEK_DATA finds each run of data, SEEK_HOLE its
+// end, and only the data is written, so holes stay holes and out
+// allocates about what in does, not its apparent size. Each extent is
+// charged to m, rounded out to whole blocks, before it is written.
+func copyData(out, in int, size int64, m Meter) error {
+	var buf []byte
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(in, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			return fmt.Errorf("seek data: %w", err)
+		}
+		if data >= size {
+			break
+		}
+		end, err := unix.Seek(in, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole: %w", err)
+		}
+		end = min(end, size)
+		if end <= data {
+			break // truncated while we read
+		}
+		first := data &^ (blockSize - 1)
+		last := (end + blockSize - 1) &^ (blockSize - 1)
+		if err := m.Charge(last - first); err != nil {
+			return err
+		}
+		if buf == nil {
+			buf = make([]byte, 1<<20)
+		}
+		for pos := data; pos < end; {
+			n, err := unix.Pread(in, buf[:min(int64(len(buf)), end-pos)], pos)
+			if err != nil {
+				return fmt.Errorf("read: %w", err)
+			}
+			if n == 0 {
+				end = pos // truncated while we read
+				break
+			}
+			if err := pwriteAll(out, buf[:n], pos); err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+			pos += int64(n)
+		}
+		off = end
+	}
+	// The size last: a hole at the end allocates nothing.
+	if err := unix.Ftruncate(out, size); err != nil {
+		return fmt.Errorf("set size: %w", err)
+	}
+	return nil
+}
+
+func pwriteAll(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := unix.Pwrite(fd, b, off)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		b, off = b[n:], off+int64(n)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package isolate
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -41,7 +42,7 @@ func TestCopyTreeHostileSource(t *testing.T) {
 	must(os.Lchown(filepath.Join(src, "escape"), 0, 0))            // an unmapped owner
 	must(unix.Chmod(filepath.Join(src, "a", "b", "data"), 0o4755)) // chown cleared it
 
-	must(copyTree(src, dst, from, to))
+	must(copyTree(src, dst, from, to, unmetered{}))
 
 	if l, err := os.Readlink(filepath.Join(dst, "escape")); err != nil || l != secret {
 		t.Errorf("escape: %q %v, want the symlink itself", l, err)
@@ -111,7 +112,7 @@ func TestCopyTreeDepthBound(t *testing.T) {
 		fd = nfd
 	}
 	unix.Close(fd)
-	if err := copyTree(src, dst, 0, 100000); err == nil {
+	if err := copyTree(src, dst, 0, 100000, unmetered{}); err == nil {
 		t.Fatal("copy of a too deep tree succeeded")
 	}
 }
@@ -154,4 +155,132 @@ func FuzzDecodeUserns(f *testing.F) {
 			}
 		}
 	})
+}
+
+// allocated is what the files under dir take on their filesystem, as du
+// counts it: st_blocks, not apparent sizes.
+func allocated(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		n += fi.Sys().(*syscall.Stat_t).Blocks * 512
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// writeSparse makes n files of size bytes under dir, each holding one byte
+// at its end and "mid" in the middle: almost all hole.
+func writeSparse(t *testing.T, dir string, n int, size int64) {
+	t.Helper()
+	for i := range n {
+		f, err := os.Create(filepath.Join(dir, "sparse"+string(rune('a'+i%26))+string(rune('a'+i/26))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("mid"), size/2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte{'z'}, size-1); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+}
+
+// TestHostileSparseFilesCopyTree: 32 files of 16 MiB holding a few bytes
+// each (the disk-amplification attack on a dense copy: 512 MiB written for
+// 256 KiB allocated) copy within a 1 MiB budget, keep their holes, sizes and
+// contents.
+func TestHostileSparseFilesCopyTree(t *testing.T) {
+	testenv.RequiresRoot(t)
+	src, dst := t.TempDir(), t.TempDir()
+	const size = 16 << 20
+	writeSparse(t, src, 32, size)
+	m := &ByteCap{Max: 1 << 20}
+	if err := copyTree(src, dst, 0, 100000, m); err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	if got := allocated(t, dst); got > 1<<20 {
+		t.Errorf("copy allocates %d bytes on the host, want at most the 1 MiB budget (the source allocates %d)", got, allocated(t, src))
+	}
+	if m.Used <= 0 || m.Used > 1<<20 {
+		t.Errorf("meter charged %d bytes", m.Used)
+	}
+	ents, err := os.ReadDir(dst)
+	if err != nil || len(ents) != 32 {
+		t.Fatalf("copied %d files (%v), want 32", len(ents), err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dst, e.Name()))
+		if err != nil || len(b) != size || b[size-1] != 'z' || string(b[size/2:size/2+3]) != "mid" || b[0] != 0 {
+			t.Fatalf("%s: %d bytes, %v", e.Name(), len(b), err)
+		}
+	}
+}
+
+// TestCopyBudgetStopsCopy: a copy that would allocate more than its budget
+// stops with ErrCopyBudget before it writes past it.
+func TestCopyBudgetStopsCopy(t *testing.T) {
+	testenv.RequiresRoot(t)
+	src, dst := t.TempDir(), t.TempDir()
+	for _, name := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(src, name), bytes.Repeat([]byte{'x'}, 1<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &ByteCap{Max: 2<<20 + 8192}
+	err := copyTree(src, dst, 0, 100000, m)
+	if !errors.Is(err, ErrCopyBudget) {
+		t.Fatalf("copy of 3 MiB with a 2 MiB budget: %v, want ErrCopyBudget", err)
+	}
+	if got := allocated(t, dst); got > m.Max+64<<10 {
+		t.Errorf("stopped copy allocated %d bytes, budget %d", got, m.Max)
+	}
+	// Directories cost a block each on the host though tmpfs charges none.
+	src2, dst2 := t.TempDir(), t.TempDir()
+	for i := range 10 {
+		if err := os.Mkdir(filepath.Join(src2, string(rune('a'+i))), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := copyTree(src2, dst2, 0, 100000, &ByteCap{Max: 5 * blockSize}); !errors.Is(err, ErrCopyBudget) {
+		t.Fatalf("10 directories in a 5-block budget: %v, want ErrCopyBudget", err)
+	}
+}
+
+// TestCopyFileDataGrowingSource: only what the source held when opened is
+// copied, holes included.
+func TestCopyFileDataGrowingSource(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.Create(filepath.Join(dir, "src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if _, err := src.WriteAt([]byte("end"), 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := os.Create(filepath.Join(dir, "dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	m := &ByteCap{Max: 64 << 10}
+	if err := CopyFileData(dst, src, m); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := dst.Stat()
+	if fi.Size() != 8<<20+3 || fi.Sys().(*syscall.Stat_t).Blocks*512 > 64<<10 {
+		t.Fatalf("copy: size %d, %d blocks", fi.Size(), fi.Sys().(*syscall.Stat_t).Blocks)
+	}
+	if m.Used != blockSize {
+		t.Errorf("charged %d, want one block", m.Used)
+	}
 }

@@ -204,7 +204,7 @@ func TestCheckpointForkOntoAnotherDisk(t *testing.T) {
 		t.Fatalf("the sandbox ran after its dump (count %d -> %d): not frozen through the copy", at, n)
 	}
 	b := newDisk("child")
-	if err := a.CopyUpper(b); err != nil {
+	if err := a.CopyUpper(b, &ByteCap{Max: 1 << 30}); err != nil {
 		t.Fatalf("CopyUpper: %v", err)
 	}
 	if err := sa.Resume(); err != nil {
@@ -272,7 +272,7 @@ func TestCheckpointRestoreOnRebuiltDisk(t *testing.T) {
 	}
 	<-sb.Done()
 	_ = sb.Destroy()
-	if err := d.SaveUpper(filepath.Join(state, "saved")); err != nil {
+	if err := d.SaveUpper(filepath.Join(state, "saved"), &ByteCap{Max: 1 << 30}); err != nil {
 		t.Fatalf("SaveUpper: %v", err)
 	}
 	before := readCount(t, ctl)

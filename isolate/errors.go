@@ -18,4 +18,7 @@ var (
 	ErrNotMounted = fmt.Errorf("%w: disk not mounted", ErrNotFound)
 	// ErrExhausted: no free uid slot is left for another sandbox.
 	ErrExhausted = errors.New("sandbox slots exhausted")
+	// ErrCopyBudget: a copy of a disk's files (SaveUpper, CopyUpper,
+	// CopyFileData) would allocate more than its Meter allows.
+	ErrCopyBudget = errors.New("copy over its byte budget")
 )

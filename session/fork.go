@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,8 +66,22 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	parent.mu.Unlock()
 
 	images := filepath.Join(child.dir, forkImagesName)
-	defer os.RemoveAll(images)
-	if err := m.checkpointCopy(parent, pk, images, func() error { return parent.disk.CopyUpper(child.disk) }); err != nil {
+	if err := m.reserveImages(parent, images); err != nil {
+		return nil, err
+	}
+	defer func() {
+		_ = os.RemoveAll(images)
+		m.stateQuota.release(images)
+	}()
+	// The copy lands on the child's tmpfs, which bounds it too; holes are
+	// kept, so what fit on the parent's disk fits on the child's.
+	copyFiles := func() error {
+		return copyLimit(parent, "fork", parent.disk.CopyUpper(child.disk, &isolate.ByteCap{Max: child.policy.DiskBytes}))
+	}
+	if err := m.checkpointCopy(parent, pk, images, copyFiles); err != nil {
+		return nil, err
+	}
+	if err := m.settleImages(parent, images); err != nil {
 		return nil, err
 	}
 	k, err := m.restoreKernel(ctx, child, images)
@@ -118,6 +133,9 @@ func (m *Manager) checkpointCopy(s *Session, k *kernel, images string, copyFiles
 	if rerr := m.reconnect(s, k); rerr != nil {
 		m.dropKernel(s, k)
 		return fmt.Errorf("%w: checkpoint of session %s: its kernel was lost: %v (checkpoint: %v)", ErrUnavailable, s.id, rerr, err)
+	}
+	if errors.Is(err, ErrLimit) {
+		return fmt.Errorf("checkpoint of session %s: %w", s.id, err)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: checkpoint of session %s: %v", ErrUnavailable, s.id, err)

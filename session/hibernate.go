@@ -72,7 +72,11 @@ func (m *Manager) hibernate(s *Session) error {
 	}
 	images := filepath.Join(s.dir, imagesName)
 	_ = os.RemoveAll(images)
+	m.stateQuota.release(images)
 	_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
+	if err := m.reserveImages(s, images); err != nil {
+		return err
+	}
 	start := time.Now()
 	// criu refuses a socket whose peer is outside the sandbox: close the
 	// host's end and its listener (which unlinks the socket, so the kernel's
@@ -88,6 +92,7 @@ func (m *Manager) hibernate(s *Session) error {
 	}
 	if err != nil {
 		_ = os.RemoveAll(images)
+		m.stateQuota.release(images)
 		// The kernel still runs: take its connection back.
 		if rerr := m.reconnect(s, k); rerr != nil {
 			m.dropKernel(s, k)
@@ -100,6 +105,13 @@ func (m *Manager) hibernate(s *Session) error {
 	_ = os.Remove(filepath.Join(images, "dump.log"))
 	<-k.sb.Done()
 	_ = k.sb.Destroy()
+	if err := m.settleImages(s, images); err != nil {
+		// The dump ended the kernel; the next cell starts a fresh one.
+		_ = os.RemoveAll(images)
+		m.stateQuota.release(images)
+		m.dropKernel(s, k)
+		return fmt.Errorf("hibernate session %s (its kernel is gone, files remain): %w", s.id, err)
+	}
 	if err := m.saveUpper(s); err != nil {
 		m.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
 	}
@@ -192,8 +204,10 @@ func (m *Manager) wake(ctx context.Context, s *Session) (string, error) {
 	}
 	s.mu.Unlock()
 	_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
-	_ = os.RemoveAll(images)
-	_ = os.RemoveAll(filepath.Join(s.dir, savedName))
+	for _, p := range []string{images, filepath.Join(s.dir, savedName)} {
+		_ = os.RemoveAll(p)
+		m.stateQuota.release(p)
+	}
 	if err != nil {
 		m.log().Warn("restore of hibernated session failed; starting a fresh kernel", "session", s.id, "err", err)
 		return "restoring the hibernated kernel failed (" + err.Error() + "); a fresh kernel was started (variables are gone, files remain)", nil
@@ -271,15 +285,18 @@ func (m *Manager) adoptHibernated(meta sessionMeta, dir string) (*Session, error
 var errNotHibernated = errors.New("not hibernated")
 
 // saveUpper copies s's workspace disk next to its images (replacing an
-// older copy). The caller holds s.run.
+// older copy), holes kept, charged to s's disk limit and the state quota.
+// The caller holds s.run.
 func (m *Manager) saveUpper(s *Session) error {
 	dir := filepath.Join(s.dir, savedName)
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	if err := s.disk.SaveUpper(dir); err != nil {
+	m.stateQuota.release(dir)
+	if err := s.disk.SaveUpper(dir, m.stateMeter(s, dir)); err != nil {
 		_ = os.RemoveAll(dir)
-		return err
+		m.stateQuota.release(dir)
+		return copyLimit(s, "hibernation", err)
 	}
 	return nil
 }

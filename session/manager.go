@@ -81,6 +81,18 @@ type Config struct {
 	// session that cannot be hibernated (no criu, a dump that fails) is
 	// kept running if KeepOnShutdown, else ended. Default false.
 	HibernateOnShutdown bool
+	// StateQuota caps what StateDir holds for checkpoint images and copies
+	// of workspaces (hibernation, snapshots, forks), in allocated bytes; a
+	// hibernate, snapshot or fork that would pass it fails with
+	// ErrStateQuota (wire code limit). Each session's share is bounded on
+	// its own (quota.go). Default: a quarter of the size of the filesystem
+	// holding StateDir.
+	StateQuota int64
+	// StoreQuota caps what StoreDir holds for persisted workspaces, in
+	// allocated bytes; a file that would pass it is not persisted
+	// (ErrStoreQuota). Default: a quarter of the size of the filesystem
+	// holding StoreDir.
+	StoreQuota int64
 }
 
 func (c *Config) defaults() {
@@ -117,6 +129,12 @@ func (c *Config) defaults() {
 	if c.MaxHibernated == 0 {
 		c.MaxHibernated = 1024
 	}
+	if c.StateQuota == 0 {
+		c.StateQuota = defaultQuota(c.StateDir)
+	}
+	if c.StoreQuota == 0 && c.StoreDir != "" {
+		c.StoreQuota = defaultQuota(c.StoreDir)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -148,6 +166,11 @@ type Manager struct {
 	janitorD chan struct{}
 	pool     *warmPool
 	starts   chan struct{} // kernel starts in progress (admitStart)
+
+	// Host-disk accounting (quota.go).
+	stateQuota, storeQuota *quota
+	entryMu                sync.Mutex
+	entryLocks             map[string]*entryLock
 }
 
 // New makes a manager and reconciles what a previous run left behind.
@@ -182,9 +205,11 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		sessions: map[string]*Session{}, tombstones: map[string]string{}, oneshots: map[string]*Session{},
 		stop: make(chan struct{}), janitorD: make(chan struct{}), nonce: newID()[:8],
 	}
+	m.initQuotas()
 	if err := m.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
+	m.chargeAdopted()
 	m.startPool()
 	go m.janitor()
 	return m, nil
@@ -339,6 +364,7 @@ func (m *Manager) destroy(s *Session) error {
 	}
 	errs = append(errs, s.disk.Destroy())
 	errs = append(errs, os.RemoveAll(s.dir))
+	m.stateQuota.release(s.dir)
 	return errors.Join(errs...)
 }
 

@@ -11,7 +11,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/isolate"
 )
 
 var persistNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
@@ -51,6 +56,8 @@ func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
 		return err
 	}
 	defer st.Close()
+	entry := m.beginPersist(s, st, changes)
+	defer entry.end()
 	var errs []error
 	for _, c := range changes {
 		if c.Change == "deleted" {
@@ -64,11 +71,11 @@ func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
 			}
 			continue
 		}
-		b, err := readFile(ws, c.Path, MaxFileBytes)
-		if err != nil {
-			continue // a symlink, a device, a file too large: not persisted
+		if c.Size > MaxFileBytes {
+			continue // too large: not persisted
 		}
-		if err := writeFile(st, c.Path, b, os.Getuid()); err != nil {
+		// Sparse, and within the session's disk and the store quota.
+		if err := entry.copy(ws, st, c.Path); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -87,23 +94,59 @@ func (m *Manager) restorePersist(s *Session) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var files []File
-	var names []string
+	ws, err := s.writableWorkspace()
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	defer ws.Close()
+	names := []string{}
 	for _, e := range entries {
 		if e.Dir {
 			continue
 		}
-		b, err := readFile(st, e.Path, MaxFileBytes)
+		rel, err := cleanRel(e.Path)
 		if err != nil {
 			continue
 		}
-		files = append(files, File{Path: e.Path, Data: b})
-		names = append(names, e.Path)
+		ok, err := m.restoreFile(s, st, ws, rel)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			names = append(names, rel)
+		}
 	}
-	if len(files) == 0 {
-		return []string{}, nil
+	return names, nil
+}
+
+// restoreFile copies the store file rel into s's workspace, holes kept:
+// a persisted workspace took no more of its session's disk than this.
+func (m *Manager) restoreFile(s *Session, st, ws *os.Root, rel string) (bool, error) {
+	src, err := openFile(st, rel, unix.O_RDONLY, 0)
+	if err != nil {
+		return false, nil
 	}
-	return names, m.placeFiles(s, files)
+	defer src.Close()
+	dst, err := openFile(ws, rel, unix.O_WRONLY|unix.O_CREAT, s.disk.HostID())
+	if err != nil {
+		return false, fmt.Errorf("restore %s: %w", rel, err)
+	}
+	defer dst.Close()
+	if err := dst.Truncate(0); err != nil {
+		return false, fmt.Errorf("restore %s: %w", rel, err)
+	}
+	if err := dst.Chown(s.disk.HostID(), s.disk.HostID()); err != nil {
+		return false, fmt.Errorf("restore %s: %w", rel, err)
+	}
+	// The disk's tmpfs bounds the copy; the cap names the limit first.
+	err = isolate.CopyFileData(dst, src, &isolate.ByteCap{Max: s.policy.DiskBytes})
+	if errors.Is(err, isolate.ErrCopyBudget) || errors.Is(err, syscall.ENOSPC) {
+		return false, fmt.Errorf("%w: workspace full restoring %s: the persisted workspace %q takes more than this session's disk (disk_bytes = %d MiB)", ErrLimit, rel, s.persist, s.policy.DiskBytes>>20)
+	}
+	if err != nil {
+		return false, fmt.Errorf("restore %s: %w", rel, err)
+	}
+	return true, nil
 }
 
 // install pip-installs requirements from the wheelhouse inside the session,

@@ -54,23 +54,38 @@ func (m *Manager) snapshot(ctx context.Context, s *Session) error {
 	start := time.Now()
 	tmp := filepath.Join(s.dir, snapshotName+".new")
 	_ = os.RemoveAll(tmp)
+	m.stateQuota.release(tmp)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return fmt.Errorf("snapshot dir: %w", err)
 	}
-	defer os.RemoveAll(tmp)
-	err = m.checkpointCopy(s, k, filepath.Join(tmp, imagesName), func() error {
-		return s.disk.SaveUpper(filepath.Join(tmp, savedName))
+	defer func() {
+		_ = os.RemoveAll(tmp)
+		m.stateQuota.release(tmp)
+	}()
+	// Charged to the state quota: the images up to the kernel's memory
+	// limit, the files up to its disk limit, holes kept (quota.go).
+	images, saved := filepath.Join(tmp, imagesName), filepath.Join(tmp, savedName)
+	if err := m.reserveImages(s, images); err != nil {
+		return err
+	}
+	err = m.checkpointCopy(s, k, images, func() error {
+		return copyLimit(s, "snapshot", s.disk.SaveUpper(saved, m.stateMeter(s, saved)))
 	})
 	if err != nil {
+		return err
+	}
+	if err := m.settleImages(s, images); err != nil {
 		return err
 	}
 	dst := filepath.Join(s.dir, snapshotName)
 	if err := os.RemoveAll(dst); err != nil {
 		return fmt.Errorf("replace snapshot: %w", err)
 	}
+	m.stateQuota.release(dst)
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("keep snapshot: %w", err)
 	}
+	m.stateQuota.rename(tmp, dst)
 	now := time.Now().UTC()
 	s.mu.Lock()
 	s.info.SnapshotAt = &now
@@ -117,8 +132,10 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 	}
 	if hib {
 		_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
-		_ = os.RemoveAll(filepath.Join(s.dir, imagesName))
-		_ = os.RemoveAll(filepath.Join(s.dir, savedName))
+		for _, name := range []string{imagesName, savedName} {
+			_ = os.RemoveAll(filepath.Join(s.dir, name))
+			m.stateQuota.release(filepath.Join(s.dir, name))
+		}
 	}
 	if err := s.disk.ClearUpper(); err != nil {
 		return nil, fmt.Errorf("%w: roll back session %s: %v", ErrUnavailable, id, err)

@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jailcell/jailcell/policy"
@@ -25,6 +26,12 @@ var (
 	ErrUnavailable = errors.New("sandbox unavailable")
 	// ErrShutdown: the manager is shutting down.
 	ErrShutdown = errors.New("shutting down")
+	// ErrStateQuota: the state dir's byte quota (Config.StateQuota) would
+	// be passed by a checkpoint or a copy of a workspace; an ErrLimit.
+	ErrStateQuota = fmt.Errorf("%w: state dir quota", ErrLimit)
+	// ErrStoreQuota: the persist store's byte quota (Config.StoreQuota)
+	// would be passed; an ErrLimit.
+	ErrStoreQuota = fmt.Errorf("%w: store quota", ErrLimit)
 )
 
 // Status values of a cell result.

@@ -1,0 +1,220 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/policy"
+)
+
+// The sparse-file attack on the host disk: a session limited to 16 MiB of
+// disk makes 32 files of 16 MiB that each hold a few bytes (4 KiB of its
+// tmpfs apiece). A dense copy of its workspace (hibernate, snapshot,
+// persist) writes 512 MiB to the host per copy, and a persisted copy no
+// longer fits the disk it came from.
+
+const sparseDisk = 16 << 20
+
+// sparseCell makes the 32 files; sparseCheck prints what each holds.
+const sparseCell = `for i in range(32):
+    with open(f"sparse{i}", "wb") as f:
+        f.seek(8 << 20); f.write(b"mid")
+        f.seek((16 << 20) - 1); f.write(b"z")
+print("ok")
+`
+
+const sparseCheck = `import os
+bad = []
+for i in range(32):
+    with open(f"sparse{i}", "rb") as f:
+        b = f.read()
+    if len(b) != 16 << 20 or b[(16 << 20) - 1:] != b"z" or b[8 << 20:(8 << 20) + 3] != b"mid" or b[:4096] != bytes(4096):
+        bad.append(i)
+print("intact" if not bad else f"damaged {bad}")
+`
+
+// sparseEnv is a manager whose default policy has a 16 MiB disk, with
+// mod applied to its config.
+func sparseEnv(t *testing.T, mod func(*Config)) *env {
+	t.Helper()
+	return newEnv(t, func(c *Config) {
+		p := c.Policies["default"]
+		p.DiskBytes = sparseDisk
+		c.Policies = map[string]policy.Policy{"default": p}
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+// sparseSession creates a session (persisted under persist, if set) and
+// makes the 32 sparse files in it.
+func sparseSession(t *testing.T, e *env, persist string) string {
+	t.Helper()
+	id := e.create(t, CreateOptions{Persist: persist})
+	res := e.exec(t, id, sparseCell, 60*time.Second)
+	if res.Status != StatusOK || res.Stdout != "ok\n" {
+		t.Fatalf("making sparse files: %+v", res)
+	}
+	return id
+}
+
+func sessionDir(t *testing.T, m *Manager, id string) string {
+	t.Helper()
+	s, err := m.get(0, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.dir
+}
+
+// wantSmall fails if the tree at path allocates more than 2 MiB on the
+// host (the sparse files allocate 32 * 8 KiB there).
+func wantSmall(t *testing.T, what, path string) {
+	t.Helper()
+	if n := allocatedBytes(path); n > 2<<20 {
+		t.Errorf("%s allocates %d MiB on the host (du), want under 2 MiB: the files hold 32 * 2 pages, their apparent size is 512 MiB", what, mib(n))
+	} else if n == 0 {
+		t.Errorf("%s allocates nothing: not there?", what)
+	}
+}
+
+// TestHostileSparseFilesPersist: the persisted copy keeps the holes, and
+// restores into a session of the same 16 MiB disk.
+func TestHostileSparseFilesPersist(t *testing.T) {
+	e := sparseEnv(t, nil)
+	id := sparseSession(t, e, "sparse")
+	wantSmall(t, "the persisted workspace", filepath.Join(e.state, "store"))
+	if err := e.m.Close(0, id); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.m.Create(context.Background(), CreateOptions{Persist: "sparse"})
+	if err != nil {
+		t.Fatalf("the persisted workspace does not restore into the limits of the session that made it: %v", err)
+	}
+	if len(info.Restored) != 32 {
+		t.Errorf("restored %d files, want 32: %v", len(info.Restored), info.Restored)
+	}
+	if res := e.exec(t, info.ID, sparseCheck, 60*time.Second); res.Stdout != "intact\n" {
+		t.Fatalf("restored files: %+v", res)
+	}
+}
+
+// TestHostileSparseFilesSnapshot: a snapshot's copy of the files keeps the
+// holes; a rollback brings them back.
+func TestHostileSparseFilesSnapshot(t *testing.T) {
+	requiresCriu(t)
+	e := sparseEnv(t, nil)
+	id := sparseSession(t, e, "")
+	if _, err := e.m.Snapshot(context.Background(), 0, id); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	wantSmall(t, "the snapshot's files", filepath.Join(sessionDir(t, e.m, id), snapshotName, savedName))
+	e.exec(t, id, "import os\nfor i in range(32): os.remove(f'sparse{i}')", 0)
+	if _, err := e.m.Rollback(context.Background(), 0, id); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+	if res := e.exec(t, id, sparseCheck, 60*time.Second); res.Stdout != "intact\n" {
+		t.Fatalf("files after rollback: %+v", res)
+	}
+}
+
+// TestHostileSparseFilesHibernate: a hibernation's copy of the files keeps
+// the holes; the session restores with them.
+func TestHostileSparseFilesHibernate(t *testing.T) {
+	requiresCriu(t)
+	e := sparseEnv(t, nil)
+	id := sparseSession(t, e, "")
+	if _, err := e.m.Hibernate(0, id); err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
+	wantSmall(t, "the hibernated session's files", filepath.Join(sessionDir(t, e.m, id), savedName))
+	if res := e.exec(t, id, sparseCheck, 60*time.Second); res.Stdout != "intact\n" {
+		t.Fatalf("files after hibernation: %+v", res)
+	}
+}
+
+// TestStateQuotaRefusesSnapshot: a snapshot that would pass the state
+// quota is refused with ErrStateQuota (wire code limit) naming the key,
+// whether the images or the files would pass it, and leaves nothing
+// charged or on disk behind.
+func TestStateQuotaRefusesSnapshot(t *testing.T) {
+	requiresCriu(t)
+	// Room for the images' reservation (memory_bytes + 32 MiB) and 4 MiB
+	// of files: a 12 MiB file does not fit.
+	var reserve int64
+	e := newEnv(t, func(c *Config) {
+		reserve = imagesReserve(c.Policies["default"])
+		c.StateQuota = reserve + 4<<20
+	})
+	id := e.create(t, CreateOptions{})
+	if res := e.exec(t, id, "open('dense', 'wb').write(b'x' * (12 << 20))", 0); res.Status != StatusOK {
+		t.Fatalf("cell: %+v", res)
+	}
+	_, err := e.m.Snapshot(context.Background(), 0, id)
+	if !errors.Is(err, ErrStateQuota) || !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "state_quota_bytes") {
+		t.Fatalf("snapshot over the state quota: %v, want ErrStateQuota naming state_quota_bytes", err)
+	}
+	if n := e.m.stateQuota.inUse(); n != 0 {
+		t.Errorf("a refused snapshot left %d bytes charged", n)
+	}
+	dir := sessionDir(t, e.m, id)
+	if n := allocatedBytes(dir); n > 64<<10 {
+		t.Errorf("a refused snapshot left %d KiB in the session dir", n>>10)
+	}
+	// Too small for the images at all.
+	e.m.stateQuota.limit = reserve - 1
+	if _, err := e.m.Snapshot(context.Background(), 0, id); !errors.Is(err, ErrStateQuota) || !strings.Contains(err.Error(), "state_quota_bytes") {
+		t.Fatalf("snapshot with no room for its images: %v", err)
+	}
+	// The session goes on.
+	if res := e.exec(t, id, "print(len(open('dense','rb').read()))", 0); res.Stdout != "12582912\n" {
+		t.Fatalf("session after refused snapshots: %+v", res)
+	}
+}
+
+// TestPersistWithinDiskAndStoreQuota: a file that would make the persisted
+// workspace larger than its session's disk (less the restore headroom), or
+// pass the store quota, is not persisted; the store holds no more than
+// allowed and what it holds restores.
+func TestPersistWithinDiskAndStoreQuota(t *testing.T) {
+	e := sparseEnv(t, func(c *Config) { c.StoreQuota = 24 << 20 })
+	id := e.create(t, CreateOptions{Persist: "full"})
+	// 15.2 MiB: fits the 16 MiB disk, not 16 MiB less 1 MiB of headroom.
+	res := e.exec(t, id, "open('big', 'wb').write(b'x' * (15 << 20 | 200 << 10)); open('small', 'wb').write(b'y' * 4096)", 0)
+	if res.Status != StatusOK {
+		t.Fatalf("cell: %+v", res)
+	}
+	store := filepath.Join(e.state, "store")
+	if n := allocatedBytes(store); n > sparseDisk-restoreHeadroom {
+		t.Errorf("store holds %d KiB, more than the session's disk less the headroom", n>>10)
+	}
+	// The store quota: two sessions' workspaces of 10 MiB do not fit 24 MiB
+	// with a third.
+	for _, name := range []string{"a", "b", "c"} {
+		sid := e.create(t, CreateOptions{Persist: name})
+		if res := e.exec(t, sid, "open('ten', 'wb').write(b'z' * (10 << 20))", 0); res.Status != StatusOK {
+			t.Fatalf("cell: %+v", res)
+		}
+		if err := e.m.Close(0, sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := allocatedBytes(store); n > 24<<20 {
+		t.Errorf("store holds %d KiB, more than its 24 MiB quota", n>>10)
+	}
+	if err := e.m.Close(0, id); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.m.Create(context.Background(), CreateOptions{Persist: "full"})
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if len(info.Restored) != 1 || info.Restored[0] != "small" {
+		t.Errorf("restored %v, want only small", info.Restored)
+	}
+}

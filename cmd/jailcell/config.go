@@ -59,6 +59,8 @@ var configKeys = []configKey{
 	{"state_dir", defaultStateDir, "state-dir"},
 	{"rootfs", rootfs.DefaultBase, "rootfs"},
 	{"store_dir", "", ""},
+	{"state_quota_bytes", 0, ""},
+	{"store_quota_bytes", 0, ""},
 	{"wheelhouse", "", ""},
 	{"egress_upstream", "", ""},
 	{"criu", isolate.CriuBinary, ""},
@@ -100,6 +102,11 @@ type config struct {
 	Rootfs      string
 	StoreDir    string
 	Wheelhouse  string
+	// StateQuota and StoreQuota cap the host disk state_dir and store_dir
+	// hold for sessions, in allocated bytes (0: a quarter of the
+	// filesystem); see session.Config.
+	StateQuota int64
+	StoreQuota int64
 	// Criu is the criu binary for hibernate, restore, fork and snapshots
 	// (criu 4.x; make criu builds one).
 	Criu string
@@ -399,6 +406,8 @@ func (l *configLoader) decode() {
 	c.StateDir = l.str("state_dir")
 	c.Rootfs = l.str("rootfs")
 	c.StoreDir = l.str("store_dir")
+	c.StateQuota = l.byteSize("state_quota_bytes")
+	c.StoreQuota = l.byteSize("store_quota_bytes")
 	c.Wheelhouse = l.str("wheelhouse")
 	c.Criu = l.str("criu")
 	c.EgressUpstream = l.str("egress_upstream")
@@ -493,6 +502,27 @@ func (l *configLoader) integer(key string, lo, hi int64) int64 {
 		l.fail(key, raw, fmt.Sprintf("allowed %d..%d", lo, hi))
 	}
 	l.record(key, n)
+	return n
+}
+
+// byteSize reads a number of bytes, optionally with a unit (512MiB, 1g).
+func (l *configLoader) byteSize(key string) int64 {
+	raw := l.v.Get(key)
+	n, ok := toInt(raw)
+	if s, isStr := raw.(string); !ok && isStr {
+		if b, err := units.RAMInBytes(strings.TrimSpace(s)); err == nil {
+			n, ok = b, true
+		}
+	}
+	if !ok {
+		l.fail(key, raw, `want a number of bytes, optionally with a unit like "512MiB" or "1GiB"`)
+		return 0
+	}
+	if n == 0 {
+		l.record(key, "0 (a quarter of its filesystem)")
+		return 0
+	}
+	l.record(key, fmt.Sprintf("%d (%s)", n, units.BytesSize(float64(n))))
 	return n
 }
 
@@ -696,6 +726,8 @@ var configChecks = []func(c *config) error{
 		return nil
 	},
 	func(c *config) error { return absOrEmpty("state_dir", c.StateDir, false) },
+	func(c *config) error { return quotaRange("state_quota_bytes", c.StateQuota) },
+	func(c *config) error { return quotaRange("store_quota_bytes", c.StoreQuota) },
 	func(c *config) error {
 		if c.Rootfs == "" {
 			return fmt.Errorf(`rootfs = "": want the rootfs base directory (default %s)`, rootfs.DefaultBase)
@@ -765,6 +797,14 @@ func absOrEmpty(key, v string, emptyOK bool) error {
 			what += ` or "" (off)`
 		}
 		return fmt.Errorf("%s = %q: want %s", key, v, what)
+	}
+	return nil
+}
+
+// quotaRange admits 0 (the default) or 16 MiB..1 PiB.
+func quotaRange(key string, n int64) error {
+	if n != 0 && (n < 16<<20 || n > 1<<50) {
+		return fmt.Errorf("%s = %d: allowed 0 (a quarter of the filesystem) or 16MiB..1PiB", key, n)
 	}
 	return nil
 }

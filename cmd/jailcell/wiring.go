@@ -198,6 +198,8 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		Pool:        map[string]int{"default": cfg.PoolSize},
 		Wheelhouse:  cfg.Wheelhouse,
 		StoreDir:    cfg.StoreDir,
+		StateQuota:  cfg.StateQuota,
+		StoreQuota:  cfg.StoreQuota,
 		Logger:      log,
 		// Sessions left running for the next daemon to re-adopt.
 		KeepOnShutdown: f.survivable && cfg.SurviveRestart,

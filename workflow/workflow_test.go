@@ -348,3 +348,42 @@ func TestSandboxUnavailableFallback(t *testing.T) {
 		t.Fatalf("outcome %+v, want a fallback block", out)
 	}
 }
+
+// TestHostileDegradedRerunWidensPolicy: the degraded rerun of a session's
+// cell runs under the session's policy as tightened at create, never the
+// wider policy of the same name; without a session the caller may use, it
+// is refused rather than run under some default.
+func TestHostileDegradedRerunWidensPolicy(t *testing.T) {
+	p := testPolicy()
+	p.Degraded = DegradedStateless
+	pols := map[string]policy.Policy{"default": p}
+	m := newManager(t, 0, pols)
+	r := newRunner(t, m, Config{Policies: pols, Fixer: &CommandFixer{Path: "/bin/true"}})
+	ctx := context.Background()
+	mem := int64(96 << 20)
+	info, err := m.Create(ctx, session.CreateOptions{Override: &policy.Override{MemoryBytes: &mem}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 256 MiB fits the named policy's 512 MiB, not the session's 96 MiB.
+	code := "b = bytearray(256 << 20)\nb[::4096] = b'x' * (len(b) // 4096)\nprint('allocated')"
+	out, err := r.Exec(ctx, Request{Session: info.ID, MaxAttempts: 2, Exec: session.ExecRequest{Code: code}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Attempts) != 1 || out.Attempts[0].Status == session.StatusOK {
+		t.Fatalf("attempts %+v, want the session's run failing on its memory limit", out.Attempts)
+	}
+	if out.Mode != ModeDegraded {
+		t.Fatalf("mode %q, fallback %+v: want the degraded run", out.Mode, out.Fallback)
+	}
+	if out.Result.Status == session.StatusOK || strings.Contains(out.Result.Stdout, "allocated") {
+		t.Fatalf("the degraded rerun allocated 256 MiB in a session limited to 96 MiB: %+v", out.Result)
+	}
+	// Unknown, or another owner's: its policy cannot be known.
+	for _, req := range []Request{{Session: "no-such-session"}, {Owner: 4242, Session: info.ID}} {
+		if res, err := r.degraded(ctx, req, "print(1)"); !errors.Is(err, session.ErrNotFound) {
+			t.Errorf("degraded run for %+v: result %+v, err %v; want refused (not found)", req, res, err)
+		}
+	}
+}

@@ -150,3 +150,52 @@ func TestWorkflowJSONL(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileFailuresOfOtherOwners: failure memory is per owner. Another
+// user must not list your failures (their messages are your data) nor
+// have requests skipped because of them.
+func TestHostileFailuresOfOtherOwners(t *testing.T) {
+	p := policy.Default()
+	p.MemoryBytes = 256 << 20
+	m := newTestManager(t, workflowCgroupRoot, p)
+	wf, err := workflow.New(m, workflow.Config{
+		Fixer:     &workflow.CommandFixer{Path: "/bin/true", Timeout: 10 * time.Second},
+		ReviewDir: t.TempDir(), Threshold: 1,
+		Policies: map[string]policy.Policy{"default": p},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Dispatcher{Manager: m, Workflow: wf}
+	ctx := context.Background()
+	const alice, bob = 1000, 2000
+	code := "raise ValueError('alice-private-token')"
+	exec := func(owner int, fix *Fix) *Response {
+		return d.Handle(ctx, owner, &Request{ID: json.RawMessage(`1`), Op: OpExec, Code: code, Fix: fix}, nil)
+	}
+	failures := func(owner int) []*workflow.Failure {
+		r := d.Handle(ctx, owner, &Request{ID: json.RawMessage(`2`), Op: OpFailures}, nil)
+		if !r.OK {
+			t.Fatalf("failures as uid %d: %+v", owner, r.Error)
+		}
+		return r.Failures
+	}
+	if r := exec(alice, &Fix{MaxAttempts: 2}); !r.OK || r.Fallback == nil {
+		t.Fatalf("alice's failing exec: %+v", r)
+	}
+	if l := failures(bob); len(l) != 0 {
+		t.Fatalf("uid %d lists uid %d's failures: %+v", bob, alice, l[0])
+	}
+	if r := exec(bob, nil); !r.OK || r.Result.Status != "error" || r.Known != nil {
+		t.Fatalf("uid %d's request answered from uid %d's failures: %+v", bob, alice, r.Result)
+	}
+	if l := failures(alice); len(l) != 1 || l[0].UID != alice || !strings.Contains(l[0].Message, "alice-private-token") {
+		t.Fatalf("alice's own failures: %+v", l)
+	}
+	if r := exec(alice, nil); !r.OK || r.Result.Status != workflow.StatusSkipped {
+		t.Fatalf("alice's repeat: %+v, want skipped", r.Result)
+	}
+	if l := failures(0); len(l) != 1 {
+		t.Fatalf("root lists %d failures, want alice's 1", len(l))
+	}
+}

@@ -157,7 +157,8 @@ type Result struct {
 type ExecRequest struct {
 	Code string
 	// Timeout is the wall-clock limit; 0 means the policy's default. It is
-	// clamped to the policy's ceiling.
+	// clamped to the configured policy's ceiling; above the limits.timeout_s
+	// a session was created with it is refused (ErrBadRequest).
 	Timeout time.Duration
 	// Files are placed in the working directory before the cell runs.
 	Files []File

@@ -328,7 +328,8 @@ func dirStamp(st *unix.Stat_t) [4]int64 {
 type walker struct {
 	visit    func(p string, st *unix.Stat_t)
 	deadline time.Time
-	n        int
+	seen     int // directory entries examined, whiteouts included
+	n        int // entries visited
 	bytes    int
 	stop     error // why the walk is incomplete
 }
@@ -396,7 +397,8 @@ func (w *walker) dir(fd int, p string, depth int, node *dirNode) {
 
 // entry visits name in the directory open at fd.
 func (w *walker) entry(fd int, dir, name string, depth int, node *dirNode) {
-	if w.n%64 == 0 && time.Now().After(w.deadline) {
+	w.seen++
+	if w.seen%64 == 0 && time.Now().After(w.deadline) {
 		w.fail(fmt.Errorf("%w: not done within %s", errScanLimit, scanTimeout))
 		return
 	}

@@ -252,3 +252,46 @@ func TestDiffPartial(t *testing.T) {
 		t.Fatalf("diff after the partial one = %+v", got)
 	}
 }
+
+// TestWalkSeesMoveIntoReadDirectory: a file moved from a directory not
+// yet read into one already read would be missed by every read; the walk
+// must say it is incomplete rather than list the tree without it.
+func TestWalkSeesMoveIntoReadDirectory(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"a", "b"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, d, d+".txt"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var first string
+	moved := false
+	err = walk(r, time.Now().Add(time.Minute), func(p string, st *unix.Stat_t) {
+		if !isType(st, unix.S_IFDIR) || strings.Contains(p, "/") {
+			return
+		}
+		if first == "" {
+			first = p
+			return
+		}
+		// p is about to be read, first was read whole: move p's file
+		// into first.
+		if err := os.Rename(filepath.Join(dir, p, p+".txt"), filepath.Join(dir, first, p+".txt")); err != nil {
+			t.Fatal(err)
+		}
+		moved = true
+	})
+	if !moved {
+		t.Fatal("the walk did not visit two directories")
+	}
+	if !errors.Is(err, errScanChanged) {
+		t.Fatalf("walk = %v, want errScanChanged", err)
+	}
+}

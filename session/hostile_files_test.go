@@ -268,19 +268,27 @@ func TestHostileStuckSessionDoesNotStopExpiry(t *testing.T) {
 	endLockWait = 2 * time.Second
 	t.Cleanup(func() { endLockWait = old })
 	e := newEnv(t, func(c *Config) { c.JanitorInterval = 100 * time.Millisecond })
-	stuckID := e.create(t, CreateOptions{TTL: time.Second})
-	otherID := e.create(t, CreateOptions{TTL: 3 * time.Second})
+	stuckID := e.create(t, CreateOptions{TTL: time.Hour})
+	otherID := e.create(t, CreateOptions{TTL: time.Hour})
 	lastID := e.create(t, CreateOptions{TTL: time.Hour})
-	stuck, err := e.m.get(0, stuckID)
-	if err != nil {
-		t.Fatal(err)
+	var ss []*Session
+	for _, id := range []string{stuckID, otherID, lastID} {
+		s, err := e.m.get(0, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
 	}
-	last, err := e.m.get(0, lastID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stuck, other, last := ss[0], ss[1], ss[2]
 	stuck.run.Lock()
 	last.run.Lock()
+	// The stuck one expires first, the other 2 s later.
+	start := time.Now()
+	for s, ttl := range map[*Session]time.Duration{stuck: time.Second, other: 3 * time.Second} {
+		s.mu.Lock()
+		s.lastUsed, s.ttl = start, ttl
+		s.mu.Unlock()
+	}
 	var unlocked bool
 	unlock := func() {
 		if !unlocked {
@@ -311,7 +319,7 @@ func TestHostileStuckSessionDoesNotStopExpiry(t *testing.T) {
 
 	// The other session expires at 3 s; allow the janitor's interval and
 	// the teardown, but not an unbounded wait behind the stuck one.
-	deadline := time.Now().Add(3*time.Second + 5*time.Second)
+	deadline := start.Add(3*time.Second + 5*time.Second)
 	for {
 		_, err := e.m.get(0, otherID)
 		if errors.Is(err, ErrNotFound) && strings.Contains(err.Error(), "expired") {
@@ -331,7 +339,7 @@ func TestHostileStuckSessionDoesNotStopExpiry(t *testing.T) {
 	// Shutdown with the last session stuck: bounded, and it says which.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	start := time.Now()
+	start = time.Now()
 	var serr error
 	done := make(chan struct{})
 	go func() {

@@ -156,6 +156,12 @@ func newNetns() (netns.NsHandle, error) {
 			{"/proc/sys/net/ipv4/ip_forward", "1"},
 			{"/proc/sys/net/ipv6/conf/all/disable_ipv6", "1"},
 			{"/proc/sys/net/ipv6/conf/default/disable_ipv6", "1"},
+			// Every refusal is answered with an ICMP reject, to the sandbox
+			// only; the per-peer ICMP rate limit (6, then one a second)
+			// would leave a refused UDP socket waiting for its timeout and
+			// a refused connect for a SYN retry. The namespace's global
+			// limit (icmp_msgs_per_sec) still bounds them.
+			{"/proc/sys/net/ipv4/icmp_ratelimit", "0"},
 		} {
 			if err := os.WriteFile(kv[0], []byte(kv[1]), 0); err != nil {
 				return fmt.Errorf("sysctl %s: %w", kv[0], err)

@@ -31,13 +31,15 @@ import (
 // machine.
 type testNet struct {
 	name, path string
-	// hits counts accepted connections per listener address.
+	// hits counts accepted connections per listener address, and
+	// datagrams per UDP listener ("udp/" + address).
 	hits map[string]*atomic.Int64
 	sunk atomic.Int64 // bytes the sink received
 }
 
 const (
-	pypiAddr      = "192.0.2.10" // pypi.test, mirror.pkgs.test
+	pypiAddr      = "192.0.2.10" // pypi.test
+	wildcardAddr  = "192.0.2.30" // mirror.pkgs.test: pinned only when the sandbox asks for the name
 	forbiddenAddr = "192.0.2.20" // forbidden.test (not listed)
 	rebindAddr    = "10.99.0.5"  // rebind.test: listed name, private address
 	intranetAddr  = "10.99.0.6"  // intranet.test: listed name and listed address
@@ -47,7 +49,7 @@ const (
 )
 
 var testNames = map[string]string{
-	"pypi.test": pypiAddr, "mirror.pkgs.test": pypiAddr, "forbidden.test": forbiddenAddr,
+	"pypi.test": pypiAddr, "mirror.pkgs.test": wildcardAddr, "forbidden.test": forbiddenAddr,
 	"rebind.test": rebindAddr, "intranet.test": intranetAddr,
 }
 
@@ -72,7 +74,7 @@ func newTestNet(t *testing.T) *testNet {
 	ipCmd(t, "netns", "add", tn.name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", tn.name).Run() })
 	ipCmd(t, "-n", tn.name, "link", "set", "lo", "up")
-	for _, a := range []string{pypiAddr, forbiddenAddr, rebindAddr, intranetAddr, metadataAddr} {
+	for _, a := range []string{pypiAddr, wildcardAddr, forbiddenAddr, rebindAddr, intranetAddr, metadataAddr} {
 		ipCmd(t, "-n", tn.name, "addr", "add", a+"/32", "dev", "lo")
 	}
 
@@ -94,14 +96,67 @@ func newTestNet(t *testing.T) *testNet {
 		fmt.Fprint(w, n)
 	})
 
-	for _, addr := range []string{pypiAddr + ":8080", pypiAddr + ":8081", forbiddenAddr + ":8080",
-		rebindAddr + ":8080", intranetAddr + ":8080", metadataAddr + ":80"} {
+	for _, addr := range []string{pypiAddr + ":8080", pypiAddr + ":8081", wildcardAddr + ":8080", wildcardAddr + ":8081",
+		forbiddenAddr + ":8080", rebindAddr + ":8080", intranetAddr + ":8080", metadataAddr + ":80"} {
 		l := tn.listen(t, addr)
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go srv.Serve(l)
 		t.Cleanup(func() { srv.Close() })
 	}
+	// UDP: an echo on a listed host's port, a counter on a forbidden one.
+	for _, addr := range []string{pypiAddr + ":8080", forbiddenAddr + ":5353"} {
+		c := tn.listenUDP(t, addr)
+		n := tn.hits["udp/"+addr]
+		go func() {
+			buf := make([]byte, 512)
+			for {
+				k, from, err := c.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					return
+				}
+				n.Add(1)
+				_, _ = c.WriteToUDPAddrPort(buf[:k], from)
+			}
+		}()
+		t.Cleanup(func() { c.Close() })
+	}
 	return tn
+}
+
+// inTestNet runs fn on a thread that joins the test namespace and is then
+// thrown away.
+func (tn *testNet) inTestNet(fn func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		ns, err := netns.GetFromPath(tn.path)
+		if err == nil {
+			err = netns.Set(ns)
+			ns.Close()
+		}
+		if err == nil {
+			err = fn()
+		}
+		ch <- err
+	}()
+	return <-ch
+}
+
+// listenUDP opens a UDP socket inside the test namespace; hits counts its
+// datagrams under "udp/" + addr.
+func (tn *testNet) listenUDP(t *testing.T, addr string) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	err := tn.inTestNet(func() error {
+		var err error
+		c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listen udp %s in test netns: %v", addr, err)
+	}
+	tn.hits["udp/"+addr] = &atomic.Int64{}
+	return c
 }
 
 // countingListener counts accepted connections.
@@ -216,8 +271,13 @@ def connect(host, port):
 def get(url, proxies=None):
     opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies or {}))
     return len(opener.open(url, timeout=5).read())
+# A wildcard's address is pinned when the sandbox asks for the name, not
+# before.
+attempt("wildcard before dns", lambda: connect("192.0.2.30", 8080))
 for n in ["pypi.test", "mirror.pkgs.test", "forbidden.test", "rebind.test", "intranet.test", "pkgs.test", "metadata.google.internal"]:
     attempt("dns " + n, lambda n=n: resolve(n))
+attempt("get wildcard", lambda: get("http://mirror.pkgs.test:8080/blob"))
+attempt("wildcard other port", lambda: connect("mirror.pkgs.test", 8081))
 attempt("get pypi", lambda: get("http://pypi.test:8080/blob"))
 attempt("get intranet", lambda: get("http://intranet.test:8080/blob"))
 attempt("direct forbidden", lambda: connect("192.0.2.20", 8080))
@@ -233,7 +293,19 @@ attempt("packet socket", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW
 import fcntl, struct
 # SIOCSIFFLAGS: the sandbox cannot take its own link down or change it.
 attempt("ifdown", lambda: fcntl.ioctl(socket.socket(), 0x8914, struct.pack("16sH22x", b"eth0", 0)))
-attempt("udp forbidden", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.20", 8080)))
+def udp(host, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    s.connect((host, port))
+    s.send(b"ping")
+    try:
+        return s.recv(64).decode()
+    finally:
+        s.close()
+# UDP to a listed name's port is forwarded (the echo answers); to anything
+# else the gateway's ICMP reject reaches the connected socket at once.
+attempt("udp allowed", lambda: udp("pypi.test", 8080))
+attempt("udp forbidden", lambda: udp("192.0.2.20", 5353))
 print(json.dumps(out))
 `
 
@@ -248,7 +320,10 @@ func TestEgressAllowlist(t *testing.T) {
 	t.Logf("probe: %v", out)
 	want := map[string]string{
 		"dns pypi.test":                "ok:['192.0.2.10']",
-		"dns mirror.pkgs.test":         "ok:['192.0.2.10']",
+		"dns mirror.pkgs.test":         "ok:['192.0.2.30']",
+		"get wildcard":                 "ok:" + strconv.Itoa(blobSize),
+		"udp allowed":                  "ok:ping",
+		"udp forbidden":                "OSError:113", // EHOSTUNREACH from the gateway's admin-prohibited reject
 		"dns intranet.test":            "ok:['10.99.0.6']",
 		"dns forbidden.test":           "gaierror:-2", // EAI_NONAME: NXDOMAIN, not a timeout (EAI_AGAIN)
 		"dns rebind.test":              "gaierror:-2",
@@ -265,15 +340,32 @@ func TestEgressAllowlist(t *testing.T) {
 			t.Errorf("%s = %v, want %s", k, out[k], v)
 		}
 	}
-	for _, k := range []string{"direct forbidden", "other port", "other port by name", "rebind direct", "metadata", "proxy bypass"} {
+	for _, k := range []string{"direct forbidden", "other port", "other port by name", "rebind direct", "metadata", "proxy bypass",
+		"wildcard before dns", "wildcard other port"} {
 		if s, _ := out[k].(string); strings.HasPrefix(s, "ok") || strings.HasPrefix(s, "timeout") || strings.Contains(s, "timeout") {
 			t.Errorf("%s = %v, want refused at once", k, out[k])
 		}
 	}
-	for _, addr := range []string{forbiddenAddr + ":8080", pypiAddr + ":8081", rebindAddr + ":8080", metadataAddr + ":80"} {
-		if n := tn.hits[addr].Load(); n != 0 {
-			t.Errorf("%s accepted %d connections, want 0", addr, n)
+	// At once: under a second, so neither a SYN retry nor a UDP timeout
+	// waited for an ICMP reject held back by rate limiting.
+	for _, k := range []string{"direct forbidden", "other port", "other port by name", "rebind direct", "metadata",
+		"wildcard before dns", "wildcard other port", "udp forbidden"} {
+		if s, _ := out[k+"_s"].(float64); s >= 0.9 {
+			t.Errorf("%s took %.3f s, want refused at once", k, s)
 		}
+	}
+	for _, addr := range []string{forbiddenAddr + ":8080", pypiAddr + ":8081", rebindAddr + ":8080", metadataAddr + ":80",
+		wildcardAddr + ":8081", "udp/" + forbiddenAddr + ":5353"} {
+		if n := tn.hits[addr].Load(); n != 0 {
+			t.Errorf("%s accepted %d connections or datagrams, want 0", addr, n)
+		}
+	}
+	// Exactly the connection made after the name was asked for.
+	if n := tn.hits[wildcardAddr+":8080"].Load(); n != 1 {
+		t.Errorf("%s:8080 (mirror.pkgs.test) accepted %d connections, want 1 (after its DNS query, none before)", wildcardAddr, n)
+	}
+	if n := tn.hits["udp/"+pypiAddr+":8080"].Load(); n != 1 {
+		t.Errorf("the listed host's UDP echo got %d datagrams, want 1", n)
 	}
 	nu := res.Usage.Network
 	if nu == nil {
@@ -284,7 +376,8 @@ func TestEgressAllowlist(t *testing.T) {
 		refused[fmt.Sprintf("%s|%d|%s", r.Addr, r.Port, r.Name)] = true
 	}
 	t.Logf("refused: %+v", nu.Refused)
-	for _, k := range []string{"|0|forbidden.test", rebindAddr + "|0|rebind.test", forbiddenAddr + "|8080|", pypiAddr + "|8081|pypi.test", metadataAddr + "|80|"} {
+	for _, k := range []string{"|0|forbidden.test", rebindAddr + "|0|rebind.test", forbiddenAddr + "|8080|", pypiAddr + "|8081|pypi.test", metadataAddr + "|80|",
+		wildcardAddr + "|8080|mirror.pkgs.test", wildcardAddr + "|8081|mirror.pkgs.test", forbiddenAddr + "|5353|"} {
 		if !refused[k] {
 			t.Errorf("refused attempts lack %s: %+v", k, nu.Refused)
 		}
@@ -539,5 +632,104 @@ print(x, get("http://pypi.test:8080/blob"), get("http://192.0.2.20:8080/blob"))`
 	check(info.ID, "after rollback", 2)
 	if n := tn.hits[forbiddenAddr+":8080"].Load(); n != 0 {
 		t.Errorf("the forbidden host accepted %d connections", n)
+	}
+}
+
+// TestHostileRefusedDNSFlood: a cell asking the gateway's DNS server for
+// 100,000 distinct unlisted names gets NXDOMAIN for each, and its result
+// carries their count and a sample of at most isolate.MaxRefusedSample
+// names, not every name (a 7.8 MiB result and daemon memory growing with
+// each cell). The next cell's sample is its own.
+func TestHostileRefusedDNSFlood(t *testing.T) {
+	e, _ := newEgressEnv(t)
+	info, err := e.m.Create(context.Background(), CreateOptions{Policy: "egress"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	const flood = 100_000
+	query := `
+import json, socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect(("169.254.0.1", 53))
+s.settimeout(5)
+def ask(i, name):
+    q = struct.pack(">HHHHHH", i & 0xffff, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(l)]) + l for l in name.encode().split(b".")) + b"\0" + struct.pack(">HH", 1, 1)
+    s.send(q)
+    return s.recv(512)[3] & 0x0f
+`
+	var out map[string]int
+	res := pyJSON(t, e, info.ID, query+fmt.Sprintf(`
+nx = sum(1 for i in range(%d) if ask(i, "n%%d.flood.test" %% i) == 3)
+print(json.dumps({"nx": nx}))`, flood), &out)
+	if out["nx"] != flood {
+		t.Errorf("%d of %d unlisted names got NXDOMAIN", out["nx"], flood)
+	}
+	nu := res.Usage.Network
+	if nu == nil {
+		t.Fatalf("no network usage")
+	}
+	b, _ := json.Marshal(res)
+	t.Logf("refused_count %d, %d sampled, result %d bytes", nu.RefusedCount, len(nu.Refused), len(b))
+	if len(nu.Refused) > isolate.MaxRefusedSample || nu.RefusedCount != flood {
+		t.Errorf("refused: count %d, %d sampled; want %d and at most %d", nu.RefusedCount, len(nu.Refused), flood, isolate.MaxRefusedSample)
+	}
+	if len(b) > 64<<10 {
+		t.Errorf("result is %d bytes, want under 64 KiB", len(b))
+	}
+	res = pyJSON(t, e, info.ID, query+`print(json.dumps({"rcode": ask(1, "later.test")}))`, &out)
+	if nu := res.Usage.Network; out["rcode"] != 3 || nu == nil || nu.RefusedCount != 1 || len(nu.Refused) != 1 || nu.Refused[0].Name != "later.test" {
+		t.Errorf("the next cell: rcode %d, network %+v; want later.test refused once", out["rcode"], nu)
+	}
+}
+
+// TestHostileNarrowToMetadata: under a policy whose only entry is
+// 0.0.0.0/0, a request cannot narrow to the cloud metadata address, a
+// private or loopback range or the shared address space (SSRF through the
+// narrowing), and the policy itself reaches none of them.
+func TestHostileNarrowToMetadata(t *testing.T) {
+	tn := newTestNet(t)
+	broad := egressPolicy()
+	broad.Name = "broad"
+	broad.Allow = &[]policy.Allow{{CIDR: "0.0.0.0/0", Ports: []uint16{80, 8080}}}
+	e := newEnv(t, func(c *Config) { c.Policies["broad"] = broad })
+	e.host.SetEgress(isolate.Egress{Upstream: tn.path, Resolve: tn.resolve})
+	ctx := context.Background()
+	for _, a := range []policy.Allow{
+		{IP: metadataAddr, Ports: []uint16{80}},
+		{CIDR: "169.254.0.0/16", Ports: []uint16{80}},
+		{CIDR: "10.0.0.0/8", Ports: []uint16{8080}},
+		{IP: rebindAddr, Ports: []uint16{8080}},
+		{CIDR: "127.0.0.0/8", Ports: []uint16{80}},
+		{IP: "100.64.0.1", Ports: []uint16{80}},
+	} {
+		info, err := e.m.Create(ctx, CreateOptions{Policy: "broad", Override: &policy.Override{Allow: &[]policy.Allow{a}}})
+		if err == nil {
+			t.Errorf("narrowing to %+v accepted (session %s): opens a special range the policy does not", a, info.ID)
+		} else if !errors.Is(err, ErrBadRequest) {
+			t.Errorf("narrowing to %+v: %v, want a bad request", a, err)
+		}
+	}
+	info, err := e.m.Create(ctx, CreateOptions{Policy: "broad"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	var o map[string]string
+	pyJSON(t, e, info.ID, `
+import json, socket
+out = {}
+for key, addr in [("metadata", ("169.254.169.254", 80)), ("private", ("10.99.0.5", 8080)), ("public", ("192.0.2.10", 8080))]:
+    try:
+        socket.create_connection(addr, timeout=5).close(); out[key] = "ok"
+    except OSError as e:
+        out[key] = "%s:%s" % (type(e).__name__, e.errno)
+print(json.dumps(out))`, &o)
+	if o["metadata"] != "OSError:113" || o["private"] != "OSError:113" || o["public"] != "ok" {
+		t.Errorf("under 0.0.0.0/0: %v, want metadata and private refused (EHOSTUNREACH), public reached", o)
+	}
+	for _, addr := range []string{metadataAddr + ":80", rebindAddr + ":8080"} {
+		if n := tn.hits[addr].Load(); n != 0 {
+			t.Errorf("%s accepted %d connections, want 0", addr, n)
+		}
 	}
 }

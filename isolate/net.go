@@ -311,7 +311,11 @@ func (g *gateway) links(sbNS, upNS netns.NsHandle, upPeer string, upAddr, gwUpAd
 		name string
 	}{{sb, "eth0"}, {up, upPeer}} {
 		if l, err := stale.hd.LinkByName(stale.name); err == nil {
-			if err := stale.hd.LinkDel(l); err != nil {
+			// ENODEV: the kernel's own teardown of the old namespace
+			// took it between the lookup and the delete. That is the
+			// outcome wanted, not a reason to leave the sandbox
+			// without a network (the re-adoption flake).
+			if err := stale.hd.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 				return fmt.Errorf("remove stale link %s: %w", stale.name, err)
 			}
 		}
@@ -696,6 +700,7 @@ func (g *gateway) resolve(name string) (_ []netip.Addr, ok bool) {
 	}
 	var keep []netip.Addr
 	var add []string
+	var fresh []netip.AddrPort // pinned by this call, in add
 	full := false
 	g.mu.Lock()
 	for _, a := range addrs {
@@ -716,6 +721,7 @@ func (g *gateway) resolve(name string) (_ []netip.Addr, ok bool) {
 				kept = true
 			} else if len(g.pinned) < maxPins {
 				g.pinned[ap] = true
+				fresh = append(fresh, ap)
 				add = append(add, fmt.Sprintf("%s . %d", a, p))
 				kept = true
 			} else {
@@ -734,6 +740,13 @@ func (g *gateway) resolve(name string) (_ []netip.Addr, ok bool) {
 	if len(add) > 0 {
 		if err := g.nft(fmt.Sprintf("add element inet %s pins { %s }\n", nftTable, strings.Join(add, ", "))); err != nil {
 			g.eg.Log.Warn("egress pin", "name", name, "err", err)
+			// Not in the set, so not pinned: else every later answer
+			// would name an address the gateway then refuses.
+			g.mu.Lock()
+			for _, ap := range fresh {
+				delete(g.pinned, ap)
+			}
+			g.mu.Unlock()
 			return nil, false
 		}
 	}

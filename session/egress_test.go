@@ -564,8 +564,16 @@ print(x, get("http://pypi.test:8080/blob"), get("http://192.0.2.20:8080/blob"))`
 	if err := m1.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m2 := r.startWith(withEgress)
-	defer m2.Shutdown(ctx)
+	// The second daemon is the last: it ends the session at shutdown, and
+	// the host must hold nothing of it afterwards (each run of this test
+	// used to leave the session's disk and root mounted).
+	m2 := r.startWith(func(c *Config) { withEgress(c); c.KeepOnShutdown = false })
+	defer func() {
+		if err := m2.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		assertNothingLeft(t, r.state)
+	}()
 	if got, want := run(m2), fmt.Sprintf("2 %d URLError", blobSize); got != want {
 		t.Fatalf("after re-adoption: %q, want %q (variables kept, listed host reachable, others refused)", got, want)
 	}

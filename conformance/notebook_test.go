@@ -116,6 +116,10 @@ func newManager(t *testing.T) *session.Manager {
 		if err := m.Shutdown(context.Background()); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
+		// Else the cgroup root stays in every hierarchy after the run.
+		if err := h.Close(); err != nil {
+			t.Errorf("host Close: %v", err)
+		}
 	})
 	return m
 }

@@ -51,10 +51,18 @@ cgs=$(find /sys/fs/cgroup -mindepth 1 -maxdepth 3 -type d -name 'jailcell*' \
 	! -name '*.service' ! -name '*.socket' ! -name '*.scope' ! -name '*.slice' 2>/dev/null | sort)
 if [[ -n $cgs ]]; then
 	echo "check-leaks: jailcell cgroups left:"
-	while IFS= read -r c; do
-		n=$(find "$c" -mindepth 1 -type d 2>/dev/null | wc -l)
-		report "$c ($n cgroups below)"
-	done <<<"$cgs"
+	# One line per cgroup path, with the hierarchies that hold it.
+	while IFS= read -r line; do report "$line"; done < <(
+		while IFS= read -r c; do
+			rel=${c#/sys/fs/cgroup/}
+			if [[ -e /sys/fs/cgroup/cgroup.controllers ]]; then
+				h=v2 path=/$rel
+			else
+				h=${rel%%/*} path=/${rel#*/}
+			fi
+			printf '%s %s %s\n' "$path" "$h" "$(find "$c" -mindepth 1 -type d 2>/dev/null | wc -l)"
+		done <<<"$cgs" | awk '{hs[$1] = hs[$1] (hs[$1] == "" ? "" : ",") $2; if ($3 > n[$1]) n[$1] = $3}
+			END {for (p in hs) printf "%s in %s (%d cgroups below)\n", p, hs[p], n[p]}' | sort)
 fi
 
 # --- processes ------------------------------------------------------------
@@ -83,7 +91,10 @@ for d in /proc/[0-9]*; do
 	[[ -n $why ]] || continue
 	state=$(awk '/^State:/ {print $2; exit}' "$d/status" 2>/dev/null)
 	ppid=$(awk '/^PPid:/ {print $2; exit}' "$d/status" 2>/dev/null)
-	line="pid $pid ($why, state ${state:-?}, ppid ${ppid:-?}): ${argv[*]:0:6}"
+	cmd=${argv[*]:0:8}
+	cmd=${cmd//$'\n'/ }
+	((${#cmd} <= 160)) || cmd="${cmd:0:160}..."
+	line="pid $pid ($why, state ${state:-?}, ppid ${ppid:-?}): $cmd"
 	if [[ $state == Z && $ppid == 1 ]]; then
 		notes+=("$line")
 	else

@@ -23,12 +23,22 @@ import (
 
 func TestMain(m *testing.M) {
 	isolate.Init()
-	os.Exit(m.Run())
+	code := m.Run()
+	// This process's cgroup root, if no test left a sandbox under it (a
+	// leftover keeps it, for make test's leak check to report).
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + testCgroupRoot)
+	for _, d := range append(dirs, "/sys/fs/cgroup"+testCgroupRoot) {
+		_ = os.Remove(d)
+	}
+	os.Exit(code)
 }
 
-// testCgroupRoot is this package's own: a manager reconciles every
-// cgroup under its root, so packages tested in parallel must not share one.
-const testCgroupRoot = "/jailcell-test-session"
+// testCgroupRoot is this test process's own: a manager reconciles every
+// cgroup under its root (killing what runs there), so neither packages
+// tested in parallel nor two runs of this package at once may share one.
+// Per process, a leftover is not swept away by the next run either: it
+// stays for `make test`'s leak check to report.
+var testCgroupRoot = "/jailcell-test-session-" + strconv.Itoa(os.Getpid())
 
 type env struct {
 	m     *Manager

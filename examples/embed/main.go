@@ -77,6 +77,11 @@ func run(ctx context.Context, out *os.File, rootfsDir, stateDir string) error {
 		if err := m.Shutdown(ctx); err != nil {
 			log.Printf("shutdown: %v", err)
 		}
+		// The cgroup root goes too once its sandboxes are gone: a program
+		// that exits leaves the host as it found it.
+		if err := host.Close(); err != nil {
+			log.Printf("close sandbox host: %v", err)
+		}
 	}()
 
 	owner := os.Getuid()

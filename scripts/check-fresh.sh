@@ -33,6 +33,8 @@ full=0
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/jailcell-fresh.XXXXXX")
 cleanup() {
+	# A failure elsewhere: let the background check end before its dir goes.
+	wait
 	if [[ ${KEEP:-} == 1 ]]; then
 		echo "check-fresh: kept $tmp"
 	else
@@ -48,6 +50,20 @@ fail() {
 	exit 1
 }
 
+# The quick rootfs check has lists of its own and installs nothing: it runs
+# beside the others (mostly waiting on the mirror and decompressing). The
+# rest run one after another, since each may apt-get install what it needs.
+bg_pids=() bg_names=()
+background() {
+	local name=$1
+	shift
+	"$@" >"$tmp/$name.log" 2>&1 &
+	bg_pids+=($!) bg_names+=("$name")
+}
+if ((!full)); then
+	background rootfs "$here/scripts/build-rootfs.sh" --simulate "$tmp/rootfs-sim"
+fi
+
 # --- apt: private, empty lists from the system's own sources ----------------
 apt=$tmp/apt
 mkdir -p "$apt"/{lists/partial,cache/archives/partial}
@@ -59,13 +75,16 @@ Dir::Cache "$apt/cache";
 EOF
 export APT_CONFIG=$apt/apt.conf
 apt-get update -qq || fail "apt-get update into empty lists ($apt/lists)"
-missing=()
+# One apt-cache run for all (each run loads the whole cache): a package
+# with no stanza or a "(none)" candidate is missing.
 # shellcheck disable=SC2086 # word lists from the Makefile
-for p in ${APT_PKGS:-} ${BENCH_PKGS:-}; do
-	c=$(apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ {print $2}')
-	[[ -n $c && $c != "(none)" ]] || missing+=("$p")
-done
-((${#missing[@]} == 0)) || fail "no installable candidate for: ${missing[*]}"
+pkgs=$(printf '%s\n' ${APT_PKGS:-} ${BENCH_PKGS:-} | sort -u)
+if [[ -n $pkgs ]]; then
+	# shellcheck disable=SC2086
+	have=$(apt-cache policy $pkgs 2>/dev/null | awk '/^[^ ]+:$/ {p = substr($1, 1, length($1) - 1)} /Candidate:/ && $2 != "(none)" {print p}' | sort -u)
+	missing=$(comm -23 <(echo "$pkgs") <(echo "$have") | tr '\n' ' ')
+	[[ -z $missing ]] || fail "no installable candidate for: $missing"
+fi
 step "apt: $(echo ${APT_PKGS:-} ${BENCH_PKGS:-} | wc -w) packages of make deps and make bench resolve from empty lists"
 
 # --- criu ---------------------------------------------------------------------
@@ -85,9 +104,6 @@ if ((full)); then
 	JAILCELL=$jc "$here/scripts/build-rootfs.sh" "$tmp/rootfs" || fail "rootfs from empty"
 	[[ -e $tmp/rootfs/current/manifest.json ]] || fail "the rootfs built from empty has no manifest"
 	step "rootfs: built from empty and sealed"
-else
-	"$here/scripts/build-rootfs.sh" --simulate "$tmp/rootfs-sim" || fail "rootfs package resolution from empty"
-	step "rootfs: package list resolves (mmdebstrap --simulate)"
 fi
 
 # --- the cgroup v2 guest ------------------------------------------------------
@@ -109,5 +125,16 @@ if ((full)) && [[ -n ${BENCH_PKGS:-} ]]; then
 	(cd "$tmp/bench-debs" && apt-get download -qq $BENCH_PKGS) || fail "download the bench peers"
 	step "bench: $(ls "$tmp/bench-debs" | wc -l) peer packages downloaded and checked"
 fi
+
+# --- the quick checks that ran beside -----------------------------------------
+declare -A what=([rootfs]="rootfs: package list resolves (mmdebstrap --simulate)")
+for i in "${!bg_pids[@]}"; do
+	name=${bg_names[$i]}
+	if ! wait "${bg_pids[$i]}"; then
+		sed 's/^/  /' "$tmp/$name.log" >&2
+		fail "$name from empty (log above)"
+	fi
+	step "${what[$name]}"
+done
 
 step "every fetch-or-build-once step works from empty ($( ((full)) && echo full || echo quick))"

@@ -18,9 +18,10 @@
 #              levels down (cgroup roots are absolute: /jailcell,
 #              /jailcell-test-<pkg>), systemd units (jailcell.service) aside
 #   processes  anything in such a cgroup, the Python kernel (an argument
-#              named kernel.py), a jailcell binary, and a test binary re-run
-#              as a sandbox init (argument "init"). Zombies handed to PID 1
-#              hold nothing and are listed as a note only.
+#              named kernel.py), a jailcell binary, a test binary re-run as
+#              a sandbox init (argument "init"), and anything run from
+#              /var/lib/jailcell (the criu of `make criu`). Zombies handed
+#              to PID 1 hold nothing and are listed as a note only.
 set -uo pipefail
 
 tmp=${TMPDIR:-/tmp}
@@ -88,6 +89,7 @@ for d in /proc/[0-9]*; do
 	base=${exe##*/}
 	[[ $base == jailcell || $base == jailcell-* ]] && why="a jailcell binary"
 	[[ $base == *.test && ${argv[1]:-} == init ]] && why="a test binary's sandbox init"
+	[[ $exe == /var/lib/jailcell/* ]] && why="a binary jailcell installed (criu)"
 	[[ -n $why ]] || continue
 	state=$(awk '/^State:/ {print $2; exit}' "$d/status" 2>/dev/null)
 	ppid=$(awk '/^PPid:/ {print $2; exit}' "$d/status" 2>/dev/null)

@@ -13,11 +13,6 @@
 # Needs root and mmdebstrap. Packages come from this machine's own apt sources;
 # no mirror is named here. JAILCELL= names the binary that seals the tree
 # (default ./bin/jailcell).
-#
-# build-rootfs.sh --simulate DIR: the cold-path check `make test` runs. The
-# same mmdebstrap command with --simulate, from empty package lists in DIR:
-# it proves the package list still resolves from the mirror (about 10 s)
-# without downloading or installing a package; BASE is not touched.
 set -euo pipefail
 
 packages=(
@@ -73,43 +68,6 @@ if [[ ${1-} == --customize ]]; then
 	exit 0
 fi
 
-# The machine's own Debian sources, deb822 or one-line style.
-find_sources() {
-	local f
-	for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
-		if [[ -s $f ]] && grep -qv '^[[:space:]]*\(#\|$\)' "$f"; then
-			echo "$f"
-			return
-		fi
-	done
-	die "no apt sources found in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"
-}
-
-# What goes into the tree: the build and --simulate share it.
-include=$(IFS=,; echo "${packages[*]}")
-mmdebstrap_opts=(--mode=root --variant=minbase --include="$include"
-	--dpkgopt='path-exclude=/usr/share/man/*'
-	--dpkgopt='path-exclude=/usr/share/info/*'
-	--dpkgopt='path-exclude=/usr/share/doc/*'
-	--dpkgopt='path-include=/usr/share/doc/*/copyright'
-	--dpkgopt='path-exclude=/usr/share/locale/*'
-	--dpkgopt='path-include=/usr/share/locale/locale.alias'
-	--dpkgopt='path-exclude=/usr/share/lintian/*'
-	--dpkgopt='path-exclude=/usr/share/linda/*')
-
-if [[ ${1-} == --simulate ]]; then
-	dir=${2:?usage: build-rootfs.sh --simulate DIR}
-	[[ $(id -u) == 0 ]] || die "must run as root (mmdebstrap --mode=root)"
-	command -v mmdebstrap >/dev/null || die "mmdebstrap not found: apt-get install mmdebstrap"
-	sources=$(find_sources)
-	mkdir -p "$dir"
-	start=$(date +%s)
-	mmdebstrap --simulate "${mmdebstrap_opts[@]}" bookworm "$dir/root" "$sources" >"$dir/simulate.log" 2>&1 ||
-		{ tail -20 "$dir/simulate.log" >&2; die "the package list does not resolve (mmdebstrap --simulate; log $dir/simulate.log)"; }
-	echo "rootfs package list resolves from $sources ($(($(date +%s) - start))s, nothing installed)"
-	exit 0
-fi
-
 base=${1:-/var/lib/jailcell/rootfs}
 jailcell=${JAILCELL:-./bin/jailcell}
 
@@ -125,7 +83,16 @@ fi
 command -v mmdebstrap >/dev/null || die "mmdebstrap not found: apt-get install mmdebstrap"
 [[ -x $jailcell ]] || die "jailcell binary $jailcell not found: build it first or set JAILCELL="
 jailcell=$(readlink -f "$jailcell")
-sources=$(find_sources)
+
+# The machine's own Debian sources, deb822 or one-line style.
+sources=
+for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+	if [[ -s $f ]] && grep -qv '^[[:space:]]*\(#\|$\)' "$f"; then
+		sources=$f
+		break
+	fi
+done
+[[ -n $sources ]] || die "no apt sources found in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"
 
 mkdir -p "$base"
 chmod 0755 "$base"
@@ -140,8 +107,17 @@ rm -rf "$vdir"
 start=$(date +%s)
 echo "building rootfs $version from $sources into $build"
 
+include=$(IFS=,; echo "${packages[*]}")
 mkdir "$build"
-mmdebstrap "${mmdebstrap_opts[@]}" \
+mmdebstrap --mode=root --variant=minbase --include="$include" \
+	--dpkgopt='path-exclude=/usr/share/man/*' \
+	--dpkgopt='path-exclude=/usr/share/info/*' \
+	--dpkgopt='path-exclude=/usr/share/doc/*' \
+	--dpkgopt='path-include=/usr/share/doc/*/copyright' \
+	--dpkgopt='path-exclude=/usr/share/locale/*' \
+	--dpkgopt='path-include=/usr/share/locale/locale.alias' \
+	--dpkgopt='path-exclude=/usr/share/lintian/*' \
+	--dpkgopt='path-exclude=/usr/share/linda/*' \
 	--customize-hook="bash \"$self\" --customize \"\$1\"" \
 	bookworm "$build/root" "$sources"
 

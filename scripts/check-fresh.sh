@@ -12,7 +12,7 @@
 #             has a candidate
 #   criu      the pinned source looked up in trixie's Sources and its
 #             tarball downloaded and checked by sha256 (FETCH_ONLY=1)
-#   rootfs    mmdebstrap --simulate of the rootfs's package list
+#   rootfs    mmdebstrap --simulate of build-rootfs.sh's package list
 #   vm        the cgroup v2 guest's kernel looked up, downloaded (apt checks
 #             its hash), unpacked, and its base initramfs built (FETCH_ONLY=1)
 # Full (`make check-fresh`, several minutes and about 2 GB in TMPDIR):
@@ -60,8 +60,27 @@ background() {
 	"$@" >"$tmp/$name.log" 2>&1 &
 	bg_pids+=($!) bg_names+=("$name")
 }
+# The rootfs's package resolution: build-rootfs.sh's own package list and
+# variant, read from it (not copied: editing that script makes a new rootfs
+# version, a full rebuild on every machine), through mmdebstrap --simulate,
+# which fetches its own lists and installs nothing.
+rootfs_simulate() {
+	local script=$here/scripts/build-rootfs.sh packages variant sources f
+	eval "$(sed -n '/^packages=(/,/^)/p' "$script")"
+	variant=$(grep -o -m1 -- '--variant=[a-z]*' "$script")
+	((${#packages[@]})) && [[ -n $variant ]] || { echo "no package list or variant in $script"; return 1; }
+	for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+		if [[ -s $f ]] && grep -qv '^[[:space:]]*\(#\|$\)' "$f"; then
+			sources=$f
+			break
+		fi
+	done
+	[[ -n ${sources:-} ]] || { echo "no apt sources"; return 1; }
+	mmdebstrap --simulate --mode=root "$variant" --include="$(IFS=,; echo "${packages[*]}")" \
+		bookworm "$tmp/rootfs-sim" "$sources"
+}
 if ((!full)); then
-	background rootfs "$here/scripts/build-rootfs.sh" --simulate "$tmp/rootfs-sim"
+	background rootfs rootfs_simulate
 fi
 
 # --- apt: private, empty lists from the system's own sources ----------------

@@ -139,7 +139,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	died := ""
 	select {
 	case <-k.sb.Done():
-		died = "the kernel " + k.sb.Exit().String() + " after the previous cell"
+		died = "the kernel " + k.sb.Exit().String() + sinceLast(s, 0)
 		if k, err = m.replaceKernel(ctx, s, k); err != nil {
 			return nil, fmt.Errorf("%s and a new one could not be started (the cell did not run): %w", died, err)
 		}
@@ -178,10 +178,10 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		// cell (its "started" frame never came): the code did not run, so
 		// it runs in a new kernel. Once: a kernel that cannot take a cell
 		// twice in a row is a fault to report, not to loop on.
-		why := "the kernel's connection to the host broke after the previous cell"
+		why := "the kernel's connection to the host broke" + sinceLast(s, 1)
 		select {
 		case <-k.sb.Done():
-			why = "the kernel " + k.sb.Exit().String() + " after the previous cell"
+			why = "the kernel " + k.sb.Exit().String() + sinceLast(s, 1)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if try > 1 {
@@ -372,6 +372,18 @@ func (m *Manager) ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 	}
 	s.k, s.kErr = k, nil
 	return k, nil
+}
+
+// sinceLast says when a kernel found gone before a cell went: after the
+// session's previous cell, or before its first (a pooled or fresh kernel).
+// counted is 1 once the cell itself is in s.cells.
+func sinceLast(s *Session, counted int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cells-counted <= 0 {
+		return " before the session's first cell"
+	}
+	return " after the previous cell"
 }
 
 // replaceKernel destroys k, a kernel that is gone or cannot take a cell,

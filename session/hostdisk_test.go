@@ -218,3 +218,93 @@ func TestPersistWithinDiskAndStoreQuota(t *testing.T) {
 		t.Errorf("restored %v, want only small", info.Restored)
 	}
 }
+
+// saveWorkspace runs the copy hibernation and snapshots make of session
+// id's files (into the state dir's upper-saved), without criu.
+func saveWorkspace(t *testing.T, m *Manager, id string) (string, error) {
+	t.Helper()
+	s, err := m.claim(0, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.run.Unlock()
+	return filepath.Join(s.dir, savedName), m.saveUpper(s)
+}
+
+// TestHostileSparseFilesWorkspaceCopy: the copy of a workspace into the
+// state dir (hibernation's and snapshots' upper-saved) takes what the files
+// allocate, not their apparent 512 MiB.
+func TestHostileSparseFilesWorkspaceCopy(t *testing.T) {
+	e := sparseEnv(t, nil)
+	id := sparseSession(t, e, "")
+	saved, err := saveWorkspace(t, e.m, id)
+	if err != nil {
+		t.Fatalf("copy of the workspace: %v", err)
+	}
+	wantSmall(t, "the copy of the workspace", saved)
+}
+
+// TestHostileEmptyDirsWorkspaceCopy: directories cost a tmpfs nothing but
+// a block each on the host; 6000 of them beside 12 MiB of data would make
+// a copy of a 16 MiB disk take 35 MiB. The copy stays within the session's
+// disk limit or is refused with ErrLimit naming it.
+func TestHostileEmptyDirsWorkspaceCopy(t *testing.T) {
+	e := sparseEnv(t, nil)
+	id := e.create(t, CreateOptions{})
+	res := e.exec(t, id, "import os\nfor i in range(6000): os.mkdir(f'd{i}')\nopen('data', 'wb').write(b'x' * (12 << 20))\nprint('ok')", 60*time.Second)
+	if res.Stdout != "ok\n" {
+		t.Fatalf("cell: %+v", res)
+	}
+	saved, err := saveWorkspace(t, e.m, id)
+	if err == nil {
+		if n := allocatedBytes(saved); n > sparseDisk {
+			t.Fatalf("the copy of a %d MiB disk allocates %d MiB on the host", sparseDisk>>20, mib(n))
+		}
+		t.Fatal("the copy fit the disk limit: the test does not exercise it")
+	}
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "disk_bytes") {
+		t.Fatalf("copy over the disk limit: %v, want ErrLimit naming disk_bytes", err)
+	}
+	if n := allocatedBytes(saved); n != 0 {
+		t.Errorf("a refused copy left %d KiB behind", n>>10)
+	}
+	if n := e.m.stateQuota.inUse(); n != 0 {
+		t.Errorf("a refused copy left %d bytes charged", n)
+	}
+}
+
+// TestStateQuotaRefusesWorkspaceCopy: a copy that would pass the state
+// quota stops there with ErrStateQuota (wire code limit) naming
+// state_quota_bytes, and leaves nothing charged or on disk.
+func TestStateQuotaRefusesWorkspaceCopy(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.StateQuota = 4 << 20 })
+	id := e.create(t, CreateOptions{})
+	if res := e.exec(t, id, "open('dense', 'wb').write(b'x' * (12 << 20))", 0); res.Status != StatusOK {
+		t.Fatalf("cell: %+v", res)
+	}
+	saved, err := saveWorkspace(t, e.m, id)
+	if !errors.Is(err, ErrStateQuota) || !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "state_quota_bytes") {
+		t.Fatalf("copy over the state quota: %v, want ErrStateQuota naming state_quota_bytes", err)
+	}
+	if n := allocatedBytes(saved); n != 0 {
+		t.Errorf("a refused copy left %d KiB behind", n>>10)
+	}
+	if n := e.m.stateQuota.inUse(); n != 0 {
+		t.Errorf("a refused copy left %d bytes charged", n)
+	}
+	// Within the quota, the copy is charged what it allocates, and the
+	// charge goes with the session.
+	e.m.stateQuota.limit = 64 << 20
+	if _, err := saveWorkspace(t, e.m, id); err != nil {
+		t.Fatalf("copy within the quota: %v", err)
+	}
+	if n := e.m.stateQuota.inUse(); n < 12<<20 || n > 13<<20 {
+		t.Errorf("copy of 12 MiB charged %d bytes", n)
+	}
+	if err := e.m.Close(0, id); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.m.stateQuota.inUse(); n != 0 {
+		t.Errorf("a closed session left %d bytes charged", n)
+	}
+}

@@ -133,3 +133,29 @@ func TestHostilePersistAcrossOwners(t *testing.T) {
 		t.Fatalf("alice's workspace holds %q: overwritten by another uid", res.Stdout)
 	}
 }
+
+// TestHostileKernelStalledBetweenCells: a thread an earlier cell left
+// takes the kernel's link lock, so the kernel can never acknowledge the
+// next cell. The host kills it at the deadline; the answer is an error
+// saying the cell did not run, never a timeout verdict for it.
+func TestHostileKernelStalledBetweenCells(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, CreateOptions{})
+	wantStatus(t, e.exec(t, id, `import gc, threading, time
+_l = [o for o in gc.get_objects() if type(o).__name__ == "_Link"][0]
+def _hold():
+    time.sleep(0.3)
+    _l.lock.acquire()
+threading.Thread(target=_hold, daemon=True).start()`, 0), StatusOK)
+	time.Sleep(time.Second)
+	res, err := e.m.Exec(context.Background(), 0, id, ExecRequest{Code: "open('ran.txt', 'w').write('yes')", Timeout: time.Second})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "the cell did not run") {
+		t.Fatalf("result %+v, err %v: want an error saying the cell did not run", res, err)
+	}
+	if _, err := e.m.Download(0, id, "ran.txt"); err == nil {
+		t.Fatal("the cell ran after all")
+	}
+	if res := e.exec(t, id, "print('fresh')", 0); res.Stdout != "fresh\n" {
+		t.Fatalf("next cell: %+v", res)
+	}
+}

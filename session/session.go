@@ -16,6 +16,7 @@ import (
 
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/runner"
 )
 
 // Session is one live kernel with its workspace.
@@ -195,6 +196,17 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		}
 	}
 	wall := time.Since(start)
+	if o.killed && o.err != nil && errors.Is(o.err, runner.ErrNotStarted) && k.conn.Hello().Acks {
+		// Alive but it never took the cell (a thread of an earlier cell
+		// holding the kernel up), so it was killed at the deadline: no
+		// verdict for code that did not run.
+		m.dropKernel(s, k)
+		msg := fmt.Sprintf("the kernel did not take the cell within its %s timeout, so it was killed; the cell did not run", timeout)
+		if _, err := m.ensureKernel(context.WithoutCancel(ctx), s); err != nil {
+			return nil, fmt.Errorf("%w: %s, and a fresh kernel could not be started: %v", ErrUnavailable, msg, err)
+		}
+		return nil, fmt.Errorf("%w: %s; a fresh kernel was started (variables are gone, files remain)", ErrUnavailable, msg)
+	}
 
 	lost := o.err != nil || o.killed
 	if lost {

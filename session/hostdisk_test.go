@@ -308,3 +308,24 @@ func TestStateQuotaRefusesWorkspaceCopy(t *testing.T) {
 		t.Errorf("a closed session left %d bytes charged", n)
 	}
 }
+
+// TestHostileEmptyDirsPersist: 6000 directories holding an empty file
+// each take no bytes of a tmpfs and 24 MiB of the host's store; the
+// persisted workspace stays within its session's 16 MiB disk.
+func TestHostileEmptyDirsPersist(t *testing.T) {
+	e := sparseEnv(t, nil)
+	id := e.create(t, CreateOptions{Persist: "dirs"})
+	res := e.exec(t, id, "import os\nfor i in range(6000):\n    os.mkdir(f'd{i}'); open(f'd{i}/f', 'w').close()\nprint('ok')", 60*time.Second)
+	if res.Stdout != "ok\n" {
+		t.Fatalf("cell: %+v", res)
+	}
+	if n := allocatedBytes(filepath.Join(e.state, "store")); n > sparseDisk {
+		t.Fatalf("the persisted workspace of a %d MiB disk allocates %d MiB on the host", sparseDisk>>20, mib(n))
+	}
+	if err := e.m.Close(0, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Create(context.Background(), CreateOptions{Persist: "dirs"}); err != nil {
+		t.Fatalf("the persisted workspace does not restore: %v", err)
+	}
+}

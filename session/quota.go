@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -280,12 +281,24 @@ func (e *storeEntry) copy(ws, st *os.Root, rel string) error {
 		return nil // a symlink, a device, gone: not persisted
 	}
 	defer src.Close()
+	// The new copy replaces the old one in place: the old one's bytes are
+	// free for it.
 	old := fileBytes(st, rel)
+	capBytes := max(e.s.policy.DiskBytes-restoreHeadroom-(e.used-old), 0)
+	mt := &meter{cap: isolate.ByteCap{Max: capBytes}, q: e.m.storeQuota}
+	defer func() { e.charged += mt.cap.Used }()
+	// A directory costs the host a block (a tmpfs nothing): a cell's
+	// thousands of empty directories are charged like data.
+	if n := missingDirs(st, rel); n > 0 {
+		if err := mt.Charge(n * dirBlock); err != nil {
+			return e.refused(rel, err)
+		}
+		e.used += n * dirBlock
+	}
 	dst, err := openFile(st, rel, unix.O_WRONLY|unix.O_CREAT, os.Getuid())
 	if err != nil {
 		return fmt.Errorf("persist %s: %w", rel, err)
 	}
-	// The new copy replaces the old one in place.
 	if err := dst.Truncate(0); err != nil {
 		dst.Close()
 		return fmt.Errorf("persist %s: %w", rel, err)
@@ -293,22 +306,41 @@ func (e *storeEntry) copy(ws, st *os.Root, rel string) error {
 	e.used -= old
 	e.charged -= old
 	e.m.storeQuota.adjust(-old)
-	capBytes := max(e.s.policy.DiskBytes-restoreHeadroom-e.used, 0)
-	mt := &meter{cap: isolate.ByteCap{Max: capBytes}, q: e.m.storeQuota}
+	before := mt.cap.Used
 	err = isolate.CopyFileData(dst, src, mt)
-	e.charged += mt.cap.Used
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		_ = st.Remove(rel)
-		if errors.Is(err, isolate.ErrCopyBudget) {
-			return fmt.Errorf("%w: %s not persisted: the persisted workspace %q would take more than the disk limit of session %s (disk_bytes = %d MiB, less %d MiB kept free to restore it): %v", ErrLimit, rel, e.s.persist, e.s.id, e.s.policy.DiskBytes>>20, restoreHeadroom>>20, err)
-		}
-		return fmt.Errorf("%s not persisted: %w", rel, err)
+		return e.refused(rel, err)
 	}
-	e.used += fileBytes(st, rel)
+	e.used += mt.cap.Used - before
 	return nil
+}
+
+// dirBlock is what a directory is charged in the store.
+const dirBlock = 4096
+
+// refused says why rel was not persisted.
+func (e *storeEntry) refused(rel string, err error) error {
+	if errors.Is(err, isolate.ErrCopyBudget) {
+		return fmt.Errorf("%w: %s not persisted: the persisted workspace %q would take more than the disk limit of session %s (disk_bytes = %d MiB, less %d MiB kept free to restore it): %v", ErrLimit, rel, e.s.persist, e.s.id, e.s.policy.DiskBytes>>20, restoreHeadroom>>20, err)
+	}
+	return fmt.Errorf("%s not persisted: %w", rel, err)
+}
+
+// missingDirs counts the parent directories of rel that do not exist yet
+// below root.
+func missingDirs(root *os.Root, rel string) int64 {
+	var n int64
+	for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
+		if _, err := root.Lstat(d); err == nil {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // lockEntry takes the lock of the store entry dir; it returns the unlock.

@@ -268,7 +268,8 @@ var errorCodes = []struct {
 	{workflow.ErrNoFixer, CodeBadRequest},
 	{policy.ErrInvalid, CodeBadRequest},
 	{session.ErrNotFound, CodeNotFound},
-	{session.ErrLimit, CodeLimit},
+	{session.ErrLimit, CodeLimit}, // ErrStateQuota, ErrStoreQuota: the message names the quota's key
+	{isolate.ErrCopyBudget, CodeLimit},
 	{isolate.ErrExhausted, CodeLimit},
 	{session.ErrBusy, CodeBusy},
 	{session.ErrUnavailable, CodeUnavailable},

@@ -63,9 +63,9 @@ test: rootfs criu
 # Every fetch-or-build-once step (rootfs, criu, the cgroup v2 guest, the
 # bench peers, the packages of deps) from empty temporary caches and empty
 # apt lists, never the real ones. The quick form (lookups, checksummed
-# downloads, about half a minute) runs in every `make test`, so CI on a warm
+# downloads, 25-45 s here) runs in every `make test`, so CI on a warm
 # machine still exercises the cold path; the full one builds everything
-# (several minutes, about 2 GB in TMPDIR).
+# (several minutes; about 4 GB in TMPDIR: a rootfs and its VM image).
 check-fresh-quick:
 	APT_PKGS="$(APT_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" GO=$(GO) ./scripts/check-fresh.sh
 check-fresh: build

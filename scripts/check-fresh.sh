@@ -15,7 +15,7 @@
 #   rootfs    mmdebstrap --simulate of build-rootfs.sh's package list
 #   vm        the cgroup v2 guest's kernel looked up, downloaded (apt checks
 #             its hash), unpacked, and its base initramfs built (FETCH_ONLY=1)
-# Full (`make check-fresh`, several minutes and about 2 GB in TMPDIR):
+# Full (`make check-fresh`, several minutes and about 4 GB in TMPDIR):
 #   criu      built from empty and run (--version)
 #   rootfs    built from empty into a temporary base and sealed
 #   vm        the guest booted from empty (kernel, initramfs, the rootfs

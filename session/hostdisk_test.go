@@ -329,3 +329,29 @@ func TestHostileEmptyDirsPersist(t *testing.T) {
 		t.Fatalf("the persisted workspace does not restore: %v", err)
 	}
 }
+
+// TestQuotaLedger: charges past the limit are refused naming the key;
+// release drops a path and what is below it; rename moves charges.
+func TestQuotaLedger(t *testing.T) {
+	q := newQuota("state_quota_bytes", ErrStateQuota, 10<<20)
+	if err := q.charge("/s/a/images", 6<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.charge("/s/a.new/upper-saved", 3<<20); err != nil {
+		t.Fatal(err)
+	}
+	err := q.charge("/s/b/images", 2<<20)
+	if !errors.Is(err, ErrStateQuota) || !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "state_quota_bytes = 10 MiB") {
+		t.Fatalf("charge past the limit: %v", err)
+	}
+	q.rename("/s/a.new", "/s/b")
+	q.release("/s/a")
+	if q.inUse() != 3<<20 {
+		t.Fatalf("after release of /s/a: %d in use, want 3 MiB (/s/a.new is not below /s/a)", q.inUse())
+	}
+	q.release("/s/b")
+	q.force("x", 20<<20)
+	if q.inUse() != 20<<20 || q.charge("y", 1) == nil {
+		t.Fatalf("force: %d in use", q.inUse())
+	}
+}

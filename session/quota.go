@@ -133,9 +133,9 @@ func (m *meter) Charge(n int64) error {
 }
 
 // stateMeter is the meter of a copy of s's workspace into the state dir
-// at path: s's disk_bytes at most, and the state quota.
-func (m *Manager) stateMeter(s *Session, path string) *meter {
-	return &meter{cap: isolate.ByteCap{Max: s.policy.DiskBytes}, q: m.stateQuota, item: path}
+// at dir: s's disk_bytes at most, and the state quota.
+func (m *Manager) stateMeter(s *Session, dir string) *meter {
+	return &meter{cap: isolate.ByteCap{Max: s.policy.DiskBytes}, q: m.stateQuota, item: dir}
 }
 
 // copyLimit turns a copy stopped by its cap into an ErrLimit that names
@@ -152,24 +152,24 @@ func copyLimit(s *Session, what string, err error) error {
 func imagesReserve(p policy.Policy) int64 { return p.MemoryBytes + imagesSlack }
 
 // reserveImages charges the state quota for checkpoint images about to be
-// written at path.
-func (m *Manager) reserveImages(s *Session, path string) error {
-	if err := m.stateQuota.charge(path, imagesReserve(s.policy)); err != nil {
+// written at dir.
+func (m *Manager) reserveImages(s *Session, dir string) error {
+	if err := m.stateQuota.charge(dir, imagesReserve(s.policy)); err != nil {
 		return fmt.Errorf("checkpoint of session %s: %w", s.id, err)
 	}
 	return nil
 }
 
-// settleImages replaces the reservation for the images at path with what
+// settleImages replaces the reservation for the images at dir with what
 // they take; images larger than reserved (criu copies the content of open
 // deleted files, ghost files, densely) are refused: the caller removes them.
-func (m *Manager) settleImages(s *Session, path string) error {
-	n := allocatedBytes(path)
-	m.stateQuota.release(path)
+func (m *Manager) settleImages(s *Session, dir string) error {
+	n := allocatedBytes(dir)
+	m.stateQuota.release(dir)
 	if n > imagesReserve(s.policy) {
 		return fmt.Errorf("%w: checkpoint of session %s takes %d MiB on the host, more than its memory limit and %d MiB (memory_bytes = %d MiB)", ErrLimit, s.id, mib(n), imagesSlack>>20, s.policy.MemoryBytes>>20)
 	}
-	return m.stateQuota.charge(path, n)
+	return m.stateQuota.charge(dir, n)
 }
 
 // initQuotas makes the host-disk quotas and charges the store with what it
@@ -193,7 +193,7 @@ func (m *Manager) chargeAdopted() {
 	}
 	m.mu.Unlock()
 	for _, dir := range dirs {
-		for _, name := range []string{imagesName, savedName, snapshotName} {
+		for _, name := range []string{imagesName, savedName, snapshotName, snapshotName + ".new"} {
 			p := filepath.Join(dir, name)
 			if n := allocatedBytes(p); n > 0 {
 				m.stateQuota.force(p, n)
@@ -202,11 +202,11 @@ func (m *Manager) chargeAdopted() {
 	}
 }
 
-// allocatedBytes is what the tree at path takes on its filesystem (du): a
+// allocatedBytes is what the tree at root takes on its filesystem (du): a
 // host-owned tree, walked without following symlinks.
-func allocatedBytes(path string) int64 {
+func allocatedBytes(root string) int64 {
 	var n int64
-	_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	units "github.com/docker/go-units"
 	"github.com/spf13/cobra"
 
 	"github.com/jailcell/jailcell/rootfs"
@@ -237,15 +238,6 @@ func newRootfsInfoCmd(base *string) *cobra.Command {
 	return cmd
 }
 
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// humanBytes formats a byte count in binary units ("1.465GiB"), the same
+// way the config prints sizes (go-units).
+func humanBytes(n int64) string { return units.BytesSize(float64(n)) }

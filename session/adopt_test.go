@@ -124,7 +124,7 @@ func TestSessionSurvivesDaemonRestart(t *testing.T) {
 
 	// A crash: the manager simply stops existing (no Shutdown), like kill -9.
 	close(m2.stop)
-	<-m2.janitorD
+	<-m2.janitorDone
 	m2.mu.Lock()
 	for _, s := range m2.sessions {
 		s.k.conn.Close()

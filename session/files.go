@@ -304,10 +304,11 @@ type fileStamp struct {
 	dir   bool
 }
 
-// snapshot maps workspace paths to their stamps. A partial one (the scan
+// fileStamps maps workspace paths to their stamps (not to be confused
+// with a CRIU snapshot, snapshot.go). A partial one (the scan
 // was cut short by a bound or a concurrent change) lists only some of the
 // files that exist: its absences mean nothing.
-type snapshot struct {
+type fileStamps struct {
 	files   map[string]fileStamp
 	partial bool
 }
@@ -476,8 +477,8 @@ func (w *walker) check(fd int, node *dirNode) {
 
 // scan records the stamp of every directory, regular file and symlink. A
 // scan that is not complete returns a partial snapshot and the reason.
-func scan(root *os.Root) (snapshot, error) {
-	s := snapshot{files: map[string]fileStamp{}}
+func scan(root *os.Root) (fileStamps, error) {
+	s := fileStamps{files: map[string]fileStamp{}}
 	err := walk(root, time.Now().Add(scanTimeout), func(p string, st *unix.Stat_t) {
 		if !isType(st, unix.S_IFDIR) && !isType(st, unix.S_IFREG) && !isType(st, unix.S_IFLNK) {
 			return
@@ -493,7 +494,7 @@ func scan(root *os.Root) (snapshot, error) {
 // created later; the next complete scan settles them. The result is
 // bounded at twice maxWorkspaceEntries: an entry dropped is at worst
 // reported created again, never deleted.
-func fillPartial(after, before snapshot) {
+func fillPartial(after, before fileStamps) {
 	if !after.partial || after.files == nil {
 		return
 	}
@@ -512,7 +513,7 @@ func fillPartial(after, before snapshot) {
 // no deletion (an absence in it proves nothing) and is filled in with
 // before's unseen entries (fillPartial), so that the caller keeps it as
 // the next before.
-func diff(before, after snapshot) []FileChange {
+func diff(before, after fileStamps) []FileChange {
 	var out []FileChange
 	for p, a := range after.files {
 		if a.dir {

@@ -195,7 +195,7 @@ func TestHostileExchangeRaceHostTree(t *testing.T) {
 		}
 	}
 	complete, partial := 0, 0
-	before := snapshot{files: map[string]fileStamp{"a/in.txt": {}, "z/in.txt": {}, "f.txt": {}}}
+	before := fileStamps{files: map[string]fileStamp{"a/in.txt": {}, "z/in.txt": {}, "f.txt": {}}}
 	end := time.Now().Add(2 * time.Second)
 	for time.Now().Before(end) && !t.Failed() {
 		bounded(t, "scan", release, func() {
@@ -237,8 +237,8 @@ func TestDiffPartial(t *testing.T) {
 			t.Errorf("exists(%s) = %v, want %v", p, got, want)
 		}
 	}
-	before := snapshot{files: map[string]fileStamp{"a": {size: 1}, "b": {size: 1}, "c": {size: 1}}}
-	after := snapshot{files: map[string]fileStamp{"a": {size: 2}, "n": {size: 1}}, partial: true}
+	before := fileStamps{files: map[string]fileStamp{"a": {size: 1}, "b": {size: 1}, "c": {size: 1}}}
+	after := fileStamps{files: map[string]fileStamp{"a": {size: 2}, "n": {size: 1}}, partial: true}
 	got := diff(before, after)
 	if len(got) != 2 || got[0].Path != "a" || got[0].Change != "modified" || got[1].Path != "n" || got[1].Change != "created" {
 		t.Fatalf("diff = %+v", got)
@@ -246,7 +246,7 @@ func TestDiffPartial(t *testing.T) {
 	if _, ok := after.files["b"]; !ok || len(after.files) != 4 {
 		t.Fatalf("partial after not filled in: %v", after.files)
 	}
-	complete := snapshot{files: map[string]fileStamp{"a": {size: 2}, "n": {size: 1}}}
+	complete := fileStamps{files: map[string]fileStamp{"a": {size: 2}, "n": {size: 1}}}
 	got = diff(after, complete)
 	if len(got) != 2 || got[0].Path != "b" || got[0].Change != "deleted" || got[1].Path != "c" {
 		t.Fatalf("diff after the partial one = %+v", got)

@@ -162,10 +162,10 @@ type Manager struct {
 	// nonce prefixes cell ids, so ids never repeat across daemon restarts.
 	nonce string
 
-	stop     chan struct{}
-	janitorD chan struct{}
-	pool     *warmPool
-	starts   chan struct{} // kernel starts in progress (admitStart)
+	stop        chan struct{}
+	janitorDone chan struct{} // closed when the janitor has stopped
+	pool        *warmPool
+	starts      chan struct{} // kernel starts in progress (admitStart)
 
 	// Host-disk accounting (quota.go).
 	stateQuota, storeQuota *quota
@@ -203,7 +203,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, host: host, metrics: newMetrics(),
 		sessions: map[string]*Session{}, tombstones: map[string]string{}, oneshots: map[string]*Session{},
-		stop: make(chan struct{}), janitorD: make(chan struct{}), nonce: newID()[:8],
+		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 	}
 	m.initQuotas()
 	if err := m.reconcile(m.adoptAll()); err != nil {
@@ -340,7 +340,7 @@ func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr err
 		return nil, err
 	}
 	now := time.Now()
-	return &Session{id: id, owner: owner, policy: p, dir: dir, disk: disk, created: now, lastUsed: now, snap: snapshot{}}, nil
+	return &Session{id: id, owner: owner, policy: p, dir: dir, disk: disk, created: now, lastUsed: now, stamps: fileStamps{}}, nil
 }
 
 // writeKernelScript puts the kernel into disk's control directory.
@@ -851,7 +851,7 @@ func (m *Manager) Features() isolate.Features { return m.host.Features() }
 
 // janitor ends sessions past their idle TTL or lifetime.
 func (m *Manager) janitor() {
-	defer close(m.janitorD)
+	defer close(m.janitorDone)
 	// Expiries in flight are each bounded (end), so waiting for them at
 	// stop is too.
 	var ending sync.WaitGroup
@@ -908,7 +908,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.shutdown = true
 	m.mu.Unlock()
 	close(m.stop)
-	<-m.janitorD
+	<-m.janitorDone
 	// Pool members hold reserved places: free them before waiting on those.
 	poolErr := m.drainPool()
 	// Let running cells finish until ctx is done.

@@ -41,7 +41,7 @@ type Session struct {
 	cells    int
 	busy     bool
 	closed   bool
-	snap     snapshot // the workspace after the last cell
+	stamps   fileStamps // the workspace after the last cell
 	// hibernated: the kernel is checkpointed in dir (hibernate.go) and
 	// expires after hibTTL idle instead of ttl.
 	hibernated bool
@@ -158,7 +158,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	// Unique for the kernel's whole life, across daemon restarts: a
 	// result orphaned by a restart still arrives under its old id.
 	cellID := m.nonce + "-" + strconv.Itoa(s.cells)
-	before := s.snap
+	before := s.stamps
 	s.mu.Unlock()
 
 	var u0 isolate.Usage
@@ -325,14 +325,14 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 
 	// What the cell did to the workspace.
 	if ws, err := s.workspace(); err == nil {
-		after := snapshot{}
+		after := fileStamps{}
 		if ws != nil {
 			after, _ = scan(ws)
 			ws.Close()
 		}
 		res.Files = diff(before, after)
 		s.mu.Lock()
-		s.snap = after
+		s.stamps = after
 		s.mu.Unlock()
 	}
 	s.mu.Lock()
@@ -424,7 +424,7 @@ func (m *Manager) rescan(s *Session) {
 	if err != nil {
 		return
 	}
-	snap := snapshot{}
+	snap := fileStamps{}
 	if ws != nil {
 		snap, _ = scan(ws)
 		ws.Close()
@@ -432,8 +432,8 @@ func (m *Manager) rescan(s *Session) {
 	s.mu.Lock()
 	// A partial scan keeps what the last one saw, so that its absences
 	// are not later reported as deletions.
-	fillPartial(snap, s.snap)
-	s.snap = snap
+	fillPartial(snap, s.stamps)
+	s.stamps = snap
 	s.mu.Unlock()
 }
 

@@ -250,3 +250,32 @@ func TestPinsBounded(t *testing.T) {
 		t.Errorf("refusal at the pin limit not recorded: %v", g.refused)
 	}
 }
+
+// TestParseCounters reads the counters and the refused set the way
+// `nft -j list table` prints them (nft 1.0.6, Debian 12).
+func TestParseCounters(t *testing.T) {
+	out := `{"nftables": [{"metainfo": {"version": "1.0.6"}}, {"table": {"family": "inet", "name": "jailcell"}},
+{"counter": {"family": "inet", "name": "tx", "table": "jailcell", "packets": 3, "bytes": 180}},
+{"counter": {"family": "inet", "name": "rx", "table": "jailcell", "packets": 2, "bytes": 120}},
+{"counter": {"family": "inet", "name": "refusedall", "table": "jailcell", "packets": 7, "bytes": 420}},
+{"set": {"family": "inet", "name": "refused", "table": "jailcell", "type": ["ipv4_addr", "inet_service"], "flags": ["dynamic"],
+ "elem": [{"elem": {"val": {"concat": ["192.0.2.9", 80]}, "counter": {"packets": 5, "bytes": 300}}},
+          {"elem": {"val": {"concat": ["192.0.2.8", 443]}, "counter": {"packets": 0, "bytes": 0}}},
+          {"elem": {"val": "garbage"}}]}}]}`
+	u, err := parseCounters([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.SentBytes != 180 || u.SentPackets != 3 || u.ReceivedBytes != 120 || u.RefusedCount != 7 || len(u.Refused) != 2 {
+		t.Fatalf("parseCounters = %+v", u)
+	}
+	if r := u.Refused[0]; r.Addr != "192.0.2.9" || r.Port != 80 || r.Count != 5 {
+		t.Errorf("first refused = %+v", r)
+	}
+	if r := u.Refused[1]; r.Addr != "192.0.2.8" || r.Port != 443 || r.Count != 1 {
+		t.Errorf("refused without a count yet = %+v, want counted once", r)
+	}
+	if _, err := parseCounters([]byte("{")); err == nil {
+		t.Error("truncated JSON accepted")
+	}
+}

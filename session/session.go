@@ -111,12 +111,60 @@ func (m *Manager) cellTimeout(s *Session, d time.Duration) (time.Duration, error
 	return t, nil
 }
 
-// exec runs one cell. The caller holds s.run.
+// exec runs one cell as a pipeline of steps, each named for its one job.
+// The caller holds s.run.
 func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Result, error) {
-	timeout := req.Timeout
+	c, err := m.prepareCell(ctx, s, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.placeRequestFiles(s, req.Files); err != nil {
+		return nil, err
+	}
+	c.id, c.before = m.nextCell(s)
+	if err := m.sendCell(ctx, c); err != nil {
+		return nil, err
+	}
+	meas, use := m.measure(c)
+	v := judge(meas)
+	res := resultOf(c.o.res, v, use)
+	if v.Lost {
+		m.restartLost(ctx, s, c.k, res)
+	}
+	m.recordFiles(s, c.before, res)
+	m.persistCell(s, res.Files)
+	m.recordCell(ctx, c, res)
+	return res, nil
+}
+
+// cell carries one cell through exec's steps.
+type cell struct {
+	s       *Session
+	req     ExecRequest
+	timeout time.Duration
+	k       *kernel
+	woke    string // why waking the session lost its state ("" if not)
+	died    string // how a kernel found gone before the cell went ("" if none)
+
+	id     string
+	before fileStamps // the workspace before the cell
+
+	// Set by sendCell.
+	o      cellOutcome
+	u0     isolate.Usage    // cgroup counters as the cell began
+	n0     isolate.NetUsage // gateway counters as the cell began
+	hasNet bool
+	wall   time.Duration
+}
+
+// prepareCell resolves the cell's timeout, takes the snapshot it asks for,
+// and finds it a live kernel: waking a hibernated one, replacing one that
+// died since the last cell.
+func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) (*cell, error) {
+	c := &cell{s: s, req: req, timeout: req.Timeout}
 	if !req.setup {
 		var err error
-		if timeout, err = m.cellTimeout(s, req.Timeout); err != nil {
+		if c.timeout, err = m.cellTimeout(s, req.Timeout); err != nil {
 			return nil, err
 		}
 	}
@@ -125,89 +173,105 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 			return nil, fmt.Errorf("snapshot before the cell (the cell did not run): %w", err)
 		}
 	}
-	woke, err := m.wake(ctx, s)
-	if err != nil {
+	var err error
+	if c.woke, err = m.wake(ctx, s); err != nil {
 		return nil, err
 	}
-	k, err := m.ensureKernel(ctx, s)
-	if err != nil {
+	if c.k, err = m.ensureKernel(ctx, s); err != nil {
 		return nil, err
 	}
 	// A kernel that died since its last cell (a timer or thread an earlier
 	// cell left behind, an OOM kill between cells) is replaced before this
 	// cell is sent: the cell runs, and its result says the state was lost.
 	// Never a verdict for code that did not run.
-	died := ""
 	select {
-	case <-k.sb.Done():
-		died = "the kernel " + k.sb.Exit().String() + sinceLast(s, 0)
-		if k, err = m.replaceKernel(ctx, s, k); err != nil {
-			return nil, fmt.Errorf("%s and a new one could not be started (the cell did not run): %w", died, err)
+	case <-c.k.sb.Done():
+		c.died = "the kernel " + c.k.sb.Exit().String() + sinceLast(s, 0)
+		if c.k, err = m.replaceKernel(ctx, s, c.k); err != nil {
+			return nil, fmt.Errorf("%s and a new one could not be started (the cell did not run): %w", c.died, err)
 		}
 	default:
 	}
-	if len(req.Files) > 0 {
-		if err := m.placeFiles(s, req.Files); err != nil {
-			return nil, err
-		}
-		// Files handed in are not the cell's doing.
-		m.rescan(s)
+	return c, nil
+}
+
+// placeRequestFiles writes the files handed in with the cell; they are not
+// the cell's doing, so the workspace is rescanned before it runs.
+func (m *Manager) placeRequestFiles(s *Session, files []File) error {
+	if len(files) == 0 {
+		return nil
 	}
+	if err := m.placeFiles(s, files); err != nil {
+		return err
+	}
+	m.rescan(s)
+	return nil
+}
+
+// nextCell counts the cell and returns its id and the workspace before it.
+func (m *Manager) nextCell(s *Session) (string, fileStamps) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.cells++
 	// Unique for the kernel's whole life, across daemon restarts: a
 	// result orphaned by a restart still arrives under its old id.
-	cellID := m.nonce + "-" + strconv.Itoa(s.cells)
-	before := s.stamps
-	s.mu.Unlock()
+	return m.nonce + "-" + strconv.Itoa(s.cells), s.stamps
+}
 
-	var u0 isolate.Usage
-	var n0 isolate.NetUsage
-	var hasNet bool
-	var o cellOutcome
-	var start time.Time
+// sendCell runs the code in the kernel under the host's clock. A kernel
+// that went before it took the cell is replaced once and the cell sent
+// again; an error means the code did not run.
+func (m *Manager) sendCell(ctx context.Context, c *cell) error {
+	s := c.s
 	for try := 1; ; try++ {
-		u0 = k.sb.Counters()
-		n0, hasNet, _ = k.sb.NetUsage()
-		k.sb.ResetPeak()
-		start = time.Now()
-		o = runCell(ctx, k, cellID, req.Code, timeout, s.policy.InterruptGrace, s.policy.OutputBytes, req.OnOutput)
-		if !o.notStarted(k) {
+		c.u0 = c.k.sb.Counters()
+		c.n0, c.hasNet, _ = c.k.sb.NetUsage()
+		c.k.sb.ResetPeak()
+		start := time.Now()
+		c.o = runCell(ctx, c.k, c.id, c.req.Code, c.timeout, s.policy.InterruptGrace, s.policy.OutputBytes, c.req.OnOutput)
+		c.wall = time.Since(start)
+		if !c.o.notStarted(c.k) {
 			break
 		}
-		// The kernel went after the check above but before it took the
+		// The kernel went after prepareCell's check but before it took the
 		// cell (its "started" frame never came): the code did not run, so
 		// it runs in a new kernel. Once: a kernel that cannot take a cell
 		// twice in a row is a fault to report, not to loop on.
 		why := "the kernel's connection to the host broke" + sinceLast(s, 1)
 		select {
-		case <-k.sb.Done():
-			why = "the kernel " + k.sb.Exit().String() + sinceLast(s, 1)
+		case <-c.k.sb.Done():
+			why = "the kernel " + c.k.sb.Exit().String() + sinceLast(s, 1)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if try > 1 {
-			m.dropKernel(s, k)
-			return nil, fmt.Errorf("%w: %s, twice in a row; the cell did not run", ErrUnavailable, why)
+			m.dropKernel(s, c.k)
+			return fmt.Errorf("%w: %s, twice in a row; the cell did not run", ErrUnavailable, why)
 		}
-		died = why
+		c.died = why
 		var err error
-		if k, err = m.replaceKernel(ctx, s, k); err != nil {
-			return nil, fmt.Errorf("%s and a new one could not be started (the cell did not run): %w", died, err)
+		if c.k, err = m.replaceKernel(ctx, s, c.k); err != nil {
+			return fmt.Errorf("%s and a new one could not be started (the cell did not run): %w", c.died, err)
 		}
 	}
-	wall := time.Since(start)
-	if o.killed && o.err != nil && errors.Is(o.err, runner.ErrNotStarted) && k.conn.Hello().Acks {
+	if c.o.killed && c.o.err != nil && errors.Is(c.o.err, runner.ErrNotStarted) && c.k.conn.Hello().Acks {
 		// Alive but it never took the cell (a thread of an earlier cell
 		// holding the kernel up), so it was killed at the deadline: no
 		// verdict for code that did not run.
-		m.dropKernel(s, k)
-		msg := fmt.Sprintf("the kernel did not take the cell within its %s timeout, so it was killed; the cell did not run", timeout)
+		m.dropKernel(s, c.k)
+		msg := fmt.Sprintf("the kernel did not take the cell within its %s timeout, so it was killed; the cell did not run", c.timeout)
 		if _, err := m.ensureKernel(context.WithoutCancel(ctx), s); err != nil {
-			return nil, fmt.Errorf("%w: %s, and a fresh kernel could not be started: %v", ErrUnavailable, msg, err)
+			return fmt.Errorf("%w: %s, and a fresh kernel could not be started: %v", ErrUnavailable, msg, err)
 		}
-		return nil, fmt.Errorf("%w: %s; a fresh kernel was started (variables are gone, files remain)", ErrUnavailable, msg)
+		return fmt.Errorf("%w: %s; a fresh kernel was started (variables are gone, files remain)", ErrUnavailable, msg)
 	}
+	return nil
+}
 
+// measure reads, on the host, what the cell did: the cgroup's and the
+// gateway's counters against those at its start, the sandbox's wait
+// status, the workspace's free space.
+func (m *Manager) measure(c *cell) (measured, Usage) {
+	s, k, o := c.s, c.k, c.o
 	lost := o.err != nil || o.killed
 	if lost {
 		// Wait for the init's exit so the cgroup counters are final.
@@ -220,110 +284,89 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	}
 	u1 := k.sb.Usage()
 	var netUse *NetworkUsage
-	if hasNet {
+	if c.hasNet {
 		if n1, _, err := k.sb.NetUsage(); err == nil {
-			netUse = networkUsage(n1.Since(n0))
+			netUse = networkUsage(n1.Since(c.n0))
 		} else {
 			m.log().Warn("network usage", "session", s.id, "err", err)
 		}
 	}
-	res := &Result{State: StateKept}
+	meas := measured{
+		timeout:     c.timeout,
+		memoryBytes: s.policy.MemoryBytes,
+		timedOut:    o.timedOut,
+		canceled:    o.canceled,
+		killed:      o.killed,
+		linkLost:    o.err != nil,
+		oom:         u1.OOMKills > c.u0.OOMKills,
+		pidsDenied:  u1.PidsDenied > c.u0.PidsDenied,
+		diskFull:    diskFull(s.disk.UpperDir()),
+		woke:        c.woke,
+		died:        c.died,
+	}
+	if lost {
+		meas.exit = k.sb.Exit().String()
+	}
 	if o.res != nil {
-		r := o.res
-		res.Status = r.Status
+		meas.claim = &Result{Status: o.res.Status, StdoutTruncated: o.res.StdoutTruncated, StderrTruncated: o.res.StderrTruncated, Error: cellError(o.res.Error)}
+	}
+	use := Usage{
+		WallMS:          c.wall.Milliseconds(),
+		CPUMS:           (u1.CPU - c.u0.CPU).Milliseconds(),
+		PeakMemoryBytes: u1.MemoryPeak,
+		Network:         netUse,
+	}
+	return meas, use
+}
+
+// resultOf is the cell's result: the kernel's output copied into session
+// types, under the host's verdict.
+func resultOf(r *runner.Result, v verdict, use Usage) *Result {
+	res := &Result{
+		Status: v.Status, Limits: v.Limits, Error: v.Error,
+		State: v.State, StateReason: v.StateReason, Usage: use,
+	}
+	if r != nil {
 		res.Stdout, res.Stderr = r.Stdout, r.Stderr
 		res.StdoutTruncated, res.StderrTruncated = r.StdoutTruncated, r.StderrTruncated
 		res.Value = r.Value
 		for _, d := range r.Display {
 			res.Display = append(res.Display, DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle})
 		}
-		if r.Error != nil {
-			ce := &CellError{Type: r.Error.Type, Message: r.Error.Message, Traceback: r.Error.Traceback}
-			for _, f := range r.Error.Frames {
-				ce.Frames = append(ce.Frames, Frame{File: f.File, Line: f.Line, Name: f.Name, Code: f.Code})
-			}
-			res.Error = ce
-		}
 	}
-	oom := u1.OOMKills > u0.OOMKills
-	switch {
-	case o.timedOut:
-		res.Status = StatusTimeout
-		res.Limits = append(res.Limits, "time")
-		msg := fmt.Sprintf("cell exceeded its %s timeout", timeout)
-		if res.Error == nil || res.Error.Type != "KeyboardInterrupt" {
-			res.Error = &CellError{Type: "Timeout", Message: msg}
-		} else {
-			res.Error.Message = msg + " and was interrupted"
-		}
-	case o.canceled:
-		res.Status = StatusKilled
-		res.Error = &CellError{Type: "Cancelled", Message: "the request was cancelled while the cell ran; the cell was interrupted"}
-	case oom:
-		res.Status = StatusOOM
-		res.Error = &CellError{Type: "OutOfMemory", Message: fmt.Sprintf("a process of the cell was killed for exceeding the %d-byte memory limit", s.policy.MemoryBytes)}
-	case lost:
-		res.Status = StatusKilled
-		res.Error = &CellError{Type: "KernelDied", Message: "the Python kernel " + k.sb.Exit().String()}
-	}
-	if oom {
-		res.Limits = append(res.Limits, "memory")
-	}
-	if u1.PidsDenied > u0.PidsDenied {
-		res.Limits = append(res.Limits, "pids")
-	}
-	if res.StdoutTruncated || res.StderrTruncated {
-		res.Limits = append(res.Limits, "output")
-	}
-	if diskFull(s.disk.UpperDir()) {
-		res.Limits = append(res.Limits, "disk")
-	}
-	if res.Status == "" {
-		res.Status = StatusKilled
-	}
-	res.Usage = Usage{
-		WallMS:          wall.Milliseconds(),
-		CPUMS:           (u1.CPU - u0.CPU).Milliseconds(),
-		PeakMemoryBytes: u1.MemoryPeak,
-		Network:         netUse,
-	}
-	if netUse != nil {
-		m.log().Info("cell network", "session", s.id, "cell", cellID, "sent_bytes", netUse.SentBytes,
-			"received_bytes", netUse.ReceivedBytes, "refused", netUse.Refused)
-	}
+	return res
+}
 
-	if woke != "" && !lost {
-		res.State, res.StateReason = StateLost, woke
+// cellError copies the kernel's exception into session types.
+func cellError(e *runner.CellError) *CellError {
+	if e == nil {
+		return nil
 	}
-	if died != "" && !lost {
-		res.State, res.StateReason = StateLost, died+"; a fresh kernel was started and ran this cell (variables are gone, files remain)"
+	ce := &CellError{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
+	for _, f := range e.Frames {
+		ce.Frames = append(ce.Frames, Frame{File: f.File, Line: f.Line, Name: f.Name, Code: f.Code})
 	}
-	if lost {
-		res.State = StateLost
-		switch {
-		case o.killed && o.canceled:
-			res.StateReason = "the request was cancelled and the cell did not stop after its interrupt, so the sandbox was killed; a fresh kernel was started (variables are gone, files remain)"
-		case o.killed:
-			res.StateReason = "the cell did not stop after its interrupt, so the sandbox was killed; a fresh kernel was started (variables are gone, files remain)"
-		case oom:
-			res.StateReason = "the kernel was killed for exceeding the memory limit; a fresh kernel was started (variables are gone, files remain)"
-		default:
-			res.StateReason = "the kernel " + k.sb.Exit().String() + "; a fresh kernel was started (variables are gone, files remain)"
-		}
-		m.dropKernel(s, k)
-		s.mu.Lock()
-		closed := s.closed
-		s.mu.Unlock()
-		// Restart at once so the next cell finds a kernel; a failure is
-		// reported by the next cell too.
-		if !closed {
-			if _, err := m.ensureKernel(context.WithoutCancel(ctx), s); err != nil {
-				res.StateReason += "; restarting it failed: " + err.Error()
-			}
-		}
-	}
+	return ce
+}
 
-	// What the cell did to the workspace.
+// restartLost replaces a lost kernel at once so that the next cell finds
+// one; a failure is told in res and reported by the next cell too.
+func (m *Manager) restartLost(ctx context.Context, s *Session, k *kernel, res *Result) {
+	m.dropKernel(s, k)
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return
+	}
+	if _, err := m.ensureKernel(context.WithoutCancel(ctx), s); err != nil {
+		res.StateReason += "; restarting it failed: " + err.Error()
+	}
+}
+
+// recordFiles puts into res what the cell did to the workspace, and keeps
+// the workspace's stamps for the next cell.
+func (m *Manager) recordFiles(s *Session, before fileStamps, res *Result) {
 	if ws, err := s.workspace(); err == nil {
 		after := fileStamps{}
 		if ws != nil {
@@ -338,19 +381,34 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	s.mu.Lock()
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
-	if s.persist != "" && m.cfg.StoreDir != "" && len(res.Files) > 0 {
-		if err := m.syncPersist(s, res.Files); err != nil {
-			m.log().Warn("persist workspace", "session", s.id, "persist", s.persist, "err", err)
-		}
+}
+
+// persistCell copies the files a cell changed to the session's persisted
+// workspace, if it has one.
+func (m *Manager) persistCell(s *Session, changed []FileChange) {
+	if s.persist == "" || m.cfg.StoreDir == "" || len(changed) == 0 {
+		return
+	}
+	if err := m.syncPersist(s, changed); err != nil {
+		m.log().Warn("persist workspace", "session", s.id, "persist", s.persist, "err", err)
+	}
+}
+
+// recordCell counts the cell in the metrics and logs it (its code only at
+// debug level).
+func (m *Manager) recordCell(ctx context.Context, c *cell, res *Result) {
+	s := c.s
+	if n := res.Usage.Network; n != nil {
+		m.log().Info("cell network", "session", s.id, "cell", c.id, "sent_bytes", n.SentBytes,
+			"received_bytes", n.ReceivedBytes, "refused", n.Refused)
 	}
 	m.metrics.cell(res.Status)
-	m.metrics.CellSeconds.Observe(wall.Seconds())
-	m.log().Info("cell", "session", s.id, "cell", cellID, "status", res.Status, "state", res.State,
+	m.metrics.CellSeconds.Observe(c.wall.Seconds())
+	m.log().Info("cell", "session", s.id, "cell", c.id, "status", res.Status, "state", res.State,
 		"wall_ms", res.Usage.WallMS, "cpu_ms", res.Usage.CPUMS, "peak_memory_bytes", res.Usage.PeakMemoryBytes)
 	if m.log().Enabled(ctx, slog.LevelDebug) {
-		m.log().Debug("cell code", "session", s.id, "cell", cellID, "code", req.Code)
+		m.log().Debug("cell code", "session", s.id, "cell", c.id, "code", c.req.Code)
 	}
-	return res, nil
 }
 
 // diskFull reports whether the filesystem holding dir has no space or

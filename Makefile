@@ -99,20 +99,20 @@ fuzz: deps
 test-cgroupv2: rootfs
 	VM_DIR=$(VM_DIR) JAILCELL_ROOTFS=$(ROOTFS_BASE) GO=$(GO) ./scripts/cgroupv2-vm.sh
 
-# The soak test, long form (soak/: 50 sessions, 3000 normal and hostile
+# The soak test, long form (test/soak/: 50 sessions, 3000 normal and hostile
 # cells against a real serve; daemon RSS and fds must end flat). make test
 # runs its short form (300 cells).
 SOAK_TIMEOUT ?= 40m
 .PHONY: soak
 soak: rootfs
-	JAILCELL_SOAK=long $(GO) test -tags $(TAGS) -timeout $(SOAK_TIMEOUT) -count=1 -v -run '^TestSoak$$' ./soak/
+	JAILCELL_SOAK=long $(GO) test -tags $(TAGS) -timeout $(SOAK_TIMEOUT) -count=1 -v -run '^TestSoak$$' ./test/soak/
 
 # Plain unit tests, no root or rootfs needed.
 test-unit:
 	$(GO) test -tags $(TAGS) -short -count=1 ./policy/ ./runner/ ./api/ ./rootfs/
 
 # The benchmark against the peers (docs/performance.md): root, a few
-# minutes, a table on stdout, bench/out/results.json and bench/out/bench.png.
+# minutes, a table on stdout, test/bench/out/results.json and test/bench/out/bench.png.
 # The peers come from Debian's packages, installed only when missing.
 BENCH_PKGS := python3-ipykernel python3-jupyter-client runc bubblewrap
 bench: rootfs
@@ -123,8 +123,8 @@ bench: rootfs
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	$(GO) build -o bin/jailcell-bench ./bench
-	bin/jailcell-bench -bin $(BIN) -rootfs $(ROOTFS_BASE) -out bench/out
+	$(GO) build -o bin/jailcell-bench ./test/bench
+	bin/jailcell-bench -bin $(BIN) -rootfs $(ROOTFS_BASE) -out test/bench/out
 
 # The system service: binary, rootfs, config, units, docs. A config file
 # already in /etc/jailcell is kept; the example is always refreshed.

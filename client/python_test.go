@@ -11,7 +11,7 @@ import (
 // the system python3 against a real `jailcell serve`.
 func TestPythonClient(t *testing.T) {
 	svc := startService(t)
-	dir, err := filepath.Abs(filepath.Join("..", "clients", "python"))
+	dir, err := filepath.Abs(filepath.Join("python"))
 	if err != nil {
 		t.Fatal(err)
 	}

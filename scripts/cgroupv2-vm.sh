@@ -144,7 +144,7 @@ fi
 # runs 5-30x slower, so this is the subset that proves the v2 limits bite.
 default_plan() {
 	cat <<'EOF'
-internal/vmtest ^(TestMemoryMaxOOMKillCountedInMemoryEvents|TestPidsMaxForkRefusedCountedInPidsEvents|TestCPUMaxThrottlesCountedInCPUStat|TestIDMappedOverlayCopyUpInUserNamespace)$ 10m
+test/cgroupv2 ^(TestMemoryMaxOOMKillCountedInMemoryEvents|TestPidsMaxForkRefusedCountedInPidsEvents|TestCPUMaxThrottlesCountedInCPUStat|TestIDMappedOverlayCopyUpInUserNamespace)$ 10m
 isolate ^(TestPosture|TestDestroyLeavesNothing|TestDelegateMovesIntoLeaf)$ 10m
 session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells)$ 15m
 EOF

@@ -128,7 +128,7 @@ fi
 # --- the cgroup v2 guest ------------------------------------------------------
 if ((full)); then
 	plan=$tmp/vm-plan
-	echo 'internal/vmtest ^TestMemoryMaxOOMKillCountedInMemoryEvents$ 10m' >"$plan"
+	echo 'test/cgroupv2 ^TestMemoryMaxOOMKillCountedInMemoryEvents$ 10m' >"$plan"
 	VM_DIR=$tmp/vm JAILCELL_ROOTFS=$tmp/rootfs VM_OUT=$tmp/vm-out GO=${GO:-go} \
 		"$here/scripts/cgroupv2-vm.sh" "$plan" || fail "the cgroup v2 guest from empty"
 	step "vm: kernel, initramfs and rootfs image from empty; the guest ran a test"

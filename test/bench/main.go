@@ -42,7 +42,7 @@ import (
 
 var (
 	binFlag    = flag.String("bin", "bin/jailcell", "jailcell binary")
-	outFlag    = flag.String("out", "bench/out", "output directory")
+	outFlag    = flag.String("out", "test/bench/out", "output directory")
 	rootfsFlag = flag.String("rootfs", "/var/lib/jailcell/rootfs", "jailcell rootfs base directory")
 	quick      = flag.Bool("quick", false, "fewer samples (a smoke run)")
 	only       = flag.String("sections", "", "comma-separated sections to run, of "+strings.Join(sectionNames, ", ")+

@@ -31,7 +31,7 @@ const (
 	// cgroupRoot is this package's own: a manager reconciles every cgroup
 	// under its root, so packages tested in parallel must not share one.
 	cgroupRoot = "/jailcell-test-conformance"
-	corpusDir  = "../testdata/notebooks"
+	corpusDir  = "../../testdata/notebooks"
 	hostPython = "/usr/bin/python3"
 	// minAgreement is the share of cells that must agree.
 	minAgreement = 0.98

@@ -21,6 +21,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/policy"
@@ -639,103 +640,103 @@ func (g *gateway) serveDNS() {
 	}
 }
 
-// DNS response codes.
-const (
-	rcodeOK       = 0
-	rcodeFormErr  = 1
-	rcodeServFail = 2
-	rcodeNXDomain = 3
-	rcodeNotImp   = 4
-)
-
-// answer builds the reply to one query, or nil for garbage.
+// answer builds the reply to one query, or nil for garbage: anything that
+// is not a query with a readable header gets no reply at all.
 func (g *gateway) answer(q []byte) []byte {
-	name, qtype, qend, err := parseQuery(q)
+	h, question, name, err := parseQuery(q)
 	if err != nil {
-		if len(q) >= 12 && q[2]&0x80 == 0 {
-			return reply(q, 12, rcodeFormErr, nil)
+		if h, herr := new(dnsmessage.Parser).Start(q); herr == nil && !h.Response {
+			return reply(h, nil, dnsmessage.RCodeFormatError, nil)
 		}
 		return nil
 	}
-	if q[2]&0x78 != 0 { // opcode other than QUERY
-		return reply(q, qend, rcodeNotImp, nil)
+	if h.OpCode != 0 { // anything but QUERY
+		return reply(h, &question, dnsmessage.RCodeNotImplemented, nil)
 	}
 	if g.pol.HostPorts(name) == nil {
 		g.refuse(RefusedKey{Name: name, Reason: "name not on the allowlist"})
-		return reply(q, qend, rcodeNXDomain, nil)
+		return reply(h, &question, dnsmessage.RCodeNameError, nil)
 	}
-	if qtype != 1 { // AAAA and the rest: the name exists, with no such data
-		return reply(q, qend, rcodeOK, nil)
+	if question.Type != dnsmessage.TypeA { // AAAA and the rest: the name exists, with no such data
+		return reply(h, &question, dnsmessage.RCodeSuccess, nil)
 	}
 	addrs, ok := g.resolve(name)
 	if !ok {
-		return reply(q, qend, rcodeServFail, nil)
+		return reply(h, &question, dnsmessage.RCodeServerFailure, nil)
 	}
 	if len(addrs) == 0 {
-		return reply(q, qend, rcodeNXDomain, nil)
+		return reply(h, &question, dnsmessage.RCodeNameError, nil)
 	}
-	return reply(q, qend, rcodeOK, addrs)
+	return reply(h, &question, dnsmessage.RCodeSuccess, addrs)
 }
 
-// parseQuery reads the single question of a DNS query (RFC 1035 4.1):
-// the name in lower case without the trailing dot, its type and where the
-// question ends. Compression pointers are refused: a query has no earlier
-// name to point at.
-func parseQuery(q []byte) (name string, qtype uint16, end int, err error) {
-	bad := errors.New("malformed DNS query")
-	if len(q) < 12 || q[2]&0x80 != 0 || binary.BigEndian.Uint16(q[4:]) != 1 {
-		return "", 0, 0, bad
+// errQuery is any query the DNS server will not read.
+var errQuery = errors.New("malformed DNS query")
+
+// parseQuery reads the header and the single question of a DNS query (RFC
+// 1035 4.1) with dnsmessage, and returns the name in lower case without
+// the trailing dot. Anything after the question (an EDNS OPT record) is
+// not read. dnsmessage refuses labels over 63 bytes, names over 255, and
+// labels holding a dot (golang/go#56246: "a.b" as one label would read as
+// the listed name a.b). Compression pointers are refused too: a query has
+// no earlier name to point at, so one is a probe, and a name assembled
+// from elsewhere in the packet is not the name the cell wrote.
+func parseQuery(q []byte) (h dnsmessage.Header, question dnsmessage.Question, name string, err error) {
+	var p dnsmessage.Parser
+	if h, err = p.Start(q); err != nil || h.Response {
+		return h, question, "", errQuery
 	}
-	i := 12
-	var labels []string
-	for {
-		if i >= len(q) {
-			return "", 0, 0, bad
-		}
-		l := int(q[i])
-		i++
-		if l == 0 {
-			break
-		}
-		if l > 63 || i+l > len(q) {
-			return "", 0, 0, bad
-		}
-		labels = append(labels, strings.ToLower(string(q[i:i+l])))
-		i += l
-		if len(labels) > 127 {
-			return "", 0, 0, bad
-		}
+	if question, err = p.Question(); err != nil {
+		return h, question, "", errQuery
 	}
-	if i+4 > len(q) || len(labels) == 0 {
-		return "", 0, 0, bad
+	if _, err := p.Question(); err != dnsmessage.ErrSectionDone { // exactly one question
+		return h, question, "", errQuery
 	}
-	name = strings.Join(labels, ".")
-	if len(name) > 253 {
-		return "", 0, 0, bad
+	// Uncompressed, the question reads back byte for byte as sent.
+	b := dnsmessage.NewBuilder(make([]byte, 0, 12+len(q)), dnsmessage.Header{})
+	if b.StartQuestions() != nil || b.Question(question) != nil {
+		return h, question, "", errQuery
 	}
-	return name, binary.BigEndian.Uint16(q[i:]), i + 4, nil
+	wire, err := b.Finish()
+	if err != nil || len(q) < len(wire) || !bytes.Equal(wire[12:], q[12:len(wire)]) {
+		return h, question, "", errQuery
+	}
+	name = strings.ToLower(strings.TrimSuffix(question.Name.String(), "."))
+	if name == "" {
+		return h, question, "", errQuery
+	}
+	return h, question, name, nil
 }
 
-// reply copies the query's header and question and appends A answers.
-func reply(q []byte, qend, rcode int, addrs []netip.Addr) []byte {
-	var b bytes.Buffer
-	b.Write(q[:2])
-	flags := uint16(0x8000) | uint16(q[2]&0x79)<<8 | 0x0080 | uint16(rcode) // QR, opcode+RD kept, RA
-	_ = binary.Write(&b, binary.BigEndian, flags)
-	qd := uint16(1)
-	if qend <= 12 {
-		qd = 0
+// reply answers query header h: the question echoed (none for a query
+// that could not be read), and A records for addrs, each naming the
+// question through a compression pointer.
+func reply(h dnsmessage.Header, question *dnsmessage.Question, rcode dnsmessage.RCode, addrs []netip.Addr) []byte {
+	b := dnsmessage.NewBuilder(make([]byte, 0, 512), dnsmessage.Header{
+		ID: h.ID, Response: true, OpCode: h.OpCode, RecursionDesired: h.RecursionDesired,
+		RecursionAvailable: true, RCode: rcode,
+	})
+	b.EnableCompression()
+	if err := b.StartQuestions(); err != nil {
+		return nil
 	}
-	_ = binary.Write(&b, binary.BigEndian, []uint16{qd, uint16(len(addrs)), 0, 0})
-	if qd == 1 {
-		b.Write(q[12:qend])
+	if question != nil {
+		if err := b.Question(*question); err != nil {
+			return nil
+		}
+	}
+	if err := b.StartAnswers(); err != nil {
+		return nil
 	}
 	for _, a := range addrs {
-		_ = binary.Write(&b, binary.BigEndian, []uint16{0xC00C, 1, 1})
-		_ = binary.Write(&b, binary.BigEndian, uint32(dnsTTL))
-		_ = binary.Write(&b, binary.BigEndian, uint16(4))
-		v := a.As4()
-		b.Write(v[:])
+		rh := dnsmessage.ResourceHeader{Name: question.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: dnsTTL}
+		if err := b.AResource(rh, dnsmessage.AResource{A: a.As4()}); err != nil {
+			return nil
+		}
 	}
-	return b.Bytes()
+	out, err := b.Finish()
+	if err != nil {
+		return nil
+	}
+	return out
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/dns/dnsmessage"
+
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -36,6 +38,9 @@ var dnsSeeds = [][]byte{
 	{0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 0x0C, 0, 1, 0, 1}, // compression pointer
 	{0, 1, 0x81, 0, 0, 1},                                        // a response, truncated
 	query(4, strings.Repeat("a", 64)+".test", 1),                 // label too long
+	{0, 5, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 9, 'p', 'y', 'p', 'i', '.', 't', 'e', 's', 't', 0, 0, 1, 0, 1},           // "pypi.test" as one label
+	append(query(6, "pypi.test", 1)[:5:5], append([]byte{2}, query(6, "pypi.test", 1)[6:]...)...),                 // two questions, one sent
+	{0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 0x12, 0, 1, 0, 1, 4, 'p', 'y', 'p', 'i', 4, 't', 'e', 's', 't', 0}, // points past the question at a listed name
 }
 
 func testGateway() *gateway {
@@ -109,8 +114,10 @@ func TestDNSAnswer(t *testing.T) {
 	}
 }
 
-// FuzzDNSQuery: no query makes the parser or the reply builder panic, and
-// only names on the list are ever answered with an address.
+// FuzzDNSQuery: no query makes the parser or the reply builder panic,
+// every reply is a well-formed DNS response to the query's ID with at most
+// the query's own question, and only names on the list are ever answered
+// with an address.
 func FuzzDNSQuery(f *testing.F) {
 	for _, s := range dnsSeeds {
 		f.Add(s)
@@ -118,11 +125,27 @@ func FuzzDNSQuery(f *testing.F) {
 	g := testGateway()
 	f.Fuzz(func(t *testing.T, q []byte) {
 		r := g.answer(q)
-		if r == nil || len(r) < 12 || binary.BigEndian.Uint16(r[6:]) == 0 {
+		if r == nil {
 			return
 		}
-		name, _, _, err := parseQuery(q)
-		if err != nil || g.pol.HostPorts(name) == nil {
+		var p dnsmessage.Parser
+		h, err := p.Start(r)
+		if err != nil || !h.Response || len(q) < 2 || h.ID != binary.BigEndian.Uint16(q) {
+			t.Fatalf("reply %x to %x: header %+v, %v", r, q, h, err)
+		}
+		qs, err := p.AllQuestions()
+		if err != nil || len(qs) > 1 {
+			t.Fatalf("reply %x to %x: questions %v, %v", r, q, qs, err)
+		}
+		ans, err := p.AllAnswers()
+		if err != nil {
+			t.Fatalf("reply %x to %x: answers: %v", r, q, err)
+		}
+		if len(ans) == 0 {
+			return
+		}
+		_, question, name, err := parseQuery(q)
+		if err != nil || g.pol.HostPorts(name) == nil || len(qs) != 1 || qs[0] != question {
 			t.Fatalf("answered %x for unlisted or malformed %x", r, q)
 		}
 	})
@@ -176,7 +199,7 @@ func TestHostileRefusedDNSNames(t *testing.T) {
 	start := time.Now()
 	for i := range flood {
 		q := query(uint16(i), fmt.Sprintf("n%d.flood.test", i), 1)
-		if r := g.answer(q); r == nil || r[3]&0x0f != rcodeNXDomain {
+		if r := g.answer(q); r == nil || dnsmessage.RCode(r[3]&0x0f) != dnsmessage.RCodeNameError {
 			t.Fatalf("%d: answer %x, want NXDOMAIN", i, r)
 		}
 	}

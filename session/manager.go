@@ -1,7 +1,3 @@
-// Package session keeps Python kernels alive between cells: it creates,
-// runs, expires and cleans up sessions, each one long-lived sandbox built
-// by isolate with a kernel from runner. It must never trust what comes out
-// of a sandbox for a verdict, and never let a session outlive its TTL.
 package session
 
 import (
@@ -18,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jailcell/jailcell/internal/cleanup"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/runner"
@@ -145,7 +142,9 @@ func (c *Config) defaults() {
 const maxTombstones = 10000
 
 // Manager owns every session. It is safe for concurrent use; no lock is
-// held across a cell.
+// held across a cell. Every method that acts on sessions takes the
+// caller's ctx, whether or not it can block today; only the accessors of
+// in-memory state (Metrics, Features, PoolReady) do not.
 type Manager struct {
 	cfg     Config
 	host    *isolate.Host
@@ -319,26 +318,29 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr error) {
 	id := newID()
 	dir := filepath.Join(m.cfg.StateDir, "sessions", id)
+	var cl cleanup.Stack
+	defer func() {
+		if retErr != nil {
+			_ = cl.Run()
+		}
+	}()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create session dir: %w", err)
 	}
-	defer func() {
-		if retErr != nil {
-			_ = os.RemoveAll(dir)
-		}
-	}()
+	cl.Add(func() error { return os.RemoveAll(dir) })
 	disk, err := m.host.NewDisk(id, p)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	cl.Add(disk.Destroy)
 	// The control directory (host root's, on the disk's tmpfs so that its
 	// bind mount shows no host path inside) holds the kernel and the
 	// socket: the sandbox may read the one and connect to the other, but
 	// replace neither.
 	if err := writeKernelScript(disk); err != nil {
-		_ = disk.Destroy()
 		return nil, err
 	}
+	cl.Release()
 	now := time.Now()
 	return &Session{id: id, owner: owner, policy: p, dir: dir, disk: disk, created: now, lastUsed: now, stamps: fileStamps{}}, nil
 }
@@ -369,7 +371,7 @@ func (m *Manager) destroy(s *Session) error {
 }
 
 // Create starts a new session and returns once its kernel is ready.
-func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) {
+func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retErr error) {
 	p, err := m.policyFor(opt.Policy, opt.Override)
 	if err != nil {
 		return nil, err
@@ -413,14 +415,15 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.ttl, s.persist, s.maxLife = ttl, opt.Persist, opt.MaxLifetime
-	s.info = Info{Policy: p.Name, Persist: opt.Persist}
-	ok := false
+	var cl cleanup.Stack
 	defer func() {
-		if !ok {
-			_ = m.destroy(s)
+		if retErr != nil {
+			_ = cl.Run()
 		}
 	}()
+	cl.Add(func() error { return m.destroy(s) })
+	s.ttl, s.persist, s.maxLife = ttl, opt.Persist, opt.MaxLifetime
+	s.info = Info{Policy: p.Name, Persist: opt.Persist}
 	if opt.Persist != "" {
 		restored, err := m.restorePersist(s)
 		if err != nil {
@@ -448,7 +451,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 	if err := m.register(s); err != nil {
 		return nil, err
 	}
-	ok = true
+	cl.Release()
 	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
 	info := m.infoOf(s)
 	return &info, nil
@@ -533,12 +536,9 @@ func (m *Manager) get(owner int, id string) (*Session, error) {
 // running in the session makes it ErrBusy at once (cells of one session
 // never queue: the caller decides whether to wait).
 func (m *Manager) Exec(ctx context.Context, owner int, id string, req ExecRequest) (*Result, error) {
-	s, err := m.get(owner, id)
+	s, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err
-	}
-	if !s.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running another cell", ErrBusy, id)
 	}
 	defer s.run.Unlock()
 	s.mu.Lock()
@@ -574,7 +574,7 @@ func (m *Manager) RunOnce(ctx context.Context, owner int, policyName string, req
 // the same name. Without a session owner may use, that policy cannot be
 // known and nothing runs (ErrNotFound).
 func (m *Manager) RunOnceAs(ctx context.Context, owner int, id string, req ExecRequest) (*Result, error) {
-	p, err := m.PolicyOf(owner, id)
+	p, err := m.PolicyOf(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -583,7 +583,7 @@ func (m *Manager) RunOnceAs(ctx context.Context, owner int, id string, req ExecR
 
 // PolicyOf returns the effective policy of session id (as tightened at
 // create) for owner.
-func (m *Manager) PolicyOf(owner int, id string) (policy.Policy, error) {
+func (m *Manager) PolicyOf(ctx context.Context, owner int, id string) (policy.Policy, error) {
 	s, err := m.get(owner, id)
 	if err != nil {
 		return policy.Policy{}, err
@@ -654,7 +654,7 @@ func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req E
 }
 
 // Upload writes data to path (relative to the working directory).
-func (m *Manager) Upload(owner int, id, path string, data []byte) (*Entry, error) {
+func (m *Manager) Upload(ctx context.Context, owner int, id, path string, data []byte) (*Entry, error) {
 	rel, err := cleanRel(path)
 	if err != nil {
 		return nil, err
@@ -662,12 +662,9 @@ func (m *Manager) Upload(owner int, id, path string, data []byte) (*Entry, error
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("%w: upload of %d bytes, at most %d", ErrLimit, len(data), MaxFileBytes)
 	}
-	s, err := m.get(owner, id)
+	s, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err
-	}
-	if !s.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
 	}
 	defer s.run.Unlock()
 	if err := m.placeFiles(s, []File{{Path: rel, Data: data}}); err != nil {
@@ -691,7 +688,7 @@ func (m *Manager) Upload(owner int, id, path string, data []byte) (*Entry, error
 }
 
 // Download reads path (relative to the working directory).
-func (m *Manager) Download(owner int, id, path string) (*Download, error) {
+func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Download, error) {
 	rel, err := cleanRel(path)
 	if err != nil {
 		return nil, err
@@ -719,7 +716,7 @@ func (m *Manager) Download(owner int, id, path string) (*Download, error) {
 }
 
 // Files lists the workspace.
-func (m *Manager) Files(owner int, id string) ([]Entry, error) {
+func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, error) {
 	s, err := m.get(owner, id)
 	if err != nil {
 		return nil, err
@@ -743,7 +740,7 @@ func (m *Manager) Files(owner int, id string) ([]Entry, error) {
 }
 
 // Close ends a session now.
-func (m *Manager) Close(owner int, id string) error {
+func (m *Manager) Close(ctx context.Context, owner int, id string) error {
 	s, err := m.get(owner, id)
 	if err != nil {
 		return err
@@ -829,7 +826,7 @@ func (m *Manager) visible(owner int) []*Session {
 }
 
 // List returns the live sessions owner may see (root sees all).
-func (m *Manager) List(owner int) []Info {
+func (m *Manager) List(ctx context.Context, owner int) []Info {
 	ss := m.visible(owner)
 	out := make([]Info, 0, len(ss))
 	for _, s := range ss {

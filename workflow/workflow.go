@@ -1,9 +1,3 @@
-// Package workflow runs the code-interpreter loop on top of session.Manager:
-// run a cell, ask a fixer for new code when it fails, run again; fall back
-// explicitly (a fallback block, an optional degraded stateless run) when
-// that does not work; log every loop-ending failure for review and remember
-// repeated failures. It must never run code outside a sandbox or under a
-// weaker policy than the request's own: every run goes through the Manager.
 package workflow
 
 import (
@@ -65,16 +59,25 @@ type Runner struct {
 	rev *reviewLog
 }
 
+// The defaults of Config's zero fields, and the largest ceiling; the
+// daemon's configuration keys take theirs from here.
+const (
+	DefaultMaxAttemptsCeiling = 5
+	MaxAttemptsCeilingLimit   = 20
+	DefaultThreshold          = 3
+	DefaultTTL                = 24 * time.Hour
+)
+
 // New makes a Runner over m, loading failure memory from cfg.ReviewDir.
 func New(m *session.Manager, cfg Config) (*Runner, error) {
 	if cfg.MaxAttemptsCeiling == 0 {
-		cfg.MaxAttemptsCeiling = 5
+		cfg.MaxAttemptsCeiling = DefaultMaxAttemptsCeiling
 	}
 	if cfg.Threshold == 0 {
-		cfg.Threshold = 3
+		cfg.Threshold = DefaultThreshold
 	}
 	if cfg.TTL == 0 {
-		cfg.TTL = 24 * time.Hour
+		cfg.TTL = DefaultTTL
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -82,8 +85,8 @@ func New(m *session.Manager, cfg Config) (*Runner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.MaxAttemptsCeiling < 1 || cfg.MaxAttemptsCeiling > 20 {
-		return nil, fmt.Errorf("fixer.max_attempts_ceiling = %d, allowed 1..20", cfg.MaxAttemptsCeiling)
+	if cfg.MaxAttemptsCeiling < 1 || cfg.MaxAttemptsCeiling > MaxAttemptsCeilingLimit {
+		return nil, fmt.Errorf("fixer.max_attempts_ceiling = %d, allowed 1..%d", cfg.MaxAttemptsCeiling, MaxAttemptsCeilingLimit)
 	}
 	if cfg.Threshold < 1 {
 		return nil, fmt.Errorf("failures.threshold = %d, allowed >= 1", cfg.Threshold)
@@ -276,7 +279,7 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 		fp = r.mem.record(req.Owner, req.Exec.Code, code, out.Result)
 	}
 	r.review(req, out, fp)
-	allowed, perr := r.degradedAllowed(req)
+	allowed, perr := r.degradedAllowed(ctx, req)
 	if perr != nil {
 		fb.Tried = append(fb.Tried, "degraded stateless run: not tried: "+perr.Error())
 	}

@@ -89,13 +89,11 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 // sessionOps are the ops on one session that answer with its info (fork:
 // the new session's).
 var sessionOps = map[string]func(m *session.Manager, ctx context.Context, owner int, id string) (*session.Info, error){
-	OpHibernate: func(m *session.Manager, _ context.Context, owner int, id string) (*session.Info, error) {
-		return m.Hibernate(owner, id)
-	},
-	OpRestore:  (*session.Manager).Restore,
-	OpFork:     (*session.Manager).Fork,
-	OpSnapshot: (*session.Manager).Snapshot,
-	OpRollback: (*session.Manager).Rollback,
+	OpHibernate: (*session.Manager).Hibernate,
+	OpRestore:   (*session.Manager).Restore,
+	OpFork:      (*session.Manager).Fork,
+	OpSnapshot:  (*session.Manager).Snapshot,
+	OpRollback:  (*session.Manager).Rollback,
 }
 
 func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(Event)) (*Response, error) {
@@ -138,13 +136,13 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Info: info}, nil
 	case OpUpload:
-		e, err := m.Upload(owner, req.Session, req.Path, req.Data)
+		e, err := m.Upload(ctx, owner, req.Session, req.Path, req.Data)
 		if err != nil {
 			return nil, err
 		}
 		return &Response{Path: e.Path, Size: &e.Size}, nil
 	case OpDownload:
-		dl, err := m.Download(owner, req.Session, req.Path)
+		dl, err := m.Download(ctx, owner, req.Session, req.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -154,7 +152,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Path: dl.Path, Data: data, Size: &dl.Size, SHA256: dl.SHA256}, nil
 	case OpFiles:
-		entries, err := m.Files(owner, req.Session)
+		entries, err := m.Files(ctx, owner, req.Session)
 		if err != nil {
 			return nil, err
 		}
@@ -163,7 +161,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Files: entries}, nil
 	case OpClose:
-		return &Response{}, m.Close(owner, req.Session)
+		return &Response{}, m.Close(ctx, owner, req.Session)
 	case OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback:
 		info, err := sessionOps[req.Op](m, ctx, owner, req.Session)
 		if err != nil {
@@ -173,7 +171,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 	case OpFailures:
 		return d.failures(owner, req)
 	case OpSessions:
-		list := m.List(owner)
+		list := m.List(ctx, owner)
 		if list == nil {
 			list = []session.Info{}
 		}

@@ -294,7 +294,7 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		s.handle(w, r, &Request{ID: s.nextID(), Op: OpPing}, owner)
 	case routeMetrics:
 		w.Header().Set("Content-Type", metricsContentType)
-		if err := s.writeMetrics(w, owner); err != nil {
+		if err := s.writeMetrics(r.Context(), w, owner); err != nil {
 			s.log.Debug("write metrics", "err", err)
 		}
 	case routeSessions:

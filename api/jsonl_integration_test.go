@@ -217,7 +217,7 @@ func TestJSONLIntegration(t *testing.T) {
 	if err := m.Shutdown(ctx); err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
-	if got := m.List(0); len(got) != 0 {
+	if got := m.List(context.Background(), 0); len(got) != 0 {
 		t.Errorf("sessions left after Shutdown: %+v", got)
 	}
 	if err := host.Close(); err != nil {

@@ -130,7 +130,7 @@ func TestMCP(t *testing.T) {
 	if res := call("run_python", map[string]any{"code": "print(x)"}); !res.IsError || !strings.Contains(textOf(res), "NameError") {
 		t.Fatalf("after reset: %q", textOf(res))
 	}
-	if n := len(m.List(0)); n != 1 {
+	if n := len(m.List(context.Background(), 0)); n != 1 {
 		t.Errorf("%d live sessions, want 1 (the old one closed)", n)
 	}
 	// The client goes: the session is closed.
@@ -140,7 +140,7 @@ func TestMCP(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("server did not end when the client went")
 	}
-	if n := len(m.List(0)); n != 0 {
+	if n := len(m.List(context.Background(), 0)); n != 0 {
 		t.Errorf("%d live sessions after the client went, want 0", n)
 	}
 }

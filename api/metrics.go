@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"math"
 	"runtime"
@@ -101,7 +102,7 @@ func escapeLabel(s string) string { return labelEscaper.Replace(s) }
 // for everyone allowed to call, per-session series only for the sessions
 // owner may see (root sees all), so /metrics is no way to learn another
 // user's session ids.
-func (s *HTTPServer) writeMetrics(w io.Writer, owner int) error {
+func (s *HTTPServer) writeMetrics(ctx context.Context, w io.Writer, owner int) error {
 	p := &promWriter{w: bufio.NewWriter(w)}
 	p.family("jailcell_build_info", "gauge", "Always 1; the version label is the running jailcell's.")
 	p.sample("jailcell_build_info", 1, "version", s.d.Version)
@@ -109,7 +110,7 @@ func (s *HTTPServer) writeMetrics(w io.Writer, owner int) error {
 	if m := s.d.Manager; m != nil {
 		met := m.Metrics()
 		p.family("jailcell_sessions_live", "gauge", "Sessions alive now.")
-		p.sample("jailcell_sessions_live", float64(len(m.List(0))))
+		p.sample("jailcell_sessions_live", float64(len(m.List(ctx, 0))))
 		p.family("jailcell_pool_ready", "gauge", "Warm-pool sandboxes ready to serve a create, by policy.")
 		ready := m.PoolReady()
 		for _, name := range sortedKeys(ready) {
@@ -131,7 +132,7 @@ func (s *HTTPServer) writeMetrics(w io.Writer, owner int) error {
 			p.sample("jailcell_cells_total", float64(cells[st]), "status", st)
 		}
 
-		usage := m.Usage(owner)
+		usage := m.Usage(ctx, owner)
 		p.family("jailcell_session_cpu_seconds_total", "counter", "CPU time of the session's current sandbox, from its cgroup.")
 		for _, u := range usage {
 			p.sample("jailcell_session_cpu_seconds_total", u.CPU.Seconds(), "session", u.ID, "policy", u.Policy)

@@ -47,8 +47,8 @@ func (r *restartable) sweep() {
 		t.Errorf("sweep: New: %v", err)
 		return
 	}
-	for _, s := range m.List(0) {
-		if err := m.Close(0, s.ID); err != nil {
+	for _, s := range m.List(context.Background(), 0) {
+		if err := m.Close(context.Background(), 0, s.ID); err != nil {
 			t.Errorf("sweep: close session %s: %v", s.ID, err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestSessionSurvivesDaemonRestart(t *testing.T) {
 	if err != nil || res.Stdout != "11\n" {
 		t.Fatalf("after a crash: %v %+v", err, res)
 	}
-	if got := len(m3.List(0)); got != 1 {
+	if got := len(m3.List(context.Background(), 0)); got != 1 {
 		t.Fatalf("%d sessions after two restarts, want 1", got)
 	}
 	if err := m3.Shutdown(ctx); err != nil {

@@ -501,7 +501,7 @@ func TestEgressCleanup(t *testing.T) {
 	if !strings.Contains(links(), "jcu") {
 		t.Fatalf("no uplink in the upstream namespace: %s", links())
 	}
-	if err := e.m.Close(0, info.ID); err != nil {
+	if err := e.m.Close(context.Background(), 0, info.ID); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -613,12 +613,12 @@ print(x, get("http://pypi.test:8080/blob"), get("http://192.0.2.20:8080/blob"))`
 	// An open connection is not carried: the dump refuses it, says so, and
 	// the session goes on with its network.
 	e.exec(t, info.ID, "import socket\nconn = socket.create_connection(('pypi.test', 8080), timeout=5)", 0)
-	if _, err := e.m.Hibernate(0, info.ID); err == nil || !errors.Is(err, ErrUnavailable) {
+	if _, err := e.m.Hibernate(context.Background(), 0, info.ID); err == nil || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Hibernate with an open TCP connection: %v, want unavailable", err)
 	}
 	check(info.ID, "after a refused hibernation", 1)
 	e.exec(t, info.ID, "conn.close()", 0)
-	if _, err := e.m.Hibernate(0, info.ID); err != nil {
+	if _, err := e.m.Hibernate(context.Background(), 0, info.ID); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	check(info.ID, "after hibernate and restore", 1)

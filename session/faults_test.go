@@ -244,7 +244,7 @@ func TestFaultCgroupCreationRefused(t *testing.T) {
 	}
 	// The manager still answers, and its places under MaxSessions were
 	// all given back.
-	if l := e.m.List(0); len(l) != 0 {
+	if l := e.m.List(context.Background(), 0); len(l) != 0 {
 		t.Fatalf("sessions after refused creates: %v", l)
 	}
 	if e.m.running() != 0 {

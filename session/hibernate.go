@@ -38,7 +38,7 @@ func HibernationAvailable() error { return isolate.CriuCheck() }
 
 // Hibernate checkpoints session id now and releases its memory. A session
 // already hibernated is left as it is.
-func (m *Manager) Hibernate(owner int, id string) (*Info, error) {
+func (m *Manager) Hibernate(ctx context.Context, owner int, id string) (*Info, error) {
 	s, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err

@@ -85,11 +85,11 @@ func TestHibernateSurvivesRestart(t *testing.T) {
 	if len(sessionCgroups(id)) == 0 {
 		t.Fatal("no cgroup for the live session")
 	}
-	if ls := m1.List(1000); len(ls) != 1 || ls[0].MemoryBytes < 50<<20 {
+	if ls := m1.List(context.Background(), 1000); len(ls) != 1 || ls[0].MemoryBytes < 50<<20 {
 		t.Fatalf("a live numpy+pandas session charged %+v", ls)
 	}
 	start := time.Now()
-	hi, err := m1.Hibernate(1000, id)
+	hi, err := m1.Hibernate(context.Background(), 1000, id)
 	if err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
@@ -101,7 +101,7 @@ func TestHibernateSurvivesRestart(t *testing.T) {
 	if cg := sessionCgroups(id); len(cg) != 0 {
 		t.Errorf("hibernated session still has cgroups (memory not released): %v", cg)
 	}
-	if ls := m1.List(1000); len(ls) != 1 || ls[0].State != "hibernated" || ls[0].MemoryBytes != 0 {
+	if ls := m1.List(context.Background(), 1000); len(ls) != 1 || ls[0].State != "hibernated" || ls[0].MemoryBytes != 0 {
 		t.Errorf("a hibernated session listed as %+v, want state hibernated and no memory", ls)
 	}
 	if err := m1.Shutdown(ctx); err != nil {
@@ -110,7 +110,7 @@ func TestHibernateSurvivesRestart(t *testing.T) {
 
 	m2 := r.start(false)
 	defer m2.Shutdown(ctx)
-	ls := m2.List(1000)
+	ls := m2.List(context.Background(), 1000)
 	if len(ls) != 1 || ls[0].State != "hibernated" {
 		t.Fatalf("sessions after restart: %+v", ls)
 	}
@@ -137,7 +137,7 @@ func TestHibernateRestoreP50(t *testing.T) {
 	const rounds = 5
 	for i := 0; i < rounds; i++ {
 		start := time.Now()
-		if _, err := m.Hibernate(1000, id); err != nil {
+		if _, err := m.Hibernate(context.Background(), 1000, id); err != nil {
 			t.Fatalf("Hibernate: %v", err)
 		}
 		dumps = append(dumps, time.Since(start))
@@ -168,7 +168,7 @@ func TestHibernateCorruptImageIsLost(t *testing.T) {
 	ctx := context.Background()
 	m, id := criuDaemon(t, r, nil, "x = 42\nopen('keep.txt', 'w').write('kept')")
 	defer m.Shutdown(ctx)
-	if _, err := m.Hibernate(1000, id); err != nil {
+	if _, err := m.Hibernate(context.Background(), 1000, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	images := filepath.Join(r.state, "sessions", "sessions", id, imagesName)
@@ -230,11 +230,11 @@ func TestHibernateSurvivesReboot(t *testing.T) {
 	r := newRestartable(t)
 	ctx := context.Background()
 	m1, id := criuDaemon(t, r, nil, hibernateState+"\nimport os; os.makedirs('d/e'); open('d/e/deep.txt', 'w').write('deep')\nos.symlink('d/e/deep.txt', 'link')")
-	if _, err := m1.Hibernate(1000, id); err != nil {
+	if _, err := m1.Hibernate(context.Background(), 1000, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	// A file uploaded while hibernated is in the saved copy too.
-	if _, err := m1.Upload(1000, id, "uploaded.txt", []byte("while asleep")); err != nil {
+	if _, err := m1.Upload(context.Background(), 1000, id, "uploaded.txt", []byte("while asleep")); err != nil {
 		t.Fatalf("Upload to hibernated: %v", err)
 	}
 	if err := m1.Shutdown(ctx); err != nil {
@@ -244,7 +244,7 @@ func TestHibernateSurvivesReboot(t *testing.T) {
 
 	m2 := r.start(false)
 	defer m2.Shutdown(ctx)
-	if ls := m2.List(1000); len(ls) != 1 || ls[0].State != "hibernated" {
+	if ls := m2.List(context.Background(), 1000); len(ls) != 1 || ls[0].State != "hibernated" {
 		t.Fatalf("sessions after reboot: %+v", ls)
 	}
 	res, err := m2.Exec(ctx, 1000, id, ExecRequest{Code: hibernateCheck + "print(open('link').read(), open('uploaded.txt').read())\n"})
@@ -271,7 +271,7 @@ func TestHibernateOnShutdown(t *testing.T) {
 	}
 	m2 := r.startWith(hibernating)
 	defer m2.Shutdown(ctx)
-	if ls := m2.List(1000); len(ls) != 1 || ls[0].State != "hibernated" {
+	if ls := m2.List(context.Background(), 1000); len(ls) != 1 || ls[0].State != "hibernated" {
 		t.Fatalf("sessions after restart: %+v", ls)
 	}
 	res, err := m2.Exec(ctx, 1000, id, ExecRequest{Code: "print(v.sum())"})
@@ -290,7 +290,7 @@ func TestForkDiverges(t *testing.T) {
 	defer m.Shutdown(ctx)
 	// A hibernated parent is woken first; its restored sandbox is then
 	// frozen while its files are copied.
-	if _, err := m.Hibernate(1000, parent); err != nil {
+	if _, err := m.Hibernate(context.Background(), 1000, parent); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	fi, err := m.Fork(ctx, 1000, parent)
@@ -326,11 +326,11 @@ func TestForkDiverges(t *testing.T) {
 	if got := testenv.HostUID(t, cs.k.sb.Pid()); got != cs.disk.HostID() {
 		t.Errorf("fork runs as host uid %d, want its own slot's %d", got, cs.disk.HostID())
 	}
-	if len(m.List(1000)) != 2 {
-		t.Errorf("sessions: %+v", m.List(1000))
+	if len(m.List(context.Background(), 1000)) != 2 {
+		t.Errorf("sessions: %+v", m.List(context.Background(), 1000))
 	}
 	// Closing the parent leaves the fork alone.
-	if err := m.Close(1000, parent); err != nil {
+	if err := m.Close(context.Background(), 1000, parent); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := m.Exec(ctx, 1000, child, ExecRequest{Code: "print(x)"}); err != nil || strings.TrimSpace(res.Stdout) != "2" {
@@ -362,7 +362,7 @@ func TestSnapshotRollback(t *testing.T) {
 	if res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: breaking, Snapshot: true}); err != nil || res.Status != StatusOK {
 		t.Fatalf("cell with snapshot: %v %+v", err, res)
 	}
-	if ls := m.List(1000); len(ls) != 1 || ls[0].SnapshotAt == nil {
+	if ls := m.List(context.Background(), 1000); len(ls) != 1 || ls[0].SnapshotAt == nil {
 		t.Fatalf("no snapshot_at after a snapshot: %+v", ls)
 	}
 	check := "import os\nf.write('+'); f.flush()\nprint(x, open('a.txt').read(), os.path.exists('b.txt'), open('log.txt').read())"
@@ -378,7 +378,7 @@ func TestSnapshotRollback(t *testing.T) {
 		if got := strings.TrimSpace(res.Stdout); got != "1 one False s+" {
 			t.Fatalf("after rollback %d: %q, want %q", round, got, "1 one False s+")
 		}
-		files, _ := m.Files(1000, id)
+		files, _ := m.Files(context.Background(), 1000, id)
 		for _, f := range files {
 			if f.Path == "b.txt" {
 				t.Fatalf("rollback %d left a file created after the snapshot", round)
@@ -414,7 +414,7 @@ threading.Thread(target=writer, daemon=True).start()`)
 		if err != nil || strings.TrimSpace(res.Stdout) != "True" {
 			t.Fatalf("fork %d: its writer does not go on: %v %+v", i, err, res)
 		}
-		if err := m.Close(1000, fi.ID); err != nil {
+		if err := m.Close(context.Background(), 1000, fi.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -434,7 +434,7 @@ func TestHibernatedSessionsDoNotCountTowardMax(t *testing.T) {
 	ctx := context.Background()
 	m, a := criuDaemon(t, r, func(c *Config) { c.MaxSessions = 2; c.MaxHibernated = 1 }, "x = 'a'")
 	defer m.Shutdown(ctx)
-	if _, err := m.Hibernate(1000, a); err != nil {
+	if _, err := m.Hibernate(context.Background(), 1000, a); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	var live []string
@@ -452,14 +452,14 @@ func TestHibernatedSessionsDoNotCountTowardMax(t *testing.T) {
 	if _, err := m.Exec(ctx, 1000, a, ExecRequest{Code: "x"}); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "hibernated") {
 		t.Fatalf("waking past the limit: %v", err)
 	}
-	if ls := m.List(1000); len(ls) != 3 {
+	if ls := m.List(context.Background(), 1000); len(ls) != 3 {
 		t.Fatalf("sessions: %+v", ls)
 	}
 	// The hibernated cap: one already.
-	if _, err := m.Hibernate(1000, live[0]); !errors.Is(err, ErrLimit) {
+	if _, err := m.Hibernate(context.Background(), 1000, live[0]); !errors.Is(err, ErrLimit) {
 		t.Fatalf("a second hibernated session (cap 1): %v", err)
 	}
-	if err := m.Close(1000, live[1]); err != nil {
+	if err := m.Close(context.Background(), 1000, live[1]); err != nil {
 		t.Fatal(err)
 	}
 	res, err := m.Exec(ctx, 1000, a, ExecRequest{Code: "print(x)"})

@@ -89,7 +89,7 @@ func TestHostileSparseFilesPersist(t *testing.T) {
 	e := sparseEnv(t, nil)
 	id := sparseSession(t, e, "sparse")
 	wantSmall(t, "the persisted workspace", filepath.Join(e.state, "store"))
-	if err := e.m.Close(0, id); err != nil {
+	if err := e.m.Close(context.Background(), 0, id); err != nil {
 		t.Fatal(err)
 	}
 	info, err := e.m.Create(context.Background(), CreateOptions{Persist: "sparse"})
@@ -129,7 +129,7 @@ func TestHostileSparseFilesHibernate(t *testing.T) {
 	requiresCriu(t)
 	e := sparseEnv(t, nil)
 	id := sparseSession(t, e, "")
-	if _, err := e.m.Hibernate(0, id); err != nil {
+	if _, err := e.m.Hibernate(context.Background(), 0, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	wantSmall(t, "the hibernated session's files", filepath.Join(sessionDir(t, e.m, id), savedName))
@@ -200,14 +200,14 @@ func TestPersistWithinDiskAndStoreQuota(t *testing.T) {
 		if res := e.exec(t, sid, "open('ten', 'wb').write(b'z' * (10 << 20))", 0); res.Status != StatusOK {
 			t.Fatalf("cell: %+v", res)
 		}
-		if err := e.m.Close(0, sid); err != nil {
+		if err := e.m.Close(context.Background(), 0, sid); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := allocatedBytes(store); n > 24<<20 {
 		t.Errorf("store holds %d KiB, more than its 24 MiB quota", n>>10)
 	}
-	if err := e.m.Close(0, id); err != nil {
+	if err := e.m.Close(context.Background(), 0, id); err != nil {
 		t.Fatal(err)
 	}
 	info, err := e.m.Create(context.Background(), CreateOptions{Persist: "full"})
@@ -301,7 +301,7 @@ func TestStateQuotaRefusesWorkspaceCopy(t *testing.T) {
 	if n := e.m.stateQuota.inUse(); n < 12<<20 || n > 13<<20 {
 		t.Errorf("copy of 12 MiB charged %d bytes", n)
 	}
-	if err := e.m.Close(0, id); err != nil {
+	if err := e.m.Close(context.Background(), 0, id); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.m.stateQuota.inUse(); n != 0 {
@@ -322,7 +322,7 @@ func TestHostileEmptyDirsPersist(t *testing.T) {
 	if n := allocatedBytes(filepath.Join(e.state, "store")); n > sparseDisk {
 		t.Fatalf("the persisted workspace of a %d MiB disk allocates %d MiB on the host", sparseDisk>>20, mib(n))
 	}
-	if err := e.m.Close(0, id); err != nil {
+	if err := e.m.Close(context.Background(), 0, id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.m.Create(context.Background(), CreateOptions{Persist: "dirs"}); err != nil {

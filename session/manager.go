@@ -1,3 +1,7 @@
+// Package session keeps Python kernels alive between cells: it creates,
+// runs, expires and cleans up sessions, each one long-lived sandbox built
+// by isolate with a kernel from runner. It must never trust what comes out
+// of a sandbox for a verdict, and never let a session outlive its TTL.
 package session
 
 import (
@@ -14,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jailcell/jailcell/internal/cleanup"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/runner"
@@ -318,29 +321,26 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr error) {
 	id := newID()
 	dir := filepath.Join(m.cfg.StateDir, "sessions", id)
-	var cl cleanup.Stack
-	defer func() {
-		if retErr != nil {
-			_ = cl.Run()
-		}
-	}()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create session dir: %w", err)
 	}
-	cl.Add(func() error { return os.RemoveAll(dir) })
+	defer func() {
+		if retErr != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
 	disk, err := m.host.NewDisk(id, p)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	cl.Add(disk.Destroy)
 	// The control directory (host root's, on the disk's tmpfs so that its
 	// bind mount shows no host path inside) holds the kernel and the
 	// socket: the sandbox may read the one and connect to the other, but
 	// replace neither.
 	if err := writeKernelScript(disk); err != nil {
+		_ = disk.Destroy()
 		return nil, err
 	}
-	cl.Release()
 	now := time.Now()
 	return &Session{id: id, owner: owner, policy: p, dir: dir, disk: disk, created: now, lastUsed: now, stamps: fileStamps{}}, nil
 }
@@ -371,7 +371,7 @@ func (m *Manager) destroy(s *Session) error {
 }
 
 // Create starts a new session and returns once its kernel is ready.
-func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retErr error) {
+func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) {
 	p, err := m.policyFor(opt.Policy, opt.Override)
 	if err != nil {
 		return nil, err
@@ -415,15 +415,14 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	if err != nil {
 		return nil, err
 	}
-	var cl cleanup.Stack
-	defer func() {
-		if retErr != nil {
-			_ = cl.Run()
-		}
-	}()
-	cl.Add(func() error { return m.destroy(s) })
 	s.ttl, s.persist, s.maxLife = ttl, opt.Persist, opt.MaxLifetime
 	s.info = Info{Policy: p.Name, Persist: opt.Persist}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = m.destroy(s)
+		}
+	}()
 	if opt.Persist != "" {
 		restored, err := m.restorePersist(s)
 		if err != nil {
@@ -451,7 +450,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	if err := m.register(s); err != nil {
 		return nil, err
 	}
-	cl.Release()
+	ok = true
 	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
 	info := m.infoOf(s)
 	return &info, nil

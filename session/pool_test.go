@@ -145,13 +145,13 @@ func TestPoolMemberServesOneSession(t *testing.T) {
 			t.Fatalf("create %d: stdout = %q, want a fresh kernel and workspace", i, res.Stdout)
 		}
 		wantStatus(t, e.exec(t, id, "x = 'mine'\nopen('mine.txt', 'w').write('x')", 0), StatusOK)
-		if err := e.m.Close(0, id); err != nil {
+		if err := e.m.Close(context.Background(), 0, id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Members are never in the live set, and closed sessions' sandboxes
 	// are gone from the host.
-	if n := len(e.m.List(0)); n != 0 {
+	if n := len(e.m.List(context.Background(), 0)); n != 0 {
 		t.Fatalf("%d sessions listed, want 0", n)
 	}
 }
@@ -185,8 +185,8 @@ func TestPoolCountsTowardLimit(t *testing.T) {
 		t.Fatalf("%d sessions + %d reserved, over max_sessions 3", n, r)
 	}
 	// A freed place is filled again by the pool.
-	ss := e.m.List(0)
-	if err := e.m.Close(0, ss[0].ID); err != nil {
+	ss := e.m.List(context.Background(), 0)
+	if err := e.m.Close(context.Background(), 0, ss[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, e.m, 1)

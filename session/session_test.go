@@ -425,10 +425,10 @@ func TestTTLExpiryLeavesNothing(t *testing.T) {
 	id := e.create(t, CreateOptions{TTL: time.Second})
 	e.exec(t, id, "x = 1", 0)
 	deadline := time.Now().Add(10 * time.Second)
-	for len(e.m.List(0)) > 0 && time.Now().Before(deadline) {
+	for len(e.m.List(context.Background(), 0)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if n := len(e.m.List(0)); n != 0 {
+	if n := len(e.m.List(context.Background(), 0)); n != 0 {
 		t.Fatalf("%d sessions alive after TTL", n)
 	}
 	// The janitor tears down after unlisting; give it a moment.
@@ -480,8 +480,8 @@ func TestMaxLifetimePerSession(t *testing.T) {
 	if last == nil || !strings.Contains(last.Error(), "expired at") {
 		t.Fatalf("a session past its lifetime still runs cells: %v", last)
 	}
-	if len(e.m.List(0)) != 1 {
-		t.Fatalf("sessions: %+v, want only the long-lived one", e.m.List(0))
+	if len(e.m.List(context.Background(), 0)) != 1 {
+		t.Fatalf("sessions: %+v, want only the long-lived one", e.m.List(context.Background(), 0))
 	}
 }
 
@@ -489,7 +489,7 @@ func TestPersistedWorkspaceComesBack(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.create(t, CreateOptions{Persist: "proj"})
 	e.exec(t, id, "import os\nos.makedirs('data', exist_ok=True)\nopen('data/model.txt','w').write('v1')\nv = 1", 0)
-	if err := e.m.Close(0, id); err != nil {
+	if err := e.m.Close(context.Background(), 0, id); err != nil {
 		t.Fatal(err)
 	}
 	info, err := e.m.Create(context.Background(), CreateOptions{Persist: "proj"})
@@ -508,22 +508,22 @@ func TestPersistedWorkspaceComesBack(t *testing.T) {
 func TestUploadDownloadConfined(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.create(t, CreateOptions{})
-	if _, err := e.m.Upload(0, id, "in/data.txt", []byte("payload")); err != nil {
+	if _, err := e.m.Upload(context.Background(), 0, id, "in/data.txt", []byte("payload")); err != nil {
 		t.Fatal(err)
 	}
 	res := e.exec(t, id, "print(open('in/data.txt').read())\nopen('in/data.txt','a').write('!')", 0)
 	if res.Stdout != "payload\n" {
 		t.Fatalf("uploaded file not visible or not writable: %+v", res)
 	}
-	d, err := e.m.Download(0, id, "in/data.txt")
+	d, err := e.m.Download(context.Background(), 0, id, "in/data.txt")
 	if err != nil || string(d.Data) != "payload!" || d.SHA256 == "" {
 		t.Fatalf("download: %v %+v", err, d)
 	}
 	for _, bad := range []string{"../etc/passwd", "/etc/passwd", "a/../../x", ""} {
-		if _, err := e.m.Download(0, id, bad); err == nil {
+		if _, err := e.m.Download(context.Background(), 0, id, bad); err == nil {
 			t.Errorf("download %q allowed", bad)
 		}
-		if _, err := e.m.Upload(0, id, bad, []byte("x")); err == nil {
+		if _, err := e.m.Upload(context.Background(), 0, id, bad, []byte("x")); err == nil {
 			t.Errorf("upload %q allowed", bad)
 		}
 	}
@@ -547,12 +547,12 @@ os.symlink(%q, 'overwrite')
 `, hostFile, hostFile), 0)
 	wantStatus(t, res, StatusOK)
 	for _, p := range []string{"leak", "shadow", "rootlink/etc/passwd"} {
-		if d, err := e.m.Download(0, id, p); err == nil && strings.Contains(string(d.Data), "host data") {
+		if d, err := e.m.Download(context.Background(), 0, id, p); err == nil && strings.Contains(string(d.Data), "host data") {
 			t.Fatalf("download %s read a host file", p)
 		}
 	}
-	_, _ = e.m.Upload(0, id, "overwrite", []byte("pwned"))
-	_, _ = e.m.Upload(0, id, "rootlink/tmp/x", []byte("pwned"))
+	_, _ = e.m.Upload(context.Background(), 0, id, "overwrite", []byte("pwned"))
+	_, _ = e.m.Upload(context.Background(), 0, id, "rootlink/tmp/x", []byte("pwned"))
 	if b, _ := os.ReadFile(hostFile); string(b) != "host data" {
 		t.Fatalf("host file overwritten through a planted symlink: %q", b)
 	}
@@ -598,7 +598,7 @@ func TestOwnerIsolation(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no session") {
 		t.Fatalf("other owner: %v", err)
 	}
-	if n := len(e.m.List(1001)); n != 0 {
+	if n := len(e.m.List(context.Background(), 1001)); n != 0 {
 		t.Fatalf("other owner lists %d sessions", n)
 	}
 }

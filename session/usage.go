@@ -1,6 +1,9 @@
 package session
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SessionUsage is what a live session's sandbox costs, read from its cgroup
 // on the host (never from anything the sandbox reports).
@@ -19,7 +22,7 @@ type SessionUsage struct {
 // Usage returns the usage of the live sessions owner may see (root sees
 // all), for the service's /metrics. A session whose kernel is starting
 // reports zeros.
-func (m *Manager) Usage(owner int) []SessionUsage {
+func (m *Manager) Usage(ctx context.Context, owner int) []SessionUsage {
 	ss := m.visible(owner)
 	out := make([]SessionUsage, 0, len(ss))
 	for _, s := range ss {

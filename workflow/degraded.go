@@ -22,9 +22,9 @@ const stdlibOnly = `import sys as _jc_s; _jc_s.path[:] = [_p for _p in _jc_s.pat
 // degradedAllowed reports whether the policy the request runs under allows
 // the degraded run. err says why that policy cannot be known (the session
 // ended or is not the caller's): then there is no degraded run.
-func (r *Runner) degradedAllowed(req Request) (bool, error) {
+func (r *Runner) degradedAllowed(ctx context.Context, req Request) (bool, error) {
 	if req.Session != "" {
-		p, err := r.m.PolicyOf(req.Owner, req.Session)
+		p, err := r.m.PolicyOf(ctx, req.Owner, req.Session)
 		if err != nil {
 			return false, fmt.Errorf("the session's policy cannot be known: %w", err)
 		}

@@ -1,3 +1,9 @@
+// Package workflow runs the code-interpreter loop on top of session.Manager:
+// run a cell, ask a fixer for new code when it fails, run again; fall back
+// explicitly (a fallback block, an optional degraded stateless run) when
+// that does not work; log every loop-ending failure for review and remember
+// repeated failures. It must never run code outside a sandbox or under a
+// weaker policy than the request's own: every run goes through the Manager.
 package workflow
 
 import (
@@ -59,25 +65,16 @@ type Runner struct {
 	rev *reviewLog
 }
 
-// The defaults of Config's zero fields, and the largest ceiling; the
-// daemon's configuration keys take theirs from here.
-const (
-	DefaultMaxAttemptsCeiling = 5
-	MaxAttemptsCeilingLimit   = 20
-	DefaultThreshold          = 3
-	DefaultTTL                = 24 * time.Hour
-)
-
 // New makes a Runner over m, loading failure memory from cfg.ReviewDir.
 func New(m *session.Manager, cfg Config) (*Runner, error) {
 	if cfg.MaxAttemptsCeiling == 0 {
-		cfg.MaxAttemptsCeiling = DefaultMaxAttemptsCeiling
+		cfg.MaxAttemptsCeiling = 5
 	}
 	if cfg.Threshold == 0 {
-		cfg.Threshold = DefaultThreshold
+		cfg.Threshold = 3
 	}
 	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
+		cfg.TTL = 24 * time.Hour
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -85,8 +82,8 @@ func New(m *session.Manager, cfg Config) (*Runner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.MaxAttemptsCeiling < 1 || cfg.MaxAttemptsCeiling > MaxAttemptsCeilingLimit {
-		return nil, fmt.Errorf("fixer.max_attempts_ceiling = %d, allowed 1..%d", cfg.MaxAttemptsCeiling, MaxAttemptsCeilingLimit)
+	if cfg.MaxAttemptsCeiling < 1 || cfg.MaxAttemptsCeiling > 20 {
+		return nil, fmt.Errorf("fixer.max_attempts_ceiling = %d, allowed 1..20", cfg.MaxAttemptsCeiling)
 	}
 	if cfg.Threshold < 1 {
 		return nil, fmt.Errorf("failures.threshold = %d, allowed >= 1", cfg.Threshold)

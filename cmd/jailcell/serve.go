@@ -284,7 +284,7 @@ func (s *service) watchdog() (stop func()) {
 		t := time.NewTicker(interval / 3)
 		defer t.Stop()
 		for {
-			s.st.manager.List(0) // blocks if the manager is wedged
+			s.st.manager.List(context.Background(), 0) // blocks if the manager is wedged
 			notify(s.log, daemon.SdNotifyWatchdog)
 			select {
 			case <-done:

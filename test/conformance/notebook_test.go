@@ -1,3 +1,6 @@
+// Package conformance runs notebooks cell by cell in a jailcell session and
+// in a real Jupyter kernel, and compares what each cell produced. It holds
+// tests only.
 package conformance
 
 import (

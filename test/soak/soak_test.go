@@ -1,3 +1,8 @@
+// Package soak is the load test of a real `jailcell serve`: many
+// concurrent sessions, normal and hostile cells mixed, every response
+// matched to its request, and the daemon's memory and open fds flat at
+// the end. It runs only when JAILCELL_SOAK is set (make test: short,
+// make soak: long).
 package soak
 
 import (
@@ -10,22 +15,42 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jailcell/jailcell/internal/testenv"
 )
 
-// TestMain removes the real binary the soak built: the daemon's RSS and
-// fds must be jailcell's own, not a test binary's.
+var binary string
+
+// TestMain builds the real binary once, so the daemon's RSS and fds are
+// jailcell's own, not a test binary's.
 func TestMain(m *testing.M) {
+	if os.Getenv("JAILCELL_SOAK") == "" {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "jcsoak")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "jailcell")
+	out, err := exec.Command("go", "build", "-tags", "seccomp", "-o", binary, "github.com/jailcell/jailcell/cmd/jailcell").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build jailcell: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
 	code := m.Run()
-	testenv.RemoveBuild()
+	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -139,20 +164,25 @@ func pick(i int) kind {
 }
 
 type daemon struct {
-	*testenv.Service
+	cmd    *exec.Cmd
+	sock   string
 	client *http.Client
+	stderr bytes.Buffer
+	done   chan error
 }
 
 func startDaemon(t *testing.T, sessions int) *daemon {
 	t.Helper()
-	svc := testenv.StartServe(t, testenv.Serve{
-		Bin:      testenv.Jailcell(t),
-		StopWait: 60 * time.Second,
-		Config: func(dir string) string {
-			return testenv.ServeConfig(dir, "root", testenv.Rootfs(t).Root) + fmt.Sprintf(`log:
+	r := testenv.Rootfs(t)
+	dir := testenv.StateDir(t)
+	cfg := fmt.Sprintf(`socket: %[1]s/run/j.sock
+socket_group: root
+state_dir: %[1]s/state
+rootfs: %[2]s
+log:
   level: warn
 sessions:
-  max: %d
+  max: %[3]d
 drain_grace: 10s
 policies:
   default:
@@ -161,14 +191,47 @@ policies:
     disk_bytes: 64MiB
     output_bytes: 64KiB
     interrupt_grace: 1s
-`, sessions+10)
-		},
+`, dir, r.Root, sessions+10)
+	if err := os.WriteFile(dir+"/config.yaml", []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{sock: dir + "/run/j.sock", done: make(chan error, 1)}
+	d.cmd = exec.Command(binary, "serve", "--config", dir+"/config.yaml")
+	d.cmd.Env = append(os.Environ(), "JAILCELL_REVIEW_DIR="+dir+"/review")
+	d.cmd.Stderr = &d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-d.done:
+			return
+		default:
+		}
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(60 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+			t.Errorf("serve did not stop within 60 s of SIGTERM")
+		}
 	})
-	return &daemon{Service: svc, client: &http.Client{Transport: &http.Transport{
+	d.client = &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: sessions * 2,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", svc.Sock)
-		}}}}
+			return (&net.Dialer{}).DialContext(ctx, "unix", d.sock)
+		}}}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("unix", d.sock); err == nil {
+			c.Close()
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not listen:\n%s", d.stderr.String())
+		}
+	}
 }
 
 type reply struct {
@@ -204,7 +267,7 @@ func (d *daemon) call(method, path string, body any) (int, *reply, error) {
 // usage is the daemon's RSS (kB) and open fds.
 func (d *daemon) usage(t *testing.T) (rssKB, fds int) {
 	t.Helper()
-	pid := d.Cmd.Process.Pid
+	pid := d.cmd.Process.Pid
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
@@ -322,7 +385,7 @@ func TestSoak(t *testing.T) {
 		}
 		wg.Wait()
 		if len(errs) > 0 {
-			t.Fatalf("%d creates failed: %v\n%s", len(errs), errs[0], d.Log.String())
+			t.Fatalf("%d creates failed: %v\n%s", len(errs), errs[0], d.stderr.String())
 		}
 		return ids
 	}
@@ -425,4 +488,14 @@ func TestSoak(t *testing.T) {
 	if elapsed > sh.deadline {
 		t.Errorf("soak %s took %s, over its %s budget", mode, elapsed.Round(time.Second), sh.deadline)
 	}
+	if t.Failed() {
+		t.Logf("serve log tail:\n%s", tailString(d.stderr.String(), 4000))
+	}
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }

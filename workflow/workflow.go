@@ -1,9 +1,3 @@
-// Package workflow runs the code-interpreter loop on top of session.Manager:
-// run a cell, ask a fixer for new code when it fails, run again; fall back
-// explicitly (a fallback block, an optional degraded stateless run) when
-// that does not work; log every loop-ending failure for review and remember
-// repeated failures. It must never run code outside a sandbox or under a
-// weaker policy than the request's own: every run goes through the Manager.
 package workflow
 
 import (
@@ -276,7 +270,7 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 		fp = r.mem.record(req.Owner, req.Exec.Code, code, out.Result)
 	}
 	r.review(req, out, fp)
-	allowed, perr := r.degradedAllowed(ctx, req)
+	allowed, perr := r.degradedAllowed(req)
 	if perr != nil {
 		fb.Tried = append(fb.Tried, "degraded stateless run: not tried: "+perr.Error())
 	}

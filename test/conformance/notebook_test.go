@@ -1,6 +1,3 @@
-// Package conformance runs notebooks cell by cell in a jailcell session and
-// in a real Jupyter kernel, and compares what each cell produced. It holds
-// tests only.
 package conformance
 
 import (
@@ -186,7 +183,7 @@ func runJailcell(t *testing.T, m *session.Manager, cells []string, files []sessi
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	defer m.Close(context.Background(), 0, info.ID)
+	defer m.Close(0, info.ID)
 	var res []cellOutcome
 	for i, code := range cells {
 		req := session.ExecRequest{Code: code, Timeout: 2 * time.Minute}

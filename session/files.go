@@ -8,29 +8,23 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"sort"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/internal/confined"
 )
 
 // Host-side file access into a session never follows a link and never
-// blocks. A workspace is written by its cell, which may plant a symlink (a
-// path join would follow it onto a host file: Judge0 CVE-2024-28185), a
-// FIFO (opening one blocks until a peer opens the other end: the host
-// operation, the session's run lock and whoever waits on it hang), a
-// socket or a device, and may swap any of them with a directory while the
-// host walks (the docker cp symlink-exchange race, CVE-2018-15664). So
-// every path is resolved one component at a time, descriptor-relative from
-// a directory the sandbox cannot replace (the overlay's root or its upper
-// layer): each component is opened O_PATH|O_NOFOLLOW, which opens nothing
-// for I/O, and its type checked with fstat; only a directory is descended
-// into and only a regular file is reopened for I/O, with O_NONBLOCK and
-// O_NOFOLLOW, and checked again with fstat on the descriptor in hand. A
-// FIFO, socket, device or symlink anywhere in a path is ErrBadRequest
-// naming the path. Symlinks are not followed even inside the workspace.
+// blocks: a workspace is written by its cell, which may plant a symlink, a
+// FIFO, a socket or a device and swap them while the host walks. Every
+// path goes through internal/confined (one component at a time,
+// descriptor-relative, O_PATH|O_NOFOLLOW and fstat; see its package
+// comment); a FIFO, socket, device or symlink anywhere in a path is
+// ErrBadRequest naming the path. Symlinks are not followed even inside
+// the workspace.
 
 const (
 	// maxWorkspaceEntries bounds a workspace scan.
@@ -54,170 +48,33 @@ var (
 	errScanLimit   = fmt.Errorf("%w: workspace scan", ErrLimit)
 )
 
-// cleanRel validates a client-supplied workspace path and returns it
-// relative and clean. Absolute paths and ".." are refused outright rather
-// than resolved: the client means a file in the workspace or is probing.
+// cleanRel checks a workspace path from a client or the store and returns
+// it relative to the working directory: Workdir's own prefix is dropped
+// (the cell sees its files there), then the rest must already be a clean
+// relative path (confined.Check): "..", "." and "//" are refused, never
+// resolved, so the name checked is the name used and reported.
 func cleanRel(p string) (string, error) {
-	if p == "" {
-		return "", fmt.Errorf("%w: path is empty", ErrBadRequest)
-	}
-	if strings.ContainsRune(p, 0) {
-		return "", fmt.Errorf("%w: path contains a NUL byte", ErrBadRequest)
-	}
-	if len(p) > 4096 {
-		return "", fmt.Errorf("%w: path is longer than 4096 bytes", ErrBadRequest)
-	}
 	p = strings.TrimPrefix(p, Workdir+"/")
-	if path.IsAbs(p) {
-		return "", fmt.Errorf("%w: path %q is absolute; paths are relative to %s", ErrBadRequest, p, Workdir)
+	if err := confined.Check(p); err != nil {
+		return "", fmt.Errorf("%w: %w (paths are relative to %s)", ErrBadRequest, err, Workdir)
 	}
-	c := path.Clean(p)
-	if c == "." || c == ".." || strings.HasPrefix(c, "../") {
-		return "", fmt.Errorf("%w: path %q leaves the working directory %s", ErrBadRequest, p, Workdir)
-	}
-	return c, nil
+	return p, nil
 }
 
-// typeName says what a stat mode is, for errors.
-func typeName(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "a directory"
-	case unix.S_IFREG:
-		return "a regular file"
-	case unix.S_IFLNK:
-		return "a symbolic link"
-	case unix.S_IFIFO:
-		return "a FIFO"
-	case unix.S_IFSOCK:
-		return "a socket"
-	case unix.S_IFCHR:
-		return "a character device"
-	case unix.S_IFBLK:
-		return "a block device"
+// badRequest marks confined's refusals (a path or a file type no client
+// may name) as ErrBadRequest.
+func badRequest(err error) error {
+	if errors.Is(err, confined.ErrPath) || errors.Is(err, confined.ErrType) {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	return "of an unknown type"
+	return err
 }
 
-func isType(st *unix.Stat_t, t uint32) bool { return st.Mode&unix.S_IFMT == t }
-
-// rootFD returns a new descriptor of root's own directory. It cannot
-// block: root was checked to be a directory when it was opened, and "."
-// names that same inode.
-func rootFD(root *os.Root) (int, error) {
-	f, err := root.OpenFile(".", os.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return -1, err
-	}
-	defer f.Close()
-	sc, err := f.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	var derr error
-	if err := sc.Control(func(raw uintptr) { fd, derr = unix.FcntlInt(raw, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return -1, err
-	}
-	return fd, derr
-}
-
-// openPath opens name below dirfd as O_PATH without following it and
-// returns the descriptor with its stat. Opening O_PATH performs no open on
-// the file itself: a FIFO, socket or device is not touched.
-func openPath(dirfd int, name string) (int, unix.Stat_t, error) {
-	var st unix.Stat_t
-	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, st, err
-	}
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return -1, st, err
-	}
-	return fd, st, nil
-}
-
-// openDirs resolves the directories leading to rel below dirfd and returns
-// an O_PATH descriptor of rel's parent and rel's last component. Every
-// component before the last must be a directory: anything else is
-// ErrBadRequest naming it. With create, missing directories are made (mode
-// 0755) and those owned by root handed to uid, through the descriptor.
-func openDirs(dirfd int, rel string, create bool, uid int) (int, string, error) {
-	parts := strings.Split(rel, "/")
-	cur, err := unix.Openat(dirfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, "", fmt.Errorf("open workspace: %w", err)
-	}
-	for i, name := range parts[:len(parts)-1] {
-		sub := strings.Join(parts[:i+1], "/")
-		if create {
-			if err := unix.Mkdirat(cur, name, 0o755); err != nil && err != unix.EEXIST {
-				unix.Close(cur)
-				return -1, "", fmt.Errorf("create %s: %w", sub, err)
-			}
-		}
-		next, st, err := openPath(cur, name)
-		unix.Close(cur)
-		if err != nil {
-			return -1, "", &fs.PathError{Op: "open", Path: sub, Err: err}
-		}
-		if !isType(&st, unix.S_IFDIR) {
-			unix.Close(next)
-			return -1, "", fmt.Errorf("%w: %s: %s is %s, not a directory", ErrBadRequest, rel, sub, typeName(st.Mode))
-		}
-		if create && st.Uid == 0 && uid != 0 {
-			if err := unix.Fchownat(next, "", uid, uid, unix.AT_EMPTY_PATH); err != nil {
-				unix.Close(next)
-				return -1, "", fmt.Errorf("chown %s: %w", sub, err)
-			}
-		}
-		cur = next
-	}
-	return cur, parts[len(parts)-1], nil
-}
-
-// openRegular opens rel below dirfd for I/O with flags (O_RDONLY or
-// O_WRONLY, optionally O_CREAT), only if it is a regular file. The
-// returned file is checked with fstat: a swap between the check and the
-// open yields a non-regular descriptor, refused before any I/O.
-func openRegular(dirfd int, rel string, flags int, uid int) (*os.File, error) {
-	create := flags&unix.O_CREAT != 0
-	pfd, base, err := openDirs(dirfd, rel, create, uid)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(pfd)
-	probe, st, err := openPath(pfd, base)
-	switch {
-	case err == nil:
-		unix.Close(probe)
-		if !isType(&st, unix.S_IFREG) {
-			return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrBadRequest, rel, typeName(st.Mode))
-		}
-	case create && err == unix.ENOENT:
-	default:
-		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
-	}
-	// O_NONBLOCK: a FIFO swapped in meanwhile opens at once (or fails
-	// with ENXIO) instead of waiting for a peer; O_NOCTTY: a terminal
-	// never becomes ours.
-	fd, err := unix.Openat(pfd, base, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
-	switch {
-	case err == unix.ELOOP || err == unix.ENXIO || err == unix.EISDIR:
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadRequest, rel)
-	case err != nil:
-		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
-	}
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("stat %s: %w", rel, err)
-	}
-	if !isType(&st, unix.S_IFREG) {
-		unix.Close(fd)
-		return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrBadRequest, rel, typeName(st.Mode))
-	}
-	return os.NewFile(uintptr(fd), rel), nil
+// openFile opens the regular file rel below root (confined.OpenFile:
+// nothing but directories on the way, no link followed, no FIFO opened).
+func openFile(root *os.Root, rel string, flags, uid int) (*os.File, error) {
+	f, err := confined.OpenFile(root, rel, flags, uid)
+	return f, badRequest(err)
 }
 
 // openWorkspace opens the workspace directory below base (an overlay root or
@@ -232,7 +89,7 @@ func openWorkspace(base string) (*os.Root, error) {
 	}
 	defer unix.Close(bfd)
 	name := strings.TrimPrefix(Workdir, "/")
-	pfd, st, err := openPath(bfd, name)
+	pfd, st, err := confined.OpenPath(bfd, name)
 	if err == unix.ENOENT {
 		return nil, fs.ErrNotExist
 	}
@@ -240,11 +97,11 @@ func openWorkspace(base string) (*os.Root, error) {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}
 	unix.Close(pfd)
-	if isType(&st, unix.S_IFCHR) && st.Rdev == 0 {
+	if confined.IsType(&st, unix.S_IFCHR) && st.Rdev == 0 {
 		return nil, fs.ErrNotExist
 	}
-	if !isType(&st, unix.S_IFDIR) {
-		return nil, fmt.Errorf("%w: the working directory %s is %s, not a directory", ErrBadRequest, Workdir, typeName(st.Mode))
+	if !confined.IsType(&st, unix.S_IFDIR) {
+		return nil, fmt.Errorf("%w: the working directory %s is %s, not a directory", ErrBadRequest, Workdir, confined.TypeName(st.Mode))
 	}
 	// O_DIRECTORY: if it was swapped since, this fails instead of blocking.
 	wfd, err := unix.Openat(bfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
@@ -281,13 +138,13 @@ func mkWorkdir(upper string, uid int) error {
 	if err != nil {
 		return fmt.Errorf("create %s: %w", Workdir, err)
 	}
-	fd, st, err := openPath(ufd, name)
+	fd, st, err := confined.OpenPath(ufd, name)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", Workdir, err)
 	}
 	defer unix.Close(fd)
-	if !isType(&st, unix.S_IFDIR) {
-		return fmt.Errorf("%w: the working directory %s is %s, not a directory", ErrBadRequest, Workdir, typeName(st.Mode))
+	if !confined.IsType(&st, unix.S_IFDIR) {
+		return fmt.Errorf("%w: the working directory %s is %s, not a directory", ErrBadRequest, Workdir, confined.TypeName(st.Mode))
 	}
 	if err := unix.Fchownat(fd, "", uid, uid, unix.AT_EMPTY_PATH); err != nil {
 		return fmt.Errorf("chown %s: %w", Workdir, err)
@@ -351,7 +208,7 @@ func (w *walker) fail(err error) {
 // walk cannot hide a file. Otherwise the error wraps errScanChanged or
 // errScanLimit and the entries visited are only some of those that exist.
 func walk(root *os.Root, deadline time.Time, visit func(p string, st *unix.Stat_t)) error {
-	fd, err := rootFD(root)
+	fd, err := confined.RootFD(root)
 	if err != nil {
 		return err
 	}
@@ -415,7 +272,7 @@ func (w *walker) entry(fd int, dir, name string, depth int, node *dirNode) {
 		return
 	}
 	// An overlay whiteout (char device 0:0) marks a deletion.
-	if isType(&st, unix.S_IFCHR) && st.Rdev == 0 {
+	if confined.IsType(&st, unix.S_IFCHR) && st.Rdev == 0 {
 		return
 	}
 	if w.n >= maxWorkspaceEntries {
@@ -429,7 +286,7 @@ func (w *walker) entry(fd int, dir, name string, depth int, node *dirNode) {
 		return
 	}
 	w.visit(p, &st)
-	if !isType(&st, unix.S_IFDIR) {
+	if !confined.IsType(&st, unix.S_IFDIR) {
 		return
 	}
 	if depth+1 >= maxScanDepth {
@@ -480,10 +337,10 @@ func (w *walker) check(fd int, node *dirNode) {
 func scan(root *os.Root) (fileStamps, error) {
 	s := fileStamps{files: map[string]fileStamp{}}
 	err := walk(root, time.Now().Add(scanTimeout), func(p string, st *unix.Stat_t) {
-		if !isType(st, unix.S_IFDIR) && !isType(st, unix.S_IFREG) && !isType(st, unix.S_IFLNK) {
+		if !confined.IsType(st, unix.S_IFDIR) && !confined.IsType(st, unix.S_IFREG) && !confined.IsType(st, unix.S_IFLNK) {
 			return
 		}
-		s.files[p] = fileStamp{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino, dir: isType(st, unix.S_IFDIR)}
+		s.files[p] = fileStamp{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino, dir: confined.IsType(st, unix.S_IFDIR)}
 	})
 	s.partial = err != nil
 	return s, err
@@ -547,12 +404,12 @@ func diff(before, after fileStamps) []FileChange {
 // whether that cannot be told (a component that is not a directory, an
 // error): only a definite "no such file" is false.
 func exists(root *os.Root, rel string) bool {
-	fd, err := rootFD(root)
+	fd, err := confined.RootFD(root)
 	if err != nil {
 		return true
 	}
 	defer unix.Close(fd)
-	pfd, base, err := openDirs(fd, rel, false, 0)
+	pfd, base, err := confined.OpenParent(fd, rel, false, 0)
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist)
 	}
@@ -562,19 +419,14 @@ func exists(root *os.Root, rel string) bool {
 	if err == unix.ENOENT {
 		return false
 	}
-	return err != nil || !(isType(&st, unix.S_IFCHR) && st.Rdev == 0)
+	return err != nil || !(confined.IsType(&st, unix.S_IFCHR) && st.Rdev == 0)
 }
 
 // readFile reads a regular file through root, refusing symlinks, FIFOs,
 // sockets and devices anywhere in its path, and anything larger than
 // limit.
 func readFile(root *os.Root, rel string, limit int64) ([]byte, error) {
-	fd, err := rootFD(root)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	f, err := openRegular(fd, rel, unix.O_RDONLY, 0)
+	f, err := openFile(root, rel, unix.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -601,32 +453,7 @@ func readFile(root *os.Root, rel string, limit int64) ([]byte, error) {
 // set on descriptors, never by path; a FIFO, socket, device or symlink
 // anywhere in the path is refused (ErrBadRequest) without being opened.
 func writeFile(root *os.Root, rel string, data []byte, uid int) error {
-	fd, err := rootFD(root)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	f, err := openRegular(fd, rel, unix.O_WRONLY|unix.O_CREAT, uid)
-	if err != nil {
-		if errors.Is(err, ErrBadRequest) {
-			return err
-		}
-		return fmt.Errorf("create %s: %w", rel, err)
-	}
-	// Truncated only now that it is known to be a regular file.
-	if err := f.Truncate(0); err != nil {
-		f.Close()
-		return fmt.Errorf("truncate %s: %w", rel, err)
-	}
-	if err := f.Chown(uid, uid); err != nil {
-		f.Close()
-		return fmt.Errorf("chown %s: %w", rel, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", rel, err)
-	}
-	return f.Close()
+	return badRequest(confined.WriteFile(root, rel, data, uid))
 }
 
 // listWithin returns the workspace entries under root, or an error if the
@@ -635,7 +462,7 @@ func writeFile(root *os.Root, rel string, data []byte, uid int) error {
 func listWithin(root *os.Root, deadline time.Time) ([]Entry, error) {
 	var out []Entry
 	err := walk(root, deadline, func(p string, st *unix.Stat_t) {
-		out = append(out, Entry{Path: p, Size: st.Size, Dir: isType(st, unix.S_IFDIR), ModTime: time.Unix(0, st.Mtim.Nano()).UTC().Truncate(time.Millisecond)})
+		out = append(out, Entry{Path: p, Size: st.Size, Dir: confined.IsType(st, unix.S_IFDIR), ModTime: time.Unix(0, st.Mtim.Nano()).UTC().Truncate(time.Millisecond)})
 	})
 	if err != nil {
 		return nil, err

@@ -381,14 +381,3 @@ func fileBytes(root *os.Root, rel string) int64 {
 	}
 	return fi.Size()
 }
-
-// openFile opens the regular file rel below root (openRegular: nothing
-// but directories on the way, no link followed, no FIFO opened).
-func openFile(root *os.Root, rel string, flags, uid int) (*os.File, error) {
-	fd, err := rootFD(root)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	return openRegular(fd, rel, flags, uid)
-}

@@ -1,0 +1,263 @@
+// Package confined is the host's one rule for a path that comes from
+// outside (a client's request, a file list from a sandbox) and its one way
+// of opening such a path below a directory it does not trust.
+//
+// The rule: a path is accepted only if it is already a clean relative
+// path: names separated by single "/", none of them empty, "." or "..",
+// no NUL, at most MaxPathBytes. Anything else is refused, naming what was
+// wrong; nothing is normalised. Resolving ".." lexically would make the
+// name the host checks differ from the name the caller sent (and from
+// what the kernel would resolve after a symlink), and a path that is
+// refused rather than rewritten is logged, stored, diffed and reported as
+// the very name that was checked. A caller that sends "a/../b" means a
+// file in the directory or is probing; either way it can send "b".
+//
+// The open: a directory the caller can write may hold a symlink (a path
+// join would follow it onto a host file: Judge0 CVE-2024-28185), a FIFO
+// (opening one blocks until a peer opens the other end), a socket or a
+// device, and may swap any of them with a directory while the host walks
+// (the docker cp symlink-exchange race, CVE-2018-15664). So a path is
+// resolved one component at a time, descriptor-relative from a directory
+// the caller cannot replace: each component is opened O_PATH|O_NOFOLLOW,
+// which opens nothing for I/O, and its type checked with fstat; only a
+// directory is descended into and only a regular file is reopened for
+// I/O, with O_NONBLOCK and O_NOFOLLOW, and checked again with fstat on the
+// descriptor in hand. This package never follows a symlink, never opens a
+// FIFO, socket or device, and never chowns or chmods by path.
+package confined
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The two refusals. Callers map them to their own "bad request".
+var (
+	// ErrPath: the path is not a clean relative path.
+	ErrPath = errors.New("unsafe path")
+	// ErrType: a component is a symlink, FIFO, socket or device, or a
+	// file where a directory is needed.
+	ErrType = errors.New("unsafe file type")
+)
+
+const (
+	// MaxPathBytes bounds a path (PATH_MAX).
+	MaxPathBytes = 4096
+	// maxNameBytes bounds one component (NAME_MAX).
+	maxNameBytes = 255
+	// want is what Check accepts, for its errors.
+	want = `want a clean relative path: names separated by single "/", none empty, "." or ".."`
+)
+
+// Check returns nil if p is a clean relative path (see the package
+// comment), else an error wrapping ErrPath that names what was wrong.
+func Check(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("%w: the path is empty; %s", ErrPath, want)
+	case len(p) > MaxPathBytes:
+		return fmt.Errorf("%w: the path is %d bytes, at most %d", ErrPath, len(p), MaxPathBytes)
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Errorf("%w: path %q contains a NUL byte", ErrPath, p)
+	case p[0] == '/':
+		return fmt.Errorf("%w: path %q is absolute; %s", ErrPath, p, want)
+	}
+	for c := range strings.SplitSeq(p, "/") {
+		switch {
+		case c == "":
+			return fmt.Errorf("%w: path %q has an empty name (a doubled or trailing \"/\"); %s", ErrPath, p, want)
+		case c == "." || c == "..":
+			return fmt.Errorf("%w: path %q has a %q component, refused rather than resolved; %s", ErrPath, p, c, want)
+		case len(c) > maxNameBytes:
+			return fmt.Errorf("%w: path %q has a name of %d bytes, at most %d", ErrPath, p, len(c), maxNameBytes)
+		}
+	}
+	return nil
+}
+
+// TypeName says what a stat mode is, for errors.
+func TypeName(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFREG:
+		return "a regular file"
+	case unix.S_IFLNK:
+		return "a symbolic link"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	}
+	return "of an unknown type"
+}
+
+// IsType says whether st is of type t (unix.S_IFDIR, unix.S_IFREG...).
+func IsType(st *unix.Stat_t, t uint32) bool { return st.Mode&unix.S_IFMT == t }
+
+// RootFD returns a new descriptor of root's own directory. It cannot
+// block: root was checked to be a directory when it was opened, and "."
+// names that same inode.
+func RootFD(root *os.Root) (int, error) {
+	f, err := root.OpenFile(".", os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer f.Close()
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var derr error
+	if err := sc.Control(func(raw uintptr) { fd, derr = unix.FcntlInt(raw, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	return fd, derr
+}
+
+// OpenPath opens the single name below dirfd as O_PATH without following
+// it and returns the descriptor with its stat. Opening O_PATH performs no
+// open on the file itself: a FIFO, socket or device is not touched.
+func OpenPath(dirfd int, name string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, err
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, err
+	}
+	return fd, st, nil
+}
+
+// OpenParent checks rel (Check), resolves the directories leading to it
+// below dirfd and returns an O_PATH descriptor of rel's parent and rel's
+// last name. Every component before the last must be a directory:
+// anything else is ErrType naming it. With create, missing directories
+// are made (mode 0755) and, if uid > 0, those owned by root handed to
+// uid, through the descriptor.
+func OpenParent(dirfd int, rel string, create bool, uid int) (int, string, error) {
+	if err := Check(rel); err != nil {
+		return -1, "", err
+	}
+	parts := strings.Split(rel, "/")
+	cur, err := unix.Openat(dirfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("open the top directory: %w", err)
+	}
+	for i, name := range parts[:len(parts)-1] {
+		sub := strings.Join(parts[:i+1], "/")
+		if create {
+			if err := unix.Mkdirat(cur, name, 0o755); err != nil && err != unix.EEXIST {
+				unix.Close(cur)
+				return -1, "", fmt.Errorf("create %s: %w", sub, err)
+			}
+		}
+		next, st, err := OpenPath(cur, name)
+		unix.Close(cur)
+		if err != nil {
+			return -1, "", &fs.PathError{Op: "open", Path: sub, Err: err}
+		}
+		if !IsType(&st, unix.S_IFDIR) {
+			unix.Close(next)
+			return -1, "", fmt.Errorf("%w: %s: %s is %s, not a directory", ErrType, rel, sub, TypeName(st.Mode))
+		}
+		if create && st.Uid == 0 && uid > 0 {
+			if err := unix.Fchownat(next, "", uid, uid, unix.AT_EMPTY_PATH); err != nil {
+				unix.Close(next)
+				return -1, "", fmt.Errorf("chown %s: %w", sub, err)
+			}
+		}
+		cur = next
+	}
+	return cur, parts[len(parts)-1], nil
+}
+
+// OpenFile opens rel below root for I/O with flags (O_RDONLY or O_WRONLY,
+// optionally O_CREAT; a new file gets mode 0644), only if it is a regular
+// file reached through directories only; missing directories are made as
+// OpenParent does. The returned file is checked with fstat: a swap
+// between the check and the open yields a non-regular descriptor, refused
+// before any I/O.
+func OpenFile(root *os.Root, rel string, flags int, uid int) (*os.File, error) {
+	dirfd, err := RootFD(root)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dirfd)
+	pfd, base, err := OpenParent(dirfd, rel, flags&unix.O_CREAT != 0, uid)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	probe, st, err := OpenPath(pfd, base)
+	switch {
+	case err == nil:
+		unix.Close(probe)
+		if !IsType(&st, unix.S_IFREG) {
+			return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrType, rel, TypeName(st.Mode))
+		}
+	case flags&unix.O_CREAT != 0 && err == unix.ENOENT:
+	default:
+		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	// O_NONBLOCK: a FIFO swapped in meanwhile opens at once (or fails
+	// with ENXIO) instead of waiting for a peer; O_NOCTTY: a terminal
+	// never becomes ours.
+	fd, err := unix.Openat(pfd, base, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
+	switch {
+	case err == unix.ELOOP || err == unix.ENXIO || err == unix.EISDIR:
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrType, rel)
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("stat %s: %w", rel, err)
+	}
+	if !IsType(&st, unix.S_IFREG) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrType, rel, TypeName(st.Mode))
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// WriteFile creates or replaces rel below root with data, creating parent
+// directories; with uid >= 0 the file (and, if uid > 0, each directory
+// made that root owns) is handed to uid, on descriptors, never by path.
+// The file is truncated only once it is known to be a regular file.
+func WriteFile(root *os.Root, rel string, data []byte, uid int) error {
+	f, err := OpenFile(root, rel, unix.O_WRONLY|unix.O_CREAT, uid)
+	if err != nil {
+		if errors.Is(err, ErrPath) || errors.Is(err, ErrType) {
+			return err
+		}
+		return fmt.Errorf("create %s: %w", rel, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return fmt.Errorf("truncate %s: %w", rel, err)
+	}
+	if uid >= 0 {
+		if err := f.Chown(uid, uid); err != nil {
+			f.Close()
+			return fmt.Errorf("chown %s: %w", rel, err)
+		}
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", rel, err)
+	}
+	return f.Close()
+}

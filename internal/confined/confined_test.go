@@ -1,0 +1,167 @@
+package confined
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// clean is the rule Check enforces, said another way (the standard
+// library's own notion of clean), for the fuzz target to compare with.
+func clean(p string) bool {
+	if p == "" || len(p) > MaxPathBytes || strings.ContainsRune(p, 0) || path.IsAbs(p) || path.Clean(p) != p || p == "." {
+		return false
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == ".." || len(c) > maxNameBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// checkPath: Check accepts exactly the clean relative paths, and every
+// refusal is ErrPath quoting the path (or saying it is empty or long).
+func checkPath(t *testing.T, p string) {
+	err := Check(p)
+	if (err == nil) != clean(p) {
+		t.Fatalf("Check(%q) = %v, but clean is %v", p, err, clean(p))
+	}
+	if err != nil && !errors.Is(err, ErrPath) {
+		t.Fatalf("Check(%q) = %v, not ErrPath", p, err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	for _, p := range []string{"a.txt", "a/b/c", "..a", "a..", ".hidden/x", "a b/ü"} {
+		if err := Check(p); err != nil {
+			t.Errorf("Check(%q) = %v, want accepted", p, err)
+		}
+	}
+	refused := map[string]string{
+		"":                         "empty",
+		".":                        `"." component`,
+		"..":                       `".." component`,
+		"../etc/passwd":            `".." component`,
+		"a/../b":                   `".." component`,
+		"a/..":                     `".." component`,
+		"a/./b":                    `"." component`,
+		"a//b":                     "empty name",
+		"a/":                       "empty name",
+		"/etc/passwd":              "absolute",
+		"a\x00b":                   "NUL",
+		strings.Repeat("a", 256):   "256 bytes",
+		strings.Repeat("a/", 2100): "bytes, at most 4096",
+	}
+	for p, why := range refused {
+		err := Check(p)
+		if !errors.Is(err, ErrPath) || !strings.Contains(err.Error(), why) {
+			t.Errorf("Check(%.40q) = %v, want ErrPath saying %q", p, err, why)
+		}
+	}
+	// The fuzz seeds hold the same invariant.
+	seeds, _ := filepath.Glob("testdata/fuzz/FuzzCheck/*")
+	if len(seeds) == 0 {
+		t.Fatal("no fuzz seeds")
+	}
+	for _, s := range seeds {
+		b, _ := os.ReadFile(s)
+		lines := strings.SplitN(string(b), "\n", 3)
+		if len(lines) < 2 {
+			t.Fatalf("bad seed %s", s)
+		}
+		checkPath(t, strings.TrimSuffix(strings.TrimPrefix(lines[1], "string("), ")"))
+	}
+}
+
+func FuzzCheck(f *testing.F) {
+	f.Add("a/b")
+	f.Fuzz(checkPath)
+}
+
+// tree makes a directory with a FIFO, a socket, a symlink to /etc and a
+// regular file, and opens it as a root.
+func tree(t *testing.T) (string, *os.Root) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(dir, "p"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(dir, "sock")}); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if err := os.Symlink("/etc", filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "lf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return dir, r
+}
+
+// TestHostileUnsafeTypesConfined: a symlink (CVE-2024-28185), FIFO,
+// socket or file anywhere in a path, or a path that is not clean, is
+// refused at once, naming the path, and nothing outside the root is
+// written; a clean path to a new file is written with its directories.
+func TestHostileUnsafeTypesConfined(t *testing.T) {
+	dir, r := tree(t)
+	passwd, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]error{
+		"p": ErrType, "p/x": ErrType, "sock": ErrType, "sock/x": ErrType, "l": ErrType, "l/passwd": ErrType,
+		"lf": ErrType, "f.txt/x": ErrType, "../x": ErrPath, "x/../../x": ErrPath, "/etc/passwd": ErrPath,
+	}
+	for p, want := range cases {
+		done := make(chan error, 1)
+		go func() { done <- WriteFile(r, p, []byte("x"), -1) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, want) || !strings.Contains(err.Error(), strings.TrimPrefix(p, "/")) {
+				t.Errorf("WriteFile(%s) = %v, want %v naming it", p, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			// Unblock it: the FIFO was opened.
+			if fd, err := unix.Open(filepath.Join(dir, "p"), unix.O_RDWR|unix.O_NONBLOCK, 0); err == nil {
+				unix.Close(fd)
+			}
+			t.Fatalf("WriteFile(%s) blocked", p)
+		}
+	}
+	if b, err := os.ReadFile("/etc/passwd"); err != nil || string(b) != string(passwd) {
+		t.Fatal("a write followed a symlink out of the root")
+	}
+	if _, err := OpenFile(r, "missing/x", unix.O_RDONLY, -1); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("OpenFile(missing/x) = %v, want not exist", err)
+	}
+	if err := WriteFile(r, "new/dir/x.txt", []byte("ok"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(r, "new/dir/x.txt", []byte("k"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "new/dir/x.txt")); err != nil || string(b) != "k" {
+		t.Fatalf("rewritten file = %q, %v; want %q", b, err, "k")
+	}
+}

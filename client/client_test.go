@@ -236,6 +236,8 @@ func TestWireTypesMatch(t *testing.T) {
 		{DisplayItem{}, session.DisplayItem{}},
 		{FileChange{}, session.FileChange{}},
 		{Usage{}, session.Usage{}},
+		{NetworkUsage{}, session.NetworkUsage{}},
+		{RefusedAttempt{}, session.RefusedAttempt{}},
 		{Session{}, session.Info{}},
 		{Entry{}, session.Entry{}},
 		{File{}, session.File{}},

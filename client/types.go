@@ -221,9 +221,12 @@ type Usage struct {
 // NetworkUsage is what a cell sent and received through its allowlist
 // gateway, and what the gateway refused.
 type NetworkUsage struct {
-	SentBytes     int64            `json:"sent_bytes"`
-	ReceivedBytes int64            `json:"received_bytes"`
-	Refused       []RefusedAttempt `json:"refused,omitempty"`
+	SentBytes     int64 `json:"sent_bytes"`
+	ReceivedBytes int64 `json:"received_bytes"`
+	// RefusedCount is every refused attempt of the cell; Refused lists at
+	// most 64 of them, the most frequent.
+	RefusedCount int64            `json:"refused_count"`
+	Refused      []RefusedAttempt `json:"refused,omitempty"`
 }
 
 // RefusedAttempt is one refused destination (address and port, or name).

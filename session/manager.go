@@ -1,3 +1,7 @@
+// Package session keeps Python kernels alive between cells: it creates,
+// runs, expires and cleans up sessions, each one long-lived sandbox built
+// by isolate with a kernel from runner. It must never trust what comes out
+// of a sandbox for a verdict, and never let a session outlive its TTL.
 package session
 
 import (
@@ -141,7 +145,9 @@ func (c *Config) defaults() {
 const maxTombstones = 10000
 
 // Manager owns every session. It is safe for concurrent use; no lock is
-// held across a cell.
+// held across a cell. Every method that acts on sessions takes the
+// caller's ctx, whether or not it can block today; only the accessors of
+// in-memory state (Metrics, Features, PoolReady) do not.
 type Manager struct {
 	cfg     Config
 	host    *isolate.Host
@@ -529,12 +535,9 @@ func (m *Manager) get(owner int, id string) (*Session, error) {
 // running in the session makes it ErrBusy at once (cells of one session
 // never queue: the caller decides whether to wait).
 func (m *Manager) Exec(ctx context.Context, owner int, id string, req ExecRequest) (*Result, error) {
-	s, err := m.get(owner, id)
+	s, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err
-	}
-	if !s.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running another cell", ErrBusy, id)
 	}
 	defer s.run.Unlock()
 	s.mu.Lock()
@@ -570,7 +573,7 @@ func (m *Manager) RunOnce(ctx context.Context, owner int, policyName string, req
 // the same name. Without a session owner may use, that policy cannot be
 // known and nothing runs (ErrNotFound).
 func (m *Manager) RunOnceAs(ctx context.Context, owner int, id string, req ExecRequest) (*Result, error) {
-	p, err := m.PolicyOf(owner, id)
+	p, err := m.PolicyOf(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -579,7 +582,7 @@ func (m *Manager) RunOnceAs(ctx context.Context, owner int, id string, req ExecR
 
 // PolicyOf returns the effective policy of session id (as tightened at
 // create) for owner.
-func (m *Manager) PolicyOf(owner int, id string) (policy.Policy, error) {
+func (m *Manager) PolicyOf(ctx context.Context, owner int, id string) (policy.Policy, error) {
 	s, err := m.get(owner, id)
 	if err != nil {
 		return policy.Policy{}, err
@@ -650,7 +653,7 @@ func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req E
 }
 
 // Upload writes data to path (relative to the working directory).
-func (m *Manager) Upload(owner int, id, path string, data []byte) (*Entry, error) {
+func (m *Manager) Upload(ctx context.Context, owner int, id, path string, data []byte) (*Entry, error) {
 	rel, err := cleanRel(path)
 	if err != nil {
 		return nil, err
@@ -658,12 +661,9 @@ func (m *Manager) Upload(owner int, id, path string, data []byte) (*Entry, error
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("%w: upload of %d bytes, at most %d", ErrLimit, len(data), MaxFileBytes)
 	}
-	s, err := m.get(owner, id)
+	s, err := m.claim(owner, id)
 	if err != nil {
 		return nil, err
-	}
-	if !s.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
 	}
 	defer s.run.Unlock()
 	if err := m.placeFiles(s, []File{{Path: rel, Data: data}}); err != nil {
@@ -687,7 +687,7 @@ func (m *Manager) Upload(owner int, id, path string, data []byte) (*Entry, error
 }
 
 // Download reads path (relative to the working directory).
-func (m *Manager) Download(owner int, id, path string) (*Download, error) {
+func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Download, error) {
 	rel, err := cleanRel(path)
 	if err != nil {
 		return nil, err
@@ -715,7 +715,7 @@ func (m *Manager) Download(owner int, id, path string) (*Download, error) {
 }
 
 // Files lists the workspace.
-func (m *Manager) Files(owner int, id string) ([]Entry, error) {
+func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, error) {
 	s, err := m.get(owner, id)
 	if err != nil {
 		return nil, err
@@ -739,7 +739,7 @@ func (m *Manager) Files(owner int, id string) ([]Entry, error) {
 }
 
 // Close ends a session now.
-func (m *Manager) Close(owner int, id string) error {
+func (m *Manager) Close(ctx context.Context, owner int, id string) error {
 	s, err := m.get(owner, id)
 	if err != nil {
 		return err
@@ -825,7 +825,7 @@ func (m *Manager) visible(owner int) []*Session {
 }
 
 // List returns the live sessions owner may see (root sees all).
-func (m *Manager) List(owner int) []Info {
+func (m *Manager) List(ctx context.Context, owner int) []Info {
 	ss := m.visible(owner)
 	out := make([]Info, 0, len(ss))
 	for _, s := range ss {

@@ -1,0 +1,7 @@
+// Package workflow runs the code-interpreter loop on top of session.Manager:
+// run a cell, ask a fixer for new code when it fails, run again; fall back
+// explicitly (a fallback block, an optional degraded stateless run) when
+// that does not work; log every loop-ending failure for review and remember
+// repeated failures. It must never run code outside a sandbox or under a
+// weaker policy than the request's own: every run goes through the Manager.
+package workflow

@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -20,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/jailcell/jailcell/internal/confined"
 	"github.com/jailcell/jailcell/session"
 )
 
@@ -252,11 +249,10 @@ func readInputs(paths []string) ([]session.File, error) {
 }
 
 // writeReturned writes a one-shot cell's files under dir. Their paths come
-// from the sandbox, so they are untrusted: each is checked to be a plain
-// relative path, every directory on the way is checked not to be a
-// symlink, writes go through an os.Root (no escape even if a check races)
-// and the file is renamed into place, which replaces rather than follows a
-// symlink at the last component.
+// from the sandbox, so they are untrusted: each must be a clean relative
+// path and is written through confined.WriteFile, as the daemon writes
+// into a workspace (one component at a time, no symlink followed, only
+// directories on the way and a regular file at the end).
 func writeReturned(dir string, files []session.FileChange, stderr io.Writer) error {
 	var todo []session.FileChange
 	for _, f := range files {
@@ -283,7 +279,7 @@ func writeReturned(dir string, files []session.FileChange, stderr io.Writer) err
 	defer root.Close()
 	var failed int
 	for _, f := range todo {
-		if err := writeConfined(root, f.Path, f.Data); err != nil {
+		if err := confined.WriteFile(root, f.Path, f.Data, -1); err != nil {
 			fmt.Fprintf(stderr, "jailcell: not writing %q: %v\n", f.Path, err)
 			failed++
 			continue
@@ -292,68 +288,6 @@ func writeReturned(dir string, files []session.FileChange, stderr io.Writer) err
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d returned file(s) could not be written under %s", failed, dir)
-	}
-	return nil
-}
-
-var errUnsafePath = errors.New("unsafe path")
-
-// cleanReturnedPath accepts only a plain relative path: no absolute path,
-// no "." or ".." component, no empty component, no NUL.
-func cleanReturnedPath(p string) ([]string, error) {
-	if p == "" || strings.ContainsRune(p, 0) || strings.HasPrefix(p, "/") {
-		return nil, fmt.Errorf("%w: want a relative path", errUnsafePath)
-	}
-	parts := strings.Split(p, "/")
-	for _, c := range parts {
-		if c == "" || c == "." || c == ".." {
-			return nil, fmt.Errorf("%w: component %q", errUnsafePath, c)
-		}
-	}
-	return parts, nil
-}
-
-func writeConfined(root *os.Root, p string, data []byte) error {
-	parts, err := cleanReturnedPath(p)
-	if err != nil {
-		return err
-	}
-	for i := 1; i < len(parts); i++ {
-		d := strings.Join(parts[:i], "/")
-		fi, err := root.Lstat(d)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if err := root.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-		case err != nil:
-			return err
-		case !fi.IsDir(): // a symlink reports its own mode here, not a dir
-			return fmt.Errorf("%w: %s is not a directory", errUnsafePath, d)
-		}
-	}
-	name := strings.Join(parts, "/")
-	if fi, err := root.Lstat(name); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory", name)
-	}
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	tmp := strings.Join(append(parts[:len(parts)-1:len(parts)-1], ".jailcell-"+hex.EncodeToString(rnd[:])), "/")
-	// O_EXCL: never opens through an existing name, symlink or not.
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = root.Rename(tmp, name)
-	}
-	if werr != nil {
-		root.Remove(tmp)
-		return werr
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/internal/confined"
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 // TestCleanRel: the working directory's own prefix is dropped; anything
@@ -34,35 +35,9 @@ func TestCleanRel(t *testing.T) {
 	}
 }
 
-// hostTree makes a directory with a FIFO, a socket, a symlink and a
-// regular file, and opens it as a root.
-func hostTree(t *testing.T) (string, *os.Root) {
-	t.Helper()
-	dir := t.TempDir()
-	if err := unix.Mkfifo(filepath.Join(dir, "p"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(dir, "sock")}); err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(fd)
-	if err := os.Symlink("/etc", filepath.Join(dir, "l")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte("f"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return dir, r
-}
+// hostTree is testenv.HostileTree: a FIFO "p", a socket "sock", a
+// symlink "l" and a regular file "f.txt", opened as a root.
+func hostTree(t *testing.T) (string, *os.Root) { return testenv.HostileTree(t) }
 
 // bounded fails the test if op does not return within 5 s; release (the
 // FIFO opened for writing) then unblocks it.

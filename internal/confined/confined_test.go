@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 // clean is the rule Check enforces, said another way (the standard
@@ -86,45 +88,15 @@ func FuzzCheck(f *testing.F) {
 	f.Fuzz(checkPath)
 }
 
-// tree makes a directory with a FIFO, a socket, a symlink to /etc and a
-// regular file, and opens it as a root.
-func tree(t *testing.T) (string, *os.Root) {
-	t.Helper()
-	dir := t.TempDir()
-	if err := unix.Mkfifo(filepath.Join(dir, "p"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(dir, "sock")}); err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(fd)
-	if err := os.Symlink("/etc", filepath.Join(dir, "l")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "lf")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte("f"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return dir, r
-}
-
 // TestHostileUnsafeTypesConfined: a symlink (CVE-2024-28185), FIFO,
 // socket or file anywhere in a path, or a path that is not clean, is
 // refused at once, naming the path, and nothing outside the root is
 // written; a clean path to a new file is written with its directories.
 func TestHostileUnsafeTypesConfined(t *testing.T) {
-	dir, r := tree(t)
+	dir, r := testenv.HostileTree(t)
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "lf")); err != nil {
+		t.Fatal(err)
+	}
 	passwd, err := os.ReadFile("/etc/passwd")
 	if err != nil {
 		t.Fatal(err)

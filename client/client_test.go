@@ -179,7 +179,7 @@ func ptr[T any](v T) *T { return &v }
 
 func TestHTTPClient(t *testing.T) {
 	svc := startService(t)
-	c := NewHTTP(svc.sock)
+	c := NewHTTP(svc.Sock)
 	defer c.CloseIdleConnections()
 	h, err := c.Health(context.Background())
 	if err != nil || h.Version == "" || h.Isolation["seccomp"] != true {
@@ -190,18 +190,18 @@ func TestHTTPClient(t *testing.T) {
 	if err != nil || !strings.Contains(m, `jailcell_cells_total{status="ok"}`) {
 		t.Fatalf("Metrics: %v\n%s", err, m)
 	}
-	if _, err := NewHTTP(svc.dir + "/nothing.sock").Sessions(context.Background()); err == nil {
+	if _, err := NewHTTP(svc.Dir + "/nothing.sock").Sessions(context.Background()); err == nil {
 		t.Fatal("no error from a missing socket")
 	}
 }
 
 func TestJSONLClient(t *testing.T) {
 	testenv.RequiresRoot(t)
-	bin := jailcellBinary(t)
+	bin := testenv.Jailcell(t)
 	dir := testenv.StateDir(t)
-	stderr := &lockedBuffer{}
+	stderr := &testenv.LockedBuffer{}
 	cmd := exec.Command(bin, "json", "--config", testConfig(t, dir))
-	cmd.Env, cmd.Stderr = childEnv(dir), stderr
+	cmd.Env, cmd.Stderr = testenv.ChildEnv("JAILCELL_REVIEW_DIR="+dir+"/review"), stderr
 	c, err := StartJSONCmd(cmd)
 	if err != nil {
 		t.Fatal(err)

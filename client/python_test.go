@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 // TestPythonClient runs the Python client's own tests and its example with
@@ -15,7 +17,7 @@ func TestPythonClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := append(childEnv(svc.dir), "JAILCELL_SOCKET="+svc.sock, "PYTHONDONTWRITEBYTECODE=1")
+	env := testenv.ChildEnv("JAILCELL_REVIEW_DIR="+svc.Dir+"/review", "JAILCELL_SOCKET="+svc.Sock, "PYTHONDONTWRITEBYTECODE=1")
 	for _, args := range [][]string{
 		{"-m", "unittest", "-v", "test_jailcell_client"},
 		{"example.py"},

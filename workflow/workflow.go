@@ -270,7 +270,7 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 		fp = r.mem.record(req.Owner, req.Exec.Code, code, out.Result)
 	}
 	r.review(req, out, fp)
-	allowed, perr := r.degradedAllowed(req)
+	allowed, perr := r.degradedAllowed(ctx, req)
 	if perr != nil {
 		fb.Tried = append(fb.Tried, "degraded stateless run: not tried: "+perr.Error())
 	}

@@ -98,7 +98,7 @@ func TestFaultSessionLimitIs429(t *testing.T) {
 	srv := startServe(t, "root", "")
 	var ids []string
 	for i := 0; ; i++ {
-		status, body := curl(t, srv.sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", "{}")
+		status, body := curl(t, srv.Sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", "{}")
 		if status == 429 {
 			w := wantError(t, status, body, 429, "limit")
 			if !strings.Contains(w.Error.Message, "max_sessions") && !strings.Contains(w.Error.Message, "sessions.max") {
@@ -117,10 +117,10 @@ func TestFaultSessionLimitIs429(t *testing.T) {
 	if len(ids) != 6 {
 		t.Errorf("429 after %d sessions, want 6 (sessions.max)", len(ids))
 	}
-	if status, body := curl(t, srv.sock, "-X", "DELETE", "http://jailcell/v1/sessions/"+ids[0]); status != 200 {
+	if status, body := curl(t, srv.Sock, "-X", "DELETE", "http://jailcell/v1/sessions/"+ids[0]); status != 200 {
 		t.Fatalf("close: %d %s", status, body)
 	}
-	status, body := curl(t, srv.sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", "{}")
+	status, body := curl(t, srv.Sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", "{}")
 	if status != 201 {
 		t.Fatalf("create after a close: %d %s", status, body)
 	}
@@ -132,41 +132,41 @@ func TestFaultSessionLimitIs429(t *testing.T) {
 // cell's sandbox is torn down; the daemon keeps serving.
 func TestFaultHTTPClientVanishesMidStream(t *testing.T) {
 	srv := startServe(t, "root", "")
-	status, body := curl(t, srv.sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", "{}")
+	status, body := curl(t, srv.Sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", "{}")
 	if status != 201 {
 		t.Fatalf("create: %d %s", status, body)
 	}
 	id := decode(t, body).Session
 	long := `import time\nx = 41\nprint('started', flush=True)\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.05)`
-	resp, sc := startStream(t, srv.sock, "/v1/sessions/"+id+"/exec", `{"code":"`+long+`"}`)
+	resp, sc := startStream(t, srv.Sock, "/v1/sessions/"+id+"/exec", `{"code":"`+long+`"}`)
 	sc.Scan()
 	resp.Body.Close()
 	start := time.Now()
 	var last string
 	if !eventually(func() bool {
-		status, body := curl(t, srv.sock, "http://jailcell/v1/sessions/"+id+"/exec", "-d", `{"code":"x += 1\nprint(x)"}`)
+		status, body := curl(t, srv.Sock, "http://jailcell/v1/sessions/"+id+"/exec", "-d", `{"code":"x += 1\nprint(x)"}`)
 		last = fmt.Sprint(status, " ", body)
 		return status == 200 && decode(t, body).Result.Stdout == "42\n"
 	}) {
 		t.Fatalf("session after the client vanished: %s", last)
 	}
 	t.Logf("session free again %s after the client vanished", time.Since(start).Round(time.Millisecond))
-	srv.waitLog(`"session":"`+id, `"status":"killed"`)
+	srv.WaitLog(t, `"session":"`+id, `"status":"killed"`)
 
-	resp, sc = startStream(t, srv.sock, "/v1/exec", `{"code":"`+long+`"}`)
+	resp, sc = startStream(t, srv.Sock, "/v1/exec", `{"code":"`+long+`"}`)
 	sc.Scan()
 	resp.Body.Close()
 	if !eventually(func() bool {
-		ents, _ := os.ReadDir(filepath.Join(srv.state, "sandboxes"))
+		ents, _ := os.ReadDir(filepath.Join(srv.State, "sandboxes"))
 		return len(ents) == 1 // the session's
 	}) {
-		ents, _ := os.ReadDir(filepath.Join(srv.state, "sandboxes"))
+		ents, _ := os.ReadDir(filepath.Join(srv.State, "sandboxes"))
 		t.Fatalf("one-shot sandbox not torn down after its client vanished: %d sandboxes", len(ents))
 	}
-	if status, _ := curl(t, srv.sock, "http://jailcell/healthz"); status != 200 {
+	if status, _ := curl(t, srv.Sock, "http://jailcell/healthz"); status != 200 {
 		t.Fatalf("healthz: %d", status)
 	}
-	status, body = curl(t, srv.sock, "http://jailcell/v1/exec", "-d", `{"code":"print(6*7)"}`)
+	status, body = curl(t, srv.Sock, "http://jailcell/v1/exec", "-d", `{"code":"print(6*7)"}`)
 	if status != 200 || decode(t, body).Result.Stdout != "42\n" {
 		t.Fatalf("exec after: %d %s", status, body)
 	}
@@ -183,7 +183,7 @@ func TestFaultJSONClientVanishesMidStream(t *testing.T) {
 	state := testenv.StateDir(t)
 	cmd := exec.Command(os.Args[0], "json", "--rootfs", r.Root, "--state-dir", state)
 	cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + state + "/review")
-	stderr := &lockedBuffer{}
+	stderr := &testenv.LockedBuffer{}
 	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -81,7 +81,7 @@ func TestHostileForgedResultFrames(t *testing.T) {
 	state := testenv.StateDir(t)
 	cmd := exec.Command(os.Args[0], "json", "--rootfs", r.Root, "--state-dir", state)
 	cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + state + "/review")
-	stderr := &lockedBuffer{}
+	stderr := &testenv.LockedBuffer{}
 	cmd.Stderr = stderr
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()

@@ -1,55 +1,14 @@
 package main
 
 import (
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jailcell/jailcell/isolate"
 )
-
-// relaunch starts another `jailcell serve` on p's configuration and state,
-// as a restarted service, with extra environment.
-func relaunch(t *testing.T, p *serveProc, env ...string) *serveProc {
-	t.Helper()
-	q := &serveProc{t: t, group: p.group, dir: p.dir, sock: p.sock, state: p.state, config: p.config,
-		stderr: &lockedBuffer{}, done: make(chan struct{})}
-	q.cmd = exec.Command(os.Args[0], "serve", "--config", q.config)
-	q.cmd.Env = jailcellEnv(append([]string{"JAILCELL_REVIEW_DIR=" + p.dir + "/review"}, env...)...)
-	q.cmd.Stderr = q.stderr
-	if err := q.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		q.err = q.cmd.Wait()
-		close(q.done)
-	}()
-	t.Cleanup(func() {
-		q.stop()
-		if t.Failed() {
-			t.Logf("serve log:\n%s", q.stderr.String())
-		}
-	})
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if c, err := net.Dial("unix", q.sock); err == nil {
-			c.Close()
-			return q
-		}
-		select {
-		case <-q.done:
-			t.Fatalf("serve exited at start: %v\n%s", q.err, q.stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not listen:\n%s", q.stderr.String())
-		}
-	}
-}
 
 // TestServeRestartReadoptsSessions: a session's kernel outlives the
 // service, by kill -9 and by a drain with sessions.survive_restart; the
@@ -57,49 +16,49 @@ func relaunch(t *testing.T, p *serveProc, env ...string) *serveProc {
 // the host holds nothing of them.
 func TestServeRestartReadoptsSessions(t *testing.T) {
 	p := startServe(t, "root", "")
-	status, body := curl(t, p.sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", `{}`)
+	status, body := curl(t, p.Sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", `{}`)
 	sid := decode(t, body).Session
 	if status != 201 || sid == "" {
 		t.Fatalf("create: %d %s", status, body)
 	}
 	exec := func(sock, code string) wire { t.Helper(); return execIn(t, sock, sid, code) }
-	exec(p.sock, "x = 41\nopen('f.txt', 'w').write('kept')")
+	exec(p.Sock, "x = 41\nopen('f.txt', 'w').write('kept')")
 
 	// kill -9: nothing is torn down.
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-p.done
-	q := relaunch(t, p, "JAILCELL_SESSIONS_SURVIVE_RESTART=true")
-	q.waitLog("session re-adopted", sid)
-	if w := exec(q.sock, "x += 1\nprint(x, open('f.txt').read())"); w.Result.Stdout != "42 kept\n" {
+	<-p.Done()
+	q := p.Restart(t, "JAILCELL_SESSIONS_SURVIVE_RESTART=true")
+	q.WaitLog(t, "session re-adopted", sid)
+	if w := exec(q.Sock, "x += 1\nprint(x, open('f.txt').read())"); w.Result.Stdout != "42 kept\n" {
 		t.Fatalf("after kill -9: %+v", w.Result)
 	}
 
 	// A drain that keeps sessions.
-	q.stop()
-	if q.err != nil {
-		t.Fatalf("drain exited with %v", q.err)
+	q.Stop()
+	if q.Err() != nil {
+		t.Fatalf("drain exited with %v", q.Err())
 	}
-	r := relaunch(t, q)
-	r.waitLog("session re-adopted", sid)
-	if w := exec(r.sock, "print(x)"); w.Result.Stdout != "42\n" {
+	r := q.Restart(t)
+	r.WaitLog(t, "session re-adopted", sid)
+	if w := exec(r.Sock, "print(x)"); w.Result.Stdout != "42\n" {
 		t.Fatalf("after a drain: %+v", w.Result)
 	}
 
 	// Without survive_restart the drain tears everything down.
-	r.stop()
-	if r.err != nil {
-		t.Fatalf("drain exited with %v", r.err)
+	r.Stop()
+	if r.Err() != nil {
+		t.Fatalf("drain exited with %v", r.Err())
 	}
 	for _, d := range []string{"sessions", "sandboxes", "containers"} {
-		if ents, _ := os.ReadDir(filepath.Join(r.state, d)); len(ents) != 0 {
+		if ents, _ := os.ReadDir(filepath.Join(r.State, d)); len(ents) != 0 {
 			t.Errorf("state dir %s after teardown: %v", d, ents)
 		}
 	}
 	mi, _ := os.ReadFile("/proc/thread-self/mountinfo")
-	if strings.Contains(string(mi), r.state) {
-		t.Errorf("mounts left under %s", r.state)
+	if strings.Contains(string(mi), r.State) {
+		t.Errorf("mounts left under %s", r.State)
 	}
 }
 
@@ -138,25 +97,25 @@ func TestServeHibernatesOnShutdownAcrossReboot(t *testing.T) {
 		t.Skip("requires a working criu (make criu): " + err.Error())
 	}
 	first := startServe(t, "root", "")
-	first.stop()
-	p := relaunch(t, first, "JAILCELL_SESSIONS_HIBERNATE_ON_SHUTDOWN=true")
-	status, body := curl(t, p.sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", `{}`)
+	first.Stop()
+	p := first.Restart(t, "JAILCELL_SESSIONS_HIBERNATE_ON_SHUTDOWN=true")
+	status, body := curl(t, p.Sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", `{}`)
 	sid := decode(t, body).Session
 	if status != 201 || sid == "" {
 		t.Fatalf("create: %d %s", status, body)
 	}
 	exec := func(sock, code string) wire { t.Helper(); return execIn(t, sock, sid, code) }
-	exec(p.sock, "import numpy as np\nv = np.arange(10)\nf = open('log.txt', 'w'); f.write('a'); f.flush()")
-	p.stop()
-	if p.err != nil {
-		t.Fatalf("drain exited with %v", p.err)
+	exec(p.Sock, "import numpy as np\nv = np.arange(10)\nf = open('log.txt', 'w'); f.write('a'); f.flush()")
+	p.Stop()
+	if p.Err() != nil {
+		t.Fatalf("drain exited with %v", p.Err())
 	}
-	p.waitLog("session hibernated", sid)
+	p.WaitLog(t, "session hibernated", sid)
 	// The reboot: every mount under the state directory goes.
 	mi, _ := os.ReadFile("/proc/thread-self/mountinfo")
 	var mps []string
 	for _, l := range strings.Split(string(mi), "\n") {
-		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], p.state+"/") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], p.State+"/") {
 			mps = append(mps, f[4])
 		}
 	}
@@ -168,9 +127,9 @@ func TestServeHibernatesOnShutdownAcrossReboot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := relaunch(t, p)
-	q.waitLog("hibernated session re-adopted", sid)
-	w := exec(q.sock, "f.write('b'); f.flush()\nprint(v.sum(), open('log.txt').read())")
+	q := p.Restart(t)
+	q.WaitLog(t, "hibernated session re-adopted", sid)
+	w := exec(q.Sock, "f.write('b'); f.flush()\nprint(v.sum(), open('log.txt').read())")
 	if w.Result.Stdout != "45 ab\n" {
 		t.Fatalf("after a reboot: %+v", w.Result)
 	}

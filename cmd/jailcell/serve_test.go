@@ -2,10 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,7 +14,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,47 +29,11 @@ import (
 // it with curl, raw HTTP, a second real user, signals and systemd's own
 // socket-activation tool. Privileged tier: root and the rootfs.
 
-// lockedBuffer collects a child's stderr while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-type serveProc struct {
-	t      *testing.T
-	group  string
-	dir    string
-	sock   string
-	state  string
-	config string
-	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	done   chan struct{}
-	err    error // the exit, once done is closed
-}
-
-// serveConfig is the base configuration of a test service: small limits,
-// debug logs in JSON, the socket and state in a fresh short directory.
+// serveConfig is the configuration of a test service: small limits,
+// debug logs in JSON, the socket and state in dir, then extra.
 func serveConfig(t *testing.T, dir, group, extra string) string {
 	t.Helper()
-	r := testenv.Rootfs(t)
-	return fmt.Sprintf(`socket: %s/run/j.sock
-socket_group: %s
-state_dir: %s/state
-rootfs: %s
-log:
+	return testenv.ServeConfig(dir, group, testenv.Rootfs(t).Root) + `log:
   level: debug
   format: json
 sessions:
@@ -88,104 +49,23 @@ policies:
   small:
     memory_bytes: 128MiB
     timeout: 5s
-%s`, dir, group, dir, r.Root, extra)
+` + extra
 }
 
-// jailcellEnv is the environment of a jailcell child: no JAILCELL_* from
-// the developer's shell, and the switch that makes this binary jailcell.
+// jailcellEnv is the environment of a jailcell child: nothing from the
+// developer's shell, and the switch that makes this binary jailcell.
 func jailcellEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envPrefix+"_") && !strings.HasPrefix(kv, "NOTIFY_SOCKET=") && !strings.HasPrefix(kv, "LISTEN_") {
-			env = append(env, kv)
-		}
-	}
-	return append(append(env, "JAILCELL_TEST_MAIN=1"), extra...)
+	return testenv.ChildEnv(append([]string{"JAILCELL_TEST_MAIN=1"}, extra...)...)
 }
 
-// startServe starts `jailcell serve` and waits until it answers.
-func startServe(t *testing.T, group, extraConfig string) *serveProc {
+// startServe starts this test binary as `jailcell serve` and waits until
+// it answers.
+func startServe(t *testing.T, group, extraConfig string) *testenv.Service {
 	t.Helper()
-	testenv.RequiresRoot(t)
-	dir := testenv.StateDir(t)
-	p := &serveProc{t: t, group: group, dir: dir, sock: dir + "/run/j.sock", state: dir + "/state", config: dir + "/config.yaml",
-		stderr: &lockedBuffer{}, done: make(chan struct{})}
-	p.writeConfig(extraConfig)
-	p.cmd = exec.Command(os.Args[0], "serve", "--config", p.config)
-	// The workflow's failure memory is per test, not the host's.
-	p.cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + dir + "/review")
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("serve log:\n%s", p.stderr.String())
-		}
+	return testenv.StartServe(t, testenv.Serve{
+		Env:    []string{"JAILCELL_TEST_MAIN=1"},
+		Config: func(dir string) string { return serveConfig(t, dir, group, extraConfig) },
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if c, err := net.Dial("unix", p.sock); err == nil {
-			c.Close()
-			return p
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("serve exited at start: %v\n%s", p.err, p.stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not listen within 60s:\n%s", p.stderr.String())
-		}
-	}
-}
-
-func (p *serveProc) writeConfig(extra string) {
-	p.t.Helper()
-	if err := os.WriteFile(p.config, []byte(serveConfig(p.t, p.dir, p.group, extra)), 0o600); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-func (p *serveProc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(40 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		p.t.Errorf("serve did not stop within 40s of SIGTERM")
-	}
-}
-
-// waitLog waits for a log line containing every part.
-func (p *serveProc) waitLog(parts ...string) string {
-	p.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(p.stderr.String(), "\n") {
-			ok := true
-			for _, part := range parts {
-				ok = ok && strings.Contains(line, part)
-			}
-			if ok {
-				return line
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	p.t.Fatalf("no log line with %q:\n%s", parts, p.stderr.String())
-	return ""
 }
 
 // curlAs runs curl against the socket as cred (nil: root). The last line
@@ -331,9 +211,9 @@ func TestServe(t *testing.T) {
 	// The socket's group is the second user's, so it can connect; only
 	// allowed_uids lets it call.
 	srv := startServe(t, "jailcell-test2", "allowed_uids: [jailcell-test2]\n")
-	sock := srv.sock
+	sock := srv.Sock
 	// The service rehashes its rootfs before it builds a sandbox.
-	srv.waitLog("rootfs content matches its manifest")
+	srv.WaitLog(t, "rootfs content matches its manifest")
 
 	fi, err := os.Stat(sock)
 	if err != nil {
@@ -559,30 +439,30 @@ func TestServe(t *testing.T) {
 		nobody := &syscall.Credential{Uid: 65534, Gid: other.Gid, Groups: []uint32{}}
 		status, body = curlAs(t, nobody, sock, "http://jailcell/v1/sessions")
 		wantError(t, status, body, 403, "forbidden")
-		srv.waitLog(`"uid":` + otherUID)
+		srv.WaitLog(t, `"uid":`+otherUID)
 	})
 
 	t.Run("reload", func(t *testing.T) {
 		// Only reloadable keys apply; the rest is reported.
-		c := serveConfig(t, srv.dir, srv.group, "allowed_uids: []\n")
+		c := serveConfig(t, srv.Dir, "jailcell-test2", "allowed_uids: []\n")
 		c = strings.Replace(c, "level: debug", "level: info", 1)
 		c = strings.Replace(c, "max: 6", "max: 5", 1)
-		if err := os.WriteFile(srv.config, []byte(c), 0o600); err != nil {
+		if err := os.WriteFile(srv.Config, []byte(c), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := srv.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		srv.waitLog("configuration reloaded", `"log_level":"info"`)
-		srv.waitLog("take effect only after a restart", "sessions.max")
+		srv.WaitLog(t, "configuration reloaded", `"log_level":"info"`)
+		srv.WaitLog(t, "take effect only after a restart", "sessions.max")
 		status, body := curlAs(t, other, sock, "http://jailcell/v1/sessions")
 		wantError(t, status, body, 403, "forbidden")
 		// A broken file is refused and the running configuration kept.
-		if err := os.WriteFile(srv.config, []byte("sessions:\n  max: lots\n"), 0o600); err != nil {
+		if err := os.WriteFile(srv.Config, []byte("sessions:\n  max: lots\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		srv.cmd.Process.Signal(syscall.SIGHUP)
-		srv.waitLog("keeping the running configuration", "sessions.max")
+		srv.Cmd.Process.Signal(syscall.SIGHUP)
+		srv.WaitLog(t, "keeping the running configuration", "sessions.max")
 		if status, _ := curl(t, sock, "http://jailcell/healthz"); status != 200 {
 			t.Fatalf("healthz after a bad reload: %d", status)
 		}
@@ -619,15 +499,15 @@ func TestServe(t *testing.T) {
 
 // testDrain sends SIGTERM while a cell runs: the cell finishes and its
 // result arrives, serve exits 0, and nothing is left behind.
-func testDrain(t *testing.T, srv *serveProc) {
-	resp, sc := startStream(t, srv.sock, "/v1/exec", `{"code":"import time\nprint('started', flush=True)\ntime.sleep(2)\nprint('finished')"}`)
+func testDrain(t *testing.T, srv *testenv.Service) {
+	resp, sc := startStream(t, srv.Sock, "/v1/exec", `{"code":"import time\nprint('started', flush=True)\ntime.sleep(2)\nprint('finished')"}`)
 	defer resp.Body.Close()
-	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := srv.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	// New connections are refused while the cell finishes.
 	time.Sleep(300 * time.Millisecond)
-	if conn, err := net.Dial("unix", srv.sock); err == nil {
+	if conn, err := net.Dial("unix", srv.Sock); err == nil {
 		conn.Close()
 		t.Errorf("a new connection was accepted while draining")
 	}
@@ -639,22 +519,22 @@ func testDrain(t *testing.T, srv *serveProc) {
 		t.Fatalf("the running cell did not finish: %s", last)
 	}
 	select {
-	case <-srv.done:
+	case <-srv.Done():
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not exit after draining")
 	}
-	if srv.err != nil {
-		t.Fatalf("serve exited with %v, want status 0", srv.err)
+	if srv.Err() != nil {
+		t.Fatalf("serve exited with %v, want status 0", srv.Err())
 	}
-	srv.waitLog(`"msg":"stopped"`)
+	srv.WaitLog(t, `"msg":"stopped"`)
 	for _, d := range []string{"sessions", "sandboxes", "containers"} {
-		ents, err := os.ReadDir(filepath.Join(srv.state, d))
+		ents, err := os.ReadDir(filepath.Join(srv.State, d))
 		if err != nil || len(ents) != 0 {
 			t.Errorf("state dir %s after drain: %v %v", d, ents, err)
 		}
 	}
-	if _, err := os.Lstat(srv.sock); err == nil {
-		t.Errorf("socket %s left behind", srv.sock)
+	if _, err := os.Lstat(srv.Sock); err == nil {
+		t.Errorf("socket %s left behind", srv.Sock)
 	}
 }
 
@@ -746,7 +626,7 @@ func TestSocketActivation(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(actDir, "j.sock")
-	stderr := &lockedBuffer{}
+	stderr := &testenv.LockedBuffer{}
 	cmd := exec.Command(sa, "-l", sock,
 		"-E", "JAILCELL_TEST_MAIN=1", "-E", "JAILCELL_REVIEW_DIR="+dir+"/review", "-E", "NOTIFY_SOCKET="+notifyPath, "-E", "WATCHDOG_USEC=400000",
 		os.Args[0], "serve", "--config", cfg)

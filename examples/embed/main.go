@@ -89,5 +89,5 @@ func run(ctx context.Context, out *os.File, rootfsDir, stateDir string) error {
 		return err
 	}
 	fmt.Fprint(out, "one-shot python ", res.Stdout)
-	return m.Close(owner, info.ID)
+	return m.Close(ctx, owner, info.ID)
 }

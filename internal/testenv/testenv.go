@@ -1,6 +1,3 @@
-// Package testenv holds the probes tests use to decide whether the host can
-// run a tier of tests. A test skips only when a probe proves the host lacks
-// something, and the skip message says what.
 package testenv
 
 import (

@@ -183,7 +183,7 @@ func runJailcell(t *testing.T, m *session.Manager, cells []string, files []sessi
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	defer m.Close(0, info.ID)
+	defer m.Close(context.Background(), 0, info.ID)
 	var res []cellOutcome
 	for i, code := range cells {
 		req := session.ExecRequest{Code: code, Timeout: 2 * time.Minute}

@@ -1,8 +1,3 @@
-// Package soak is the load test of a real `jailcell serve`: many
-// concurrent sessions, normal and hostile cells mixed, every response
-// matched to its request, and the daemon's memory and open fds flat at
-// the end. It runs only when JAILCELL_SOAK is set (make test: short,
-// make soak: long).
 package soak
 
 import (
@@ -15,42 +10,22 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jailcell/jailcell/internal/testenv"
 )
 
-var binary string
-
-// TestMain builds the real binary once, so the daemon's RSS and fds are
-// jailcell's own, not a test binary's.
+// TestMain removes the real binary the soak built: the daemon's RSS and
+// fds must be jailcell's own, not a test binary's.
 func TestMain(m *testing.M) {
-	if os.Getenv("JAILCELL_SOAK") == "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "jcsoak")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "jailcell")
-	out, err := exec.Command("go", "build", "-tags", "seccomp", "-o", binary, "github.com/jailcell/jailcell/cmd/jailcell").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build jailcell: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	testenv.RemoveBuild()
 	os.Exit(code)
 }
 
@@ -164,25 +139,20 @@ func pick(i int) kind {
 }
 
 type daemon struct {
-	cmd    *exec.Cmd
-	sock   string
+	*testenv.Service
 	client *http.Client
-	stderr bytes.Buffer
-	done   chan error
 }
 
 func startDaemon(t *testing.T, sessions int) *daemon {
 	t.Helper()
-	r := testenv.Rootfs(t)
-	dir := testenv.StateDir(t)
-	cfg := fmt.Sprintf(`socket: %[1]s/run/j.sock
-socket_group: root
-state_dir: %[1]s/state
-rootfs: %[2]s
-log:
+	svc := testenv.StartServe(t, testenv.Serve{
+		Bin:      testenv.Jailcell(t),
+		StopWait: 60 * time.Second,
+		Config: func(dir string) string {
+			return testenv.ServeConfig(dir, "root", testenv.Rootfs(t).Root) + fmt.Sprintf(`log:
   level: warn
 sessions:
-  max: %[3]d
+  max: %d
 drain_grace: 10s
 policies:
   default:
@@ -191,47 +161,14 @@ policies:
     disk_bytes: 64MiB
     output_bytes: 64KiB
     interrupt_grace: 1s
-`, dir, r.Root, sessions+10)
-	if err := os.WriteFile(dir+"/config.yaml", []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{sock: dir + "/run/j.sock", done: make(chan error, 1)}
-	d.cmd = exec.Command(binary, "serve", "--config", dir+"/config.yaml")
-	d.cmd.Env = append(os.Environ(), "JAILCELL_REVIEW_DIR="+dir+"/review")
-	d.cmd.Stderr = &d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case <-d.done:
-			return
-		default:
-		}
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(60 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-d.done
-			t.Errorf("serve did not stop within 60 s of SIGTERM")
-		}
+`, sessions+10)
+		},
 	})
-	d.client = &http.Client{Transport: &http.Transport{
+	return &daemon{Service: svc, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: sessions * 2,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", d.sock)
-		}}}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("unix", d.sock); err == nil {
-			c.Close()
-			return d
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not listen:\n%s", d.stderr.String())
-		}
-	}
+			return (&net.Dialer{}).DialContext(ctx, "unix", svc.Sock)
+		}}}}
 }
 
 type reply struct {
@@ -267,7 +204,7 @@ func (d *daemon) call(method, path string, body any) (int, *reply, error) {
 // usage is the daemon's RSS (kB) and open fds.
 func (d *daemon) usage(t *testing.T) (rssKB, fds int) {
 	t.Helper()
-	pid := d.cmd.Process.Pid
+	pid := d.Cmd.Process.Pid
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +322,7 @@ func TestSoak(t *testing.T) {
 		}
 		wg.Wait()
 		if len(errs) > 0 {
-			t.Fatalf("%d creates failed: %v\n%s", len(errs), errs[0], d.stderr.String())
+			t.Fatalf("%d creates failed: %v\n%s", len(errs), errs[0], d.Log.String())
 		}
 		return ids
 	}
@@ -488,14 +425,4 @@ func TestSoak(t *testing.T) {
 	if elapsed > sh.deadline {
 		t.Errorf("soak %s took %s, over its %s budget", mode, elapsed.Round(time.Second), sh.deadline)
 	}
-	if t.Failed() {
-		t.Logf("serve log tail:\n%s", tailString(d.stderr.String(), 4000))
-	}
-}
-
-func tailString(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jailcell/jailcell/internal/testenv"
-	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -53,13 +52,17 @@ func TestMCP(t *testing.T) {
 		t.Errorf("tools %s", got)
 	}
 
-	call := func(name string, args map[string]any) *mcp.CallToolResult {
+	callT := func(t *testing.T, name string, args map[string]any) *mcp.CallToolResult {
 		t.Helper()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		return res
+	}
+	call := func(name string, args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		return callT(t, name, args)
 	}
 	textOf := func(res *mcp.CallToolResult) string {
 		var b strings.Builder
@@ -110,21 +113,23 @@ func TestMCP(t *testing.T) {
 	if res := call("download_file", map[string]any{"path": "../etc/passwd"}); !res.IsError {
 		t.Fatalf("escape not refused: %q", textOf(res))
 	}
-	// snapshot_session and rollback_session (with a working criu).
-	if isolate.CriuCheck() == nil {
-		if res := call("snapshot_session", map[string]any{}); res.IsError {
+	// snapshot_session and rollback_session: a subtest, skipped by name
+	// without a working criu.
+	t.Run("snapshot and rollback", func(t *testing.T) {
+		if err := m.HibernationAvailable(); err != nil {
+			t.Skipf("requires a working criu (make criu): %v", err)
+		}
+		if res := callT(t, "snapshot_session", map[string]any{}); res.IsError {
 			t.Fatalf("snapshot_session: %s", textOf(res))
 		}
-		call("run_python", map[string]any{"code": "x = 0\nimport os; os.remove('in.txt')"})
-		if res := call("rollback_session", map[string]any{}); res.IsError {
+		callT(t, "run_python", map[string]any{"code": "x = 0\nimport os; os.remove('in.txt')"})
+		if res := callT(t, "rollback_session", map[string]any{}); res.IsError {
 			t.Fatalf("rollback_session: %s", textOf(res))
 		}
-		if res := call("run_python", map[string]any{"code": "print(x, open('in.txt').read())"}); res.IsError || textOf(res) != "20 hello\n" {
+		if res := callT(t, "run_python", map[string]any{"code": "print(x, open('in.txt').read())"}); res.IsError || textOf(res) != "20 hello\n" {
 			t.Fatalf("after rollback: %q", textOf(res))
 		}
-	} else {
-		t.Log("snapshot_session and rollback_session not tested: requires a working criu (make criu)")
-	}
+	})
 	// reset_session: variables gone.
 	call("reset_session", map[string]any{})
 	if res := call("run_python", map[string]any{"code": "print(x)"}); !res.IsError || !strings.Contains(textOf(res), "NameError") {

@@ -85,7 +85,12 @@ func conformance(t *testing.T, c API) {
 		t.Fatalf("Files: %v", paths)
 	}
 
-	hibernateAndFork(ctx, t, c, s.ID)
+	t.Run("hibernate and fork", func(t *testing.T) {
+		if err := isolate.ProbeCriu(isolate.DefaultCriu); err != nil {
+			t.Skipf("requires a working criu (make criu): %v", err)
+		}
+		hibernateAndFork(ctx, t, c, s.ID)
+	})
 
 	// One-shot: files in, files back with their content.
 	res, err = c.Exec(ctx, "", "open('r.txt','w').write(open('a.txt').read()*2)", &ExecOptions{Files: []File{{Path: "a.txt", Data: []byte("ab")}}})
@@ -125,10 +130,6 @@ func conformance(t *testing.T, c API) {
 // to its snapshot.
 func hibernateAndFork(ctx context.Context, t *testing.T, c API, id string) {
 	t.Helper()
-	if err := isolate.CriuCheck(); err != nil {
-		t.Logf("hibernate and fork not tested: requires a working criu (make criu): %v", err)
-		return
-	}
 	h, err := c.Hibernate(ctx, id)
 	if err != nil || h.State != "hibernated" {
 		t.Fatalf("Hibernate: %+v, %v", h, err)

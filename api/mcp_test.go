@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -116,7 +117,7 @@ func TestMCP(t *testing.T) {
 	// snapshot_session and rollback_session: a subtest, skipped by name
 	// without a working criu.
 	t.Run("snapshot and rollback", func(t *testing.T) {
-		if err := m.HibernationAvailable(); err != nil {
+		if err := isolate.CriuCheck(); err != nil {
 			t.Skipf("requires a working criu (make criu): %v", err)
 		}
 		if res := callT(t, "snapshot_session", map[string]any{}); res.IsError {

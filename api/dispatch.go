@@ -8,7 +8,6 @@ import (
 	"runtime/debug"
 	"sync"
 
-	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
 	"github.com/jailcell/jailcell/workflow"
@@ -24,8 +23,8 @@ type Dispatcher struct {
 	// Version is reported by ping.
 	Version string
 	// Features, if set, answers ping's "isolation"; default the manager's,
-	// or a fresh isolate.Probe without a manager.
-	Features func() isolate.Features
+	// or a fresh session.Probe without a manager.
+	Features func() session.Features
 	// Logger receives handler panics (default slog.Default()).
 	Logger *slog.Logger
 	// Workflow, if set, runs every exec: fix-and-retry, fallback, degraded
@@ -231,14 +230,14 @@ func (d *Dispatcher) failures(owner int, req *Request) (*Response, error) {
 	return &Response{Failures: list}, nil
 }
 
-func (d *Dispatcher) features() isolate.Features {
+func (d *Dispatcher) features() session.Features {
 	switch {
 	case d.Features != nil:
 		return d.Features()
 	case d.Manager != nil:
 		return d.Manager.Features()
 	}
-	return isolate.Probe()
+	return session.Probe()
 }
 
 func (d *Dispatcher) logger() *slog.Logger {
@@ -267,11 +266,8 @@ var errorCodes = []struct {
 	{policy.ErrInvalid, CodeBadRequest},
 	{session.ErrNotFound, CodeNotFound},
 	{session.ErrLimit, CodeLimit}, // ErrStateQuota, ErrStoreQuota: the message names the quota's key
-	{isolate.ErrCopyBudget, CodeLimit},
-	{isolate.ErrExhausted, CodeLimit},
 	{session.ErrBusy, CodeBusy},
 	{session.ErrUnavailable, CodeUnavailable},
-	{isolate.ErrUnsupported, CodeUnavailable},
 	{session.ErrShutdown, CodeUnavailable},
 }
 
@@ -280,8 +276,11 @@ func errorFor(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	// What session passes on from below carries no sentinel of its own
+	// only if session did not wrap it: session names the sentinel it is.
+	is := session.Sentinel(err)
 	for _, m := range errorCodes {
-		if errors.Is(err, m.err) {
+		if errors.Is(err, m.err) || is == m.err {
 			return &Error{Code: m.code, Message: err.Error()}
 		}
 	}

@@ -36,7 +36,7 @@ type liveLine struct {
 	Text      string            `json:"text"`
 	Error     *Error            `json:"error"`
 	Version   string            `json:"version"`
-	Isolation *isolate.Features `json:"isolation"`
+	Isolation *session.Features `json:"isolation"`
 	Result    *session.Result   `json:"result"`
 	Session   string            `json:"session"`
 	ExpiresAt time.Time         `json:"expires_at"`

@@ -15,15 +15,16 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/session"
 )
 
 // These tests drive the transport with a Dispatcher that has no manager:
 // ping answers from an injected features func, every other op that passes
 // validation answers "unavailable". No root, no sandbox.
 
-func testDispatcher(features func() isolate.Features) *Dispatcher {
+func testDispatcher(features func() session.Features) *Dispatcher {
 	if features == nil {
-		features = func() isolate.Features { return isolate.Features{Kernel: "test", CgroupMode: "v2"} }
+		features = func() session.Features { return session.Features{Kernel: "test", CgroupMode: "v2"} }
 	}
 	return &Dispatcher{Version: "test-1", Features: features}
 }
@@ -36,7 +37,7 @@ type wireLine struct {
 	Error *Error          `json:"error"`
 
 	Version   string            `json:"version"`
-	Isolation *isolate.Features `json:"isolation"`
+	Isolation *session.Features `json:"isolation"`
 	raw       string
 }
 
@@ -196,10 +197,10 @@ func TestServeJSONLConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(n)
 	big := strings.Repeat("problem ", 4096) // long lines invite interleaving
-	d := testDispatcher(func() isolate.Features {
+	d := testDispatcher(func() session.Features {
 		wg.Done()
 		wg.Wait()
-		return isolate.Features{Problems: []string{big}}
+		return session.Features{Problems: []isolate.Problem{{ID: isolate.ProblemOverlay, Text: big}}}
 	})
 	var in strings.Builder
 	for range n {
@@ -210,7 +211,7 @@ func TestServeJSONLConcurrent(t *testing.T) {
 		t.Fatalf("got %d responses, want %d", len(got), n)
 	}
 	for _, g := range got {
-		if string(g.ID) != `"same"` || g.OK == nil || !*g.OK || g.Isolation == nil || g.Isolation.Problems[0] != big {
+		if string(g.ID) != `"same"` || g.OK == nil || !*g.OK || g.Isolation == nil || g.Isolation.Problems[0].Text != big {
 			t.Fatalf("bad response %.200s", g.raw)
 		}
 	}
@@ -221,7 +222,7 @@ func TestServeJSONLConcurrent(t *testing.T) {
 func TestServeJSONLMaxInFlight(t *testing.T) {
 	var mu sync.Mutex
 	running, peak := 0, 0
-	d := testDispatcher(func() isolate.Features {
+	d := testDispatcher(func() session.Features {
 		mu.Lock()
 		running++
 		peak = max(peak, running)
@@ -230,7 +231,7 @@ func TestServeJSONLMaxInFlight(t *testing.T) {
 		mu.Lock()
 		running--
 		mu.Unlock()
-		return isolate.Features{}
+		return session.Features{}
 	})
 	got := serve(t, d, JSONLOptions{MaxInFlight: 1}, strings.Repeat(`{"id":1,"op":"ping"}`+"\n", 4))
 	if len(got) != 4 || peak != 1 {
@@ -243,14 +244,14 @@ func TestServeJSONLMaxInFlight(t *testing.T) {
 func TestServeJSONLPanic(t *testing.T) {
 	calls := 0
 	var mu sync.Mutex
-	d := testDispatcher(func() isolate.Features {
+	d := testDispatcher(func() session.Features {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
 		if calls == 1 {
 			panic("boom")
 		}
-		return isolate.Features{}
+		return session.Features{}
 	})
 	d.Logger = discardLogger()
 	got := serve(t, d, JSONLOptions{MaxInFlight: 1}, `{"id":1,"op":"ping"}`+"\n"+`{"id":2,"op":"ping"}`+"\n")

@@ -11,5 +11,7 @@ import (
 // re-executes it with the argument "init" (integration tests only).
 func TestMain(m *testing.M) {
 	isolate.Init()
+	// libcontainer runs criu from PATH (isolate.Config.Criu).
+	_ = os.Setenv("PATH", isolate.CriuPATH(isolate.DefaultCriu, os.Getenv("PATH")))
 	os.Exit(m.Run())
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
 	"github.com/jailcell/jailcell/workflow"
@@ -136,7 +135,7 @@ type Response struct {
 
 	// ping
 	Version   string            `json:"version,omitempty"`
-	Isolation *isolate.Features `json:"isolation,omitempty"`
+	Isolation *session.Features `json:"isolation,omitempty"`
 	// exec
 	Result *session.Result `json:"result,omitempty"`
 	// exec through the workflow, beside "result" so its shape is

@@ -297,6 +297,7 @@ func TestErrorFor(t *testing.T) {
 		{session.ErrBusy, CodeBusy},
 		{session.ErrUnavailable, CodeUnavailable},
 		{fmt.Errorf("build: %w: no overlay", isolate.ErrUnsupported), CodeUnavailable},
+		{fmt.Errorf("hibernate: %w: criu passed its bound", isolate.ErrTimeout), CodeUnavailable},
 		{session.ErrShutdown, CodeUnavailable},
 		{errors.New("disk on fire"), CodeInternal},
 		{&Error{Code: CodeBusy, Message: "x"}, CodeBusy},

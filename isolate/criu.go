@@ -1,15 +1,11 @@
 package isolate
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -21,44 +17,6 @@ import (
 // A checkpointed sandbox's processes and memory are gone; its disk (the
 // overlay's upper layer) stays, and Disk.Restore brings the processes back on
 // it from the image directory.
-
-// CriuBinary is the criu jailcell uses: the one `make criu` builds. criu 3.x,
-// as in Debian bookworm, fails on newer kernels.
-var CriuBinary = "/var/lib/jailcell/criu/bin/criu"
-
-var (
-	criuOnce sync.Once
-	criuErr  error
-)
-
-// CriuCheck runs `criu check` once and returns why checkpoint/restore is not
-// available, or nil. On success it puts CriuBinary first in PATH: libcontainer
-// runs "criu" from PATH.
-func CriuCheck() error {
-	criuOnce.Do(func() {
-		criuErr = criuCheck(CriuBinary)
-		if criuErr == nil {
-			dir := filepath.Dir(CriuBinary)
-			if p := os.Getenv("PATH"); !strings.HasPrefix(p, dir+":") {
-				_ = os.Setenv("PATH", dir+":"+p)
-			}
-		}
-	})
-	return criuErr
-}
-
-func criuCheck(bin string) error {
-	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("%w: criu not installed at %s (make criu)", ErrUnsupported, bin)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "check").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%w: %s check: %v: %s", ErrUnsupported, bin, err, lastLine(out))
-	}
-	return nil
-}
 
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
@@ -159,7 +117,8 @@ func (d *Disk) prepareImageDir(dir string) error {
 // disk stays for Restore. The sandbox's connections to the host must be
 // closed first: criu refuses sockets whose peer is outside.
 func (s *Sandbox) Checkpoint(imageDir string, leaveRunning bool) (retErr error) {
-	if err := CriuCheck(); err != nil {
+	h := s.disk.h
+	if err := h.CriuCheck(); err != nil {
 		return err
 	}
 	if s.net != nil {
@@ -208,7 +167,14 @@ func (s *Sandbox) Checkpoint(imageDir string, leaveRunning bool) (retErr error) 
 	if err := s.container.Set(cfg); err != nil {
 		return fmt.Errorf("label sandbox %s for criu: %w", s.ID, err)
 	}
-	if err := s.container.Checkpoint(criuOpts(imageDir, leaveRunning)); err != nil {
+	what := "checkpoint of sandbox " + s.ID
+	err = criuOp(what, h.criuBound(s.policy.MemoryBytes), func() error {
+		return s.container.Checkpoint(criuOpts(imageDir, leaveRunning))
+	})
+	if errors.Is(err, ErrTimeout) {
+		return s.afterDumpTimeout(err)
+	}
+	if err != nil {
 		return fmt.Errorf("checkpoint sandbox %s: %w%s", s.ID, err, criuLogTail(imageDir, "dump.log"))
 	}
 	// criu dumps as host root, 0600: give the files the image ownership.
@@ -254,7 +220,7 @@ func criuLogTail(dir, name string) string {
 // (a fork's control directory is its own). On failure everything done is undone; the
 // disk and the images stay.
 func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
-	if err := CriuCheck(); err != nil {
+	if err := d.h.CriuCheck(); err != nil {
 		return nil, err
 	}
 	if err := spec.Policy.Validate(); err != nil {
@@ -289,7 +255,10 @@ func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 		return nil, err
 	}
 	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error) {
-		if err := c.Restore(p, criuOpts(imageDir, false)); err != nil {
+		err := criuOp("restore of sandbox "+id, d.h.criuBound(spec.Policy.MemoryBytes), func() error {
+			return c.Restore(p, criuOpts(imageDir, false))
+		})
+		if err != nil {
 			reapCriuZombies()
 			return nil, fmt.Errorf("restore sandbox %s: %w%s", id, err, criuLogTail(imageDir, "restore.log"))
 		}
@@ -313,30 +282,11 @@ func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 func reapCriuZombies() {
 	self := os.Getpid()
 	for try := 0; try < 5; try++ {
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
+		for pid, st := range procTable() {
+			if st.state == "Z" && st.comm == "criu" && st.ppid == self {
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 			}
-			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			s := string(b)
-			lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-			if lp < 0 || rp < lp || rp+2 > len(s) {
-				continue
-			}
-			f := strings.Fields(s[rp+2:])
-			if len(f) < 2 || f[0] != "Z" || s[lp+1:rp] != "criu" {
-				continue
-			}
-			if ppid, _ := strconv.Atoi(f[1]); ppid != self {
-				continue
-			}
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -14,9 +14,9 @@ import (
 )
 
 // requiresCriu skips unless a working criu is installed (the probe says why).
-func requiresCriu(t *testing.T) {
+func requiresCriu(t *testing.T, h *Host) {
 	t.Helper()
-	if err := CriuCheck(); err != nil {
+	if err := h.CriuCheck(); err != nil {
 		t.Skip("requires a working criu (make criu): " + err.Error())
 	}
 }
@@ -58,7 +58,7 @@ func waitCount(t *testing.T, ctl string, above int) int {
 
 func TestCheckpointRestore(t *testing.T) {
 	h := newTestHost(t)
-	requiresCriu(t)
+	requiresCriu(t, h)
 	p := policy.Default()
 	p.MemoryBytes = 300 << 20
 	d, err := h.NewDisk("criu"+strconv.Itoa(time.Now().Nanosecond()), p)
@@ -166,7 +166,7 @@ func criuCtl(t *testing.T) string {
 // files; both go on, apart, each under its own slot's host ids.
 func TestCheckpointForkOntoAnotherDisk(t *testing.T) {
 	h := newTestHost(t)
-	requiresCriu(t)
+	requiresCriu(t, h)
 	p := policy.Default()
 	p.MemoryBytes = 300 << 20
 	newDisk := func(name string) *Disk {
@@ -244,7 +244,7 @@ func TestCheckpointForkOntoAnotherDisk(t *testing.T) {
 // new disk, the files loaded back, the checkpoint restored there.
 func TestCheckpointRestoreOnRebuiltDisk(t *testing.T) {
 	h := newTestHost(t)
-	requiresCriu(t)
+	requiresCriu(t, h)
 	p := policy.Default()
 	p.MemoryBytes = 300 << 20
 	id := "reboot" + strconv.Itoa(time.Now().Nanosecond())

@@ -21,4 +21,7 @@ var (
 	// ErrCopyBudget: a copy of a disk's files (SaveUpper, CopyUpper,
 	// CopyFileData) would allocate more than its Meter allows.
 	ErrCopyBudget = errors.New("copy over its byte budget")
+	// ErrTimeout: a checkpoint or restore passed its bound (criu hung);
+	// the criu it started was killed.
+	ErrTimeout = errors.New("checkpoint/restore timed out")
 )

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
@@ -48,6 +49,19 @@ type Config struct {
 	UIDBase int
 	// Slots is how many sandboxes may exist at once. Default 4096.
 	Slots int
+	// Criu is the criu binary for checkpoint and restore. Default
+	// DefaultCriu. libcontainer (runc v1.5) runs "criu" from PATH and has
+	// no option naming it (runc #3316, #4722), so the process's PATH must
+	// resolve "criu" to this very file: CriuCheck refuses checkpoints
+	// otherwise, rather than run another criu. isolate never changes the
+	// environment; the process's owner sets PATH (CriuPATH) once, before
+	// anything runs.
+	Criu string
+	// CriuTimeout bounds each checkpoint and restore; past it the criu
+	// the operation started is killed and the operation answers
+	// ErrTimeout. 0 means criuBound: 60 s plus 1 s per 16 MiB of the
+	// sandbox's memory limit.
+	CriuTimeout time.Duration
 }
 
 const idsPerSlot = 65536
@@ -63,6 +77,15 @@ type Host struct {
 	egressCfg Egress
 
 	gate atomic.Pointer[gate]
+
+	// criu is the checkpoint/restore state: the probe's cached verdict
+	// and the one-at-a-time slot that lets a timed-out operation find
+	// the criu it started (criuOp).
+	criu struct {
+		once sync.Once
+		err  error
+		slot chan struct{}
+	}
 }
 
 // gate is a check every sandbox build waits for (Host.Gate).
@@ -109,6 +132,15 @@ func NewHost(cfg Config) (*Host, error) {
 	if cfg.Slots == 0 {
 		cfg.Slots = 4096
 	}
+	if cfg.Criu == "" {
+		cfg.Criu = DefaultCriu
+	}
+	if !filepath.IsAbs(cfg.Criu) {
+		return nil, fmt.Errorf("criu %q must be an absolute path", cfg.Criu)
+	}
+	if cfg.CriuTimeout < 0 {
+		return nil, fmt.Errorf("criu timeout %v must not be negative", cfg.CriuTimeout)
+	}
 	if !filepath.IsAbs(cfg.CgroupRoot) {
 		// A relative cgroup path lands under the caller's own cgroup.
 		return nil, fmt.Errorf("cgroup root %q must be absolute", cfg.CgroupRoot)
@@ -134,13 +166,15 @@ func NewHost(cfg Config) (*Host, error) {
 		}
 	}
 	logrus.SetLevel(logrus.WarnLevel)
-	return &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}}, nil
+	h := &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}}
+	h.criu.slot = make(chan struct{}, 1)
+	return h, nil
 }
 
-func stringErrs(s []string) []error {
+func stringErrs(s []Problem) []error {
 	out := make([]error, len(s))
 	for i, v := range s {
-		out[i] = errors.New(v)
+		out[i] = errors.New(v.Text)
 	}
 	return out
 }

@@ -16,6 +16,8 @@ import (
 
 func TestMain(m *testing.M) {
 	Init()
+	// libcontainer runs criu from PATH (Config.Criu).
+	_ = os.Setenv("PATH", CriuPATH(DefaultCriu, os.Getenv("PATH")))
 	os.Exit(m.Run())
 }
 

@@ -26,8 +26,41 @@ type Features struct {
 	Seccomp   bool `json:"seccomp"`
 	// SeccompVersion is libseccomp's version, when compiled in.
 	SeccompVersion string `json:"seccomp_version,omitempty"`
-	// Problems lists, in words, each missing feature and how to fix it.
-	Problems []string `json:"problems,omitempty"`
+	// Problems lists each missing feature: a kind (ID) to match on, and in
+	// words what is missing and how to fix it.
+	Problems []Problem `json:"problems,omitempty"`
+}
+
+// ProblemID names a kind of probe problem: callers (doctor) match the
+// kind, never the words, which may change.
+type ProblemID string
+
+// The kinds of probe problems.
+const (
+	ProblemCgroupController ProblemID = "cgroup_controller"
+	ProblemSwapAccounting   ProblemID = "swap_accounting"
+	ProblemUserNS           ProblemID = "user_namespace"
+	ProblemOverlay          ProblemID = "overlay"
+	ProblemIDMap            ProblemID = "idmapped_mounts"
+	ProblemSeccomp          ProblemID = "seccomp"
+)
+
+// Problem is one missing feature. On the wire it is its text alone, as
+// it always was: a client shows it to a person.
+type Problem struct {
+	ID   ProblemID
+	Text string
+}
+
+func (p Problem) String() string { return p.Text }
+
+// MarshalText writes the problem's words.
+func (p Problem) MarshalText() ([]byte, error) { return []byte(p.Text), nil }
+
+// UnmarshalText reads the words back; the kind does not travel.
+func (p *Problem) UnmarshalText(b []byte) error {
+	p.Text = string(b)
+	return nil
 }
 
 // OK reports whether a sandbox can be built with full isolation.
@@ -40,7 +73,9 @@ func Probe() Features {
 	if unix.Uname(&uts) == nil {
 		f.Kernel = unix.ByteSliceToString(uts.Release[:])
 	}
-	problem := func(format string, a ...any) { f.Problems = append(f.Problems, fmt.Sprintf(format, a...)) }
+	problem := func(id ProblemID, format string, a ...any) {
+		f.Problems = append(f.Problems, Problem{ID: id, Text: fmt.Sprintf(format, a...)})
+	}
 
 	switch {
 	case cgroups.IsCgroup2UnifiedMode():
@@ -51,7 +86,7 @@ func Probe() Features {
 			if contains(have, c) {
 				f.Controllers = append(f.Controllers, c)
 			} else {
-				problem("cgroup v2 controller %q is not enabled at /sys/fs/cgroup/cgroup.controllers", c)
+				problem(ProblemCgroupController, "cgroup v2 controller %q is not enabled at /sys/fs/cgroup/cgroup.controllers", c)
 			}
 		}
 		f.SwapLimit = true
@@ -64,33 +99,33 @@ func Probe() Features {
 			if _, err := os.Stat("/sys/fs/cgroup/" + c); err == nil {
 				f.Controllers = append(f.Controllers, c)
 			} else {
-				problem("cgroup v1 controller %q is not mounted at /sys/fs/cgroup/%s", c, c)
+				problem(ProblemCgroupController, "cgroup v1 controller %q is not mounted at /sys/fs/cgroup/%s", c, c)
 			}
 		}
 		_, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 		f.SwapLimit = err == nil
 		if !f.SwapLimit && hasSwap() {
-			problem("swap is on but the memory cgroup cannot limit it: boot with swapaccount=1 or turn swap off")
+			problem(ProblemSwapAccounting, "swap is on but the memory cgroup cannot limit it: boot with swapaccount=1 or turn swap off")
 		}
 	}
 
 	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) != "0" {
 		f.UserNS = true
 	} else {
-		problem("user namespaces are disabled: sysctl user.max_user_namespaces must be > 0")
+		problem(ProblemUserNS, "user namespaces are disabled: sysctl user.max_user_namespaces must be > 0")
 	}
 	if b, err := os.ReadFile("/proc/filesystems"); err == nil {
 		f.Overlay = strings.Contains(string(b), "\toverlay\n")
 	}
 	if !f.Overlay {
-		problem("overlayfs is not available: modprobe overlay")
+		problem(ProblemOverlay, "overlayfs is not available: modprobe overlay")
 	}
 	// Idmapped mounts arrived in 5.12 (overlayfs lower layers honour them).
 	var maj, min int
 	fmt.Sscanf(f.Kernel, "%d.%d", &maj, &min)
 	f.IDMap = maj > 5 || (maj == 5 && min >= 12)
 	if !f.IDMap {
-		problem("kernel %s has no idmapped mounts: 5.12 or newer is needed", f.Kernel)
+		problem(ProblemIDMap, "kernel %s has no idmapped mounts: 5.12 or newer is needed", f.Kernel)
 	}
 	if seccomp.Enabled {
 		if _, err := os.Stat("/proc/self/status"); err == nil {
@@ -101,7 +136,7 @@ func Probe() Features {
 		f.SeccompVersion = fmt.Sprintf("%d.%d.%d", a, b, c)
 	}
 	if !f.Seccomp {
-		problem("seccomp is not available (kernel without CONFIG_SECCOMP_FILTER, or jailcell built without -tags seccomp)")
+		problem(ProblemSeccomp, "seccomp is not available (kernel without CONFIG_SECCOMP_FILTER, or jailcell built without -tags seccomp)")
 	}
 	return f
 }

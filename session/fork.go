@@ -28,7 +28,7 @@ const forkImagesName = "fork-images"
 // idle TTL, and returns it. A hibernated parent is restored first. A
 // persisted parent's fork is not persisted (both would write one store).
 func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error) {
-	if err := isolate.CriuCheck(); err != nil {
+	if err := m.host.CriuCheck(); err != nil {
 		return nil, fmt.Errorf("%w: fork needs checkpoint/restore: %v", ErrUnavailable, err)
 	}
 	parent, err := m.claim(owner, id)
@@ -86,7 +86,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	}
 	k, err := m.restoreKernel(ctx, child, images)
 	if err != nil {
-		return nil, fmt.Errorf("%w: restore fork of %s: %v", ErrUnavailable, id, err)
+		return nil, hostErr(ErrUnavailable, fmt.Errorf("restore fork of %s: %w", id, err))
 	}
 	child.mu.Lock()
 	child.k = k
@@ -126,7 +126,8 @@ func (m *Manager) checkpointCopy(s *Session, k *kernel, images string, copyFiles
 		if rerr := k.sb.Resume(); rerr != nil && err == nil {
 			err = rerr
 		}
-		if err == nil {
+		// A hung criu is not tried again: each try costs its bound.
+		if err == nil || errors.Is(err, isolate.ErrTimeout) {
 			break
 		}
 	}
@@ -138,7 +139,7 @@ func (m *Manager) checkpointCopy(s *Session, k *kernel, images string, copyFiles
 		return fmt.Errorf("checkpoint of session %s: %w", s.id, err)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: checkpoint of session %s: %v", ErrUnavailable, s.id, err)
+		return hostErr(ErrUnavailable, fmt.Errorf("checkpoint of session %s: %w", s.id, err))
 	}
 	// criu's log of a dump that worked is ~0.6 MB of the image.
 	_ = os.Remove(filepath.Join(images, "dump.log"))

@@ -32,9 +32,9 @@ const (
 	savedName      = "upper-saved"
 )
 
-// HibernationAvailable says whether this host can hibernate sessions, or
-// why not.
-func HibernationAvailable() error { return isolate.CriuCheck() }
+// HibernationAvailable says whether this host can hibernate sessions (and
+// snapshot and fork them), or why not. The host probes once.
+func (m *Manager) HibernationAvailable() error { return m.host.CriuCheck() }
 
 // Hibernate checkpoints session id now and releases its memory. A session
 // already hibernated is left as it is.
@@ -53,7 +53,7 @@ func (m *Manager) Hibernate(ctx context.Context, owner int, id string) (*Info, e
 
 // hibernate does the work; the caller holds s.run.
 func (m *Manager) hibernate(s *Session) error {
-	if err := isolate.CriuCheck(); err != nil {
+	if err := m.host.CriuCheck(); err != nil {
 		return fmt.Errorf("%w: hibernation is off: %v", ErrUnavailable, err)
 	}
 	s.mu.Lock()
@@ -86,7 +86,8 @@ func (m *Manager) hibernate(s *Session) error {
 	var err error
 	for try := 0; try < 3; try++ {
 		time.Sleep(time.Duration(20+50*try) * time.Millisecond)
-		if err = k.sb.Checkpoint(images, false); err == nil {
+		// A hung criu is not tried again: each try costs its bound.
+		if err = k.sb.Checkpoint(images, false); err == nil || errors.Is(err, isolate.ErrTimeout) {
 			break
 		}
 	}
@@ -98,7 +99,7 @@ func (m *Manager) hibernate(s *Session) error {
 			m.dropKernel(s, k)
 			return fmt.Errorf("%w: hibernate session %s: %v; its kernel was lost: %v", ErrUnavailable, s.id, err, rerr)
 		}
-		return fmt.Errorf("%w: hibernate session %s: %v", ErrUnavailable, s.id, err)
+		return hostErr(ErrUnavailable, fmt.Errorf("hibernate session %s: %w", s.id, err))
 	}
 	dump := time.Since(start)
 	// criu's log of a dump that worked is ~0.6 MB of the image.
@@ -235,7 +236,7 @@ func (m *Manager) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
 
 // hibernateIdle hibernates the sessions idle for HibernateAfter (janitor).
 func (m *Manager) hibernateIdle(now time.Time) {
-	if m.cfg.HibernateAfter <= 0 || isolate.CriuCheck() != nil {
+	if m.cfg.HibernateAfter <= 0 || m.host.CriuCheck() != nil {
 		return
 	}
 	m.mu.Lock()
@@ -310,7 +311,7 @@ func (m *Manager) rebuildDisk(meta sessionMeta, dir string) (*isolate.Disk, erro
 	}
 	disk, err := m.host.ReplaceDisk(meta.ID, meta.Policy)
 	if err != nil {
-		return nil, err
+		return nil, hostErr(ErrUnavailable, err)
 	}
 	if err := writeKernelScript(disk); err != nil {
 		_ = disk.Destroy()

@@ -7,16 +7,21 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
 )
+
+// criuProbe is the criu probe's verdict, once per test binary.
+var criuProbe = sync.OnceValue(func() error { return isolate.ProbeCriu(isolate.DefaultCriu) })
 
 func requiresCriu(t *testing.T) {
 	t.Helper()
-	if err := HibernationAvailable(); err != nil {
+	if err := criuProbe(); err != nil {
 		t.Skip("requires a working criu (make criu): " + err.Error())
 	}
 }

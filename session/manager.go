@@ -327,7 +327,7 @@ func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr err
 	}()
 	disk, err := m.host.NewDisk(id, p)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return nil, hostErr(ErrUnavailable, err)
 	}
 	// The control directory (host root's, on the disk's tmpfs so that its
 	// bind mount shows no host path inside) holds the kernel and the

@@ -23,6 +23,8 @@ import (
 
 func TestMain(m *testing.M) {
 	isolate.Init()
+	// libcontainer runs criu from PATH (isolate.Config.Criu).
+	_ = os.Setenv("PATH", isolate.CriuPATH(isolate.DefaultCriu, os.Getenv("PATH")))
 	code := m.Run()
 	// This process's cgroup root, if no test left a sandbox under it (a
 	// leftover keeps it, for make test's leak check to report).

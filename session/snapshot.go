@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/jailcell/jailcell/isolate"
 )
 
 // Snapshot and rollback: a known-good state to return to, in place. A
@@ -39,7 +37,7 @@ func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, er
 
 // snapshot does the work; the caller holds s.run.
 func (m *Manager) snapshot(ctx context.Context, s *Session) error {
-	if err := isolate.CriuCheck(); err != nil {
+	if err := m.host.CriuCheck(); err != nil {
 		return fmt.Errorf("%w: snapshots need checkpoint/restore: %v", ErrUnavailable, err)
 	}
 	if lost, err := m.wake(ctx, s); err != nil {

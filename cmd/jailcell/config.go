@@ -63,7 +63,7 @@ var configKeys = []configKey{
 	{"store_quota_bytes", 0, ""},
 	{"wheelhouse", "", ""},
 	{"egress_upstream", "", ""},
-	{"criu", isolate.CriuBinary, ""},
+	{"criu", isolate.DefaultCriu, ""},
 	{"log.level", "info", "log-level"},
 	{"log.format", "text", "log-format"},
 	{"sessions.max", 64, ""},

@@ -29,9 +29,9 @@ const (
 // check is one line of the doctor's report.
 type check struct {
 	status, name, found, fix string
-	// keys pick out the isolate.Probe problems that belong to this check,
+	// ids pick out the isolate.Probe problems that belong to this check,
 	// so the report and NewHost's refusal can never disagree.
-	keys []string
+	ids []isolate.ProblemID
 }
 
 func newDoctorCmd() *cobra.Command {
@@ -76,12 +76,12 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 	for _, p := range f.Problems {
 		placed := false
 		for _, c := range checks {
-			for _, k := range c.keys {
-				if strings.Contains(p, k) {
+			for _, id := range c.ids {
+				if p.ID == id {
 					placed = true
 					if c.status != statusFail { // else the check said it already
 						c.status = statusFail
-						c.found += "; " + p
+						c.found += "; " + p.Text
 					}
 					break
 				}
@@ -91,7 +91,7 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 			}
 		}
 		if !placed {
-			checks = append(checks, &check{status: statusFail, name: "host", found: p})
+			checks = append(checks, &check{status: statusFail, name: "host", found: p.Text})
 		}
 	}
 	failed := false
@@ -104,10 +104,11 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 	sc := checkStateDir(hf.stateDir)
 	printCheck(out, sc)
 	failed = failed || rc.status == statusFail || sc.status == statusFail
-	if cfg, err := hf.config(); err == nil {
-		isolate.CriuBinary = cfg.Criu
+	criu := isolate.DefaultCriu
+	if cfg, err := hf.config(); err == nil && cfg.Criu != "" {
+		criu = cfg.Criu
 	}
-	printCheck(out, checkCriu())
+	printCheck(out, checkCriu(criu))
 
 	// The final word: build a real sandbox with the same code path as
 	// `jailcell run`.
@@ -161,7 +162,7 @@ func checkRoot() *check {
 func checkUserNS(f isolate.Features) *check {
 	b, _ := os.ReadFile("/proc/sys/user/max_user_namespaces")
 	c := &check{status: statusOK, name: "user namespaces", found: "user.max_user_namespaces = " + strings.TrimSpace(string(b)),
-		keys: []string{"user namespaces"}, fix: "sysctl -w user.max_user_namespaces=15000"}
+		ids: []isolate.ProblemID{isolate.ProblemUserNS}, fix: "sysctl -w user.max_user_namespaces=15000"}
 	if !f.UserNS {
 		c.status = statusFail
 	}
@@ -170,7 +171,7 @@ func checkUserNS(f isolate.Features) *check {
 
 func checkOverlay(f isolate.Features) *check {
 	c := &check{status: statusOK, name: "overlayfs", found: "overlay listed in /proc/filesystems",
-		keys: []string{"overlayfs"}, fix: "modprobe overlay"}
+		ids: []isolate.ProblemID{isolate.ProblemOverlay}, fix: "modprobe overlay"}
 	if !f.Overlay {
 		c.status, c.found = statusFail, "overlay is not in /proc/filesystems"
 	}
@@ -180,7 +181,7 @@ func checkOverlay(f isolate.Features) *check {
 func checkIDMap(f isolate.Features) *check {
 	c := &check{status: statusOK, name: "idmapped mounts",
 		found: "kernel " + f.Kernel + " is 5.12 or newer (exercised by the sandbox check below)",
-		keys:  []string{"idmapped"}, fix: "upgrade to Linux 5.12 or newer"}
+		ids:   []isolate.ProblemID{isolate.ProblemIDMap}, fix: "upgrade to Linux 5.12 or newer"}
 	if !f.IDMap {
 		c.status, c.found = statusFail, "kernel "+f.Kernel+" predates idmapped mounts (5.12)"
 	}
@@ -215,7 +216,7 @@ func checkCgroupMode(f isolate.Features) *check {
 }
 
 func checkControllers(f isolate.Features) *check {
-	c := &check{status: statusOK, name: "cgroup ctrls", keys: []string{"controller"}}
+	c := &check{status: statusOK, name: "cgroup ctrls", ids: []isolate.ProblemID{isolate.ProblemCgroupController}}
 	where := "/sys/fs/cgroup/<name> (v1)"
 	if f.CgroupMode == "v2" {
 		where = "/sys/fs/cgroup/cgroup.controllers"
@@ -231,7 +232,7 @@ func checkControllers(f isolate.Features) *check {
 }
 
 func checkSwap(f isolate.Features) *check {
-	c := &check{name: "swap limit", keys: []string{"swap"}, fix: "boot with swapaccount=1, or turn swap off (swapoff -a)"}
+	c := &check{name: "swap limit", ids: []isolate.ProblemID{isolate.ProblemSwapAccounting}, fix: "boot with swapaccount=1, or turn swap off (swapoff -a)"}
 	swapOn := swapDevices()
 	switch {
 	case f.SwapLimit && f.CgroupMode == "v2":
@@ -247,7 +248,7 @@ func checkSwap(f isolate.Features) *check {
 }
 
 func checkSeccomp(f isolate.Features) *check {
-	c := &check{name: "seccomp", keys: []string{"seccomp"}}
+	c := &check{name: "seccomp", ids: []isolate.ProblemID{isolate.ProblemSeccomp}}
 	switch {
 	case !seccomp.Enabled:
 		c.status, c.found = statusFail, "this jailcell binary was built without seccomp support"
@@ -438,9 +439,9 @@ func truncate(s string, n int) string {
 
 // checkCriu says whether sessions can hibernate: a warning only, sessions
 // work without it.
-func checkCriu() *check {
-	c := &check{status: statusOK, name: "hibernation", found: "criu check passed: " + isolate.CriuBinary}
-	if err := isolate.CriuCheck(); err != nil {
+func checkCriu(criu string) *check {
+	c := &check{status: statusOK, name: "hibernation", found: "criu check passed and a test process was dumped and restored: " + criu}
+	if err := isolate.ProbeCriu(criu); err != nil {
 		c.status, c.found, c.fix = statusWarn, "off: "+err.Error(), "make criu (builds criu 4.x into /var/lib/jailcell/criu)"
 	}
 	return c

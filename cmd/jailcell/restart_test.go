@@ -93,7 +93,7 @@ func quote(s string) string {
 // sessions; after a reboot (every sandbox disk, a tmpfs, is gone) the next
 // start restores one on its first cell with its variables and files.
 func TestServeHibernatesOnShutdownAcrossReboot(t *testing.T) {
-	if err := isolate.CriuCheck(); err != nil {
+	if err := isolate.ProbeCriu(isolate.DefaultCriu); err != nil {
 		t.Skip("requires a working criu (make criu): " + err.Error())
 	}
 	first := startServe(t, "root", "")

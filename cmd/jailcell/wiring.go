@@ -143,7 +143,12 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	isolate.CriuBinary = cfg.Criu
+	// libcontainer runs criu from PATH and has no option naming it (runc
+	// #3316, #4722): this process's PATH is set here, before any sandbox
+	// exists, and the host refuses checkpoints if PATH finds another criu.
+	if err := os.Setenv("PATH", isolate.CriuPATH(cfg.Criu, os.Getenv("PATH"))); err != nil {
+		return nil, fmt.Errorf("put criu %s on PATH: %w", cfg.Criu, err)
+	}
 	lock, err := lockStateDir(stateDir)
 	if err != nil {
 		return nil, err
@@ -164,6 +169,7 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	}
 	host, err := isolate.NewHost(isolate.Config{
 		StateDir:   stateDir,
+		Criu:       cfg.Criu,
 		Rootfs:     r.Root,
 		CgroupRoot: cgRoot,
 	})

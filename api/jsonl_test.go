@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/session"
 )
@@ -280,7 +281,7 @@ func TestServeJSONLNoManager(t *testing.T) {
 func TestServeJSONLCancel(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
-	var out syncBuffer
+	var out testenv.LockedBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ServeJSONL(ctx, pr, &out, testDispatcher(nil), JSONLOptions{}) }()
@@ -352,23 +353,6 @@ func TestReadLinesBounded(t *testing.T) {
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()

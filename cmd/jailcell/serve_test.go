@@ -40,13 +40,7 @@ sessions:
   max: 6
 drain_grace: 20s
 policies:
-  default:
-    memory_bytes: 256MiB
-    pids: 64
-    disk_bytes: 64MiB
-    output_bytes: 64KiB
-    interrupt_grace: 1s
-  small:
+` + testenv.DefaultPolicy + `  small:
     memory_bytes: 128MiB
     timeout: 5s
 ` + extra

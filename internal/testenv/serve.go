@@ -88,6 +88,16 @@ func RemoveBuild() {
 	}
 }
 
+// DefaultPolicy is the `default` entry under `policies:` of a test
+// service: small enough that many sandboxes fit on a shared test machine.
+const DefaultPolicy = `  default:
+    memory_bytes: 256MiB
+    pids: 64
+    disk_bytes: 64MiB
+    output_bytes: 64KiB
+    interrupt_grace: 1s
+`
+
 // ServeConfig is the part of a test service's configuration that says
 // where it lives: the socket and state under dir, the built rootfs. The
 // rest (logs, sessions, policies) is the caller's.

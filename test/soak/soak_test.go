@@ -155,13 +155,7 @@ sessions:
   max: %d
 drain_grace: 10s
 policies:
-  default:
-    memory_bytes: 256MiB
-    pids: 64
-    disk_bytes: 64MiB
-    output_bytes: 64KiB
-    interrupt_grace: 1s
-`, sessions+10)
+`, sessions+10) + testenv.DefaultPolicy
 		},
 	})
 	return &daemon{Service: svc, client: &http.Client{Transport: &http.Transport{

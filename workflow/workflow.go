@@ -59,16 +59,25 @@ type Runner struct {
 	rev *reviewLog
 }
 
+// The defaults of Config's zero fields, and the largest ceiling; the
+// daemon's configuration keys take theirs from here.
+const (
+	DefaultMaxAttemptsCeiling = 5
+	MaxAttemptsCeilingLimit   = 20
+	DefaultThreshold          = 3
+	DefaultTTL                = 24 * time.Hour
+)
+
 // New makes a Runner over m, loading failure memory from cfg.ReviewDir.
 func New(m *session.Manager, cfg Config) (*Runner, error) {
 	if cfg.MaxAttemptsCeiling == 0 {
-		cfg.MaxAttemptsCeiling = 5
+		cfg.MaxAttemptsCeiling = DefaultMaxAttemptsCeiling
 	}
 	if cfg.Threshold == 0 {
-		cfg.Threshold = 3
+		cfg.Threshold = DefaultThreshold
 	}
 	if cfg.TTL == 0 {
-		cfg.TTL = 24 * time.Hour
+		cfg.TTL = DefaultTTL
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -76,8 +85,8 @@ func New(m *session.Manager, cfg Config) (*Runner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.MaxAttemptsCeiling < 1 || cfg.MaxAttemptsCeiling > 20 {
-		return nil, fmt.Errorf("fixer.max_attempts_ceiling = %d, allowed 1..20", cfg.MaxAttemptsCeiling)
+	if cfg.MaxAttemptsCeiling < 1 || cfg.MaxAttemptsCeiling > MaxAttemptsCeilingLimit {
+		return nil, fmt.Errorf("fixer.max_attempts_ceiling = %d, allowed 1..%d", cfg.MaxAttemptsCeiling, MaxAttemptsCeilingLimit)
 	}
 	if cfg.Threshold < 1 {
 		return nil, fmt.Errorf("failures.threshold = %d, allowed >= 1", cfg.Threshold)

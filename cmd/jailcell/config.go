@@ -27,6 +27,8 @@ import (
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/rootfs"
+	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/workflow"
 )
 
 // Configuration comes from, lowest to highest precedence: the defaults
@@ -41,55 +43,161 @@ const (
 	envPrefix         = "JAILCELL"
 )
 
-// configKey is one documented key. configs/config.example.yaml documents
-// the same keys with the same defaults (a test keeps them in step).
+// configKey is one configuration key: the single place that says its
+// name, default, flag, whether SIGHUP applies it, what it does and how it
+// is read into config (doc.go has the recipe for adding one). Its
+// environment variable follows from its name (envName), its line in
+// `jailcell config` and its entry in configs/config.example.yaml from the
+// whole row (TestConfigExampleGenerated keeps the file in step).
 type configKey struct {
 	name string
 	def  any
 	// flag is the flag that sets the key on commands that have it; its
 	// default is then the key's default for that command.
 	flag string
+	// reload: SIGHUP applies a new value (serve); any other key needs a
+	// restart.
+	reload bool
+	// doc is the key's comment in the example configuration.
+	doc string
+	// dec reads the key's value into its field of config.
+	dec decoder
 }
 
+// configKeys are every key, in documentation order; keys sharing a
+// section ("sessions.") stay together.
 var configKeys = []configKey{
-	{"socket", defaultSocket, "socket"},
-	{"socket_group", "jailcell", "socket-group"},
-	{"allowed_uids", []string{}, ""},
-	{"allowed_gids", []string{}, ""},
-	{"state_dir", defaultStateDir, "state-dir"},
-	{"rootfs", rootfs.DefaultBase, "rootfs"},
-	{"store_dir", "", ""},
-	{"state_quota_bytes", 0, ""},
-	{"store_quota_bytes", 0, ""},
-	{"wheelhouse", "", ""},
-	{"egress_upstream", "", ""},
-	{"criu", isolate.DefaultCriu, ""},
-	{"log.level", "info", "log-level"},
-	{"log.format", "text", "log-format"},
-	{"sessions.max", 64, ""},
-	{"sessions.idle_ttl", 30 * time.Minute, ""},
-	{"sessions.max_idle_ttl", 24 * time.Hour, ""},
-	{"sessions.max_lifetime", 24 * time.Hour, ""},
-	{"preload", []string{"numpy", "pandas", "matplotlib.pyplot"}, ""},
-	{"pool.size", 0, ""},
-	{"drain_grace", 30 * time.Second, ""},
-	{"sessions.survive_restart", false, ""},
-	{"sessions.hibernate_after", time.Duration(0), ""},
-	{"sessions.hibernated_ttl", 7 * 24 * time.Hour, ""},
-	{"sessions.hibernate_on_shutdown", false, ""},
-	{"sessions.max_hibernated", 1024, ""},
-	// The workflow keys (fix-and-retry, review log, failure memory); see
-	// workflow_config.go for what each does.
-	{"fixer.kind", "", ""},
-	{"fixer.command", "", ""},
-	{"fixer.timeout", 60 * time.Second, ""},
-	{"fixer.max_attempts_ceiling", 5, ""},
-	{"fixer.openai.base_url", "", ""},
-	{"fixer.openai.model", "", ""},
-	{"fixer.openai.api_key_env", "", ""},
-	{"review.dir", defaultReviewDir, ""},
-	{"failures.threshold", 3, ""},
-	{"failures.ttl", 24 * time.Hour, ""},
+	{name: "socket", def: defaultSocket, flag: "socket", dec: strKey(func(c *config) *string { return &c.Socket }),
+		doc: `Unix socket ` + "`jailcell serve`" + ` listens on (flag --socket), unless systemd
+passes one (jailcell.socket). Created 0660 in a 0750 directory, both
+owned by root and socket_group.`},
+	{name: "socket_group", def: "jailcell", flag: "socket-group", dec: strKey(func(c *config) *string { return &c.SocketGroup }),
+		doc: `Group owning the socket and its directory (flag --socket-group). Members
+can connect; whether they may call is allowed_uids/allowed_gids' say.
+If the default group does not exist the socket is root's alone
+(create it: groupadd --system jailcell).`},
+	{name: "allowed_uids", def: []string{}, reload: true, dec: listKey(func(c *config) *[]string { return &c.AllowedUIDs }),
+		doc: `Who may call the service besides root (always allowed), by user name or
+uid. Each caller is identified by the kernel (SO_PEERCRED); a session
+belongs to the uid that created it, and another non-root uid gets
+not_found for it.`},
+	{name: "allowed_gids", def: []string{}, reload: true, dec: listKey(func(c *config) *[]string { return &c.AllowedGIDs }),
+		doc: `Groups whose members (primary or supplementary group) may call, by name
+or gid. Example: [jailcell]`},
+	{name: "state_dir", def: defaultStateDir, flag: "state-dir", dec: strKey(func(c *config) *string { return &c.StateDir }),
+		doc: `Sandbox and session state; one jailcell process at a time uses it
+(flag --state-dir).`},
+	{name: "rootfs", def: rootfs.DefaultBase, flag: "rootfs", dec: strKey(func(c *config) *string { return &c.Rootfs }),
+		doc: `The Python rootfs: a base directory (its current version), a version
+directory, or its root/ (flag --rootfs). Built by ` + "`make rootfs`" + `.`},
+	{name: "store_dir", def: "", dec: strKey(func(c *config) *string { return &c.Session.StoreDir }),
+		doc: `Where persisted workspaces ("persist" at create) are kept; "" turns
+persistence off.`},
+	{name: "state_quota_bytes", def: 0, dec: bytesKey(func(c *config) *int64 { return &c.Session.StateQuota }),
+		doc: `Host disk state_dir may hold for sessions: checkpoint images and copies
+of workspaces (hibernation, snapshots, forks), counted in allocated
+bytes (holes in sparse files cost nothing). A hibernate, snapshot or fork
+that would pass it fails with error code limit naming this key. Each
+session's share is bounded on its own: a copy of its files at most its
+disk_bytes, images at most its memory_bytes + 32 MiB, two of each at
+once. A number of bytes, optionally with a unit (64GiB); 0: a quarter of
+the size of the filesystem holding state_dir.`},
+	{name: "store_quota_bytes", def: 0, dec: bytesKey(func(c *config) *int64 { return &c.Session.StoreQuota }),
+		doc: `Host disk all persisted workspaces in store_dir may hold, in allocated
+bytes; a file that would pass it is not persisted (logged). Each
+persisted workspace is also capped at the disk_bytes of the session that
+writes it (less 1 MiB), so that it always restores into a session of that
+policy. 0: a quarter of the size of the filesystem holding store_dir.`},
+	{name: "wheelhouse", def: "", dec: strKey(func(c *config) *string { return &c.Session.Wheelhouse }),
+		doc: `A host directory of wheels mounted read-only in every sandbox for offline
+pip installs ("requirements" at create); "" for none.`},
+	{name: "egress_upstream", def: "", dec: strKey(func(c *config) *string { return &c.EgressUpstream }),
+		doc: `Network namespace (a path such as /run/netns/egress, or /proc/1/ns/net
+for the host's own) that the gateways of "network: allowlist" sandboxes
+are plugged into; routing onwards from there is the operator's. Empty:
+allowlist policies are refused. See docs/egress.md.`},
+	{name: "criu", def: isolate.DefaultCriu, dec: strKey(func(c *config) *string { return &c.Criu }),
+		doc: `The criu binary (4.x) for hibernate, restore, fork and snapshots; make criu
+builds one here. Missing or failing ` + "`criu check`" + `: those ops answer
+unavailable with the reason, and sessions work as without them.`},
+	{name: "log.level", def: "info", flag: "log-level", reload: true, dec: levelKey(func(c *config) *slog.Level { return &c.LogLevel }),
+		doc: `debug, info, warn or error (flag --log-level). Only debug logs cell
+code. The default is warn for run, json, mcp and doctor.`},
+	{name: "log.format", def: "text", flag: "log-format", dec: strKey(func(c *config) *string { return &c.LogFormat }),
+		doc: `text or json, on stderr (journald under systemd) (flag --log-format).`},
+	{name: "sessions.max", def: 64, dec: intKey(func(c *config) *int { return &c.Session.MaxSessions }, 1, 4096),
+		doc: `Live sessions at most; one-shot cells count while they run (1..4096).`},
+	{name: "sessions.idle_ttl", def: 30 * time.Minute, dec: durKey(func(c *config) *time.Duration { return &c.Session.IdleTTL }),
+		doc: `Idle timeout of a session, reset by each cell; a create may ask for its
+own ttl_s up to max_idle_ttl.`},
+	{name: "sessions.max_idle_ttl", def: 24 * time.Hour, dec: durKey(func(c *config) *time.Duration { return &c.Session.MaxIdleTTL }),
+		doc: `Ceiling of a session's idle timeout.`},
+	{name: "sessions.max_lifetime", def: 24 * time.Hour, dec: durKey(func(c *config) *time.Duration { return &c.Session.MaxLifetime }),
+		doc: `A session ends this long after its creation, however busy.`},
+	{name: "sessions.survive_restart", def: false, dec: boolKey(func(c *config) *bool { return &c.Session.KeepOnShutdown }),
+		doc: `jailcell serve only: leave live sessions (kernels, variables, files)
+running when the service stops, by a drain or a crash, for the next
+start to re-adopt; what cannot be re-adopted is reported as lost.
+false tears every sandbox down on SIGTERM. jailcell json always tears
+down at EOF.`},
+	{name: "sessions.hibernate_after", def: time.Duration(0), dec: durKey(func(c *config) *time.Duration { return &c.Session.HibernateAfter }),
+		doc: `Checkpoint a session idle this long to disk with CRIU (make criu) and
+release its memory; the next exec restores it with every variable,
+import and open file. Its images and a copy of its files are kept in
+state_dir (about 80 MB for a numpy+pandas+matplotlib kernel), so it
+also survives a restart and a reboot. 0s: never.`},
+	{name: "sessions.hibernated_ttl", def: 7 * 24 * time.Hour, dec: durKey(func(c *config) *time.Duration { return &c.Session.HibernatedTTL }),
+		doc: `A hibernated session unused this long is ended.`},
+	{name: "sessions.max_hibernated", def: 1024, dec: intKey(func(c *config) *int { return &c.Session.MaxHibernated }, 1, 1<<20),
+		doc: `Hibernated sessions hold no sandbox and do not count toward max; they
+are capped on their own (each holds its images and files on disk).`},
+	{name: "sessions.hibernate_on_shutdown", def: false, dec: boolKey(func(c *config) *bool { return &c.Session.HibernateOnShutdown }),
+		doc: `jailcell serve only: hibernate every live session when the service
+stops (a drain, a reboot), for the next start to restore; a session
+that cannot be hibernated follows survive_restart.`},
+	{name: "preload", def: []string{"numpy", "pandas", "matplotlib.pyplot"}, dec: listKey(func(c *config) *[]string { return &c.Session.Preload }),
+		doc: `Python modules every kernel imports before it is ready: faster first
+cells, slower cold starts (about 0.4 s for these three). matplotlib uses
+its non-interactive Agg backend. [] imports nothing.`},
+	{name: "pool.size", def: 0, dec: intKey(func(c *config) *int { return &c.PoolSize }, 0, 4096),
+		doc: `Warm sessions of the default policy kept ready, kernel started and
+preload imported, so a plain create (no limits override, persist or
+requirements) is a hand-over instead of a cold start. Each serves one
+session and is never reused; the pool refills in the background. They
+count toward sessions.max and cost memory while idle (about 64 MB each
+with the default preload). 0 turns the pool off (0..sessions.max).`},
+	{name: "drain_grace", def: 30 * time.Second, dec: durKey(func(c *config) *time.Duration { return &c.DrainGrace }),
+		doc: `On SIGTERM, how long running cells may take to finish before they are
+ended (0s..1h). A second SIGTERM ends them at once.`},
+	// The workflow keys: fix-and-retry, review log, failure memory.
+	{name: "fixer.kind", def: "", dec: strKey(func(c *config) *string { return &c.fixer.kind }),
+		doc: `--- Fix-and-retry, review log, failure memory (docs/workflow.md) ---
+The fixer: "command" or "openai"; empty picks command when
+fixer.command is set, else openai when fixer.openai.base_url is set,
+else none ("fix" requests are refused).`},
+	{name: "fixer.command", def: "", dec: strKey(func(c *config) *string { return &c.fixer.command }),
+		doc: `Program (and arguments, split on spaces, no shell) that gets one JSON
+object on stdin and prints new code on stdout. It runs on the host as
+jailcell's user.`},
+	{name: "fixer.timeout", def: 60 * time.Second, dec: durKey(func(c *config) *time.Duration { return &c.fixer.timeout }),
+		doc: `Bound of one fixer call.`},
+	{name: "fixer.max_attempts_ceiling", def: workflow.DefaultMaxAttemptsCeiling,
+		dec: intKey(func(c *config) *int { return &c.Workflow.MaxAttemptsCeiling }, 1, workflow.MaxAttemptsCeilingLimit),
+		doc: `The largest fix.max_attempts a request may ask for.`},
+	{name: "fixer.openai.base_url", def: "", dec: strKey(func(c *config) *string { return &c.fixer.baseURL }),
+		doc: `An OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1.`},
+	{name: "fixer.openai.model", def: "", dec: strKey(func(c *config) *string { return &c.fixer.model }),
+		doc: `Model name sent in each request.`},
+	{name: "fixer.openai.api_key_env", def: "", dec: strKey(func(c *config) *string { return &c.fixer.apiKeyEnv }),
+		doc: `Name of the environment variable holding the API key (never the key;
+it is never configured, logged or echoed).`},
+	{name: "review.dir", def: defaultReviewDir, flag: "review-dir", dec: strKey(func(c *config) *string { return &c.Workflow.ReviewDir }),
+		doc: `Review log (review.jsonl) and failure memory (failures.json)
+(flag --review-dir of ` + "`jailcell review`" + `).`},
+	{name: "failures.threshold", def: workflow.DefaultThreshold, dec: intKey(func(c *config) *int { return &c.Workflow.Threshold }, 1, 1<<20),
+		doc: `Failures of one fingerprint before a request is answered "skipped".`},
+	{name: "failures.ttl", def: workflow.DefaultTTL, dec: durKey(func(c *config) *time.Duration { return &c.Workflow.TTL }),
+		doc: `How long a fingerprint is remembered.`},
 }
 
 // config is the effective configuration.
@@ -100,13 +208,6 @@ type config struct {
 	AllowedGIDs []string // group names or numbers, resolved by serve
 	StateDir    string
 	Rootfs      string
-	StoreDir    string
-	Wheelhouse  string
-	// StateQuota and StoreQuota cap the host disk state_dir and store_dir
-	// hold for sessions, in allocated bytes (0: a quarter of the
-	// filesystem); see session.Config.
-	StateQuota int64
-	StoreQuota int64
 	// Criu is the criu binary for hibernate, restore, fork and snapshots
 	// (criu 4.x; make criu builds one).
 	Criu string
@@ -115,26 +216,20 @@ type config struct {
 	EgressUpstream string
 	LogLevel       slog.Level
 	LogFormat      string
-	MaxSessions    int
-	IdleTTL        time.Duration
-	MaxIdleTTL     time.Duration
-	MaxLifetime    time.Duration
-	Preload        []string
 	PoolSize       int // pool.size: warm sessions of the default policy (0 = none)
 	Policies       map[string]policy.Policy
 	DrainGrace     time.Duration
-	// SurviveRestart leaves sessions running when serve exits, for the
-	// next serve to re-adopt.
-	SurviveRestart bool
-	// HibernateAfter, HibernatedTTL and HibernateOnShutdown (serve
-	// only): see session.Config.
-	HibernateAfter      time.Duration
-	HibernatedTTL       time.Duration
-	HibernateOnShutdown bool
-	MaxHibernated       int
-	// Workflow holds the workflow keys' effective values as text, for
-	// workflowConfig.
-	Workflow map[string]string
+	// Session is the session manager's configuration as far as keys set
+	// it; build adds the state directory, policies, pool and logger, and
+	// keeps KeepOnShutdown (sessions.survive_restart) and
+	// HibernateOnShutdown for serve only.
+	Session session.Config
+	// Workflow is the workflow runner's configuration, fixer built from
+	// the fixer.* keys; newWorkflow adds policies and logger.
+	Workflow workflow.Config
+	// fixer holds the fixer.* keys until buildFixer turns them into
+	// Workflow.Fixer.
+	fixer fixerKeys
 
 	// File is the configuration file read ("" if none).
 	File string
@@ -143,6 +238,57 @@ type config struct {
 	Settings []setting
 	// sources maps a key to its source kind (default, file, env, flag).
 	sources map[string]string
+}
+
+// decoder reads one key into its field of config, and copies that field
+// from one config to another (SIGHUP applies reloadable keys so).
+type decoder interface {
+	decode(l *configLoader, key string, c *config)
+	copy(dst, src *config)
+}
+
+// field is a decoder for one field of type T.
+type field[T any] struct {
+	at   func(*config) *T
+	read func(l *configLoader, key string) T
+}
+
+func (f field[T]) decode(l *configLoader, key string, c *config) { *f.at(c) = f.read(l, key) }
+func (f field[T]) copy(dst, src *config)                         { *f.at(dst) = *f.at(src) }
+
+func strKey(at func(*config) *string) decoder    { return field[string]{at, (*configLoader).str} }
+func listKey(at func(*config) *[]string) decoder { return field[[]string]{at, (*configLoader).list} }
+func bytesKey(at func(*config) *int64) decoder   { return field[int64]{at, (*configLoader).byteSize} }
+func boolKey(at func(*config) *bool) decoder     { return field[bool]{at, (*configLoader).boolean} }
+func levelKey(at func(*config) *slog.Level) decoder {
+	return field[slog.Level]{at, (*configLoader).level}
+}
+func durKey(at func(*config) *time.Duration) decoder {
+	return field[time.Duration]{at, (*configLoader).duration}
+}
+
+// intKey reads an integer in lo..hi.
+func intKey(at func(*config) *int, lo, hi int) decoder {
+	return field[int]{at, func(l *configLoader, key string) int { return int(l.integer(key, int64(lo), int64(hi))) }}
+}
+
+// reloadable says whether SIGHUP applies key.
+func reloadable(key string) bool {
+	for _, k := range configKeys {
+		if k.name == key {
+			return k.reload
+		}
+	}
+	return false
+}
+
+// applyReloadable copies the reloadable keys' values from src into dst.
+func applyReloadable(dst, src *config) {
+	for _, k := range configKeys {
+		if k.reload {
+			k.dec.copy(dst, src)
+		}
+	}
 }
 
 // setting is one line of `jailcell config`.
@@ -186,9 +332,15 @@ type configLoader struct {
 	v     *viper.Viper // every source merged, viper's precedence
 	file  *viper.Viper // the file alone, to tell where a value came from
 	flags *pflag.FlagSet
+	keys  []configKey // configKeys (a field: the decoders in it call back)
 	path  string
 	errs  []error
 	cfg   *config
+}
+
+// configFlag adds --config; configPath reads it.
+func configFlag(fs *pflag.FlagSet) {
+	fs.String("config", defaultConfigPath, "configuration file (YAML; also JAILCELL_CONFIG); the default one may be absent")
 }
 
 // configPath is the file to read, and whether it was asked for (a missing
@@ -209,7 +361,7 @@ func configPath(flags *pflag.FlagSet) (string, bool) {
 // flags) and validates all of it, returning every problem found, each
 // naming the key, the value and what is allowed.
 func loadConfig(flags *pflag.FlagSet) (*config, error) {
-	l := &configLoader{v: viper.New(), file: viper.New(), flags: flags, cfg: &config{sources: map[string]string{}}}
+	l := &configLoader{v: viper.New(), file: viper.New(), flags: flags, keys: configKeys, cfg: &config{sources: map[string]string{}}}
 	path, explicit := configPath(flags)
 	b, err := os.ReadFile(path)
 	switch {
@@ -275,7 +427,7 @@ func (l *configLoader) flag(key string) *pflag.Flag {
 	if l.flags == nil {
 		return nil
 	}
-	for _, k := range configKeys {
+	for _, k := range l.keys {
 		if k.name == key && k.flag != "" {
 			return l.flags.Lookup(k.flag)
 		}
@@ -396,47 +548,22 @@ func describe(raw any) string {
 	return fmt.Sprint(raw)
 }
 
-// decode reads the plain keys into cfg.
+// decode reads every key of the table into cfg.
 func (l *configLoader) decode() {
-	c := l.cfg
-	c.Socket = l.str("socket")
-	c.SocketGroup = l.str("socket_group")
-	c.AllowedUIDs = l.list("allowed_uids")
-	c.AllowedGIDs = l.list("allowed_gids")
-	c.StateDir = l.str("state_dir")
-	c.Rootfs = l.str("rootfs")
-	c.StoreDir = l.str("store_dir")
-	c.StateQuota = l.byteSize("state_quota_bytes")
-	c.StoreQuota = l.byteSize("store_quota_bytes")
-	c.Wheelhouse = l.str("wheelhouse")
-	c.Criu = l.str("criu")
-	c.EgressUpstream = l.str("egress_upstream")
-	lvl := l.v.Get("log.level")
-	if s, ok := lvl.(string); !ok || !validLevel(s) || c.LogLevel.UnmarshalText([]byte(s)) != nil {
-		l.fail("log.level", lvl, "allowed debug, info, warn or error")
+	for _, k := range configKeys {
+		k.dec.decode(l, k.name, l.cfg)
 	}
-	l.record("log.level", c.LogLevel)
-	c.LogFormat = l.str("log.format")
-	c.MaxSessions = int(l.integer("sessions.max", 1, 4096))
-	c.IdleTTL = l.duration("sessions.idle_ttl")
-	c.MaxIdleTTL = l.duration("sessions.max_idle_ttl")
-	c.MaxLifetime = l.duration("sessions.max_lifetime")
-	c.Preload = l.list("preload")
-	c.PoolSize = int(l.integer("pool.size", 0, 4096))
-	c.DrainGrace = l.duration("drain_grace")
-	c.SurviveRestart = l.boolean("sessions.survive_restart")
-	c.HibernateAfter = l.duration("sessions.hibernate_after")
-	c.HibernatedTTL = l.duration("sessions.hibernated_ttl")
-	c.HibernateOnShutdown = l.boolean("sessions.hibernate_on_shutdown")
-	c.MaxHibernated = int(l.integer("sessions.max_hibernated", 1, 1<<20))
-	c.Workflow = map[string]string{}
-	for _, k := range []string{"fixer.kind", "fixer.command", "fixer.openai.base_url", "fixer.openai.model", "fixer.openai.api_key_env", "review.dir"} {
-		c.Workflow[k] = l.str(k)
+}
+
+// level reads a log level.
+func (l *configLoader) level(key string) slog.Level {
+	var lvl slog.Level
+	raw := l.v.Get(key)
+	if s, ok := raw.(string); !ok || !validLevel(s) || lvl.UnmarshalText([]byte(s)) != nil {
+		l.fail(key, raw, "allowed debug, info, warn or error")
 	}
-	c.Workflow["fixer.timeout"] = l.duration("fixer.timeout").String()
-	c.Workflow["failures.ttl"] = l.duration("failures.ttl").String()
-	c.Workflow["fixer.max_attempts_ceiling"] = strconv.FormatInt(l.integer("fixer.max_attempts_ceiling", 1, 20), 10)
-	c.Workflow["failures.threshold"] = strconv.FormatInt(l.integer("failures.threshold", 1, 1<<20), 10)
+	l.record(key, lvl)
+	return lvl
 }
 
 // validLevel admits the four plain names; slog alone would also take
@@ -726,16 +853,16 @@ var configChecks = []func(c *config) error{
 		return nil
 	},
 	func(c *config) error { return absOrEmpty("state_dir", c.StateDir, false) },
-	func(c *config) error { return quotaRange("state_quota_bytes", c.StateQuota) },
-	func(c *config) error { return quotaRange("store_quota_bytes", c.StoreQuota) },
+	func(c *config) error { return quotaRange("state_quota_bytes", c.Session.StateQuota) },
+	func(c *config) error { return quotaRange("store_quota_bytes", c.Session.StoreQuota) },
 	func(c *config) error {
 		if c.Rootfs == "" {
 			return fmt.Errorf(`rootfs = "": want the rootfs base directory (default %s)`, rootfs.DefaultBase)
 		}
 		return nil
 	},
-	func(c *config) error { return absOrEmpty("store_dir", c.StoreDir, true) },
-	func(c *config) error { return absOrEmpty("wheelhouse", c.Wheelhouse, true) },
+	func(c *config) error { return absOrEmpty("store_dir", c.Session.StoreDir, true) },
+	func(c *config) error { return absOrEmpty("wheelhouse", c.Session.Wheelhouse, true) },
 	func(c *config) error {
 		if c.LogFormat != "text" && c.LogFormat != "json" {
 			return fmt.Errorf("log.format = %q: allowed text or json", c.LogFormat)
@@ -743,21 +870,23 @@ var configChecks = []func(c *config) error{
 		return nil
 	},
 	func(c *config) error {
-		return durRange("sessions.max_idle_ttl", c.MaxIdleTTL, time.Second, 365*24*time.Hour)
+		return durRange("sessions.max_idle_ttl", c.Session.MaxIdleTTL, time.Second, 365*24*time.Hour)
 	},
-	func(c *config) error { return durRange("sessions.idle_ttl", c.IdleTTL, time.Second, c.MaxIdleTTL) },
 	func(c *config) error {
-		return durRange("sessions.max_lifetime", c.MaxLifetime, time.Second, 365*24*time.Hour)
+		return durRange("sessions.idle_ttl", c.Session.IdleTTL, time.Second, c.Session.MaxIdleTTL)
+	},
+	func(c *config) error {
+		return durRange("sessions.max_lifetime", c.Session.MaxLifetime, time.Second, 365*24*time.Hour)
 	},
 	func(c *config) error { return durRange("drain_grace", c.DrainGrace, 0, time.Hour) },
 	func(c *config) error {
-		if c.PoolSize > c.MaxSessions {
-			return fmt.Errorf("pool.size = %d: at most sessions.max (%d); pooled sessions count toward it", c.PoolSize, c.MaxSessions)
+		if c.PoolSize > c.Session.MaxSessions {
+			return fmt.Errorf("pool.size = %d: at most sessions.max (%d); pooled sessions count toward it", c.PoolSize, c.Session.MaxSessions)
 		}
 		return nil
 	},
 	func(c *config) error {
-		for _, m := range c.Preload {
+		for _, m := range c.Session.Preload {
 			if !moduleRE.MatchString(m) {
 				return fmt.Errorf("preload = %q: want Python module names like numpy or matplotlib.pyplot", m)
 			}
@@ -777,6 +906,15 @@ var configChecks = []func(c *config) error{
 		}
 		return nil
 	},
+	func(c *config) error { return positive("fixer.timeout", c.fixer.timeout) },
+	func(c *config) error { return positive("failures.ttl", c.Workflow.TTL) },
+	func(c *config) error {
+		if c.Workflow.ReviewDir == "" {
+			c.Workflow.ReviewDir = defaultReviewDir // as if unset
+		}
+		return absOrEmpty("review.dir", c.Workflow.ReviewDir, false)
+	},
+	buildFixer,
 }
 
 func (l *configLoader) validate() {
@@ -805,6 +943,13 @@ func absOrEmpty(key, v string, emptyOK bool) error {
 func quotaRange(key string, n int64) error {
 	if n != 0 && (n < 16<<20 || n > 1<<50) {
 		return fmt.Errorf("%s = %d: allowed 0 (a quarter of the filesystem) or 16MiB..1PiB", key, n)
+	}
+	return nil
+}
+
+func positive(key string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%s = %s: want a positive duration such as 30s or 24h", key, d)
 	}
 	return nil
 }

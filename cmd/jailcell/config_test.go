@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/workflow"
 )
 
 // hermeticConfig clears every JAILCELL_* variable the loader reads, so the
@@ -37,7 +42,11 @@ func writeConfig(t *testing.T, yaml string) string {
 // runConfigCmd runs `jailcell config ARGS` in-process.
 func runConfigCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := newConfigCmd()
+	return runCmd(newConfigCmd(), args...)
+}
+
+// runCmd runs a command in-process and returns what it printed.
+func runCmd(cmd *cobra.Command, args ...string) (string, error) {
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
@@ -282,10 +291,7 @@ func TestWorkflowKeysFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wc, err := workflowConfig(func(k string) string { return cfg.Workflow[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
+	wc := cfg.Workflow
 	if wc.MaxAttemptsCeiling != 9 || wc.TTL.Hours() != 2 || wc.Fixer == nil {
 		t.Fatalf("workflow config: ceiling %d ttl %s fixer %v", wc.MaxAttemptsCeiling, wc.TTL, wc.Fixer)
 	}
@@ -306,5 +312,123 @@ func TestPolicyAllowlistFromConfig(t *testing.T) {
 	bad := "policies:\n  web:\n    network: allowlist\n    allow:\n      - hots: pypi.internal\n        ports: [443]\n"
 	if _, err := runConfigCmd(t, "--config", writeConfig(t, bad)); err == nil || !strings.Contains(err.Error(), "policies.web.allow") {
 		t.Fatalf("misspelt allow entry: %v", err)
+	}
+}
+
+// jailcell review reads review.dir through the configuration like every
+// other key: the file, then JAILCELL_REVIEW_DIR, then --review-dir.
+func TestReviewDirFromConfig(t *testing.T) {
+	hermeticConfig(t)
+	dirs := map[string]string{}
+	for _, which := range []string{"file", "env", "flag"} {
+		d := t.TempDir()
+		b, err := json.Marshal(workflow.ReviewEntry{Reason: "from " + which})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, workflow.ReviewFile), append(b, '\n'), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dirs[which] = d
+	}
+	review := func(args ...string) string {
+		t.Helper()
+		out, err := runCmd(newReviewCmd(), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	t.Setenv("JAILCELL_CONFIG", writeConfig(t, "review:\n  dir: "+dirs["file"]+"\n"))
+	if out := review("list"); !strings.Contains(out, "from file") {
+		t.Errorf("review.dir from the file not used:\n%s", out)
+	}
+	t.Setenv("JAILCELL_REVIEW_DIR", dirs["env"])
+	if out := review("list"); !strings.Contains(out, "from env") {
+		t.Errorf("JAILCELL_REVIEW_DIR not used:\n%s", out)
+	}
+	if out := review("--review-dir", dirs["flag"], "list"); !strings.Contains(out, "from flag") {
+		t.Errorf("--review-dir not used:\n%s", out)
+	}
+	t.Setenv("JAILCELL_REVIEW_DIR", "relative")
+	if _, err := runCmd(newReviewCmd(), "list"); err == nil || !strings.Contains(err.Error(), "review.dir") {
+		t.Errorf("relative review.dir: %v, want an error naming review.dir", err)
+	}
+}
+
+// The fixer.* keys become one workflow fixer, or an error naming the key.
+func TestConfigFixer(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       string // "" loads
+		check      func(t *testing.T, w workflow.Config)
+	}{
+		{"none", "", "", func(t *testing.T, w workflow.Config) {
+			if w.Fixer != nil || w.ReviewDir != defaultReviewDir || w.Threshold != 3 || w.TTL != 24*time.Hour || w.MaxAttemptsCeiling != 5 {
+				t.Errorf("defaults: %+v", w)
+			}
+		}},
+		{"command", "fixer:\n  command: /bin/fix --fast\n  timeout: 5s\n", "", func(t *testing.T, w workflow.Config) {
+			f, ok := w.Fixer.(*workflow.CommandFixer)
+			if !ok || f.Path != "/bin/fix" || len(f.Args) != 1 || f.Timeout != 5*time.Second {
+				t.Errorf("fixer %#v", w.Fixer)
+			}
+		}},
+		{"openai", "fixer:\n  openai:\n    base_url: http://127.0.0.1:1/v1\n    model: m\n    api_key_env: K\n", "", func(t *testing.T, w workflow.Config) {
+			f, ok := w.Fixer.(*workflow.OpenAIFixer)
+			if !ok || f.Model != "m" || f.APIKeyEnv != "K" || f.Timeout != time.Minute {
+				t.Errorf("fixer %#v", w.Fixer)
+			}
+		}},
+		{"empty review dir is the default", "review:\n  dir: \"\"\n", "", func(t *testing.T, w workflow.Config) {
+			if w.ReviewDir != defaultReviewDir {
+				t.Errorf("review dir %q", w.ReviewDir)
+			}
+		}},
+		{"bad kind", "fixer:\n  kind: shell\n", `fixer.kind (JAILCELL_FIXER_KIND) = "shell": want command or openai`, nil},
+		{"command without program", "fixer:\n  kind: command\n", "fixer.command (JAILCELL_FIXER_COMMAND) is empty", nil},
+		{"openai without model", "fixer:\n  kind: openai\n  openai:\n    base_url: http://127.0.0.1:1/v1\n", "fixer.openai.model", nil},
+		{"zero timeout", "fixer:\n  timeout: 0s\n", "fixer.timeout = 0s: want a positive duration", nil},
+		{"negative ttl", "failures:\n  ttl: -1h\n", "failures.ttl = -1h0m0s: want a positive duration", nil},
+		{"threshold range", "failures:\n  threshold: 0\n", "failures.threshold = 0", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hermeticConfig(t)
+			t.Setenv("JAILCELL_CONFIG", writeConfig(t, tc.yaml))
+			cfg, err := loadConfig(nil)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error %v, want one containing %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, cfg.Workflow)
+		})
+	}
+}
+
+// SIGHUP takes exactly the keys marked reload in configKeys.
+func TestApplyReloadable(t *testing.T) {
+	hermeticConfig(t)
+	t.Setenv("JAILCELL_CONFIG", writeConfig(t, ""))
+	old, err := loadConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JAILCELL_CONFIG", writeConfig(t, "log:\n  level: debug\nallowed_uids: [7]\nallowed_gids: [8]\nsocket: /tmp/other.sock\nsessions:\n  max: 3\n"))
+	cfg, err := loadConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := *old
+	applyReloadable(&kept, cfg)
+	if kept.LogLevel != slog.LevelDebug || len(kept.AllowedUIDs) != 1 || len(kept.AllowedGIDs) != 1 {
+		t.Errorf("reloadable keys not applied: %v %v %v", kept.LogLevel, kept.AllowedUIDs, kept.AllowedGIDs)
+	}
+	if kept.Socket != old.Socket || kept.Session.MaxSessions != old.Session.MaxSessions {
+		t.Errorf("a restart-only key was applied: socket %s, sessions.max %d", kept.Socket, kept.Session.MaxSessions)
 	}
 }

@@ -1,5 +1,3 @@
-// Command jailcell runs Python cells in OS-isolated sandboxes. This package
-// only wires flags and configuration to the packages that do the work.
 package main
 
 import (

@@ -27,11 +27,19 @@ fingerprints; "failures --clear" forgets them (stop the server first, or
 use the failures op, so a running one does not write them back).`,
 		Args: cobra.NoArgs,
 	}
-	def := defaultReviewDir
-	if v := workflowEnv("review.dir"); v != "" {
-		def = v
+	pf := cmd.PersistentFlags()
+	configFlag(pf)
+	pf.StringVar(&dir, "review-dir", defaultReviewDir, "review directory (config key review.dir, JAILCELL_REVIEW_DIR)")
+	// review.dir and failures.ttl come from the configuration, with
+	// --review-dir bound to review.dir like any flag to its key.
+	var cfg *config
+	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		var err error
+		if cfg, err = loadConfig(c.Flags()); err == nil {
+			dir = cfg.Workflow.ReviewDir
+		}
+		return err
 	}
-	cmd.PersistentFlags().StringVar(&dir, "review-dir", def, "review directory (config key review.dir, JAILCELL_REVIEW_DIR)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return reviewList(cmd, dir) }
 	cmd.AddCommand(&cobra.Command{
 		Use: "list", Short: "One line per review entry", Args: cobra.NoArgs,
@@ -64,11 +72,7 @@ use the failures op, so a running one does not write them back).`,
 				fmt.Fprintf(cmd.OutOrStdout(), "cleared %d fingerprints\n", n)
 				return nil
 			}
-			cfg, err := workflowConfig(workflowEnv)
-			if err != nil {
-				return err
-			}
-			list, err := workflow.LoadFailures(dir, cfg.TTL)
+			list, err := workflow.LoadFailures(dir, cfg.Workflow.TTL)
 			if err != nil {
 				return err
 			}

@@ -196,10 +196,6 @@ func (s *service) drain(sigs <-chan os.Signal, grace time.Duration) error {
 	return nil
 }
 
-// reloadable are the keys SIGHUP applies; a change to any other key is
-// logged as needing a restart.
-var reloadable = []string{"log.level", "allowed_uids", "allowed_gids"}
-
 // reload re-reads the configuration. An invalid one is logged and the
 // running configuration kept.
 func (s *service) reload() {
@@ -226,17 +222,17 @@ func (s *service) reload() {
 	}
 	var restart []string
 	for _, k := range sortedUnion(oldVals, newVals) {
-		if v, ok := newVals[k]; (!ok || oldVals[k] != v) && !slices.Contains(reloadable, k) {
+		if v, ok := newVals[k]; (!ok || oldVals[k] != v) && !reloadable(k) {
 			restart = append(restart, k)
 		}
 	}
 	// What needs a restart stays as it runs, so the warning comes again on
 	// the next reload until the restart happens.
 	kept := *old
-	kept.LogLevel, kept.AllowedUIDs, kept.AllowedGIDs = cfg.LogLevel, cfg.AllowedUIDs, cfg.AllowedGIDs
+	applyReloadable(&kept, cfg) // the keys marked reload in configKeys
 	kept.Settings = make([]setting, len(old.Settings))
 	for i, st := range old.Settings {
-		if slices.Contains(reloadable, st.Key) {
+		if reloadable(st.Key) {
 			st.Value = newVals[st.Key]
 			for _, n := range cfg.Settings {
 				if n.Key == st.Key {

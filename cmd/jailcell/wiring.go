@@ -40,11 +40,10 @@ var errStateBusy = errors.New("state directory in use")
 type hostFlags struct {
 	// Flag targets; once the configuration is loaded they hold the
 	// effective values (doctor reads stateDir and rootfs).
-	configPath string
-	stateDir   string
-	rootfs     string
-	logLevel   string
-	logFormat  string
+	stateDir  string
+	rootfs    string
+	logLevel  string
+	logFormat string
 
 	cmd   *cobra.Command
 	cfg   *config
@@ -63,8 +62,7 @@ func addHostFlags(cmd *cobra.Command) *hostFlags {
 func addHostFlagsLevel(cmd *cobra.Command, level string) *hostFlags {
 	f := &hostFlags{cmd: cmd}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&f.configPath, "config", defaultConfigPath,
-		"configuration file (YAML; also JAILCELL_CONFIG); the default one may be absent")
+	configFlag(pf)
 	pf.StringVar(&f.stateDir, "state-dir", defaultStateDir,
 		"directory for sandbox and session state; one jailcell process at a time uses it")
 	pf.StringVar(&f.rootfs, "rootfs", rootfs.DefaultBase,
@@ -193,29 +191,14 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 			return nil
 		})
 	}
-	m, err := session.New(session.Config{
-		StateDir:    stateDir,
-		Policies:    cfg.Policies,
-		IdleTTL:     cfg.IdleTTL,
-		MaxIdleTTL:  cfg.MaxIdleTTL,
-		MaxLifetime: cfg.MaxLifetime,
-		MaxSessions: cfg.MaxSessions,
-		Preload:     cfg.Preload,
-		Pool:        map[string]int{"default": cfg.PoolSize},
-		Wheelhouse:  cfg.Wheelhouse,
-		StoreDir:    cfg.StoreDir,
-		StateQuota:  cfg.StateQuota,
-		StoreQuota:  cfg.StoreQuota,
-		Logger:      log,
-		// Sessions left running for the next daemon to re-adopt.
-		KeepOnShutdown: f.survivable && cfg.SurviveRestart,
-		HibernateAfter: cfg.HibernateAfter,
-		HibernatedTTL:  cfg.HibernatedTTL,
-		MaxHibernated:  cfg.MaxHibernated,
-		// Sessions hibernated for the next daemon, after a restart or
-		// a reboot.
-		HibernateOnShutdown: f.survivable && cfg.HibernateOnShutdown,
-	}, host)
+	sc := cfg.Session // the keys' values; the rest is this process's
+	sc.StateDir, sc.Policies, sc.Logger = stateDir, cfg.Policies, log
+	sc.Pool = map[string]int{"default": cfg.PoolSize}
+	// Sessions left running, or hibernated, for the next daemon to
+	// re-adopt: a service's choice only.
+	sc.KeepOnShutdown = f.survivable && sc.KeepOnShutdown
+	sc.HibernateOnShutdown = f.survivable && sc.HibernateOnShutdown
+	m, err := session.New(sc, host)
 	if err != nil {
 		return nil, fmt.Errorf("start session manager: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
 
+	"github.com/jailcell/jailcell/internal/cleanup"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -97,22 +98,22 @@ func (h *Host) NewDisk(id string, p policy.Policy) (_ *Disk, retErr error) {
 	if !idRE.MatchString(id) {
 		return nil, fmt.Errorf("disk id %q: want 1-48 of [A-Za-z0-9_]", id)
 	}
-	var cl cleanup
+	var cl cleanup.Stack
 	defer func() {
 		if retErr != nil {
-			_ = cl.run()
+			_ = cl.Run()
 		}
 	}()
 	slot, err := h.takeSlot()
 	if err != nil {
 		return nil, err
 	}
-	cl.add(func() error { h.freeSlot(slot); return nil })
+	cl.Add(func() error { h.freeSlot(slot); return nil })
 	d := &Disk{ID: id, h: h, dir: h.sandboxDir(id), slot: slot}
 	if err := os.Mkdir(d.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}
-	cl.add(func() error { return os.RemoveAll(d.dir) })
+	cl.Add(func() error { return os.RemoveAll(d.dir) })
 	disk := filepath.Join(d.dir, "disk")
 	if err := os.Mkdir(disk, 0o711); err != nil {
 		return nil, fmt.Errorf("create disk dir: %w", err)
@@ -122,7 +123,7 @@ func (h *Host) NewDisk(id string, p policy.Policy) (_ *Disk, retErr error) {
 	if err := mountTmpfs(disk, p.DiskBytes, p.DiskInodes); err != nil {
 		return nil, err
 	}
-	cl.add(func() error { return unmount(disk) })
+	cl.Add(func() error { return unmount(disk) })
 	for _, sub := range []string{"upper", "work", "ctl"} {
 		if err := os.Mkdir(filepath.Join(disk, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("create overlay dir: %w", err)
@@ -134,7 +135,7 @@ func (h *Host) NewDisk(id string, p policy.Policy) (_ *Disk, retErr error) {
 	if err := os.Chown(d.UpperDir(), d.HostID(), d.HostID()); err != nil {
 		return nil, fmt.Errorf("chown upper dir: %w", err)
 	}
-	cl.release()
+	cl.Release()
 	return d, nil
 }
 
@@ -210,11 +211,11 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 	id := fmt.Sprintf("%s-%d", d.ID, d.gen)
 	d.mu.Unlock()
 	h := d.h
-	var cl cleanup
-	cl.add(func() error { d.mu.Lock(); d.used = false; d.mu.Unlock(); return nil })
+	var cl cleanup.Stack
+	cl.Add(func() error { d.mu.Lock(); d.used = false; d.mu.Unlock(); return nil })
 	defer func() {
 		if retErr != nil {
-			if err := cl.run(); err != nil {
+			if err := cl.Run(); err != nil {
 				retErr = fmt.Errorf("%w (and cleanup: %v)", retErr, err)
 			}
 		}
@@ -234,11 +235,11 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 	if err := mountIDMapped(h.cfg.Rootfs, lower, ns); err != nil {
 		return nil, err
 	}
-	cl.add(func() error { return unmount(lower) })
+	cl.Add(func() error { return unmount(lower) })
 	if err := mountOverlay(d.dir, "lower", "disk/upper", "disk/work", root); err != nil {
 		return nil, err
 	}
-	cl.add(func() error { return unmount(root) })
+	cl.Add(func() error { return unmount(root) })
 	// overlayfs holds its own private clone of the lower layer.
 	if err := unmount(lower); err != nil {
 		return nil, err
@@ -259,9 +260,9 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 	}
 	// Undone last to first: remove libcontainer's state directory even
 	// when its Destroy gives up on a cgroup it could not remove.
-	cl.add(func() error { return os.RemoveAll(filepath.Join(h.containersDir(), id)) })
-	cl.add(c.Destroy)
-	cl.add(func() error { return h.removeCgroup(id) })
+	cl.Add(func() error { return os.RemoveAll(filepath.Join(h.containersDir(), id)) })
+	cl.Add(c.Destroy)
+	cl.Add(func() error { return h.removeCgroup(id) })
 
 	p := &libcontainer.Process{
 		Args:   spec.Args,
@@ -289,7 +290,7 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 		if gw, err = h.attachNetwork(spec.Policy, pid, d.slot); err != nil {
 			return nil, fmt.Errorf("attach sandbox network: %w", err)
 		}
-		cl.add(gw.close)
+		cl.Add(gw.close)
 	}
 	s := &Sandbox{
 		ID: id, disk: d, container: c, process: p, pid: pid, net: gw, policy: spec.Policy,
@@ -297,7 +298,7 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 		done: make(chan struct{}),
 	}
 	go s.wait()
-	cl.release()
+	cl.Release()
 	return s, nil
 }
 

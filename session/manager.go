@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jailcell/jailcell/internal/cleanup"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/runner"
@@ -317,26 +318,29 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr error) {
 	id := newID()
 	dir := filepath.Join(m.cfg.StateDir, "sessions", id)
+	var cl cleanup.Stack
+	defer func() {
+		if retErr != nil {
+			_ = cl.Run()
+		}
+	}()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create session dir: %w", err)
 	}
-	defer func() {
-		if retErr != nil {
-			_ = os.RemoveAll(dir)
-		}
-	}()
+	cl.Add(func() error { return os.RemoveAll(dir) })
 	disk, err := m.host.NewDisk(id, p)
 	if err != nil {
 		return nil, hostErr(ErrUnavailable, err)
 	}
+	cl.Add(disk.Destroy)
 	// The control directory (host root's, on the disk's tmpfs so that its
 	// bind mount shows no host path inside) holds the kernel and the
 	// socket: the sandbox may read the one and connect to the other, but
 	// replace neither.
 	if err := writeKernelScript(disk); err != nil {
-		_ = disk.Destroy()
 		return nil, err
 	}
+	cl.Release()
 	now := time.Now()
 	return &Session{id: id, owner: owner, policy: p, dir: dir, disk: disk, created: now, lastUsed: now, stamps: fileStamps{}}, nil
 }
@@ -367,7 +371,7 @@ func (m *Manager) destroy(s *Session) error {
 }
 
 // Create starts a new session and returns once its kernel is ready.
-func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) {
+func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retErr error) {
 	p, err := m.policyFor(opt.Policy, opt.Override)
 	if err != nil {
 		return nil, err
@@ -411,14 +415,15 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.ttl, s.persist, s.maxLife = ttl, opt.Persist, opt.MaxLifetime
-	s.info = Info{Policy: p.Name, Persist: opt.Persist}
-	ok := false
+	var cl cleanup.Stack
 	defer func() {
-		if !ok {
-			_ = m.destroy(s)
+		if retErr != nil {
+			_ = cl.Run()
 		}
 	}()
+	cl.Add(func() error { return m.destroy(s) })
+	s.ttl, s.persist, s.maxLife = ttl, opt.Persist, opt.MaxLifetime
+	s.info = Info{Policy: p.Name, Persist: opt.Persist}
 	if opt.Persist != "" {
 		restored, err := m.restorePersist(s)
 		if err != nil {
@@ -446,7 +451,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (*Info, error) 
 	if err := m.register(s); err != nil {
 		return nil, err
 	}
-	ok = true
+	cl.Release()
 	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
 	info := m.infoOf(s)
 	return &info, nil

@@ -41,7 +41,12 @@ func TestHostileLargeResponsesCountInFlight(t *testing.T) {
 	}()
 	io.WriteString(inW, `{"id":1,"op":"ping"}`+"\n")
 	waitFor(t, func() bool { return calls.Load() == 1 })
-	time.Sleep(300 * time.Millisecond) // its answer is encoded and stuck in the write
+	// Its answer's first byte proves it is encoded and in the write, where
+	// the pipe holds the rest (a sleep here lost the race under load).
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(outR, first); err != nil {
+		t.Fatal(err)
+	}
 	io.WriteString(inW, `{"id":2,"op":"ping"}`+"\n")
 	time.Sleep(300 * time.Millisecond)
 	if n := calls.Load(); n != 1 {
@@ -53,8 +58,8 @@ func TestHostileLargeResponsesCountInFlight(t *testing.T) {
 		if !sc.Scan() {
 			t.Fatalf("response %d missing: %v", i, sc.Err())
 		}
-		if len(sc.Bytes()) < 4<<20 {
-			t.Fatalf("response %d is %d bytes, want the 4 MiB answer", i, len(sc.Bytes()))
+		if n := len(sc.Bytes()) + len(first)*b2i(i == 1); n < 4<<20 {
+			t.Fatalf("response %d is %d bytes, want the 4 MiB answer", i, n)
 		}
 	}
 	inW.Close()
@@ -96,7 +101,11 @@ func TestHostileLargeResponsesCountInFlightHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return calls.Load() == 1 })
-	time.Sleep(300 * time.Millisecond) // its answer is encoded and stuck in the write
+	// The first byte of its answer proves it is encoded and in the write;
+	// 4 MiB is more than the socket holds, so the rest stays stuck there.
+	if _, err := io.ReadFull(slow, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
 
 	c := unixClient(sock)
 	get := func(d time.Duration) error {
@@ -122,4 +131,11 @@ func TestHostileLargeResponsesCountInFlightHTTP(t *testing.T) {
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("%d pings served, want 2", n)
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -18,6 +18,11 @@ func Probe() Features { return isolate.Probe() }
 // tries them.
 var sentinels = []error{ErrBadRequest, ErrNotFound, ErrLimit, ErrBusy, ErrUnavailable, ErrShutdown}
 
+// Sentinels returns the session sentinels every error of a session
+// operation is one of (an ErrStateQuota is an ErrLimit), or an internal
+// error: for the API's table of wire codes and its test.
+func Sentinels() []error { return append([]error(nil), sentinels...) }
+
 // hostSentinels maps every isolate sentinel a session operation can pass
 // on to the one session sentinel it is: one condition, one sentinel, so
 // one wire code (running out of sandbox slots used to be "unavailable"

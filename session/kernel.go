@@ -178,7 +178,9 @@ func (t *logTail) String() string {
 	return strings.ToValidUTF8(strings.TrimSpace(string(t.buf)), "?")
 }
 
-// cellOutcome is what the host decided about one cell.
+// cellOutcome is what runCell saw of one cell: the kernel's (forgeable)
+// result and what the host did to it. judge (verdict.go) turns it, with the
+// cgroup's counters, into the cell's verdict.
 type cellOutcome struct {
 	res      *runner.Result
 	err      error // connection error: the kernel is gone

@@ -71,29 +71,7 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 		checkSwap(f),
 		checkSeccomp(f),
 	}
-	// Attribute every problem the probe found to a check; any left over is
-	// reported on its own rather than dropped.
-	for _, p := range f.Problems {
-		placed := false
-		for _, c := range checks {
-			for _, id := range c.ids {
-				if p.ID == id {
-					placed = true
-					if c.status != statusFail { // else the check said it already
-						c.status = statusFail
-						c.found += "; " + p.Text
-					}
-					break
-				}
-			}
-			if placed {
-				break
-			}
-		}
-		if !placed {
-			checks = append(checks, &check{status: statusFail, name: "host", found: p.Text})
-		}
-	}
+	checks = placeProblems(checks, f.Problems)
 	failed := false
 	for _, c := range checks {
 		failed = failed || c.status == statusFail
@@ -133,6 +111,30 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 		fmt.Fprintln(out, "\nall checks passed")
 	}
 	return !failed
+}
+
+// placeProblems attributes every problem the probe found to the check
+// that names its kind; any left over is reported on its own rather than
+// dropped.
+func placeProblems(checks []*check, problems []isolate.Problem) []*check {
+	owner := map[isolate.ProblemID]*check{}
+	for _, c := range checks {
+		for _, id := range c.ids {
+			owner[id] = c
+		}
+	}
+	for _, p := range problems {
+		c, ok := owner[p.ID]
+		if !ok {
+			checks = append(checks, &check{status: statusFail, name: "host", found: p.Text})
+			continue
+		}
+		if c.status != statusFail { // else the check said it already
+			c.status = statusFail
+			c.found += "; " + p.Text
+		}
+	}
+	return checks
 }
 
 func printCheck(w io.Writer, c *check) {

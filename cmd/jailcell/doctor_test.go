@@ -1,0 +1,36 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/jailcell/jailcell/isolate"
+)
+
+// Every kind of probe problem has its doctor check, matched by kind: the
+// words may change (they used to be matched by substring), the kind not.
+func TestDoctorPlacesProblemsByID(t *testing.T) {
+	var f isolate.Features
+	checks := []*check{checkUserNS(f), checkOverlay(f), checkIDMap(f), checkControllers(f), checkSwap(f), checkSeccomp(f)}
+	ids := []isolate.ProblemID{isolate.ProblemUserNS, isolate.ProblemOverlay, isolate.ProblemIDMap,
+		isolate.ProblemCgroupController, isolate.ProblemSwapAccounting, isolate.ProblemSeccomp}
+	for i, id := range ids {
+		for _, c := range checks {
+			c.status = statusOK
+		}
+		// Words that name no check, or another one: only the ID counts.
+		got := placeProblems(checks, []isolate.Problem{{ID: id, Text: "words naming swap and seccomp"}})
+		if len(got) != len(checks) {
+			t.Errorf("problem %s not placed: became its own line", id)
+			continue
+		}
+		for j, c := range checks {
+			if (c.status == statusFail) != (i == j) {
+				t.Errorf("problem %s: check %s status %s", id, c.name, c.status)
+			}
+		}
+	}
+	got := placeProblems(nil, []isolate.Problem{{ID: "new_kind", Text: "something new"}})
+	if len(got) != 1 || got[0].status != statusFail || got[0].found != "something new" {
+		t.Errorf("an unknown kind is dropped or wrong: %+v", got)
+	}
+}

@@ -276,8 +276,8 @@ func errorFor(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	// What session passes on from below carries no sentinel of its own
-	// only if session did not wrap it: session names the sentinel it is.
+	// An error from below that session passed on unwrapped is classed by
+	// session (Sentinel): api knows no isolate sentinel.
 	is := session.Sentinel(err)
 	for _, m := range errorCodes {
 		if errors.Is(err, m.err) || is == m.err {

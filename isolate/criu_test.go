@@ -59,26 +59,7 @@ func waitCount(t *testing.T, ctl string, above int) int {
 func TestCheckpointRestore(t *testing.T) {
 	h := newTestHost(t)
 	requiresCriu(t, h)
-	p := policy.Default()
-	p.MemoryBytes = 300 << 20
-	d, err := h.NewDisk("criu"+strconv.Itoa(time.Now().Nanosecond()), p)
-	if err != nil {
-		t.Fatalf("NewDisk: %v", err)
-	}
-	t.Cleanup(func() { _ = d.Destroy() })
-	ctl := criuCtl(t)
-	spec := Spec{
-		Policy: p,
-		Args:   []string{"/usr/bin/python3", "-c", counterScript},
-		Env:    []string{"PATH=/usr/bin:/bin"},
-		Cwd:    "/work",
-		Binds:  []Bind{{Source: ctl, Dest: "/run/ctl", Writable: true}},
-	}
-	sb, err := d.Create(spec)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	waitCount(t, ctl, 5)
+	d, spec, sb, ctl := counterSandbox(t, h, "criu")
 	images := filepath.Join(t.TempDir(), "images")
 	start := time.Now()
 	if err := sb.Checkpoint(images, false); err != nil {
@@ -118,6 +99,34 @@ func TestCheckpointRestore(t *testing.T) {
 		t.Errorf("restored sandbox has no memory figure: %+v", u)
 	}
 	t.Logf("checkpoint %v, restore %v, image %d KiB", dump, restore, dirSize(images)>>10)
+}
+
+// counterSandbox runs counterScript in a new 300 MiB sandbox of h with
+// the control bind ctl, counting already; the disk goes at cleanup, the
+// sandbox is the caller's.
+func counterSandbox(t *testing.T, h *Host, name string) (d *Disk, spec Spec, sb *Sandbox, ctl string) {
+	t.Helper()
+	p := policy.Default()
+	p.MemoryBytes = 300 << 20
+	d, err := h.NewDisk(name+strconv.Itoa(time.Now().Nanosecond()), p)
+	if err != nil {
+		t.Fatalf("NewDisk: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Destroy() })
+	ctl = criuCtl(t)
+	spec = Spec{
+		Policy: p,
+		Args:   []string{"/usr/bin/python3", "-c", counterScript},
+		Env:    []string{"PATH=/usr/bin:/bin"},
+		Cwd:    "/work",
+		Binds:  []Bind{{Source: ctl, Dest: "/run/ctl", Writable: true}},
+	}
+	sb, err = d.Create(spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	waitCount(t, ctl, 5)
+	return d, spec, sb, ctl
 }
 
 func dirSize(dir string) int64 {

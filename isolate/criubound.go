@@ -147,9 +147,10 @@ func probeDumpRestore(bin string, bound time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("find sleep for the test process: %w", err)
 	}
-	// Its own session: criu dumps a whole session, never ours.
-	tracee := exec.Command(sleep, "3600")
-	tracee.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Its own session: criu dumps a whole session, never ours. It dies
+	// with this process, and by itself well after the probe's bounds.
+	tracee := exec.Command(sleep, "300")
+	tracee.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := tracee.Start(); err != nil {
 		return fmt.Errorf("start test process: %w", err)
 	}
@@ -258,9 +259,12 @@ func criuOp(what string, bound time.Duration, op func() error) error {
 // killed; nothing may touch the container (its lock is held).
 var errCriuStuck = errors.New("operation still running")
 
-// criuChildren lists this process's live children named criu (libcontainer
-// starts "criu swrk"; a restore's root task carries that name until it is
-// restored), leaving out the pids in skip.
+// criuChildren lists this process's live children named criu
+// (libcontainer's "criu swrk", and a restore's root task until it is
+// restored), leaving out the pids in skip. A sandbox's init is a child too
+// and its cell can name it "criu" (prctl PR_SET_NAME) during an operation:
+// taken for criu, it is killed with its own sandbox, the renaming cell's,
+// and no other.
 func criuChildren(skip map[int]bool) map[int]bool {
 	self := os.Getpid()
 	out := map[int]bool{}

@@ -26,26 +26,6 @@ func TestCriuPATH(t *testing.T) {
 	}
 }
 
-// hangingCriu writes a criu named "criu" that hangs (as dumps hung on
-// this host before scripts/criu-patches/0002) in every mode except those
-// it hands to real; its sleeps are its descendants, to be killed too. It
-// returns the script's path and puts its directory first in PATH.
-func hangingCriu(t *testing.T, real string, pass ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	var cases string
-	for _, p := range pass {
-		cases += p + ") exec " + real + ` "$@";;` + "\n"
-	}
-	script := "#!/bin/sh\ncase \"$1\" in\n" + cases + "esac\nwhile :; do sleep 1; done\n"
-	path := filepath.Join(dir, "criu")
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", CriuPATH(path, os.Getenv("PATH")))
-	return path
-}
-
 // noCriuLeft fails t if a criu or the hanging script's sleep outlived the
 // operation as a child or grandchild of this process.
 func noCriuLeft(t *testing.T) {
@@ -81,7 +61,8 @@ func TestCriuProbeHangingDump(t *testing.T) {
 	if _, err := exec.LookPath("sleep"); err != nil {
 		t.Skip("requires sleep(1) for the probe's test process")
 	}
-	bin := hangingCriu(t, "/bin/true", "check")
+	bin, hang := testenv.HangingCriu(t, "/bin/true")
+	hang("dump")
 	start := time.Now()
 	err := criuProbe(bin, time.Second)
 	took := time.Since(start)
@@ -97,7 +78,7 @@ func TestCriuProbeHangingDump(t *testing.T) {
 // A criu that is not the one PATH finds is refused: libcontainer would
 // run the other.
 func TestCriuProbeWrongPATH(t *testing.T) {
-	bin := hangingCriu(t, "/bin/true")
+	bin, _ := testenv.HangingCriu(t, "/bin/true")
 	other := filepath.Join(t.TempDir(), "criu")
 	if err := os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -111,7 +92,8 @@ func TestCriuProbeWrongPATH(t *testing.T) {
 // criuOp kills the criu its operation started (here the way libcontainer
 // does it: a plain child, no context) and answers ErrTimeout in bound.
 func TestCriuOpKillsHungCriu(t *testing.T) {
-	bin := hangingCriu(t, "/bin/true")
+	bin, hang := testenv.HangingCriu(t, "/bin/true")
+	hang("swrk")
 	start := time.Now()
 	err := criuOp("test dump", 500*time.Millisecond, func() error {
 		return exec.Command("criu", "swrk", "3").Run()
@@ -140,4 +122,80 @@ func TestCriuProbeReal(t *testing.T) {
 		t.Fatalf("probe: %v", err)
 	}
 	noCriuLeft(t)
+}
+
+// TestCheckpointRestoreHungCriuBounded: a criu that hangs (as dumps did on
+// this host before scripts/criu-patches/0002) costs a checkpoint or a
+// restore its bound, not forever: the operation answers ErrTimeout, the
+// criu it started is gone, and a checkpointed sandbox goes on running
+// (thawed, if it was frozen). Before the bound, Checkpoint waited forever.
+func TestCheckpointRestoreHungCriuBounded(t *testing.T) {
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	if err := ProbeCriu(DefaultCriu); err != nil {
+		t.Skip("requires a working criu (make criu): " + err.Error())
+	}
+	criu, hang := testenv.HangingCriu(t, DefaultCriu)
+	const bound = 5 * time.Second
+	h, err := NewHost(Config{StateDir: testenv.StateDir(t), Rootfs: r.Root, CgroupRoot: "/jailcell-test-isolate", Criu: criu, CriuTimeout: bound})
+	if err != nil {
+		t.Fatalf("NewHost: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	if err := h.CriuCheck(); err != nil {
+		t.Fatalf("CriuCheck through the wrapper: %v", err)
+	}
+	d, spec, sb, ctl := counterSandbox(t, h, "hung")
+	t.Cleanup(func() { _ = sb.Destroy() })
+
+	hang("swrk")
+	bounded := func(what string, op func() error) {
+		t.Helper()
+		start := time.Now()
+		err := op()
+		took := time.Since(start)
+		if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), bound.String()) {
+			t.Fatalf("%s with a hung criu: %v, want ErrTimeout naming the bound %v", what, err, bound)
+		}
+		if took > bound+criuKillWait {
+			t.Fatalf("%s took %v, bound %v", what, took, bound)
+		}
+		noCriuLeft(t)
+	}
+	bounded("checkpoint", func() error { return sb.Checkpoint(filepath.Join(t.TempDir(), "images"), false) })
+	waitCount(t, ctl, readCount(t, ctl))
+	// Frozen first, as a fork's checkpoint is: thawed after the timeout.
+	if err := sb.Pause(); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	bounded("frozen checkpoint", func() error { return sb.Checkpoint(filepath.Join(t.TempDir(), "images"), true) })
+	waitCount(t, ctl, readCount(t, ctl))
+
+	// The criu that works again checkpoints; a hung restore is bounded too
+	// and leaves nothing running.
+	hang()
+	images := filepath.Join(t.TempDir(), "images")
+	if err := sb.Checkpoint(images, false); err != nil {
+		t.Fatalf("Checkpoint after the hangs: %v", err)
+	}
+	<-sb.Done()
+	if err := sb.Destroy(); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	hang("swrk")
+	bounded("restore", func() error {
+		rs, err := d.Restore(images, spec)
+		if err == nil {
+			_ = rs.Destroy()
+		}
+		return err
+	})
+	if ids := h.cgroupIDs(); len(ids) != 0 {
+		t.Errorf("cgroups left by the hung restore: %v", ids)
+	}
+	n := readCount(t, ctl)
+	time.Sleep(300 * time.Millisecond)
+	if m := readCount(t, ctl); m != n {
+		t.Errorf("count moved %d -> %d: a restored process runs after the failed restore", n, m)
+	}
 }

@@ -51,10 +51,20 @@ type env struct {
 // newEnv builds a real host and manager (privileged tier).
 func newEnv(t *testing.T, mod func(*Config)) *env {
 	t.Helper()
+	return newEnvHost(t, nil, mod)
+}
+
+// newEnvHost is newEnv with hostMod changing the host's configuration.
+func newEnvHost(t *testing.T, hostMod func(*isolate.Config), mod func(*Config)) *env {
+	t.Helper()
 	testenv.RequiresRoot(t)
 	r := testenv.Rootfs(t)
 	state := testenv.StateDir(t)
-	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: testCgroupRoot})
+	hc := isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: testCgroupRoot}
+	if hostMod != nil {
+		hostMod(&hc)
+	}
+	h, err := isolate.NewHost(hc)
 	if err != nil {
 		t.Fatalf("NewHost: %v", err)
 	}

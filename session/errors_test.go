@@ -50,6 +50,22 @@ func exportedErrs(t *testing.T, dir string) []string {
 	return names
 }
 
+// declared maps each Err* variable dir declares to its value in known,
+// failing t for one known lacks: a sentinel added without a row here.
+func declared(t *testing.T, dir string, known map[string]error) map[string]error {
+	t.Helper()
+	out := map[string]error{}
+	for _, name := range exportedErrs(t, dir) {
+		v, ok := known[name]
+		if !ok {
+			t.Errorf("%s declares %s, which this test's table lacks (and so maybe hostSentinels or sentinels)", dir, name)
+			continue
+		}
+		out[name] = v
+	}
+	return out
+}
+
 // isolateSentinels is every isolate sentinel, by name; the test below
 // fails when isolate declares one this list (and so hostSentinels) lacks.
 var isolateSentinels = map[string]error{
@@ -94,12 +110,7 @@ func oneSentinel(t *testing.T, what string, err error) error {
 // session sentinel, whether session wraps it (hostErr) or passes it on
 // bare (Sentinel, which the API asks).
 func TestHostSentinelsWrapped(t *testing.T) {
-	for _, name := range exportedErrs(t, "../isolate") {
-		host, ok := isolateSentinels[name]
-		if !ok {
-			t.Errorf("isolate.%s is not in isolateSentinels (and so maybe not in hostSentinels)", name)
-			continue
-		}
+	for name, host := range declared(t, "../isolate", isolateSentinels) {
 		if host == nil {
 			continue
 		}
@@ -135,12 +146,7 @@ func TestHostSentinelsWrapped(t *testing.T) {
 
 // Every session sentinel is exactly one of the sentinels Sentinel knows.
 func TestSessionSentinelsKnown(t *testing.T) {
-	for _, name := range exportedErrs(t, ".") {
-		s, ok := sessionSentinels[name]
-		if !ok {
-			t.Errorf("session.%s is not in sessionSentinels", name)
-			continue
-		}
+	for name, s := range declared(t, ".", sessionSentinels) {
 		oneSentinel(t, "session."+name, s)
 		if Sentinel(s) == nil {
 			t.Errorf("Sentinel(session.%s) = nil", name)

@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 // Host-side file access into a session must never block: a cell can put a
@@ -70,7 +74,20 @@ func fifoRelease(e *env, id string, names ...string) func() {
 func TestHostileFIFOInUploadPath(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.create(t, CreateOptions{})
-	wantStatus(t, e.exec(t, id, "import os\nos.mkfifo('p')\nos.mkfifo('q')\nos.symlink('/etc', 'l')\nimport socket\nsocket.socket(socket.AF_UNIX).bind('sock')", 0), StatusOK)
+	// The planted link names a host directory holding a decoy passwd, never
+	// the host's /etc: if confinement regressed, the upload of l/passwd
+	// must damage only the decoy (an earlier version of this class of test
+	// overwrote the host's /etc/passwd when its opener was broken on purpose).
+	decoy := t.TempDir()
+	if err := os.WriteFile(filepath.Join(decoy, "passwd"), []byte(testenv.DecoyPasswd), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if b, err := os.ReadFile(filepath.Join(decoy, "passwd")); err != nil || string(b) != testenv.DecoyPasswd {
+			t.Errorf("the decoy behind the planted symlink was written (%q, %v): a host-side write followed the cell's link", b, err)
+		}
+	}()
+	wantStatus(t, e.exec(t, id, fmt.Sprintf("import os\nos.mkfifo('p')\nos.mkfifo('q')\nos.symlink(%q, 'l')\nimport socket\nsocket.socket(socket.AF_UNIX).bind('sock')", decoy), 0), StatusOK)
 	release := fifoRelease(e, id, "p", "q")
 	const bound = 10 * time.Second
 

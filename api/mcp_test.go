@@ -13,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jailcell/jailcell/internal/testenv"
-	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -117,7 +116,7 @@ func TestMCP(t *testing.T) {
 	// snapshot_session and rollback_session: a subtest, skipped by name
 	// without a working criu.
 	t.Run("snapshot and rollback", func(t *testing.T) {
-		if err := isolate.CriuCheck(); err != nil {
+		if err := m.HibernationAvailable(); err != nil {
 			t.Skipf("requires a working criu (make criu): %v", err)
 		}
 		if res := callT(t, "snapshot_session", map[string]any{}); res.IsError {

@@ -86,7 +86,7 @@ func conformance(t *testing.T, c API) {
 	}
 
 	t.Run("hibernate and fork", func(t *testing.T) {
-		if err := isolate.CriuCheck(); err != nil {
+		if err := isolate.ProbeCriu(isolate.DefaultCriu); err != nil {
 			t.Skipf("requires a working criu (make criu): %v", err)
 		}
 		hibernateAndFork(ctx, t, c, s.ID)

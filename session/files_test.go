@@ -44,25 +44,7 @@ func hostTree(t *testing.T) (string, *os.Root) { return testenv.HostileTree(t) }
 // FIFO opened for writing) then unblocks it.
 func bounded(t *testing.T, what string, release func(), op func()) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		op()
-	}()
-	select {
-	case <-done:
-		return
-	case <-time.After(5 * time.Second):
-		t.Errorf("%s blocked", what)
-	}
-	for {
-		release()
-		select {
-		case <-done:
-			return
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	within(t, 5*time.Second, what, release, op)
 }
 
 // TestHostileFIFOInPathHostTree: a FIFO, socket or symlink anywhere in a

@@ -31,7 +31,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	if err := m.host.CriuCheck(); err != nil {
 		return nil, fmt.Errorf("%w: fork needs checkpoint/restore: %v", ErrUnavailable, err)
 	}
-	parent, err := m.claim(owner, id)
+	parent, err := m.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ func (m *Manager) HibernationAvailable() error { return m.host.CriuCheck() }
 // Hibernate checkpoints session id now and releases its memory. A session
 // already hibernated is left as it is.
 func (m *Manager) Hibernate(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.claim(owner, id)
+	s, err := m.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (m *Manager) reconnect(s *Session, k *kernel) error {
 // anyway). A failed restore starts a fresh kernel on the same files and
 // says so.
 func (m *Manager) Restore(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.claim(owner, id)
+	s, err := m.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}

@@ -223,7 +223,7 @@ func TestPersistWithinDiskAndStoreQuota(t *testing.T) {
 // id's files (into the state dir's upper-saved), without criu.
 func saveWorkspace(t *testing.T, m *Manager, id string) (string, error) {
 	t.Helper()
-	s, err := m.claim(0, id)
+	s, err := m.claim(context.Background(), 0, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,16 @@ func (k *kernel) close() error {
 
 // startKernel builds a sandbox on disk and waits for its kernel's hello.
 // ctl is the session's control directory on the host.
+// startGate, set only by tests, runs before every kernel start and may
+// hold it, so that a test can see what waits for a start and what does not.
+var startGate func(ctx context.Context) error
+
 func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl string, p policy.Policy) (*kernel, error) {
+	if startGate != nil {
+		if err := startGate(ctx); err != nil {
+			return nil, fmt.Errorf("%w: start kernel: %v", ErrUnavailable, err)
+		}
+	}
 	start := time.Now()
 	k, err := m.launchKernel(ctx, ctl, p, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
 		sb, err := disk.Create(spec)

@@ -485,10 +485,23 @@ func (m *Manager) register(s *Session) error {
 
 // claim finds session id for owner and takes its run lock (ErrBusy while
 // a cell runs); the caller unlocks s.run.
-func (m *Manager) claim(owner int, id string) (*Session, error) {
+func (m *Manager) claim(ctx context.Context, owner int, id string) (*Session, error) {
 	s, err := m.get(owner, id)
 	if err != nil {
 		return nil, err
+	}
+	// A kernel replacing a lost one is being started: wait for it (the
+	// start is bounded by the kernel start timeout), as the next cell of a
+	// notebook waits for its restarted kernel, rather than answer busy.
+	s.mu.Lock()
+	restarting := s.restarting
+	s.mu.Unlock()
+	if restarting != nil {
+		select {
+		case <-restarting:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: session %s is starting a new kernel after a lost one: %v", ErrBusy, id, context.Cause(ctx))
+		}
 	}
 	if !s.run.TryLock() {
 		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
@@ -536,11 +549,16 @@ func (m *Manager) get(owner int, id string) (*Session, error) {
 // running in the session makes it ErrBusy at once (cells of one session
 // never queue: the caller decides whether to wait).
 func (m *Manager) Exec(ctx context.Context, owner int, id string, req ExecRequest) (*Result, error) {
-	s, err := m.claim(owner, id)
+	s, err := m.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
-	defer s.run.Unlock()
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			s.run.Unlock()
+		}
+	}()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -555,7 +573,11 @@ func (m *Manager) Exec(ctx context.Context, owner int, id string, req ExecReques
 		s.lastUsed = time.Now()
 		s.mu.Unlock()
 	}()
-	return m.exec(ctx, s, req)
+	res, err := m.exec(ctx, s, req)
+	if err == nil && res.State == StateLost {
+		handedOff = m.restartInBackground(s)
+	}
+	return res, err
 }
 
 // RunOnce runs one cell in a fresh sandbox that is destroyed afterwards;
@@ -662,7 +684,7 @@ func (m *Manager) Upload(ctx context.Context, owner int, id, path string, data [
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("%w: upload of %d bytes, at most %d", ErrLimit, len(data), MaxFileBytes)
 	}
-	s, err := m.claim(owner, id)
+	s, err := m.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -764,11 +786,15 @@ func (m *Manager) end(s *Session, why string) error {
 		m.tombOrder = m.tombOrder[1:]
 	}
 	m.mu.Unlock()
-	// Kill a running cell first so the run lock is released promptly.
+	// Kill a running cell, and cancel a kernel start after a lost one, so
+	// that the run lock is released promptly.
 	s.mu.Lock()
 	s.closed = true
 	if s.k != nil {
 		_ = s.k.sb.Kill()
+	}
+	if s.stopRestart != nil {
+		s.stopRestart()
 	}
 	s.mu.Unlock()
 	if !lockWithin(&s.run, endLockWait) {

@@ -29,7 +29,9 @@ type Session struct {
 	disk    *isolate.Disk
 	created time.Time
 
-	// run serialises cells, uploads to a starting kernel, and close.
+	// run serialises cells, uploads to a starting kernel, and close. After
+	// a cell that lost its kernel, the goroutine starting the next kernel
+	// holds it (restartInBackground).
 	run sync.Mutex
 
 	mu       sync.Mutex
@@ -47,6 +49,10 @@ type Session struct {
 	hibernated bool
 	hibTTL     time.Duration
 	info       Info
+	// restarting is closed when the background start of a kernel that
+	// replaces a lost one ends; nil when none runs. stopRestart cancels it.
+	restarting  chan struct{}
+	stopRestart context.CancelFunc
 }
 
 func (s *Session) ctlDir() string { return s.disk.CtlDir() }
@@ -129,7 +135,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	v := judge(meas)
 	res := resultOf(c.o.res, v, use)
 	if v.Lost {
-		m.restartLost(ctx, s, c.k, res)
+		m.dropLost(s, c.k)
 	}
 	m.recordFiles(s, c.before, res)
 	m.persistCell(s, res.Files)
@@ -349,19 +355,45 @@ func cellError(e *runner.CellError) *CellError {
 	return ce
 }
 
-// restartLost replaces a lost kernel at once so that the next cell finds
-// one; a failure is told in res and reported by the next cell too.
-func (m *Manager) restartLost(ctx context.Context, s *Session, k *kernel, res *Result) {
+// dropLost destroys a lost kernel. Its replacement is not awaited here: a
+// verdict never waits for a kernel start (an exit, OOM or fork bomb used to
+// be answered only after a new kernel had imported its preload, tens of
+// seconds under load). Exec starts the next kernel in the background
+// (restartInBackground); any other caller's next cell starts one itself.
+func (m *Manager) dropLost(s *Session, k *kernel) {
 	m.dropKernel(s, k)
+}
+
+// restartInBackground starts the kernel that replaces a lost one while
+// the caller's result goes back, holding s.run for it: the session's next
+// request waits in claim for the start to end, never sees a half-started
+// kernel, and never gets busy for it. The caller must hold s.run and, if
+// this returns true, must not unlock it. A close cancels the start.
+func (m *Manager) restartInBackground(s *Session) bool {
 	s.mu.Lock()
-	closed := s.closed
+	if s.closed || s.k != nil || s.restarting != nil {
+		s.mu.Unlock()
+		return false
+	}
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	s.restarting, s.stopRestart = done, cancel
 	s.mu.Unlock()
-	if closed {
-		return
-	}
-	if _, err := m.ensureKernel(context.WithoutCancel(ctx), s); err != nil {
-		res.StateReason += "; restarting it failed: " + err.Error()
-	}
+	go func() {
+		defer func() {
+			cancel()
+			s.mu.Lock()
+			s.restarting, s.stopRestart = nil, nil
+			s.mu.Unlock()
+			s.run.Unlock()
+			close(done)
+		}()
+		if _, err := m.ensureKernel(ctx, s); err != nil && ctx.Err() == nil {
+			// s.kErr keeps it; the next cell tries again and reports it.
+			m.log().Warn("start a kernel after a lost one", "session", s.id, "err", err)
+		}
+	}()
+	return true
 }
 
 // recordFiles puts into res what the cell did to the workspace, and keeps

@@ -23,7 +23,7 @@ const snapshotName = "snapshot"
 
 // Snapshot takes a snapshot of session id now, replacing an earlier one.
 func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.claim(owner, id)
+	s, err := m.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (m *Manager) snapshot(ctx context.Context, s *Session) error {
 // for another rollback. A restore that fails leaves a fresh kernel on the
 // snapshot's files and says so (state "lost").
 func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.claim(owner, id)
+	s, err := m.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}

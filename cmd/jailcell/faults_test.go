@@ -178,13 +178,7 @@ func TestFaultHTTPClientVanishesMidStream(t *testing.T) {
 // sandbox down and exits with an error, rather than being killed by
 // SIGPIPE with its sandboxes left running.
 func TestFaultJSONClientVanishesMidStream(t *testing.T) {
-	testenv.RequiresRoot(t)
-	r := testenv.Rootfs(t)
-	state := testenv.StateDir(t)
-	cmd := exec.Command(os.Args[0], "json", "--rootfs", r.Root, "--state-dir", state)
-	cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + state + "/review")
-	stderr := &testenv.LockedBuffer{}
-	cmd.Stderr = stderr
+	cmd, state, stderr := jsonCommand(t)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -347,4 +341,19 @@ func TestFaultNoCriu(t *testing.T) {
 	if res, _ := a["result"].(map[string]any); a["ok"] != true || res["stdout"] != "42\n" {
 		t.Fatalf("a cell without criu: %v", a)
 	}
+}
+
+// jsonCommand is `jailcell json` (this test binary) on the real rootfs and
+// state, a state dir of the test's own, its stderr kept for the failure
+// log. It needs root.
+func jsonCommand(t *testing.T) (cmd *exec.Cmd, state string, stderr *testenv.LockedBuffer) {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state = testenv.StateDir(t)
+	cmd = exec.Command(os.Args[0], "json", "--rootfs", r.Root, "--state-dir", state)
+	cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + state + "/review")
+	stderr = &testenv.LockedBuffer{}
+	cmd.Stderr = stderr
+	return cmd, state, stderr
 }

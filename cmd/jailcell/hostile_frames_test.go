@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/runner"
 )
 
@@ -76,13 +74,7 @@ func readLine(r *bufio.Reader, keep int) ([]byte, int64, error) {
 // the daemon's peak within DaemonCellBound, and the session runs the next
 // cell.
 func TestHostileForgedResultFrames(t *testing.T) {
-	testenv.RequiresRoot(t)
-	r := testenv.Rootfs(t)
-	state := testenv.StateDir(t)
-	cmd := exec.Command(os.Args[0], "json", "--rootfs", r.Root, "--state-dir", state)
-	cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + state + "/review")
-	stderr := &testenv.LockedBuffer{}
-	cmd.Stderr = stderr
+	cmd, _, stderr := jsonCommand(t)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -44,6 +45,7 @@ func newRunCmd() *cobra.Command {
 		asJSON  bool
 		inputs  []string
 		outDir  string
+		pol     string
 	)
 	cmd := &cobra.Command{
 		Use:   "run FILE|-",
@@ -53,7 +55,8 @@ afterwards. Output streams to the terminal as it happens; the value of a
 trailing expression is printed after it, as in a notebook; an exception's
 traceback goes to stderr. Files the cell creates in its working directory are
 written under --out (created only if there are any; never outside it, never
-through a symlink).
+through a symlink), and so are the figures it displays (plt.show(),
+display()): figure-1.png, figure-2.svg, ... in the order shown.
 
 Exit status: 0 the cell finished, 1 it raised an exception, 124 it timed out,
 137 it was OOM-killed or killed, 125 jailcell itself failed.`,
@@ -66,7 +69,8 @@ Exit status: 0 the cell finished, 1 it raised an exception, 124 it timed out,
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit of the cell (0: the policy's default, 60s); clamped to the policy's ceiling")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole result object as JSON on stdout instead of streaming output")
 	cmd.Flags().StringArrayVar(&inputs, "file", nil, "input file placed in the cell's working directory under its base name (repeatable)")
-	cmd.Flags().StringVar(&outDir, "out", defaultOutDir, "directory the cell's new and changed files are written to")
+	cmd.Flags().StringVar(&outDir, "out", defaultOutDir, "directory the cell's new and changed files, and its figures, are written to")
+	cmd.Flags().StringVar(&pol, "policy", "", "configured policy to run the cell under (default: the policy named default)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if timeout < 0 {
 			return fmt.Errorf("--timeout %s: must be >= 0", timeout)
@@ -83,7 +87,7 @@ Exit status: 0 the cell finished, 1 it raised an exception, 124 it timed out,
 		if err != nil {
 			return err
 		}
-		status, err := runOnce(hf, log, session.ExecRequest{Code: code, Timeout: timeout, Files: files}, asJSON, outDir)
+		status, err := runOnce(hf, log, pol, session.ExecRequest{Code: code, Timeout: timeout, Files: files}, asJSON, outDir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "jailcell run:", err)
 			return exitError{exitRunFailed}
@@ -96,7 +100,7 @@ Exit status: 0 the cell finished, 1 it raised an exception, 124 it timed out,
 	return cmd
 }
 
-func runOnce(hf *hostFlags, log *slog.Logger, req session.ExecRequest, asJSON bool, outDir string) (int, error) {
+func runOnce(hf *hostFlags, log *slog.Logger, policyName string, req session.ExecRequest, asJSON bool, outDir string) (int, error) {
 	st, err := hf.build(log)
 	if err != nil {
 		return 0, err
@@ -116,7 +120,7 @@ func runOnce(hf *hostFlags, log *slog.Logger, req session.ExecRequest, asJSON bo
 			}
 		}
 	}
-	res, runErr := st.manager.RunOnce(ctx, os.Getuid(), "", req)
+	res, runErr := st.manager.RunOnce(ctx, os.Getuid(), policyName, req)
 	if err := st.shutdown(30 * time.Second); err != nil {
 		log.Warn("shut down", "err", err)
 	}
@@ -134,7 +138,7 @@ func runOnce(hf *hostFlags, log *slog.Logger, req session.ExecRequest, asJSON bo
 	} else {
 		report(os.Stdout, os.Stderr, res)
 	}
-	if err := writeReturned(outDir, res.Files, os.Stderr); err != nil {
+	if err := writeReturned(outDir, append(res.Files, figures(res)...), os.Stderr); err != nil {
 		return 0, err
 	}
 	return exitStatus(res.Status), nil
@@ -180,9 +184,48 @@ func report(stdout, stderr io.Writer, res *session.Result) {
 	if len(res.Limits) > 0 && res.Status != session.StatusOK {
 		fmt.Fprintf(stderr, "jailcell: limits reached: %s\n", strings.Join(res.Limits, ", "))
 	}
-	if n := len(res.Display); n > 0 {
-		fmt.Fprintf(stderr, "jailcell: %d rich output(s) (figures, display()) not shown; use --json to get them\n", n)
+	if n := len(res.Display) - len(figures(res)); n > 0 {
+		fmt.Fprintf(stderr, "jailcell: %d rich output(s) (HTML, text, JSON) not shown; use --json to get them\n", n)
 	}
+}
+
+// figureExt names the display types written as figure files.
+var figureExt = map[string]string{"image/png": ".png", "image/svg+xml": ".svg"}
+
+// figures turns the cell's displayed images into files for --out:
+// figure-N.png or .svg, N counting displayed images from 1, skipping a name
+// the cell's own files already take. The names are chosen here, not by the
+// sandbox; the content is the display item's, already within the result's
+// budget (PNG as base64, SVG as text). An undecodable item is skipped.
+func figures(res *session.Result) []session.FileChange {
+	taken := map[string]bool{}
+	for _, f := range res.Files {
+		taken[f.Path] = true
+	}
+	var out []session.FileChange
+	n := 0
+	for _, d := range res.Display {
+		ext, ok := figureExt[d.MIME]
+		if !ok {
+			continue
+		}
+		data := []byte(d.Data)
+		if d.MIME == "image/png" {
+			b, err := base64.StdEncoding.DecodeString(d.Data)
+			if err != nil {
+				continue
+			}
+			data = b
+		}
+		name := ""
+		for name == "" || taken[name] {
+			n++
+			name = fmt.Sprintf("figure-%d%s", n, ext)
+		}
+		taken[name] = true
+		out = append(out, session.FileChange{Path: name, Size: int64(len(data)), Change: "created", Data: data})
+	}
+	return out
 }
 
 func readCode(arg string) (string, error) {

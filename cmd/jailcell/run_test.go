@@ -2,52 +2,86 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
-// TestWriteReturnedConfined: a one-shot cell's returned files are written
-// under --out only by a clean relative path through directories: a path
-// with "..", an absolute one, or one through a symlink already in the
-// output directory is refused and named, and the others are written.
-func TestWriteReturnedConfined(t *testing.T) {
-	dir := t.TempDir()
-	outside := t.TempDir()
-	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
-		t.Fatal(err)
+// runJailcell runs this test binary as `jailcell run` on code, with its
+// own state dir, and returns the exit status, stdout and stderr.
+func runJailcell(t *testing.T, code string, args ...string) (int, string, string) {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state := testenv.StateDir(t)
+	cmd := exec.Command(os.Args[0], append([]string{"run", "--rootfs", r.Root, "--state-dir", state}, append(args, "-")...)...)
+	cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + state + "/review")
+	cmd.Stdin = strings.NewReader(code)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), stdout.String(), stderr.String()
 	}
-	files := []session.FileChange{
-		{Path: "ok.txt", Change: "created", Data: []byte("ok")},
-		{Path: "sub/dir/x.txt", Change: "modified", Data: []byte("x")},
-		{Path: "../escape.txt", Change: "created", Data: []byte("no")},
-		{Path: "a/../../escape.txt", Change: "created", Data: []byte("no")},
-		{Path: filepath.Join(outside, "abs.txt"), Change: "created", Data: []byte("no")},
-		{Path: "link/through.txt", Change: "created", Data: []byte("no")},
-		{Path: "link", Change: "created", Data: []byte("no")},
-		{Path: "gone.txt", Change: "deleted"},
+	t.Fatalf("jailcell run: %v", err)
+	return 0, "", ""
+}
+
+// TestRunCommand drives the real `jailcell run`: its exit codes, the
+// figures a cell shows written under --out, and --policy.
+func TestRunCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name, code string
+		args       []string
+		want       int
+		stderr     string
+	}{
+		{"ok", "print(6*7)", nil, exitCellOK, ""},
+		{"exception", "1/0", nil, exitCellError, "ZeroDivisionError"},
+		{"timeout", "import time\ntime.sleep(30)", []string{"--timeout", "1s"}, exitCellTimeout, "timed out"},
+		{"killed", "import os\nos._exit(3)", nil, exitCellKilled, "killed"},
+		{"unknown policy", "print(1)", []string{"--policy", "nosuch"}, exitRunFailed, "nosuch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _, stderr := runJailcell(t, tc.code, tc.args...)
+			if got != tc.want || !strings.Contains(stderr, tc.stderr) {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", got, tc.want, stderr)
+			}
+		})
 	}
-	var stderr bytes.Buffer
-	err := writeReturned(dir, files, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "5 returned file(s)") {
-		t.Fatalf("writeReturned = %v, want 5 files refused", err)
-	}
-	for _, p := range []string{"../escape.txt", "a/../../escape.txt", "abs.txt", "link/through.txt", `"link"`} {
-		if !strings.Contains(stderr.String(), p) {
-			t.Errorf("stderr does not name %s:\n%s", p, stderr.String())
+
+	t.Run("figures under --out", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out")
+		code := `import matplotlib.pyplot as plt
+open('figure-1.png', 'w').write('the cell's own file keeps its name')
+plt.plot([1, 2, 3]); plt.show()
+plt.figure(); plt.bar([1, 2], [3, 4]); plt.show()
+`
+		got, _, stderr := runJailcell(t, strings.ReplaceAll(code, "cell's", "cell"), "--out", out)
+		if got != exitCellOK {
+			t.Fatalf("exit %d; stderr:\n%s", got, stderr)
 		}
-	}
-	for p, want := range map[string]string{"ok.txt": "ok", "sub/dir/x.txt": "x"} {
-		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != want {
-			t.Errorf("%s = %q, %v; want %q", p, b, err, want)
+		own, err := os.ReadFile(filepath.Join(out, "figure-1.png"))
+		if err != nil || string(own) != "the cell own file keeps its name" {
+			t.Fatalf("the cell's own figure-1.png: %q, %v", own, err)
 		}
-	}
-	for _, p := range []string{filepath.Join(filepath.Dir(dir), "escape.txt"), filepath.Join(outside, "abs.txt"), filepath.Join(outside, "through.txt")} {
-		if _, err := os.Stat(p); err == nil {
-			t.Errorf("%s written outside --out", p)
+		for _, name := range []string{"figure-2.png", "figure-3.png"} {
+			b, err := os.ReadFile(filepath.Join(out, name))
+			if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+				t.Fatalf("%s: not a PNG (%d bytes, %v); stderr:\n%s", name, len(b), err, stderr)
+			}
 		}
-	}
+		if strings.Contains(stderr, "not shown") {
+			t.Errorf("figures reported as not shown:\n%s", stderr)
+		}
+	})
 }

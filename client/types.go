@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -49,10 +50,30 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("jailcell: %s: %s", e.Code, e.Message) }
 
-// IsCode reports whether err is a jailcell error with the given code.
+// Is makes errors.Is(err, ErrNotFound) (and the other sentinels below)
+// true for a jailcell error with that wire code, wrapped or not.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Status == 0 && t.Message == "" && t.Code == e.Code
+}
+
+// Sentinels for errors.Is, one per wire code. Use errors.As with *Error for
+// the message and the HTTP status.
+var (
+	ErrBadRequest  = &Error{Code: "bad_request"}
+	ErrNotFound    = &Error{Code: "not_found"}
+	ErrLimit       = &Error{Code: "limit"}
+	ErrBusy        = &Error{Code: "busy"}
+	ErrUnavailable = &Error{Code: "unavailable"}
+	ErrInternal    = &Error{Code: "internal"}
+	ErrForbidden   = &Error{Code: "forbidden"}
+)
+
+// IsCode reports whether err is, or wraps, a jailcell error with the given
+// code.
 func IsCode(err error, code string) bool {
-	e, ok := err.(*Error)
-	return ok && e.Code == code
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
 }
 
 // CreateOptions shape a new session; the zero value takes every default.

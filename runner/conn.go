@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // maxPythonLen bounds the version string a hello may carry.
@@ -556,21 +555,6 @@ func (s *execState) stream(obj []byte) error {
 		s.onStream(streamNames[i], string(s.out[i][start:]))
 	}
 	return nil
-}
-
-// cutUTF8 returns the longest prefix of s of at most n bytes that does not
-// split a character.
-func cutUTF8(s string, n int) string {
-	if n <= 0 {
-		return ""
-	}
-	if n >= len(s) {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // boolField sets *dst from v, a JSON boolean or null.

@@ -97,7 +97,7 @@ func openWorkspace(base string) (*os.Root, error) {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}
 	unix.Close(pfd)
-	if confined.IsType(&st, unix.S_IFCHR) && st.Rdev == 0 {
+	if isWhiteout(&st) {
 		return nil, fs.ErrNotExist
 	}
 	if !confined.IsType(&st, unix.S_IFDIR) {
@@ -419,7 +419,13 @@ func exists(root *os.Root, rel string) bool {
 	if err == unix.ENOENT {
 		return false
 	}
-	return err != nil || !(confined.IsType(&st, unix.S_IFCHR) && st.Rdev == 0)
+	return err != nil || !isWhiteout(&st)
+}
+
+// isWhiteout reports an overlay whiteout: a 0/0 character device in an
+// upper layer stands for a file the sandbox deleted.
+func isWhiteout(st *unix.Stat_t) bool {
+	return confined.IsType(st, unix.S_IFCHR) && st.Rdev == 0
 }
 
 // readFile reads a regular file through root, refusing symlinks, FIFOs,

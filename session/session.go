@@ -135,7 +135,12 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	v := judge(meas)
 	res := resultOf(c.o.res, v, use)
 	if v.Lost {
-		m.dropLost(s, c.k)
+		// Its replacement is not awaited: a verdict never waits for a
+		// kernel start (an exit, OOM or fork bomb used to be answered only
+		// after a new kernel had imported its preload, tens of seconds
+		// under load). Exec starts the next one in the background
+		// (restartInBackground); any other caller's next cell starts one.
+		m.dropKernel(s, c.k)
 	}
 	m.recordFiles(s, c.before, res)
 	m.persistCell(s, res.Files)
@@ -353,15 +358,6 @@ func cellError(e *runner.CellError) *CellError {
 		ce.Frames = append(ce.Frames, Frame{File: f.File, Line: f.Line, Name: f.Name, Code: f.Code})
 	}
 	return ce
-}
-
-// dropLost destroys a lost kernel. Its replacement is not awaited here: a
-// verdict never waits for a kernel start (an exit, OOM or fork bomb used to
-// be answered only after a new kernel had imported its preload, tens of
-// seconds under load). Exec starts the next kernel in the background
-// (restartInBackground); any other caller's next cell starts one itself.
-func (m *Manager) dropLost(s *Session, k *kernel) {
-	m.dropKernel(s, k)
 }
 
 // restartInBackground starts the kernel that replaces a lost one while

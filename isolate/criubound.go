@@ -2,8 +2,10 @@ package isolate
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -370,4 +372,37 @@ func alive(pid int) bool {
 	s := string(b)
 	rp := strings.LastIndexByte(s, ')')
 	return rp > 0 && rp+2 < len(s) && s[rp+2] != 'Z'
+}
+
+// CheckpointIdentity names what a checkpoint taken on this host depends on
+// besides the policy and the sandbox's own program: the rootfs (its
+// resolved path, the root directory's inode and change time, and the
+// manifest.json beside it if any) and the criu binary (path, size, change
+// time). A checkpoint whose identity differs from the host's must not be
+// restored here: a kernel restored onto another rootfs maps files that
+// changed under it.
+func (h *Host) CheckpointIdentity() string {
+	var b strings.Builder
+	root, err := filepath.EvalSymlinks(h.cfg.Rootfs)
+	if err != nil {
+		root = h.cfg.Rootfs
+	}
+	fmt.Fprintf(&b, "rootfs=%s\n", root)
+	if st, err := os.Stat(root); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			fmt.Fprintf(&b, "rootfs-ino=%d ctime=%d.%d\n", sys.Ino, sys.Ctim.Sec, sys.Ctim.Nsec)
+		}
+	}
+	if f, err := os.Open(filepath.Join(filepath.Dir(root), "manifest.json")); err == nil {
+		h := sha256.New()
+		_, _ = io.Copy(h, io.LimitReader(f, 16<<20))
+		f.Close()
+		fmt.Fprintf(&b, "manifest=%x\n", h.Sum(nil))
+	}
+	if bin, err := exec.LookPath(h.cfg.Criu); err == nil {
+		if st, err := os.Stat(bin); err == nil {
+			fmt.Fprintf(&b, "criu=%s size=%d mtime=%d\n", bin, st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	return b.String()
 }

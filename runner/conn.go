@@ -352,11 +352,23 @@ func (c *Conn) Exec(req ExecRequest, onStream func(name, text string)) (*Result,
 // Ping checks that the kernel answers, until ctx is done. It waits for a
 // running Exec to finish first. A failed Ping, for whatever reason, breaks
 // the Conn: an unanswered ping leaves the stream out of step.
-func (c *Conn) Ping(ctx context.Context) error {
+func (c *Conn) Ping(ctx context.Context) error { return c.ping(ctx, "ping kernel", nil) }
+
+// Reseed has the kernel draw new seeds from its own os.urandom for every
+// generator seeded once at import (Python's random, numpy's global one,
+// tempfile's names, multiprocessing's authkey), then answer as a Ping. A
+// kernel restored from a template carries the template's seeds: it must be
+// reseeded before it runs anyone's cell. A kernel older than this ignores
+// the flag and answers: the host ships the kernel it speaks to.
+func (c *Conn) Reseed(ctx context.Context) error {
+	return c.ping(ctx, "reseed kernel", map[string]any{"reseed": true})
+}
+
+func (c *Conn) ping(ctx context.Context, what string, extra map[string]any) error {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("ping kernel: %w", context.Cause(ctx))
+		return fmt.Errorf("%s: %w", what, context.Cause(ctx))
 	}
 	defer func() { <-c.sem }()
 	if err := c.broken(); err != nil {
@@ -370,9 +382,13 @@ func (c *Conn) Ping(ctx context.Context) error {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
 		}
-		return c.fail(fmt.Errorf("ping kernel: %w", err))
+		return c.fail(fmt.Errorf("%s: %w", what, err))
 	}
-	if err := WriteFrame(c.nc, map[string]string{"t": "ping", "id": id}); err != nil {
+	frame := map[string]any{"t": "ping", "id": id}
+	for k, v := range extra {
+		frame[k] = v
+	}
+	if err := WriteFrame(c.nc, frame); err != nil {
 		return failed(err)
 	}
 	for {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -45,6 +46,10 @@ type Config struct {
 	// and each serves one session only. Default: none (every create is
 	// cold).
 	Pool map[string]int
+	// NoTemplate turns session templates off (template.go): every kernel
+	// imports the preload itself. Default false: templates are used where
+	// criu works and Preload is not empty.
+	NoTemplate bool
 	// Wheelhouse is a host directory of wheels, mounted read-only at
 	// /opt/jailcell/wheelhouse for offline pip installs ("" = none).
 	Wheelhouse string
@@ -164,6 +169,7 @@ type Manager struct {
 	stop        chan struct{}
 	janitorDone chan struct{} // closed when the janitor has stopped
 	pool        *warmPool
+	tmpl        *templates
 	starts      chan struct{} // kernel starts in progress (admitStart)
 
 	// Host-disk accounting (quota.go).
@@ -203,12 +209,14 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		cfg: cfg, host: host, metrics: newMetrics(),
 		sessions: map[string]*Session{}, tombstones: map[string]string{}, oneshots: map[string]*Session{},
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
+		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
 	m.initQuotas()
 	if err := m.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
 	m.chargeAdopted()
+	m.initTemplates()
 	m.startPool()
 	go m.janitor()
 	return m, nil
@@ -934,6 +942,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	<-m.janitorDone
 	// Pool members hold reserved places: free them before waiting on those.
 	poolErr := m.drainPool()
+	m.closeTemplates()
 	// Let running cells finish until ctx is done.
 	for m.running() > 0 && ctx.Err() == nil {
 		select {

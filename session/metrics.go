@@ -17,8 +17,9 @@ type Metrics struct {
 	// hello (every start: creates, one-shot cells, restarts after a loss).
 	StartSeconds *Histogram
 
-	mu    sync.Mutex
-	cells map[string]int64
+	mu     sync.Mutex
+	cells  map[string]int64
+	starts map[string]int64 // by start path: template | import
 }
 
 // LatencyBuckets suit both a sandbox start (about a second) and cells
@@ -28,6 +29,7 @@ var LatencyBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 func newMetrics() *Metrics {
 	return &Metrics{
 		cells:        map[string]int64{},
+		starts:       map[string]int64{},
 		CellSeconds:  NewHistogram(LatencyBuckets...),
 		StartSeconds: NewHistogram(LatencyBuckets...),
 	}
@@ -73,6 +75,24 @@ func (h *Histogram) Snapshot() (bounds []float64, cumulative []uint64, sum float
 
 func (m *Metrics) created() { m.Created.Add(1) }
 func (m *Metrics) expired() { m.Expired.Add(1) }
+func (m *Metrics) started(path string) {
+	m.mu.Lock()
+	m.starts[path]++
+	m.mu.Unlock()
+}
+
+// Starts returns how many kernels started by each path (StartTemplate,
+// StartImport) since the manager began.
+func (m *Metrics) Starts() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int64, 2)
+	for _, p := range []string{StartTemplate, StartImport} {
+		out[p] = m.starts[p]
+	}
+	return out
+}
+
 func (m *Metrics) cell(status string) {
 	m.mu.Lock()
 	m.cells[status]++

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -62,7 +61,6 @@ func (m *Manager) startPool() {
 		kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
 	}
 	m.pool = p
-	m.starts = make(chan struct{}, 2*max(1, runtime.NumCPU()))
 	total := 0
 	for _, n := range m.cfg.Pool {
 		total += n
@@ -78,6 +76,13 @@ func (m *Manager) startPool() {
 func (m *Manager) fillPool(names []string) {
 	p := m.pool
 	defer p.wg.Done()
+	// Members come from the template once it is there: building them by
+	// import meanwhile would cost what the template saves and slow its build.
+	for _, name := range names {
+		if t := m.templateFor(m.cfg.Policies[name]); t != nil {
+			t.wait(p.ctx)
+		}
+	}
 	t := time.NewTicker(poolRetry)
 	defer t.Stop()
 	for {
@@ -209,6 +214,7 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 		s.mu.Lock()
 		s.owner, s.ttl, s.maxLife = opt.Owner, ttl, opt.MaxLifetime
 		s.created, s.lastUsed = now, now
+		s.info.Pooled = true
 		s.mu.Unlock()
 		m.sessions[s.id] = s
 		m.reserved--

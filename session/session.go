@@ -457,13 +457,23 @@ func (m *Manager) ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 	if k != nil {
 		return k, nil
 	}
-	k, err := m.startKernel(ctx, s.disk, s.ctlDir(), s.policy)
+	path := StartTemplate
+	k, err := m.startFromTemplate(ctx, s)
+	if err != nil {
+		m.log().Warn("session template not used; importing the preload instead", "session", s.id, "err", err)
+	}
+	if k == nil {
+		path = StartImport
+		k, err = m.startKernel(ctx, s.disk, s.ctlDir(), s.policy)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
 		s.kErr = err
 		return nil, err
 	}
+	m.metrics.started(path)
+	s.info.Start = path
 	if s.closed {
 		_ = k.close()
 		return nil, fmt.Errorf("%w: session %s was closed", ErrNotFound, s.id)

@@ -212,6 +212,12 @@ type Info struct {
 	Restored []string `json:"restored,omitempty"`
 	// Survives says what a persisted session keeps across sessions.
 	Survives string `json:"survives,omitempty"`
+	// Start says how the session's kernel started: "template" (restored
+	// from its policy's checkpoint after the preload) or "import" (a new
+	// interpreter imported the preload). Pooled: it was waiting ready in
+	// the warm pool when the create came.
+	Start  string `json:"start,omitempty"`
+	Pooled bool   `json:"pooled,omitempty"`
 	// Installed lists requirements installed at create.
 	Installed []string `json:"installed,omitempty"`
 	// ForkedFrom is the session this one was forked from.

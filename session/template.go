@@ -1,0 +1,366 @@
+package session
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/runner"
+)
+
+// Templates: where criu works, a new kernel is not started and made to
+// import Config.Preload (about 0.5 CPU-s for numpy, pandas and matplotlib)
+// but restored from a checkpoint of one that already did, onto the new
+// session's own disk and uid slot, as a fork is. One template per policy,
+// built in the background when the manager starts (and on first use for
+// other policies), kept in <state>/templates under a key of everything they depend on
+// (templateKey): a later daemon reuses a template that matches and removes
+// one that does not, so a new rootfs, preload list, policy, kernel or criu
+// never meets an old template. A create that finds no ready template, or
+// whose restore fails, imports as before; Info.Start says which path it
+// took, and so do the metrics.
+//
+// A restored kernel would share the template's randomness with every other
+// session from it: Python's random, numpy's global generator, tempfile's
+// names and multiprocessing's authkey were seeded once, at import. The
+// kernel reseeds them from its own os.urandom before the session is handed
+// out (runner.Conn.Reseed); a kernel that cannot is not used. What cannot
+// be reseeded once the interpreter runs, the str hash secret, is shared by
+// the sessions of one template (SECURITY.md).
+
+// Start paths, in Info.Start and the metrics.
+const (
+	StartTemplate = "template" // restored from the policy's template
+	StartImport   = "import"   // a fresh interpreter imported the preload
+)
+
+// templatesName is the templates' directory in the state dir.
+const templatesName = "templates"
+
+// templateFailures is how many failed restores in a row retire a template:
+// its policy's creates import from then on.
+const templateFailures = 3
+
+type templates struct {
+	mu      sync.Mutex
+	byName  map[string]*template
+	closed  bool
+	builds  sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+	enabled bool
+}
+
+// template is one policy's checkpoint. ready is closed when the build has
+// ended, well or not.
+type template struct {
+	name   string
+	policy []byte // the policy it was built for, encoded: a create's must match
+	images string
+	ready  chan struct{}
+	err    error // why the build failed (set before ready is closed)
+
+	mu       sync.Mutex
+	failures int
+	retired  bool
+}
+
+// templateReady marks a template directory whose build completed.
+const templateReady = "template-ready"
+
+// templateKey names everything a template depends on: the kernel program,
+// the preload list, the policy, the wheelhouse mount, the rootfs and criu
+// (isolate.Host.CheckpointIdentity). A change to any of them makes a new
+// key, so the old template is never restored and is removed at the next
+// start.
+func (m *Manager) templateKey(p policy.Policy) (string, []byte) {
+	enc, _ := json.Marshal(p)
+	h := sha256.New()
+	h.Write(runner.Script)
+	fmt.Fprintf(h, "\x00preload=%s\x00wheelhouse=%s\x00policy=%s\x00", strings.Join(m.cfg.Preload, ","), m.cfg.Wheelhouse, enc)
+	h.Write([]byte(m.host.CheckpointIdentity()))
+	return hex.EncodeToString(h.Sum(nil))[:32], enc
+}
+
+// initTemplates keeps the templates an earlier daemon built that still
+// match, removes the others, and, if templates can work here, starts
+// building the missing ones for the default policy and each pooled one.
+func (m *Manager) initTemplates() {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.tmpl = &templates{byName: map[string]*template{}, ctx: ctx, cancel: cancel}
+	dir := filepath.Join(m.cfg.StateDir, templatesName)
+	enabled := !m.cfg.NoTemplate && len(m.cfg.Preload) > 0
+	if enabled {
+		if err := m.host.CriuCheck(); err != nil {
+			m.log().Info("sessions start by importing the preload: no template without checkpoint/restore", "reason", err)
+			enabled = false
+		}
+	}
+	if !enabled {
+		_ = os.RemoveAll(dir)
+		return
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		m.log().Warn("templates off", "err", err)
+		return
+	}
+	m.tmpl.enabled = true
+	keep := map[string]string{} // dir name -> policy name
+	for name, p := range m.cfg.Policies {
+		key, _ := m.templateKey(p)
+		keep[key] = name
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		path := filepath.Join(dir, e.Name())
+		name, ok := keep[e.Name()]
+		if _, err := os.Stat(filepath.Join(path, templateReady)); !ok || err != nil {
+			_ = os.RemoveAll(path)
+			continue
+		}
+		if err := m.stateQuota.charge(path, allocatedBytes(path)); err != nil {
+			_ = os.RemoveAll(path)
+			continue
+		}
+		_, enc := m.templateKey(m.cfg.Policies[name])
+		t := &template{name: name, policy: enc, images: path, ready: make(chan struct{})}
+		close(t.ready)
+		m.tmpl.byName[name] = t
+	}
+	names := []string{"default"}
+	for name, n := range m.cfg.Pool {
+		if n > 0 && name != "default" {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
+		m.templateFor(m.cfg.Policies[name])
+	}
+}
+
+// templateFor returns p's template, starting its build if there is none;
+// nil if p cannot have one (templates off, or p is not a configured policy
+// as configured: an override).
+func (m *Manager) templateFor(p policy.Policy) *template {
+	ts := m.tmpl
+	if ts == nil || !ts.enabled {
+		return nil
+	}
+	named, ok := m.cfg.Policies[p.Name]
+	if !ok {
+		return nil
+	}
+	key, want := m.templateKey(p)
+	if have, _ := json.Marshal(named); string(have) != string(want) {
+		return nil
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closed {
+		return nil
+	}
+	if t, ok := ts.byName[p.Name]; ok {
+		return t
+	}
+	t := &template{
+		name: p.Name, policy: want, ready: make(chan struct{}),
+		images: filepath.Join(m.cfg.StateDir, templatesName, key),
+	}
+	ts.byName[p.Name] = t
+	ts.builds.Add(1)
+	go func() {
+		defer ts.builds.Done()
+		start := time.Now()
+		t.err = m.buildTemplate(ts.ctx, p, t.images)
+		close(t.ready)
+		if t.err != nil {
+			if ts.ctx.Err() == nil {
+				m.log().Warn("session template not built: creates of this policy import the preload", "policy", p.Name, "err", t.err)
+			}
+			return
+		}
+		m.log().Info("session template ready", "policy", p.Name, "build_ms", time.Since(start).Milliseconds(), "image_bytes", dirBytes(t.images))
+	}()
+	return t
+}
+
+// usable reports whether t is built and not retired, without waiting.
+func (t *template) usable() bool {
+	select {
+	case <-t.ready:
+	default:
+		return false
+	}
+	if t.err != nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.retired
+}
+
+// wait waits until t's build has ended or ctx is done.
+func (t *template) wait(ctx context.Context) {
+	select {
+	case <-t.ready:
+	case <-ctx.Done():
+	}
+}
+
+// buildTemplate starts a kernel of policy p that imports the preload, and
+// checkpoints it into images, ending it. The kernel runs no cell.
+func (m *Manager) buildTemplate(ctx context.Context, p policy.Policy, images string) (retErr error) {
+	release, err := m.admitStart(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	s, err := m.newSession(0, p)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = m.destroy(s) }()
+	k, err := m.startKernel(ctx, s.disk, s.ctlDir(), p)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.k = k
+	s.mu.Unlock()
+	if err := m.stateQuota.charge(images, imagesReserve(p)); err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			_ = os.RemoveAll(images)
+			m.stateQuota.release(images)
+		}
+	}()
+	// As a hibernation: the kernel must drop its end of the socket first.
+	_ = k.conn.Close()
+	_ = k.listener.Close()
+	for try := 0; try < 3; try++ {
+		time.Sleep(time.Duration(20+50*try) * time.Millisecond)
+		if err = k.sb.Checkpoint(images, false); err == nil || errors.Is(err, isolate.ErrTimeout) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	_ = os.Remove(filepath.Join(images, "dump.log"))
+	<-k.sb.Done()
+	n := allocatedBytes(images)
+	m.stateQuota.release(images)
+	if err := m.stateQuota.charge(images, n); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(images, templateReady), []byte(time.Now().UTC().Format(time.RFC3339)), 0o600)
+}
+
+// startFromTemplate restores p's template as s's kernel and reseeds it.
+// It returns (nil, nil) when there is no ready template to use.
+func (m *Manager) startFromTemplate(ctx context.Context, s *Session) (*kernel, error) {
+	t := m.templateFor(s.policy)
+	if t == nil || !t.usable() {
+		return nil, nil
+	}
+	images := filepath.Join(s.dir, "template-images")
+	err := m.copyTemplate(t, images)
+	defer func() {
+		_ = os.RemoveAll(images)
+		m.stateQuota.release(images)
+	}()
+	var k *kernel
+	if err == nil {
+		k, err = m.restoreKernel(ctx, s, images)
+	}
+	if err == nil {
+		if err = k.conn.Reseed(ctx); err != nil {
+			_ = k.close()
+			k = nil
+			err = fmt.Errorf("reseed: %w", err)
+		}
+	}
+	t.mu.Lock()
+	if err != nil {
+		t.failures++
+		if t.failures >= templateFailures && !t.retired {
+			t.retired = true
+			m.log().Warn("session template retired after failed restores: creates of this policy import the preload", "policy", t.name, "err", err)
+		}
+	} else {
+		t.failures = 0
+	}
+	t.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("restore template of policy %s: %w", t.name, err)
+	}
+	return k, nil
+}
+
+// copyTemplate copies t's images into dir, charged to the state quota: a
+// restore rewrites its images (the uid slot, the ownership).
+func (m *Manager) copyTemplate(t *template, dir string) error {
+	if err := m.stateQuota.charge(dir, allocatedBytes(t.images)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(t.images)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || e.Name() == templateReady {
+			continue
+		}
+		if err := copyFile(filepath.Join(t.images, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := isolate.CopyFileData(out, in, &isolate.ByteCap{Max: math.MaxInt64}); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// closeTemplates stops the builds in flight. Built templates stay for the
+// next daemon (initTemplates decides whether they still match).
+func (m *Manager) closeTemplates() {
+	ts := m.tmpl
+	if ts == nil {
+		return
+	}
+	ts.mu.Lock()
+	ts.closed = true
+	ts.mu.Unlock()
+	ts.cancel()
+	ts.builds.Wait()
+}

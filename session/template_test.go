@@ -1,0 +1,198 @@
+package session
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// withTemplates is a config change: the preload, so templates are built.
+func withTemplates(c *Config) { c.Preload = testPreload }
+
+// waitTemplate waits for the default policy's template build to end and
+// fails the test if it did not succeed.
+func waitTemplate(t *testing.T, m *Manager) {
+	t.Helper()
+	tp := m.templateFor(m.cfg.Policies["default"])
+	if tp == nil {
+		t.Fatal("no template for the default policy although criu works and the preload is set")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tp.wait(ctx)
+	if !tp.usable() {
+		t.Fatalf("template not usable: %v", tp.err)
+	}
+}
+
+func createStarted(t *testing.T, m *Manager, want string) string {
+	t.Helper()
+	info, err := m.Create(context.Background(), CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Start != want {
+		t.Fatalf("create started by %q, want %q", info.Start, want)
+	}
+	return info.ID
+}
+
+func cellStdout(t *testing.T, m *Manager, id, code string) string {
+	t.Helper()
+	res, err := m.Exec(context.Background(), 1000, id, ExecRequest{Code: code})
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("cell %q: %v %+v", code, err, res)
+	}
+	return res.Stdout
+}
+
+// TestTemplateSessionsDoNotShareRandomness: two sessions restored from one
+// template draw different numbers from every generator seeded at import
+// (without the kernel's reseed they draw the same), and keep the state
+// they were given: the preload is imported, a cell runs as in a cold one.
+// The str hash secret is the one thing they share (SECURITY.md).
+func TestTemplateSessionsDoNotShareRandomness(t *testing.T) {
+	requiresCriu(t)
+	e := newEnv(t, withTemplates)
+	waitTemplate(t, e.m)
+	draw := `import random, sys, tempfile, numpy as np
+print(random.random(), np.random.rand(), next(tempfile._get_candidate_names()), sorted(m for m in ("numpy", "pandas", "matplotlib.pyplot") if m in sys.modules), hash("jailcell"))`
+	var outs [][]string
+	for range 2 {
+		id := createStarted(t, e.m, StartTemplate)
+		outs = append(outs, strings.Fields(cellStdout(t, e.m, id, draw)))
+	}
+	a, b := outs[0], outs[1]
+	if len(a) != 7 || len(b) != 7 {
+		t.Fatalf("unexpected output %q / %q", a, b)
+	}
+	for i, what := range []string{"random.random()", "numpy.random.rand()", "tempfile names"} {
+		if a[i] == b[i] {
+			t.Errorf("%s is the same in two sessions from one template: %s", what, a[i])
+		}
+	}
+	if got := strings.Join(a[3:6], " "); got != "['matplotlib.pyplot', 'numpy', 'pandas']" {
+		t.Errorf("preloaded modules in a template session: %s", got)
+	}
+	if a[6] != b[6] {
+		t.Logf("str hashes differ between template sessions (%s, %s): SECURITY.md says they are shared", a[6], b[6])
+		t.Errorf("str hash secret: SECURITY.md documents it as shared by sessions of one template; update it")
+	}
+}
+
+// posture is what a kernel sees of its confinement, minus what differs by
+// design between any two sessions (pids, the uid slot's host ids).
+const posture = `import ctypes, os, socket
+st = {}
+for line in open("/proc/self/status"):
+    k, _, v = line.partition(":")
+    if k in ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Seccomp_filters"):
+        st[k] = v.split()
+print("status", sorted(st.items()))
+print("uid_map", [(l.split()[0], l.split()[2]) for l in open("/proc/self/uid_map")])
+print("mounts", sorted((f[4], f[-3], f[5].split(",")[0]) for f in (l.split() for l in open("/proc/self/mountinfo"))))
+print("ifaces", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]))
+print("limits", [l.strip() for l in open("/proc/self/limits")][1:])
+print("hostname", socket.gethostname())
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr, args in (("unshare-userns", 272, (0x10000000,)), ("keyctl", 250, (0, 0)), ("mount", 165, (0, 0, 0, 0, 0)), ("bpf", 321, (0, 0, 0))):
+    r = libc.syscall(nr, *args)
+    print("syscall", name, r, os.strerror(ctypes.get_errno()) if r < 0 else "")
+try:
+    open("/usr/jailcell-probe", "w")
+    print("rootfs writable")
+except OSError as e:
+    print("rootfs", e.strerror)
+`
+
+// TestTemplatePostureMatchesCold: a kernel restored from a template is
+// confined exactly as one started cold: identity, capabilities,
+// no_new_privs, its seccomp filter and what it refuses, mounts, network,
+// rlimits, and the cgroup limits the host set.
+func TestTemplatePostureMatchesCold(t *testing.T) {
+	requiresCriu(t)
+	seen := map[string]string{}
+	for _, c := range []struct {
+		start string
+		mod   func(*Config)
+	}{
+		{StartImport, func(c *Config) { c.Preload = testPreload; c.NoTemplate = true }},
+		{StartTemplate, withTemplates},
+	} {
+		t.Run(c.start, func(t *testing.T) {
+			e := newEnv(t, c.mod)
+			if c.start == StartTemplate {
+				waitTemplate(t, e.m)
+			}
+			id := createStarted(t, e.m, c.start)
+			got := cellStdout(t, e.m, id, posture)
+			for _, cg := range sessionCgroups(id) {
+				for _, f := range []string{"memory.limit_in_bytes", "memory.max"} {
+					if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", testCgroupRoot, cg, f)); err == nil {
+						got += f + " " + string(b)
+					}
+					if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", testCgroupRoot, cg, f)); err == nil {
+						got += f + " " + string(b)
+					}
+				}
+			}
+			if !strings.Contains(got, "Seccomp', ['2']") || !strings.Contains(got, "NoNewPrivs', ['1']") || !strings.Contains(got, "memory.") {
+				t.Fatalf("posture probe did not see the confinement it should:\n%s", got)
+			}
+			seen[c.start] = got
+		})
+	}
+	if seen[StartImport] == "" || seen[StartTemplate] == "" {
+		return // a subtest failed and said why
+	}
+	cold, tmpl := strings.Split(seen[StartImport], "\n"), strings.Split(seen[StartTemplate], "\n")
+	if len(cold) != len(tmpl) {
+		t.Fatalf("posture differs:\ncold:\n%s\ntemplate:\n%s", seen[StartImport], seen[StartTemplate])
+	}
+	for i := range cold {
+		if cold[i] != tmpl[i] {
+			t.Errorf("posture differs:\n cold:     %s\n template: %s", cold[i], tmpl[i])
+		}
+	}
+}
+
+// TestTemplateSurvivesRestartAndRefreshes: a second daemon restores the
+// template the first built; a daemon with another preload list removes it
+// and builds its own.
+func TestTemplateSurvivesRestartAndRefreshes(t *testing.T) {
+	requiresCriu(t)
+	r := newRestartable(t)
+	m1 := r.startWith(withTemplates)
+	waitTemplate(t, m1)
+	first := m1.templateFor(m1.cfg.Policies["default"]).images
+	if err := m1.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := r.startWith(withTemplates)
+	tp := m2.templateFor(m2.cfg.Policies["default"])
+	if tp.images != first || !tp.usable() {
+		t.Fatalf("second daemon did not reuse the template at %s (has %s, usable %v)", first, tp.images, tp.usable())
+	}
+	id := createStarted(t, m2, StartTemplate)
+	if out := cellStdout(t, m2, id, "import pandas; print(pandas.DataFrame({'a': [1, 2]}).a.sum())"); strings.TrimSpace(out) != "3" {
+		t.Fatalf("cell in a session from a reused template: %q", out)
+	}
+	if err := m2.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	m3 := r.startWith(func(c *Config) { c.Preload = []string{"numpy"} })
+	defer m3.Shutdown(context.Background())
+	waitTemplate(t, m3)
+	if _, err := os.Stat(first); !os.IsNotExist(err) {
+		t.Errorf("the template of another preload list is still there: %v", err)
+	}
+	id = createStarted(t, m3, StartTemplate)
+	if out := cellStdout(t, m3, id, "import sys; print('pandas' in sys.modules, 'numpy' in sys.modules)"); strings.TrimSpace(out) != "False True" {
+		t.Errorf("the refreshed template does not follow the new preload list: %q", out)
+	}
+}

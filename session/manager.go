@@ -261,7 +261,17 @@ func (m *Manager) reserve() error {
 		return ErrShutdown
 	}
 	if m.liveLocked()+m.reserved >= m.cfg.MaxSessions {
-		return fmt.Errorf("%w: %d live sessions, the configured maximum (max_sessions; hibernated sessions do not count)", ErrLimit, m.cfg.MaxSessions)
+		// A waiting pool member gives its place up to a session.
+		s := m.evictMemberLocked()
+		if s == nil {
+			return fmt.Errorf("%w: %d live sessions, the configured maximum (max_sessions; hibernated sessions do not count)", ErrLimit, m.cfg.MaxSessions)
+		}
+		m.reserved--
+		m.pool.wg.Add(1)
+		go func() {
+			defer m.pool.wg.Done()
+			_ = m.destroy(s)
+		}()
 	}
 	m.reserved++
 	return nil

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The warm pool keeps, per policy, Config.Pool[name] sessions whose kernel
@@ -24,6 +27,13 @@ type warmPool struct {
 	ready   map[string][]*Session // policy name -> members ready to hand out
 	filling map[string]int        // policy name -> members being built
 	closed  bool
+	// building: when the build in flight of each policy started (at most
+	// one at a time: refills never take more than one start's CPU from
+	// running cells). took: how long the last builds took (moving
+	// average). readied is closed, and replaced, when a member is ready.
+	building map[string]time.Time
+	took     map[string]time.Duration
+	readied  chan struct{}
 
 	kick   chan struct{} // wakes the filler
 	ctx    context.Context
@@ -58,6 +68,7 @@ func (m *Manager) startPool() {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &warmPool{
 		ready: map[string][]*Session{}, filling: map[string]int{},
+		building: map[string]time.Time{}, took: map[string]time.Duration{}, readied: make(chan struct{}),
 		kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
 	}
 	m.pool = p
@@ -104,13 +115,15 @@ func (m *Manager) fillPool(names []string) {
 func (m *Manager) startBuild(name string) bool {
 	p := m.pool
 	m.mu.Lock()
-	if p.closed || m.shutdown || len(p.ready[name])+p.filling[name] >= m.cfg.Pool[name] ||
+	if p.closed || m.shutdown || p.filling[name] > 0 || len(p.ready[name]) >= m.cfg.Pool[name] ||
 		len(m.sessions)+m.reserved >= m.cfg.MaxSessions {
 		m.mu.Unlock()
 		return false
 	}
 	m.reserved++
 	p.filling[name]++
+	started := time.Now()
+	p.building[name] = started
 	m.mu.Unlock()
 	p.wg.Add(1)
 	go func() {
@@ -118,7 +131,15 @@ func (m *Manager) startBuild(name string) bool {
 		s, err := m.buildMember(name)
 		m.mu.Lock()
 		p.filling[name]--
+		delete(p.building, name)
 		if err == nil && !p.closed {
+			took := time.Since(started)
+			if prev := p.took[name]; prev > 0 {
+				took = (3*prev + took) / 4
+			}
+			p.took[name] = took
+			close(p.readied)
+			p.readied = make(chan struct{})
 			p.ready[name] = append(p.ready[name], s)
 			full := len(p.ready[name]) == m.cfg.Pool[name]
 			m.mu.Unlock()
@@ -181,12 +202,32 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 	if m.cfg.Pool[name] <= 0 {
 		return nil
 	}
+	waited := false
 	for {
 		m.mu.Lock()
-		if m.shutdown || m.pool.closed || len(m.pool.ready[name]) == 0 {
+		if m.shutdown || m.pool.closed {
+			m.mu.Unlock()
+			return nil
+		}
+		if len(m.pool.ready[name]) == 0 {
+			wait := m.memberAlmostReady(name)
+			readied := m.pool.readied
 			m.mu.Unlock()
 			m.kickPool()
-			return nil
+			if waited || wait <= 0 {
+				return nil
+			}
+			// The member in flight will be ready before a start of this
+			// create's own would be: wait for it, a little longer at most.
+			waited = true
+			t := time.NewTimer(wait + wait/2)
+			select {
+			case <-readied:
+			case <-t.C:
+			case <-m.pool.ctx.Done():
+			}
+			t.Stop()
+			continue
 		}
 		q := m.pool.ready[name]
 		s := q[0]
@@ -225,6 +266,51 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 		info := m.infoOf(s)
 		return &info
 	}
+}
+
+// evictMemberLocked takes the newest ready pool member out of its pool, for
+// the caller to destroy: its place under MaxSessions (still counted in
+// m.reserved) goes to a session that could not be served from the pool.
+// nil if no pool holds one. m.mu is held.
+func (m *Manager) evictMemberLocked() *Session {
+	if m.pool == nil || m.pool.closed {
+		return nil
+	}
+	for name, q := range m.pool.ready {
+		if n := len(q); n > 0 {
+			s := q[n-1]
+			q[n-1] = nil
+			m.pool.ready[name] = q[:n-1]
+			return s
+		}
+	}
+	return nil
+}
+
+// memberAlmostReady returns how long the member in flight of pool name
+// should still take if a create should wait for it (almostReady); else 0.
+// m.mu is held.
+func (m *Manager) memberAlmostReady(name string) time.Duration {
+	started, ok := m.pool.building[name]
+	if !ok {
+		return 0
+	}
+	return almostReady(started, m.pool.took[name], time.Now())
+}
+
+// almostReady: a build that started at started and should take took is
+// worth waiting for at now if it is past half its expected time (a start of
+// the caller's own would take the whole of it) and not overdue; it returns
+// how long it should still take, or 0 for "start your own".
+func almostReady(started time.Time, took time.Duration, now time.Time) time.Duration {
+	if took <= 0 {
+		return 0 // nothing measured yet
+	}
+	left := took - now.Sub(started)
+	if left <= 0 || left > took/2 {
+		return 0
+	}
+	return left
 }
 
 // admitStart waits for a place to start a kernel: at most two per CPU start
@@ -291,3 +377,22 @@ func (m *Manager) drainPool() error {
 	}
 	return errors.Join(errs...)
 }
+
+// AutoPoolSize is the default policy's pool size when none is configured:
+// 2 per CPU (a member is ready in a fraction of a second from a template,
+// so a burst beyond it waits little), at most 8, at most a quarter of
+// maxSessions, and no more than 5% of the machine's memory holds at
+// poolMemberEstimate each; at least 1.
+func AutoPoolSize(maxSessions int) int {
+	n := min(2*runtime.NumCPU(), 8, max(1, maxSessions/4))
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil && si.Totalram > 0 {
+		total := uint64(si.Totalram) * uint64(si.Unit)
+		n = min(n, int(total/20/poolMemberEstimate))
+	}
+	return max(1, n)
+}
+
+// poolMemberEstimate is what an idle preloaded member costs, rounded up
+// (docs/performance.md measures it).
+const poolMemberEstimate = 100_000_000

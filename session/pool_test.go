@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -156,6 +157,9 @@ func TestPoolMemberServesOneSession(t *testing.T) {
 	}
 }
 
+// TestPoolCountsTowardLimit: members hold places under sessions.max, but
+// give them up to creates the pool cannot serve; the pool never refills
+// past the limit.
 func TestPoolCountsTowardLimit(t *testing.T) {
 	e := newEnv(t, func(c *Config) {
 		c.MaxSessions = 3
@@ -167,12 +171,14 @@ func TestPoolCountsTowardLimit(t *testing.T) {
 	if _, err := e.m.Create(context.Background(), cold); err != nil {
 		t.Fatalf("cold create into the one free place: %v", err)
 	}
-	if _, err := e.m.Create(context.Background(), cold); !errors.Is(err, ErrLimit) {
-		t.Fatalf("cold create past 1 session + 2 pooled of 3: %v, want ErrLimit", err)
+	for i := range 2 {
+		if _, err := e.m.Create(context.Background(), cold); err != nil {
+			t.Fatalf("cold create %d, into a place a pool member gives up: %v", i+2, err)
+		}
 	}
-	// Pooled creates still work: the member's place becomes the session's.
-	e.create(t, CreateOptions{})
-	e.create(t, CreateOptions{})
+	if _, err := e.m.Create(context.Background(), cold); !errors.Is(err, ErrLimit) {
+		t.Fatalf("cold create past 3 sessions of 3: %v, want ErrLimit", err)
+	}
 	if _, err := e.m.Create(context.Background(), CreateOptions{}); !errors.Is(err, ErrLimit) {
 		t.Fatalf("create with 3 sessions of 3: %v, want ErrLimit", err)
 	}
@@ -311,4 +317,63 @@ func BenchmarkCellOverhead(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestAlmostReady: a create waits for the pool's member in flight only when
+// it is past half its expected build time and not overdue.
+func TestAlmostReady(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := time.Millisecond
+	for _, c := range []struct {
+		took, elapsed, want time.Duration
+	}{
+		{0, 10 * ms, 0},               // nothing measured: start your own
+		{200 * ms, 10 * ms, 0},        // just started: own start is as quick
+		{200 * ms, 99 * ms, 0},        // not yet half way
+		{200 * ms, 150 * ms, 50 * ms}, // past half: wait the rest
+		{200 * ms, 200 * ms, 0},       // due now: overdue next
+		{200 * ms, 900 * ms, 0},       // overdue: something is slow, start your own
+	} {
+		if got := almostReady(t0, c.took, t0.Add(c.elapsed)); got != c.want {
+			t.Errorf("took %v, elapsed %v: wait %v, want %v", c.took, c.elapsed, got, c.want)
+		}
+	}
+}
+
+// TestAutoPoolSize: the pool a fresh install gets is sized from the machine
+// and bounded by sessions.max.
+func TestAutoPoolSize(t *testing.T) {
+	n := AutoPoolSize(64)
+	if n < 1 || n > 8 || n > 2*runtime.NumCPU() {
+		t.Errorf("AutoPoolSize(64) = %d on %d CPUs, want 1..min(8, 2 per CPU)", n, runtime.NumCPU())
+	}
+	if got := AutoPoolSize(4); got != 1 {
+		t.Errorf("AutoPoolSize(4) = %d, want 1 (a quarter of sessions.max)", got)
+	}
+	if got := AutoPoolSize(1); got != 1 {
+		t.Errorf("AutoPoolSize(1) = %d, want 1", got)
+	}
+}
+
+// TestPoolMemberYieldsItsPlace: with every place under sessions.max held by
+// a waiting pool member, a create the pool cannot serve (an override) still
+// gets its place: the member gives it up.
+func TestPoolMemberYieldsItsPlace(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.Preload = []string{"json"}
+		c.MaxSessions = 1
+		c.Pool = map[string]int{"default": 1}
+	})
+	waitPool(t, e.m, 1)
+	mem := int64(200 << 20)
+	info, err := e.m.Create(context.Background(), CreateOptions{Owner: 1000, Override: &policy.Override{MemoryBytes: &mem}})
+	if err != nil {
+		t.Fatalf("create with an override while a pool member holds the only place: %v", err)
+	}
+	if info.Pooled {
+		t.Fatal("an override was served from the pool")
+	}
+	if _, err := e.m.Create(context.Background(), CreateOptions{Owner: 1000}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a second create past sessions.max = 1: %v, want a limit error", err)
+	}
 }

@@ -159,13 +159,23 @@ that cannot be hibernated follows survive_restart.`},
 		doc: `Python modules every kernel imports before it is ready: faster first
 cells, slower cold starts (about 0.4 s for these three). matplotlib uses
 its non-interactive Agg backend. [] imports nothing.`},
-	{name: "pool.size", def: 0, dec: intKey(func(c *config) *int { return &c.PoolSize }, 0, 4096),
+	{name: "pool.size", def: "auto", dec: field[int]{func(c *config) *int { return &c.PoolSize }, (*configLoader).poolSize},
 		doc: `Warm sessions of the default policy kept ready, kernel started and
 preload imported, so a plain create (no limits override, persist or
-requirements) is a hand-over instead of a cold start. Each serves one
-session and is never reused; the pool refills in the background. They
-count toward sessions.max and cost memory while idle (about 64 MB each
-with the default preload). 0 turns the pool off (0..sessions.max).`},
+requirements) is a hand-over instead of a start. Each serves one
+session and is never reused; the pool refills in the background, one
+member at a time, from the template where there is one. They count
+toward sessions.max and cost memory while idle (about 70 MB each with
+the default preload). "auto" (serve, json and mcp; run keeps none):
+2 per CPU, at most 8, at most a quarter of sessions.max, and no more
+than 5% of the machine's memory holds at 100 MB each. 0 turns the pool
+off (0..sessions.max).`},
+	{name: "sessions.template", def: true, dec: field[bool]{func(c *config) *bool { return &c.Template }, (*configLoader).boolean},
+		doc: `Start kernels by restoring a checkpoint of one that already imported the
+preload (one per policy, kept in state_dir, rebuilt when the rootfs,
+preload, policy or criu change) instead of importing it in each
+sandbox; needs a working criu, else kernels import as with false. The
+sessions of one template share the str hash secret (SECURITY.md).`},
 	{name: "drain_grace", def: 30 * time.Second, dec: durKey(func(c *config) *time.Duration { return &c.DrainGrace }),
 		doc: `On SIGTERM, how long running cells may take to finish before they are
 ended (0s..1h). A second SIGTERM ends them at once.`},
@@ -216,7 +226,8 @@ type config struct {
 	EgressUpstream string
 	LogLevel       slog.Level
 	LogFormat      string
-	PoolSize       int // pool.size: warm sessions of the default policy (0 = none)
+	PoolSize       int  // pool.size: warm sessions of the default policy (0 = none, poolAuto = sized from the machine)
+	Template       bool // sessions.template
 	Policies       map[string]policy.Policy
 	DrainGrace     time.Duration
 	// Session is the session manager's configuration as far as keys set
@@ -265,6 +276,22 @@ func levelKey(at func(*config) *slog.Level) decoder {
 }
 func durKey(at func(*config) *time.Duration) decoder {
 	return field[time.Duration]{at, (*configLoader).duration}
+}
+
+// poolAuto is pool.size "auto": sized from the machine (session.AutoPoolSize).
+const poolAuto = -1
+
+// poolSize reads pool.size: "auto" or 0..4096.
+func (l *configLoader) poolSize(key string) int {
+	if s, ok := l.v.Get(key).(string); ok && strings.TrimSpace(s) == "auto" {
+		l.record(key, "auto")
+		return poolAuto
+	}
+	if _, ok := toInt(l.v.Get(key)); !ok {
+		l.fail(key, l.v.Get(key), `want "auto" or a number of sessions (0..4096)`)
+		return 0
+	}
+	return int(l.integer(key, 0, 4096))
 }
 
 // intKey reads an integer in lo..hi.
@@ -880,7 +907,7 @@ var configChecks = []func(c *config) error{
 	},
 	func(c *config) error { return durRange("drain_grace", c.DrainGrace, 0, time.Hour) },
 	func(c *config) error {
-		if c.PoolSize > c.Session.MaxSessions {
+		if c.PoolSize != poolAuto && c.PoolSize > c.Session.MaxSessions {
 			return fmt.Errorf("pool.size = %d: at most sessions.max (%d); pooled sessions count toward it", c.PoolSize, c.Session.MaxSessions)
 		}
 		return nil

@@ -193,7 +193,16 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	}
 	sc := cfg.Session // the keys' values; the rest is this process's
 	sc.StateDir, sc.Policies, sc.Logger = stateDir, cfg.Policies, log
-	sc.Pool = map[string]int{"default": cfg.PoolSize}
+	pool := cfg.PoolSize
+	if pool == poolAuto {
+		// run answers one cell and leaves: a pool would only cost it.
+		pool = 0
+		if f.cmd.Name() != "run" {
+			pool = session.AutoPoolSize(sc.MaxSessions)
+		}
+	}
+	sc.Pool = map[string]int{"default": pool}
+	sc.NoTemplate = !cfg.Template
 	// Sessions left running, or hibernated, for the next daemon to
 	// re-adopt: a service's choice only.
 	sc.KeepOnShutdown = f.survivable && sc.KeepOnShutdown

@@ -132,6 +132,12 @@ func (s *HTTPServer) writeMetrics(ctx context.Context, w io.Writer, owner int) e
 			p.sample("jailcell_cells_total", float64(cells[st]), "status", st)
 		}
 
+		p.family("jailcell_kernel_starts_total", "counter", "Kernels started, by path: restored from the policy's template, or importing the preload.")
+		starts := met.Starts()
+		for _, path := range []string{session.StartImport, session.StartTemplate} {
+			p.sample("jailcell_kernel_starts_total", float64(starts[path]), "path", path)
+		}
+
 		usage := m.Usage(ctx, owner)
 		p.family("jailcell_session_cpu_seconds_total", "counter", "CPU time of the session's current sandbox, from its cgroup.")
 		for _, u := range usage {

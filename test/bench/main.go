@@ -48,6 +48,7 @@ var sections = []struct {
 	{"socket", benchSocket},
 	{"cold", benchCold},
 	{"hibernation", benchHibernate},
+	{"defaults", benchDefaults},
 	{"peers", benchPeers},
 }
 
@@ -74,8 +75,10 @@ type Row struct {
 	Met      *bool   `json:"met,omitempty"`
 	Peer     string  `json:"peer,omitempty"`
 	PeerVal  float64 `json:"peer_value,omitempty"`
-	// Ratio is peer / jailcell for times (>1: jailcell is faster).
-	Ratio float64 `json:"ratio,omitempty"`
+	// Ratio is peer / jailcell for times (>1: jailcell is faster);
+	// Compares says what it sets against what.
+	Ratio    float64 `json:"ratio,omitempty"`
+	Compares string  `json:"compares,omitempty"`
 	Note  string  `json:"note,omitempty"`
 	// Failed says why a figure could not be measured; its jailcell value
 	// is then null, never a number.
@@ -210,6 +213,13 @@ func main() {
 
 // writeConfig writes a bench configuration: room for 100+ sessions.
 func writeConfig(path string, preload []string, pool int) {
+	if pool == poolDefault {
+		// A fresh install's configuration: every key at its default.
+		if err := os.WriteFile(path, []byte("# every key at its default\n"), 0o644); err != nil {
+			fatal("%v", err)
+		}
+		return
+	}
 	items := make([]string, len(preload))
 	for i, p := range preload {
 		items[i] = strconv.Quote(p)
@@ -244,7 +254,7 @@ func startServer(dir, name string, preload []string, pool int) *server {
 	writeConfig(cfg, preload, pool)
 	s := &server{state: filepath.Join(d, "state"), sock: filepath.Join(d, "sock", "jc.sock"), poolFull: make(chan struct{}, 1024), done: make(chan struct{})}
 	level := "warn"
-	if pool > 0 {
+	if pool > 0 || pool == poolDefault {
 		level = "debug" // the "warm pool full" line
 	}
 	s.cmd = exec.Command(*binFlag, "serve", "--config", cfg, "--state-dir", s.state, "--rootfs", *rootfsFlag,
@@ -636,7 +646,7 @@ func benchSocket(dir string) {
 	s := startServer(dir, "s", stack, 0)
 	defer s.stop()
 	time.Sleep(time.Second)
-	res.Raw["daemon_rss_0_mb"] = s.rss() / (1 << 20)
+	res.Raw["daemon_rss_0_mb"] = s.rss() / 1e6
 	id, _ := s.create()
 	s.exec(id, "x = 0")
 	var ds []time.Duration
@@ -676,7 +686,7 @@ func benchSocket(dir string) {
 	log.Printf("%d concurrent cold creates (preload %v)", k, stack)
 	ids = concurrentCreates(s, k, "create100_cold_ms")
 	time.Sleep(2 * time.Second)
-	res.Raw["daemon_rss_100_mb"] = s.rss() / (1 << 20)
+	res.Raw["daemon_rss_100_mb"] = s.rss() / 1e6
 	idleMemory(s, ids, "_100")
 }
 
@@ -689,8 +699,9 @@ func idleMemory(s *server, ids []string, suffix string) {
 			tot, anon = append(tot, t), append(anon, a)
 		}
 	}
-	res.Raw["idle_session_cgroup_mb"+suffix] = median(tot) / (1 << 20)
-	res.Raw["idle_session_anon_mb"+suffix] = median(anon) / (1 << 20)
+	// MB = 10^6 bytes, as every memory figure of the bench.
+	res.Raw["idle_session_cgroup_mb"+suffix] = median(tot) / 1e6
+	res.Raw["idle_session_anon_mb"+suffix] = median(anon) / 1e6
 	for _, id := range ids {
 		s.close(id)
 	}
@@ -975,32 +986,10 @@ func benchPeers(dir string) {
 func benchRunc(dir, root string, k int) float64 {
 	bundle := filepath.Join(dir, "runc")
 	_ = os.MkdirAll(bundle, 0o755)
-	c := exec.Command("runc", "spec")
-	c.Dir = bundle
-	if out, err := c.CombinedOutput(); err != nil {
-		fatal("runc spec: %v: %s", err, out)
-	}
-	var spec map[string]any
-	b, _ := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err := json.Unmarshal(b, &spec); err != nil {
-		fatal("%v", err)
-	}
-	// runc refuses a rootfs path through a symlink ("current").
-	if r, err := filepath.EvalSymlinks(root); err == nil {
-		root = r
-	}
-	spec["root"] = map[string]any{"path": root, "readonly": true}
-	proc := spec["process"].(map[string]any)
-	proc["terminal"] = false
-	proc["args"] = []string{"python3", "-c", "pass"}
+	spec := runcSpec(dir, root)
+	spec["process"].(map[string]any)["args"] = []string{"python3", "-c", "pass"}
 	const cgParent = "/jailcell-bench-runc"
-	defer func() {
-		ents, _ := os.ReadDir("/sys/fs/cgroup")
-		for _, e := range ents {
-			_ = os.Remove(filepath.Join("/sys/fs/cgroup", e.Name(), cgParent))
-		}
-		_ = os.Remove(filepath.Join("/sys/fs/cgroup", cgParent))
-	}()
+	defer removeCgroup(cgParent)
 	i := 0
 	return medianRuns(k, func() time.Duration {
 		i++
@@ -1014,20 +1003,59 @@ func benchRunc(dir, root string, k int) float64 {
 	})
 }
 
+// runcSpec is `runc spec`'s default, on root read-only, without a terminal.
+func runcSpec(dir, root string) map[string]any {
+	tmp := filepath.Join(dir, "runc-spec")
+	_ = os.MkdirAll(tmp, 0o755)
+	c := exec.Command("runc", "spec")
+	c.Dir = tmp
+	if out, err := c.CombinedOutput(); err != nil {
+		fatal("runc spec: %v: %s", err, out)
+	}
+	var spec map[string]any
+	b, _ := os.ReadFile(filepath.Join(tmp, "config.json"))
+	_ = os.Remove(filepath.Join(tmp, "config.json"))
+	if err := json.Unmarshal(b, &spec); err != nil {
+		fatal("%v", err)
+	}
+	// runc refuses a rootfs path through a symlink ("current").
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		root = r
+	}
+	spec["root"] = map[string]any{"path": root, "readonly": true}
+	spec["process"].(map[string]any)["terminal"] = false
+	return spec
+}
+
+// removeCgroup removes the (empty) cgroup parent the runc peers ran under,
+// in every hierarchy.
+func removeCgroup(parent string) {
+	ents, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, e := range ents {
+		_ = os.Remove(filepath.Join("/sys/fs/cgroup", e.Name(), parent))
+	}
+	_ = os.Remove(filepath.Join("/sys/fs/cgroup", parent))
+}
+
 // --- report -------------------------------------------------------------
 
 func buildRows() {
 	r := res.Raw
+	// add appends row; target is a number in row.Unit (0: none), le says
+	// whether the figure must be at most (else at least) the target.
 	add := func(section string, row Row, le bool, target float64) {
 		if !ran[section] {
 			return
 		}
-		if target > 0 && row.Failed == "" {
+		if target > 0 && row.Failed == "" && !math.IsNaN(row.Jailcell) {
 			met := row.Jailcell <= target
 			if !le {
 				met = row.Jailcell >= target
 			}
 			row.Met = &met
+			if row.Target == "" {
+				row.Target = fmt.Sprintf("%s %.3g", map[bool]string{true: "<=", false: ">="}[le], target)
+			}
 		}
 		if row.PeerVal > 0 && row.Jailcell > 0 {
 			row.Ratio = row.PeerVal / row.Jailcell
@@ -1037,32 +1065,69 @@ func buildRows() {
 		}
 		res.Rows = append(res.Rows, row)
 	}
-	add("jsonl", Row{Figure: "cell round trip x += 1, JSON-lines, p50", Unit: "ms", Jailcell: r["jsonl_rt_p50_ms"], Target: "<= 0.3", Peer: "Jupyter execute p50", PeerVal: r["jupyter_rt_p50_ms"]}, true, 0.3)
-	add("jsonl", Row{Figure: "cell round trip x += 1, JSON-lines, p99", Unit: "ms", Jailcell: r["jsonl_rt_p99_ms"], Target: "<= 2", Peer: "Jupyter execute p99", PeerVal: r["jupyter_rt_p99_ms"]}, true, 2)
-	add("socket", Row{Figure: "cell round trip x += 1, Unix socket, p50", Unit: "ms", Jailcell: r["socket_rt_p50_ms"], Target: "<= 0.5", Peer: "Jupyter execute p50", PeerVal: r["jupyter_rt_p50_ms"]}, true, 0.5)
-	add("socket", Row{Figure: "cell round trip x += 1, Unix socket, p99", Unit: "ms", Jailcell: r["socket_rt_p99_ms"], Peer: "Jupyter execute p99", PeerVal: r["jupyter_rt_p99_ms"]}, true, 0)
-	add("pool", Row{Figure: "create to ready, from the pool, p50", Unit: "ms", Jailcell: r["pool_create_p50_ms"], Target: "<= 5", Peer: "Jupyter kernel start", PeerVal: r["jupyter_start_ms"]}, true, 5)
-	add("cold", Row{Figure: "create to ready, cold, no preload, p50", Unit: "ms", Jailcell: r["cold_bare_create_p50_ms"], Target: "<= 60", Peer: "runc run python3 -c pass", PeerVal: r["runc_pass_ms"]}, true, 60)
-	add("cold", Row{Figure: "create to ready, cold, numpy+pandas+pyplot preloaded, p50", Unit: "ms", Jailcell: r["cold_stack_create_p50_ms"], Peer: "Jupyter start + stack import", PeerVal: r["jupyter_start_ms"] + r["jupyter_import_ms"]}, true, 0)
-	add("pool", Row{Figure: "first pandas cell after a pooled create", Unit: "ms", Jailcell: r["first_pandas_cell_p50_ms"], Target: "<= 20", Peer: "Jupyter import of the stack", PeerVal: r["jupyter_import_ms"]}, true, 20)
-	note := ""
+	// both: a row whose peer ran in another section.
+	both := func(a, b string) string {
+		if ran[a] && ran[b] {
+			return a
+		}
+		return "-"
+	}
+	const like = "like for like"
+	const warm = "warm pool vs a cold start: not like for like"
+
+	// Issue 19's targets, each with the configuration a fresh install has.
+	d := both("defaults", "peers")
+	add(d, Row{Figure: "create + first cell `1`, sequential, 0.3 s apart, defaults, p50", Unit: "ms", Jailcell: r["defaults_create_first_cell_p50_ms"],
+		Target: fmt.Sprintf("<= Jupyter start / 50 = %.3g", r["jupyter_start_ms"]/50), Peer: "Jupyter kernel start", PeerVal: r["jupyter_start_ms"],
+		Compares: "Jupyter kernel start / jailcell create + cell, each as a fresh install runs it"}, true, r["jupyter_start_ms"]/50)
+	note := fmt.Sprintf("%.0f kernels restored from the template, %.0f imported", r["defaults_template_starts"], r["defaults_import_starts"])
+	if f := r["defaults_burst20_ms_failed"]; f > 0 {
+		note += fmt.Sprintf("; %.0f failed", f)
+	}
+	add(d, Row{Figure: "20 creates at once, each until it answered 1+1, defaults", Unit: "ms", Jailcell: r["defaults_burst20_ms"],
+		Target: fmt.Sprintf("<= peer / 3 = %.0f", r["runc_burst20_stack_ms"]/3), Peer: "20 runc run at once importing numpy+pandas+pyplot, same rootfs", PeerVal: r["runc_burst20_stack_ms"],
+		Compares: like + ": both start 20 sandboxes with the stack imported and run a line", Note: note}, true, r["runc_burst20_stack_ms"]/3)
+	add(both("cold", "peers"), Row{Figure: "create to ready, cold, no preload, p50", Unit: "ms", Jailcell: r["cold_bare_create_p50_ms"], Target: fmt.Sprintf("<= runc = %.3g", r["runc_pass_ms"]),
+		Peer: "runc run python3 -c pass", PeerVal: r["runc_pass_ms"], Compares: like + ": a sandbox with a bare interpreter"}, true, r["runc_pass_ms"])
+	add("jsonl", Row{Figure: "cell round trip x += 1, JSON-lines, Go client, p50", Unit: "ms", Jailcell: r["jsonl_rt_p50_ms"], Peer: "Jupyter execute p50 (Python client)", PeerVal: r["jupyter_rt_p50_ms"],
+		Compares: "Jupyter from Python / jailcell from Go"}, true, 0.25)
+	add(both("defaults", "peers"), Row{Figure: "cell round trip x += 1, JSON-lines, Python client, defaults, p50", Unit: "ms", Jailcell: r["defaults_py_jsonl_rt_p50_ms"],
+		Target: fmt.Sprintf("<= Jupyter / 10 = %.3g", r["jupyter_rt_p50_ms"]/10), Peer: "Jupyter execute p50 (Python client)", PeerVal: r["jupyter_rt_p50_ms"],
+		Compares: like + ": both from a Python client"}, true, r["jupyter_rt_p50_ms"]/10)
+	add("defaults", Row{Figure: "memory per idle preloaded session (cgroup charge), defaults", Unit: "MB", Jailcell: r["idle_session_cgroup_mb_defaults"],
+		Note: fmt.Sprintf("MB = 10^6 bytes; anonymous part %.1f MB, the rest is rootfs page cache shared on the host", r["idle_session_anon_mb_defaults"])}, true, 50)
+
+	// The rest of the picture.
+	add("jsonl", Row{Figure: "cell round trip x += 1, JSON-lines, Go client, p99", Unit: "ms", Jailcell: r["jsonl_rt_p99_ms"], Peer: "Jupyter execute p99 (Python client)", PeerVal: r["jupyter_rt_p99_ms"],
+		Compares: "Jupyter from Python / jailcell from Go"}, true, 2)
+	add("socket", Row{Figure: "cell round trip x += 1, Unix socket, Go client, p50", Unit: "ms", Jailcell: r["socket_rt_p50_ms"], Peer: "Jupyter execute p50 (Python client)", PeerVal: r["jupyter_rt_p50_ms"],
+		Compares: "Jupyter from Python / jailcell from Go"}, true, 0.5)
+	add("socket", Row{Figure: "cell round trip x += 1, Unix socket, Go client, p99", Unit: "ms", Jailcell: r["socket_rt_p99_ms"], Peer: "Jupyter execute p99 (Python client)", PeerVal: r["jupyter_rt_p99_ms"],
+		Compares: "Jupyter from Python / jailcell from Go"}, true, 0)
+	add("pool", Row{Figure: "create to ready, from a full pool of 20, p50", Unit: "ms", Jailcell: r["pool_create_p50_ms"], Peer: "Jupyter kernel start", PeerVal: r["jupyter_start_ms"], Compares: warm}, true, 5)
+	add("cold", Row{Figure: "create to ready, cold, numpy+pandas+pyplot preloaded, template on, p50", Unit: "ms", Jailcell: r["cold_stack_create_p50_ms"], Peer: "Jupyter start + stack import", PeerVal: r["jupyter_start_ms"] + r["jupyter_import_ms"],
+		Compares: like + ": a kernel with the stack imported"}, true, 0)
+	add("pool", Row{Figure: "first pandas cell after a pooled create", Unit: "ms", Jailcell: r["first_pandas_cell_p50_ms"], Peer: "Jupyter import of the stack", PeerVal: r["jupyter_import_ms"],
+		Compares: "the stack preloaded vs imported in the cell: not like for like"}, true, 20)
+	note = ""
 	if f := r["create100_cold_ms_failed"]; f > 0 {
 		note = fmt.Sprintf("%.0f failed: kernel start timeout", f)
 	}
-	add("socket", Row{Figure: "100 concurrent creates, all ready (cold, stack preloaded)", Unit: "ms", Jailcell: r["create100_cold_ms"], Note: note}, true, 0)
+	add("socket", Row{Figure: "100 concurrent creates, all ready (no pool, stack preloaded, template on)", Unit: "ms", Jailcell: r["create100_cold_ms"], Note: note}, true, 0)
 	note = ""
 	if f := r["pool20_all_ready_ms_failed"]; f > 0 {
 		note = fmt.Sprintf("%.0f failed", f)
 	}
-	add("pool", Row{Figure: "20 concurrent creates, all ready (pool of 20)", Unit: "ms", Jailcell: r["pool20_all_ready_ms"], Target: "<= 300", Peer: "hosted peer (reported, not measured)", PeerVal: 1600, Note: note}, true, 300)
-	add("socket", Row{Figure: "trivial cells per second, 16 sessions", Unit: "cells/s", Jailcell: r["cells_per_s_16"], Target: ">= 5000"}, false, 5000)
-	add("socket", Row{Figure: "memory per idle preloaded session (cgroup charge)", Unit: "MB", Jailcell: r["idle_session_cgroup_mb_100"], Target: "<= 70",
-		Note: fmt.Sprintf("anonymous part %.1f MB; the rest is rootfs page cache shared on the host", r["idle_session_anon_mb_100"])}, true, 70)
+	add("pool", Row{Figure: "20 concurrent creates, all ready (a full pool of 20)", Unit: "ms", Jailcell: r["pool20_all_ready_ms"], Note: note}, true, 300)
+	add("socket", Row{Figure: "trivial cells per second, 16 sessions", Unit: "cells/s", Jailcell: r["cells_per_s_16"]}, false, 5000)
+	add("socket", Row{Figure: "memory per idle preloaded session (cgroup charge), 100 sessions", Unit: "MB", Jailcell: r["idle_session_cgroup_mb_100"],
+		Note: fmt.Sprintf("MB = 10^6 bytes; anonymous part %.1f MB", r["idle_session_anon_mb_100"])}, true, 0)
 	add("socket", Row{Figure: "daemon RSS, 0 sessions", Unit: "MB", Jailcell: r["daemon_rss_0_mb"]}, true, 0)
-	add("socket", Row{Figure: "daemon RSS, 100 sessions", Unit: "MB", Jailcell: r["daemon_rss_100_mb"], Target: "<= 150"}, true, 150)
-	add("cold", Row{Figure: "one-shot cell `pass`, fresh sandbox, no preload, p50", Unit: "ms", Jailcell: r["oneshot_pass_p50_ms"], Peer: "runc run python3 -c pass", PeerVal: r["runc_pass_ms"]}, true, 0)
-	add("cold", Row{Figure: "  the same against bwrap", Unit: "ms", Jailcell: r["oneshot_pass_p50_ms"], Peer: "bwrap python3 -c pass", PeerVal: r["bwrap_pass_ms"]}, true, 0)
-	add("cold", Row{Figure: "  the same against a bare chroot (no isolation)", Unit: "ms", Jailcell: r["oneshot_pass_p50_ms"], Peer: "chroot python3 -c pass", PeerVal: r["chroot_pass_ms"]}, true, 0)
+	add("socket", Row{Figure: "daemon RSS, 100 sessions", Unit: "MB", Jailcell: r["daemon_rss_100_mb"]}, true, 150)
+	c := both("cold", "peers")
+	add(c, Row{Figure: "one-shot cell `pass`, fresh sandbox, no preload, p50", Unit: "ms", Jailcell: r["oneshot_pass_p50_ms"], Peer: "runc run python3 -c pass", PeerVal: r["runc_pass_ms"], Compares: like}, true, 0)
+	add(c, Row{Figure: "  the same against bwrap", Unit: "ms", Jailcell: r["oneshot_pass_p50_ms"], Peer: "bwrap python3 -c pass", PeerVal: r["bwrap_pass_ms"], Compares: "bwrap has no cgroups or seccomp filter here"}, true, 0)
+	add(c, Row{Figure: "  the same against a bare chroot (no isolation)", Unit: "ms", Jailcell: r["oneshot_pass_p50_ms"], Peer: "chroot python3 -c pass", PeerVal: r["chroot_pass_ms"], Compares: "no isolation at all"}, true, 0)
 	if ran["hibernation"] {
 		hibernationRows(add)
 	}
@@ -1099,9 +1164,12 @@ func printTable(w io.Writer) {
 		}
 		if r.Ratio > 0 {
 			ratio = fmt.Sprintf("%.1fx", r.Ratio)
+			if r.Compares != "" {
+				ratio += " (" + r.Compares + ")"
+			}
 		}
 		target := r.Target
-		if target != "" {
+		if target != "" && !strings.HasSuffix(target, r.Unit) {
 			target += " " + r.Unit
 		}
 		fig := r.Figure

@@ -220,7 +220,7 @@ func (m *Manager) wake(ctx context.Context, s *Session) (string, error) {
 // restoreKernel restores the sandbox from images on s's disk and waits for
 // its kernel to reconnect.
 func (m *Manager) restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error) {
-	return m.launchKernel(ctx, s.ctlDir(), s.policy, 10*time.Second, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
 		return s.disk.Restore(images, spec)
 	})
 }

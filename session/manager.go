@@ -418,15 +418,22 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		}
 	}
 	if info := m.takePooled(opt, ttl); info != nil {
-		if s, err := m.get(0, info.ID); err == nil {
-			if err := m.saveMeta(s); err != nil {
-				m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
-			}
-		}
+		m.savePooledMeta(info)
 		return info, nil
 	}
 	if err := m.reserve(); err != nil {
-		return nil, err
+		// At the limit with a pool member being built on the last place:
+		// that member is this create's, once built (or its place is).
+		if !errors.Is(err, ErrLimit) || !m.waitMemberBuild(ctx) {
+			return nil, err
+		}
+		if info := m.takePooled(opt, ttl); info != nil {
+			m.savePooledMeta(info)
+			return info, nil
+		}
+		if err := m.reserve(); err != nil {
+			return nil, err
+		}
 	}
 	defer m.unreserve()
 	s, err := m.newSession(opt.Owner, p)
@@ -473,6 +480,15 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
 	info := m.infoOf(s)
 	return &info, nil
+}
+
+// savePooledMeta saves the metadata of a session just taken from the pool.
+func (m *Manager) savePooledMeta(info *Info) {
+	if s, err := m.get(0, info.ID); err == nil {
+		if err := m.saveMeta(s); err != nil {
+			m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
+		}
+	}
 }
 
 // maxLifeOf is how long s may live from its creation.

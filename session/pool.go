@@ -30,7 +30,8 @@ type warmPool struct {
 	// building: when the build in flight of each policy started (at most
 	// one at a time: refills never take more than one start's CPU from
 	// running cells). took: how long the last builds took (moving
-	// average). readied is closed, and replaced, when a member is ready.
+	// average). readied is closed, and replaced, when a build ends: a
+	// member is ready or its place is free.
 	building map[string]time.Time
 	took     map[string]time.Duration
 	readied  chan struct{}
@@ -149,6 +150,8 @@ func (m *Manager) startBuild(name string) bool {
 			return
 		}
 		m.reserved--
+		close(p.readied) // a waiter may take the place
+		p.readied = make(chan struct{})
 		m.mu.Unlock()
 		if s != nil {
 			_ = m.destroy(s)
@@ -285,6 +288,38 @@ func (m *Manager) evictMemberLocked() *Session {
 		}
 	}
 	return nil
+}
+
+// waitMemberBuild waits, at most StartTimeout, for a pool member's build in
+// flight to end, and reports whether there was one: at sessions.max the
+// member holds the place a create needs, and the create gets it (as the
+// member, or as the place the member gives up) when the build ends.
+func (m *Manager) waitMemberBuild(ctx context.Context) bool {
+	m.mu.Lock()
+	p := m.pool
+	if p == nil || p.closed {
+		m.mu.Unlock()
+		return false
+	}
+	building := 0
+	for _, n := range p.filling {
+		building += n
+	}
+	readied := p.readied
+	m.mu.Unlock()
+	if building == 0 {
+		return false
+	}
+	t := time.NewTimer(m.cfg.StartTimeout)
+	defer t.Stop()
+	select {
+	case <-readied:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-p.ctx.Done():
+	}
+	return false
 }
 
 // memberAlmostReady returns how long the member in flight of pool name

@@ -155,6 +155,12 @@ are capped on their own (each holds its images and files on disk).`},
 		doc: `jailcell serve only: hibernate every live session when the service
 stops (a drain, a reboot), for the next start to restore; a session
 that cannot be hibernated follows survive_restart.`},
+	{name: "sessions.template", def: true, dec: field[bool]{func(c *config) *bool { return &c.Template }, (*configLoader).boolean},
+		doc: `Start kernels by restoring a checkpoint of one that already imported the
+preload (one per policy, kept in state_dir, rebuilt when the rootfs,
+preload, policy or criu change) instead of importing it in each
+sandbox; needs a working criu, else kernels import as with false. The
+sessions of one template share the str hash secret (SECURITY.md).`},
 	{name: "preload", def: []string{"numpy", "pandas", "matplotlib.pyplot"}, dec: listKey(func(c *config) *[]string { return &c.Session.Preload }),
 		doc: `Python modules every kernel imports before it is ready: faster first
 cells, slower cold starts (about 0.4 s for these three). matplotlib uses
@@ -170,12 +176,6 @@ the default preload). "auto" (serve, json and mcp; run keeps none):
 2 per CPU, at most 8, at most a quarter of sessions.max, and no more
 than 5% of the machine's memory holds at 100 MB each. 0 turns the pool
 off (0..sessions.max).`},
-	{name: "sessions.template", def: true, dec: field[bool]{func(c *config) *bool { return &c.Template }, (*configLoader).boolean},
-		doc: `Start kernels by restoring a checkpoint of one that already imported the
-preload (one per policy, kept in state_dir, rebuilt when the rootfs,
-preload, policy or criu change) instead of importing it in each
-sandbox; needs a working criu, else kernels import as with false. The
-sessions of one template share the str hash secret (SECURITY.md).`},
 	{name: "drain_grace", def: 30 * time.Second, dec: durKey(func(c *config) *time.Duration { return &c.DrainGrace }),
 		doc: `On SIGTERM, how long running cells may take to finish before they are
 ended (0s..1h). A second SIGTERM ends them at once.`},

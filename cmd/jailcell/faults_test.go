@@ -131,7 +131,8 @@ func TestFaultSessionLimitIs429(t *testing.T) {
 // session's state is kept and it is free again at once); a one-shot
 // cell's sandbox is torn down; the daemon keeps serving.
 func TestFaultHTTPClientVanishesMidStream(t *testing.T) {
-	srv := startServe(t, "root", "")
+	// No pool: the test counts the sandboxes on the host.
+	srv := startServe(t, "root", "pool:\n  size: 0\n")
 	status, body := curl(t, srv.Sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", "{}")
 	if status != 201 {
 		t.Fatalf("create: %d %s", status, body)

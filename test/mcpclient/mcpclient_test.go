@@ -223,6 +223,20 @@ func (f *fixture) sessionsOf(t *testing.T, cred *syscall.Credential, sock string
 	return ids
 }
 
+// closedSoon reports whether session id is gone from root's list within
+// 30 s.
+func (f *fixture) closedSoon(t *testing.T, sock, id string) bool {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if !contains(f.sessionsOf(t, nil, sock), id) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 func contains(list []string, v string) bool {
 	for _, x := range list {
 		if x == v {
@@ -308,13 +322,18 @@ func TestFrontDoorsThroughServiceNotRoot(t *testing.T) {
 			"transport": "stdio", "command": f.bin, "args": []string{"mcp"}, "env": envMap(f.env(sock)), "scenario": "full",
 		})
 		checkFull(t, r, stderr)
+		// The client went (EOF): jailcell mcp closes its session, perhaps
+		// just after node has exited.
+		if id, _ := r.Calls["get"].StructuredContent["session"].(string); id == "" || !f.closedSoon(t, sock, id) {
+			t.Errorf("the MCP client's jailcell session %q is still open after the client went", id)
+		}
 	})
 
 	t.Run("mcp over streamable HTTP", func(t *testing.T) {
 		r, stderr := f.node(t, user, sock, map[string]any{"transport": "http", "socket": sock, "scenario": "full"})
 		checkFull(t, r, stderr)
 		// The client ended its MCP session: its jailcell session is gone.
-		if id, _ := r.Calls["get"].StructuredContent["session"].(string); id == "" || contains(f.sessionsOf(t, nil, sock), id) {
+		if id, _ := r.Calls["get"].StructuredContent["session"].(string); id == "" || !f.closedSoon(t, sock, id) {
 			t.Errorf("the MCP session's jailcell session %q is still open after the client ended it", id)
 		}
 	})

@@ -134,10 +134,11 @@ func escapeFilePath(p string) string {
 }
 
 // body is req as an HTTP body: its fields less op and session, which the
-// route carries.
+// route carries, and stream, which the Accept header asks for (a streamed
+// answer to a caller that reads one JSON object would not decode).
 func body(req *Request) (io.Reader, error) {
 	c := *req
-	c.Op, c.Session, c.ID = "", "", nil
+	c.Op, c.Session, c.ID, c.Stream = "", "", nil, false
 	b, err := json.Marshal(&c)
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)

@@ -96,7 +96,8 @@ func TestRemote(t *testing.T) {
 	if streamed.String() != "0\n1\n2\n" {
 		t.Errorf("streamed %q", streamed.String())
 	}
-	if res := ok(&Request{Op: OpExec, Session: id, Code: "x * 6"}).Result; res.Value["text/plain"] != "42" {
+	// Stream asked without anyone to emit to: one plain response.
+	if res := ok(&Request{Op: OpExec, Session: id, Code: "print('s')\nx * 6", Stream: true}).Result; res.Value["text/plain"] != "42" || res.Stdout != "s\n" {
 		t.Errorf("the session kept x: %+v", res)
 	}
 	if res := ok(&Request{Op: OpExec, Code: "print('once')"}).Result; res.Stdout != "once\n" {

@@ -11,6 +11,10 @@ BIN := bin/jailcell
 ROOTFS_BASE ?= /var/lib/jailcell/rootfs
 APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certificates python3-matplotlib python3-pandas python3-ipython python3-ipykernel python3-jupyter-client \
 	python3 curl systemd
+# Node for the MCP TypeScript client tests (test/mcpclient): Debian's
+# nodejs and npm, installed only when the commands are missing (a node
+# from elsewhere, with its own npm, conflicts with Debian's npm package).
+NODE_PKGS := nodejs npm
 TEST_TIMEOUT ?= 25m
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
@@ -29,6 +33,9 @@ deps:
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@command -v node >/dev/null && command -v npm >/dev/null || { \
+		echo "installing: $(NODE_PKGS)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(NODE_PKGS) >/dev/null; }
 	@command -v $(GO) >/dev/null || { echo "Go is not installed (want 1.26+ at /usr/local/go)"; exit 1; }
 
 build: deps
@@ -67,9 +74,9 @@ test: rootfs criu
 # machine still exercises the cold path; the full one builds everything
 # (several minutes; about 4 GB in TMPDIR: a rootfs and its VM image).
 check-fresh-quick:
-	APT_PKGS="$(APT_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" GO=$(GO) ./scripts/check-fresh.sh
+	APT_PKGS="$(APT_PKGS) $(NODE_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" GO=$(GO) ./scripts/check-fresh.sh
 check-fresh: build
-	APT_PKGS="$(APT_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" GO=$(GO) JAILCELL=$(CURDIR)/$(BIN) ./scripts/check-fresh.sh --full
+	APT_PKGS="$(APT_PKGS) $(NODE_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" GO=$(GO) JAILCELL=$(CURDIR)/$(BIN) ./scripts/check-fresh.sh --full
 
 # Fails, listing them, if a jailcell mount, cgroup or process is on this
 # host; reports only, removes nothing.

@@ -83,6 +83,7 @@ type HTTPServer struct {
 	lim     *budget
 	seq     atomic.Int64
 	srv     *http.Server
+	mcp     mcpMount // /mcp, built on first use (mcp.go)
 }
 
 // NewHTTPServer makes the transport over d.
@@ -272,6 +273,11 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 	if !s.access.Load().Allows(peer) {
 		s.writeError(w, &Error{Code: CodeForbidden, Message: fmt.Sprintf(
 			"uid %d (gid %d) may not use this jailcell service: it is not in the configured allowed uids or gids", peer.UID, peer.GID)})
+		return
+	}
+	if r.URL.Path == "/mcp" {
+		rt.name = "mcp"
+		s.serveMCP(w, r, peer)
 		return
 	}
 	rt, rerr := matchRoute(r.URL.EscapedPath())

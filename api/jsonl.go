@@ -49,7 +49,7 @@ const (
 // write to w fails, it stops reading, waits for the running requests (whose
 // context is cancelled) and returns the cause; a read already blocked on r
 // is left to return on its own.
-func ServeJSONL(ctx context.Context, r io.Reader, w io.Writer, d *Dispatcher, opts JSONLOptions) error {
+func ServeJSONL(ctx context.Context, r io.Reader, w io.Writer, d Handler, opts JSONLOptions) error {
 	if opts.MaxLineBytes <= 0 {
 		opts.MaxLineBytes = defaultMaxLineBytes
 	}

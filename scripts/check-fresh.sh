@@ -15,6 +15,10 @@
 #   rootfs    mmdebstrap --simulate of build-rootfs.sh's package list
 #   vm        the cgroup v2 guest's kernel looked up, downloaded (apt checks
 #             its hash), unpacked, and its base initramfs built (FETCH_ONLY=1)
+#   mcpclient the MCP TypeScript client test/mcpclient drives jailcell with,
+#             installed by fetch-mcpclient.sh from its committed lock into an
+#             empty cache, npm's own cache included, and loaded (about 15 s,
+#             beside the rest)
 # Full (`make check-fresh`, several minutes and about 4 GB in TMPDIR):
 #   criu      built from empty and run (--version)
 #   rootfs    built from empty into a temporary base and sealed
@@ -82,6 +86,8 @@ rootfs_simulate() {
 if ((!full)); then
 	background rootfs rootfs_simulate
 fi
+# The same in quick and full: the install is small (about 10 MB).
+background mcpclient env MCPCLIENT_DIR="$tmp/mcpclient" "$here/scripts/fetch-mcpclient.sh"
 
 # --- apt: private, empty lists from the system's own sources ----------------
 apt=$tmp/apt
@@ -146,7 +152,8 @@ if ((full)) && [[ -n ${BENCH_PKGS:-} ]]; then
 fi
 
 # --- the quick checks that ran beside -----------------------------------------
-declare -A what=([rootfs]="rootfs: package list resolves (mmdebstrap --simulate)")
+declare -A what=([rootfs]="rootfs: package list resolves (mmdebstrap --simulate)"
+	[mcpclient]="mcpclient: the pinned MCP TypeScript client installed from empty and loaded")
 for i in "${!bg_pids[@]}"; do
 	name=${bg_names[$i]}
 	if ! wait "${bg_pids[$i]}"; then

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -21,17 +22,34 @@ func newJSONCmd() *cobra.Command {
 		Long: `Serve the JSON-lines protocol: one request object per line on stdin, one
 response per line on stdout (streamed output events before it, with
 "stream":true). Requests run concurrently and run as this process's uid.
-Logs go to stderr. EOF on stdin waits for running requests, tears every
-sandbox down and exits 0; SIGINT/SIGTERM cancel running cells first.
+Logs go to stderr. EOF on stdin waits for running requests, closes every
+session it created and exits 0; SIGINT/SIGTERM cancel running cells first.
 
-  echo '{"id":1,"op":"exec","code":"print(1+1)"}' | sudo jailcell json`,
+When the jailcell service answers on its socket (or --connect names one),
+requests go to it, as this user, with no root needed: the service's
+allowed uids or groups decide. Otherwise the sandboxes run in this process,
+which needs root.
+
+  echo '{"id":1,"op":"exec","code":"print(1+1)"}' | jailcell json`,
 		Args: cobra.NoArgs,
 	}
 	hf := addHostFlags(cmd)
+	conn := addConnectFlags(cmd)
 	cmd.Flags().IntVar(&maxLine, "max-line-bytes", 32<<20, "longest request line accepted; longer ones are discarded and answered with an error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return hf.runFrontDoor(func(ctx context.Context, d *api.Dispatcher, log *slog.Logger) error {
-			return api.ServeJSONL(ctx, os.Stdin, os.Stdout, d, api.JSONLOptions{MaxLineBytes: maxLine, Logger: log})
+		return hf.runFrontDoor(conn, func(ctx context.Context, h api.Handler, log *slog.Logger) error {
+			if r, ok := h.(*api.Remote); ok {
+				// The service keeps sessions after their client goes; this
+				// one's end is EOF, as in the embedded case.
+				sc := api.NewScoped(r)
+				defer func() {
+					cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					sc.CloseAll(cctx, os.Getuid())
+				}()
+				h = sc
+			}
+			return api.ServeJSONL(ctx, os.Stdin, os.Stdout, h, api.JSONLOptions{MaxLineBytes: maxLine, Logger: log})
 		})
 	}
 	return cmd

@@ -22,16 +22,23 @@ func newMCPCmd() *cobra.Command {
 upload_file, download_file, list_files, reset_session, snapshot_session
 and rollback_session. The client's
 session is created on first use, kept across calls and closed when the
-client goes (EOF on stdin). Logs go to stderr. Client configuration:
+client goes (EOF on stdin). Logs go to stderr.
+
+When the jailcell service answers on its socket (or --connect names one),
+the tools run there, as this user, with no root needed: the service's
+allowed uids or groups decide. Otherwise the sandboxes run in this process,
+which needs root. The service also serves MCP itself over Streamable HTTP
+at /mcp on its socket. Client configuration:
 
   {"mcpServers":{"jailcell":{"command":"/usr/local/bin/jailcell","args":["mcp"]}}}`,
 		Args: cobra.NoArgs,
 	}
 	hf := addHostFlags(cmd)
+	conn := addConnectFlags(cmd)
 	cmd.Flags().StringVar(&policyName, "policy", "", "policy of the client's session (default: the default policy)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return hf.runFrontDoor(func(ctx context.Context, d *api.Dispatcher, log *slog.Logger) error {
-			return api.ServeMCP(ctx, d, &mcp.StdioTransport{}, api.MCPOptions{Owner: os.Getuid(), Policy: policyName, Logger: log})
+		return hf.runFrontDoor(conn, func(ctx context.Context, h api.Handler, log *slog.Logger) error {
+			return api.ServeMCP(ctx, h, &mcp.StdioTransport{}, api.MCPOptions{Owner: os.Getuid(), Policy: policyName, Version: version, Logger: log})
 		}, mcp.ErrConnectionClosed)
 	}
 	return cmd

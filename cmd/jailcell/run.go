@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/confined"
 	"github.com/jailcell/jailcell/session"
 )
@@ -59,13 +60,19 @@ through a symlink), and so are the figures it displays (plt.show(),
 display()): figure-1.png, figure-2.svg, ... in the order shown.
 
 Exit status: 0 the cell finished, 1 it raised an exception, 124 it timed out,
-137 it was OOM-killed or killed, 125 jailcell itself failed.`,
-		Example: `  sudo jailcell run analysis.py --file sales.xlsx
+137 it was OOM-killed or killed, 125 jailcell itself failed.
+
+When the jailcell service answers on its socket (or --connect names one),
+the cell runs there, as this user, with no root needed. Otherwise it runs
+in a sandbox built by this process, which needs root.`,
+		Example: `  jailcell run analysis.py --file sales.xlsx      # through the running service
+  sudo jailcell run --embedded analysis.py      # no service: sandboxes in this process
   echo 'print(1+1)' | sudo jailcell run -
   sudo jailcell run --json plot.py > result.json`,
 		Args: cobra.ExactArgs(1),
 	}
 	hf := addHostFlags(cmd)
+	conn := addConnectFlags(cmd)
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit of the cell (0: the policy's default, 60s); clamped to the policy's ceiling")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole result object as JSON on stdout instead of streaming output")
 	cmd.Flags().StringArrayVar(&inputs, "file", nil, "input file placed in the cell's working directory under its base name (repeatable)")
@@ -87,7 +94,7 @@ Exit status: 0 the cell finished, 1 it raised an exception, 124 it timed out,
 		if err != nil {
 			return err
 		}
-		status, err := runOnce(hf, log, pol, session.ExecRequest{Code: code, Timeout: timeout, Files: files}, asJSON, outDir)
+		status, err := runOnce(hf, conn, log, pol, session.ExecRequest{Code: code, Timeout: timeout, Files: files}, asJSON, outDir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "jailcell run:", err)
 			return exitError{exitRunFailed}
@@ -100,17 +107,16 @@ Exit status: 0 the cell finished, 1 it raised an exception, 124 it timed out,
 	return cmd
 }
 
-func runOnce(hf *hostFlags, log *slog.Logger, policyName string, req session.ExecRequest, asJSON bool, outDir string) (int, error) {
-	st, err := hf.build(log)
+func runOnce(hf *hostFlags, conn *connectFlags, log *slog.Logger, policyName string, req session.ExecRequest, asJSON bool, outDir string) (int, error) {
+	remote, err := hf.service(conn, log)
 	if err != nil {
 		return 0, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	var onOutput func(stream, text string)
 	if !asJSON {
 		// Chunks may come from the stdout and stderr readers at once.
 		var mu sync.Mutex
-		req.OnOutput = func(stream, text string) {
+		onOutput = func(stream, text string) {
 			mu.Lock()
 			defer mu.Unlock()
 			if stream == "stderr" {
@@ -120,9 +126,27 @@ func runOnce(hf *hostFlags, log *slog.Logger, policyName string, req session.Exe
 			}
 		}
 	}
-	res, runErr := st.manager.RunOnce(ctx, os.Getuid(), policyName, req)
-	if err := st.shutdown(30 * time.Second); err != nil {
-		log.Warn("shut down", "err", err)
+	var (
+		res    *session.Result
+		runErr error
+	)
+	if remote != nil {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		res, runErr = runRemote(ctx, remote, policyName, req, onOutput)
+		stop()
+		remote.Close()
+	} else {
+		st, err := hf.build(log)
+		if err != nil {
+			return 0, err
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		req.OnOutput = onOutput
+		res, runErr = st.manager.RunOnce(ctx, os.Getuid(), policyName, req)
+		stop()
+		if err := st.shutdown(30 * time.Second); err != nil {
+			log.Warn("shut down", "err", err)
+		}
 	}
 	if runErr != nil {
 		return 0, runErr
@@ -333,4 +357,23 @@ func writeReturned(dir string, files []session.FileChange, stderr io.Writer) err
 		return fmt.Errorf("%d returned file(s) could not be written under %s", failed, dir)
 	}
 	return nil
+}
+
+// runRemote runs the cell in the service, streaming its output to
+// onOutput (nil: none).
+func runRemote(ctx context.Context, r *api.Remote, policyName string, er session.ExecRequest, onOutput func(stream, text string)) (*session.Result, error) {
+	req := &api.Request{ID: json.RawMessage("1"), Op: api.OpExec, Code: er.Code, TimeoutS: er.Timeout.Seconds(),
+		Files: er.Files, Policy: policyName, Stream: onOutput != nil}
+	var emit func(api.Event)
+	if onOutput != nil {
+		emit = func(ev api.Event) { onOutput(ev.Event, ev.Text) }
+	}
+	resp := r.Handle(ctx, os.Getuid(), req, emit)
+	switch {
+	case resp.Error != nil:
+		return nil, fmt.Errorf("%s: %s", resp.Error.Code, resp.Error.Message)
+	case resp.Result == nil:
+		return nil, fmt.Errorf("the service at %s answered without a result", r.Socket())
+	}
+	return resp.Result, nil
 }

@@ -280,15 +280,85 @@ func lockStateDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// runFrontDoor builds the stack and a dispatcher with the workflow, runs
-// serve until it returns or SIGINT/SIGTERM cancels its context, then tears
-// everything down. ignore lists errors that mean a normal end.
-func (f *hostFlags) runFrontDoor(serve func(ctx context.Context, d *api.Dispatcher, log *slog.Logger) error, ignore ...error) error {
+// connectFlags choose where a front door's sandboxes run: in the running
+// service (as any user it admits, no root, no state-dir lock) or in this
+// process (root, and the state directory's lock).
+type connectFlags struct {
+	connect  string // "": use a service if one answers; connectConfigured or a socket path: must
+	embedded bool
+}
+
+// connectConfigured is --connect without a value: the configured socket.
+const connectConfigured = "configured"
+
+// connectProbe bounds the wait for a service's first answer.
+const connectProbe = 5 * time.Second
+
+func addConnectFlags(cmd *cobra.Command) *connectFlags {
+	c := &connectFlags{}
+	fs := cmd.Flags()
+	fs.StringVar(&c.connect, "connect", "",
+		"use the running service on this socket; --connect alone: the configured socket (key socket, default "+defaultSocket+
+			"). Without --connect or --embedded a service answering on the configured socket is used if there is one")
+	fs.Lookup("connect").NoOptDefVal = connectConfigured
+	fs.BoolVar(&c.embedded, "embedded", false, "run the sandboxes in this process (needs root and the state directory) even when a service is running")
+	cmd.MarkFlagsMutuallyExclusive("connect", "embedded")
+	return c
+}
+
+// service returns the running service to hand requests to, or nil when
+// the sandboxes are to run here. A service that refuses this user, or one
+// asked for by --connect that does not answer, is an error; so is running
+// here without root.
+func (f *hostFlags) service(c *connectFlags, log *slog.Logger) (*api.Remote, error) {
+	cfg, err := f.config()
+	if err != nil {
+		return nil, err
+	}
+	var probeErr error
+	if !c.embedded {
+		sock := cfg.Socket
+		if c.connect != "" && c.connect != connectConfigured {
+			sock = c.connect
+		}
+		r := api.NewRemote(sock)
+		probeErr = r.Reachable(context.Background(), connectProbe)
+		var refused *api.Error
+		switch {
+		case probeErr == nil:
+			log.Info("using the running jailcell service", "socket", sock)
+			return r, nil
+		case errors.As(probeErr, &refused):
+			r.Close()
+			return nil, probeErr
+		case c.connect != "":
+			r.Close()
+			return nil, fmt.Errorf("--connect: %w (is `jailcell serve` running there? systemctl status jailcell)", probeErr)
+		}
+		r.Close()
+	}
+	if os.Geteuid() != 0 {
+		why := "--embedded"
+		if probeErr != nil {
+			why = probeErr.Error()
+		}
+		return nil, fmt.Errorf("%s; running the sandboxes in this process instead needs root: start the service "+
+			"(sudo systemctl start jailcell) with this user in its socket group, or run as root", why)
+	}
+	return nil, nil
+}
+
+// runFrontDoor hands serve the running service when there is one (see
+// service); otherwise it builds the stack and a dispatcher with the
+// workflow here. serve runs until it returns or SIGINT/SIGTERM cancels its
+// context; then sandboxes built here are torn down. ignore lists errors
+// that mean a normal end.
+func (f *hostFlags) runFrontDoor(c *connectFlags, serve func(ctx context.Context, h api.Handler, log *slog.Logger) error, ignore ...error) error {
 	log, err := f.logger()
 	if err != nil {
 		return err
 	}
-	st, err := f.build(log)
+	remote, err := f.service(c, log)
 	if err != nil {
 		return err
 	}
@@ -298,19 +368,32 @@ func (f *hostFlags) runFrontDoor(serve func(ctx context.Context, d *api.Dispatch
 	// fail with EPIPE (which cancels the running cells, then the sandboxes
 	// are torn down), not kill us by SIGPIPE with the sandboxes left running.
 	signal.Ignore(syscall.SIGPIPE)
+	normal := func(serr error) error {
+		for _, e := range append(ignore, context.Canceled) {
+			if errors.Is(serr, e) {
+				log.Info("front door closed")
+				return nil
+			}
+		}
+		return serr
+	}
+	if remote != nil {
+		// The service owns the sandboxes; it closes a session when its
+		// MCP or JSON-lines client closes it, or by TTL.
+		defer remote.Close()
+		return normal(serve(ctx, remote, log))
+	}
+	st, err := f.build(log)
+	if err != nil {
+		return err
+	}
 	wf, err := newWorkflow(st.manager, f.cfg, log)
 	if err != nil {
 		_ = st.shutdown(30 * time.Second)
 		return err
 	}
 	d := &api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf}
-	serr := serve(ctx, d, log)
-	for _, e := range append(ignore, context.Canceled) {
-		if errors.Is(serr, e) {
-			log.Info("front door closed; tearing sandboxes down")
-			serr = nil
-		}
-	}
+	serr := normal(serve(ctx, d, log))
 	if err := st.shutdown(30 * time.Second); err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -310,45 +309,14 @@ func (m *Manager) startFromTemplate(ctx context.Context, s *Session) (*kernel, e
 	return k, nil
 }
 
-// copyTemplate copies t's images into dir, charged to the state quota: a
-// restore rewrites its images (the uid slot, the ownership).
+// copyTemplate makes dir a restorable copy of t's images: pages linked,
+// the rest (well under 1 MB) copied and charged to the state quota.
 func (m *Manager) copyTemplate(t *template, dir string) error {
-	if err := m.stateQuota.charge(dir, allocatedBytes(t.images)); err != nil {
-		return err
+	n, err := isolate.LinkImages(t.images, dir)
+	if cerr := m.stateQuota.charge(dir, n); err == nil {
+		err = cerr
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return err
-	}
-	ents, err := os.ReadDir(t.images)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() || e.Name() == templateReady {
-			continue
-		}
-		if err := copyFile(filepath.Join(t.images, e.Name()), filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := isolate.CopyFileData(out, in, &isolate.ByteCap{Max: math.MaxInt64}); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return err
 }
 
 // closeTemplates stops the builds in flight. Built templates stay for the

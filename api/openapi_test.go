@@ -444,6 +444,8 @@ func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
 		map[string]string{"Content-Type": "application/json", "Accept": "application/x-ndjson"})
 	checkDisplayStream(t, b)
 	h.must(400, "POST", "/v1/sessions/{id}/exec", sp+"/exec", []byte(`{"code":5}`), js)
+	// A streamed exec that fails before any event: its error as one line.
+	h.must(404, "POST", "/v1/sessions/{id}/exec", "/v1/sessions/nope/exec", []byte(`{"code":"1","stream":true}`), js)
 
 	h.must(200, "PUT", "/v1/sessions/{id}/files/{path}", sp+"/files/in%20dir/a.txt", []byte("hello"), nil)
 	h.must(200, "GET", "/v1/sessions/{id}/files/{path}", sp+"/files/in%20dir/a.txt", nil, nil)

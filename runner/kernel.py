@@ -430,6 +430,7 @@ class _Pump:
         cell wrote before it: the frame that shows a figure as it is made."""
         main = threading.current_thread() is threading.main_thread()
         if main:
+            _State.deferred_sigint = False  # one left by a raise in a finally below
             _State.deferring = True
         try:
             with self.lock:

@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -990,5 +991,59 @@ func TestKernelDisplayStreams(t *testing.T) {
 	r2 := k.exec("1/0")
 	if r2.Error == nil || r2.ExecutionCount != n+1 || !strings.Contains(r2.Error.Traceback, fmt.Sprintf("<cell-%d>", n+1)) {
 		t.Errorf("execution counts %d then %d (error %+v); want consecutive, matching <cell-N>", n, r2.ExecutionCount, r2.Error)
+	}
+}
+
+// TestKernelInterruptWhileDisplaying: a SIGINT landing while the cell is
+// blocked sending a display frame must not tear the frame. The host stops
+// reading at the 20th item, so the kernel's sendall of the next large
+// items fills the socket and blocks; the SIGINT then interrupts it (EINTR).
+// The cell must end with a KeyboardInterrupt and the link run the next
+// cell. (Wherever the signal lands, that outcome is the same; the pause
+// only makes the blocked send the likely place.)
+func TestKernelInterruptWhileDisplaying(t *testing.T) {
+	for round := range 3 {
+		k := startKernel(t)
+		var n atomic.Int32
+		busy, resume := make(chan struct{}), make(chan struct{})
+		req := ExecRequest{ID: k.nextID(), MaxOutput: 1 << 20,
+			Code: "big = 'x' * 30000\nwhile True:\n    display(big)",
+			OnDisplay: func(DisplayItem) {
+				if n.Add(1) == 20 {
+					close(busy)
+					<-resume
+				}
+			}}
+		done := make(chan struct{})
+		var r *Result
+		var err error
+		go func() {
+			defer close(done)
+			r, err = k.conn.Exec(req, nil)
+		}()
+		select {
+		case <-busy:
+		case <-time.After(execTimeout):
+			t.Fatalf("no display events\n%s", k.logText())
+		}
+		time.Sleep(300 * time.Millisecond) // the kernel fills the socket meanwhile
+		if err := k.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the handler runs in the blocked send
+		close(resume)
+		select {
+		case <-done:
+		case <-time.After(execTimeout):
+			t.Fatalf("SIGINT did not end the cell\n%s", k.logText())
+		}
+		if err != nil {
+			t.Fatalf("round %d: the link broke: %v\n%s", round, err, k.logText())
+		}
+		requireError(t, r, "KeyboardInterrupt")
+		if r := k.exec("'alive'"); plain(r) != "'alive'" {
+			t.Fatalf("round %d: after the interrupt: %+v", round, r)
+		}
+		t.Logf("round %d: %d display events before the interrupt ended the cell", round, n.Load())
 	}
 }

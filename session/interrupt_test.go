@@ -73,8 +73,9 @@ func TestInterruptAndExecutionCount(t *testing.T) {
 	if r := run("print(x + 1)", ExecRequest{}); r.Stdout != "42\n" || r.ExecutionCount != 3 {
 		t.Errorf("after the interrupt: stdout %q count %d; want 42 and 3", r.Stdout, r.ExecutionCount)
 	}
-	if r := run("import os\nos.kill(os.getpid(), 9)", ExecRequest{}); r.State != StateLost || r.ExecutionCount != 4 {
-		t.Errorf("kernel kill: state %q count %d; want lost and 4", r.State, r.ExecutionCount)
+	if r := run("import os\nos.kill(os.getpid(), 9)", ExecRequest{}); r.State != StateLost || r.ExecutionCount != 4 ||
+		!strings.Contains(r.StateReason, "execution_count starts again at 1") {
+		t.Errorf("kernel kill: state %q (%s) count %d; want lost, saying the count restarts, and 4", r.State, r.StateReason, r.ExecutionCount)
 	}
 	if r := run("1", ExecRequest{}); r.ExecutionCount != 1 {
 		t.Errorf("first cell of the fresh kernel: execution count %d, want 1", r.ExecutionCount)

@@ -102,6 +102,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot}
 		if req.Stream {
 			er.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
+			er.OnDisplay = func(item session.DisplayItem) { send(Event{ID: req.ID, Event: EventDisplay, Display: &item}) }
 		}
 		if d.Workflow != nil {
 			return d.execWorkflow(ctx, owner, req, er)
@@ -167,6 +168,12 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 			return nil, err
 		}
 		return &Response{Info: info}, nil
+	case OpInterrupt:
+		ran, err := m.Interrupt(ctx, owner, req.Session)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Interrupted: &ran}, nil
 	case OpFailures:
 		return d.failures(owner, req)
 	case OpSessions:

@@ -157,7 +157,8 @@ const (
 	routeOneShot  = "exec"         // /v1/exec
 	routeFiles    = "files"        // /v1/sessions/{id}/files
 	routeFile     = "file"         // /v1/sessions/{id}/files/{path...}
-	routeLife     = "session_op"   // /v1/sessions/{id}/{hibernate,restore,fork,snapshot,rollback}
+	routeLife     = "session_op"   // /v1/sessions/{id}/{hibernate,restore,fork,snapshot,rollback,interrupt}
+	routeOpenAPI  = "openapi"      // /v1/openapi.json
 	routeUnknown  = "unknown"
 )
 
@@ -172,10 +173,11 @@ var routeMethods = map[string][]string{
 	routeFiles:    {http.MethodGet, http.MethodHead},
 	routeFile:     {http.MethodGet, http.MethodHead, http.MethodPut},
 	routeLife:     {http.MethodPost},
+	routeOpenAPI:  {http.MethodGet, http.MethodHead},
 }
 
 // lifeOps are the session operations with a route of their own, no body.
-var lifeOps = map[string]string{"hibernate": OpHibernate, "restore": OpRestore, "fork": OpFork, "snapshot": OpSnapshot, "rollback": OpRollback}
+var lifeOps = map[string]string{"hibernate": OpHibernate, "restore": OpRestore, "fork": OpFork, "snapshot": OpSnapshot, "rollback": OpRollback, "interrupt": OpInterrupt}
 
 type route struct {
 	name    string
@@ -206,6 +208,8 @@ func matchRoute(escaped string) (route, *Error) {
 		return route{name: routeMetrics}, nil
 	case n >= 2 && segs[0] == "v1" && segs[1] == "exec" && n == 2:
 		return route{name: routeOneShot}, nil
+	case n == 2 && segs[0] == "v1" && segs[1] == "openapi.json":
+		return route{name: routeOpenAPI}, nil
 	case n >= 2 && segs[0] == "v1" && segs[1] == "sessions":
 		if n == 2 {
 			return route{name: routeSessions}, nil
@@ -227,7 +231,7 @@ func matchRoute(escaped string) (route, *Error) {
 			return route{name: routeFile, session: id, path: strings.Join(segs[4:], "/")}, nil
 		}
 	}
-	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback]], /v1/exec", clip(escaped, 200))}
+	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
 }
 
 // statusWriter remembers the status code for the request log and metrics.
@@ -298,6 +302,9 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 	switch rt.name {
 	case routeHealthz:
 		s.handle(w, r, &Request{ID: s.nextID(), Op: OpPing}, owner)
+	case routeOpenAPI:
+		w.Header().Set("Content-Type", "application/json")
+		s.writeWithin(w, http.StatusOK, OpenAPI())
 	case routeMetrics:
 		w.Header().Set("Content-Type", metricsContentType)
 		if err := s.writeMetrics(r.Context(), w, owner); err != nil {

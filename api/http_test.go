@@ -102,6 +102,9 @@ type httpCase struct {
 
 var httpCases = []httpCase{
 	{name: "healthz", method: "GET", path: "/healthz", status: 200, contains: `"version":"test-1"`},
+	{name: "openapi document", method: "GET", path: "/v1/openapi.json", status: 200, contains: `"openapi": "3.1.0"`},
+	{name: "interrupt: reaches the manager", method: "POST", path: "/v1/sessions/abc/interrupt", status: 503, code: CodeUnavailable},
+	{name: "interrupt: GET not allowed", method: "GET", path: "/v1/sessions/abc/interrupt", status: 405, code: CodeBadRequest, contains: "allowed: POST"},
 	{name: "unknown route", method: "GET", path: "/v2/things", status: 404, code: CodeNotFound, contains: "no route"},
 	{name: "trailing slash is not a route", method: "GET", path: "/v1/sessions/", status: 404, code: CodeNotFound},
 	{name: "method not allowed", method: "PATCH", path: "/v1/sessions", status: 405, code: CodeBadRequest, contains: "allowed: GET, HEAD, POST"},

@@ -49,9 +49,13 @@ const (
 	// returns the session to it, in place.
 	OpSnapshot = "snapshot"
 	OpRollback = "rollback"
+	// OpInterrupt sends the cell running in a session a KeyboardInterrupt;
+	// the response's "interrupted" says whether a cell was running. The
+	// cell's own response is then an ordinary Python error, state kept.
+	OpInterrupt = "interrupt"
 )
 
-var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback}
+var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt}
 
 // allowedOps is the list bad requests quote.
 var allowedOps = strings.Join(ops, ", ")
@@ -73,7 +77,8 @@ type Request struct {
 	// TimeoutS is the cell's wall-clock limit in seconds; 0 means the
 	// policy's default. The manager clamps it to the policy's ceiling.
 	TimeoutS float64 `json:"timeout_s,omitempty"`
-	// Stream asks for stdout/stderr events before the final response.
+	// Stream asks for stdout, stderr and display events before the final
+	// response.
 	Stream bool `json:"stream,omitempty"`
 	// Snapshot takes a snapshot of the session before the cell runs
 	// (exec in a session), the target of a later rollback.
@@ -160,13 +165,25 @@ type Response struct {
 	// files, sessions: non-nil for those ops so an empty list is [].
 	Files    []session.Entry `json:"files,omitzero"`
 	Sessions []session.Info  `json:"sessions,omitzero"`
+	// interrupt: whether a cell was running (and was sent the interrupt).
+	Interrupted *bool `json:"interrupted,omitempty"`
 }
 
-// Event is a streamed chunk of a cell's output, sent before its response.
+// Event kinds.
+const (
+	EventStdout  = "stdout"
+	EventStderr  = "stderr"
+	EventDisplay = "display"
+)
+
+// Event is a streamed piece of a cell's output, sent before its response:
+// a chunk of text (stdout, stderr), or one display item as the cell shows
+// it (display), the same object as that item in the result's list.
 type Event struct {
-	ID    json.RawMessage `json:"id"`
-	Event string          `json:"event"` // stdout | stderr
-	Text  string          `json:"text"`
+	ID      json.RawMessage      `json:"id"`
+	Event   string               `json:"event"` // stdout | stderr | display
+	Text    string               `json:"text,omitempty"`
+	Display *session.DisplayItem `json:"display,omitempty"`
 }
 
 // nullID is what a response carries when no id could be read.
@@ -298,7 +315,7 @@ func (r *Request) Validate() *Error {
 			return err
 		}
 		return need("path", "a path relative to the working directory", r.Path != "")
-	case OpFiles, OpClose, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback:
+	case OpFiles, OpClose, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt:
 		return need("session", "a session id", r.Session != "")
 	case OpFailures:
 		if r.Action != "" && r.Action != "list" && r.Action != "clear" {

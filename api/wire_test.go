@@ -49,6 +49,12 @@ var decodeCases = []decodeCase{
 			}
 		}},
 	{name: "exec in session", line: `{"id":3,"op":"exec","session":"s1","code":"x"}`, wantID: `3`},
+	{name: "interrupt", line: `{"id":3,"op":"interrupt","session":"s1"}`, wantID: `3`,
+		check: func(t *testing.T, r *Request) {
+			if r.Op != OpInterrupt || r.Session != "s1" {
+				t.Errorf("got %+v", r)
+			}
+		}},
 	{name: "unknown fields ignored", line: `{"id":4,"op":"ping","frobnicate":{"a":[1,2]},"Code":5}`, wantID: `4`},
 	{name: "null means absent", line: `{"id":5,"op":"exec","code":"1","timeout_s":null,"session":null}`, wantID: `5`},
 	{name: "zero timeout is the default", line: `{"id":6,"op":"exec","code":"1","timeout_s":0}`, wantID: `6`},
@@ -114,6 +120,7 @@ var decodeCases = []decodeCase{
 	{name: "snapshot on a one-shot exec", line: `{"id":1,"op":"exec","code":"1","snapshot":true}`, wantErr: []string{`field "snapshot" needs "session"`}, wantID: `1`},
 	{name: "snapshot not a bool", line: `{"id":1,"op":"exec","code":"1","session":"s","snapshot":"yes"}`, wantErr: []string{`"snapshot"`}, wantID: `1`},
 	{name: "rollback without session", line: `{"id":1,"op":"rollback"}`, wantErr: []string{`op "rollback" needs field "session"`}, wantID: `1`},
+	{name: "interrupt without session", line: `{"id":1,"op":"interrupt"}`, wantErr: []string{`op "interrupt" needs field "session"`}, wantID: `1`},
 	{name: "upload missing session", line: `{"id":1,"op":"upload","path":"a","data":""}`, wantErr: []string{`op "upload" needs field "session"`}, wantID: `1`},
 	{name: "upload missing path", line: `{"id":1,"op":"upload","session":"s","data":""}`, wantErr: []string{`op "upload" needs field "path"`}, wantID: `1`},
 	{name: "upload missing data", line: `{"id":1,"op":"upload","session":"s","path":"a"}`, wantErr: []string{`op "upload" needs field "data"`}, wantID: `1`},

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"reflect"
@@ -60,6 +61,52 @@ func conformance(t *testing.T, c API) {
 	res, err = c.Exec(ctx, s.ID, "1/0", nil)
 	if err != nil || res.Status != "error" || res.Error == nil || res.Error.Type != "ZeroDivisionError" {
 		t.Fatalf("failing Exec: %+v, %v", res, err)
+	}
+	if res.ExecutionCount != 3 {
+		t.Errorf("third cell: execution count %d, want 3", res.ExecutionCount)
+	}
+	// Display items arrive as the cell shows them, equal to its result's.
+	var shown []DisplayItem
+	res, err = c.Exec(ctx, s.ID, "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\nplt.plot([2, 1])\nplt.show()", &ExecOptions{
+		Timeout:   time.Minute,
+		OnDisplay: func(d DisplayItem) { shown = append(shown, d) },
+	})
+	if err != nil || res.Status != "ok" || len(shown) != 2 || !reflect.DeepEqual(shown, res.Display) || res.ExecutionCount != 4 {
+		t.Fatalf("Exec with OnDisplay: %d items shown, result %d items, count %d, %v", len(shown), len(res.Display), res.ExecutionCount, err)
+	}
+	// Interrupt: nothing to stop between cells; a running cell ends with a
+	// KeyboardInterrupt and keeps its state.
+	if ran, err := c.Interrupt(ctx, s.ID); err != nil || ran {
+		t.Fatalf("Interrupt between cells: %v, %v", ran, err)
+	}
+	started := make(chan struct{})
+	var once sync.Once
+	type outcome struct {
+		res *Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := c.Exec(ctx, s.ID, "import time\nprint('waiting', flush=True)\ntime.sleep(300)", &ExecOptions{
+			Timeout:  10 * time.Minute,
+			OnOutput: func(string, string) { once.Do(func() { close(started) }) },
+		})
+		done <- outcome{r, err}
+	}()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the cell to interrupt never printed")
+	}
+	if ran, err := c.Interrupt(ctx, s.ID); err != nil || !ran {
+		t.Fatalf("Interrupt of a running cell: %v, %v", ran, err)
+	}
+	o := <-done
+	if o.err != nil || o.res.Status != "error" || o.res.Error == nil || o.res.Error.Type != "KeyboardInterrupt" || o.res.State != "kept" {
+		t.Fatalf("interrupted Exec: %+v, %v", o.res, o.err)
+	}
+	if _, err := c.Interrupt(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Interrupt of an unknown session: %v", err)
 	}
 
 	if err := c.Upload(ctx, s.ID, "in dir/data.bin", []byte{0, 1, 2, 255}); err != nil {

@@ -187,8 +187,18 @@ func (c *HTTP) sessionOp(ctx context.Context, id, op string) (*Session, error) {
 	return &s, nil
 }
 
-// Exec implements API. With opts.OnOutput the response is streamed
-// (Accept: application/x-ndjson) and output arrives as it happens.
+// Interrupt implements API.
+func (c *HTTP) Interrupt(ctx context.Context, id string) (bool, error) {
+	var r response
+	if err := c.do(ctx, http.MethodPost, sessionPath(id, "interrupt"), nil, "", &r); err != nil {
+		return false, err
+	}
+	return r.Interrupted, nil
+}
+
+// Exec implements API. With opts.OnOutput or opts.OnDisplay the response
+// is streamed (Accept: application/x-ndjson) and output and display items
+// arrive as they happen.
 func (c *HTTP) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*Result, error) {
 	path := "/v1/exec"
 	if id != "" {
@@ -198,7 +208,7 @@ func (c *HTTP) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*R
 	if err != nil {
 		return nil, err
 	}
-	if opts == nil || opts.OnOutput == nil {
+	if !opts.streamed() {
 		var r response
 		if err := c.do(ctx, http.MethodPost, path, body, "application/json", &r); err != nil {
 			return nil, err
@@ -223,7 +233,7 @@ func (c *HTTP) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*R
 		}
 		return r.Result, nil
 	}
-	r, err := readStream(resp.Body, opts.OnOutput)
+	r, err := readStream(resp.Body, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +243,9 @@ func (c *HTTP) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*R
 	return r.Result, nil
 }
 
-// readStream reads JSON lines: output events, then the one response.
-func readStream(body io.Reader, onOutput func(stream, text string)) (*response, error) {
+// readStream reads JSON lines: output and display events, then the one
+// response.
+func readStream(body io.Reader, opts *ExecOptions) (*response, error) {
 	br := bufio.NewReaderSize(body, 64<<10)
 	for {
 		line, err := readLine(br, maxResponseBytes)
@@ -244,15 +255,12 @@ func readStream(body io.Reader, onOutput func(stream, text string)) (*response, 
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		var probe struct {
-			Event string `json:"event"`
-			Text  string `json:"text"`
-		}
+		var probe event
 		if err := json.Unmarshal(line, &probe); err != nil {
 			return nil, fmt.Errorf("jailcell: streamed line is not JSON: %.200q", line)
 		}
 		if probe.Event != "" {
-			onOutput(probe.Event, probe.Text)
+			opts.deliver(probe)
 			continue
 		}
 		var r response

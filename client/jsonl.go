@@ -33,8 +33,8 @@ type JSONL struct {
 var _ API = (*JSONL)(nil)
 
 type call struct {
-	onOutput func(stream, text string)
-	resp     chan json.RawMessage
+	events *ExecOptions // nil: no events expected
+	resp   chan json.RawMessage
 }
 
 // NewJSONL speaks JSON lines over r and w, e.g. the two ends of a pipe to
@@ -106,9 +106,8 @@ func (c *JSONL) read(r io.Reader) {
 			break
 		}
 		var head struct {
-			ID    json.RawMessage `json:"id"`
-			Event string          `json:"event"`
-			Text  string          `json:"text"`
+			ID json.RawMessage `json:"id"`
+			event
 		}
 		if json.Unmarshal(line, &head) != nil {
 			continue
@@ -124,8 +123,8 @@ func (c *JSONL) read(r io.Reader) {
 			continue
 		}
 		if head.Event != "" {
-			if cl.onOutput != nil {
-				cl.onOutput(head.Event, head.Text)
+			if cl.events != nil {
+				cl.events.deliver(head.event)
 			}
 			continue
 		}
@@ -145,7 +144,7 @@ func (c *JSONL) read(r io.Reader) {
 }
 
 // roundTrip sends one request and waits for its response.
-func (c *JSONL) roundTrip(ctx context.Context, req map[string]any, onOutput func(string, string)) (*response, error) {
+func (c *JSONL) roundTrip(ctx context.Context, req map[string]any, events *ExecOptions) (*response, error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -153,12 +152,15 @@ func (c *JSONL) roundTrip(ctx context.Context, req map[string]any, onOutput func
 	}
 	c.nextID++
 	id := strconv.FormatInt(c.nextID, 10)
-	cl := &call{onOutput: onOutput, resp: make(chan json.RawMessage, 1)}
+	if !events.streamed() {
+		events = nil
+	}
+	cl := &call{events: events, resp: make(chan json.RawMessage, 1)}
 	c.pending[id] = cl
 	c.mu.Unlock()
 
 	req["id"] = json.RawMessage(id)
-	if onOutput != nil {
+	if events != nil {
 		req["stream"] = true
 	}
 	b, err := json.Marshal(req)
@@ -262,6 +264,15 @@ func (c *JSONL) Fork(ctx context.Context, id string) (*Session, error) {
 	return c.sessionOp(ctx, id, "fork")
 }
 
+// Interrupt implements API.
+func (c *JSONL) Interrupt(ctx context.Context, id string) (bool, error) {
+	r, err := c.roundTrip(ctx, map[string]any{"op": "interrupt", "session": id}, nil)
+	if err != nil {
+		return false, err
+	}
+	return r.Interrupted, nil
+}
+
 func (c *JSONL) sessionOp(ctx context.Context, id, op string) (*Session, error) {
 	r, err := c.roundTrip(ctx, map[string]any{"op": op, "session": id}, nil)
 	if err != nil {
@@ -281,11 +292,7 @@ func (c *JSONL) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*
 	if id != "" {
 		req["session"] = id
 	}
-	var onOutput func(string, string)
-	if opts != nil {
-		onOutput = opts.OnOutput
-	}
-	r, err := c.roundTrip(ctx, req, onOutput)
+	r, err := c.roundTrip(ctx, req, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,11 @@ type API interface {
 	Snapshot(ctx context.Context, id string) (*Session, error)
 	// Rollback returns session id to its snapshot, in place.
 	Rollback(ctx context.Context, id string) (*Session, error)
+	// Interrupt sends the cell running in session id a KeyboardInterrupt,
+	// as Jupyter's interrupt, and reports whether a cell was running. The
+	// cell's own Exec then returns a Python error (KeyboardInterrupt) with
+	// its state kept.
+	Interrupt(ctx context.Context, id string) (bool, error)
 }
 
 // Error is an error answered by jailcell.
@@ -127,6 +132,11 @@ type ExecOptions struct {
 	// (the request is then streamed). It is called from one goroutine at
 	// a time.
 	OnOutput func(stream, text string)
+	// OnDisplay, if set, receives each display item (a figure, a
+	// display() call) as the cell shows it; the result's Display list
+	// still has them all. The request is then streamed; it is called from
+	// the same goroutine as OnOutput, in the order the cell produced them.
+	OnDisplay func(DisplayItem)
 	// Snapshot takes a snapshot of the session before the cell runs: the
 	// target of a later Rollback.
 	Snapshot bool
@@ -186,6 +196,9 @@ type Result struct {
 	State       string   `json:"state,omitempty"`
 	StateReason string   `json:"state_reason,omitempty"`
 	Limits      []string `json:"limits,omitempty"`
+	// ExecutionCount is the cell's number in its kernel, as Jupyter's
+	// (1, 2, 3...); it starts again at 1 after the state was lost.
+	ExecutionCount int `json:"execution_count,omitempty"`
 }
 
 // CellError is a Python exception raised by a cell.
@@ -272,7 +285,35 @@ type response struct {
 	Data      []byte         `json:"data"`
 	Files     []Entry        `json:"files"`
 	Sessions  []Session      `json:"sessions"`
+	// Interrupted answers an interrupt.
+	Interrupted bool `json:"interrupted"`
 	Session
+}
+
+// event is one streamed line before a response: output text, or a
+// display item.
+type event struct {
+	Event   string       `json:"event"`
+	Text    string       `json:"text"`
+	Display *DisplayItem `json:"display"`
+}
+
+// streamed reports whether o asks for events.
+func (o *ExecOptions) streamed() bool { return o != nil && (o.OnOutput != nil || o.OnDisplay != nil) }
+
+// deliver passes an event to o's callbacks; kinds it does not know (a
+// newer server's) are skipped.
+func (o *ExecOptions) deliver(ev event) {
+	switch {
+	case ev.Event == "display":
+		if o.OnDisplay != nil && ev.Display != nil {
+			o.OnDisplay(*ev.Display)
+		}
+	case ev.Event == "stdout" || ev.Event == "stderr":
+		if o.OnOutput != nil {
+			o.OnOutput(ev.Event, ev.Text)
+		}
+	}
 }
 
 // execBody is the exec fields of a request.

@@ -46,6 +46,12 @@ type ExecRequest struct {
 	// MaxOutput caps the bytes kept per stream (stdout, stderr). The kernel
 	// stops forwarding past it, and the host cuts there regardless.
 	MaxOutput int64
+	// OnDisplay, if set, gets each display item (a figure, a display()
+	// call) as the cell shows it, before the result. A forged stream of
+	// them is held to the result's own display budget: at most
+	// maxDisplayItems items and maxRichBytes of JSON per cell; past it
+	// items are not passed on (the result's list ends with its note).
+	OnDisplay func(DisplayItem)
 }
 
 // Result is the outcome of one cell. Everything but Stdout, Stderr and their
@@ -72,6 +78,11 @@ type Result struct {
 	Error *CellError `json:"error,omitempty"`
 	// Interrupted is set if a SIGINT (the host's timeout) reached the cell.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// ExecutionCount is the cell's number in its kernel (1, 2, ...), as
+	// Jupyter's: the N of "<cell-N>" in tracebacks and of Out[N]. The host
+	// counts it (Conn.Cells), starting from the hello's count, so a
+	// restored checkpoint goes on from where it was dumped.
+	ExecutionCount int `json:"execution_count,omitempty"`
 }
 
 // DisplayItem is one rich output.
@@ -151,6 +162,9 @@ type Conn struct {
 	hello    Hello
 	sem      chan struct{} // held by the running Exec or Ping
 	pings    uint64
+	// cells counts the cells this kernel started: the hello's count, then
+	// one per cell the host saw start. Guarded by mu.
+	cells int
 
 	mu        sync.Mutex
 	err       error
@@ -215,6 +229,7 @@ func handshake(ctx context.Context, nc *net.UnixConn, maxFrame int) (*Conn, erro
 		maxFrame: maxFrame,
 		hello:    h,
 		sem:      make(chan struct{}, 1),
+		cells:    h.Cells,
 	}, nil
 }
 
@@ -261,6 +276,14 @@ func decodeHello(b []byte) (Hello, error) {
 
 // Hello returns the hello the kernel sent on this connection.
 func (c *Conn) Hello() Hello { return c.hello }
+
+// Cells is the kernel's cell count as the host saw it: the hello's count
+// (untrusted, for display only) plus every cell started since.
+func (c *Conn) Cells() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cells
+}
 
 // Close closes the connection. The kernel notices and reconnects.
 func (c *Conn) Close() error {
@@ -339,11 +362,20 @@ func (c *Conn) Exec(req ExecRequest, onStream func(name, text string)) (*Result,
 			}
 			return nil, c.fail(fmt.Errorf("exec %s: %w", req.ID, err))
 		}
+		was := st.started
 		res, err := st.handle(b)
+		if st.started && !was {
+			c.mu.Lock()
+			if c.cells < maxInt {
+				c.cells++
+			}
+			c.mu.Unlock()
+		}
 		if err != nil {
 			return nil, c.fail(fmt.Errorf("exec %s: %w", req.ID, err))
 		}
 		if res != nil {
+			res.ExecutionCount = c.Cells()
 			return res, nil
 		}
 	}
@@ -495,12 +527,16 @@ type execState struct {
 	// of the cell counts: a kernel does not stream for a cell it has not
 	// started.
 	started bool
+	// displayed and displayBudget: the display frames passed on so far,
+	// and the bytes left for more, the result's own caps.
+	displayed     int
+	displayBudget int
 }
 
 var streamNames = [2]string{"stdout", "stderr"}
 
 func newExecState(req ExecRequest, onStream func(name, text string)) *execState {
-	return &execState{req: req, onStream: onStream}
+	return &execState{req: req, onStream: onStream, displayBudget: maxRichBytes}
 }
 
 // handle takes one frame. It returns the result once the cell's result frame
@@ -517,10 +553,53 @@ func (s *execState) handle(b []byte) (*Result, error) {
 	switch {
 	case stringIs(t, "stream"):
 		return nil, s.stream(obj)
+	case stringIs(t, "display"):
+		return nil, s.display(obj)
 	case stringIs(t, "result"):
 		return s.result(obj)
 	}
 	return nil, nil
+}
+
+// display passes on one display frame's item, {"t":"display","id":...,
+// "item":{"mime":...,"data":...,"bundle":{...}}}, decoded within what is
+// left of the cell's display budget. Past the budget, or without a MIME
+// type, an item is dropped: the result frame's list is the record, with
+// its own note of what it left out.
+func (s *execState) display(obj []byte) error {
+	var raw []byte
+	err := eachMember(obj, func(k, v []byte) error {
+		if string(k) == `"item"` {
+			raw = v
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("decode display frame: %w", err)
+	}
+	switch kind(raw) {
+	case 0, 'n':
+		return nil
+	case '{':
+	default:
+		return fmt.Errorf("decode display frame: item is not an object: %w", ErrProtocol)
+	}
+	if s.displayed >= maxDisplayItems || s.displayBudget <= 0 {
+		return nil
+	}
+	item, cost, err := decodeItem(raw, s.displayBudget)
+	if err != nil {
+		return err
+	}
+	if cost == 0 || item.MIME == "" {
+		return nil
+	}
+	s.displayed++
+	s.displayBudget -= cost
+	if s.req.OnDisplay != nil {
+		s.req.OnDisplay(item)
+	}
+	return nil
 }
 
 // stringField checks that v, the value of key k, is a string or null.

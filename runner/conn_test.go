@@ -22,9 +22,14 @@ var handleSeeds = map[string]struct {
 	stdout, stderr string
 	truncated      bool // either stream
 	result         bool
+	displayed      int // items passed to OnDisplay
 	err            error
 	check          func(t *testing.T, r *Result)
 }{
+	"display":             {displayed: 1},
+	"display-other-id":    {},
+	"display-item-string": {err: ErrProtocol},
+	"display-no-mime":     {},
 	"stream":          {stdout: "hello"},
 	"stream-over-cap": {stderr: strings.Repeat("é", 8), truncated: true},
 	"stream-other-id": {},
@@ -83,7 +88,12 @@ func TestHandleFrame(t *testing.T) {
 					streamed[1] += text
 				}
 			})
+			displayed := 0
+			st.req.OnDisplay = func(DisplayItem) { displayed++ }
 			res, err := st.handle(seeds[name])
+			if displayed != w.displayed {
+				t.Errorf("%d items passed to OnDisplay, want %d", displayed, w.displayed)
+			}
 			if !errors.Is(err, w.err) || (w.err == nil && err != nil) {
 				t.Fatalf("err = %v, want %v", err, w.err)
 			}
@@ -182,6 +192,16 @@ func checkHandleFrame(t *testing.T, data []byte) {
 			t.Fatalf("onStream got invalid UTF-8 %q", text)
 		}
 	})
+	displayed := 0
+	st.req.OnDisplay = func(it DisplayItem) {
+		displayed++
+		if it.MIME == "" || !utf8.ValidString(it.MIME) || !utf8.ValidString(it.Data) || !validUTF8(it.Bundle) {
+			t.Fatalf("OnDisplay got a bad item %+v", it)
+		}
+		if displayed > maxDisplayItems || st.displayBudget < 0 {
+			t.Fatalf("%d items passed on, budget left %d: over the display caps", displayed, st.displayBudget)
+		}
+	}
 	for i := 0; i < 2; i++ {
 		res, err := st.handle(data)
 		for j, out := range st.out {

@@ -294,3 +294,87 @@ func TestKernelDisplayLimit(t *testing.T) {
 		t.Fatalf("%d display items, last %+v", len(r.Display), r.Display[len(r.Display)-1])
 	}
 }
+
+// TestHostileForgedDisplayFrames: a cell can write display frames of its
+// own, as many as it likes. Those passed to OnDisplay stay within the
+// result's display budget (maxDisplayItems items, maxRichBytes of JSON)
+// however many come, frames of other cells are not passed on, a frame of
+// the wrong shape breaks the link as any other, and the next cell runs.
+func TestHostileForgedDisplayFrames(t *testing.T) {
+	disp := func(id, item string) []byte {
+		return rawFrame([]byte(`{"t":"display","id":"` + id + `","item":` + item + `}`))
+	}
+	big := `{"mime":"text/plain","data":"` + strings.Repeat(`\u0003`, 8<<20/6) + `"}`
+	cases := []struct {
+		name      string
+		frames    func() [][]byte
+		wantItems int   // exactly, or -1 for "within the caps"
+		wantBytes int64 // at most, summed JSON of the items passed on
+		wantErr   bool
+	}{
+		{"item count flood", func() [][]byte {
+			var fs [][]byte
+			for range 50_000 {
+				fs = append(fs, disp("c1", `{"mime":"text/plain","data":"x"}`))
+			}
+			return fs
+		}, maxDisplayItems, maxRichBytes, false},
+		{"byte flood", func() [][]byte {
+			var fs [][]byte
+			for range 40 { // 40 frames of 8 MiB of escapes: 320 MiB read
+				fs = append(fs, disp("c1", big))
+			}
+			return fs
+		}, -1, maxRichBytes, false},
+		{"other cells and junk items", func() [][]byte {
+			return [][]byte{
+				disp("other", `{"mime":"text/plain","data":"not mine"}`),
+				disp("c1", `{}`),
+				disp("c1", `null`),
+				disp("c1", `{"mime":"","data":"no type"}`),
+				disp("c1", `{"mime":"text/plain","data":"mine"}`),
+			}
+		}, 1, 1 << 10, false},
+		{"item of the wrong type", func() [][]byte {
+			return [][]byte{disp("c1", `"a string"`)}
+		}, 0, 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			frames := append(tc.frames(), rawFrame([]byte(`{"t":"result","id":"c1","status":"ok"}`)))
+			c := socketConn(t, func(n int) [][]byte {
+				if n == 0 {
+					return frames
+				}
+				return [][]byte{rawFrame([]byte(`{"t":"result","id":"c2","status":"ok","value":{"text/plain":"fine"}}`))}
+			})
+			defer c.Close()
+			var items int
+			var bytes int64
+			_, err := c.Exec(ExecRequest{ID: "c1", Code: "x", MaxOutput: 1 << 10, OnDisplay: func(d DisplayItem) {
+				b, _ := json.Marshal(d)
+				items++
+				bytes += int64(len(b))
+			}}, nil)
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "not an object") {
+					t.Fatalf("exec err %v, want a protocol error naming the item", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("exec: %v", err)
+			}
+			if tc.wantItems >= 0 && items != tc.wantItems {
+				t.Errorf("%d display items passed on, want %d", items, tc.wantItems)
+			}
+			if items > maxDisplayItems || bytes > tc.wantBytes {
+				t.Errorf("%d items, %d bytes passed on; caps %d items, %d bytes", items, bytes, maxDisplayItems, tc.wantBytes)
+			}
+			t.Logf("%d items, %d KiB passed on", items, bytes>>10)
+			if r2, err := c.Exec(ExecRequest{ID: "c2", Code: "y", MaxOutput: 1 << 10}, nil); err != nil || r2.Value["text/plain"] != "fine" {
+				t.Errorf("next cell: %+v, %v", r2, err)
+			}
+		})
+	}
+}

@@ -49,10 +49,18 @@ class _State:
     # True while the IPython shell is being built: its own imports must not
     # start another.
     shell_loading = False
+    # True while the main thread writes a display frame: a KeyboardInterrupt
+    # raised inside sendall would tear the frame and lose the connection, so
+    # a SIGINT then is only noted, and raised once the frame is whole.
+    deferring = False
+    deferred_sigint = False
 
 
 def _on_sigint(signum, frame):
     if _State.executing:
+        if _State.deferring:
+            _State.deferred_sigint = True
+            return
         _State.interrupted = True
         raise KeyboardInterrupt
 
@@ -440,6 +448,33 @@ class _Pump:
             self.pending = []
             self.pending_size = 0
             self.capture = _Capture(exec_id, limit)
+
+    def display(self, item):
+        """Send a display item of the running cell now, after the output the
+        cell wrote before it: the frame that shows a figure as it is made."""
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            _State.deferred_sigint = False  # one left by a raise in a finally below
+            _State.deferring = True
+        try:
+            with self.lock:
+                cap = self.capture
+                if cap is None:
+                    return
+                self._drain_all()
+                self._flush()
+                try:
+                    self.link.send({"t": "display", "id": cap.id, "item": item})
+                except (TypeError, ValueError, RecursionError):
+                    pass  # the result's display list still has it
+        finally:
+            if main:
+                _State.deferring = False
+                if _State.deferred_sigint:
+                    _State.deferred_sigint = False
+                    if _State.executing:
+                        _State.interrupted = True
+                        raise KeyboardInterrupt
 
     def end(self):
         """Forward everything written so far, then stop capturing.
@@ -1114,6 +1149,8 @@ class _Cell:
             self.dropped += 1
             return
         self.display.append(item)
+        if _KERNEL is not None:
+            _KERNEL.pump.display(item)
 
     def display_items(self):
         """The display list, ending with one note if items were dropped."""

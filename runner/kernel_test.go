@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -917,5 +919,131 @@ func TestKernelDiesWithInit(t *testing.T) {
 			t.Fatalf("kernel %d still alive %v after its init was killed", pid, startTimeout)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestKernelDisplayStreams: each figure reaches OnDisplay while the cell
+// still runs (the cell waits for a file the test writes only after the
+// first figure arrived), in order, after the output printed before it,
+// and the events equal the result's display list.
+func TestKernelDisplayStreams(t *testing.T) {
+	requireModule(t, "matplotlib")
+	k := startKernel(t)
+	var mu sync.Mutex
+	var events []string
+	var shown []DisplayItem
+	first := make(chan struct{}, 1)
+	flag := filepath.Join(t.TempDir(), "go")
+	code := fmt.Sprintf("import os, time\nimport matplotlib.pyplot as plt\nprint('before one')\nplt.plot([1, 2])\nplt.show()\n"+
+		"while not os.path.exists(%q):\n    time.sleep(0.01)\nplt.plot([2, 1])\nplt.show()\ndisplay('text item')\nprint('after')", flag)
+	req := ExecRequest{ID: k.nextID(), Code: code, MaxOutput: 1 << 20, OnDisplay: func(d DisplayItem) {
+		mu.Lock()
+		shown = append(shown, d)
+		events = append(events, "display:"+d.MIME)
+		mu.Unlock()
+		select {
+		case first <- struct{}{}:
+		default:
+		}
+	}}
+	onStream := func(name, text string) {
+		mu.Lock()
+		events = append(events, name+":"+text)
+		mu.Unlock()
+	}
+	done := make(chan *Result, 1)
+	go func() {
+		r, err := k.conn.Exec(req, onStream)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	select {
+	case <-first:
+	case <-time.After(execTimeout):
+		t.Fatalf("no display event while the cell runs\n%s", k.logText())
+	}
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var r *Result
+	select {
+	case r = <-done:
+	case <-time.After(execTimeout):
+		t.Fatal("no result")
+	}
+	requireOK(t, r)
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"stdout:before one\n", "display:image/png", "display:image/png", "display:text/plain", "stdout:after\n"}
+	if strings.Join(events, "|") != strings.Join(want, "|") {
+		t.Errorf("events %q\nwant   %q", events, want)
+	}
+	if len(r.Display) != 3 || !reflect.DeepEqual(shown, r.Display) {
+		t.Errorf("streamed %d items, result has %d; want the same 3", len(shown), len(r.Display))
+	}
+	if len(shown) > 0 && !isPNG(t, shown[0].Data) {
+		t.Errorf("first item is not a PNG: %.40q", shown[0].Data)
+	}
+	// The host's execution count follows the kernel's own cell numbers.
+	n := r.ExecutionCount
+	r2 := k.exec("1/0")
+	if r2.Error == nil || r2.ExecutionCount != n+1 || !strings.Contains(r2.Error.Traceback, fmt.Sprintf("<cell-%d>", n+1)) {
+		t.Errorf("execution counts %d then %d (error %+v); want consecutive, matching <cell-N>", n, r2.ExecutionCount, r2.Error)
+	}
+}
+
+// TestKernelInterruptWhileDisplaying: a SIGINT landing while the cell is
+// blocked sending a display frame must not tear the frame. The host stops
+// reading at the 20th item, so the kernel's sendall of the next large
+// items fills the socket and blocks; the SIGINT then interrupts it (EINTR).
+// The cell must end with a KeyboardInterrupt and the link run the next
+// cell. (Wherever the signal lands, that outcome is the same; the pause
+// only makes the blocked send the likely place.)
+func TestKernelInterruptWhileDisplaying(t *testing.T) {
+	for round := range 3 {
+		k := startKernel(t)
+		var n atomic.Int32
+		busy, resume := make(chan struct{}), make(chan struct{})
+		req := ExecRequest{ID: k.nextID(), MaxOutput: 1 << 20,
+			Code: "big = 'x' * 30000\nwhile True:\n    display(big)",
+			OnDisplay: func(DisplayItem) {
+				if n.Add(1) == 20 {
+					close(busy)
+					<-resume
+				}
+			}}
+		done := make(chan struct{})
+		var r *Result
+		var err error
+		go func() {
+			defer close(done)
+			r, err = k.conn.Exec(req, nil)
+		}()
+		select {
+		case <-busy:
+		case <-time.After(execTimeout):
+			t.Fatalf("no display events\n%s", k.logText())
+		}
+		time.Sleep(300 * time.Millisecond) // the kernel fills the socket meanwhile
+		if err := k.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the handler runs in the blocked send
+		close(resume)
+		select {
+		case <-done:
+		case <-time.After(execTimeout):
+			t.Fatalf("SIGINT did not end the cell\n%s", k.logText())
+		}
+		if err != nil {
+			t.Fatalf("round %d: the link broke: %v\n%s", round, err, k.logText())
+		}
+		requireError(t, r, "KeyboardInterrupt")
+		if r := k.exec("'alive'"); plain(r) != "'alive'" {
+			t.Fatalf("round %d: after the interrupt: %+v", round, r)
+		}
+		t.Logf("round %d: %d display events before the interrupt ended the cell", round, n.Load())
 	}
 }

@@ -214,10 +214,14 @@ func (o cellOutcome) notStarted(k *kernel) bool {
 //
 // A cancelled ctx (the client went away, the daemon is draining past its
 // grace) stops the cell the same way.
-func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace time.Duration, maxOutput int64, onOutput func(string, string)) cellOutcome {
+func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace time.Duration, maxOutput int64, onOutput func(string, string), onDisplay func(DisplayItem)) cellOutcome {
+	rreq := runner.ExecRequest{ID: id, Code: code, MaxOutput: maxOutput}
+	if onDisplay != nil {
+		rreq.OnDisplay = func(d runner.DisplayItem) { onDisplay(DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle}) }
+	}
 	ch := make(chan cellOutcome, 1)
 	go func() {
-		r, err := k.conn.Exec(runner.ExecRequest{ID: id, Code: code, MaxOutput: maxOutput}, onOutput)
+		r, err := k.conn.Exec(rreq, onOutput)
 		ch <- cellOutcome{res: r, err: err}
 	}()
 	timer := time.NewTimer(timeout)

@@ -42,8 +42,11 @@ type Session struct {
 	lastUsed time.Time
 	cells    int
 	busy     bool
-	closed   bool
-	stamps   fileStamps // the workspace after the last cell
+	// running is the kernel of the cell in flight, nil between cells:
+	// what Interrupt signals.
+	running *kernel
+	closed  bool
+	stamps  fileStamps // the workspace after the last cell
 	// hibernated: the kernel is checkpointed in dir (hibernate.go) and
 	// expires after hibTTL idle instead of ttl.
 	hibernated bool
@@ -134,6 +137,11 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	meas, use := m.measure(c)
 	v := judge(meas)
 	res := resultOf(c.o.res, v, use)
+	if c.o.res == nil && !c.o.notStarted(c.k) {
+		// No result frame (a kill, a lost link): the host's own count of
+		// the cells this kernel started still numbers it.
+		res.ExecutionCount = c.k.conn.Cells()
+	}
 	if v.Lost {
 		// Its replacement is not awaited: a verdict never waits for a
 		// kernel start (an exit, OOM or fork bomb used to be answered only
@@ -239,7 +247,13 @@ func (m *Manager) sendCell(ctx context.Context, c *cell) error {
 		c.n0, c.hasNet, _ = c.k.sb.NetUsage()
 		c.k.sb.ResetPeak()
 		start := time.Now()
-		c.o = runCell(ctx, c.k, c.id, c.req.Code, c.timeout, s.policy.InterruptGrace, s.policy.OutputBytes, c.req.OnOutput)
+		s.mu.Lock()
+		s.running = c.k
+		s.mu.Unlock()
+		c.o = runCell(ctx, c.k, c.id, c.req.Code, c.timeout, s.policy.InterruptGrace, s.policy.OutputBytes, c.req.OnOutput, c.req.OnDisplay)
+		s.mu.Lock()
+		s.running = nil
+		s.mu.Unlock()
 		c.wall = time.Since(start)
 		if !c.o.notStarted(c.k) {
 			break
@@ -341,6 +355,7 @@ func resultOf(r *runner.Result, v verdict, use Usage) *Result {
 		res.Stdout, res.Stderr = r.Stdout, r.Stderr
 		res.StdoutTruncated, res.StderrTruncated = r.StdoutTruncated, r.StderrTruncated
 		res.Value = r.Value
+		res.ExecutionCount = r.ExecutionCount
 		for _, d := range r.Display {
 			res.Display = append(res.Display, DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle})
 		}

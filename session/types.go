@@ -151,6 +151,14 @@ type Result struct {
 	// Limits names the limits the cell ran into (memory, pids, disk,
 	// output, time).
 	Limits []string `json:"limits,omitempty"`
+	// ExecutionCount is the cell's number in its kernel, as Jupyter's
+	// (1, 2, 3...): the N of "<cell-N>" in tracebacks and of Out[N]. It
+	// survives hibernate/restore, fork and rollback (the kernel's
+	// checkpoint carries it) and starts again at 1 in the fresh kernel
+	// after a loss (state "lost" says so). A session created with
+	// requirements starts at 2: installing them was cell 1. 0 when the
+	// cell never reached a kernel.
+	ExecutionCount int `json:"execution_count,omitempty"`
 }
 
 // ExecRequest is one cell to run.
@@ -164,6 +172,10 @@ type ExecRequest struct {
 	Files []File
 	// OnOutput, if set, receives stdout/stderr chunks as they happen.
 	OnOutput func(stream, text string)
+	// OnDisplay, if set, receives each display item (a figure, a
+	// display() call) as the cell shows it; the result's Display list
+	// still has them all. Called from the cell's goroutine, in order.
+	OnDisplay func(DisplayItem)
 	// Snapshot takes a snapshot of the session (Manager.Snapshot) before
 	// the cell runs, so that Rollback can undo it. The cell does not run
 	// if the snapshot fails.

@@ -48,7 +48,7 @@ type verdict struct {
 }
 
 // freshKernel ends every reason a kernel was lost for.
-const freshKernel = "a fresh kernel is started for the next cell (variables are gone, files remain)"
+const freshKernel = "a fresh kernel is started for the next cell (variables are gone, files remain; execution_count starts again at 1)"
 
 // judge decides a cell's verdict from what the host measured. Pure: no
 // clock, no I/O, so every combination is table-tested (verdict_test.go).

@@ -164,7 +164,8 @@ class Client:
                     continue
                 msg = json.loads(line)
                 if "event" in msg:
-                    on_output(msg["event"], msg.get("text", ""))
+                    if msg["event"] in ("stdout", "stderr"):  # not "display"
+                        on_output(msg["event"], msg.get("text", ""))
                     continue
                 return _check(resp.status, line)["result"]
         finally:
@@ -211,6 +212,12 @@ class Client:
     def rollback(self, session_id):
         """POST /v1/sessions/{id}/rollback: back to the snapshot, in place."""
         return self._json("POST", self._session_path(session_id, "rollback"))
+
+    def interrupt(self, session_id):
+        """POST /v1/sessions/{id}/interrupt: send the running cell a
+        KeyboardInterrupt, as Jupyter's interrupt. True if a cell was
+        running; its own exec() then returns an error result, state kept."""
+        return self._json("POST", self._session_path(session_id, "interrupt"))["interrupted"]
 
     def metrics(self):
         """GET /metrics: Prometheus text."""

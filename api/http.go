@@ -279,7 +279,7 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 			"uid %d (gid %d) may not use this jailcell service: it is not in the configured allowed uids or gids", peer.UID, peer.GID)})
 		return
 	}
-	if r.URL.Path == "/mcp" {
+	if r.URL.Path == mcpPath {
 		rt.name = "mcp"
 		s.serveMCP(w, r, peer)
 		return

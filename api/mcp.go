@@ -534,6 +534,12 @@ type mcpMount struct {
 // it, so knowing an id is not enough to use someone else's sandbox.
 func mcpSessionPrefix(uid uint32) string { return "u" + strconv.FormatUint(uint64(uid), 10) + "-" }
 
+// mcpPath is where the service speaks MCP over Streamable HTTP, with the
+// methods that transport uses (api/openapi.json lists them).
+const mcpPath = "/mcp"
+
+var mcpMethods = []string{http.MethodPost, http.MethodGet, http.MethodDelete}
+
 // serveMCP answers /mcp for an admitted peer.
 func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer) {
 	m := &s.mcp
@@ -556,6 +562,12 @@ func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer)
 			Logger:              s.log,
 		})
 	})
+	if !contains(mcpMethods, r.Method) {
+		w.Header().Set("Allow", strings.Join(mcpMethods, ", "))
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		s.writeBody(w, fail(nullID, badRequest("method %s is not allowed on %s; allowed: %s", r.Method, mcpPath, strings.Join(mcpMethods, ", "))))
+		return
+	}
 	if id := r.Header.Get("Mcp-Session-Id"); id != "" && !strings.HasPrefix(id, mcpSessionPrefix(peer.UID)) {
 		s.writeError(w, &Error{Code: CodeForbidden, Message: fmt.Sprintf("MCP session %q is not one of uid %d's", clip(id, 80), peer.UID)})
 		return

@@ -116,7 +116,7 @@ func (r *Remote) forward(ctx context.Context, req *Request, emit func(Event)) (*
 		return r.call(ctx, http.MethodGet, sp("files"), nil, "")
 	case OpClose:
 		return r.call(ctx, http.MethodDelete, sp(), nil, "")
-	case OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback:
+	case OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt:
 		return r.call(ctx, http.MethodPost, sp(req.Op), nil, "")
 	}
 	return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf(

@@ -190,7 +190,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 // execWorkflow runs an exec through the workflow. A sandbox that could not
 // be had is still an error response, with the fallback block beside it.
 func (d *Dispatcher) execWorkflow(ctx context.Context, owner int, req *Request, er session.ExecRequest) (*Response, error) {
-	wr := workflow.Request{Owner: owner, Session: req.Session, Policy: req.Policy, Exec: er, Force: req.Force}
+	wr := workflow.Request{Owner: owner, Session: req.Session, Policy: req.Policy, Exec: er, Memory: req.Memory, Force: req.Force}
 	if req.Fix != nil {
 		if !d.Workflow.HasFixer() {
 			return nil, badRequest("%s", workflow.ErrorForMissingFixer())

@@ -107,7 +107,7 @@ func NewHTTPServer(d *Dispatcher, opts HTTPOptions) *HTTPServer {
 		opts.IdleTimeout = defaultIdleTimeout
 	}
 	lim, log := transport(opts.MaxInFlight, opts.MaxInFlightBytes, opts.Logger)
-	s := &HTTPServer{d: d, opts: opts, log: log, metrics: newServiceMetrics(), lim: lim}
+	s := &HTTPServer{d: d, opts: opts, log: log, metrics: newServiceMetrics(d), lim: lim}
 	s.SetAccess(opts.Access)
 	s.srv = &http.Server{
 		Handler:           s,
@@ -307,7 +307,7 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		s.writeWithin(w, http.StatusOK, OpenAPI())
 	case routeMetrics:
 		w.Header().Set("Content-Type", metricsContentType)
-		if err := s.writeMetrics(r.Context(), w, owner); err != nil {
+		if err := s.writeMetrics(w); err != nil {
 			s.log.Debug("write metrics", "err", err)
 		}
 	case routeSessions:

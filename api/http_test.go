@@ -242,11 +242,9 @@ func TestHTTPMetricsParse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
-	// Without a manager the histograms are there, empty; the bucket
-	// arithmetic is tested in session (TestHistogram).
-	h := fams["jailcell_cell_duration_seconds"].GetMetric()[0].GetHistogram()
-	if h.GetSampleCount() != 0 || len(h.GetBucket()) == 0 {
-		t.Fatalf("cell histogram count %d, %d buckets", h.GetSampleCount(), len(h.GetBucket()))
+	// Without a manager: no manager figures, the rest as always.
+	if _, ok := fams["jailcell_cell_duration_seconds"]; ok {
+		t.Errorf("manager histograms without a manager")
 	}
 	found := false
 	for _, m := range fams["jailcell_http_requests_total"].GetMetric() {
@@ -261,7 +259,7 @@ func TestHTTPMetricsParse(t *testing.T) {
 	if !found {
 		t.Errorf("no request counted for the 404")
 	}
-	for _, name := range []string{"jailcell_process_cpu_seconds_total", "jailcell_process_resident_memory_bytes", "jailcell_process_open_fds", "jailcell_build_info"} {
+	for _, name := range []string{"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "go_goroutines", "go_memstats_alloc_bytes", "jailcell_build_info"} {
 		if _, ok := fams[name]; !ok {
 			t.Errorf("metric %s missing", name)
 		}

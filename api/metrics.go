@@ -1,228 +1,117 @@
 package api
 
 import (
-	"bufio"
 	"context"
 	"io"
-	"math"
-	"runtime"
-	"sort"
 	"strconv"
-	"strings"
-	"sync"
 
-	"github.com/prometheus/procfs"
-
-	"github.com/jailcell/jailcell/session"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/expfmt"
 )
 
-// The Prometheus text format (version 0.0.4) is simple enough to write by
-// hand, which keeps the client library and its registry out of the daemon.
-const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
+// The text exposition format (0.0.4): what every Prometheus scrapes.
+var metricsFormat = expfmt.NewFormat(expfmt.TypeTextPlain)
 
-// serviceMetrics are what the HTTP transport itself observes; the rest of
-// /metrics is read from the manager and procfs at scrape time.
+var metricsContentType = string(metricsFormat)
+
+// serviceMetrics is the registry behind /metrics: the standard process_*
+// and go_* collectors, the manager's counters and histograms, figures read
+// from the manager at scrape time, and what the HTTP transport observes.
+//
+// Every label value is bounded, so many sessions cannot grow the series
+// (a scraper's memory) without bound: policy names come from the config,
+// statuses and routes from fixed lists, HTTP codes from what this server
+// writes. No session id and no owner is ever a label; the per-session view
+// is the sessions op.
 type serviceMetrics struct {
-	mu       sync.Mutex
-	requests map[[2]string]uint64 // route, status code
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
 }
 
-func newServiceMetrics() *serviceMetrics {
-	return &serviceMetrics{
-		requests: map[[2]string]uint64{},
+func newServiceMetrics(d *Dispatcher) *serviceMetrics {
+	m := &serviceMetrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jailcell_http_requests_total",
+			Help: "HTTP requests answered, by route and status code."}, []string{"route", "code"}),
 	}
+	m.reg.MustRegister(
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(),
+		m.requests,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "jailcell_build_info",
+			Help: "Always 1; the version label is the running jailcell's.", ConstLabels: prometheus.Labels{"version": d.Version}},
+			func() float64 { return 1 }),
+	)
+	if d.Manager != nil {
+		m.reg.MustRegister(d.Manager.Metrics().Collectors()...)
+		m.reg.MustRegister(managerCollector{d})
+	}
+	return m
 }
 
 func (m *serviceMetrics) request(route string, status int) {
-	m.mu.Lock()
-	m.requests[[2]string{route, strconv.Itoa(status)}]++
-	m.mu.Unlock()
+	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 }
 
-// promWriter writes the text exposition format.
-type promWriter struct {
-	w *bufio.Writer
-}
-
-func (p *promWriter) family(name, typ, help string) {
-	p.w.WriteString("# HELP " + name + " " + escapeHelp(help) + "\n")
-	p.w.WriteString("# TYPE " + name + " " + typ + "\n")
-}
-
-// sample writes one line; labels are name, value pairs.
-func (p *promWriter) sample(name string, v float64, labels ...string) {
-	p.w.WriteString(name)
-	if len(labels) > 0 {
-		p.w.WriteByte('{')
-		for i := 0; i+1 < len(labels); i += 2 {
-			if i > 0 {
-				p.w.WriteByte(',')
-			}
-			p.w.WriteString(labels[i] + `="` + escapeLabel(labels[i+1]) + `"`)
+// writeMetrics writes the exposition. Every caller allowed to connect sees
+// the same figures: they are totals by policy, naming no session.
+func (s *HTTPServer) writeMetrics(w io.Writer) error {
+	fams, err := s.metrics.reg.Gather()
+	if err != nil && len(fams) == 0 {
+		return err
+	}
+	enc := expfmt.NewEncoder(w, metricsFormat)
+	for _, f := range fams {
+		if err := enc.Encode(f); err != nil {
+			return err
 		}
-		p.w.WriteByte('}')
 	}
-	p.w.WriteByte(' ')
-	p.w.WriteString(formatFloat(v))
-	p.w.WriteByte('\n')
-}
-
-func (p *promWriter) histogram(name, help string, h *session.Histogram) {
-	p.family(name, "histogram", help)
-	bounds, cum, sum, n := h.Snapshot()
-	for i, b := range bounds {
-		p.sample(name+"_bucket", float64(cum[i]), "le", formatFloat(b))
-	}
-	p.sample(name+"_bucket", float64(n), "le", "+Inf")
-	p.sample(name+"_sum", sum)
-	p.sample(name+"_count", float64(n))
-}
-
-func formatFloat(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "+Inf"
-	case math.IsInf(v, -1):
-		return "-Inf"
-	case math.IsNaN(v):
-		return "NaN"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
+	return err
 }
 
 var (
-	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
-	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
+	liveDesc = prometheus.NewDesc("jailcell_sessions_live", "Sessions alive now.", nil, nil)
+	poolDesc = prometheus.NewDesc("jailcell_pool_ready", "Warm-pool sandboxes ready to serve a create, by policy.", []string{"policy"}, nil)
+	cpuDesc  = prometheus.NewDesc("jailcell_sessions_cpu_seconds",
+		"CPU time of the live sessions' current sandboxes, summed by policy, from their cgroups (falls when a session ends).", []string{"policy"}, nil)
+	memDesc = prometheus.NewDesc("jailcell_sessions_memory_bytes",
+		"Memory charged to the live sessions' sandboxes now, summed by policy, from their cgroups.", []string{"policy"}, nil)
+	peakDesc = prometheus.NewDesc("jailcell_session_memory_peak_bytes_max",
+		"Largest high-water mark of a live session's sandbox memory during its last cell, by policy, from its cgroup.", []string{"policy"}, nil)
 )
 
-func escapeHelp(s string) string  { return helpEscaper.Replace(s) }
-func escapeLabel(s string) string { return labelEscaper.Replace(s) }
+// managerCollector reads the manager's live figures at scrape time.
+type managerCollector struct{ d *Dispatcher }
 
-// writeMetrics renders /metrics for owner: figures about all of jailcell
-// for everyone allowed to call, per-session series only for the sessions
-// owner may see (root sees all), so /metrics is no way to learn another
-// user's session ids.
-func (s *HTTPServer) writeMetrics(ctx context.Context, w io.Writer, owner int) error {
-	p := &promWriter{w: bufio.NewWriter(w)}
-	p.family("jailcell_build_info", "gauge", "Always 1; the version label is the running jailcell's.")
-	p.sample("jailcell_build_info", 1, "version", s.d.Version)
-
-	if m := s.d.Manager; m != nil {
-		met := m.Metrics()
-		p.family("jailcell_sessions_live", "gauge", "Sessions alive now.")
-		p.sample("jailcell_sessions_live", float64(len(m.List(ctx, 0))))
-		p.family("jailcell_pool_ready", "gauge", "Warm-pool sandboxes ready to serve a create, by policy.")
-		ready := m.PoolReady()
-		for _, name := range sortedKeys(ready) {
-			p.sample("jailcell_pool_ready", float64(ready[name]), "policy", name)
-		}
-		p.family("jailcell_sessions_created_total", "counter", "Sessions created since start.")
-		p.sample("jailcell_sessions_created_total", float64(met.Created.Load()))
-		p.family("jailcell_sessions_expired_total", "counter", "Sessions ended by their idle TTL or maximum lifetime.")
-		p.sample("jailcell_sessions_expired_total", float64(met.Expired.Load()))
-
-		p.family("jailcell_cells_total", "counter", "Cells run, by status (ok, error, timeout, oom, killed).")
-		cells := met.Cells()
-		for _, st := range []string{"ok", "error", "timeout", "oom", "killed"} {
-			if _, ok := cells[st]; !ok {
-				cells[st] = 0 // every status from the first scrape, so rate() works
-			}
-		}
-		for _, st := range sortedKeys(cells) {
-			p.sample("jailcell_cells_total", float64(cells[st]), "status", st)
-		}
-
-		p.family("jailcell_kernel_starts_total", "counter", "Kernels started, by path: restored from the policy's template, or importing the preload.")
-		starts := met.Starts()
-		for _, path := range []string{session.StartImport, session.StartTemplate} {
-			p.sample("jailcell_kernel_starts_total", float64(starts[path]), "path", path)
-		}
-
-		usage := m.Usage(ctx, owner)
-		p.family("jailcell_session_cpu_seconds_total", "counter", "CPU time of the session's current sandbox, from its cgroup.")
-		for _, u := range usage {
-			p.sample("jailcell_session_cpu_seconds_total", u.CPU.Seconds(), "session", u.ID, "policy", u.Policy)
-		}
-		p.family("jailcell_session_memory_bytes", "gauge", "Memory charged to the session's sandbox now, from its cgroup.")
-		for _, u := range usage {
-			p.sample("jailcell_session_memory_bytes", float64(u.MemoryBytes), "session", u.ID, "policy", u.Policy)
-		}
-		p.family("jailcell_session_memory_peak_bytes", "gauge", "High-water mark of the session's sandbox memory during its last cell, from its cgroup.")
-		for _, u := range usage {
-			p.sample("jailcell_session_memory_peak_bytes", float64(u.MemoryPeakBytes), "session", u.ID, "policy", u.Policy)
-		}
-	}
-
-	cellH, startH := session.NewHistogram(session.LatencyBuckets...), session.NewHistogram(session.LatencyBuckets...)
-	if m := s.d.Manager; m != nil {
-		cellH, startH = m.Metrics().CellSeconds, m.Metrics().StartSeconds
-	}
-	p.histogram("jailcell_cell_duration_seconds", "Wall-clock time of cells on the host clock, from every front door.", cellH)
-	p.histogram("jailcell_sandbox_start_seconds", "Time from building a sandbox to its kernel being ready (creates, one-shot cells, restarts).", startH)
-
-	s.metrics.mu.Lock()
-	reqs := make(map[[2]string]uint64, len(s.metrics.requests))
-	for k, v := range s.metrics.requests {
-		reqs[k] = v
-	}
-	s.metrics.mu.Unlock()
-	keys := make([][2]string, 0, len(reqs))
-	for k := range reqs {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i][0] != keys[j][0] {
-			return keys[i][0] < keys[j][0]
-		}
-		return keys[i][1] < keys[j][1]
-	})
-	p.family("jailcell_http_requests_total", "counter", "HTTP requests answered, by route and status code.")
-	for _, k := range keys {
-		p.sample("jailcell_http_requests_total", float64(reqs[k]), "route", k[0], "code", k[1])
-	}
-
-	writeProcess(p)
-	return p.w.Flush()
-}
-
-// writeProcess writes the daemon's own figures from procfs. A figure that
-// cannot be read is left out rather than reported as zero.
-func writeProcess(p *promWriter) {
-	p.family("jailcell_go_goroutines", "gauge", "Goroutines of the jailcell process.")
-	p.sample("jailcell_go_goroutines", float64(runtime.NumGoroutine()))
-	proc, err := procfs.Self()
-	if err != nil {
-		return
-	}
-	if st, err := proc.Stat(); err == nil {
-		p.family("jailcell_process_cpu_seconds_total", "counter", "User and system CPU time of the jailcell process.")
-		p.sample("jailcell_process_cpu_seconds_total", st.CPUTime())
-		p.family("jailcell_process_resident_memory_bytes", "gauge", "Resident memory of the jailcell process.")
-		p.sample("jailcell_process_resident_memory_bytes", float64(st.ResidentMemory()))
-		p.family("jailcell_process_virtual_memory_bytes", "gauge", "Virtual memory of the jailcell process.")
-		p.sample("jailcell_process_virtual_memory_bytes", float64(st.VirtualMemory()))
-		p.family("jailcell_process_threads", "gauge", "OS threads of the jailcell process.")
-		p.sample("jailcell_process_threads", float64(st.NumThreads))
-		if t, err := st.StartTime(); err == nil {
-			p.family("jailcell_process_start_time_seconds", "gauge", "Start time of the jailcell process, in seconds since the Unix epoch.")
-			p.sample("jailcell_process_start_time_seconds", t)
-		}
-	}
-	if n, err := proc.FileDescriptorsLen(); err == nil {
-		p.family("jailcell_process_open_fds", "gauge", "Open file descriptors of the jailcell process.")
-		p.sample("jailcell_process_open_fds", float64(n))
-	}
-	if l, err := proc.Limits(); err == nil {
-		p.family("jailcell_process_max_fds", "gauge", "The jailcell process's limit on open file descriptors.")
-		p.sample("jailcell_process_max_fds", float64(l.OpenFiles))
+func (managerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{liveDesc, poolDesc, cpuDesc, memDesc, peakDesc} {
+		ch <- d
 	}
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+func (c managerCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.d.Manager
+	ctx := context.Background()
+	ch <- prometheus.MustNewConstMetric(liveDesc, prometheus.GaugeValue, float64(len(m.List(ctx, 0))))
+	for name, n := range m.PoolReady() {
+		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(n), name)
 	}
-	sort.Strings(out)
-	return out
+	type sums struct{ cpu, mem, peak float64 }
+	by := map[string]*sums{}
+	for _, u := range m.Usage(ctx, 0) {
+		s := by[u.Policy]
+		if s == nil {
+			s = &sums{}
+			by[u.Policy] = s
+		}
+		s.cpu += u.CPU.Seconds()
+		s.mem += float64(u.MemoryBytes)
+		s.peak = max(s.peak, float64(u.MemoryPeakBytes))
+	}
+	for name, s := range by {
+		ch <- prometheus.MustNewConstMetric(cpuDesc, prometheus.GaugeValue, s.cpu, name)
+		ch <- prometheus.MustNewConstMetric(memDesc, prometheus.GaugeValue, s.mem, name)
+		ch <- prometheus.MustNewConstMetric(peakDesc, prometheus.GaugeValue, s.peak, name)
+	}
 }

@@ -106,6 +106,9 @@ type Request struct {
 
 	// Fix turns on fix-and-retry for an exec (needs a configured fixer).
 	Fix *Fix `json:"fix,omitempty"`
+	// Memory opts an exec without fix into failure memory (fix implies
+	// it): a remembered failure answers it "skipped".
+	Memory bool `json:"memory,omitempty"`
 	// Force runs an exec even when failure memory would skip it.
 	Force bool `json:"force,omitempty"`
 	// Action is the failures op's action: "list" (default) or "clear".
@@ -237,6 +240,7 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.str("persist", &req.Persist)
 	d.strings("requirements", &req.Requirements)
 	d.fix(&req.Fix)
+	d.boolean("memory", &req.Memory)
 	d.boolean("force", &req.Force)
 	d.str("action", &req.Action)
 	if d.err != nil {

@@ -28,6 +28,8 @@ func TestDecodeWorkflowFields(t *testing.T) {
 		{"fix missing key", `{"id":1,"op":"exec","code":"x","fix":{}}`, `"fix.max_attempts" is required`, nil},
 		{"fix fraction", `{"id":1,"op":"exec","code":"x","fix":{"max_attempts":2.5}}`, `must be an integer, got 2.5`, nil},
 		{"fix zero", `{"id":1,"op":"exec","code":"x","fix":{"max_attempts":0}}`, `must be at least 1`, nil},
+		{"memory", `{"id":1,"op":"exec","code":"x","memory":true}`, "", func(r *Request) bool { return r.Memory && r.Fix == nil }},
+		{"memory string", `{"id":1,"op":"exec","code":"x","memory":1}`, `field "memory" must be a boolean`, nil},
 		{"force string", `{"id":1,"op":"exec","code":"x","force":"yes"}`, `field "force" must be a boolean`, nil},
 		{"failures", `{"id":1,"op":"failures","action":"clear"}`, "", func(r *Request) bool { return r.Action == "clear" }},
 		{"failures bad action", `{"id":1,"op":"failures","action":"drop"}`, `allowed "list" (default) or "clear"`, nil},
@@ -124,11 +126,17 @@ func TestWorkflowJSONL(t *testing.T) {
 	if !v.OK || v.Result.Status != "error" || v.Fallback == nil || !strings.Contains(v.Fallback.Reason, "returned no code") || !strings.Contains(v.Fallback.Error, "ZeroDivisionError") {
 		t.Fatalf("unfixable: %+v", v)
 	}
-	v = call(`{"id":4,"op":"exec","code":"1/0"}`)
-	if !v.OK || v.Result.Status != "skipped" || v.Known == nil || v.Known.Count != 1 {
-		t.Fatalf("repeat: %+v, want skipped", v)
+	// A plain exec never meets failure memory; one that opts in does.
+	if v := call(`{"id":4,"op":"exec","code":"1/0"}`); !v.OK || v.Result.Status != "error" || v.Known != nil {
+		t.Fatalf("plain repeat: %+v, want it run", v)
 	}
-	if v := call(`{"id":5,"op":"exec","code":"1/0","force":true}`); v.Result.Status != "error" {
+	v = call(`{"id":4,"op":"exec","code":"1/0","memory":true}`)
+	if !v.OK || v.Result.Status != "skipped" || v.Known == nil || v.Known.Count != 1 || v.Known.Policy != "default" ||
+		v.Known.FirstSeen.IsZero() || !strings.Contains(v.Known.Force, `"force":true`) ||
+		!strings.Contains(v.Result.Error.Message, v.Known.Fingerprint) {
+		t.Fatalf("repeat: %+v known %+v, want skipped naming the fingerprint and force", v, v.Known)
+	}
+	if v := call(`{"id":5,"op":"exec","code":"1/0","memory":true,"force":true}`); v.Result.Status != "error" {
 		t.Fatalf("forced: %+v", v)
 	}
 	if v := call(`{"id":6,"op":"failures"}`); !v.OK || len(v.Failures) != 1 || v.Failures[0].Type != "ZeroDivisionError" {
@@ -171,7 +179,7 @@ func TestHostileFailuresOfOtherOwners(t *testing.T) {
 	const alice, bob = 1000, 2000
 	code := "raise ValueError('alice-private-token')"
 	exec := func(owner int, fix *Fix) *Response {
-		return d.Handle(ctx, owner, &Request{ID: json.RawMessage(`1`), Op: OpExec, Code: code, Fix: fix}, nil)
+		return d.Handle(ctx, owner, &Request{ID: json.RawMessage(`1`), Op: OpExec, Code: code, Fix: fix, Memory: true}, nil)
 	}
 	failures := func(owner int) []*workflow.Failure {
 		r := d.Handle(ctx, owner, &Request{ID: json.RawMessage(`2`), Op: OpFailures}, nil)
@@ -195,7 +203,8 @@ func TestHostileFailuresOfOtherOwners(t *testing.T) {
 	if r := exec(alice, nil); !r.OK || r.Result.Status != workflow.StatusSkipped {
 		t.Fatalf("alice's repeat: %+v, want skipped", r.Result)
 	}
-	if l := failures(0); len(l) != 1 {
-		t.Fatalf("root lists %d failures, want alice's 1", len(l))
+	// bob opted in, so his own failure is remembered beside alice's.
+	if l := failures(0); len(l) != 2 {
+		t.Fatalf("root lists %d failures, want alice's and bob's", len(l))
 	}
 }

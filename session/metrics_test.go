@@ -1,20 +1,35 @@
 package session
 
-import "testing"
+import (
+	"testing"
 
-func TestHistogram(t *testing.T) {
-	h := NewHistogram(0.1, 1, 10)
-	for _, v := range []float64{0.05, 0.1, 0.3, 42} {
-		h.Observe(v)
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestMetricsBoundedCellStatus: every status is there from the start, and
+// a status outside the known verdicts cannot mint a new series.
+func TestMetricsBoundedCellStatus(t *testing.T) {
+	m := newMetrics()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m.Collectors()...)
+	for _, st := range []string{StatusOK, StatusOK, "forged-by-the-cell", "another-forged"} {
+		m.cell(st)
 	}
-	bounds, cum, sum, n := h.Snapshot()
-	want := []uint64{2, 3, 3}
-	for i := range bounds {
-		if cum[i] != want[i] {
-			t.Errorf("le=%g: %d, want %d", bounds[i], cum[i], want[i])
+	m.CellSeconds.Observe(0.3)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "jailcell_cells_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			got[s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
 		}
 	}
-	if n != 4 || sum != 42.45 {
-		t.Errorf("n=%d sum=%g", n, sum)
+	if len(got) != len(CellStatuses)+1 || got[StatusOK] != 2 || got["other"] != 2 || got[StatusOOM] != 0 {
+		t.Errorf("cells %v, want the %d statuses (ok 2) and other 2", got, len(CellStatuses))
 	}
 }

@@ -3,7 +3,9 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"sort"
 
+	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
 )
 
@@ -32,6 +34,41 @@ func (r *Runner) degradedAllowed(ctx context.Context, req Request) (bool, error)
 	}
 	p, ok := r.cfg.Policies[oneShotPolicy(req)]
 	return ok && p.Degraded == DegradedStateless, nil
+}
+
+// scope is the policy req runs under, for failure memory: a session's
+// effective policy (an unknown session, or one not the caller's, is the
+// manager's not_found), or the named one-shot policy (unknown: bad_request).
+func (r *Runner) scope(ctx context.Context, req Request) (scope, error) {
+	if req.Session != "" {
+		p, err := r.m.PolicyOf(ctx, req.Owner, req.Session)
+		if err != nil {
+			return scope{}, err
+		}
+		name := p.Name
+		if name == "" {
+			name = "default"
+		}
+		return scopeOf(p, name), nil
+	}
+	name := oneShotPolicy(req)
+	p, ok := r.cfg.Policies[name]
+	if !ok && r.cfg.Policies != nil {
+		return scope{}, fmt.Errorf("%w: unknown policy %q, configured: %v", session.ErrBadRequest, name, sortedNames(r.cfg.Policies))
+	}
+	if p.Name != "" {
+		name = p.Name
+	}
+	return scopeOf(p, name), nil
+}
+
+func sortedNames(m map[string]policy.Policy) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // oneShotPolicy is the named policy a one-shot request runs under.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
 )
 
@@ -22,13 +23,21 @@ const FailuresFile = "failures.json"
 // maxCodesPerFailure bounds the code hashes one fingerprint remembers.
 const maxCodesPerFailure = 32
 
-// Failure is one remembered fingerprint of one owner's requests. Owners
-// never share them: another user's failures would skip your requests (a
-// denial of service by failing on purpose) and show you their errors.
+// Failure is one remembered fingerprint of one owner's requests under one
+// policy. Owners never share them: another user's failures would skip your
+// requests (a denial of service by failing on purpose) and show you their
+// errors. Policies never share them either: code that ran out of memory
+// under a 128 MiB session says nothing about the same code under 1 GiB.
 type Failure struct {
 	// UID is the owner whose requests failed (0: root, and entries written
 	// before failures were kept per owner).
-	UID         int       `json:"uid"`
+	UID int `json:"uid"`
+	// Policy names the policy the requests ran under; PolicyHash tells
+	// apart its effective versions (tightened at create, or reconfigured).
+	// Entries written before failures were kept per policy have neither and
+	// match nothing.
+	Policy      string    `json:"policy,omitempty"`
+	PolicyHash  string    `json:"policy_hash,omitempty"`
 	Fingerprint string    `json:"fingerprint"`
 	Type        string    `json:"type"`
 	Message     string    `json:"message"` // normalised
@@ -71,7 +80,7 @@ func openMemory(dir string, ttl time.Duration, now func() time.Time) (*memory, e
 		return nil, fmt.Errorf("decode failure memory %s: %w", mem.path, err)
 	}
 	for _, f := range list {
-		mem.m[memKey(f.UID, f.Fingerprint)] = f
+		mem.m[memKey(f.UID, scope{f.Policy, f.PolicyHash}, f.Fingerprint)] = f
 	}
 	mem.expire()
 	return mem, nil
@@ -127,8 +136,20 @@ func Fingerprint(errType, msg string, modules []string) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// memKey is a failure's key in memory: per owner.
-func memKey(uid int, fp string) string { return fmt.Sprintf("%d/%s", uid, fp) }
+// scope is the policy a request runs under: its name and a digest of its
+// effective value.
+type scope struct{ name, hash string }
+
+func scopeOf(p policy.Policy, name string) scope {
+	b, _ := json.Marshal(p) // a struct of plain fields: cannot fail
+	h := sha256.Sum256(b)
+	return scope{name: name, hash: hex.EncodeToString(h[:8])}
+}
+
+// memKey is a failure's key in memory: per owner and policy.
+func memKey(uid int, sc scope, fp string) string {
+	return fmt.Sprintf("%d/%s/%s/%s", uid, sc.name, sc.hash, fp)
+}
 
 func codeHash(code string) string {
 	h := sha256.Sum256([]byte(strings.Join(strings.Fields(code), " ")))
@@ -142,10 +163,10 @@ func failureOf(res *session.Result) (typ, msg string) {
 	return res.Status, ""
 }
 
-// record counts one loop-ending failure of owner's. first is the request's
-// code (how owner's later requests are matched), last the code of the
-// final attempt.
-func (m *memory) record(owner int, first, last string, res *session.Result) string {
+// record counts one loop-ending failure of owner's under sc. first is the
+// request's code (how owner's later requests are matched), last the code
+// of the final attempt.
+func (m *memory) record(owner int, sc scope, first, last string, res *session.Result) string {
 	if res == nil {
 		return ""
 	}
@@ -156,10 +177,11 @@ func (m *memory) record(owner int, first, last string, res *session.Result) stri
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire()
-	f := m.m[memKey(owner, fp)]
+	k := memKey(owner, sc, fp)
+	f := m.m[k]
 	if f == nil {
-		f = &Failure{UID: owner, Fingerprint: fp, Type: typ, Message: Normalise(msg), Modules: mods, FirstSeen: now}
-		m.m[memKey(owner, fp)] = f
+		f = &Failure{UID: owner, Policy: sc.name, PolicyHash: sc.hash, Fingerprint: fp, Type: typ, Message: Normalise(msg), Modules: mods, FirstSeen: now}
+		m.m[k] = f
 	}
 	f.Count++
 	f.LastSeen = now
@@ -184,23 +206,25 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// lookup finds a remembered failure of owner's code seen at least
+// lookup finds a remembered failure of owner's code under sc seen at least
 // threshold times.
-func (m *memory) lookup(owner int, code string, threshold int) *Known {
+func (m *memory) lookup(owner int, sc scope, code string, threshold int) *Known {
 	h := codeHash(code)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire()
 	var best *Failure
 	for _, f := range m.m {
-		if f.UID == owner && f.Count >= threshold && contains(f.Codes, h) && (best == nil || f.Count > best.Count) {
+		if f.UID == owner && f.Policy == sc.name && f.PolicyHash == sc.hash &&
+			f.Count >= threshold && contains(f.Codes, h) && (best == nil || f.Count > best.Count) {
 			best = f
 		}
 	}
 	if best == nil {
 		return nil
 	}
-	return &Known{Fingerprint: best.Fingerprint, Type: best.Type, Message: best.Message, Modules: best.Modules, Count: best.Count, LastSeen: best.LastSeen}
+	return &Known{Fingerprint: best.Fingerprint, Policy: best.Policy, Type: best.Type, Message: best.Message, Modules: best.Modules,
+		Count: best.Count, FirstSeen: best.FirstSeen, LastSeen: best.LastSeen, Force: forceHint}
 }
 
 // expire drops fingerprints not seen within the TTL. Caller holds mu.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
 )
 
@@ -48,21 +49,48 @@ func TestMemoryExpiresAndPersists(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := &session.Result{Status: "error", Error: &session.CellError{Type: "ZeroDivisionError", Message: "division by zero"}}
-	mem.record(0, "1/0", "1/0", res)
-	mem.record(0, "1 / 0", "1/0", res) // whitespace differs: same code
-	if k := mem.lookup(0, "1/0", 2); k == nil || k.Count != 2 {
+	sc := scopeOf(policy.Default(), "default")
+	mem.record(0, sc, "1/0", "1/0", res)
+	mem.record(0, sc, "1 / 0", "1/0", res) // whitespace differs: same code
+	if k := mem.lookup(0, sc, "1/0", 2); k == nil || k.Count != 2 {
 		t.Fatalf("lookup = %+v, want count 2", k)
 	}
-	if k := mem.lookup(0, "1/0", 3); k != nil {
+	if k := mem.lookup(0, sc, "1/0", 3); k != nil {
 		t.Fatalf("lookup under threshold = %+v", k)
 	}
 	mem2, err := openMemory(dir, time.Hour, clock)
-	if err != nil || mem2.lookup(0, "1/0", 2) == nil {
+	if err != nil || mem2.lookup(0, sc, "1/0", 2) == nil {
 		t.Fatalf("not persisted: %v", err)
 	}
 	now = now.Add(2 * time.Hour)
-	if k := mem2.lookup(0, "1/0", 1); k != nil {
+	if k := mem2.lookup(0, sc, "1/0", 1); k != nil {
 		t.Fatalf("expired entry still found: %+v", k)
+	}
+}
+
+// TestMemoryKeyedPerOwnerAndPolicy: one owner's failures never skip
+// another's requests, and a failure under one policy (or one effective
+// version of it) never skips the same code under another.
+func TestMemoryKeyedPerOwnerAndPolicy(t *testing.T) {
+	mem, err := openMemory(t.TempDir(), time.Hour, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &session.Result{Status: "oom"}
+	small := policy.Default()
+	small.MemoryBytes = 128 << 20
+	def, tight, other := scopeOf(policy.Default(), "default"), scopeOf(small, "default"), scopeOf(policy.Default(), "other")
+	mem.record(1000, def, "x = bytearray(1 << 30)", "x = bytearray(1 << 30)", res)
+	if mem.lookup(1000, def, "x = bytearray(1 << 30)", 1) == nil {
+		t.Fatal("the recording owner and policy do not match")
+	}
+	for name, tc := range map[string]struct {
+		uid int
+		sc  scope
+	}{"another owner": {1001, def}, "root": {0, def}, "another policy": {1000, other}, "the policy tightened": {1000, tight}} {
+		if k := mem.lookup(tc.uid, tc.sc, "x = bytearray(1 << 30)", 1); k != nil {
+			t.Errorf("%s matched %+v", name, k)
+		}
 	}
 }
 

@@ -114,11 +114,19 @@ type Request struct {
 	Session string
 	Policy  string
 	Exec    session.ExecRequest
-	// MaxAttempts > 1 turns on fix-and-retry (0 or 1: a single run).
+	// MaxAttempts > 1 turns on fix-and-retry (0 or 1: a single run), and
+	// with it failure memory.
 	MaxAttempts int
+	// Memory opts a request without fix-and-retry into failure memory: a
+	// remembered failure answers it "skipped", and its own failure is
+	// remembered. Without it (and without fix) a request always runs and is
+	// never remembered, so memory cannot surprise a plain exec.
+	Memory bool
 	// Force runs the cell even when failure memory says it will fail.
 	Force bool
 }
+
+func (req Request) usesMemory() bool { return req.MaxAttempts > 1 || req.Memory }
 
 // Attempt is one run of the loop.
 type Attempt struct {
@@ -142,15 +150,23 @@ type Fallback struct {
 	Tried []string `json:"tried"`
 }
 
-// Known is the remembered failure a skipped request matched.
+// Known is the remembered failure a skipped request matched: which one
+// (fingerprint, under which policy), when, what error, and how to run the
+// cell anyway.
 type Known struct {
 	Fingerprint string    `json:"fingerprint"`
+	Policy      string    `json:"policy"`
 	Type        string    `json:"type"`
 	Message     string    `json:"message"`
 	Modules     []string  `json:"modules,omitempty"`
 	Count       int       `json:"count"`
+	FirstSeen   time.Time `json:"first_seen"`
 	LastSeen    time.Time `json:"last_seen"`
+	// Force says how to run the cell anyway.
+	Force string `json:"force"`
 }
+
+const forceHint = `send the same request with "force":true to run it anyway`
 
 // Outcome is what the loop produced. Result is the last attempt's result
 // (nil when nothing could run); the rest are the loop's own fields.
@@ -186,12 +202,20 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 		return nil, fmt.Errorf("%w: fix.max_attempts = %d, allowed 1..%d (config key fixer.max_attempts_ceiling)",
 			session.ErrBadRequest, req.MaxAttempts, r.cfg.MaxAttemptsCeiling)
 	}
-	if !req.Force {
-		if k := r.mem.lookup(req.Owner, req.Exec.Code, r.cfg.Threshold); k != nil {
-			r.cfg.Logger.Info("cell skipped by failure memory", "fingerprint", k.Fingerprint, "count", k.Count)
+	// Memory is consulted only after the session lookup: an unknown
+	// session is not_found, never a remembered failure.
+	var sc scope
+	if req.usesMemory() {
+		var err error
+		if sc, err = r.scope(ctx, req); err != nil {
+			return nil, err
+		}
+		if k := r.mem.lookup(req.Owner, sc, req.Exec.Code, r.cfg.Threshold); k != nil && !req.Force {
+			r.cfg.Logger.Info("cell skipped by failure memory", "fingerprint", k.Fingerprint, "policy", k.Policy, "count", k.Count)
 			return &Outcome{
 				Result: &session.Result{Status: StatusSkipped, Error: &session.CellError{
-					Type: k.Type, Message: fmt.Sprintf("skipped: this code failed the same way %d times (%s: %s); send \"force\":true to run it anyway", k.Count, k.Type, k.Message),
+					Type: k.Type, Message: fmt.Sprintf("skipped by failure memory: this code ended in remembered failure %s under policy %q %d times (first %s, last %s): %s: %s; %s",
+						k.Fingerprint, k.Policy, k.Count, k.FirstSeen.Format(time.RFC3339), k.LastSeen.Format(time.RFC3339), k.Type, k.Message, k.Force),
 				}},
 				Known: k,
 			}, nil
@@ -263,6 +287,9 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 		if req.MaxAttempts <= 1 {
 			out.Attempts = nil
 		}
+		if failed(out.Result) && req.usesMemory() {
+			r.mem.record(req.Owner, sc, req.Exec.Code, code, out.Result)
+		}
 		return out, nil
 	}
 
@@ -276,7 +303,7 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 	out.Fallback = fb
 	fp := ""
 	if runErr == nil {
-		fp = r.mem.record(req.Owner, req.Exec.Code, code, out.Result)
+		fp = r.mem.record(req.Owner, sc, req.Exec.Code, code, out.Result)
 	}
 	r.review(req, out, fp)
 	allowed, perr := r.degradedAllowed(ctx, req)

@@ -165,6 +165,18 @@ func TestFixerNeverFixesThenSkippedThenForce(t *testing.T) {
 	if out.Result.Status != StatusSkipped || out.Known == nil || out.Known.Count != 2 || out.Known.Type != "FileNotFoundError" || len(out.Attempts) != 0 {
 		t.Fatalf("third request: %+v known %+v, want skipped with count 2", out.Result, out.Known)
 	}
+	// The answer names the remembered failure (which, under which policy,
+	// when, what error) and how to run the cell anyway.
+	k := out.Known
+	if k.Fingerprint != entries[0].Fingerprint || k.Policy != "default" || k.FirstSeen.IsZero() || k.LastSeen.Before(k.FirstSeen) ||
+		!strings.Contains(k.Message, "<path>") || !strings.Contains(k.Force, `"force":true`) {
+		t.Errorf("known %+v: want the review entry's fingerprint %s, policy, times, error and the force hint", k, entries[0].Fingerprint)
+	}
+	for _, want := range []string{k.Fingerprint, `policy "default"`, "FileNotFoundError", k.FirstSeen.Format(time.RFC3339), `"force":true`} {
+		if !strings.Contains(out.Result.Error.Message, want) {
+			t.Errorf("skipped message %q lacks %q", out.Result.Error.Message, want)
+		}
+	}
 	// Memory survives a restart.
 	r2 := newRunner(t, m, cfg)
 	if out, _ := r2.Exec(ctx, req); out.Result.Status != StatusSkipped {
@@ -175,17 +187,83 @@ func TestFixerNeverFixesThenSkippedThenForce(t *testing.T) {
 	}
 	// force runs it anyway.
 	req.Force = true
-	req.MaxAttempts = 1
 	out, err = r2.Exec(ctx, req)
-	if err != nil || out.Result.Status != "error" || out.Known != nil {
+	if err != nil || out.Result.Status != "error" || out.Known != nil || len(out.Attempts) != 2 {
 		t.Fatalf("forced: %+v %v, want it run", out, err)
 	}
 	if n, err := r2.ClearFailures(); n != 1 || err != nil {
 		t.Errorf("ClearFailures = %d, %v", n, err)
 	}
 	req.Force = false
+	req.MaxAttempts, req.Memory = 1, true
 	if out, _ := r2.Exec(ctx, req); out.Result.Status == StatusSkipped {
 		t.Errorf("skipped after clear")
+	}
+}
+
+// TestMemoryOnlyWhenAskedPerOwnerAndPolicyAfterLookup: failure memory
+// cannot surprise. A plain exec neither meets it nor feeds it; fix (or
+// "memory") does. It is keyed per owner and policy, and consulted after the
+// session lookup, so an unknown session is not_found, not "skipped".
+func TestMemoryOnlyWhenAskedPerOwnerAndPolicyAfterLookup(t *testing.T) {
+	other := testPolicy()
+	other.Pids = 48
+	policies := map[string]policy.Policy{"default": testPolicy(), "other": other}
+	m := newManager(t, 0, policies)
+	r := newRunner(t, m, Config{Fixer: fixerScript(t, "never_fix.py"), Threshold: 1, Policies: policies})
+	id := create(t, m)
+	ctx := context.Background()
+	code := "1/0"
+	run := func(what string, req Request) *Outcome {
+		t.Helper()
+		req.Exec = session.ExecRequest{Code: code}
+		out, err := r.Exec(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return out
+	}
+
+	// A plain exec that fails is not remembered.
+	if out := run("plain", Request{Session: id}); out.Result.Status != "error" {
+		t.Fatalf("plain exec: %+v, want error", out.Result)
+	}
+	if l := r.Failures(0); len(l) != 0 {
+		t.Fatalf("a plain exec was remembered: %+v", l[0])
+	}
+	// A fix loop is (threshold 1: one is enough).
+	if out := run("fix", Request{Session: id, MaxAttempts: 2}); out.Fallback == nil {
+		t.Fatalf("fix loop: %+v, want a fallback", out)
+	}
+	// A plain exec still runs; one that opts in is skipped.
+	if out := run("plain after", Request{Session: id}); out.Result.Status != "error" || out.Known != nil {
+		t.Fatalf("plain exec after a remembered failure: %+v, want it run", out.Result)
+	}
+	if out := run("opted in", Request{Session: id, Memory: true}); out.Result.Status != StatusSkipped || out.Known == nil {
+		t.Fatalf("opted-in exec: %+v, want skipped", out.Result)
+	}
+	// A one-shot under the same (effective) policy is the same key.
+	if out := run("one-shot", Request{Memory: true}); out.Result.Status != StatusSkipped {
+		t.Fatalf("one-shot under the same policy: %+v, want skipped", out.Result)
+	}
+	// Another policy, another owner: their own keys, so the cell runs.
+	if out := run("other policy", Request{Policy: "other", Memory: true}); out.Result.Status != "error" || out.Known != nil {
+		t.Fatalf("another policy: %+v, want it run", out.Result)
+	}
+	if out := run("other owner", Request{Owner: 1000, Memory: true}); out.Result.Status != "error" || out.Known != nil {
+		t.Fatalf("another owner: %+v, want it run", out.Result)
+	}
+	// The session lookup comes first: an unknown session, or the session
+	// of someone else, is not_found whatever memory holds.
+	for _, req := range []Request{{Session: "no-such-session", MaxAttempts: 2}, {Session: id, Owner: 1000, Memory: true}} {
+		req.Exec = session.ExecRequest{Code: code}
+		if out, err := r.Exec(ctx, req); !errors.Is(err, session.ErrNotFound) || out != nil {
+			t.Errorf("session %q as uid %d: %+v, %v; want not_found", req.Session, req.Owner, out, err)
+		}
+	}
+	// An unknown one-shot policy is named, not looked up in memory.
+	if _, err := r.Exec(ctx, Request{Policy: "nope", Memory: true, Exec: session.ExecRequest{Code: code}}); !errors.Is(err, session.ErrBadRequest) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("unknown policy: %v, want bad_request naming it", err)
 	}
 }
 

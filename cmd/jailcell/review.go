@@ -77,9 +77,9 @@ use the failures op, so a running one does not write them back).`,
 				return err
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "FINGERPRINT\tCOUNT\tLAST SEEN\tMODULES\tERROR")
+			fmt.Fprintln(w, "FINGERPRINT\tUID\tPOLICY\tCOUNT\tLAST SEEN\tMODULES\tERROR")
 			for _, f := range list {
-				fmt.Fprintf(w, "%s\t%d\t%s\t%v\t%s: %.80s\n", f.Fingerprint, f.Count, f.LastSeen.Format("2006-01-02 15:04:05"), f.Modules, f.Type, f.Message)
+				fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%v\t%s: %.80s\n", f.Fingerprint, f.UID, f.Policy, f.Count, f.LastSeen.Format("2006-01-02 15:04:05"), f.Modules, f.Type, f.Message)
 			}
 			return w.Flush()
 		},

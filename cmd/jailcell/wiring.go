@@ -110,11 +110,7 @@ func (f *hostFlags) logger() (*slog.Logger, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := &slog.HandlerOptions{Level: &f.level}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	return newSlog(os.Stderr, cfg.LogFormat, &f.level), nil
 }
 
 // stack is a built host and manager, and the state-directory lock that

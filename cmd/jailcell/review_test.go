@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jailcell/jailcell/workflow"
+)
+
+// runBin runs this test binary as jailcell with args, env added to a clean
+// environment, stdin; it returns the exit status, stdout and stderr.
+func runBin(t *testing.T, env []string, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = jailcellEnv(env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), stdout.String(), stderr.String()
+	}
+	t.Fatalf("jailcell %q: %v", args, err)
+	return 0, "", ""
+}
+
+// TestReviewCommandReadsAWorkflowLog: a real `jailcell json` runs a fix
+// loop that never succeeds, which writes the review log and the failure
+// memory; the real `jailcell review` then lists, shows and clears them.
+// Privileged tier (the loop runs real sandboxes).
+func TestReviewCommandReadsAWorkflowLog(t *testing.T) {
+	cmd, state, stderr := jsonCommand(t)
+	dir := filepath.Join(state, "review")
+	fixer, err := filepath.Abs("../../testdata/fixer/never_fix.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(cmd.Env, "JAILCELL_FIXER_COMMAND=/usr/bin/python3 "+fixer)
+	code := "import json\nopen('/work/missing-17.csv')"
+	req, _ := json.Marshal(map[string]any{"id": 1, "op": "exec", "code": code, "fix": map[string]int{"max_attempts": 2}})
+	cmd.Stdin = bytes.NewReader(append(req, '\n'))
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), `"fallback"`) {
+		t.Fatalf("jailcell json: %v\n%s\nstderr:\n%s", err, out, stderr)
+	}
+
+	review := func(args ...string) (int, string, string) {
+		t.Helper()
+		return runBin(t, nil, "", append([]string{"review", "--review-dir", dir}, args...)...)
+	}
+	status, stdout, errOut := review()
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if status != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "N ") ||
+		!strings.Contains(lines[1], "(one-shot)") || !strings.Contains(lines[1], "retries exhausted after 2 attempts") {
+		t.Fatalf("review: exit %d\n%s\nstderr: %s", status, stdout, errOut)
+	}
+	if status2, stdout2, _ := review("list"); status2 != 0 || stdout2 != stdout {
+		t.Errorf("review list differs from review: %d\n%s", status2, stdout2)
+	}
+
+	status, stdout, errOut = review("show", "1")
+	var e workflow.ReviewEntry
+	if status != 0 || json.Unmarshal([]byte(stdout), &e) != nil {
+		t.Fatalf("review show 1: exit %d\n%s\nstderr: %s", status, stdout, errOut)
+	}
+	if e.Code != code || len(e.Attempts) != 2 || e.Fingerprint == "" || !strings.Contains(strings.Join(e.Errors, "\n"), "FileNotFoundError") {
+		t.Errorf("review show 1: %+v", e)
+	}
+	for _, n := range []string{"2", "0", "x"} {
+		if status, _, errOut := review("show", n); status != 1 || !strings.Contains(errOut, `no review entry "`+n+`": 1 entries, numbered from 1`) {
+			t.Errorf("review show %s: exit %d, stderr %q", n, status, errOut)
+		}
+	}
+
+	status, stdout, errOut = review("failures")
+	if status != 0 || !strings.Contains(stdout, e.Fingerprint) || !strings.Contains(stdout, "default") || !strings.Contains(stdout, "FileNotFoundError") {
+		t.Fatalf("review failures: exit %d\n%s\nstderr: %s", status, stdout, errOut)
+	}
+	if status, stdout, _ = review("failures", "--clear"); status != 0 || strings.TrimSpace(stdout) != "cleared 1 fingerprints" {
+		t.Errorf("review failures --clear: exit %d %q", status, stdout)
+	}
+	if status, stdout, _ = review("failures"); status != 0 || strings.Contains(stdout, e.Fingerprint) {
+		t.Errorf("after --clear: exit %d\n%s", status, stdout)
+	}
+
+	// An empty review directory says so; a bad subcommand names what is allowed.
+	if status, stdout, errOut := runBin(t, nil, "", "review", "--review-dir", t.TempDir()); status != 0 || stdout != "" || !strings.Contains(errOut, "no review entries in") {
+		t.Errorf("empty review dir: exit %d %q %q", status, stdout, errOut)
+	}
+	if status, _, errOut := review("nonsense"); status == 0 || !strings.Contains(errOut, "nonsense") {
+		t.Errorf("review nonsense: exit %d %q", status, errOut)
+	}
+}

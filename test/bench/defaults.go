@@ -128,7 +128,11 @@ const pythonJSONLScript = `
 import json, subprocess, sys, time
 p = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
 r = p.stdout
+n = 0
 def call(req):
+    global n
+    n += 1
+    req["id"] = n
     p.stdin.write((json.dumps(req) + "\n").encode())
     out = json.loads(r.readline())
     if not out.get("ok", True) or out.get("error"):

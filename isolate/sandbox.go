@@ -536,10 +536,14 @@ func (h *Host) removeCgroup(id string) error {
 	if cgroups.IsCgroup2UnifiedMode() {
 		dirs = []string{filepath.Join("/sys/fs/cgroup", h.cfg.CgroupRoot, id)}
 	} else {
-		for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "cpuset", "devices", "freezer", "blkio", "net_cls", "net_prio", "perf_event", "hugetlb", "rdma", "misc"} {
-			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", c, h.cfg.CgroupRoot, id))
+		// Every hierarchy, named ones too: libcontainer also joins
+		// name=systemd (/sys/fs/cgroup/systemd), and a sandbox whose
+		// container Destroy gave up (a restore that never connected) left
+		// its directory there, keeping the root's from being removed.
+		ents, _ := os.ReadDir("/sys/fs/cgroup")
+		for _, e := range ents {
+			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), h.cfg.CgroupRoot, id))
 		}
-		dirs = append(dirs, filepath.Join("/sys/fs/cgroup/unified", h.cfg.CgroupRoot, id))
 	}
 	var errs []error
 	for _, d := range dirs {

@@ -20,6 +20,7 @@ per wire code) with its HTTP status and code.
 """
 
 import base64
+import json
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
@@ -98,7 +99,8 @@ class Client:
 
     def sessions(self) -> List[Dict[str, Any]]:
         """GET /v1/sessions: your live sessions."""
-        return self._json("GET", "/v1/sessions")["sessions"]
+        sessions: List[Dict[str, Any]] = self._json("GET", "/v1/sessions")["sessions"]
+        return sessions
 
     def close(self, session_id: str) -> None:
         """DELETE /v1/sessions/{id}."""
@@ -115,14 +117,17 @@ class Client:
         path = self._session_path(session, "exec") if session else "/v1/exec"
         payload = {"code": code, "timeout_s": timeout_s, "files": _files(files), "policy": policy, "snapshot": snapshot}
         if on_output is None:
-            return self._json("POST", path, payload)["result"]
+            result: Dict[str, Any] = self._json("POST", path, payload)["result"]
+            return result
+        out = on_output
 
         def on_event(ev: Dict[str, Any]) -> None:
             if ev.get("event") in ("stdout", "stderr"):
-                on_output(ev["event"], ev.get("text", ""))
+                out(ev["event"], ev.get("text", ""))
 
         fields = {k: v for k, v in payload.items() if v is not None}
-        return self._t._exec(path, fields, on_event)["result"]
+        result = self._t._exec(path, fields, on_event)["result"]
+        return result
 
     def upload(self, session_id: str, path: str, data: Union[str, bytes]) -> Dict[str, Any]:
         """PUT /v1/sessions/{id}/files/{path}: raw bytes into the workspace."""
@@ -144,7 +149,8 @@ class Client:
 
     def files(self, session_id: str) -> List[Dict[str, Any]]:
         """GET /v1/sessions/{id}/files: the workspace listing."""
-        return self._json("GET", self._session_path(session_id, "files"))["files"]
+        files: List[Dict[str, Any]] = self._json("GET", self._session_path(session_id, "files"))["files"]
+        return files
 
     def hibernate(self, session_id: str) -> Dict[str, Any]:
         """POST /v1/sessions/{id}/hibernate: checkpoint to disk, free its memory."""
@@ -220,10 +226,9 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         try:
             self.close()
         except NotFoundError:  # already ended: expired or closed
             pass
-        return False
 

@@ -196,6 +196,33 @@ class Execution:
     def __iter__(self) -> Iterator[Result]:
         return iter(self.results)
 
+    def tool_text(self, max_chars: int = 8000) -> str:
+        """The execution as a model should read it back from a tool call:
+        status, output, the value, the error's traceback, what figures were
+        shown and which files changed; cut to max_chars (its end is kept:
+        that is where a traceback ends)."""
+        parts = ["status: %s" % self.status]
+        out, err = "".join(self.logs.stdout), "".join(self.logs.stderr)
+        if out:
+            parts.append("stdout:\n" + out.rstrip("\n"))
+        if err:
+            parts.append("stderr:\n" + err.rstrip("\n"))
+        if self.error is not None:
+            parts.append("error: %s\n%s" % (self.error, self.error.traceback.rstrip("\n")))
+        shown = [r for r in self.results if not r.is_main_result]
+        if shown:
+            parts.append("displayed: " + ", ".join("/".join(r.formats()) for r in shown))
+        if self.text is not None:
+            parts.append("value: " + self.text)
+        if self.files:
+            parts.append("files: " + ", ".join("%s (%s)" % (f.path, f.change) for f in self.files))
+        if self.limits:
+            parts.append("limits hit: " + ", ".join(self.limits))
+        text = "\n".join(parts)
+        if len(text) > max_chars:
+            text = "[... %d characters cut ...]\n" % (len(text) - max_chars) + text[-max_chars:]
+        return text
+
     @classmethod
     def from_response(cls, resp: Dict[str, Any], stdout: Optional[List[str]] = None,
                       stderr: Optional[List[str]] = None) -> "Execution":

@@ -102,9 +102,8 @@ class Files:
         """The file's content: format "text" (UTF-8, the default) or "bytes"."""
         if format not in ("text", "bytes"):
             raise BadRequestError(0, "bad_request", "format = %r: allowed \"text\" or \"bytes\"" % (format,))
-        data = self._sbx._call("download", {"path": path}).get("data", b"")
-        if not isinstance(data, bytes):
-            data = bytes(data)
+        got = self._sbx._call("download", {"path": path}).get("data", b"")
+        data = got if isinstance(got, bytes) else bytes(got)
         return data.decode("utf-8") if format == "text" else data
 
     def list(self, path: str = "") -> List[EntryInfo]:

@@ -278,8 +278,12 @@ class JsonLinesTransport(Transport):
             return b"".join(self._tail).decode("utf-8", "replace")
 
     def _read_stderr(self) -> None:
-        assert self._proc.stderr is not None
-        for chunk in iter(lambda: self._proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
+        err = self._proc.stderr
+        assert err is not None
+        while True:
+            chunk: bytes = err.read1(4096)  # type: ignore[attr-defined]
+            if not chunk:
+                return
             with self._lock:
                 self._tail.append(chunk)
                 self._tail_len += len(chunk)

@@ -96,8 +96,8 @@ class _Cases:
         self.assertEqual(len(ex.results), 3)
         fig, html, value = ex.results
         self.assertIsNotNone(fig.png)
-        self.assertEqual(base64.b64decode(fig.png)[:8], PNG_MAGIC)
-        self.assertEqual(fig.png_bytes()[:8], PNG_MAGIC)
+        self.assertEqual(base64.b64decode(fig.png or "")[:8], PNG_MAGIC)
+        self.assertEqual((fig.png_bytes() or b"")[:8], PNG_MAGIC)
         self.assertIn("png", fig.formats())
         self.assertIn("Figure", fig.text)
         self.assertEqual(html.html, "<b>hi</b>")

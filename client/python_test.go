@@ -122,7 +122,7 @@ func TestPythonClient(t *testing.T) {
 	env := pipEnv("JAILCELL_SOCKET="+svc.Sock, "JAILCELL_JSON_COMMAND="+jsonCommand(t, bin),
 		"JAILCELL_FIXER=1", "JAILCELL_PY_INSTALLED=1")
 	for _, args := range [][]string{
-		{"-m", "unittest", "-v", "test_sandbox", "test_jailcell_client"},
+		{"-m", "unittest", "-v", "test_protocol", "test_sandbox", "test_jailcell_client"},
 		{example},
 	} {
 		cmd := exec.Command(python, args...)

@@ -237,11 +237,14 @@ class JsonLinesTransport(Transport):
     """
 
     def __init__(self, command: Sequence[str] = ("jailcell", "json"), *, env: Optional[Dict[str, str]] = None,
-                 timeout: float = DEFAULT_TIMEOUT, stderr: Optional[IO[bytes]] = None) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, stderr: Optional[IO[bytes]] = None,
+                 max_line: int = MAX_LINE) -> None:
         # stderr: where jailcell's log goes; by default its last 64 KiB are
-        # kept and quoted if the process dies.
+        # kept and quoted if the process dies. max_line bounds one line
+        # read from jailcell.
         self.command = list(command)
         self.timeout = timeout
+        self.max_line = max_line
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # guards _pending, _dead, _tail
         # Writes have their own lock: a write may block while jailcell
@@ -295,11 +298,11 @@ class JsonLinesTransport(Transport):
         why = "jailcell json closed its stdout"
         try:
             while True:
-                line = self._proc.stdout.readline(MAX_LINE + 1)
+                line = self._proc.stdout.readline(self.max_line + 1)
                 if not line:
                     break
-                if len(line) > MAX_LINE and not line.endswith(b"\n"):
-                    why = "jailcell json sent a line over %d bytes" % MAX_LINE
+                if len(line) > self.max_line and not line.endswith(b"\n"):
+                    why = "jailcell json sent a line over %d bytes" % self.max_line
                     break
                 if not line.strip():
                     continue

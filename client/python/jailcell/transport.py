@@ -311,11 +311,15 @@ class JsonLinesTransport(Transport):
                 except ValueError:
                     why = "jailcell json sent a line that is not JSON: %r" % line[:200]
                     break
-                if not isinstance(msg, dict):
-                    continue
+                rid = msg.get("id") if isinstance(msg, dict) else None
+                if not isinstance(rid, int):
+                    continue  # not an answer to us: our ids are integers
                 with self._lock:
-                    p = self._pending.get(msg.get("id"))  # type: ignore[arg-type]
+                    p = self._pending.get(rid)
                 if p is not None:
+                    # Unbounded on purpose: jailcell bounds what one cell
+                    # may print (the policy's output_bytes), and a bounded
+                    # queue here would stall every other request's answers.
                     p.q.put(msg)
         except (OSError, ValueError) as e:
             why = "read from jailcell json: %s" % e

@@ -23,6 +23,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/workflow"
 )
 
 // The Python package is tested the way a user gets it: installed with pip,
@@ -431,4 +433,35 @@ func lookPathIn(command, dir string) (string, error) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// TestPythonReadsEveryResultField guards the Python models against wire
+// drift, as TestWireTypesMatch guards the Go client's copies: every JSON
+// field of a cell's result (and of what it holds) must be read somewhere
+// in the package, so a field added to the wire is either mapped or
+// deliberately left out here.
+func TestPythonReadsEveryResultField(t *testing.T) {
+	var src strings.Builder
+	for _, f := range []string{"models.py", "sandbox.py"} {
+		b, err := os.ReadFile(filepath.Join("python", "jailcell", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	for _, typ := range []reflect.Type{
+		reflect.TypeFor[session.Result](), reflect.TypeFor[session.CellError](), reflect.TypeFor[session.DisplayItem](),
+		reflect.TypeFor[session.FileChange](), reflect.TypeFor[session.Entry](),
+		reflect.TypeFor[workflow.Attempt](),
+	} {
+		for i := range typ.NumField() {
+			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			if !strings.Contains(src.String(), `"`+name+`"`) {
+				t.Errorf("%s field %q is not read by client/python/jailcell (models.py, sandbox.py)", typ, name)
+			}
+		}
+	}
 }

@@ -56,7 +56,7 @@ class _Collector:
         self.on_stdout, self.on_stderr, self.on_result = on_stdout, on_stderr, on_result
         self.stdout: List[str] = []
         self.stderr: List[str] = []
-        self.displays = 0
+        self.shown: List[Result] = []  # from display events
 
     def event(self, ev: Dict[str, Any]) -> None:
         kind = ev.get("event")
@@ -71,15 +71,19 @@ class _Collector:
         elif kind == "display":
             item = ev.get("display")
             if isinstance(item, dict):
-                self.displays += 1
+                r = Result.from_display(item)
+                self.shown.append(r)
                 if self.on_result is not None:
-                    self.on_result(Result.from_display(item))
+                    self.on_result(r)
 
     def finish(self, resp: Dict[str, Any]) -> Execution:
         ex = Execution.from_response(resp, self.stdout, self.stderr)
+        if self.shown and not any(not r.is_main_result for r in ex.results):
+            # The figures came only as events: keep them in the results.
+            ex.results[:0] = self.shown
         if self.on_result is not None:
             for r in ex.results:
-                if r.is_main_result or self.displays == 0:
+                if r.is_main_result or not self.shown:
                     self.on_result(r)
         return ex
 

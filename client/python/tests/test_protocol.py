@@ -28,12 +28,13 @@ REPLAY = textwrap.dedent('''
             out({"id": i, "ok": True, "session": "s" * 32, "state": "ready"})
         elif op == "exec":
             out({"id": i, "event": "stdout", "text": "before\\n"})
-            if req["code"] == "events:display":
+            if req["code"].startswith("events:display"):
                 out({"id": i, "event": "display", "display": FIG})
             out({"id": i, "event": "future-kind", "text": "ignored"})
             out({"id": i, "event": "stdout", "text": "after\\n"})
             out({"id": i, "ok": True, "result": {"status": "ok", "stdout": "before\\nafter\\n", "stderr": "",
-                "display": [FIG], "value": {"text/plain": "7"}, "usage": {"wall_ms": 1}, "state": "kept",
+                "display": [] if req["code"] == "events:display-only" else [FIG],
+                "value": {"text/plain": "7"}, "usage": {"wall_ms": 1}, "state": "kept",
                 "execution_count": 3}})
         elif op == "close":
             out({"id": i, "ok": True})
@@ -69,6 +70,11 @@ class ReplayTest(unittest.TestCase):
         # With display events on the wire, the figure arrives between the
         # outputs it was shown between, and not again from the result.
         ex, calls = self.run_code("events:display")
+        self.check(ex, calls, ["out", "figure", "out", "main"])
+
+    def test_display_event_only(self) -> None:
+        # Figures that came only as events stay in the results.
+        ex, calls = self.run_code("events:display-only")
         self.check(ex, calls, ["out", "figure", "out", "main"])
 
     def test_no_display_event(self) -> None:

@@ -125,6 +125,9 @@ class AsyncSandbox:
 
     close = kill
 
+    async def interrupt(self) -> bool:
+        return await _thread(self._sbx.interrupt)
+
     async def is_running(self) -> bool:
         return await _thread(self._sbx.is_running)
 

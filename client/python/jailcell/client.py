@@ -172,6 +172,12 @@ class Client:
         """POST /v1/sessions/{id}/rollback: back to the snapshot, in place."""
         return self._json("POST", self._session_path(session_id, "rollback"))
 
+    def interrupt(self, session_id: str) -> bool:
+        """POST /v1/sessions/{id}/interrupt: send the running cell a
+        KeyboardInterrupt, as Jupyter's interrupt. True if a cell was
+        running; its own exec() then returns an error result, state kept."""
+        return bool(self._json("POST", self._session_path(session_id, "interrupt")).get("interrupted"))
+
     def metrics(self) -> str:
         """GET /metrics: Prometheus text."""
         status, _, body = self._request("GET", "/metrics")
@@ -219,6 +225,9 @@ class Session:
     def rollback(self) -> Dict[str, Any]:
         self.info = self.client.rollback(self.id)
         return self.info
+
+    def interrupt(self) -> bool:
+        return self.client.interrupt(self.id)
 
     def close(self) -> None:
         self.client.close(self.id)

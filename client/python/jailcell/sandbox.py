@@ -234,6 +234,12 @@ class Sandbox:
             return False
         return any(s.get("session") == self.sandbox_id for s in self.transport.call("sessions", {}).get("sessions") or [])
 
+    def interrupt(self) -> bool:
+        """Send the running cell a KeyboardInterrupt, as Jupyter's
+        interrupt: its run_code returns with error KeyboardInterrupt and
+        the kernel's variables kept. True if a cell was running."""
+        return bool(self._call("interrupt", {}).get("interrupted"))
+
     # Session operations jailcell adds (docs/hibernate.md).
 
     def snapshot(self) -> Dict[str, Any]:

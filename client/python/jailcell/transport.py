@@ -99,7 +99,7 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 # Ops with a route of their own and no body: POST /v1/sessions/{id}/<op>.
-_LIFE_OPS = ("hibernate", "restore", "fork", "snapshot", "rollback")
+_LIFE_OPS = ("hibernate", "restore", "fork", "snapshot", "rollback", "interrupt")
 
 
 class SocketTransport(Transport):

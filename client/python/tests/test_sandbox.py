@@ -18,11 +18,12 @@ import asyncio
 import base64
 import json
 import os
+import threading
 import unittest
 from typing import Any, List, Optional, Tuple
 
 import jailcell
-from jailcell import (AsyncSandbox, BadRequestError, ExecutionError, JailcellError, JsonLinesTransport,
+from jailcell import (AsyncSandbox, BadRequestError, Execution, ExecutionError, JailcellError, JsonLinesTransport,
                       NotFoundError, Result, Sandbox, SocketTransport, Transport)
 
 SOCKET = os.environ.get("JAILCELL_SOCKET")
@@ -183,6 +184,38 @@ class _Cases:
         ex = sbx.run_code("import time\ntime.sleep(30)", timeout=1)
         self.assertEqual(ex.status, "timeout")
         self.assertIn("time", ex.limits)
+
+    def test_interrupt(self) -> None:
+        sbx = self.sandbox()
+        sbx.run_code("kept = 'yes'")
+        ready = threading.Event()
+        done: List[Execution] = []
+        runner = threading.Thread(target=lambda: done.append(sbx.run_code(
+            "import time\nprint('ready', flush=True)\ntime.sleep(600)", on_stdout=lambda _: ready.set())))
+        runner.start()
+        try:
+            self.assertTrue(ready.wait(60), "the cell did not start")
+            try:
+                interrupted = sbx.interrupt()
+            except (BadRequestError, NotFoundError) as e:
+                # A jailcell from before the interrupt op: it refuses the
+                # op by name (and the cell is ended by kill below).
+                self.assertIn("interrupt", e.message)
+                sbx.kill()
+                runner.join(60)
+                return
+            self.assertTrue(interrupted)
+            runner.join(60)
+            self.assertEqual(len(done), 1, "run_code did not return after the interrupt")
+            ex = done[0]
+            self.assertEqual((ex.status, ex.error.name if ex.error else None, ex.state),
+                             ("error", "KeyboardInterrupt", "kept"))
+            self.assertEqual(sbx.run_code("kept").text, "'yes'")
+            self.assertTrue(not sbx.interrupt())  # nothing is running now
+        finally:
+            if runner.is_alive():
+                sbx.kill()
+                runner.join(60)
 
     @unittest.skipUnless(FIXER, "JAILCELL_FIXER is not set: the jailcell under test has no fixer")
     def test_fix_and_retry(self) -> None:

@@ -10,7 +10,7 @@ LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/jailcell
 ROOTFS_BASE ?= /var/lib/jailcell/rootfs
 APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certificates python3-matplotlib python3-pandas python3-ipython python3-ipykernel python3-jupyter-client \
-	python3 python3-pip python3-venv python3-setuptools python3-wheel curl systemd
+	python3 python3-pip python3-venv python3-setuptools python3-wheel python3-mypy curl systemd
 TEST_TIMEOUT ?= 25m
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system

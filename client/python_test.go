@@ -465,3 +465,66 @@ func TestPythonReadsEveryResultField(t *testing.T) {
 		}
 	}
 }
+
+// TestPythonTyped checks the package is typed for its users: mypy --strict
+// passes on the package, and a program using the installed package is
+// checked against its types (py.typed is shipped): a correct use passes, a
+// wrong one is caught.
+func TestPythonTyped(t *testing.T) {
+	if out, err := exec.Command("/usr/bin/python3", "-m", "mypy", "--version").CombinedOutput(); err != nil {
+		t.Skipf("host lacks python3-mypy (make deps installs it): %v\n%s", err, out)
+	}
+	python := installPython(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.py")
+	bad := filepath.Join(dir, "bad.py")
+	writeFile(t, good, `from typing import List, Optional
+from jailcell import AsyncSandbox, Execution, Result, Sandbox
+
+
+def use(sbx: Sandbox) -> Optional[str]:
+    seen: List[Result] = []
+    ex: Execution = sbx.run_code("1", on_stdout=print, on_result=seen.append, timeout=5)
+    png: Optional[str] = ex.results[0].png if ex.results else None
+    return ex.text or png or (ex.error.traceback if ex.error else None)
+
+
+async def use_async(sbx: AsyncSandbox) -> bytes:
+    data = await sbx.files.read("x", format="bytes")
+    return data if isinstance(data, bytes) else data.encode()
+`)
+	writeFile(t, bad, `from jailcell import Sandbox
+
+
+def use(sbx: Sandbox) -> int:
+    return sbx.run_code("1").text
+`)
+	src, err := filepath.Abs(filepath.Join("python", "jailcell"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "mypy-cache")
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+		want string
+	}{
+		{[]string{"--strict", src}, true, "Success"},
+		{[]string{"--strict", good}, true, "Success"},
+		{[]string{"--strict", bad}, false, `Incompatible return value type (got "Optional[str]", expected "int")`},
+	} {
+		cmd := exec.Command(python, append([]string{"-m", "mypy", "--cache-dir", cache}, tc.args...)...)
+		cmd.Dir, cmd.Env = dir, pipEnv()
+		out, err := cmd.CombinedOutput()
+		if (err == nil) != tc.ok || !strings.Contains(string(out), tc.want) {
+			t.Errorf("mypy %s: %v, want ok=%v and %q:\n%s", strings.Join(tc.args, " "), err, tc.ok, tc.want, out)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

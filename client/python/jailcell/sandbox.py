@@ -140,9 +140,11 @@ class Sandbox:
             print(sbx.run_code("x + 1").text)        # 42
 
     socket: a `jailcell serve` socket path; command: start a private
-    `jailcell json` (e.g. ["jailcell", "json"]) for this sandbox alone;
-    transport: a transport shared with other sandboxes (not closed by
-    kill). The rest shape the session: ttl (idle seconds), policy (a
+    `jailcell json` (e.g. ["jailcell", "json"]) for this sandbox alone
+    (one jailcell process per state directory: for several sandboxes,
+    share one JsonLinesTransport, or give each command its own
+    --state-dir); transport: a transport shared with other sandboxes (not
+    closed by kill). The rest shape the session: ttl (idle seconds), policy (a
     configured name), limits (tighten the policy: {"memory_bytes": ...}),
     persist, requirements, max_lifetime (seconds)."""
 

@@ -9,7 +9,7 @@ import os
 import threading
 import unittest
 
-from jailcell_client import Client, JailcellError
+from jailcell_client import Client, JailcellError  # the single-file name, kept
 
 SOCKET = os.environ.get("JAILCELL_SOCKET")
 

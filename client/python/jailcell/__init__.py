@@ -1,0 +1,31 @@
+"""jailcell: run Python cells in OS-isolated sandboxes.
+
+    from jailcell import Sandbox
+
+    with Sandbox() as sbx:                   # `jailcell serve` at JAILCELL_SOCKET or /run/jailcell/jailcell.sock
+        sbx.run_code("x = 41")
+        print(sbx.run_code("x + 1").text)    # 42
+
+Sandbox(command=["jailcell", "json"]) speaks to a private `jailcell json`
+subprocess instead of the service; AsyncSandbox is the asyncio face of
+Sandbox; Client is the service's routes one to one, returning dicts.
+"""
+
+from .aio import AsyncFiles, AsyncSandbox
+from .client import Client, Session
+from .errors import (BadRequestError, BusyError, ForbiddenError, InternalError, JailcellError, LimitError,
+                     NotFoundError, UnavailableError)
+from .models import Attempt, EntryInfo, Execution, ExecutionError, FileChange, Logs, Result
+from .sandbox import Files, Sandbox
+from .transport import DEFAULT_SOCKET, JsonLinesTransport, SocketTransport, Transport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Sandbox", "AsyncSandbox", "Files", "AsyncFiles",
+    "Execution", "Result", "Logs", "ExecutionError", "FileChange", "EntryInfo", "Attempt",
+    "Transport", "SocketTransport", "JsonLinesTransport", "DEFAULT_SOCKET",
+    "Client", "Session",
+    "JailcellError", "BadRequestError", "NotFoundError", "LimitError", "BusyError", "UnavailableError",
+    "InternalError", "ForbiddenError",
+]

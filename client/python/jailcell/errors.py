@@ -1,0 +1,89 @@
+"""One exception class per wire error code (docs/service.md, "Errors").
+
+A cell that raises is not an error of the call: its exception is
+Execution.error. These are for what jailcell itself refused or could not do.
+"""
+
+from typing import Dict, Optional, Type
+
+__all__ = [
+    "JailcellError",
+    "BadRequestError",
+    "NotFoundError",
+    "LimitError",
+    "BusyError",
+    "UnavailableError",
+    "InternalError",
+    "ForbiddenError",
+    "error_for",
+]
+
+
+class JailcellError(Exception):
+    """An error answered by jailcell: code is the wire code, status the
+    HTTP status (0 through `jailcell json`, which has none)."""
+
+    code = "internal"
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__("%s: %s" % (code, message))
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class BadRequestError(JailcellError):
+    """bad_request: the request is wrong; the message names the field."""
+
+    code = "bad_request"
+
+
+class NotFoundError(JailcellError):
+    """not_found: no such session (closed, expired, another user's) or file."""
+
+    code = "not_found"
+
+
+class LimitError(JailcellError):
+    """limit: a configured ceiling (live sessions, sizes) was reached."""
+
+    code = "limit"
+
+
+class BusyError(JailcellError):
+    """busy: the session is running another cell (cells never queue)."""
+
+    code = "busy"
+
+
+class UnavailableError(JailcellError):
+    """unavailable: no sandbox could be built, the service is shutting down,
+    or the transport is gone (socket refused, `jailcell json` exited)."""
+
+    code = "unavailable"
+
+
+class InternalError(JailcellError):
+    """internal: a bug in jailcell, or an answer this client cannot read."""
+
+    code = "internal"
+
+
+class ForbiddenError(JailcellError):
+    """forbidden: the caller's uid and groups may not use the socket."""
+
+    code = "forbidden"
+
+
+_BY_CODE: Dict[str, Type[JailcellError]] = {
+    c.code: c
+    for c in (BadRequestError, NotFoundError, LimitError, BusyError, UnavailableError, InternalError, ForbiddenError)
+}
+
+
+def error_for(status: int, code: Optional[str], message: Optional[str]) -> JailcellError:
+    """The exception for a wire error; an unknown code is a JailcellError
+    that keeps it, so a newer server's code is not lost."""
+    code = code or "internal"
+    cls = _BY_CODE.get(code, JailcellError)
+    return cls(status, code, message or "no error message")

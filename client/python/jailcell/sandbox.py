@@ -1,0 +1,288 @@
+"""Sandbox: one jailcell session, with the surface of E2B's code-interpreter
+SDK (run_code, files, kill), over either transport."""
+
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from .errors import BadRequestError, NotFoundError
+from .models import EntryInfo, Execution, Result
+from .transport import DEFAULT_TIMEOUT, Transport, transport_for
+
+__all__ = ["Sandbox", "Files", "OutputHandler"]
+
+OutputHandler = Callable[[str], Any]
+ResultHandler = Callable[[Result], Any]
+
+Data = Union[str, bytes, bytearray, memoryview]
+
+
+def _bytes(data: Data) -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    return bytes(data)
+
+
+def _exec_fields(code: str, session: Optional[str], timeout: Optional[float], files: Optional[Dict[str, Data]],
+                 fix_attempts: Optional[int], force: bool, snapshot: bool, policy: Optional[str]) -> Dict[str, Any]:
+    if not isinstance(code, str) or not code:
+        raise BadRequestError(0, "bad_request", "code must be a non-empty string of Python source")
+    fields: Dict[str, Any] = {"code": code, "session": session}
+    if timeout is not None:
+        fields["timeout_s"] = float(timeout)
+    if files:
+        fields["files"] = [{"path": p, "data": _bytes(d)} for p, d in files.items()]
+    if fix_attempts is not None:
+        if not isinstance(fix_attempts, int) or fix_attempts < 1:
+            raise BadRequestError(0, "bad_request", "fix_attempts = %r: must be an integer >= 1 (every run counts, "
+                                                    "the first included)" % (fix_attempts,))
+        fields["fix"] = {"max_attempts": fix_attempts}
+    if force:
+        fields["force"] = True
+    if snapshot:
+        fields["snapshot"] = True
+    if policy is not None:
+        fields["policy"] = policy
+    return fields
+
+
+class _Collector:
+    """Turns an exec's streamed events into callbacks and logs. Figures
+    reach on_result as they are displayed when the wire has display events;
+    otherwise the final result's displays are handed over at the end. The
+    last expression's value always comes last."""
+
+    def __init__(self, on_stdout: Optional[OutputHandler], on_stderr: Optional[OutputHandler],
+                 on_result: Optional[ResultHandler]) -> None:
+        self.on_stdout, self.on_stderr, self.on_result = on_stdout, on_stderr, on_result
+        self.stdout: List[str] = []
+        self.stderr: List[str] = []
+        self.shown: List[Result] = []  # from display events
+
+    def event(self, ev: Dict[str, Any]) -> None:
+        kind = ev.get("event")
+        if kind == "stdout" or kind == "stderr":
+            text = ev.get("text")
+            if not isinstance(text, str):
+                return
+            (self.stdout if kind == "stdout" else self.stderr).append(text)
+            cb = self.on_stdout if kind == "stdout" else self.on_stderr
+            if cb is not None:
+                cb(text)
+        elif kind == "display":
+            item = ev.get("display")
+            if isinstance(item, dict):
+                r = Result.from_display(item)
+                self.shown.append(r)
+                if self.on_result is not None:
+                    self.on_result(r)
+
+    def finish(self, resp: Dict[str, Any]) -> Execution:
+        ex = Execution.from_response(resp, self.stdout, self.stderr)
+        if self.shown and not any(not r.is_main_result for r in ex.results):
+            # The figures came only as events: keep them in the results.
+            ex.results[:0] = self.shown
+        if self.on_result is not None:
+            for r in ex.results:
+                if r.is_main_result or not self.shown:
+                    self.on_result(r)
+        return ex
+
+
+class Files:
+    """The session's working directory (/work): sandbox.files."""
+
+    def __init__(self, sandbox: "Sandbox") -> None:
+        self._sbx = sandbox
+
+    def write(self, path: str, data: Data) -> EntryInfo:
+        """Write data (str as UTF-8, or bytes) to path, relative to the
+        working directory; parent directories are made."""
+        resp = self._sbx._call("upload", {"path": path, "data": _bytes(data)})
+        size = resp.get("size")
+        return EntryInfo(name=path.rsplit("/", 1)[-1], path=path, size=size if isinstance(size, int) else 0,
+                         is_dir=False, mtime="")
+
+    def read(self, path: str, format: str = "text") -> Union[str, bytes]:
+        """The file's content: format "text" (UTF-8, the default) or "bytes"."""
+        if format not in ("text", "bytes"):
+            raise BadRequestError(0, "bad_request", "format = %r: allowed \"text\" or \"bytes\"" % (format,))
+        got = self._sbx._call("download", {"path": path}).get("data", b"")
+        data = got if isinstance(got, bytes) else bytes(got)
+        return data.decode("utf-8") if format == "text" else data
+
+    def list(self, path: str = "") -> List[EntryInfo]:
+        """The files and directories under path ("" or "." for all)."""
+        prefix = path.strip("/")
+        if prefix in ("", "."):
+            prefix = ""
+        out = []
+        for e in self._sbx._call("files", {}).get("files") or []:
+            p = e.get("path", "")
+            if prefix and p != prefix and not p.startswith(prefix + "/"):
+                continue
+            out.append(EntryInfo(name=p.rsplit("/", 1)[-1], path=p, size=int(e.get("size", 0)),
+                                 is_dir=bool(e.get("dir")), mtime=str(e.get("mtime", ""))))
+        return out
+
+    def exists(self, path: str) -> bool:
+        try:
+            self._sbx._call("download", {"path": path})
+            return True
+        except NotFoundError:
+            return False
+
+
+class Sandbox:
+    """A jailcell session: a stateful Python kernel in its own sandbox.
+
+        with Sandbox() as sbx:                       # JAILCELL_SOCKET or /run/jailcell/jailcell.sock
+            sbx.run_code("x = 41")
+            print(sbx.run_code("x + 1").text)        # 42
+
+    socket: a `jailcell serve` socket path; command: start a private
+    `jailcell json` (e.g. ["jailcell", "json"]) for this sandbox alone
+    (one jailcell process per state directory: for several sandboxes,
+    share one JsonLinesTransport, or give each command its own
+    --state-dir); transport: a transport shared with other sandboxes (not
+    closed by kill). The rest shape the session: ttl (idle seconds), policy (a
+    configured name), limits (tighten the policy: {"memory_bytes": ...}),
+    persist, requirements, max_lifetime (seconds)."""
+
+    def __init__(self, socket: Optional[str] = None, *, command: Optional[Sequence[str]] = None,
+                 transport: Optional[Transport] = None, ttl: Optional[float] = None, policy: Optional[str] = None,
+                 limits: Optional[Dict[str, Any]] = None, persist: Optional[str] = None,
+                 requirements: Optional[List[str]] = None, max_lifetime: Optional[float] = None,
+                 request_timeout: float = DEFAULT_TIMEOUT) -> None:
+        if transport is not None and (socket is not None or command is not None):
+            raise BadRequestError(0, "bad_request", "give transport, or socket or command; not both")
+        if transport is None:
+            transport, self._owns_transport = transport_for(socket, command, request_timeout)
+        else:
+            self._owns_transport = False
+        self.transport = transport
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self.info: Dict[str, Any] = transport.call("create", {
+                "ttl_s": ttl, "policy": policy, "limits": limits, "persist": persist,
+                "requirements": requirements, "max_lifetime_s": max_lifetime})
+        except BaseException:
+            if self._owns_transport:
+                transport.close()
+            raise
+        self.files = Files(self)
+
+    @classmethod
+    def create(cls, *args: Any, **kwargs: Any) -> "Sandbox":
+        """The same as Sandbox(...), E2B's spelling."""
+        return cls(*args, **kwargs)
+
+    @property
+    def sandbox_id(self) -> str:
+        """The session's id."""
+        return str(self.info["session"])
+
+    id = sandbox_id
+
+    def __repr__(self) -> str:
+        return "Sandbox(%s via %r)" % (self.info.get("session"), self.transport)
+
+    def _call(self, op: str, fields: Dict[str, Any], on_event: Optional[Callable[[Dict[str, Any]], None]] = None
+              ) -> Dict[str, Any]:
+        fields = dict(fields)
+        fields["session"] = self.sandbox_id
+        return self.transport.call(op, fields, on_event)
+
+    def run_code(self, code: str, on_stdout: Optional[OutputHandler] = None,
+                 on_stderr: Optional[OutputHandler] = None, on_result: Optional[ResultHandler] = None,
+                 timeout: Optional[float] = None, *, files: Optional[Dict[str, Data]] = None,
+                 fix_attempts: Optional[int] = None, force: bool = False, snapshot: bool = False) -> Execution:
+        """Run a cell in this sandbox's kernel; variables persist between
+        calls. on_stdout/on_stderr get output as it is printed, on_result
+        each figure or display() as it is shown and the last expression's
+        value last. timeout: the cell's limit in seconds (default: the
+        policy's). files: {path: data} placed first. fix_attempts: run up to
+        this many times, asking the configured fixer for new code after an
+        error (docs/workflow.md); force: run even if failure memory would
+        skip it; snapshot: save the session first, the target of rollback().
+
+        An exception in the cell is Execution.error, not raised; errors of
+        jailcell itself (busy, not_found, ...) raise JailcellError."""
+        c = _Collector(on_stdout, on_stderr, on_result)
+        fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None)
+        return c.finish(self.transport.call("exec", fields, c.event))
+
+    def kill(self) -> bool:
+        """End the session now (a running cell is killed with it). True if
+        it was live, False if it had already ended (closed or expired)."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._closed = True
+        try:
+            self._call("close", {})
+            return True
+        except NotFoundError:
+            return False
+        finally:
+            if self._owns_transport:
+                self.transport.close()
+
+    close = kill
+
+    def is_running(self) -> bool:
+        """Whether the session is still live."""
+        if self._closed:
+            return False
+        return any(s.get("session") == self.sandbox_id for s in self.transport.call("sessions", {}).get("sessions") or [])
+
+    def interrupt(self) -> bool:
+        """Send the running cell a KeyboardInterrupt, as Jupyter's
+        interrupt: its run_code returns with error KeyboardInterrupt and
+        the kernel's variables kept. True if a cell was running."""
+        return bool(self._call("interrupt", {}).get("interrupted"))
+
+    # Session operations jailcell adds (docs/hibernate.md).
+
+    def snapshot(self) -> Dict[str, Any]:
+        """Save the kernel and files as the rollback target."""
+        self.info = self._call("snapshot", {})
+        return self.info
+
+    def rollback(self) -> Dict[str, Any]:
+        """Return to the snapshot, in place."""
+        self.info = self._call("rollback", {})
+        return self.info
+
+    def hibernate(self) -> Dict[str, Any]:
+        self.info = self._call("hibernate", {})
+        return self.info
+
+    def restore(self) -> Dict[str, Any]:
+        self.info = self._call("restore", {})
+        return self.info
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill()
+
+    @staticmethod
+    def run_once(code: str, *, socket: Optional[str] = None, command: Optional[Sequence[str]] = None,
+                 transport: Optional[Transport] = None, timeout: Optional[float] = None,
+                 files: Optional[Dict[str, Data]] = None, policy: Optional[str] = None,
+                 fix_attempts: Optional[int] = None, on_stdout: Optional[OutputHandler] = None,
+                 on_stderr: Optional[OutputHandler] = None, on_result: Optional[ResultHandler] = None) -> Execution:
+        """One cell in a fresh sandbox that ends with it; the files it made
+        come back in Execution.files with their data."""
+        own = transport is None
+        if transport is None:
+            transport, _ = transport_for(socket, command, DEFAULT_TIMEOUT)
+        try:
+            c = _Collector(on_stdout, on_stderr, on_result)
+            fields = _exec_fields(code, None, timeout, files, fix_attempts, False, False, policy)
+            return c.finish(transport.call("exec", fields, c.event))
+        finally:
+            if own:
+                transport.close()

@@ -1,0 +1,444 @@
+"""The two ways to reach jailcell: the service's Unix socket (`jailcell
+serve`, HTTP/1.1) and a `jailcell json` subprocess (JSON lines on its
+stdin/stdout). Both take the same wire requests (an op and its fields) and
+give back the same response objects, so everything above is written once.
+
+Every read of what jailcell sends is bounded: a line or body may hold at
+most MAX_LINE bytes.
+"""
+
+import base64
+import collections
+import http.client
+import itertools
+import json
+import os
+import queue
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+from typing import IO, Any, Callable, Deque, Dict, Optional, Sequence, Tuple, Union
+
+from .errors import InternalError, JailcellError, UnavailableError, error_for
+
+__all__ = ["Transport", "SocketTransport", "JsonLinesTransport", "DEFAULT_SOCKET", "MAX_LINE"]
+
+DEFAULT_SOCKET = "/run/jailcell/jailcell.sock"
+
+# Bounds what one response line or body may hold: a result with its files,
+# base64 (the service's own bound on a JSON body is 32 MiB; a one-shot
+# result may carry up to the policy's return_file_bytes).
+MAX_LINE = 400 << 20
+
+# Default bound, in seconds, on one call: above the longest cell a policy
+# allows (max_timeout, 10 min by default).
+DEFAULT_TIMEOUT = 900.0
+
+Event = Dict[str, Any]
+OnEvent = Callable[[Event], None]
+
+
+def _encode(obj: Any) -> Any:
+    """json.dumps default: bytes travel as standard base64."""
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(obj)).decode("ascii")
+    raise TypeError("cannot send %s as JSON" % type(obj).__name__)
+
+
+def _decode(status: int, data: bytes) -> Dict[str, Any]:
+    """A response object; an error response raises its exception class."""
+    try:
+        msg = json.loads(data)
+    except ValueError:
+        raise InternalError(status, "internal", "response is not JSON: %r" % data[:200])
+    if not isinstance(msg, dict):
+        raise InternalError(status, "internal", "response is not a JSON object: %r" % data[:200])
+    return _checked(status, msg)
+
+
+def _checked(status: int, msg: Dict[str, Any]) -> Dict[str, Any]:
+    if not msg.get("ok"):
+        err = msg.get("error")
+        if not isinstance(err, dict):
+            err = {}
+        raise error_for(status, err.get("code"), err.get("message"))
+    return msg
+
+
+class Transport:
+    """What Sandbox needs from a way to reach jailcell."""
+
+    def call(self, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent] = None) -> Dict[str, Any]:
+        """Send one request (op and its wire fields; bytes values are sent
+        as base64) and return its response object; on_event, for an exec,
+        receives the streamed events first. A download's "data" is bytes."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the transport holds."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over AF_UNIX: the host part of the URL is ignored."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("jailcell", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self._path)
+        except OSError as e:
+            s.close()
+            raise UnavailableError(0, "unavailable", "connect to %s: %s" % (self._path, e)) from e
+        self.sock = s
+
+
+# Ops with a route of their own and no body: POST /v1/sessions/{id}/<op>.
+_LIFE_OPS = ("hibernate", "restore", "fork", "snapshot", "rollback", "interrupt")
+
+
+class SocketTransport(Transport):
+    """`jailcell serve` on its Unix socket. Each call uses its own
+    connection, so one transport may be shared between threads."""
+
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return "SocketTransport(%r)" % self.socket_path
+
+    def request(self, method: str, path: str, body: Optional[bytes] = None,
+                headers: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, str], bytes]:
+        """One raw HTTP exchange: status, headers (lower-case names), body."""
+        conn = _UnixConnection(self.socket_path, self.timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            data = resp.read(MAX_LINE + 1)
+            if len(data) > MAX_LINE:
+                raise InternalError(resp.status, "internal", "response body over %d bytes" % MAX_LINE)
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _session_path(session: Any, *rest: str) -> str:
+        if not isinstance(session, str) or not session:
+            raise BadRequest("this op needs a session id")
+        p = "/v1/sessions/" + urllib.parse.quote(session, safe="")
+        for r in rest:
+            p += "/" + r
+        return p
+
+    def call(self, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent] = None) -> Dict[str, Any]:
+        fields = {k: v for k, v in fields.items() if v is not None}
+        session = fields.pop("session", None)
+        if op == "ping":
+            return self._json("GET", "/healthz")
+        if op == "sessions":
+            return self._json("GET", "/v1/sessions")
+        if op == "create":
+            return self._json("POST", "/v1/sessions", fields)
+        if op == "close":
+            return self._json("DELETE", self._session_path(session))
+        if op == "files":
+            return self._json("GET", self._session_path(session, "files"))
+        if op in _LIFE_OPS:
+            return self._json("POST", self._session_path(session, op))
+        if op == "upload":
+            data = fields.get("data", b"")
+            if isinstance(data, str):
+                data = data.encode()
+            status, _, body = self.request("PUT", self._file_path(session, fields.get("path")), bytes(data),
+                                           {"Content-Type": "application/octet-stream"})
+            return _decode(status, body)
+        if op == "download":
+            status, hdrs, body = self.request("GET", self._file_path(session, fields.get("path")))
+            if status != 200:
+                _decode(status, body)
+                raise InternalError(status, "internal", "download answered %d without an error" % status)
+            return {"ok": True, "path": fields.get("path"), "data": body, "size": len(body),
+                    "sha256": hdrs.get("x-jailcell-sha256", "")}
+        if op == "exec":
+            path = self._session_path(session, "exec") if session else "/v1/exec"
+            fields.pop("stream", None)
+            return self._exec(path, fields, on_event)
+        raise BadRequest("op %r has no route on the service's socket; allowed: ping, sessions, create, close, "
+                         "exec, upload, download, files, %s" % (op, ", ".join(_LIFE_OPS)))
+
+    @staticmethod
+    def _file_path(session: Any, path: Any) -> str:
+        if not isinstance(path, str) or not path:
+            raise BadRequest("a file op needs a path relative to the working directory")
+        return SocketTransport._session_path(session, "files", urllib.parse.quote(path))
+
+    def _json(self, method: str, path: str, payload: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        body, headers = None, {}
+        if payload is not None:
+            body = json.dumps(payload, default=_encode).encode()
+            headers["Content-Type"] = "application/json"
+        status, _, data = self.request(method, path, body, headers)
+        return _decode(status, data)
+
+    def _exec(self, path: str, payload: Dict[str, Any], on_event: Optional[OnEvent]) -> Dict[str, Any]:
+        body = json.dumps(payload, default=_encode).encode()
+        conn = _UnixConnection(self.socket_path, self.timeout)
+        try:
+            conn.request("POST", path, body=body, headers={
+                "Content-Type": "application/json", "Accept": "application/x-ndjson"})
+            resp = conn.getresponse()
+            if not (resp.getheader("Content-Type") or "").startswith("application/x-ndjson"):
+                # Refused before any output: a plain JSON error (or answer).
+                return _decode(resp.status, resp.read(MAX_LINE))
+            while True:
+                line = resp.readline(MAX_LINE + 1)
+                if not line:
+                    raise InternalError(resp.status, "internal", "stream ended before the result")
+                if len(line) > MAX_LINE and not line.endswith(b"\n"):
+                    raise InternalError(resp.status, "internal", "streamed line over %d bytes" % MAX_LINE)
+                if not line.strip():
+                    continue
+                msg = json.loads(line)
+                if isinstance(msg, dict) and "event" in msg:
+                    if on_event is not None:
+                        on_event(msg)
+                    continue
+                return _decode(resp.status, line)
+        finally:
+            conn.close()
+
+
+def BadRequest(message: str) -> JailcellError:
+    """A request this client refuses before sending it."""
+    return error_for(0, "bad_request", message)
+
+
+class _Pending:
+    __slots__ = ("q",)
+
+    def __init__(self) -> None:
+        self.q: "queue.Queue[Union[Event, BaseException]]" = queue.Queue()
+
+
+class JsonLinesTransport(Transport):
+    """A `jailcell json` subprocess, spoken to in JSON lines. Requests run
+    at once on jailcell's side and answers are matched by id, so one
+    transport may be shared between threads and sandboxes. Closing it
+    closes jailcell's stdin: jailcell answers what is running, closes the
+    sessions it made and exits.
+
+        t = JsonLinesTransport(["jailcell", "json"])
+    """
+
+    def __init__(self, command: Sequence[str] = ("jailcell", "json"), *, env: Optional[Dict[str, str]] = None,
+                 timeout: float = DEFAULT_TIMEOUT, stderr: Optional[IO[bytes]] = None,
+                 max_line: int = MAX_LINE) -> None:
+        # stderr: where jailcell's log goes; by default its last 64 KiB are
+        # kept and quoted if the process dies. max_line bounds one line
+        # read from jailcell.
+        self.command = list(command)
+        self.timeout = timeout
+        self.max_line = max_line
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()  # guards _pending, _dead, _tail
+        # Writes have their own lock: a write may block while jailcell
+        # pauses reading (too much in flight), and the reader must still
+        # be able to hand out the answers that unblock it.
+        self._wlock = threading.Lock()
+        self._pending: Dict[int, _Pending] = {}
+        self._dead: Optional[JailcellError] = None
+        self._tail: Deque[bytes] = collections.deque()
+        self._tail_len = 0
+        try:
+            self._proc = subprocess.Popen(
+                self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=stderr if stderr is not None else subprocess.PIPE, env=env)
+        except OSError as e:
+            raise UnavailableError(0, "unavailable", "start %s: %s" % (" ".join(self.command), e)) from e
+        self._reader = threading.Thread(target=self._read, name="jailcell-json-reader", daemon=True)
+        self._reader.start()
+        self._err_reader: Optional[threading.Thread] = None
+        if stderr is None:
+            self._err_reader = threading.Thread(target=self._read_stderr, name="jailcell-json-stderr", daemon=True)
+            self._err_reader.start()
+
+    def __repr__(self) -> str:
+        return "JsonLinesTransport(%r)" % (self.command,)
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def stderr_tail(self) -> str:
+        """The last 64 KiB jailcell wrote to its stderr (when not redirected)."""
+        with self._lock:
+            return b"".join(self._tail).decode("utf-8", "replace")
+
+    def _read_stderr(self) -> None:
+        err = self._proc.stderr
+        assert err is not None
+        while True:
+            chunk: bytes = err.read1(4096)  # type: ignore[attr-defined]
+            if not chunk:
+                return
+            with self._lock:
+                self._tail.append(chunk)
+                self._tail_len += len(chunk)
+                while self._tail_len > 64 << 10 and len(self._tail) > 1:
+                    self._tail_len -= len(self._tail.popleft())
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        why = "jailcell json closed its stdout"
+        try:
+            while True:
+                line = self._proc.stdout.readline(self.max_line + 1)
+                if not line:
+                    break
+                if len(line) > self.max_line and not line.endswith(b"\n"):
+                    why = "jailcell json sent a line over %d bytes" % self.max_line
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    why = "jailcell json sent a line that is not JSON: %r" % line[:200]
+                    break
+                rid = msg.get("id") if isinstance(msg, dict) else None
+                if not isinstance(rid, int):
+                    continue  # not an answer to us: our ids are integers
+                with self._lock:
+                    p = self._pending.get(rid)
+                if p is not None:
+                    # Unbounded on purpose: jailcell bounds what one cell
+                    # may print (the policy's output_bytes), and a bounded
+                    # queue here would stall every other request's answers.
+                    p.q.put(msg)
+        except (OSError, ValueError) as e:
+            why = "read from jailcell json: %s" % e
+        self._fail(why)
+
+    def _fail(self, why: str) -> None:
+        if self._err_reader is not None:
+            self._err_reader.join(timeout=2)
+        code = self._proc.poll()
+        if code is None:
+            try:
+                code = self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        msg = why if code is None else "%s (exit status %s)" % (why, code)
+        tail = self.stderr_tail().strip()
+        if tail:
+            msg += "; its log ends: " + tail[-2000:]
+        err = UnavailableError(0, "unavailable", msg)
+        with self._lock:
+            self._dead = err
+            pending, self._pending = self._pending, {}
+        for p in pending.values():
+            p.q.put(err)
+
+    def call(self, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent] = None) -> Dict[str, Any]:
+        rid = next(self._ids)
+        req = {k: v for k, v in fields.items() if v is not None}
+        req["id"], req["op"] = rid, op
+        if op == "exec":
+            req["stream"] = True
+        line = json.dumps(req, default=_encode).encode() + b"\n"
+        p = _Pending()
+        with self._lock:
+            if self._dead is not None:
+                raise self._dead
+            self._pending[rid] = p
+        try:
+            with self._wlock:
+                assert self._proc.stdin is not None
+                self._proc.stdin.write(line)
+                self._proc.stdin.flush()
+        except (OSError, ValueError) as e:
+            with self._lock:
+                self._pending.pop(rid, None)
+                dead = self._dead
+            if dead is not None:
+                raise dead from e
+            raise UnavailableError(0, "unavailable", "write to jailcell json: %s" % e) from e
+        deadline = time.monotonic() + self.timeout
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("jailcell json did not answer %s (id %d) within %gs" % (op, rid, self.timeout))
+                try:
+                    msg = p.q.get(timeout=left)
+                except queue.Empty:
+                    continue
+                if isinstance(msg, BaseException):
+                    raise msg
+                if "event" in msg:
+                    if on_event is not None:
+                        on_event(msg)
+                    continue
+                resp = _checked(0, msg)
+                if op == "download" and isinstance(resp.get("data"), str):
+                    resp["data"] = base64.b64decode(resp["data"])
+                return resp
+        finally:
+            with self._lock:
+                self._pending.pop(rid, None)
+
+    def close(self, wait: float = 30.0) -> None:
+        """Close jailcell's stdin and wait up to wait seconds for it to exit
+        (it closes its sessions first); then kill it."""
+        with self._lock:
+            if self._dead is None:
+                self._dead = UnavailableError(0, "unavailable", "the transport is closed")
+        try:
+            with self._wlock:
+                if self._proc.stdin is not None:
+                    self._proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._reader.join(timeout=5)
+        if self._err_reader is not None:
+            self._err_reader.join(timeout=5)
+        for f in (self._proc.stdout, self._proc.stderr):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self._proc.poll()
+
+    def __enter__(self) -> "JsonLinesTransport":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def transport_for(socket_path: Optional[str], command: Optional[Sequence[str]], timeout: float) -> Tuple[Transport, bool]:
+    """The transport a Sandbox builds for itself, and that it owns it."""
+    if socket_path is not None and command is not None:
+        raise BadRequest("give socket or command, not both: socket is a `jailcell serve`, command starts `jailcell json`")
+    if command is not None:
+        return JsonLinesTransport(command, timeout=timeout), True
+    return SocketTransport(socket_path or _env_socket(), timeout=timeout), True
+
+
+def _env_socket() -> str:
+    return os.environ.get("JAILCELL_SOCKET") or DEFAULT_SOCKET

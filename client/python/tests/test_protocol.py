@@ -1,0 +1,107 @@
+"""Client-side protocol tests that need no jailcell: a small script speaks
+the JSON-lines wire on stdin/stdout, replaying what a `jailcell json` would
+send, so the transport, the event handling and the errors are exercised
+exactly as with the real process. Here: the `display` event (figures reach
+on_result as they are shown, once), bounds and error mapping."""
+
+import sys
+import textwrap
+import unittest
+from typing import Any, List, Tuple
+
+from jailcell import (BusyError, JailcellError, JsonLinesTransport, LimitError, Result, Sandbox,
+                      UnavailableError)
+
+PNG = "iVBORw0KGgo="  # base64 of the PNG magic's first bytes: enough to tell it apart
+
+# Answers create with a session; exec with the events its code names
+# ("events:display" or "events:plain"); any other op with the error code
+# it is named after. Echoes ids; reads until EOF.
+REPLAY = textwrap.dedent('''
+    import json, sys
+    FIG = {"mime": "image/png", "data": %(png)r, "bundle": {"image/png": %(png)r, "text/plain": "<Figure>"}}
+    def out(m):
+        sys.stdout.write(json.dumps(m) + "\\n"); sys.stdout.flush()
+    for line in sys.stdin:
+        req = json.loads(line); i = req["id"]; op = req["op"]
+        if op == "create":
+            out({"id": i, "ok": True, "session": "s" * 32, "state": "ready"})
+        elif op == "exec":
+            out({"id": i, "event": "stdout", "text": "before\\n"})
+            if req["code"].startswith("events:display"):
+                out({"id": i, "event": "display", "display": FIG})
+            out({"id": i, "event": "future-kind", "text": "ignored"})
+            out({"id": i, "event": "stdout", "text": "after\\n"})
+            out({"id": i, "ok": True, "result": {"status": "ok", "stdout": "before\\nafter\\n", "stderr": "",
+                "display": [] if req["code"] == "events:display-only" else [FIG],
+                "value": {"text/plain": "7"}, "usage": {"wall_ms": 1}, "state": "kept",
+                "execution_count": 3}})
+        elif op == "close":
+            out({"id": i, "ok": True})
+        elif op == "huge":
+            sys.stdout.write("x" * int(req["path"])); sys.stdout.flush()
+        else:
+            out({"id": i, "ok": False, "error": {"code": op, "message": "replayed " + op}})
+''') % {"png": PNG}
+
+
+class ReplayTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.t = JsonLinesTransport([sys.executable, "-c", REPLAY], timeout=30)
+        self.addCleanup(self.t.close)
+        self.sbx = Sandbox(transport=self.t)
+
+    def run_code(self, code: str) -> Tuple[Any, List[Tuple[str, Any]]]:
+        calls: List[Tuple[str, Any]] = []
+        ex = self.sbx.run_code(code, on_stdout=lambda s: calls.append(("out", s)),
+                               on_result=lambda r: calls.append(("result", r)))
+        return ex, calls
+
+    def check(self, ex: Any, calls: List[Tuple[str, Any]], want: List[str]) -> None:
+        self.assertEqual([k if k == "out" else ("main" if v.is_main_result else "figure") for k, v in calls], want)
+        figs = [v for k, v in calls if k == "result" and not v.is_main_result]
+        self.assertEqual(len(figs), 1, "the figure must reach on_result exactly once")
+        self.assertIsInstance(figs[0], Result)
+        self.assertEqual((figs[0].png, figs[0].text), (PNG, "<Figure>"))
+        self.assertEqual([r.formats() for r in ex.results], [["text", "png"], ["text"]])
+        self.assertEqual((ex.text, ex.execution_count, ex.logs.stdout), ("7", 3, ["before\n", "after\n"]))
+
+    def test_display_event(self) -> None:
+        # With display events on the wire, the figure arrives between the
+        # outputs it was shown between, and not again from the result.
+        ex, calls = self.run_code("events:display")
+        self.check(ex, calls, ["out", "figure", "out", "main"])
+
+    def test_display_event_only(self) -> None:
+        # Figures that came only as events stay in the results.
+        ex, calls = self.run_code("events:display-only")
+        self.check(ex, calls, ["out", "figure", "out", "main"])
+
+    def test_no_display_event(self) -> None:
+        # Without them (an older jailcell), the result's figures are handed
+        # over at the end, before the value.
+        ex, calls = self.run_code("events:plain")
+        self.check(ex, calls, ["out", "out", "figure", "main"])
+
+    def test_error_classes(self) -> None:
+        for code, cls in (("busy", BusyError), ("limit", LimitError)):
+            with self.assertRaises(cls) as cm:
+                self.t.call(code, {})
+            self.assertEqual((cm.exception.code, cm.exception.message, cm.exception.status), (code, "replayed " + code, 0))
+        with self.assertRaises(JailcellError) as cm2:
+            self.t.call("new_code_from_a_newer_server", {})
+        self.assertEqual(type(cm2.exception), JailcellError)
+        self.assertEqual(cm2.exception.code, "new_code_from_a_newer_server")
+
+    def test_line_bound(self) -> None:
+        t = JsonLinesTransport([sys.executable, "-c", REPLAY], timeout=30, max_line=1 << 10)
+        self.addCleanup(t.close)
+        with self.assertRaises(UnavailableError) as cm:
+            t.call("huge", {"path": str(4 << 10)})  # no newline: the reader stops at the bound
+        self.assertIn("over 1024 bytes", cm.exception.message)
+        with self.assertRaises(UnavailableError):  # the transport is dead after a protocol error
+            Sandbox(transport=t)
+
+
+if __name__ == "__main__":
+    unittest.main()

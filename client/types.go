@@ -162,6 +162,10 @@ type Session struct {
 	Installed []string  `json:"installed,omitempty"`
 	// ForkedFrom is the session this one was forked from.
 	ForkedFrom string `json:"forked_from,omitempty"`
+	// Start says how its kernel started: "template" or "import"; Pooled,
+	// that it waited ready in the warm pool.
+	Start  string `json:"start,omitempty"`
+	Pooled bool   `json:"pooled,omitempty"`
 	// SnapshotAt is when the rollback target was taken (nil: none).
 	SnapshotAt *time.Time `json:"snapshot_at,omitempty"`
 	// StateReason says why a rollback lost the variables.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/policy"
 )
 
 // TestMain removes the real binary the soak built: the daemon's RSS and
@@ -128,6 +129,25 @@ var kinds = []struct {
 		}
 		return ""
 	}}, 2},
+}
+
+// verdictTimeout is the timeout a hostile kind's cells run under (their own,
+// else the policy's), for the verdict latency target; ok is false for the
+// kinds that are not hostile.
+func verdictTimeout(name string) (time.Duration, bool) {
+	for _, k := range kinds {
+		if k.k.name != name {
+			continue
+		}
+		switch name {
+		case "timeout", "forkbomb", "memhog", "exit":
+			if k.k.timeout > 0 {
+				return time.Duration(k.k.timeout) * time.Second, true
+			}
+			return policy.Default().Timeout, true
+		}
+	}
+	return 0, false
 }
 
 func pick(i int) kind {
@@ -391,7 +411,15 @@ func TestSoak(t *testing.T) {
 		kl := st.kindLat[k]
 		sort.Slice(kl, func(i, j int) bool { return kl[i] < kl[j] })
 		if len(kl) > 0 {
-			parts = append(parts, fmt.Sprintf("(latency p50=%s max=%s)", kl[len(kl)/2].Round(time.Millisecond), kl[len(kl)-1].Round(time.Millisecond)))
+			p99 := kl[min(len(kl)-1, int(0.99*float64(len(kl))))]
+			parts = append(parts, fmt.Sprintf("(latency p50=%s p99=%s max=%s)", kl[len(kl)/2].Round(time.Millisecond), p99.Round(time.Millisecond), kl[len(kl)-1].Round(time.Millisecond)))
+			// Issue 19: a hostile cell's verdict comes within its own
+			// timeout and 1 s, not after its kernel's restart. Reported,
+			// not asserted: a measurement on a shared machine.
+			if own, ok := verdictTimeout(k); ok {
+				met := map[bool]string{true: "met", false: "MISSED"}[p99 <= own+time.Second]
+				parts = append(parts, fmt.Sprintf("[verdict p99 target <= %s: %s]", own+time.Second, met))
+			}
 		}
 		fmt.Fprintf(&b, "%-10s %s\n", k, strings.Join(parts, " "))
 	}

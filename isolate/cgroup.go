@@ -19,7 +19,7 @@ type Usage struct {
 	// CPU is user+system CPU time of every task in the sandbox.
 	CPU time.Duration
 	// MemoryPeak is the high-water mark of memory charged to the sandbox
-	// since it started or since the last ResetPeak.
+	// since the last ResetPeak that returned true, else since it started.
 	MemoryPeak int64
 	// MemoryCurrent is the memory charged right now.
 	MemoryCurrent int64
@@ -77,21 +77,55 @@ func (o *openFiles) read(path string) ([]byte, error) {
 	return append([]byte(nil), o.buf[:n]...), nil
 }
 
-// write writes data to path through a cached write-only descriptor.
-func (o *openFiles) write(path string, data []byte) error {
+// readWritten reads path through the read-write descriptor write(path,
+// ..., true) opened, if there is one: reading memory.peak through the fd
+// that reset it gives the peak since that reset (Linux >= 6.12); any
+// other fd gives the lifetime peak.
+func (o *openFiles) readWritten(path string) ([]byte, error) {
 	if o == nil {
+		return os.ReadFile(path)
+	}
+	o.mu.Lock()
+	f, ok := o.files["rw:"+path]
+	if !ok || o.closed {
+		o.mu.Unlock()
+		return o.read(path)
+	}
+	defer o.mu.Unlock()
+	n, err := f.ReadAt(o.buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return append([]byte(nil), o.buf[:n]...), nil
+}
+
+// write writes data to path through a cached write-only descriptor.
+// With readBack the descriptor is opened read-write and kept for
+// readWritten; without a cache (nil or closed), readBack fails, since the
+// write would be lost with its descriptor.
+func (o *openFiles) write(path string, data []byte, readBack bool) error {
+	mode, key := os.O_WRONLY, "w:"+path
+	if readBack {
+		mode, key = os.O_RDWR, "rw:"+path
+	}
+	if o == nil {
+		if readBack {
+			return errors.New("no descriptor cache to read the write back through")
+		}
 		return os.WriteFile(path, data, 0)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
+		if readBack {
+			return errors.New("descriptor cache closed")
+		}
 		return os.WriteFile(path, data, 0)
 	}
-	key := "w:" + path
 	f, ok := o.files[key]
 	if !ok {
 		var err error
-		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err != nil {
+		if f, err = os.OpenFile(path, mode, 0); err != nil {
 			return err
 		}
 		o.files[key] = f
@@ -139,8 +173,10 @@ func (c cgroupFiles) keyed(path, key string) (uint64, bool) {
 	return 0, false
 }
 
-func (c cgroupFiles) single(path string) (uint64, bool) {
-	b, err := c.open.read(path)
+func (c cgroupFiles) single(path string) (uint64, bool) { return c.parse(c.open.read(path)) }
+
+// parse reads a single-value counter file's content.
+func (c cgroupFiles) parse(b []byte, err error) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
@@ -163,7 +199,7 @@ func (c cgroupFiles) read(withMemory bool) Usage {
 			u.CPU = time.Duration(v) * time.Microsecond
 		}
 		if withMemory {
-			if v, ok := c.single(filepath.Join(mem, "memory.peak")); ok {
+			if v, ok := c.parse(c.open.readWritten(filepath.Join(mem, "memory.peak"))); ok {
 				u.MemoryPeak = int64(v)
 			}
 			if v, ok := c.single(filepath.Join(mem, "memory.current")); ok {
@@ -190,14 +226,15 @@ func (c cgroupFiles) read(withMemory bool) Usage {
 	return u
 }
 
-// resetPeak restarts the memory high-water mark, so a cell's peak is its
-// own. v1 resets by writing to max_usage_in_bytes; v2 (>= 6.12) resets per
-// open file of memory.peak, which is kept and read by usage afterwards.
-func (c cgroupFiles) resetPeak() {
+// resetPeak restarts the memory high-water mark, so that the peak usage
+// reads next is the cell's own, and reports whether it could. v1 resets by
+// writing to memory.max_usage_in_bytes. v2 resets memory.peak from Linux
+// 6.12 on, for the one open file that was written to: that descriptor is
+// kept and usage reads the peak through it. Before 6.12 the write fails
+// and the peak stays the sandbox's lifetime peak.
+func (c cgroupFiles) resetPeak() bool {
 	if c.v2 {
-		// Per-fd reset semantics would need the fd kept; the plain file
-		// still gives the peak since start, which bounds the cell's.
-		return
+		return c.open.write(filepath.Join(c.dir("memory"), "memory.peak"), []byte("reset\n"), true) == nil
 	}
-	_ = c.open.write(filepath.Join(c.dir("memory"), "memory.max_usage_in_bytes"), []byte("0"))
+	return c.open.write(filepath.Join(c.dir("memory"), "memory.max_usage_in_bytes"), []byte("0"), false) == nil
 }

@@ -374,9 +374,10 @@ func (s *Sandbox) Usage() Usage { return s.cg.usage() }
 // figures are measured from, read before it runs.
 func (s *Sandbox) Counters() Usage { return s.cg.read(false) }
 
-// ResetPeak restarts the memory high-water mark (cgroup v1; on v2 the peak
-// stays the sandbox's lifetime peak).
-func (s *Sandbox) ResetPeak() { s.cg.resetPeak() }
+// ResetPeak restarts the memory high-water mark that Usage reports and
+// says whether it could: cgroup v1 can, and v2 from Linux 6.12 on; where
+// it cannot, MemoryPeak stays the sandbox's lifetime peak.
+func (s *Sandbox) ResetPeak() bool { return s.cg.resetPeak() }
 
 // Disk is the disk the sandbox runs on.
 func (s *Sandbox) Disk() *Disk { return s.disk }

@@ -146,7 +146,7 @@ default_plan() {
 	cat <<'EOF'
 test/cgroupv2 ^(TestMemoryMaxOOMKillCountedInMemoryEvents|TestPidsMaxForkRefusedCountedInPidsEvents|TestCPUMaxThrottlesCountedInCPUStat|TestIDMappedOverlayCopyUpInUserNamespace)$ 10m
 isolate ^(TestPosture|TestDestroyLeavesNothing|TestDelegateMovesIntoLeaf)$ 10m
-session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells)$ 15m
+session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells|TestPeakMemoryIsPerCell)$ 15m
 EOF
 }
 

@@ -161,11 +161,12 @@ type cell struct {
 	before fileStamps // the workspace before the cell
 
 	// Set by sendCell.
-	o      cellOutcome
-	u0     isolate.Usage    // cgroup counters as the cell began
-	n0     isolate.NetUsage // gateway counters as the cell began
-	hasNet bool
-	wall   time.Duration
+	o        cellOutcome
+	u0       isolate.Usage    // cgroup counters as the cell began
+	n0       isolate.NetUsage // gateway counters as the cell began
+	hasNet   bool
+	cellPeak bool // the memory peak was reset as the cell began
+	wall     time.Duration
 }
 
 // prepareCell resolves the cell's timeout, takes the snapshot it asks for,
@@ -237,7 +238,7 @@ func (m *Manager) sendCell(ctx context.Context, c *cell) error {
 	for try := 1; ; try++ {
 		c.u0 = c.k.sb.Counters()
 		c.n0, c.hasNet, _ = c.k.sb.NetUsage()
-		c.k.sb.ResetPeak()
+		c.cellPeak = c.k.sb.ResetPeak()
 		start := time.Now()
 		c.o = runCell(ctx, c.k, c.id, c.req.Code, c.timeout, s.policy.InterruptGrace, s.policy.OutputBytes, c.req.OnOutput)
 		c.wall = time.Since(start)
@@ -325,7 +326,11 @@ func (m *Manager) measure(c *cell) (measured, Usage) {
 		WallMS:          c.wall.Milliseconds(),
 		CPUMS:           (u1.CPU - c.u0.CPU).Milliseconds(),
 		PeakMemoryBytes: u1.MemoryPeak,
+		PeakMemoryScope: PeakScopeSession,
 		Network:         netUse,
+	}
+	if c.cellPeak {
+		use.PeakMemoryScope = PeakScopeCell
 	}
 	return meas, use
 }

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func newTestHost(t *testing.T) *Host {
+func newTestHost(t testing.TB) *Host {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	r := testenv.Rootfs(t)

@@ -227,11 +227,10 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 			return nil, fmt.Errorf("create sandbox dir: %w", err)
 		}
 	}
-	ns, err := userns(d.HostID(), idsPerSlot)
+	ns, err := h.slotUserns(d.HostID())
 	if err != nil {
 		return nil, err
 	}
-	defer ns.Close()
 	if err := mountIDMapped(h.cfg.Rootfs, lower, ns); err != nil {
 		return nil, err
 	}

@@ -7,10 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opencontainers/runc/libcontainer/seccomp"
+	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
@@ -75,6 +79,54 @@ func BenchmarkColdStart(b *testing.B) {
 		b.ReportMetric(medianMs(theirs), "runc-ms")
 	}
 	b.ReportMetric(0, "ns/op") // the sum of both: meaningless
+}
+
+// BenchmarkSeccompInit times what the filter costs every sandbox start:
+// libcontainer's init builds it with libseccomp and loads it
+// (seccomp.InitSeccomp), here in a child of the test binary with
+// no_new_privs set, as in the init. Compare with BenchmarkColdStart's
+// figure in the same run to see its share of a cold start.
+//
+//	go test -tags seccomp -run '^$' -bench 'ColdStart|SeccompInit' -benchtime 20x ./isolate
+func BenchmarkSeccompInit(b *testing.B) {
+	testenv.RequiresRoot(b)
+	var ds []time.Duration
+	for range b.N {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "JAILCELL_TEST_SECCOMP_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("child: %v: %s", err, out)
+		}
+		var ns int64
+		if _, err := fmt.Sscanf(string(bytes.TrimSpace(out)), "seccomp-init-ns %d", &ns); err != nil {
+			b.Fatalf("child said %q: %v", out, err)
+		}
+		ds = append(ds, time.Duration(ns))
+	}
+	b.ReportMetric(medianMs(ds), "init-ms")
+	b.ReportMetric(0, "ns/op") // mostly the child's start: meaningless
+}
+
+// seccompInitChild is BenchmarkSeccompInit's child (TestMain runs it
+// instead of the tests): it loads the filter into its own process, so it
+// runs nothing afterwards.
+func seccompInitChild() {
+	fail := func(err error) { fmt.Fprintln(os.Stderr, err); os.Exit(1) }
+	cfg, err := seccompConfig(uint(unix.EPERM))
+	if err != nil {
+		fail(err)
+	}
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fail(err)
+	}
+	start := time.Now()
+	if _, err := seccomp.InitSeccomp(cfg); err != nil {
+		fail(fmt.Errorf("InitSeccomp: %w", err))
+	}
+	fmt.Printf("seccomp-init-ns %d\n", time.Since(start).Nanoseconds())
+	os.Exit(0)
 }
 
 func medianMs(ds []time.Duration) float64 {

@@ -309,7 +309,7 @@ func (h *Host) cgroupIDs() []string {
 	ents, _ := os.ReadDir(base)
 	var ids []string
 	for _, e := range ents {
-		if e.IsDir() && idRE.MatchString(strings.ReplaceAll(e.Name(), "-", "_")) {
+		if e.IsDir() && validID(strings.ReplaceAll(e.Name(), "-", "_")) {
 			ids = append(ids, e.Name())
 		}
 	}

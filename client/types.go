@@ -243,6 +243,11 @@ type Usage struct {
 	WallMS          int64 `json:"wall_ms"`
 	CPUMS           int64 `json:"cpu_ms"`
 	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	// PeakMemoryScope is "cell" when PeakMemoryBytes is this cell's own
+	// peak, "session" when the host cannot reset the high-water mark
+	// (cgroup v2 before Linux 6.12) and it is the session sandbox's
+	// lifetime peak.
+	PeakMemoryScope string `json:"peak_memory_scope"`
 	// Network is present for sandboxes with an egress allowlist.
 	Network *NetworkUsage `json:"network,omitempty"`
 }

@@ -24,7 +24,7 @@ import (
 // must still be mounted. The disk keeps its uid slot, read back from the
 // owner of its upper layer.
 func (h *Host) AdoptDisk(id string) (*Disk, error) {
-	if !idRE.MatchString(id) {
+	if !validID(id) {
 		return nil, fmt.Errorf("%w: disk id %q", ErrNotFound, id)
 	}
 	d := &Disk{ID: id, h: h, dir: h.sandboxDir(id), slot: -1}
@@ -60,7 +60,7 @@ func (h *Host) AdoptDisk(id string) (*Disk, error) {
 // of it (directories, a stale mount) is removed first. The new disk gets
 // whatever uid slot is free.
 func (h *Host) ReplaceDisk(id string, p policy.Policy) (*Disk, error) {
-	if !idRE.MatchString(id) {
+	if !validID(id) {
 		return nil, fmt.Errorf("%w: disk id %q", ErrNotFound, id)
 	}
 	old := &Disk{ID: id, h: h, dir: h.sandboxDir(id), slot: -1}

@@ -1,14 +1,12 @@
 package isolate
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -19,7 +17,7 @@ type Usage struct {
 	// CPU is user+system CPU time of every task in the sandbox.
 	CPU time.Duration
 	// MemoryPeak is the high-water mark of memory charged to the sandbox
-	// since it started or since the last ResetPeak.
+	// since the last ResetPeak that returned true, else since it started.
 	MemoryPeak int64
 	// MemoryCurrent is the memory charged right now.
 	MemoryCurrent int64
@@ -52,46 +50,80 @@ func newOpenFiles() *openFiles {
 	return &openFiles{files: map[string]*os.File{}, buf: make([]byte, 4096)}
 }
 
-// read returns the content of path (at most 4 KiB: counter files are small).
-func (o *openFiles) read(path string) ([]byte, error) {
+// view calls fn with the content of path (at most 4 KiB: counter files
+// are small), read through the cached descriptor into the shared buffer,
+// without a copy: a cell reads eight counter files, and their copies and
+// scanners were most of the garbage a trivial cell made. fn must not keep
+// b. With written, the read goes through the read-write descriptor that
+// write opened for read-back, if there is one: reading memory.peak through
+// the fd that reset it gives the peak since that reset (Linux >= 6.12);
+// any other fd gives the lifetime peak.
+func (o *openFiles) view(path string, written bool, fn func(b []byte)) error {
 	if o == nil {
-		return os.ReadFile(path)
+		b, err := os.ReadFile(path)
+		if err == nil {
+			fn(b)
+		}
+		return err
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return os.ReadFile(path)
-	}
-	f, ok := o.files[path]
-	if !ok {
-		var err error
-		if f, err = os.Open(path); err != nil {
-			return nil, err
+		b, err := os.ReadFile(path)
+		if err == nil {
+			fn(b)
 		}
-		o.files[path] = f
+		return err
+	}
+	var f *os.File
+	ok := false
+	if written {
+		f, ok = o.files["rw:"+path]
+	}
+	if !ok {
+		if f, ok = o.files[path]; !ok {
+			var err error
+			if f, err = os.Open(path); err != nil {
+				return err
+			}
+			o.files[path] = f
+		}
 	}
 	n, err := f.ReadAt(o.buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return err
 	}
-	return append([]byte(nil), o.buf[:n]...), nil
+	fn(o.buf[:n])
+	return nil
 }
 
 // write writes data to path through a cached write-only descriptor.
-func (o *openFiles) write(path string, data []byte) error {
+// With readBack the descriptor is opened read-write and kept for view
+// (written); without a cache (nil or closed), readBack fails, since the
+// write would be lost with its descriptor.
+func (o *openFiles) write(path string, data []byte, readBack bool) error {
+	mode, key := os.O_WRONLY, "w:"+path
+	if readBack {
+		mode, key = os.O_RDWR, "rw:"+path
+	}
 	if o == nil {
+		if readBack {
+			return errors.New("no descriptor cache to read the write back through")
+		}
 		return os.WriteFile(path, data, 0)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
+		if readBack {
+			return errors.New("descriptor cache closed")
+		}
 		return os.WriteFile(path, data, 0)
 	}
-	key := "w:" + path
 	f, ok := o.files[key]
 	if !ok {
 		var err error
-		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err != nil {
+		if f, err = os.OpenFile(path, mode, 0); err != nil {
 			return err
 		}
 		o.files[key] = f
@@ -123,34 +155,63 @@ func (c cgroupFiles) dir(ctrl string) string {
 
 // keyed reads "key value" lines (memory.events, pids.events, cpu.stat,
 // memory.oom_control) and returns the value of key.
-func (c cgroupFiles) keyed(path, key string) (uint64, bool) {
-	b, err := c.open.read(path)
-	if err != nil {
-		return 0, false
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && f[0] == key {
-			v, err := strconv.ParseUint(f[1], 10, 64)
-			return v, err == nil
+func (c cgroupFiles) keyed(path, key string) (v uint64, ok bool) {
+	_ = c.open.view(path, false, func(b []byte) { v, ok = keyedValue(b, key) })
+	return v, ok
+}
+
+const asciiSpace = " \t\r\v\f"
+
+// keyedValue finds the line "key value" in b (whitespace-separated, exactly
+// two fields) and parses its value, without allocating.
+func keyedValue(b []byte, key string) (uint64, bool) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
 		}
+		line = bytes.TrimSpace(line)
+		i := bytes.IndexAny(line, asciiSpace)
+		if i < 0 || string(line[:i]) != key {
+			continue
+		}
+		val := bytes.TrimLeft(line[i:], asciiSpace)
+		if bytes.ContainsAny(val, asciiSpace) {
+			continue // more than two fields
+		}
+		return parseUint(val)
 	}
 	return 0, false
 }
 
-func (c cgroupFiles) single(path string) (uint64, bool) {
-	b, err := c.open.read(path)
-	if err != nil {
+// parseUint parses a decimal counter without allocating.
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
 		return 0, false
 	}
-	s := strings.TrimSpace(string(b))
-	if s == "max" {
-		return 0, false
+	var v uint64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		d := uint64(ch - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, false // overflow
+		}
+		v = v*10 + d
 	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	return v, err == nil
+	return v, true
 }
+
+func (c cgroupFiles) single(path string) (v uint64, ok bool) {
+	_ = c.open.view(path, false, func(b []byte) { v, ok = singleValue(b) })
+	return v, ok
+}
+
+// singleValue parses a single-value counter file's content ("max": none).
+func singleValue(b []byte) (uint64, bool) { return parseUint(bytes.TrimSpace(b)) }
 
 func (c cgroupFiles) usage() Usage { return c.read(true) }
 
@@ -163,8 +224,11 @@ func (c cgroupFiles) read(withMemory bool) Usage {
 			u.CPU = time.Duration(v) * time.Microsecond
 		}
 		if withMemory {
-			if v, ok := c.single(filepath.Join(mem, "memory.peak")); ok {
-				u.MemoryPeak = int64(v)
+			var peak uint64
+			ok := false
+			_ = c.open.view(filepath.Join(mem, "memory.peak"), true, func(b []byte) { peak, ok = singleValue(b) })
+			if ok {
+				u.MemoryPeak = int64(peak)
 			}
 			if v, ok := c.single(filepath.Join(mem, "memory.current")); ok {
 				u.MemoryCurrent = int64(v)
@@ -190,14 +254,15 @@ func (c cgroupFiles) read(withMemory bool) Usage {
 	return u
 }
 
-// resetPeak restarts the memory high-water mark, so a cell's peak is its
-// own. v1 resets by writing to max_usage_in_bytes; v2 (>= 6.12) resets per
-// open file of memory.peak, which is kept and read by usage afterwards.
-func (c cgroupFiles) resetPeak() {
+// resetPeak restarts the memory high-water mark, so that the peak usage
+// reads next is the cell's own, and reports whether it could. v1 resets by
+// writing to memory.max_usage_in_bytes. v2 resets memory.peak from Linux
+// 6.12 on, for the one open file that was written to: that descriptor is
+// kept and usage reads the peak through it. Before 6.12 the write fails
+// and the peak stays the sandbox's lifetime peak.
+func (c cgroupFiles) resetPeak() bool {
 	if c.v2 {
-		// Per-fd reset semantics would need the fd kept; the plain file
-		// still gives the peak since start, which bounds the cell's.
-		return
+		return c.open.write(filepath.Join(c.dir("memory"), "memory.peak"), []byte("reset\n"), true) == nil
 	}
-	_ = c.open.write(filepath.Join(c.dir("memory"), "memory.max_usage_in_bytes"), []byte("0"))
+	return c.open.write(filepath.Join(c.dir("memory"), "memory.max_usage_in_bytes"), []byte("0"), false) == nil
 }

@@ -74,6 +74,7 @@ type Host struct {
 	mu        sync.Mutex
 	slots     []bool
 	seccomps  map[uint]*configs.Seccomp
+	userns    map[int]*os.File // host id of a slot -> its user namespace
 	egressCfg Egress
 
 	gate atomic.Pointer[gate]
@@ -166,7 +167,7 @@ func NewHost(cfg Config) (*Host, error) {
 		}
 	}
 	logrus.SetLevel(logrus.WarnLevel)
-	h := &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}}
+	h := &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}, userns: map[int]*os.File{}}
 	h.criu.slot = make(chan struct{}, 1)
 	return h, nil
 }
@@ -216,6 +217,32 @@ func (h *Host) seccomp(errno uint) (*configs.Seccomp, error) {
 	}
 	h.seccomps[errno] = s
 	return s, nil
+}
+
+// slotUserns returns the user namespace that maps a sandbox's ids 0..65535 to
+// hostID onwards, made once per slot and kept until Close: spawning the
+// process that makes one was the largest cost of a cold start outside
+// libcontainer, and a slot's mapping never changes. The handle is only
+// ever used for the idmapped mount of the rootfs (mountIDMapped).
+func (h *Host) slotUserns(hostID int) (*os.File, error) {
+	h.mu.Lock()
+	f := h.userns[hostID]
+	h.mu.Unlock()
+	if f != nil {
+		return f, nil
+	}
+	f, err := userns(hostID, idsPerSlot)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old := h.userns[hostID]; old != nil {
+		f.Close()
+		return old, nil
+	}
+	h.userns[hostID] = f
+	return f, nil
 }
 
 // Reconcile removes what a previous run left behind: every container,
@@ -282,7 +309,7 @@ func (h *Host) cgroupIDs() []string {
 	ents, _ := os.ReadDir(base)
 	var ids []string
 	for _, e := range ents {
-		if e.IsDir() && idRE.MatchString(strings.ReplaceAll(e.Name(), "-", "_")) {
+		if e.IsDir() && validID(strings.ReplaceAll(e.Name(), "-", "_")) {
 			ids = append(ids, e.Name())
 		}
 	}
@@ -292,6 +319,12 @@ func (h *Host) cgroupIDs() []string {
 // Close removes the host's cgroup root directories once no sandbox is left
 // under them (after every sandbox was destroyed); a root still in use stays.
 func (h *Host) Close() error {
+	h.mu.Lock()
+	for id, f := range h.userns {
+		f.Close()
+		delete(h.userns, id)
+	}
+	h.mu.Unlock()
 	var dirs []string
 	if cgroups.IsCgroup2UnifiedMode() {
 		dirs = []string{filepath.Join("/sys/fs/cgroup", h.cfg.CgroupRoot)}

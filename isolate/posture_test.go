@@ -16,12 +16,15 @@ import (
 
 func TestMain(m *testing.M) {
 	Init()
+	if os.Getenv("JAILCELL_TEST_SECCOMP_CHILD") == "1" {
+		seccompInitChild()
+	}
 	// libcontainer runs criu from PATH (Config.Criu).
 	_ = os.Setenv("PATH", CriuPATH(DefaultCriu, os.Getenv("PATH")))
 	os.Exit(m.Run())
 }
 
-func newTestHost(t *testing.T) *Host {
+func newTestHost(t testing.TB) *Host {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	r := testenv.Rootfs(t)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -39,7 +40,20 @@ const (
 
 // versionRE is what a version directory may be called: it becomes a path
 // component and a symlink target, so no separators, no dot-files.
-var versionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
+// It is compiled on first use: `{0,127}` makes a large program, and every
+// process of the binary (each sandbox's init too) would build it at start.
+var versionRE = &lazyRegexp{expr: `^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`}
+
+type lazyRegexp struct {
+	once sync.Once
+	expr string
+	re   *regexp.Regexp
+}
+
+func (l *lazyRegexp) MatchString(s string) bool {
+	l.once.Do(func() { l.re = regexp.MustCompile(l.expr) })
+	return l.re.MatchString(s)
+}
 
 var hashRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 

@@ -169,11 +169,12 @@ type cell struct {
 	before fileStamps // the workspace before the cell
 
 	// Set by sendCell.
-	o      cellOutcome
-	u0     isolate.Usage    // cgroup counters as the cell began
-	n0     isolate.NetUsage // gateway counters as the cell began
-	hasNet bool
-	wall   time.Duration
+	o        cellOutcome
+	u0       isolate.Usage    // cgroup counters as the cell began
+	n0       isolate.NetUsage // gateway counters as the cell began
+	hasNet   bool
+	cellPeak bool // the memory peak was reset as the cell began
+	wall     time.Duration
 }
 
 // prepareCell resolves the cell's timeout, takes the snapshot it asks for,
@@ -245,7 +246,7 @@ func (m *Manager) sendCell(ctx context.Context, c *cell) error {
 	for try := 1; ; try++ {
 		c.u0 = c.k.sb.Counters()
 		c.n0, c.hasNet, _ = c.k.sb.NetUsage()
-		c.k.sb.ResetPeak()
+		c.cellPeak = c.k.sb.ResetPeak()
 		start := time.Now()
 		s.mu.Lock()
 		s.running = c.k
@@ -339,7 +340,11 @@ func (m *Manager) measure(c *cell) (measured, Usage) {
 		WallMS:          c.wall.Milliseconds(),
 		CPUMS:           (u1.CPU - c.u0.CPU).Milliseconds(),
 		PeakMemoryBytes: u1.MemoryPeak,
+		PeakMemoryScope: PeakScopeSession,
 		Network:         netUse,
+	}
+	if c.cellPeak {
+		use.PeakMemoryScope = PeakScopeCell
 	}
 	return meas, use
 }

@@ -96,11 +96,22 @@ type DisplayItem struct {
 	Bundle map[string]any `json:"bundle,omitempty"`
 }
 
+// The scopes of Usage.PeakMemoryBytes.
+const (
+	PeakScopeCell    = "cell"
+	PeakScopeSession = "session"
+)
+
 // Usage is what a cell cost, measured on the host.
 type Usage struct {
 	WallMS          int64 `json:"wall_ms"`
 	CPUMS           int64 `json:"cpu_ms"`
 	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	// PeakMemoryScope says what PeakMemoryBytes covers: PeakScopeCell
+	// (this cell alone) where the host can reset the cgroup's high-water
+	// mark (cgroup v1; v2 from Linux 6.12), else PeakScopeSession (the
+	// peak since the session's sandbox started).
+	PeakMemoryScope string `json:"peak_memory_scope"`
 	// Network is present for sandboxes with network "allowlist".
 	Network *NetworkUsage `json:"network,omitempty"`
 }

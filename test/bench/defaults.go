@@ -181,6 +181,10 @@ func runcBurst(dir, root string, k int, args []string) float64 {
 	proc := spec["process"].(map[string]any)
 	proc["args"] = args
 	proc["env"] = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "MPLBACKEND=Agg", "HOME=/tmp"}
+	// As a jailcell sandbox has: a writable /tmp (matplotlib wants a
+	// config directory) on a read-only root.
+	spec["mounts"] = append(spec["mounts"].([]any), map[string]any{
+		"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "nodev", "mode=1777", "size=64m"}})
 	const cgParent = "/jailcell-bench-runc-burst"
 	defer removeCgroup(cgParent)
 	cmds := make([]*exec.Cmd, k)

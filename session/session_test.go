@@ -50,13 +50,13 @@ type env struct {
 }
 
 // newEnv builds a real host and manager (privileged tier).
-func newEnv(t *testing.T, mod func(*Config)) *env {
+func newEnv(t testing.TB, mod func(*Config)) *env {
 	t.Helper()
 	return newEnvHost(t, nil, mod)
 }
 
 // newEnvHost is newEnv with hostMod changing the host's configuration.
-func newEnvHost(t *testing.T, hostMod func(*isolate.Config), mod func(*Config)) *env {
+func newEnvHost(t testing.TB, hostMod func(*isolate.Config), mod func(*Config)) *env {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	r := testenv.Rootfs(t)
@@ -100,7 +100,7 @@ func newEnvHost(t *testing.T, hostMod func(*isolate.Config), mod func(*Config)) 
 // assertNothingLeft checks the host for anything a sandbox could leave:
 // mounts under the state dir, cgroups under the test cgroup root, sandbox
 // processes, sandbox and session directories.
-func assertNothingLeft(t *testing.T, state string) {
+func assertNothingLeft(t testing.TB, state string) {
 	t.Helper()
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mi), "\n") {
@@ -736,7 +736,11 @@ func testLogger() *slog.Logger {
 	if os.Getenv("JAILCELL_TEST_LOG") == "" {
 		return nil
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	level := slog.LevelInfo
+	if os.Getenv("JAILCELL_TEST_LOG") == "debug" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
 // TestPeakMemoryIsPerCell: a cell's peak memory is its own, not the peak

@@ -276,17 +276,24 @@ func (m *Manager) startFromTemplate(ctx context.Context, s *Session) (*kernel, e
 		return nil, nil
 	}
 	images := filepath.Join(s.dir, "template-images")
+	t0 := time.Now()
 	err := m.copyTemplate(t, images)
+	t1 := t0
 	defer func() {
 		_ = os.RemoveAll(images)
 		m.stateQuota.release(images)
 	}()
 	var k *kernel
 	if err == nil {
+		t1 = time.Now()
 		k, err = m.restoreKernel(ctx, s, images)
 	}
 	if err == nil {
-		if err = k.conn.Reseed(ctx); err != nil {
+		t2 := time.Now()
+		err = k.conn.Reseed(ctx)
+		m.log().Debug("kernel restored from template", "session", s.id, "link_ms", t1.Sub(t0).Milliseconds(),
+			"restore_ms", t2.Sub(t1).Milliseconds(), "reseed_ms", time.Since(t2).Milliseconds())
+		if err != nil {
 			_ = k.close()
 			k = nil
 			err = fmt.Errorf("reseed: %w", err)

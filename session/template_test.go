@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -194,5 +195,89 @@ func TestTemplateSurvivesRestartAndRefreshes(t *testing.T) {
 	id = createStarted(t, m3, StartTemplate)
 	if out := cellStdout(t, m3, id, "import sys; print('pandas' in sys.modules, 'numpy' in sys.modules)"); strings.TrimSpace(out) != "False True" {
 		t.Errorf("the refreshed template does not follow the new preload list: %q", out)
+	}
+}
+
+// BenchmarkTemplateStart measures a create restored from the template
+// (go test -tags seccomp -run NONE -bench TemplateStart ./session/; with
+// JAILCELL_TEST_LOG=debug the log shows each restore's phases).
+func BenchmarkTemplateStart(b *testing.B) {
+	if err := criuProbe(); err != nil {
+		b.Skip("requires a working criu (make criu): " + err.Error())
+	}
+	for _, path := range []string{StartTemplate, StartImport} {
+		b.Run(path, func(b *testing.B) {
+			e := newEnv(b, func(c *Config) { withTemplates(c); c.NoTemplate = path == StartImport })
+			if path == StartTemplate {
+				tp := e.m.templateFor(e.m.cfg.Policies["default"])
+				tp.wait(context.Background())
+				if !tp.usable() {
+					b.Fatalf("template: %v", tp.err)
+				}
+			}
+			startOne(b, e, path)
+		})
+	}
+}
+
+func startOne(b *testing.B, e *env, path string) {
+	b.ResetTimer()
+	for range b.N {
+		info, err := e.m.Create(context.Background(), CreateOptions{Owner: 1000})
+		if err != nil || info.Start != path {
+			b.Fatalf("create: %v %+v", err, info)
+		}
+		b.StopTimer()
+		_ = e.m.Close(context.Background(), 1000, info.ID)
+		b.StartTimer()
+	}
+}
+
+// BenchmarkTemplateBurst20 measures 20 creates at once restored from the
+// template, no pool: the wall time until all are ready.
+func BenchmarkTemplateBurst20(b *testing.B) {
+	if err := criuProbe(); err != nil {
+		b.Skip("requires a working criu (make criu): " + err.Error())
+	}
+	for _, path := range []string{StartTemplate, StartImport} {
+		b.Run(path, func(b *testing.B) {
+			e := newEnv(b, func(c *Config) { withTemplates(c); c.MaxSessions = 32; c.NoTemplate = path == StartImport })
+			if path == StartTemplate {
+				tp := e.m.templateFor(e.m.cfg.Policies["default"])
+				tp.wait(context.Background())
+				if !tp.usable() {
+					b.Fatalf("template: %v", tp.err)
+				}
+			}
+			burst20(b, e)
+		})
+	}
+}
+
+func burst20(b *testing.B, e *env) {
+	b.ResetTimer()
+	for range b.N {
+		ids := make([]string, 20)
+		var wg sync.WaitGroup
+		for i := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				info, err := e.m.Create(context.Background(), CreateOptions{Owner: 1000})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				ids[i] = info.ID
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		for _, id := range ids {
+			if id != "" {
+				_ = e.m.Close(context.Background(), 1000, id)
+			}
+		}
+		b.StartTimer()
 	}
 }

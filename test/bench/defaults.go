@@ -126,7 +126,7 @@ func startPaths(s *server) (template, imported float64) {
 // would: one request line out, one response line in, timed around both.
 const pythonJSONLScript = `
 import json, subprocess, sys, time
-p = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+p = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # buffered, as any client
 r = p.stdout
 n = 0
 def call(req):
@@ -134,6 +134,7 @@ def call(req):
     n += 1
     req["id"] = n
     p.stdin.write((json.dumps(req) + "\n").encode())
+    p.stdin.flush()
     out = json.loads(r.readline())
     if not out.get("ok", True) or out.get("error"):
         raise SystemExit("jailcell json: %r" % out)

@@ -79,7 +79,7 @@ type Row struct {
 	// Compares says what it sets against what.
 	Ratio    float64 `json:"ratio,omitempty"`
 	Compares string  `json:"compares,omitempty"`
-	Note  string  `json:"note,omitempty"`
+	Note     string  `json:"note,omitempty"`
 	// Failed says why a figure could not be measured; its jailcell value
 	// is then null, never a number.
 	Failed string `json:"failed,omitempty"`

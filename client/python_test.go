@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +47,13 @@ func pythonConfig(t *testing.T, dir string) string {
 // build isolation: nothing is fetched) and returns the venv's python.
 func installPython(t *testing.T) string {
 	t.Helper()
+	return installPythonFor(t, false)
+}
+
+// installPythonFor is installPython; shared makes the venv readable by
+// every user (the non-root tests run it as another uid).
+func installPythonFor(t *testing.T, shared bool) string {
+	t.Helper()
 	for _, probe := range [][]string{{"-m", "venv", "--help"}, {"-m", "pip", "--version"}, {"-c", "import setuptools, wheel"}} {
 		if out, err := exec.Command("/usr/bin/python3", probe...).CombinedOutput(); err != nil {
 			t.Skipf("host lacks python3-venv, python3-pip or python3-setuptools/python3-wheel (make deps installs them): python3 %s: %v\n%s",
@@ -53,6 +61,9 @@ func installPython(t *testing.T) string {
 		}
 	}
 	dir := t.TempDir()
+	if shared {
+		dir = testenv.StateDir(t) // 0711: others pass through, read only what is theirs to read
+	}
 	src := filepath.Join(dir, "src")
 	if err := os.CopyFS(src, os.DirFS("python")); err != nil {
 		t.Fatalf("copy client/python: %v", err)
@@ -284,9 +295,29 @@ func (f *fakeModel) anthropic(w http.ResponseWriter, r *http.Request) {
 // TestPythonQuickstarts runs each chat quickstart, with the installed
 // package, against a real `jailcell serve` and a fake model server that
 // checks the real output came back in the tool results.
+//
+// Each runs as a user who is not root but whom the service admits by group,
+// as a member of group jailcell would, from a copy of the quickstarts that
+// user can read.
 func TestPythonQuickstarts(t *testing.T) {
-	python := installPython(t)
-	svc := startService(t)
+	python := installPythonFor(t, true)
+	svc := startNotRootService(t)
+	shared := testenv.StateDir(t)
+	if err := os.CopyFS(filepath.Join(shared, "quickstarts"), os.DirFS(quickstartDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := filepath.WalkDir(filepath.Join(shared, "quickstarts"), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o644)
+		if d.IsDir() {
+			mode = 0o755
+		}
+		return os.Chmod(p, mode)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	raw, err := os.ReadFile(filepath.Join(quickstartDir, "run_python.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -307,12 +338,10 @@ func TestPythonQuickstarts(t *testing.T) {
 			f := &fakeModel{t: t, tool: tool}
 			srv := httptest.NewServer(tc.api(f)) // 127.0.0.1 only
 			defer srv.Close()
-			script, err := filepath.Abs(filepath.Join(quickstartDir, tc.script))
-			if err != nil {
-				t.Fatal(err)
-			}
+			script := filepath.Join(shared, "quickstarts", tc.script)
 			cmd := exec.Command(python, script, "What is the hash?")
-			cmd.Dir = t.TempDir()
+			cmd.Dir = shared
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: notRoot}
 			cmd.Env = pipEnv("JAILCELL_SOCKET="+svc.Sock, "OPENAI_BASE_URL="+srv.URL+"/v1", "ANTHROPIC_BASE_URL="+srv.URL,
 				"OPENAI_API_KEY=test", "ANTHROPIC_API_KEY=test", "NO_PROXY=127.0.0.1", "no_proxy=127.0.0.1")
 			var stdout, stderr bytes.Buffer
@@ -328,7 +357,9 @@ func TestPythonQuickstarts(t *testing.T) {
 					tc.script, f.calls, len(fakeCode)+1, stdout.String(), fakeAnswer, stderr.String())
 			}
 			// The conversation's sandbox ended with it.
-			if out, err := exec.Command(python, "-c", "import jailcell, sys; print(len(jailcell.Client(sys.argv[1]).sessions()))", svc.Sock).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "0" {
+			ls := exec.Command(python, "-c", "import jailcell, sys; print(len(jailcell.Client(sys.argv[1]).sessions()))", svc.Sock)
+			ls.SysProcAttr = &syscall.SysProcAttr{Credential: notRoot}
+			if out, err := ls.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "0" {
 				t.Fatalf("sessions left after %s: %s %v", tc.script, out, err)
 			}
 		})

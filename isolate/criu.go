@@ -221,6 +221,25 @@ func criuLogTail(dir, name string) string {
 // (a fork's control directory is its own). On failure everything done is undone; the
 // disk and the images stay.
 func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
+	return d.restore(imageDir, spec, true)
+}
+
+// RestoreIfIdle is Restore, unless another checkpoint or restore of this
+// process is running (they run one at a time): then it answers ErrBusy at
+// at once (having built nothing, or undone what it built) instead of
+// queueing behind it. For callers
+// with another way to start a kernel (session templates import instead).
+func (d *Disk) RestoreIfIdle(imageDir string, spec Spec) (*Sandbox, error) {
+	select {
+	case criuSlot <- struct{}{}:
+		<-criuSlot // a cheap look before building; criuOpWait takes it for real
+	default:
+		return nil, ErrBusy
+	}
+	return d.restore(imageDir, spec, false)
+}
+
+func (d *Disk) restore(imageDir string, spec Spec, wait bool) (*Sandbox, error) {
 	if err := d.h.CriuCheck(); err != nil {
 		return nil, err
 	}
@@ -256,7 +275,7 @@ func (d *Disk) Restore(imageDir string, spec Spec) (*Sandbox, error) {
 		return nil, err
 	}
 	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error) {
-		err := criuOp("restore of sandbox "+id, d.h.criuBound(spec.Policy.MemoryBytes), func() error {
+		err := criuOpWait("restore of sandbox "+id, d.h.criuBound(spec.Policy.MemoryBytes), wait, func() error {
 			return c.Restore(p, criuOpts(imageDir, false))
 		})
 		if err != nil {

@@ -229,10 +229,27 @@ func takeCriuSlot(deadline time.Time) (release func(), err error) {
 // killed with its descendants, and criuOp answers ErrTimeout naming the
 // bound once op has returned, or criuKillWait later if it never does.
 func criuOp(what string, bound time.Duration, op func() error) error {
+	return criuOpWait(what, bound, true, op)
+}
+
+// criuOpWait is criuOp; unless wait, it answers ErrBusy at once when another
+// criu of this process holds the slot, instead of queueing for it.
+func criuOpWait(what string, bound time.Duration, wait bool, op func() error) error {
 	deadline := time.Now().Add(bound)
-	release, err := takeCriuSlot(deadline)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	var release func()
+	if wait {
+		r, err := takeCriuSlot(deadline)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		release = r
+	} else {
+		select {
+		case criuSlot <- struct{}{}:
+			release = func() { <-criuSlot }
+		default:
+			return fmt.Errorf("%s: %w", what, ErrBusy)
+		}
 	}
 	before := criuChildren(nil)
 	done := make(chan error, 1)

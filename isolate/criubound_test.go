@@ -199,3 +199,19 @@ func TestCheckpointRestoreHungCriuBounded(t *testing.T) {
 		t.Errorf("count moved %d -> %d: a restored process runs after the failed restore", n, m)
 	}
 }
+
+// TestCriuOpIfIdle: an operation that must not queue answers ErrBusy at
+// once while another holds the criu slot, without running, and runs once
+// the slot is free.
+func TestCriuOpIfIdle(t *testing.T) {
+	criuSlot <- struct{}{} // another checkpoint or restore is running
+	ran := false
+	err := criuOpWait("restore", time.Minute, false, func() error { ran = true; return nil })
+	<-criuSlot
+	if !errors.Is(err, ErrBusy) || ran {
+		t.Fatalf("with the slot taken: err %v, ran %v; want ErrBusy and not run", err, ran)
+	}
+	if err := criuOpWait("restore", time.Minute, false, func() error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("with the slot free: err %v, ran %v; want it run", err, ran)
+	}
+}

@@ -24,4 +24,7 @@ var (
 	// ErrTimeout: a checkpoint or restore passed its bound (criu hung);
 	// the criu it started was killed.
 	ErrTimeout = errors.New("checkpoint/restore timed out")
+	// ErrBusy: RestoreIfIdle found another checkpoint or restore of this
+	// process running (they run one at a time); nothing was restored.
+	ErrBusy = errors.New("another checkpoint or restore is running")
 )

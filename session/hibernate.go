@@ -225,6 +225,14 @@ func (m *Manager) restoreKernel(ctx context.Context, s *Session, images string) 
 	})
 }
 
+// restoreKernelIfIdle is restoreKernel, or isolate.ErrBusy at once if
+// another checkpoint or restore is running (template.go imports instead).
+func (m *Manager) restoreKernelIfIdle(ctx context.Context, s *Session, images string) (*kernel, error) {
+	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+		return s.disk.RestoreIfIdle(images, spec)
+	})
+}
+
 // kernelSpec is the sandbox spec startKernel builds, for a restore.
 func (m *Manager) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
 	binds := []isolate.Bind{{Source: ctl, Dest: ctlMount}}

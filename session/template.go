@@ -269,7 +269,9 @@ func (m *Manager) buildTemplate(ctx context.Context, p policy.Policy, images str
 }
 
 // startFromTemplate restores p's template as s's kernel and reseeds it.
-// It returns (nil, nil) when there is no ready template to use.
+// It returns (nil, nil) when there is no ready template to use, or when
+// another checkpoint or restore is running (criu runs one at a time per
+// daemon: see isolate.Disk.RestoreIfIdle); the caller imports then.
 func (m *Manager) startFromTemplate(ctx context.Context, s *Session) (*kernel, error) {
 	t := m.templateFor(s.policy)
 	if t == nil || !t.usable() {
@@ -286,7 +288,13 @@ func (m *Manager) startFromTemplate(ctx context.Context, s *Session) (*kernel, e
 	var k *kernel
 	if err == nil {
 		t1 = time.Now()
-		k, err = m.restoreKernel(ctx, s, images)
+		k, err = m.restoreKernelIfIdle(ctx, s, images)
+		if errors.Is(err, isolate.ErrBusy) {
+			// criu restores one at a time: rather than queue behind
+			// another (a burst of creates, the restarts of a soak), this
+			// kernel imports, in parallel with it.
+			return nil, nil
+		}
 	}
 	if err == nil {
 		t2 := time.Now()

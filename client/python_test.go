@@ -367,8 +367,9 @@ func TestPythonQuickstarts(t *testing.T) {
 }
 
 // TestQuickstartMCPConfig starts the MCP server the way the desktop
-// configuration says (its command and args, found on PATH, its env), and
-// checks that it answers initialize, tools/list and a run_python call.
+// configuration says (its command and args, found on PATH, its env), as a
+// user who is not root but is in the running service's group, and checks
+// that it answers initialize, tools/list and a run_python call.
 func TestQuickstartMCPConfig(t *testing.T) {
 	testenv.RequiresRoot(t)
 	raw, err := os.ReadFile(filepath.Join(quickstartDir, "mcp", "claude_desktop_config.json"))
@@ -392,12 +393,20 @@ func TestQuickstartMCPConfig(t *testing.T) {
 	if srv.Command == "sudo" || filepath.Base(srv.Command) != "jailcell" {
 		t.Fatalf("command %q: the config must start jailcell itself (no sudo: a desktop agent cannot answer its prompt)", srv.Command)
 	}
-	bin := testenv.Jailcell(t)
+	// As a desktop user would run it: not root, a member of the running
+	// service's group, with jailcell installed on PATH (a copy the user
+	// can read); jailcell mcp finds the service at the configured socket.
+	svc := startNotRootService(t)
 	dir := testenv.StateDir(t)
-	// The test's jailcell is first on PATH, as an installed one would be;
-	// state and review under the test's directory, not the host's.
-	env := testenv.ChildEnv("PATH="+filepath.Dir(bin)+":/usr/sbin:/usr/bin:/sbin:/bin", "JAILCELL_STATE_DIR="+dir+"/state",
-		"JAILCELL_ROOTFS="+testenv.Rootfs(t).Root, "JAILCELL_REVIEW_DIR="+dir+"/review")
+	bin := filepath.Join(dir, "jailcell")
+	b, err := os.ReadFile(testenv.Jailcell(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.ChildEnv("PATH="+dir+":/usr/sbin:/usr/bin:/sbin:/bin", "HOME="+dir, "JAILCELL_SOCKET="+svc.Sock)
 	for k, v := range srv.Env {
 		env = append(env, k+"="+v)
 	}
@@ -407,6 +416,7 @@ func TestQuickstartMCPConfig(t *testing.T) {
 	}
 	cmd := exec.Command(path, srv.Args...)
 	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: notRoot}
 	stderr := &testenv.LockedBuffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

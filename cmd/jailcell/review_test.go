@@ -3,13 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/workflow"
 )
 
@@ -19,19 +19,7 @@ func runBin(t *testing.T, env []string, stdin string, args ...string) (int, stri
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = jailcellEnv(env...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.String(), stderr.String()
-	case errors.As(err, &ee):
-		return ee.ExitCode(), stdout.String(), stderr.String()
-	}
-	t.Fatalf("jailcell %q: %v", args, err)
-	return 0, "", ""
+	return testenv.Run(t, cmd, stdin)
 }
 
 // TestReviewCommandReadsAWorkflowLog: a real `jailcell json` runs a fix

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,19 +20,7 @@ func runJailcell(t *testing.T, code string, args ...string) (int, string, string
 	state := testenv.StateDir(t)
 	cmd := exec.Command(os.Args[0], append([]string{"run", "--rootfs", r.Root, "--state-dir", state}, append(args, "-")...)...)
 	cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + state + "/review")
-	cmd.Stdin = strings.NewReader(code)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.String(), stderr.String()
-	case errors.As(err, &ee):
-		return ee.ExitCode(), stdout.String(), stderr.String()
-	}
-	t.Fatalf("jailcell run: %v", err)
-	return 0, "", ""
+	return testenv.Run(t, cmd, code)
 }
 
 // TestRunCommand drives the real `jailcell run`: its exit codes, the

@@ -1,7 +1,10 @@
 package testenv
 
 import (
+	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -71,4 +74,23 @@ func HostUID(t testing.TB, pid int) int {
 	}
 	t.Fatalf("no Uid line in /proc/%d/status", pid)
 	return -1
+}
+
+// Run runs cmd with stdin and returns its exit code, stdout and stderr; a
+// command that could not run at all fails the test.
+func Run(t testing.TB, cmd *exec.Cmd, stdin string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String(), errb.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String(), errb.String()
+	}
+	t.Fatalf("%s %q: %v", cmd.Path, cmd.Args[1:], err)
+	return 0, "", ""
 }

@@ -11,11 +11,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,19 +117,7 @@ func (f *fixture) command(ctx context.Context, cred *syscall.Credential, sock, n
 // run runs a command to its end: exit code, stdout, stderr.
 func run(t *testing.T, cmd *exec.Cmd, stdin string) (int, string, string) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.String(), stderr.String()
-	case errors.As(err, &ee):
-		return ee.ExitCode(), stdout.String(), stderr.String()
-	}
-	t.Fatalf("%s: %v", cmd.Path, err)
-	return 0, "", ""
+	return testenv.Run(t, cmd, stdin)
 }
 
 // report is what client.mjs saw.
@@ -228,22 +216,13 @@ func (f *fixture) sessionsOf(t *testing.T, cred *syscall.Credential, sock string
 func (f *fixture) closedSoon(t *testing.T, sock, id string) bool {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if !contains(f.sessionsOf(t, nil, sock), id) {
+		if !slices.Contains(f.sessionsOf(t, nil, sock), id) {
 			return true
 		}
 		if time.Now().After(deadline) {
 			return false
 		}
 	}
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // TestFrontDoorsThroughServiceNotRoot: one service, started by the test on
@@ -285,17 +264,17 @@ func TestFrontDoorsThroughServiceNotRoot(t *testing.T) {
 		}
 		// The session is this uid's, as with any HTTP client of the
 		// service: another admitted uid does not see it, this one does.
-		if ids := f.sessionsOf(t, user, sock); !contains(ids, s.ID) {
+		if ids := f.sessionsOf(t, user, sock); !slices.Contains(ids, s.ID) {
 			t.Errorf("uid %d does not see its own session %s: %v", user.Uid, s.ID, ids)
 		}
-		if ids := f.sessionsOf(t, neighbour, sock); contains(ids, s.ID) {
+		if ids := f.sessionsOf(t, neighbour, sock); slices.Contains(ids, s.ID) {
 			t.Errorf("uid %d sees uid %d's session %s", neighbour.Uid, user.Uid, s.ID)
 		}
 		// EOF closes the sessions this client created, as embedded.
 		if err := c.Close(); err != nil {
 			t.Fatalf("jailcell json at EOF: %v\n%s", err, stderr.String())
 		}
-		if ids := f.sessionsOf(t, nil, sock); contains(ids, s.ID) {
+		if ids := f.sessionsOf(t, nil, sock); slices.Contains(ids, s.ID) {
 			t.Errorf("session %s still open after its jailcell json ended", s.ID)
 		}
 		if strings.Contains(stderr.String(), "state directory") {

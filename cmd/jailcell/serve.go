@@ -135,6 +135,10 @@ func serve(hf *hostFlags) (retErr error) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	// A log write to a stderr whose reader is gone (a hand-run daemon
+	// whose terminal or parent died) must fail with EPIPE, not kill the
+	// daemon by SIGPIPE halfway through a drain with its sandboxes left.
+	signal.Ignore(syscall.SIGPIPE)
 
 	notify(log, fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving on %s", os.Getpid(), strings.Join(addrs, ", ")))
 	log.Info("serving", "socket", strings.Join(addrs, ","), "socket_activated", activated,

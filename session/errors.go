@@ -32,6 +32,7 @@ var hostSentinels = []struct{ host, session error }{
 	{isolate.ErrCopyBudget, ErrLimit},
 	{isolate.ErrUnsupported, ErrUnavailable},
 	{isolate.ErrTimeout, ErrUnavailable},  // criu passed its bound
+	{isolate.ErrBusy, ErrUnavailable},     // another criu ran (templates import instead: never seen)
 	{isolate.ErrNotFound, ErrUnavailable}, // and ErrNotMounted: a sandbox's disk is gone
 }
 

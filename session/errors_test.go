@@ -75,6 +75,7 @@ var isolateSentinels = map[string]error{
 	"ErrExhausted":   isolate.ErrExhausted,
 	"ErrCopyBudget":  isolate.ErrCopyBudget,
 	"ErrTimeout":     isolate.ErrTimeout,
+	"ErrBusy":        isolate.ErrBusy,
 	// cmd's alone (DelegatedRoot): no session operation returns it.
 	"ErrNotDelegated": nil,
 }

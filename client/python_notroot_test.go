@@ -77,15 +77,13 @@ func startNotRootService(t *testing.T) *testenv.Service {
 	})
 }
 
-// TestPythonNotRoot: a user who is not root but is admitted by the running
-// service's group drives it from the installed Python package, through
-// both transports, sync and async (TestPythonQuickstarts runs the
-// quickstarts as that user too).
-func TestPythonNotRoot(t *testing.T) {
-	python := installPythonFor(t, true)
-	dir := testenv.StateDir(t)
-	// The built binary's directory is root's alone: the test user runs a copy.
-	bin := filepath.Join(dir, "jailcell")
+// binForNotRoot returns a directory the test user can read, holding a copy
+// of the jailcell binary (the built one's directory is root's alone), and
+// that copy's path.
+func binForNotRoot(t *testing.T) (dir, bin string) {
+	t.Helper()
+	dir = testenv.StateDir(t)
+	bin = filepath.Join(dir, "jailcell")
 	b, err := os.ReadFile(testenv.Jailcell(t))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +91,16 @@ func TestPythonNotRoot(t *testing.T) {
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return dir, bin
+}
+
+// TestPythonNotRoot: a user who is not root but is admitted by the running
+// service's group drives it from the installed Python package, through
+// both transports, sync and async (TestPythonQuickstarts runs the
+// quickstarts as that user too).
+func TestPythonNotRoot(t *testing.T) {
+	python := installPythonFor(t, true)
+	dir, bin := binForNotRoot(t)
 	script := filepath.Join(dir, "notroot.py")
 	if err := os.WriteFile(script, []byte(notRootScript), 0o644); err != nil {
 		t.Fatal(err)

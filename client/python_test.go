@@ -397,15 +397,7 @@ func TestQuickstartMCPConfig(t *testing.T) {
 	// service's group, with jailcell installed on PATH (a copy the user
 	// can read); jailcell mcp finds the service at the configured socket.
 	svc := startNotRootService(t)
-	dir := testenv.StateDir(t)
-	bin := filepath.Join(dir, "jailcell")
-	b, err := os.ReadFile(testenv.Jailcell(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, bin := binForNotRoot(t)
 	env := testenv.ChildEnv("PATH="+dir+":/usr/sbin:/usr/bin:/sbin:/bin", "HOME="+dir, "JAILCELL_SOCKET="+svc.Sock)
 	for k, v := range srv.Env {
 		env = append(env, k+"="+v)

@@ -30,11 +30,11 @@ var handleSeeds = map[string]struct {
 	"display-other-id":    {},
 	"display-item-string": {err: ErrProtocol},
 	"display-no-mime":     {},
-	"stream":          {stdout: "hello"},
-	"stream-over-cap": {stderr: strings.Repeat("é", 8), truncated: true},
-	"stream-other-id": {},
-	"stream-no-text":  {},
-	"stream-bad-utf8": {stdout: "a\uFFFD\uFFFDb\uFFFD"},
+	"stream":              {stdout: "hello"},
+	"stream-over-cap":     {stderr: strings.Repeat("é", 8), truncated: true},
+	"stream-other-id":     {},
+	"stream-no-text":      {},
+	"stream-bad-utf8":     {stdout: "a\uFFFD\uFFFDb\uFFFD"},
 	"result-ok": {result: true, check: func(t *testing.T, r *Result) {
 		if r.Status != "ok" || r.Value["text/plain"] != "2" || len(r.Display) != 1 || r.Display[0].MIME != "text/html" || r.Error != nil {
 			t.Errorf("result %+v", r)

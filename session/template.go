@@ -59,13 +59,15 @@ type templates struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	enabled bool
+	// Per configured policy, computed once at start: its template's key
+	// (templateKey) and the policy encoded, which a create's must equal.
+	keys, encs map[string]string
 }
 
 // template is one policy's checkpoint. ready is closed when the build has
 // ended, well or not.
 type template struct {
 	name   string
-	policy []byte // the policy it was built for, encoded: a create's must match
 	images string
 	ready  chan struct{}
 	err    error // why the build failed (set before ready is closed)
@@ -83,13 +85,13 @@ const templateReady = "template-ready"
 // (isolate.Host.CheckpointIdentity). A change to any of them makes a new
 // key, so the old template is never restored and is removed at the next
 // start.
-func (m *Manager) templateKey(p policy.Policy) (string, []byte) {
-	enc, _ := json.Marshal(p)
+func (m *Manager) templateKey(p policy.Policy) (key, enc string) {
+	b, _ := json.Marshal(p)
 	h := sha256.New()
 	h.Write(runner.Script)
-	fmt.Fprintf(h, "\x00preload=%s\x00wheelhouse=%s\x00policy=%s\x00", strings.Join(m.cfg.Preload, ","), m.cfg.Wheelhouse, enc)
+	fmt.Fprintf(h, "\x00preload=%s\x00wheelhouse=%s\x00policy=%s\x00", strings.Join(m.cfg.Preload, ","), m.cfg.Wheelhouse, b)
 	h.Write([]byte(m.host.CheckpointIdentity()))
-	return hex.EncodeToString(h.Sum(nil))[:32], enc
+	return hex.EncodeToString(h.Sum(nil))[:32], string(b)
 }
 
 // initTemplates keeps the templates an earlier daemon built that still
@@ -115,9 +117,11 @@ func (m *Manager) initTemplates() {
 		return
 	}
 	m.tmpl.enabled = true
+	m.tmpl.keys, m.tmpl.encs = map[string]string{}, map[string]string{}
 	keep := map[string]string{} // dir name -> policy name
 	for name, p := range m.cfg.Policies {
-		key, _ := m.templateKey(p)
+		key, enc := m.templateKey(p)
+		m.tmpl.keys[name], m.tmpl.encs[name] = key, enc
 		keep[key] = name
 	}
 	ents, _ := os.ReadDir(dir)
@@ -132,8 +136,7 @@ func (m *Manager) initTemplates() {
 			_ = os.RemoveAll(path)
 			continue
 		}
-		_, enc := m.templateKey(m.cfg.Policies[name])
-		t := &template{name: name, policy: enc, images: path, ready: make(chan struct{})}
+		t := &template{name: name, images: path, ready: make(chan struct{})}
 		close(t.ready)
 		m.tmpl.byName[name] = t
 	}
@@ -156,13 +159,12 @@ func (m *Manager) templateFor(p policy.Policy) *template {
 	if ts == nil || !ts.enabled {
 		return nil
 	}
-	named, ok := m.cfg.Policies[p.Name]
+	enc, ok := ts.encs[p.Name]
 	if !ok {
 		return nil
 	}
-	key, want := m.templateKey(p)
-	if have, _ := json.Marshal(named); string(have) != string(want) {
-		return nil
+	if b, _ := json.Marshal(p); string(b) != enc {
+		return nil // an override
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -173,8 +175,8 @@ func (m *Manager) templateFor(p policy.Policy) *template {
 		return t
 	}
 	t := &template{
-		name: p.Name, policy: want, ready: make(chan struct{}),
-		images: filepath.Join(m.cfg.StateDir, templatesName, key),
+		name: p.Name, ready: make(chan struct{}),
+		images: filepath.Join(m.cfg.StateDir, templatesName, ts.keys[p.Name]),
 	}
 	ts.byName[p.Name] = t
 	ts.builds.Add(1)

@@ -3,7 +3,7 @@ package isolate
 import (
 	"errors"
 	"fmt"
-	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -336,7 +336,7 @@ func sharedImage(f *os.File) bool {
 // memory pages (pages-*.img, nearly all of it) hard-linked as shared images,
 // the rest copied (a restore rewrites some: the user namespace's ids).
 // src's pages files become shared images (root's, 0644). It returns the
-// bytes it copied.
+// bytes its copies allocate (CopyFileData, holes kept).
 func LinkImages(src, dst string) (int64, error) {
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return 0, err
@@ -382,11 +382,12 @@ func copyImage(from, to string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(out, in)
+	used := &ByteCap{Max: math.MaxInt64}
+	err = CopyFileData(out, in, used)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	return n, err
+	return used.Used, err
 }
 
 // chownImages gives every regular file directly in dir the image ownership

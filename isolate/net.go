@@ -62,7 +62,8 @@ func (h *Host) egress() (Egress, bool) {
 
 // Addresses of the two links. The sandbox link is link-local: it is never
 // routed anywhere, so it cannot collide with a destination. Uplinks take
-// one /30 per uid slot from the shared address space in Upstream.
+// one /30 per uid range (uplinkIndex) from the shared address space in
+// Upstream.
 var (
 	gwAddr   = netip.MustParseAddr("169.254.0.1") // gateway side, and the DNS server
 	sbAddr   = netip.MustParseAddr("169.254.0.2") // the sandbox's eth0
@@ -92,10 +93,24 @@ const (
 	refusedLogWindow = 10 * time.Second
 )
 
-// uplinkAddrs returns the upstream and gateway ends of slot's uplink.
-func uplinkAddrs(slot int) (netip.Addr, netip.Addr) {
+// uplinkIndex numbers a sandbox's uplink by its host uid range, not by
+// its slot: every daemon on a host plugs its gateways into the same
+// upstream namespace, and two daemons numbering by slot would both name
+// theirs jcu0 with 100.64.0.1, each removing the other's as stale when it
+// builds its own (a fleet of daemons on one host clobbering each other's
+// gateways). Daemons have disjoint uid ranges (ClaimUIDRange), so the
+// index (hostID / 65536, its bit 14 flipped to keep the default range at
+// 0.. as before) is unique on the host, below 65536: "jcu65535" fits in
+// IFNAMSIZ, and 65536 /30s fit in 100.64.0.0/10.
+func uplinkIndex(hostID int) int { return (hostID/idsPerSlot)&0xffff ^ 0x4000 }
+
+// uplinkName is the upstream end of uplink index i.
+func uplinkName(i int) string { return "jcu" + strconv.Itoa(i) }
+
+// uplinkAddrs returns the upstream and gateway ends of uplink index i.
+func uplinkAddrs(i int) (netip.Addr, netip.Addr) {
 	b := uplinkV4.As4()
-	v := binary.BigEndian.Uint32(b[:]) + uint32(slot)*4
+	v := binary.BigEndian.Uint32(b[:]) + uint32(i)*4
 	binary.BigEndian.PutUint32(b[:], v+1)
 	up := netip.AddrFrom4(b)
 	binary.BigEndian.PutUint32(b[:], v+2)
@@ -251,8 +266,9 @@ func (h *Host) attachNetwork(p policy.Policy, pid, slot int) (_ *gateway, retErr
 		return nil, fmt.Errorf("open egress upstream %s: %w", eg.Upstream, err)
 	}
 	defer upNS.Close()
-	upPeer := "jcu" + strconv.Itoa(slot)
-	upAddr, gwUpAddr := uplinkAddrs(slot)
+	idx := uplinkIndex(h.cfg.UIDBase + slot*idsPerSlot)
+	upPeer := uplinkName(idx)
+	upAddr, gwUpAddr := uplinkAddrs(idx)
 
 	if err := g.links(sbNS, upNS, upPeer, upAddr, gwUpAddr); err != nil {
 		return nil, err

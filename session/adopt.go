@@ -104,7 +104,7 @@ func (m *Manager) adopt(id string) (_ *Session, retErr error) {
 	if s, err := m.adoptHibernated(meta, dir); !errors.Is(err, errNotHibernated) {
 		return s, err
 	}
-	disk, err := m.host.AdoptDisk(id)
+	disk, err := m.host.AdoptDisk(diskID(id))
 	if err != nil {
 		return nil, err
 	}

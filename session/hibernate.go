@@ -274,7 +274,7 @@ func (m *Manager) adoptHibernated(meta sessionMeta, dir string) (*Session, error
 	if _, err := os.Stat(filepath.Join(dir, hibernatedMark)); err != nil {
 		return nil, errNotHibernated
 	}
-	disk, err := m.host.AdoptDisk(meta.ID)
+	disk, err := m.host.AdoptDisk(diskID(meta.ID))
 	if errors.Is(err, isolate.ErrNotMounted) {
 		// The host rebooted: a new disk with the saved files.
 		disk, err = m.rebuildDisk(meta, dir)
@@ -317,7 +317,7 @@ func (m *Manager) rebuildDisk(meta sessionMeta, dir string) (*isolate.Disk, erro
 	if _, err := os.Stat(saved); err != nil {
 		return nil, fmt.Errorf("its disk is gone and no copy of its files was saved: %w", err)
 	}
-	disk, err := m.host.ReplaceDisk(meta.ID, meta.Policy)
+	disk, err := m.host.ReplaceDisk(diskID(meta.ID), meta.Policy)
 	if err != nil {
 		return nil, hostErr(ErrUnavailable, err)
 	}

@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +27,12 @@ import (
 type Config struct {
 	// StateDir holds per-session control directories. Required.
 	StateDir string
+	// Node is this daemon's name in a fleet (NodeIDPattern). Every new
+	// session id is "<Node>-<32 hex digits>", so that a proxy in front of
+	// several daemons routes a session's requests to the node that holds
+	// it. Default "": bare hex ids. Ids of either form are accepted on
+	// re-adoption whatever Node is now.
+	Node string
 	// Policies are the named policies; "default" is used when a request
 	// names none (policy.Default() if absent).
 	Policies map[string]policy.Policy
@@ -192,6 +200,9 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	if err := cfg.checkPool(); err != nil {
 		return nil, err
 	}
+	if cfg.Node != "" && !NodeIDPattern.MatchString(cfg.Node) {
+		return nil, fmt.Errorf("node %q: want 1-16 of [a-z0-9]", cfg.Node)
+	}
 	// Host root's alone: session metadata, checkpoint images (a kernel's
 	// whole memory) and saved workspaces live below; no sandbox needs it.
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "sessions"), 0o700); err != nil {
@@ -225,7 +236,11 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 // reconcile removes every sandbox and session directory a previous run
 // left behind, except the adopted sessions'.
 func (m *Manager) reconcile(adopted map[string]bool) error {
-	removed, err := m.host.Reconcile(func(id string) bool { return adopted[id] })
+	disks := map[string]bool{}
+	for id := range adopted {
+		disks[diskID(id)] = true
+	}
+	removed, err := m.host.Reconcile(func(id string) bool { return disks[id] })
 	if len(removed) > 0 {
 		m.log().Info("removed leftovers of a previous run", "sandboxes", len(removed))
 	}
@@ -332,9 +347,38 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 	return p, nil
 }
 
+// sessionID is a new session's id: the node's name, if any, then 128
+// random bits.
+func (m *Manager) sessionID() string {
+	if m.cfg.Node == "" {
+		return newID()
+	}
+	return m.cfg.Node + "-" + newID()
+}
+
+// diskID is the sandbox disk id of session id: isolate's ids are
+// [A-Za-z0-9_] (its container ids append "-<generation>"), so the "-" after
+// a node name becomes "_". A bare hex id is its own disk id, as before.
+func diskID(id string) string { return strings.ReplaceAll(id, "-", "_") }
+
+// NodeIDPattern is what a node name may be: short, lower-case letters and
+// digits, so it is safe in a URL path, a file name, an HAProxy server
+// name and a session id that is split at its first "-".
+var NodeIDPattern = regexp.MustCompile(`^[a-z0-9]{1,16}$`)
+
+// NodeOf returns the node named in a session id ("" for a bare id, from
+// before nodes or from a daemon without one).
+func NodeOf(id string) string {
+	node, _, ok := strings.Cut(id, "-")
+	if !ok || !NodeIDPattern.MatchString(node) {
+		return ""
+	}
+	return node
+}
+
 // newSession builds a session's disk and directories (no kernel yet).
 func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr error) {
-	id := newID()
+	id := m.sessionID()
 	dir := filepath.Join(m.cfg.StateDir, "sessions", id)
 	var cl cleanup.Stack
 	defer func() {
@@ -346,7 +390,7 @@ func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr err
 		return nil, fmt.Errorf("create session dir: %w", err)
 	}
 	cl.Add(func() error { return os.RemoveAll(dir) })
-	disk, err := m.host.NewDisk(id, p)
+	disk, err := m.host.NewDisk(diskID(id), p)
 	if err != nil {
 		return nil, hostErr(ErrUnavailable, err)
 	}

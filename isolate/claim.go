@@ -1,0 +1,150 @@
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Several daemons on one host (a fleet on one machine, a test beside the
+// service) must never map two sandboxes onto the same host uids: a
+// sandbox of one daemon could then read and write the other's files as
+// their owner. Each daemon claims its range in a shared directory with a
+// file it holds flocked for its life; the kernel drops the lock when the
+// process dies, so a crashed daemon's claim is stale, not live.
+
+// ErrUIDRangeTaken: a live process holds a claim overlapping the range
+// asked for.
+var ErrUIDRangeTaken = errors.New("uid range in use by another jailcell")
+
+// DefaultClaimDir is where daemons on this host claim their uid ranges.
+const DefaultClaimDir = "/run/jailcell/claims"
+
+// RangeSize is the host uids (and gids) a Host with slots sandboxes maps.
+func RangeSize(slots int) int {
+	if slots == 0 {
+		slots = 4096
+	}
+	return slots * idsPerSlot
+}
+
+// UIDClaim is a held claim; Close releases it.
+type UIDClaim struct {
+	f    *os.File
+	path string
+	// Overlaps names live claims overlapping this one that were allowed
+	// (ClaimUIDRange with shareable); empty otherwise.
+	Overlaps []string
+}
+
+// Close lets the range go.
+func (c *UIDClaim) Close() error {
+	if c == nil || c.f == nil {
+		return nil
+	}
+	_ = os.Remove(c.path)
+	return c.f.Close()
+}
+
+// ClaimUIDRange claims host uids [base, base+n) for this process in dir.
+// A live claim overlapping it is ErrUIDRangeTaken, naming the holder's pid
+// and range, unless shareable: then the claim is taken and the overlap
+// reported in Overlaps (a daemon on the default range beside another on
+// it, as before ranges were claimed, is warned about, not refused).
+func ClaimUIDRange(dir string, base, n int, shareable bool) (*UIDClaim, error) {
+	if base <= 0 || n <= 0 || base%idsPerSlot != 0 || uint64(base)+uint64(n) > 1<<32-1 {
+		return nil, fmt.Errorf("uid range %d+%d: want a positive base, a multiple of %d, ending below 2^32-1", base, n, idsPerSlot)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create claim dir %s: %w", dir, err)
+	}
+	// One claimer at a time scans and writes, so two daemons starting
+	// together cannot both see a free range.
+	gate, err := os.OpenFile(filepath.Join(dir, "claims.lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open claim lock in %s: %w", dir, err)
+	}
+	defer gate.Close()
+	if err := unix.Flock(int(gate.Fd()), unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("lock claim dir %s: %w", dir, err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read claim dir %s: %w", dir, err)
+	}
+	end := base + n
+	var overlaps []string
+	for _, e := range ents {
+		lo, hi, ok := parseClaim(e.Name())
+		if !ok {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		live, pid := claimLive(path)
+		if !live {
+			_ = os.Remove(path) // its holder died
+			continue
+		}
+		if lo < end && base < hi {
+			what := fmt.Sprintf("uids %d..%d (pid %s)", lo, hi-1, pid)
+			if !shareable {
+				return nil, fmt.Errorf("%w: %d..%d overlaps %s; give each daemon on this host its own sandbox.uid_base, %d apart",
+					ErrUIDRangeTaken, base, end-1, what, n)
+			}
+			overlaps = append(overlaps, what)
+		}
+	}
+	path := filepath.Join(dir, fmt.Sprintf("uids-%d-%d.%d.%d", base, end, os.Getpid(), claimSeq.Add(1)))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create claim %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock claim %s: %w", path, err)
+	}
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return &UIDClaim{f: f, path: path, Overlaps: overlaps}, nil
+}
+
+// claimSeq tells apart the claims of one process (tests).
+var claimSeq atomic.Int64
+
+// parseClaim reads "uids-LO-HI.PID.SEQ".
+func parseClaim(name string) (lo, hi int, ok bool) {
+	rest, ok := strings.CutPrefix(name, "uids-")
+	if !ok {
+		return 0, 0, false
+	}
+	rng, _, _ := strings.Cut(rest, ".")
+	a, b, ok := strings.Cut(rng, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	return lo, hi, err1 == nil && err2 == nil && lo < hi
+}
+
+// claimLive reports whether a process holds the claim's lock, and its pid
+// as written in it.
+func claimLive(path string) (bool, string) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false, ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 16))
+	pid := strings.TrimSpace(string(b))
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK), pid
+	}
+	return false, pid
+}

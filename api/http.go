@@ -60,6 +60,13 @@ type HTTPOptions struct {
 	// Logger receives transport problems and, at debug level, one line
 	// per request. Default slog.Default().
 	Logger *slog.Logger
+	// Remote authenticates requests on connections that are not Unix
+	// sockets (a TCP listener); nil refuses every such request.
+	Remote *RemoteAuth
+	// Ready reports whether the daemon can take work (nil when it can);
+	// /readyz answers 503 while it cannot, and while draining. Default:
+	// always ready.
+	Ready func() error
 }
 
 const (
@@ -81,9 +88,11 @@ type HTTPServer struct {
 	access  atomic.Pointer[Access]
 	metrics *serviceMetrics
 	lim     *budget
-	seq     atomic.Int64
-	srv     *http.Server
-	mcp     mcpMount // /mcp, built on first use (mcp.go)
+	// draining: readyz answers 503 and creates are refused (SetDraining).
+	draining atomic.Bool
+	seq      atomic.Int64
+	srv      *http.Server
+	mcp      mcpMount // /mcp, built on first use (mcp.go)
 }
 
 // NewHTTPServer makes the transport over d.
@@ -116,7 +125,7 @@ func NewHTTPServer(d *Dispatcher, opts HTTPOptions) *HTTPServer {
 		MaxHeaderBytes:    opts.MaxHeaderBytes,
 		// No ReadTimeout or WriteTimeout: a streamed cell may run for
 		// minutes. Bodies get their own deadline in readBody.
-		ConnContext: peerContext,
+		ConnContext: connContext,
 		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return s
@@ -129,8 +138,14 @@ func (s *HTTPServer) SetAccess(a Access) {
 	s.access.Store(&a)
 }
 
+// SetDraining turns the node's drain on: /readyz answers 503, so a
+// proxy in front sends new work elsewhere, and creates and forks are
+// refused with unavailable; the sessions it holds still answer.
+func (s *HTTPServer) SetDraining() { s.draining.Store(true) }
+
 // Serve answers connections on l until Shutdown or Close; it returns nil
-// then.
+// then. On a listener that is not a Unix socket every request must
+// authenticate (HTTPOptions.Remote).
 func (s *HTTPServer) Serve(l net.Listener) error {
 	if err := s.srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -150,6 +165,7 @@ func (s *HTTPServer) Close() error { return s.srv.Close() }
 // redirected: a file path goes to the manager as sent, which confines it.
 const (
 	routeHealthz  = "healthz"
+	routeReadyz   = "readyz"
 	routeMetrics  = "metrics"
 	routeSessions = "sessions"     // /v1/sessions
 	routeSession  = "session"      // /v1/sessions/{id}
@@ -165,6 +181,7 @@ const (
 // routeMethods lists the methods each route answers.
 var routeMethods = map[string][]string{
 	routeHealthz:  {http.MethodGet, http.MethodHead},
+	routeReadyz:   {http.MethodGet, http.MethodHead},
 	routeMetrics:  {http.MethodGet, http.MethodHead},
 	routeSessions: {http.MethodGet, http.MethodHead, http.MethodPost},
 	routeSession:  {http.MethodDelete},
@@ -204,6 +221,8 @@ func matchRoute(escaped string) (route, *Error) {
 	switch {
 	case n == 1 && segs[0] == "healthz":
 		return route{name: routeHealthz}, nil
+	case n == 1 && segs[0] == "readyz":
+		return route{name: routeReadyz}, nil
 	case n == 1 && segs[0] == "metrics":
 		return route{name: routeMetrics}, nil
 	case n >= 2 && segs[0] == "v1" && segs[1] == "exec" && n == 2:
@@ -231,7 +250,7 @@ func matchRoute(escaped string) (route, *Error) {
 			return route{name: routeFile, session: id, path: strings.Join(segs[4:], "/")}, nil
 		}
 	}
-	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
+	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /readyz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
 }
 
 // statusWriter remembers the status code for the request log and metrics.
@@ -263,20 +282,33 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 	w := &statusWriter{ResponseWriter: hw}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	rt := route{name: routeUnknown}
-	peer, perr := PeerFromContext(r.Context())
+	r, peer, remote, perr := s.authenticate(r)
 	defer func() {
 		s.metrics.request(rt.name, w.status)
 		s.log.Debug("http request", "method", r.Method, "route", rt.name, "status", w.status,
-			"uid", peer.UID, "pid", peer.PID, "duration_ms", time.Since(start).Milliseconds())
+			"uid", peer.UID, "pid", peer.PID, "remote", remote, "duration_ms", time.Since(start).Milliseconds())
 	}()
-	if perr != nil {
-		s.log.Warn("refused a connection without peer credentials", "err", perr)
-		s.writeError(w, &Error{Code: CodeForbidden, Message: "the caller's credentials could not be read: " + perr.Error()})
+	// Liveness and readiness answer anyone, a proxy's health check
+	// included, and say nothing beyond yes or no; /healthz tells an
+	// admitted caller more.
+	if p := r.URL.Path; p == "/readyz" || (p == "/healthz" && perr != nil) {
+		rt.name = strings.TrimPrefix(p, "/")
+		s.health(w, r, p == "/readyz")
 		return
 	}
-	if !s.access.Load().Allows(peer) {
-		s.writeError(w, &Error{Code: CodeForbidden, Message: fmt.Sprintf(
-			"uid %d (gid %d) may not use this jailcell service: it is not in the configured allowed uids or gids", peer.UID, peer.GID)})
+	switch {
+	case perr != nil && remote:
+		// RFC 6750: a request without valid credentials is 401 and says
+		// which scheme to use.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="jailcell"`)
+		s.respondStatus(w, http.StatusUnauthorized, fail(nullID, &Error{Code: CodeForbidden, Message: perr.Error()}))
+		return
+	case perr != nil:
+		if errors.Is(perr, errNoPeer) {
+			s.log.Warn("refused a connection without peer credentials", "err", perr)
+			perr = fmt.Errorf("the caller's credentials could not be read: %w", perr)
+		}
+		s.writeError(w, &Error{Code: CodeForbidden, Message: perr.Error()})
 		return
 	}
 	if r.URL.Path == mcpPath {
@@ -299,6 +331,10 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 	owner := int(peer.UID)
 	// Each answer holds a place in the in-flight budget until written
 	// (handle); the routes with a body take theirs in readBody.
+	if s.draining.Load() && (rt.name == routeSessions && r.Method == http.MethodPost || rt.name == routeLife && rt.op == OpFork) {
+		s.writeError(w, &Error{Code: CodeUnavailable, Message: "this node is draining: it takes no new sessions; create on another node"})
+		return
+	}
 	switch rt.name {
 	case routeHealthz:
 		s.handle(w, r, &Request{ID: s.nextID(), Op: OpPing}, owner)
@@ -332,6 +368,30 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.download(w, r, rt, owner)
+	}
+}
+
+// health answers /healthz for a caller not admitted, and /readyz for
+// anyone: {"ok":true} or 503 {"ok":false}, nothing else.
+func (s *HTTPServer) health(w http.ResponseWriter, r *http.Request, ready bool) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	ok := true
+	if ready {
+		ok = !s.draining.Load() && (s.opts.Ready == nil || s.opts.Ready() == nil)
+	}
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if r.Method == http.MethodGet {
+		_, _ = fmt.Fprintf(w, "{\"ok\":%t}\n", ok)
 	}
 }
 

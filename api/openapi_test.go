@@ -421,6 +421,8 @@ func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
 
 	h.must(200, "GET", "/healthz", "/healthz", nil, nil)
 	h.must(200, "HEAD", "/healthz", "/healthz", nil, nil)
+	h.must(200, "GET", "/readyz", "/readyz", nil, nil)
+	h.must(200, "HEAD", "/readyz", "/readyz", nil, nil)
 	h.must(200, "GET", "/metrics", "/metrics", nil, nil)
 	h.must(200, "HEAD", "/metrics", "/metrics", nil, nil)
 	if b := h.must(200, "GET", "/v1/openapi.json", "/v1/openapi.json", nil, nil); !bytes.Equal(b, OpenAPI()) {

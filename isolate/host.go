@@ -108,6 +108,25 @@ func (h *Host) Gate(check func() error) {
 	}()
 }
 
+// ErrNotReady: the host's gate (Gate) has not answered yet.
+var ErrNotReady = errors.New("host checks still running")
+
+// Ready reports, without waiting, whether sandboxes can be built: nil
+// once the gate (if any) passed, ErrNotReady while it runs, its error if
+// it failed.
+func (h *Host) Ready() error {
+	g := h.gate.Load()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g.done:
+		return g.err
+	default:
+		return ErrNotReady
+	}
+}
+
 // passGate waits for the gate, if any.
 func (h *Host) passGate() error {
 	g := h.gate.Load()

@@ -84,6 +84,42 @@ not_found for it.`},
 	{name: "allowed_gids", def: []string{}, reload: true, dec: listKey(func(c *config) *[]string { return &c.AllowedGIDs }),
 		doc: `Groups whose members (primary or supplementary group) may call, by name
 or gid. Example: [jailcell]`},
+	{name: "listen", def: "", flag: "listen", dec: strKey(func(c *config) *string { return &c.Listen }),
+		doc: `Also serve the API on TCP (flag --listen): tcp://HOST:PORT, for a fleet
+of nodes behind a proxy (docs/fleet.md). A peer uid does not cross
+hosts, so serve refuses to start without auth.tokens_file or mutual TLS
+(tls.cert, tls.key and tls.client_ca). "" serves the Unix socket only.`},
+	{name: "auth.tokens_file", def: "", dec: strKey(func(c *config) *string { return &c.TokensFile }),
+		doc: `Bearer tokens for the TCP listener: one "TOKEN OWNER" per line (OWNER a
+uid or user name; # starts a comment), each token 32 or more of
+[A-Za-z0-9._~+/=-]. The file must be root's and not group- or
+world-accessible. A request's token decides its owner, as the peer uid
+does on the socket. Read at start.`},
+	{name: "tls.cert", def: "", dec: strKey(func(c *config) *string { return &c.TLSCert }),
+		doc: `PEM certificate (chain) of the TCP listener; with tls.key, the listener
+speaks TLS only.`},
+	{name: "tls.key", def: "", dec: strKey(func(c *config) *string { return &c.TLSKey }),
+		doc: `PEM private key of tls.cert.`},
+	{name: "tls.client_ca", def: "", dec: strKey(func(c *config) *string { return &c.TLSClientCA }),
+		doc: `PEM CA certificates for mutual TLS: each client must present a
+certificate they signed, and its common name (a uid or user name) is
+the caller's owner. Excludes auth.tokens_file.`},
+	{name: "node.id", def: "", dec: strKey(func(c *config) *string { return &c.Session.Node }),
+		doc: `This node's name in a fleet, 1-16 of [a-z0-9]; every new session id is
+"<node.id>-<32 hex digits>" so a proxy routes by it. "": derived from
+the host name (its letters and digits, lower case, at most 16).`},
+	{name: "sandbox.uid_base", def: 0x40000000, dec: intKey(func(c *config) *int { return &c.UIDBase }, 1<<20, 1<<32-1<<28-1),
+		doc: `First host uid (and gid) sandboxes are mapped to; they take 4096 ranges
+of 65536 from here (2^28 uids). A multiple of 65536. Several daemons on
+one host each need their own range (e.g. 1073741824, 1342177280,
+1610612736): a daemon refuses to start on a range a live one has
+claimed (/run/jailcell/claims), except two on this default, which are
+warned about.`},
+	{name: "sandbox.cgroup_root", def: "", dec: strKey(func(c *config) *string { return &c.CgroupRoot }),
+		doc: `Absolute cgroup path sandboxes are created under (on every controller).
+"": /jailcell for the default state_dir, /jailcell-<hash of state_dir>
+for any other, so daemons with their own state_dir never share one.
+Ignored under a systemd service with Delegate=yes on cgroup v2.`},
 	{name: "state_dir", def: defaultStateDir, flag: "state-dir", dec: strKey(func(c *config) *string { return &c.StateDir }),
 		doc: `Sandbox and session state; one jailcell process at a time uses it
 (flag --state-dir).`},
@@ -218,6 +254,17 @@ type config struct {
 	AllowedGIDs []string // group names or numbers, resolved by serve
 	StateDir    string
 	Rootfs      string
+	// Listen is the TCP address to serve on besides the socket (tcp://ADDR;
+	// "" none), with TokensFile or the TLS* files for authentication.
+	Listen      string
+	TokensFile  string
+	TLSCert     string
+	TLSKey      string
+	TLSClientCA string
+	// UIDBase is the host's first sandbox uid (isolate.Config.UIDBase).
+	UIDBase int
+	// CgroupRoot is the sandboxes' cgroup parent ("" derived from StateDir).
+	CgroupRoot string
 	// Criu is the criu binary for hibernate, restore, fork and snapshots
 	// (criu 4.x; make criu builds one).
 	Criu string
@@ -880,6 +927,27 @@ var configChecks = []func(c *config) error{
 		return nil
 	},
 	func(c *config) error { return absOrEmpty("state_dir", c.StateDir, false) },
+	checkNodeID,
+	checkListen,
+	func(c *config) error { return absOrEmpty("auth.tokens_file", c.TokensFile, true) },
+	func(c *config) error { return absOrEmpty("tls.cert", c.TLSCert, true) },
+	func(c *config) error { return absOrEmpty("tls.key", c.TLSKey, true) },
+	func(c *config) error { return absOrEmpty("tls.client_ca", c.TLSClientCA, true) },
+	func(c *config) error {
+		if c.UIDBase%65536 != 0 {
+			return fmt.Errorf("sandbox.uid_base = %d: want a multiple of 65536 (the uids of one sandbox)", c.UIDBase)
+		}
+		return nil
+	},
+	func(c *config) error {
+		if c.CgroupRoot == "" {
+			return nil
+		}
+		if !filepath.IsAbs(c.CgroupRoot) || filepath.Clean(c.CgroupRoot) != c.CgroupRoot || c.CgroupRoot == "/" {
+			return fmt.Errorf(`sandbox.cgroup_root = %q: want a clean absolute cgroup path below / (like /jailcell-n1), or "" (derived from state_dir)`, c.CgroupRoot)
+		}
+		return nil
+	},
 	func(c *config) error { return quotaRange("state_quota_bytes", c.Session.StateQuota) },
 	func(c *config) error { return quotaRange("store_quota_bytes", c.Session.StoreQuota) },
 	func(c *config) error {

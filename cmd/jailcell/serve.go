@@ -32,6 +32,7 @@ func addServeFlags(cmd *cobra.Command) *hostFlags {
 	hf.survivable = true
 	cmd.Flags().String("socket", defaultSocket, "Unix socket to listen on (ignored when systemd passes a socket)")
 	cmd.Flags().String("socket-group", "jailcell", `group owning the socket and its directory ("root": root only)`)
+	cmd.Flags().String("listen", "", "also serve on TCP, tcp://HOST:PORT; needs auth.tokens_file or mutual TLS (tls.*)")
 	return hf
 }
 
@@ -121,9 +122,21 @@ func serve(hf *hostFlags) (retErr error) {
 		}
 		listeners = []net.Listener{l}
 	}
+	var remote *api.RemoteAuth
+	if cfg.Listen != "" {
+		l, auth, err := remoteListener(cfg)
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			_ = st.shutdown(10 * time.Second)
+			return err
+		}
+		listeners, remote = append(listeners, l), auth
+	}
 	s := &service{hf: hf, log: log, st: st}
 	s.srv = api.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf},
-		api.HTTPOptions{Access: access, Logger: log})
+		api.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready})
 	serveErr := make(chan error, len(listeners))
 	addrs := make([]string, len(listeners))
 	for i, l := range listeners {
@@ -141,7 +154,7 @@ func serve(hf *hostFlags) (retErr error) {
 	signal.Ignore(syscall.SIGPIPE)
 
 	notify(log, fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving on %s", os.Getpid(), strings.Join(addrs, ", ")))
-	log.Info("serving", "socket", strings.Join(addrs, ","), "socket_activated", activated,
+	log.Info("serving", "socket", strings.Join(addrs, ","), "socket_activated", activated, "node", cfg.Session.Node,
 		"version", version, "pid", os.Getpid(), "allowed_uids", access.UIDs, "allowed_gids", access.GIDs)
 	stopWatchdog := s.watchdog()
 	defer stopWatchdog()
@@ -170,6 +183,8 @@ func serve(hf *hostFlags) (retErr error) {
 // down. Cells still running then are killed with their sessions.
 func (s *service) drain(sigs <-chan os.Signal, grace time.Duration) error {
 	notify(s.log, "STOPPING=1\nSTATUS=draining")
+	// Until the listeners close: readyz false, creates refused.
+	s.srv.SetDraining()
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	go func() {

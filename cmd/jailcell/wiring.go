@@ -120,6 +120,7 @@ type stack struct {
 	host    *isolate.Host
 	manager *session.Manager
 	lock    *os.File
+	claim   *isolate.UIDClaim
 }
 
 // build opens the rootfs, locks the state directory and builds the host
@@ -152,7 +153,27 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 			lock.Close()
 		}
 	}()
+	// Several daemons on one host must not map sandboxes onto the same
+	// host uids. Two on the default range (a test's next to the service's,
+	// as before ranges were claimed) are warned about; an explicit range
+	// that overlaps a live one is refused.
+	claim, err := isolate.ClaimUIDRange(isolate.DefaultClaimDir, cfg.UIDBase, isolate.RangeSize(0), cfg.sources["sandbox.uid_base"] == "default")
+	if err != nil {
+		return nil, fmt.Errorf("sandbox.uid_base: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			claim.Close()
+		}
+	}()
+	if len(claim.Overlaps) > 0 {
+		log.Warn("another jailcell on this host maps sandboxes to the same uids; give each its own sandbox.uid_base",
+			"uid_base", cfg.UIDBase, "overlaps", claim.Overlaps)
+	}
 	cgRoot := cgroupRootFor(stateDir)
+	if cfg.CgroupRoot != "" {
+		cgRoot = cfg.CgroupRoot
+	}
 	// A systemd service with Delegate=yes on cgroup v2 keeps its sandboxes
 	// inside its own subtree.
 	if d, err := isolate.DelegatedRoot(); err == nil {
@@ -166,6 +187,7 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		Criu:       cfg.Criu,
 		Rootfs:     r.Root,
 		CgroupRoot: cgRoot,
+		UIDBase:    cfg.UIDBase,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build sandbox host: %w", err)
@@ -207,7 +229,7 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("start session manager: %w", err)
 	}
-	return &stack{rootfs: r, host: host, manager: m, lock: lock}, nil
+	return &stack{rootfs: r, host: host, manager: m, lock: lock, claim: claim}, nil
 }
 
 // shutdown tears every sandbox down, then lets go of the state directory.
@@ -225,6 +247,7 @@ func (s *stack) shutdownContext(ctx context.Context) error {
 		err = s.host.Close()
 	}
 	s.lock.Close()
+	s.claim.Close()
 	if err != nil {
 		return fmt.Errorf("shut down sessions: %w", err)
 	}

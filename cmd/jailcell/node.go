@@ -1,0 +1,201 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/session"
+)
+
+// checkNodeID fills node.id from the host name when unset and checks it.
+func checkNodeID(c *config) error {
+	if c.Session.Node == "" {
+		h, _ := os.Hostname()
+		c.Session.Node = nodeFromHostname(h)
+	}
+	if !session.NodeIDPattern.MatchString(c.Session.Node) {
+		return fmt.Errorf("node.id = %q: want 1-16 of [a-z0-9] (it starts every session id, and a proxy routes by it)", c.Session.Node)
+	}
+	return nil
+}
+
+// nodeFromHostname keeps a host name's letters and digits, lower case, at
+// most 16; "node" if none are left.
+func nodeFromHostname(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		if b.Len() == 16 {
+			break
+		}
+		if 'a' <= r && r <= 'z' || '0' <= r && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() == 0 {
+		return "node"
+	}
+	return b.String()
+}
+
+// listenAddr is the host:port of a listen value (tcp://HOST:PORT).
+func listenAddr(v string) (string, error) {
+	addr, ok := strings.CutPrefix(v, "tcp://")
+	if !ok {
+		return "", fmt.Errorf("listen = %q: want tcp://HOST:PORT, e.g. tcp://10.0.0.5:7070", v)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return "", fmt.Errorf("listen = %q: want tcp://HOST:PORT: %v", v, err)
+	}
+	if host != "" && net.ParseIP(host) == nil {
+		return "", fmt.Errorf("listen = %q: HOST must be an IP address (or empty for every address), not a name", v)
+	}
+	return addr, nil
+}
+
+// checkListen: TCP is served only with a way to authenticate on it.
+func checkListen(c *config) error {
+	tlsFiles := c.TLSCert != "" || c.TLSKey != "" || c.TLSClientCA != ""
+	if tlsFiles && (c.TLSCert == "" || c.TLSKey == "") {
+		return fmt.Errorf("tls.cert = %q, tls.key = %q: set both (and tls.client_ca for mutual TLS), or neither", c.TLSCert, c.TLSKey)
+	}
+	if c.TLSClientCA != "" && c.TokensFile != "" {
+		return fmt.Errorf("auth.tokens_file and tls.client_ca are both set: choose one way to name the caller (tokens, or client certificates)")
+	}
+	if c.Listen == "" {
+		return nil
+	}
+	if _, err := listenAddr(c.Listen); err != nil {
+		return err
+	}
+	if c.TokensFile == "" && c.TLSClientCA == "" {
+		return fmt.Errorf("listen = %q needs authentication: a peer uid does not cross hosts; set auth.tokens_file (bearer tokens) or tls.cert, tls.key and tls.client_ca (mutual TLS)", c.Listen)
+	}
+	return nil
+}
+
+// maxTokensFile bounds the tokens file read.
+const maxTokensFile = 1 << 20
+
+// tokenRE is what a bearer token may be: RFC 6750's b64token characters,
+// long enough not to be guessed.
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9._~+/=-]{32,512}$`)
+
+// readTokens reads auth.tokens_file: "TOKEN OWNER" lines. The file holds
+// credentials, so one that anyone but root could read or replace is
+// refused, not used.
+func readTokens(path string) (map[string]uint32, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("auth.tokens_file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("auth.tokens_file: %w", err)
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("auth.tokens_file %s: not a regular file", path)
+	case fi.Mode().Perm()&0o077 != 0:
+		return nil, fmt.Errorf("auth.tokens_file %s: mode %04o lets others read it; want 0600 or 0400 (chmod 600 %s)", path, fi.Mode().Perm(), path)
+	case st == nil || int(st.Uid) != os.Geteuid():
+		return nil, fmt.Errorf("auth.tokens_file %s: owned by uid %d, not by this daemon's user (%d)", path, st.Uid, os.Geteuid())
+	case fi.Size() > maxTokensFile:
+		return nil, fmt.Errorf("auth.tokens_file %s: %d bytes, over the %d-byte limit", path, fi.Size(), maxTokensFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxTokensFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("auth.tokens_file: %w", err)
+	}
+	tokens := map[string]uint32{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("auth.tokens_file %s line %d: want TOKEN OWNER, got %d fields", path, i+1, len(fields))
+		}
+		if !tokenRE.MatchString(fields[0]) {
+			// Never echo the token itself.
+			return nil, fmt.Errorf("auth.tokens_file %s line %d: a token must be 32-512 of [A-Za-z0-9._~+/=-]", path, i+1)
+		}
+		owner, err := lookupUser(fields[1])
+		if err != nil {
+			return nil, fmt.Errorf("auth.tokens_file %s line %d: owner %q: %v; want a uid or user name", path, i+1, fields[1], err)
+		}
+		if _, dup := tokens[fields[0]]; dup {
+			return nil, fmt.Errorf("auth.tokens_file %s line %d: a token listed twice", path, i+1)
+		}
+		tokens[fields[0]] = owner
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("auth.tokens_file %s: no tokens; nobody could call", path)
+	}
+	return tokens, nil
+}
+
+// remoteListener opens the TCP listener of cfg.Listen with its
+// authentication: bearer tokens, or mutual TLS naming the owner by its
+// certificate's common name.
+func remoteListener(cfg *config) (net.Listener, *api.RemoteAuth, error) {
+	addr, err := listenAddr(cfg.Listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	auth := api.NewRemoteAuth(nil)
+	if cfg.TokensFile != "" {
+		tokens, err := readTokens(cfg.TokensFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		auth = api.NewRemoteAuth(tokens)
+	}
+	var tc *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tls.cert, tls.key: %w", err)
+		}
+		tc = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if cfg.TLSClientCA != "" {
+			pem, err := os.ReadFile(cfg.TLSClientCA)
+			if err != nil {
+				return nil, nil, fmt.Errorf("tls.client_ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, nil, fmt.Errorf("tls.client_ca %s: no PEM certificate in it", cfg.TLSClientCA)
+			}
+			tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+			auth.CertOwner = func(c *x509.Certificate) (uint32, error) {
+				owner, err := lookupUser(c.Subject.CommonName)
+				if err != nil {
+					return 0, fmt.Errorf("client certificate common name %q: not a uid or user name of this node", c.Subject.CommonName)
+				}
+				return owner, nil
+			}
+		}
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	if tc != nil {
+		l = tls.NewListener(l, tc)
+	}
+	return l, auth, nil
+}

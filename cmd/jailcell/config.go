@@ -215,6 +215,12 @@ off (0..sessions.max).`},
 	{name: "drain_grace", def: 30 * time.Second, dec: durKey(func(c *config) *time.Duration { return &c.DrainGrace }),
 		doc: `On SIGTERM, how long running cells may take to finish before they are
 ended (0s..1h). A second SIGTERM ends them at once.`},
+	{name: "drain_notice", def: time.Duration(0), dec: durKey(func(c *config) *time.Duration { return &c.DrainNotice }),
+		doc: `On SIGTERM, how long serve keeps listening with /readyz answering 503
+and creates refused, before it stops accepting and drains (0s..5m): long
+enough for a proxy's health checks to take the node out of the create
+pool (HAProxy: inter x fall). Sessions keep answering meanwhile. A
+second SIGTERM skips it.`},
 	// The workflow keys: fix-and-retry, review log, failure memory.
 	{name: "fixer.kind", def: "", dec: strKey(func(c *config) *string { return &c.fixer.kind }),
 		doc: `--- Fix-and-retry, review log, failure memory (docs/workflow.md) ---
@@ -277,6 +283,8 @@ type config struct {
 	Template       bool // sessions.template
 	Policies       map[string]policy.Policy
 	DrainGrace     time.Duration
+	// DrainNotice is how long a drain keeps listening, not ready, first.
+	DrainNotice time.Duration
 	// Session is the session manager's configuration as far as keys set
 	// it; build adds the state directory, policies, pool and logger, and
 	// keeps KeepOnShutdown (sessions.survive_restart) and
@@ -974,6 +982,7 @@ var configChecks = []func(c *config) error{
 		return durRange("sessions.max_lifetime", c.Session.MaxLifetime, time.Second, 365*24*time.Hour)
 	},
 	func(c *config) error { return durRange("drain_grace", c.DrainGrace, 0, time.Hour) },
+	func(c *config) error { return durRange("drain_notice", c.DrainNotice, 0, 5*time.Minute) },
 	func(c *config) error {
 		if c.PoolSize != poolAuto && c.PoolSize > c.Session.MaxSessions {
 			return fmt.Errorf("pool.size = %d: at most sessions.max (%d); pooled sessions count toward it", c.PoolSize, c.Session.MaxSessions)

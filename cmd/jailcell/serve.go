@@ -183,8 +183,27 @@ func serve(hf *hostFlags) (retErr error) {
 // down. Cells still running then are killed with their sessions.
 func (s *service) drain(sigs <-chan os.Signal, grace time.Duration) error {
 	notify(s.log, "STOPPING=1\nSTATUS=draining")
-	// Until the listeners close: readyz false, creates refused.
+	// Until the listeners close: readyz false, creates refused; a proxy
+	// gets drain_notice to see it while the sessions here still answer.
 	s.srv.SetDraining()
+	if n := s.hf.cfg.DrainNotice; n > 0 {
+		s.log.Info("draining: not ready, still listening", "drain_notice", n)
+		t := time.NewTimer(n)
+	notice:
+		for {
+			select {
+			case <-t.C:
+				break notice
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					continue
+				}
+				t.Stop()
+				s.log.Warn("second signal: skipping the rest of drain_notice", "signal", sig.String())
+				break notice
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	go func() {

@@ -63,6 +63,10 @@ type HTTPOptions struct {
 	// Remote authenticates requests on connections that are not Unix
 	// sockets (a TCP listener); nil refuses every such request.
 	Remote *RemoteAuth
+	// Node is this daemon's node name, sent to admitted callers as the
+	// X-Jailcell-Node header (which node of a fleet answered). "" sends
+	// none.
+	Node string
 	// Ready reports whether the daemon can take work (nil when it can);
 	// /readyz answers 503 while it cannot, and while draining. Default:
 	// always ready.
@@ -310,6 +314,9 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		}
 		s.writeError(w, &Error{Code: CodeForbidden, Message: perr.Error()})
 		return
+	}
+	if s.opts.Node != "" {
+		w.Header().Set("X-Jailcell-Node", s.opts.Node)
 	}
 	if r.URL.Path == mcpPath {
 		rt.name = "mcp"

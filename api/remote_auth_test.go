@@ -68,7 +68,7 @@ func call(t *testing.T, c *http.Client, method, url, token string) (int, http.He
 func TestTCPBearerAuth(t *testing.T) {
 	good := "tok-" + strings.Repeat("a", 40)
 	var started atomic.Bool
-	srv, addr := startTCP(t, HTTPOptions{Remote: NewRemoteAuth(map[string]uint32{good: 1000, "tok-" + strings.Repeat("b", 40): 0}),
+	srv, addr := startTCP(t, HTTPOptions{Node: "n9", Remote: NewRemoteAuth(map[string]uint32{good: 1000, "tok-" + strings.Repeat("b", 40): 0}),
 		Ready: func() error {
 			if !started.Load() {
 				return errors.New("starting")
@@ -94,8 +94,11 @@ func TestTCPBearerAuth(t *testing.T) {
 			t.Errorf("token %q: %d %q %q, want 401 with WWW-Authenticate: Bearer", tok, st, h.Get("WWW-Authenticate"), body)
 		}
 	}
-	if st, _, body := call(t, c, "GET", base+"/healthz", good); st != 200 || !strings.Contains(body, `"version":"test-1"`) {
-		t.Errorf("authenticated healthz: %d %q, want the ping", st, body)
+	if st, h, body := call(t, c, "GET", base+"/healthz", good); st != 200 || !strings.Contains(body, `"version":"test-1"`) || h.Get("X-Jailcell-Node") != "n9" {
+		t.Errorf("authenticated healthz: %d %q node %q, want the ping from n9", st, body, h.Get("X-Jailcell-Node"))
+	}
+	if _, h, _ := call(t, c, "GET", base+"/healthz", ""); h.Get("X-Jailcell-Node") != "" {
+		t.Errorf("unauthenticated healthz names the node: %q", h.Get("X-Jailcell-Node"))
 	}
 	srv.SetDraining()
 	if st, _, body := call(t, c, "GET", base+"/readyz", ""); st != 503 || strings.TrimSpace(body) != `{"ok":false}` {

@@ -136,7 +136,7 @@ func serve(hf *hostFlags) (retErr error) {
 	}
 	s := &service{hf: hf, log: log, st: st}
 	s.srv = api.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf},
-		api.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready})
+		api.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready, Node: cfg.Session.Node})
 	serveErr := make(chan error, len(listeners))
 	addrs := make([]string, len(listeners))
 	for i, l := range listeners {

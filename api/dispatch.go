@@ -288,7 +288,11 @@ func errorFor(err error) *Error {
 	is := session.Sentinel(err)
 	for _, m := range errorCodes {
 		if errors.Is(err, m.err) || is == m.err {
-			return &Error{Code: m.code, Message: err.Error()}
+			e := &Error{Code: m.code, Message: err.Error()}
+			if errors.Is(err, session.ErrLost) {
+				e.State = session.StateLost
+			}
+			return e
 		}
 	}
 	return &Error{Code: CodeInternal, Message: err.Error()}

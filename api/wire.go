@@ -126,6 +126,10 @@ type Fix struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// State is "lost" on a not_found for a session that existed and was
+	// lost with its kernel (its node was killed, its kernel died while no
+	// daemon held it); Message says why. Its persisted files remain.
+	State string `json:"state,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

@@ -157,14 +157,16 @@ func (m *Manager) adopt(id string) (_ *Session, retErr error) {
 	return s, nil
 }
 
-// tombstone remembers why a session id is gone.
+// tombstone remembers why a session id is gone: it was lost (ErrLost).
 func (m *Manager) tombstone(id, why string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.tombstones[id] = why
+	m.lost[id] = true
 	m.tombOrder = append(m.tombOrder, id)
 	if len(m.tombOrder) > maxTombstones {
 		delete(m.tombstones, m.tombOrder[0])
+		delete(m.lost, m.tombOrder[0])
 		m.tombOrder = m.tombOrder[1:]
 	}
 }

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,8 +180,18 @@ func TestUnadoptableSessionIsReportedLost(t *testing.T) {
 
 	m2 := r.start(false)
 	_, err = m2.Exec(ctx, 0, info.ID, ExecRequest{Code: "1"})
-	if err == nil || !strings.Contains(err.Error(), "lost when jailcell restarted") {
-		t.Fatalf("exec on a lost session: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "lost when jailcell restarted") || !errors.Is(err, ErrLost) || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("exec on a lost session: %v, want ErrLost (an ErrNotFound) saying why", err)
+	}
+	closed, err := m2.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Close(ctx, 0, closed.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Exec(ctx, 0, closed.ID, ExecRequest{Code: "1"}); !errors.Is(err, ErrNotFound) || errors.Is(err, ErrLost) {
+		t.Fatalf("exec on a closed session: %v, want ErrNotFound, not ErrLost", err)
 	}
 	if b, err := os.ReadFile(filepath.Join(r.state, "store", "uid=0", "keepme", "saved.txt")); err != nil || string(b) != "x" {
 		t.Fatalf("persisted file not kept: %q %v", b, err)

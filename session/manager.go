@@ -168,8 +168,10 @@ type Manager struct {
 	reserved   int // slots taken by sessions being created and one-shot cells
 	tombstones map[string]string
 	tombOrder  []string
-	oneshots   map[string]*Session // one-shot cells running now
-	shutdown   bool
+	// lost marks the tombstones of sessions lost, not ended (ErrLost).
+	lost     map[string]bool
+	oneshots map[string]*Session // one-shot cells running now
+	shutdown bool
 
 	// nonce prefixes cell ids, so ids never repeat across daemon restarts.
 	nonce string
@@ -218,7 +220,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, host: host, metrics: newMetrics(),
-		sessions: map[string]*Session{}, tombstones: map[string]string{}, oneshots: map[string]*Session{},
+		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, oneshots: map[string]*Session{},
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
@@ -616,6 +618,9 @@ func (m *Manager) get(owner int, id string) (*Session, error) {
 	s, ok := m.sessions[id]
 	if !ok || (owner != 0 && s.owner != owner) {
 		if why, ok := m.tombstones[id]; ok && (s == nil || owner == 0 || s.owner == owner) {
+			if m.lost[id] {
+				return nil, fmt.Errorf("%w: session %s %s", ErrLost, id, why)
+			}
 			return nil, fmt.Errorf("%w: session %s %s", ErrNotFound, id, why)
 		}
 		return nil, fmt.Errorf("%w: no session %q", ErrNotFound, id)
@@ -861,6 +866,7 @@ func (m *Manager) end(s *Session, why string) error {
 	m.tombOrder = append(m.tombOrder, s.id)
 	if len(m.tombOrder) > maxTombstones {
 		delete(m.tombstones, m.tombOrder[0])
+		delete(m.lost, m.tombOrder[0])
 		m.tombOrder = m.tombOrder[1:]
 	}
 	m.mu.Unlock()

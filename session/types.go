@@ -32,6 +32,11 @@ var (
 	// ErrStoreQuota: the persist store's byte quota (Config.StoreQuota)
 	// would be passed; an ErrLimit.
 	ErrStoreQuota = fmt.Errorf("%w: store quota", ErrLimit)
+	// ErrLost: the session existed and was lost with its kernel (a daemon
+	// killed with -9 whose kernel did not survive, a node that died
+	// holding it); an ErrNotFound whose message says why. Its persisted
+	// files are not lost: they stay in the store.
+	ErrLost = fmt.Errorf("%w: lost", ErrNotFound)
 )
 
 // Status values of a cell result.

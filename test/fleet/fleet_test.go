@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -354,8 +355,15 @@ func TestFleet(t *testing.T) {
 	}
 	// Creates through the proxy, each with its own variables and a file
 	// saved to the shared store (persist).
+	var createMu sync.Mutex
+	var createTimes []time.Duration
+	phase := time.Now()
 	errs := parallel(sessions, 6, func(s *sess) error {
+		t0 := time.Now()
 		st, by, r := f.call("POST", f.url("/v1/sessions"), f.token, map[string]any{"ttl_s": 1800, "persist": s.persist})
+		createMu.Lock()
+		createTimes = append(createTimes, time.Since(t0))
+		createMu.Unlock()
 		if st != 201 || r.Session == "" {
 			return fmt.Errorf("create: %d %s", st, r.raw)
 		}
@@ -373,6 +381,8 @@ func TestFleet(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("%d of %d creates failed; first: %v", len(errs), count, errs[0])
 	}
+	t.Logf("FIGURES create: %d sessions through the proxy, 6 at a time, in %s; median create %s",
+		count, time.Since(phase).Round(time.Millisecond), median(createTimes))
 	perNode := map[string][]*sess{}
 	for _, s := range sessions {
 		perNode[s.node] = append(perNode[s.node], s)
@@ -408,6 +418,7 @@ func TestFleet(t *testing.T) {
 	// Drain n1: not ready, refusing creates, answering its sessions, then
 	// gone with its sessions hibernated.
 	n1 := f.nodes["n1"]
+	drainStart := time.Now()
 	if err := n1.svc.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -443,6 +454,8 @@ func TestFleet(t *testing.T) {
 	if err := n1.svc.Err(); err != nil {
 		t.Errorf("n1 exited with %v after its drain, want 0", err)
 	}
+	t.Logf("FIGURES drain: n1 with %d sessions, SIGTERM to exit %s (drain_notice 5s included); checkpoint images %d bytes in all",
+		len(perNode["n1"]), time.Since(drainStart).Round(time.Millisecond), imageBytes(n1.svc.Log.String()))
 	if got, want := strings.Count(n1.svc.Log.String(), `msg="session hibernated" session=n1-`), len(perNode["n1"]); got != want {
 		t.Errorf("n1 logged %d sessions hibernated at shutdown, want %d:\n%s", got, want, n1.svc.Log.String())
 	}
@@ -508,7 +521,7 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("soak: %d of %d cells failed; first: %v", len(errs), len(rd), errs[0])
 		}
 	}
-	t.Logf("soak: %d cells through the proxy in %s", cells, time.Since(start).Round(time.Millisecond))
+	t.Logf("FIGURES soak: %d cells through the proxy on %d sessions, 6 at a time, in %s", cells, len(live), time.Since(start).Round(time.Millisecond))
 	for _, s := range live {
 		f.call("DELETE", f.url("/v1/sessions/"+s.id), f.token, nil)
 	}
@@ -539,6 +552,15 @@ func (f *fleet) closeAll(n *node) {
 			f.t.Errorf("sweep %s: close %s: %d %s", n.id, s.ID, st, r.raw)
 		}
 	}
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	c := append([]time.Duration(nil), d...)
+	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+	return c[len(c)/2].Round(time.Millisecond)
 }
 
 func counts(m map[string][]*sess) map[string]int {

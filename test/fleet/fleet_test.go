@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -578,4 +579,34 @@ func contains(list []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestUIDRangeOverlapRefused: a second daemon on this host asking for a
+// uid range a live one holds is refused at start, naming the key; on a
+// range of its own it starts.
+func TestUIDRangeOverlapRefused(t *testing.T) {
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	bin := testenv.Jailcell(t)
+	conf := func(base int) func(string) string {
+		return func(dir string) string {
+			return testenv.ServeConfig(dir, "root", r.Root) + fmt.Sprintf("sandbox:\n  uid_base: %d\npool:\n  size: 0\nsessions:\n  template: false\n", base)
+		}
+	}
+	testenv.StartServe(t, testenv.Serve{Bin: bin, Config: conf(0x50000000), CleanExit: true})
+	dir := testenv.StateDir(t)
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(conf(0x58000000)(dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Bounded: a serve that wrongly starts is killed, and fails below.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--config", cfg)
+	cmd.Env = testenv.ChildEnv()
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "sandbox.uid_base") || !strings.Contains(string(out), "overlaps") {
+		t.Fatalf("serve on an overlapping uid range: %v, want a refusal naming sandbox.uid_base:\n%s", err, out)
+	}
+	testenv.StartServe(t, testenv.Serve{Bin: bin, Config: conf(0x60000000), CleanExit: true})
 }

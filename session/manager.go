@@ -27,12 +27,12 @@ import (
 type Config struct {
 	// StateDir holds per-session control directories. Required.
 	StateDir string
-	// Node is this daemon's name in a fleet (NodeIDPattern). Every new
-	// session id is "<Node>-<32 hex digits>", so that a proxy in front of
+	// NodeID is this daemon's name in a fleet (NodeIDPattern). Every new
+	// session id is "<NodeID>-<32 hex digits>", so that a proxy in front of
 	// several daemons routes a session's requests to the node that holds
 	// it. Default "": bare hex ids. Ids of either form are accepted on
-	// re-adoption whatever Node is now.
-	Node string
+	// re-adoption whatever NodeID is now. NodeFromHostname derives one.
+	NodeID string
 	// Policies are the named policies; "default" is used when a request
 	// names none (policy.Default() if absent).
 	Policies map[string]policy.Policy
@@ -202,8 +202,8 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	if err := cfg.checkPool(); err != nil {
 		return nil, err
 	}
-	if cfg.Node != "" && !NodeIDPattern.MatchString(cfg.Node) {
-		return nil, fmt.Errorf("node %q: want 1-16 of [a-z0-9]", cfg.Node)
+	if cfg.NodeID != "" && !NodeIDPattern.MatchString(cfg.NodeID) {
+		return nil, fmt.Errorf("node %q: want 1-16 of [a-z0-9]", cfg.NodeID)
 	}
 	// Host root's alone: session metadata, checkpoint images (a kernel's
 	// whole memory) and saved workspaces live below; no sandbox needs it.
@@ -352,10 +352,10 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 // sessionID is a new session's id: the node's name, if any, then 128
 // random bits.
 func (m *Manager) sessionID() string {
-	if m.cfg.Node == "" {
+	if m.cfg.NodeID == "" {
 		return newID()
 	}
-	return m.cfg.Node + "-" + newID()
+	return m.cfg.NodeID + "-" + newID()
 }
 
 // diskID is the sandbox disk id of session id: isolate's ids are
@@ -367,6 +367,24 @@ func diskID(id string) string { return strings.ReplaceAll(id, "-", "_") }
 // digits, so it is safe in a URL path, a file name, an HAProxy server
 // name and a session id that is split at its first "-".
 var NodeIDPattern = regexp.MustCompile(`^[a-z0-9]{1,16}$`)
+
+// NodeFromHostname derives a node name from a host name: its letters
+// and digits, lower case, at most 16; "node" if none are left.
+func NodeFromHostname(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		if b.Len() == 16 {
+			break
+		}
+		if 'a' <= r && r <= 'z' || '0' <= r && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() == 0 {
+		return "node"
+	}
+	return b.String()
+}
 
 // NodeOf returns the node named in a session id ("" for a bare id, from
 // before nodes or from a daemon without one).

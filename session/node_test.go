@@ -43,7 +43,7 @@ func TestNodeSessionIDs(t *testing.T) {
 	if err := m1.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m2 := r.startWith(func(c *Config) { c.Node = "n7"; c.KeepOnShutdown = false })
+	m2 := r.startWith(func(c *Config) { c.NodeID = "n7"; c.KeepOnShutdown = false })
 	res, err := m2.Exec(ctx, 1000, old.ID, ExecRequest{Code: "print(x + 1)"})
 	if err != nil || res.Stdout != "42\n" {
 		t.Fatalf("re-adopted bare id: %v %+v", err, res)
@@ -61,7 +61,7 @@ func TestNodeSessionIDs(t *testing.T) {
 	if err := m2.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{StateDir: t.TempDir(), Node: "Bad_Node"}, nil); err == nil {
+	if _, err := New(Config{StateDir: t.TempDir(), NodeID: "Bad_Node"}, nil); err == nil {
 		t.Error("node name Bad_Node accepted")
 	}
 }

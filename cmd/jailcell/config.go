@@ -104,7 +104,7 @@ speaks TLS only.`},
 		doc: `PEM CA certificates for mutual TLS: each client must present a
 certificate they signed, and its common name (a uid or user name) is
 the caller's owner. Excludes auth.tokens_file.`},
-	{name: "node.id", def: "", dec: strKey(func(c *config) *string { return &c.Session.Node }),
+	{name: "node.id", def: "", dec: strKey(func(c *config) *string { return &c.Session.NodeID }),
 		doc: `This node's name in a fleet, 1-16 of [a-z0-9]; every new session id is
 "<node.id>-<32 hex digits>" so a proxy routes by it. "": derived from
 the host name (its letters and digits, lower case, at most 16).`},

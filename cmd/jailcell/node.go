@@ -19,32 +19,14 @@ import (
 
 // checkNodeID fills node.id from the host name when unset and checks it.
 func checkNodeID(c *config) error {
-	if c.Session.Node == "" {
+	if c.Session.NodeID == "" {
 		h, _ := os.Hostname()
-		c.Session.Node = nodeFromHostname(h)
+		c.Session.NodeID = session.NodeFromHostname(h)
 	}
-	if !session.NodeIDPattern.MatchString(c.Session.Node) {
-		return fmt.Errorf("node.id = %q: want 1-16 of [a-z0-9] (it starts every session id, and a proxy routes by it)", c.Session.Node)
+	if !session.NodeIDPattern.MatchString(c.Session.NodeID) {
+		return fmt.Errorf("node.id = %q: want 1-16 of [a-z0-9] (it starts every session id, and a proxy routes by it)", c.Session.NodeID)
 	}
 	return nil
-}
-
-// nodeFromHostname keeps a host name's letters and digits, lower case, at
-// most 16; "node" if none are left.
-func nodeFromHostname(h string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(h) {
-		if b.Len() == 16 {
-			break
-		}
-		if 'a' <= r && r <= 'z' || '0' <= r && r <= '9' {
-			b.WriteRune(r)
-		}
-	}
-	if b.Len() == 0 {
-		return "node"
-	}
-	return b.String()
 }
 
 // listenAddr is the host:port of a listen value (tcp://HOST:PORT).

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jailcell/jailcell/session"
 )
 
 // TestFleetConfigChecks: each fleet key's bad value is refused with an
@@ -55,7 +57,7 @@ func TestNodeFromHostname(t *testing.T) {
 		"---":                          "node",
 		"":                             "node",
 	} {
-		if got := nodeFromHostname(h); got != want {
+		if got := session.NodeFromHostname(h); got != want {
 			t.Errorf("nodeFromHostname(%q) = %q, want %q", h, got, want)
 		}
 	}

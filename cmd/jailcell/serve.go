@@ -136,7 +136,7 @@ func serve(hf *hostFlags) (retErr error) {
 	}
 	s := &service{hf: hf, log: log, st: st}
 	s.srv = api.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf},
-		api.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready, Node: cfg.Session.Node})
+		api.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready, Node: cfg.Session.NodeID})
 	serveErr := make(chan error, len(listeners))
 	addrs := make([]string, len(listeners))
 	for i, l := range listeners {
@@ -154,7 +154,7 @@ func serve(hf *hostFlags) (retErr error) {
 	signal.Ignore(syscall.SIGPIPE)
 
 	notify(log, fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving on %s", os.Getpid(), strings.Join(addrs, ", ")))
-	log.Info("serving", "socket", strings.Join(addrs, ","), "socket_activated", activated, "node", cfg.Session.Node,
+	log.Info("serving", "socket", strings.Join(addrs, ","), "socket_activated", activated, "node", cfg.Session.NodeID,
 		"version", version, "pid", os.Getpid(), "allowed_uids", access.UIDs, "allowed_gids", access.GIDs)
 	stopWatchdog := s.watchdog()
 	defer stopWatchdog()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +28,7 @@ func conformance(t *testing.T, c API) {
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if len(s.ID) != 32 || s.State != "ready" || s.Policy != "default" || s.ExpiresAt.IsZero() {
+	if !regexp.MustCompile(`^[a-z0-9]{1,16}-[0-9a-f]{32}$`).MatchString(s.ID) || s.State != "ready" || s.Policy != "default" || s.ExpiresAt.IsZero() {
 		t.Fatalf("Create: %+v", s)
 	}
 	list, err := c.Sessions(ctx)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -235,7 +236,7 @@ func TestServe(t *testing.T) {
 		}
 		status, body = curl(t, sock, "-X", "POST", "http://jailcell/v1/sessions", "-d", `{"ttl_s":600}`)
 		w := decode(t, body)
-		if status != 201 || !w.OK || len(w.Session) != 32 {
+		if status != 201 || !w.OK || !sessionIDRE.MatchString(w.Session) {
 			t.Fatalf("create: %d %s", status, body)
 		}
 		sid = w.Session
@@ -702,3 +703,7 @@ func TestSocketActivation(t *testing.T) {
 		t.Errorf("activated socket removed by serve: %v", err)
 	}
 }
+
+// sessionIDRE is a session id: the node's name (node.id, from the host
+// name by default), "-", 128 random bits in hex.
+var sessionIDRE = regexp.MustCompile(`^[a-z0-9]{1,16}-[0-9a-f]{32}$`)

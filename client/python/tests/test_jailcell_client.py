@@ -27,7 +27,7 @@ class ClientTest(unittest.TestCase):
     def test_session_lifecycle(self):
         info = self.jc.create(ttl_s=120, limits={"pids": 32})
         sid = info["session"]
-        self.assertEqual(len(sid), 32)
+        self.assertRegex(sid, r"^[a-z0-9]{1,16}-[0-9a-f]{32}$")  # node.id, then 128 random bits
         self.assertIn(sid, [s["session"] for s in self.jc.sessions()])
         r = self.jc.exec("x = 41", session=sid)
         self.assertEqual(r["status"], "ok")

@@ -26,6 +26,9 @@ import jailcell
 from jailcell import (AsyncSandbox, BadRequestError, Execution, ExecutionError, JailcellError, JsonLinesTransport,
                       NotFoundError, Result, Sandbox, SocketTransport, Transport)
 
+# A session id: the node.id (from the host name by default), "-", 128 random bits.
+SESSION_ID = r"^[a-z0-9]{1,16}-[0-9a-f]{32}$"
+
 SOCKET = os.environ.get("JAILCELL_SOCKET")
 JSON_COMMAND: Optional[List[str]] = json.loads(os.environ["JAILCELL_JSON_COMMAND"]) if os.environ.get(
     "JAILCELL_JSON_COMMAND") else None
@@ -57,7 +60,7 @@ class _Cases:
 
     def test_variable_persists(self) -> None:
         sbx = self.sandbox()
-        self.assertEqual(len(sbx.sandbox_id), 32)
+        self.assertRegex(sbx.sandbox_id, SESSION_ID)
         ex = sbx.run_code("x = 41")
         self.assertEqual((ex.status, ex.error, ex.text, ex.results), ("ok", None, None, []))
         ex = sbx.run_code("x + 1")
@@ -350,7 +353,7 @@ class SocketAsyncTest(_AsyncCases, unittest.TestCase):
                 self.assertEqual(ex.status, "ok")
                 return sbx.sandbox_id, seen
         sid, seen = asyncio.run(go())
-        self.assertEqual(len(sid), 32)
+        self.assertRegex(sid, SESSION_ID)
         self.assertEqual(base64.b64decode(seen[0].png or "")[:8], PNG_MAGIC)
 
 

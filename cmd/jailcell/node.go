@@ -101,6 +101,15 @@ func readTokens(path string) (map[string]uint32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth.tokens_file: %w", err)
 	}
+	return parseTokens(path, b, lookupUser)
+}
+
+// parseTokens reads "TOKEN OWNER" lines, resolving each owner with
+// lookup. Errors name the line, never the token.
+func parseTokens(path string, b []byte, lookup func(string) (uint32, error)) (map[string]uint32, error) {
+	if len(b) > maxTokensFile {
+		return nil, fmt.Errorf("auth.tokens_file %s: over the %d-byte limit", path, maxTokensFile)
+	}
 	tokens := map[string]uint32{}
 	for i, line := range strings.Split(string(b), "\n") {
 		line, _, _ = strings.Cut(line, "#")
@@ -115,9 +124,11 @@ func readTokens(path string) (map[string]uint32, error) {
 			// Never echo the token itself.
 			return nil, fmt.Errorf("auth.tokens_file %s line %d: a token must be 32-512 of [A-Za-z0-9._~+/=-]", path, i+1)
 		}
-		owner, err := lookupUser(fields[1])
+		owner, err := lookup(fields[1])
 		if err != nil {
-			return nil, fmt.Errorf("auth.tokens_file %s line %d: owner %q: %v; want a uid or user name", path, i+1, fields[1], err)
+			// Not echoed either: a line written "OWNER TOKEN" would
+			// put the token here.
+			return nil, fmt.Errorf("auth.tokens_file %s line %d: the owner (second field) is not a uid or a user name of this host; want TOKEN OWNER", path, i+1)
 		}
 		if _, dup := tokens[fields[0]]; dup {
 			return nil, fmt.Errorf("auth.tokens_file %s line %d: a token listed twice", path, i+1)

@@ -92,6 +92,8 @@ func TestReadTokens(t *testing.T) {
 		{"# nothing\n", 0o600, "no tokens"},
 		{tok + " 1000\n" + tok + " 1001\n", 0o600, "line 2: a token listed twice"},
 		{tok + " no-such-user-here\n", 0o600, "owner"},
+		{"1000 " + tok + "\n", 0o600, "line 1: a token must be"},
+		{strings.Repeat("q", 40) + " " + tok + "\n", 0o600, "line 1: the owner"},
 	} {
 		_, err := readTokens(write(tc.body, tc.mode))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), tok) {
@@ -104,4 +106,31 @@ func TestReadTokens(t *testing.T) {
 	if _, err := readTokens(filepath.Join(dir, "link")); err == nil {
 		t.Error("a symlinked tokens file was followed")
 	}
+}
+
+// FuzzParseTokens: any tokens file either parses into tokens that each
+// meet the token rule, or is refused with an error that never contains a
+// token-shaped field of the input.
+func FuzzParseTokens(f *testing.F) {
+	tok := strings.Repeat("k", 40)
+	for _, seed := range []string{"", tok + " 1000\n", tok + " " + tok + "\n", "# c\n" + tok + " 0 # x\n", tok + "\n", "a b c\n", tok + " 1000\n" + tok + " 1\n", "\x00\xff " + tok + "\n"} {
+		f.Add([]byte(seed))
+	}
+	lookup := func(s string) (uint32, error) { return lookupUser(s) }
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := parseTokens("/f", b, lookup)
+		if err != nil {
+			for _, field := range strings.Fields(string(b)) {
+				if tokenRE.MatchString(field) && strings.Contains(err.Error(), field) {
+					t.Fatalf("error echoes a token: %v", err)
+				}
+			}
+			return
+		}
+		for k := range got {
+			if !tokenRE.MatchString(k) {
+				t.Fatalf("accepted token %q", k)
+			}
+		}
+	})
 }

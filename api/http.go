@@ -292,10 +292,12 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		s.log.Debug("http request", "method", r.Method, "route", rt.name, "status", w.status,
 			"uid", peer.UID, "pid", peer.PID, "remote", remote, "duration_ms", time.Since(start).Milliseconds())
 	}()
-	// Liveness and readiness answer anyone, a proxy's health check
-	// included, and say nothing beyond yes or no; /healthz tells an
-	// admitted caller more.
-	if p := r.URL.Path; p == "/readyz" || (p == "/healthz" && perr != nil) {
+	// Readiness answers anyone, a proxy's health check included, and says
+	// nothing beyond yes or no; so does liveness on TCP without
+	// credentials. /healthz tells an admitted caller more; on the Unix
+	// socket a caller not admitted still gets forbidden there, which is
+	// how the front doors' probe (Remote.Reachable) learns it early.
+	if p := r.URL.Path; p == "/readyz" || (p == "/healthz" && perr != nil && remote) {
 		rt.name = strings.TrimPrefix(p, "/")
 		s.health(w, r, p == "/readyz")
 		return

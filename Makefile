@@ -9,7 +9,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/jailcell
 ROOTFS_BASE ?= /var/lib/jailcell/rootfs
-APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certificates python3-matplotlib python3-pandas python3-ipython python3-ipykernel python3-jupyter-client \
+APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certificates python3-matplotlib python3-pandas python3-ipython python3-ipykernel python3-jupyter-client python3-nbclient python3-nbformat \
 	python3 python3-pip python3-venv python3-setuptools python3-wheel python3-mypy curl systemd
 # Node for the MCP TypeScript client tests (test/mcpclient): Debian's
 # nodejs and npm, installed only when the commands are missing (a node

@@ -93,7 +93,7 @@ func newKernelspecCmd() *cobra.Command {
 		Use:   "install",
 		Short: "Install a Jupyter kernelspec whose kernel is 'jailcell kernel'",
 		Long: `Write KERNELS/NAME/kernel.json, a kernelspec whose argv runs this binary
-(by its absolute path) as 'jailcell kernel --connect SOCKET -f
+(by its absolute path) as 'jailcell kernel --connect=SOCKET -f
 {connection_file}', where Jupyter (JupyterLab, Notebook, VS Code,
 nbclient, papermill) finds it:
 
@@ -146,7 +146,9 @@ who must be admitted by the service (its allowed uids or groups).`,
 		if exe, err = filepath.EvalSymlinks(exe); err != nil {
 			return fmt.Errorf("find this binary's path: %w", err)
 		}
-		argv := []string{exe, "kernel", "--connect", sock}
+		// --connect=: the flag has an optional value, so a separate
+		// argument would be taken for a positional one.
+		argv := []string{exe, "kernel", "--connect=" + sock}
 		if policyName != "" {
 			argv = append(argv, "--policy", policyName)
 		}

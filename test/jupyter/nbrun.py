@@ -6,8 +6,8 @@ value's text/plain, the number of PNG images).
     python3 nbrun.py KERNEL_NAME NOTEBOOK.ipynb DATA_DIR WORKDIR
 
 The files of DATA_DIR are written into the kernel's working directory by a
-silent first request, the same code for every kernel (a jailcell kernel's
-working directory is its sandbox's).
+first cell added for the run, the same code for every kernel (a jailcell
+kernel's working directory is its sandbox's); its outcome is left out.
 """
 
 import base64
@@ -37,15 +37,12 @@ def main(kernel_name, nb_path, data_dir, workdir):
 
     client = NotebookClient(nb, kernel_name=kernel_name, timeout=300, startup_timeout=300, allow_errors=True,
                             resources={"metadata": {"path": workdir}}, on_cell_executed=on_cell_executed)
-    with client.setup_kernel():
-        reply = client.kc.execute_interactive(setup, silent=True, timeout=300)
-        assert reply["content"]["status"] == "ok", reply["content"]
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type == "code":
-                client.execute_cell(cell, index)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(setup))
+    client.execute()
+    assert replies[0]["status"] == "ok", replies[0]
     out = []
     for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
+        if cell.cell_type != "code" or index == 0:
             continue
         r = replies.get(index, {})
         res = {"status": r.get("status", ""), "error": r.get("ename", "") if r.get("status") == "error" else "",

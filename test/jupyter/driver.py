@@ -210,6 +210,22 @@ def forged(km, kc):
     assert of(msgs, "execute_result")[0]["data"]["text/plain"] == "False", msgs
     ok("forged")
 
+    # A peer whose first frame claims 2**60 bytes: the connection is
+    # dropped before anything is allocated, and the kernel lives on.
+    raw = socket.create_connection((info["ip"], info["shell_port"]), timeout=60)
+    greeting = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0") + b"\0" + b"\0" * 31
+    raw.sendall(greeting + b"\x06" + (1 << 60).to_bytes(8, "big"))
+    got = b""
+    while True:
+        chunk = raw.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    raw.close()
+    reply, msgs = run(kc, "'alive'")
+    assert of(msgs, "execute_result")[0]["data"]["text/plain"] == "'alive'", msgs
+    ok("oversized")
+
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])

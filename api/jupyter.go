@@ -83,7 +83,7 @@ func ServeJupyter(ctx context.Context, h Handler, conn *JupyterConnection, opt J
 			return fmt.Errorf("listen on the %s port %s:%d: %w", s.name, conn.IP, s.port, err)
 		}
 	}
-	k.log.Info("jupyter kernel ready", "session", k.session, "ip", conn.IP, "shell_port", conn.ShellPort)
+	k.log.Info("jupyter kernel ready", "session", k.sid(), "ip", conn.IP, "shell_port", conn.ShellPort)
 	k.publish(nil, "status", map[string]any{"execution_state": "starting"})
 
 	var wg sync.WaitGroup
@@ -155,7 +155,9 @@ type jkernel struct {
 	id      string // the kernel's own Jupyter session id
 	log     *slog.Logger
 	stop    context.CancelCauseFunc
-	session string // the jailcell session
+	mu      sync.Mutex
+	session string // the jailcell session; replaced if it ends under the kernel
+	closed  bool   // the session was closed for good (shutdown)
 
 	shell, control, stdin, iopub zmq4.Socket
 	pubMu                        sync.Mutex
@@ -186,8 +188,42 @@ func (k *jkernel) createSession(ctx context.Context) error {
 	if resp.Info == nil || resp.Info.ID == "" {
 		return errors.New("create the kernel's jailcell session: the response names no session")
 	}
+	k.mu.Lock()
 	k.session = resp.Info.ID
+	k.mu.Unlock()
 	return nil
+}
+
+// sid is the current session's id.
+func (k *jkernel) sid() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.session
+}
+
+// renew replaces a session the service no longer has, unless the kernel
+// is shutting down.
+func (k *jkernel) renew(ctx context.Context) bool {
+	k.mu.Lock()
+	closed := k.closed
+	k.mu.Unlock()
+	if closed {
+		return false
+	}
+	if err := k.createSession(ctx); err != nil {
+		k.log.Warn("jupyter: replace the ended session", "err", err)
+		return false
+	}
+	k.mu.Lock()
+	closed, id := k.closed, k.session
+	k.mu.Unlock()
+	if closed {
+		// A shutdown came while it was made: it must not outlive the kernel.
+		k.h.Handle(context.WithoutCancel(ctx), k.opt.Owner, &Request{ID: json.RawMessage(`"jupyter-close"`), Op: OpClose, Session: id}, nil)
+		return false
+	}
+	k.log.Info("jupyter: the session had ended; made a new one", "session", id)
+	return true
 }
 
 // closeSession closes the session once, whichever of shutdown and the
@@ -197,8 +233,12 @@ func (k *jkernel) closeSession() { k.closeOnce.Do(k.closeSessionNow) }
 func (k *jkernel) closeSessionNow() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if resp := k.h.Handle(ctx, k.opt.Owner, &Request{ID: json.RawMessage(`"jupyter-close"`), Op: OpClose, Session: k.session}, nil); resp.Error != nil {
-		k.log.Warn("jupyter: close the kernel's session", "session", k.session, "err", resp.Error.Error())
+	k.mu.Lock()
+	k.closed = true
+	id := k.session
+	k.mu.Unlock()
+	if resp := k.h.Handle(ctx, k.opt.Owner, &Request{ID: json.RawMessage(`"jupyter-close"`), Op: OpClose, Session: id}, nil); resp.Error != nil {
+		k.log.Warn("jupyter: close the kernel's session", "session", id, "err", resp.Error.Error())
 	}
 }
 
@@ -251,7 +291,7 @@ func (k *jkernel) handle(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 	case "complete_request", "inspect_request", "is_complete_request":
 		k.assist(ctx, sock, m)
 	case "interrupt_request":
-		resp := k.call(ctx, &Request{Op: OpInterrupt, Session: k.session}, nil)
+		resp := k.call(ctx, &Request{Op: OpInterrupt, Session: k.sid()}, nil)
 		k.reply(sock, m, "interrupt_reply", statusOf(resp))
 	case "shutdown_request":
 		var c struct {
@@ -346,7 +386,15 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 			}
 		}
 	}
-	resp := k.call(ctx, &Request{Op: OpExec, Session: k.session, Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS}, emit)
+	resp := k.call(ctx, &Request{Op: OpExec, Session: k.sid(), Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS}, emit)
+	if resp.Error != nil && resp.Error.Code == CodeNotFound && k.renew(ctx) {
+		// The session ended under an idle notebook (its TTL, an
+		// operator's close): as a restarted kernel, the cell runs in a new
+		// one, and says so.
+		k.publish(m, "stream", map[string]any{"name": "stderr", "text": "jailcell: " + resp.Error.Message +
+			"; the cell runs in a new session (variables are gone, as after a kernel restart)\n"})
+		resp = k.call(ctx, &Request{Op: OpExec, Session: k.sid(), Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS}, emit)
+	}
 	var ename, evalue string
 	var tb []string
 	switch {
@@ -436,7 +484,7 @@ func (k *jkernel) assist(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 	if c.DetailLevel != 1 {
 		c.DetailLevel = 0
 	}
-	resp := k.call(ctx, &Request{Op: op, Session: k.session, Code: c.Code, CursorPos: c.CursorPos, DetailLevel: c.DetailLevel}, nil)
+	resp := k.call(ctx, &Request{Op: op, Session: k.sid(), Code: c.Code, CursorPos: c.CursorPos, DetailLevel: c.DetailLevel}, nil)
 	if resp.Error != nil {
 		// A frontend asks these while typing: an empty answer, not an error
 		// dialog, when the kernel is busy.

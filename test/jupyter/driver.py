@@ -27,12 +27,12 @@ def ok(step):
     print("ok", step, flush=True)
 
 
-def sessions(sock_path):
-    """This user's jailcell sessions, asked of the service over its socket."""
+def http(sock_path, method, path):
+    """One request to the service over its socket, as this user."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(60)
     s.connect(sock_path)
-    s.sendall(b"GET /v1/sessions HTTP/1.0\r\nHost: jailcell\r\n\r\n")
+    s.sendall(("%s %s HTTP/1.0\r\nHost: jailcell\r\n\r\n" % (method, path)).encode())
     data = b""
     while True:
         chunk = s.recv(65536)
@@ -40,8 +40,12 @@ def sessions(sock_path):
             break
         data += chunk
     s.close()
-    body = data.split(b"\r\n\r\n", 1)[1]
-    return sorted(x["session"] for x in json.loads(body)["sessions"])
+    return json.loads(data.split(b"\r\n\r\n", 1)[1])
+
+
+def sessions(sock_path):
+    """This user's jailcell sessions."""
+    return sorted(x["session"] for x in http(sock_path, "GET", "/v1/sessions")["sessions"])
 
 
 def run(kc, code, **kw):
@@ -154,6 +158,19 @@ def main(kernel_name, sock_path):
     ok("interrupt")
 
     forged(km, kc)
+
+    # The session ends under the kernel (its idle TTL, an operator): the
+    # next cell runs in a new one and says so on stderr.
+    [gone] = sessions(sock_path)
+    http(sock_path, "DELETE", "/v1/sessions/" + gone)
+    reply, msgs = run(kc, "'my_value' in globals(), 1 + 1")
+    err = "".join(x["text"] for x in of(msgs, "stream") if x["name"] == "stderr")
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert of(msgs, "execute_result")[0]["data"]["text/plain"] == "(False, 2)", msgs
+    assert "runs in a new session" in err, err
+    first = sessions(sock_path)
+    assert len(first) == 1 and first != [gone], (gone, first)
+    ok("renew")
 
     km.restart_kernel(now=False)
     kc.wait_for_ready(timeout=TIMEOUT)

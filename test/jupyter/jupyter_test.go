@@ -227,14 +227,15 @@ func TestKernelspecInstall(t *testing.T) {
 // not root: start, kernel_info, execute (streams as they come, the result,
 // an error, a matplotlib PNG, silent), complete, inspect, is_complete,
 // interrupt of a sleeping cell, forged and unsigned messages ignored, a
-// peer claiming a 2^60-byte frame dropped with the kernel alive,
+// peer claiming a 2^60-byte frame dropped with the kernel alive, the
+// session closed under the kernel (a new one for the next cell),
 // restart (state gone, a new session) and shutdown (the session closed on
 // the service). driver.py asserts each step.
 func TestJupyterClient(t *testing.T) {
 	f := setup(t)
 	out := f.run(t, 15*time.Minute, hostPython, filepath.Join(f.dir, "driver.py"), kernelName, f.svc.Sock)
 	t.Logf("driver:\n%s", out)
-	for _, step := range []string{"start", "kernel_info", "execute", "stream", "error", "display", "silent", "complete", "inspect", "is_complete", "interrupt", "forged", "oversized", "restart", "shutdown"} {
+	for _, step := range []string{"start", "kernel_info", "execute", "stream", "error", "display", "silent", "complete", "inspect", "is_complete", "interrupt", "forged", "oversized", "renew", "restart", "shutdown"} {
 		if !regexp.MustCompile(`(?m)^ok ` + step + `$`).MatchString(out) {
 			t.Errorf("step %q did not pass", step)
 		}

@@ -28,6 +28,9 @@ type JupyterOptions struct {
 	// TimeoutS is every cell's wall-clock limit (0 = the policy's
 	// default).
 	TimeoutS float64
+	// TTLS is the session's idle timeout in seconds (0 = the service's
+	// default, sessions.idle_ttl), up to its ceiling.
+	TTLS float64
 	// Version is reported in kernel_info as the implementation's version.
 	Version string
 	// Logger gets dropped messages and faults (default slog.Default()).
@@ -181,7 +184,7 @@ func (k *jkernel) call(ctx context.Context, req *Request, emit func(Event)) *Res
 }
 
 func (k *jkernel) createSession(ctx context.Context) error {
-	resp := k.h.Handle(ctx, k.opt.Owner, &Request{ID: json.RawMessage(`"jupyter-create"`), Op: OpCreate, Policy: k.opt.Policy}, nil)
+	resp := k.h.Handle(ctx, k.opt.Owner, &Request{ID: json.RawMessage(`"jupyter-create"`), Op: OpCreate, Policy: k.opt.Policy, TTLS: k.opt.TTLS}, nil)
 	if resp.Error != nil {
 		return fmt.Errorf("create the kernel's jailcell session: %s", resp.Error.Error())
 	}

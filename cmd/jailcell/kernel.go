@@ -21,7 +21,7 @@ import (
 // kernelspec that `jailcell kernelspec install` writes.
 func newKernelCmd() *cobra.Command {
 	var connFile, policyName string
-	var timeout float64
+	var timeout, ttl float64
 	cmd := &cobra.Command{
 		Use:   "kernel -f CONNECTION_FILE",
 		Short: "Run as a Jupyter kernel whose cells run in a jailcell session",
@@ -41,10 +41,14 @@ service's allowed uids or groups decide.`,
 	cmd.Flags().StringVarP(&connFile, "connection-file", "f", "", "Jupyter's connection file (required)")
 	cmd.Flags().StringVar(&policyName, "policy", "", "policy of the kernel's session (default: the default policy)")
 	cmd.Flags().Float64Var(&timeout, "timeout", 0, "every cell's time limit in seconds (0: the policy's default; clamped to its ceiling)")
+	cmd.Flags().Float64Var(&ttl, "ttl", 0, "the session's idle timeout in seconds (0: the service's sessions.idle_ttl; up to its sessions.max_idle_ttl)")
 	_ = cmd.MarkFlagRequired("connection-file")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if timeout < 0 {
 			return fmt.Errorf("--timeout %g: must be >= 0 seconds (0: the policy's default)", timeout)
+		}
+		if ttl < 0 {
+			return fmt.Errorf("--ttl %g: must be >= 0 seconds (0: the service's default)", ttl)
 		}
 		c, err := api.ReadJupyterConnection(connFile)
 		if err != nil {
@@ -56,7 +60,7 @@ service's allowed uids or groups decide.`,
 			// reaching the whole process group of a jupyter command, and
 			// must not end the kernel under it.
 			signal.Ignore(os.Interrupt)
-			return api.ServeJupyter(ctx, h, c, api.JupyterOptions{Owner: os.Getuid(), Policy: policyName, TimeoutS: timeout, Version: version, Logger: log})
+			return api.ServeJupyter(ctx, h, c, api.JupyterOptions{Owner: os.Getuid(), Policy: policyName, TimeoutS: timeout, TTLS: ttl, Version: version, Logger: log})
 		})
 	}
 	return cmd
@@ -88,7 +92,7 @@ func newKernelspecCmd() *cobra.Command {
 	}
 	var user bool
 	var prefix, name, display, socket, policyName string
-	var timeout float64
+	var timeout, ttl float64
 	install := &cobra.Command{
 		Use:   "install",
 		Short: "Install a Jupyter kernelspec whose kernel is 'jailcell kernel'",
@@ -116,13 +120,14 @@ who must be admitted by the service (its allowed uids or groups).`,
 	fs.StringVar(&socket, "connect", "", "the service's socket the kernel connects to (default: the configured socket)")
 	fs.StringVar(&policyName, "policy", "", "policy of each kernel's session (default: the default policy)")
 	fs.Float64Var(&timeout, "timeout", 0, "every cell's time limit in seconds (0: the policy's default)")
+	fs.Float64Var(&ttl, "ttl", 0, "each kernel's session idle timeout in seconds (0: the service's sessions.idle_ttl)")
 	install.MarkFlagsMutuallyExclusive("user", "prefix")
 	install.RunE = func(cmd *cobra.Command, _ []string) error {
 		if !kernelNameRE.MatchString(name) {
 			return fmt.Errorf("--name %q: use letters, digits, '.', '_' and '-' only (Jupyter's rule for kernel names)", name)
 		}
-		if timeout < 0 {
-			return fmt.Errorf("--timeout %g: must be >= 0 seconds", timeout)
+		if timeout < 0 || ttl < 0 {
+			return fmt.Errorf("--timeout %g, --ttl %g: must be >= 0 seconds", timeout, ttl)
 		}
 		if socket == "" {
 			cfg, err := hf.config()
@@ -154,6 +159,9 @@ who must be admitted by the service (its allowed uids or groups).`,
 		}
 		if timeout > 0 {
 			argv = append(argv, "--timeout", strconv.FormatFloat(timeout, 'g', -1, 64))
+		}
+		if ttl > 0 {
+			argv = append(argv, "--ttl", strconv.FormatFloat(ttl, 'g', -1, 64))
 		}
 		argv = append(argv, "-f", "{connection_file}")
 		spec := kernelspec{

@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 import uuid
+from datetime import datetime
 
 import zmq
 from jupyter_client.manager import KernelManager
@@ -70,6 +71,10 @@ def main(kernel_name, sock_path):
     ok("start")
     first = sessions(sock_path)
     assert len(first) == 1, first
+    # The kernelspec's --ttl 7200 reached the session (the default is 30 min).
+    [info] = http(sock_path, "GET", "/v1/sessions")["sessions"]
+    life = datetime.fromisoformat(info["expires_at"].replace("Z", "+00:00")) - datetime.fromisoformat(info["created_at"].replace("Z", "+00:00"))
+    assert life.total_seconds() > 3600, info
 
     kc.kernel_info()
     info = kc.get_shell_msg(timeout=TIMEOUT)["content"]

@@ -105,7 +105,7 @@ func setup(t *testing.T) *fixture {
 	})
 	// The user installs the kernelspec into a prefix of theirs, found
 	// through JUPYTER_PATH.
-	out := f.run(t, 2*time.Minute, f.bin, "kernelspec", "install", "--prefix", filepath.Join(f.dir, "prefix"), "--name", kernelName, "--connect", f.svc.Sock)
+	out := f.run(t, 2*time.Minute, f.bin, "kernelspec", "install", "--prefix", filepath.Join(f.dir, "prefix"), "--name", kernelName, "--connect", f.svc.Sock, "--ttl", "7200")
 	if !strings.Contains(out, filepath.Join(f.jupyterDir, "kernels", kernelName)) {
 		t.Fatalf("kernelspec install said: %s", out)
 	}
@@ -179,7 +179,7 @@ func TestKernelspecInstall(t *testing.T) {
 		{"user, JUPYTER_DATA_DIR", []string{"JUPYTER_DATA_DIR=" + filepath.Join(dir, "jdd")}, []string{"--user"}, filepath.Join(dir, "jdd")},
 		{"user, XDG_DATA_HOME", []string{"XDG_DATA_HOME=" + filepath.Join(dir, "xdg")}, []string{"--user"}, filepath.Join(dir, "xdg", "jupyter")},
 		{"user, home", nil, []string{"--user"}, filepath.Join(dir, "home", ".local", "share", "jupyter")},
-		{"prefix", nil, []string{"--prefix", filepath.Join(dir, "venv"), "--name", "jc.venv", "--policy", "default", "--timeout", "90"}, filepath.Join(dir, "venv", "share", "jupyter")},
+		{"prefix", nil, []string{"--prefix", filepath.Join(dir, "venv"), "--name", "jc.venv", "--policy", "default", "--timeout", "90", "--ttl", "7200"}, filepath.Join(dir, "venv", "share", "jupyter")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if out, err := install(tc.env, tc.args...); err != nil {
@@ -203,7 +203,7 @@ func TestKernelspecInstall(t *testing.T) {
 			}
 			want := []string{bin, "kernel", "--connect=/run/x.sock"}
 			if tc.name == "prefix" {
-				want = append(want, "--policy", "default", "--timeout", "90")
+				want = append(want, "--policy", "default", "--timeout", "90", "--ttl", "7200")
 			}
 			want = append(want, "-f", "{connection_file}")
 			if fmt.Sprint(spec.Argv) != fmt.Sprint(want) || spec.Language != "python" || spec.InterruptMode != "message" {

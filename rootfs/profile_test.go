@@ -64,5 +64,5 @@ func TestProfileVersionsMatchHost(t *testing.T) {
 	if checked == 0 {
 		t.Fatalf("profile %q asks for no Python package: %v", r.Manifest.Profile, asked)
 	}
-	t.Logf("rootfs %s (profile %q): %d Python packages at the host's versions", r.Manifest.Version, r.Manifest.Profile, checked)
+	t.Logf("rootfs %s (profile %q): compared %d Python packages with the host's", r.Manifest.Version, r.Manifest.Profile, checked)
 }

@@ -24,8 +24,10 @@ func newRootfsCmd() *cobra.Command {
 		Use:   "rootfs",
 		Short: "Manage the read-only Python rootfs that sandboxes run on",
 		Long: "Manage the read-only Python rootfs that sandboxes run on.\n\n" +
-			"Build it with `make rootfs` (scripts/build-rootfs.sh); move it to a machine\n" +
-			"without network access with `jailcell rootfs export | jailcell rootfs import -`.",
+			"Build it with `make rootfs` (scripts/build-rootfs.sh; the default profile, or\n" +
+			"`make rootfs ROOTFS_PROFILE=minimal` into /var/lib/jailcell/rootfs-minimal);\n" +
+			"move it to a machine without network access with\n" +
+			"`jailcell rootfs export | jailcell rootfs import -`.",
 	}
 	cmd.PersistentFlags().StringVar(&base, "base", rootfs.DefaultBase,
 		"rootfs base directory, holding <version>/ directories and the current symlink")

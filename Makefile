@@ -8,8 +8,19 @@ TAGS := seccomp
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/jailcell
-ROOTFS_BASE ?= /var/lib/jailcell/rootfs
-APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certificates haproxy python3-matplotlib python3-pandas python3-ipython python3-ipykernel python3-jupyter-client \
+# The rootfs profile (scripts/build-rootfs.sh): default (the data-science
+# stack) or minimal; each lives in its own base.
+ROOTFS_PROFILE ?= default
+ROOTFS_BASE ?= /var/lib/jailcell/rootfs$(if $(filter-out default,$(ROOTFS_PROFILE)),-$(ROOTFS_PROFILE))
+# The default rootfs profile's Python packages, also on the host, so the
+# conformance suite runs ipykernel with the sandbox's versions
+# (rootfs's TestProfileVersionsMatchHost compares them).
+ROOTFS_PY_PKGS := python3-numpy python3-openpyxl python3-numexpr python3-scipy python3-seaborn python3-sklearn \
+	python3-statsmodels python3-sympy python3-networkx python3-bs4 python3-lxml python3-html5lib python3-yaml \
+	python3-tabulate python3-jinja2 python3-xlrd python3-xlsxwriter python3-odf python3-docx python3-reportlab \
+	python3-pypdf python3-requests python3-tqdm
+APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certificates haproxy python3-matplotlib python3-pandas python3-ipython python3-ipykernel python3-jupyter-client python3-nbclient python3-nbformat \
+	$(ROOTFS_PY_PKGS) \
 	python3 python3-pip python3-venv python3-setuptools python3-wheel python3-mypy curl systemd
 # Node for the MCP TypeScript client tests (test/mcpclient): Debian's
 # nodejs and npm, installed only when the commands are missing (a node
@@ -24,18 +35,19 @@ SYSTEMD_DIR ?= /etc/systemd/system
 
 all: build
 
-# System packages, installed only when missing.
+# System packages, installed only when missing; apt waits up to 10 min for
+# another installer on the machine to let go of the dpkg lock.
 deps:
 	@missing=""; for p in $(APT_PKGS); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		apt-get update -qq -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 $$missing >/dev/null; \
 	fi
 	@command -v node >/dev/null && command -v npm >/dev/null || { \
 		echo "installing: $(NODE_PKGS)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(NODE_PKGS) >/dev/null; }
+		apt-get update -qq -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 $(NODE_PKGS) >/dev/null; }
 	@command -v $(GO) >/dev/null || { echo "Go is not installed (want 1.26+ at /usr/local/go)"; exit 1; }
 
 build: deps
@@ -44,7 +56,7 @@ build: deps
 # The read-only Python rootfs: cached by version, rebuilt only when the
 # script or its package list changes.
 rootfs: build
-	JAILCELL=$(CURDIR)/$(BIN) ./scripts/build-rootfs.sh $(ROOTFS_BASE)
+	JAILCELL=$(CURDIR)/$(BIN) PROFILE=$(ROOTFS_PROFILE) ./scripts/build-rootfs.sh $(ROOTFS_BASE)
 
 # criu 4.x for session hibernation (docs/hibernate.md): built once from Debian
 # trixie's source, pinned by sha256, into CRIU_PREFIX; cached afterwards.
@@ -96,7 +108,7 @@ test-hostile: rootfs
 
 # Every fuzz target for a bounded time each (FUZZTIME), seeds included.
 FUZZTIME ?= 5s
-FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest \
+FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest ./api:FuzzZMTPGuard \
 	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./runner:FuzzScanString ./internal/confined:FuzzCheck \
 	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery \
 	./isolate:FuzzDecodeUserns ./cmd/jailcell:FuzzParseTokens
@@ -128,7 +140,7 @@ bench: rootfs
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		apt-get update -qq -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 $$missing >/dev/null; \
 	fi
 	$(GO) build -o bin/jailcell-bench ./test/bench
 	bin/jailcell-bench -bin $(BIN) -rootfs $(ROOTFS_BASE) -out test/bench/out

@@ -174,6 +174,12 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 			return nil, err
 		}
 		return &Response{Interrupted: &ran}, nil
+	case OpComplete, OpInspect, OpIsComplete:
+		a, err := m.Assist(ctx, owner, req.Session, session.AssistRequest{Kind: req.Op, Code: req.Code, CursorPos: req.CursorPos, DetailLevel: req.DetailLevel})
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Completion: a.Completion, Inspection: a.Inspection, Completeness: a.Completeness}, nil
 	case OpFailures:
 		return d.failures(owner, req)
 	case OpSessions:

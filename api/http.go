@@ -171,14 +171,15 @@ const (
 	routeHealthz  = "healthz"
 	routeReadyz   = "readyz"
 	routeMetrics  = "metrics"
-	routeSessions = "sessions"     // /v1/sessions
-	routeSession  = "session"      // /v1/sessions/{id}
-	routeExec     = "session_exec" // /v1/sessions/{id}/exec
-	routeOneShot  = "exec"         // /v1/exec
-	routeFiles    = "files"        // /v1/sessions/{id}/files
-	routeFile     = "file"         // /v1/sessions/{id}/files/{path...}
-	routeLife     = "session_op"   // /v1/sessions/{id}/{hibernate,restore,fork,snapshot,rollback,interrupt}
-	routeOpenAPI  = "openapi"      // /v1/openapi.json
+	routeSessions = "sessions"       // /v1/sessions
+	routeSession  = "session"        // /v1/sessions/{id}
+	routeExec     = "session_exec"   // /v1/sessions/{id}/exec
+	routeOneShot  = "exec"           // /v1/exec
+	routeFiles    = "files"          // /v1/sessions/{id}/files
+	routeFile     = "file"           // /v1/sessions/{id}/files/{path...}
+	routeLife     = "session_op"     // /v1/sessions/{id}/{hibernate,restore,fork,snapshot,rollback,interrupt}
+	routeAssist   = "session_assist" // /v1/sessions/{id}/{complete,inspect,is_complete}
+	routeOpenAPI  = "openapi"        // /v1/openapi.json
 	routeUnknown  = "unknown"
 )
 
@@ -194,17 +195,22 @@ var routeMethods = map[string][]string{
 	routeFiles:    {http.MethodGet, http.MethodHead},
 	routeFile:     {http.MethodGet, http.MethodHead, http.MethodPut},
 	routeLife:     {http.MethodPost},
+	routeAssist:   {http.MethodPost},
 	routeOpenAPI:  {http.MethodGet, http.MethodHead},
 }
 
 // lifeOps are the session operations with a route of their own, no body.
 var lifeOps = map[string]string{"hibernate": OpHibernate, "restore": OpRestore, "fork": OpFork, "snapshot": OpSnapshot, "rollback": OpRollback, "interrupt": OpInterrupt}
 
+// assistOps are Jupyter's editing helpers, each with a route of its own
+// and a JSON body (code, cursor_pos, detail_level).
+var assistOps = map[string]string{"complete": OpComplete, "inspect": OpInspect, "is_complete": OpIsComplete}
+
 type route struct {
 	name    string
 	session string
 	path    string // routeFile only
-	op      string // routeLife only
+	op      string // routeLife and routeAssist only
 }
 
 // matchRoute maps an escaped URL path to a route.
@@ -250,11 +256,13 @@ func matchRoute(escaped string) (route, *Error) {
 			return route{name: routeFiles, session: id}, nil
 		case n == 4 && lifeOps[segs[3]] != "":
 			return route{name: routeLife, session: id, op: lifeOps[segs[3]]}, nil
+		case n == 4 && assistOps[segs[3]] != "":
+			return route{name: routeAssist, session: id, op: assistOps[segs[3]]}, nil
 		case n >= 5 && segs[3] == "files":
 			return route{name: routeFile, session: id, path: strings.Join(segs[4:], "/")}, nil
 		}
 	}
-	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /readyz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
+	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /readyz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt|/complete|/inspect|/is_complete]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
 }
 
 // statusWriter remembers the status code for the request log and metrics.
@@ -371,6 +379,8 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		s.handle(w, r, &Request{ID: s.nextID(), Op: OpFiles, Session: rt.session}, owner)
 	case routeLife:
 		s.handle(w, r, &Request{ID: s.nextID(), Op: rt.op, Session: rt.session}, owner)
+	case routeAssist:
+		s.jsonOp(w, r, rt.op, rt.session, owner)
 	case routeFile:
 		if r.Method == http.MethodPut {
 			s.upload(w, r, rt, owner)

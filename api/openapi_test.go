@@ -176,8 +176,12 @@ func TestOpenAPIRoutes(t *testing.T) {
 	// session ops under one route are told apart by their op.
 	served := map[string]bool{}
 	for name, methods := range routeMethods {
-		if name == routeLife {
-			for _, op := range lifeOps {
+		if name == routeLife || name == routeAssist {
+			byOp := lifeOps
+			if name == routeAssist {
+				byOp = assistOps
+			}
+			for _, op := range byOp {
 				for _, m := range methods {
 					served[m+" "+name+":"+op] = true
 				}
@@ -473,6 +477,18 @@ func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
 	interruptHTTP(h, sp)
 	h.must(404, "POST", "/v1/sessions/{id}/interrupt", "/v1/sessions/nope/interrupt", nil, nil)
 
+	// Jupyter's editing helpers, on the cells' live objects.
+	if b := h.must(200, "POST", "/v1/sessions/{id}/complete", sp+"/complete", []byte(`{"code":"x.bit_len"}`), js); !bytes.Contains(b, []byte(`"bit_length"`)) {
+		t.Errorf("complete x.bit_len: %s", b)
+	}
+	h.must(400, "POST", "/v1/sessions/{id}/complete", sp+"/complete", []byte(`{"code":"x","cursor_pos":2}`), js)
+	if b := h.must(200, "POST", "/v1/sessions/{id}/inspect", sp+"/inspect", []byte(`{"code":"len(x)","cursor_pos":1}`), js); !bytes.Contains(b, []byte(`"found":true`)) {
+		t.Errorf("inspect len: %s", b)
+	}
+	if b := h.must(200, "POST", "/v1/sessions/{id}/is_complete", sp+"/is_complete", []byte(`{"code":"for i in x:"}`), js); !bytes.Contains(b, []byte(`"status":"incomplete"`)) {
+		t.Errorf("is_complete: %s", b)
+	}
+
 	// Session ops; without a working criu they answer errors, which are
 	// validated the same.
 	status, _ := h.call("POST", "/v1/sessions/{id}/snapshot", sp+"/snapshot", nil, nil)
@@ -659,6 +675,16 @@ func contractJSONL(t *testing.T, s *spec, d *Dispatcher) {
 		t.Errorf("interrupt of an idle session: %v", r)
 	}
 	do("interrupt", `,"session":"nope"`)
+	r, _ = do("complete", sf+`,"code":"y.bit_len"`)
+	if c, _ := r["completion"].(map[string]any); c == nil || !slices.Contains(c["matches"].([]any), any("bit_length")) {
+		t.Errorf("complete y.bit_len: %v, want bit_length", r)
+	}
+	do("inspect", sf+`,"code":"len(y)","cursor_pos":1,"detail_level":1`)
+	r, _ = do("is_complete", sf+`,"code":"if y:"`)
+	if c, _ := r["completeness"].(map[string]any); c == nil || c["status"] != "incomplete" {
+		t.Errorf("is_complete 'if y:': %v, want incomplete", r)
+	}
+	do("complete", sf+`,"code":"y","cursor_pos":2`)
 	do("snapshot", sf)
 	do("rollback", sf)
 	forked, _ := do("fork", sf)

@@ -116,6 +116,8 @@ func (r *Remote) forward(ctx context.Context, req *Request, emit func(Event)) (*
 		return r.call(ctx, http.MethodGet, sp("files"), nil, "")
 	case OpClose:
 		return r.call(ctx, http.MethodDelete, sp(), nil, "")
+	case OpComplete, OpInspect, OpIsComplete:
+		return r.callJSON(ctx, sp(req.Op), req)
 	case OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt:
 		return r.call(ctx, http.MethodPost, sp(req.Op), nil, "")
 	}
@@ -233,15 +235,16 @@ func (r *Remote) stream(ctx context.Context, path string, req *Request, emit fun
 			return nil, fmt.Errorf("read streamed response: %w", err)
 		}
 		var probe struct {
-			OK    *bool  `json:"ok"`
-			Event string `json:"event"`
-			Text  string `json:"text"`
+			OK      *bool                `json:"ok"`
+			Event   string               `json:"event"`
+			Text    string               `json:"text"`
+			Display *session.DisplayItem `json:"display"`
 		}
 		if err := json.Unmarshal(line, &probe); err != nil {
 			return nil, fmt.Errorf("streamed line is not JSON: %s", clip(string(line), 200))
 		}
 		if probe.OK == nil && probe.Event != "" {
-			emit(Event{ID: req.ID, Event: probe.Event, Text: probe.Text})
+			emit(Event{ID: req.ID, Event: probe.Event, Text: probe.Text, Display: probe.Display})
 			continue
 		}
 		return decodeRemote(bytes.NewReader(line), hresp.StatusCode)

@@ -53,9 +53,15 @@ const (
 	// the response's "interrupted" says whether a cell was running. The
 	// cell's own response is then an ordinary Python error, state kept.
 	OpInterrupt = "interrupt"
+	// OpComplete, OpInspect and OpIsComplete are Jupyter's complete,
+	// inspect and is_complete on a session's kernel, between cells: the
+	// response's "completion", "inspection" or "completeness".
+	OpComplete   = "complete"
+	OpInspect    = "inspect"
+	OpIsComplete = "is_complete"
 )
 
-var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt}
+var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt, OpComplete, OpInspect, OpIsComplete}
 
 // allowedOps is the list bad requests quote.
 var allowedOps = strings.Join(ops, ", ")
@@ -113,6 +119,13 @@ type Request struct {
 	Force bool `json:"force,omitempty"`
 	// Action is the failures op's action: "list" (default) or "clear".
 	Action string `json:"action,omitempty"`
+
+	// CursorPos is the cursor's offset in Code, in Unicode code points
+	// (complete, inspect); absent: the end of Code.
+	CursorPos *int `json:"cursor_pos,omitempty"`
+	// DetailLevel is inspect's 0 (signature and docstring, default) or 1
+	// (with the source).
+	DetailLevel int `json:"detail_level,omitempty"`
 }
 
 // Fix is an exec's fix-and-retry request.
@@ -174,6 +187,10 @@ type Response struct {
 	Sessions []session.Info  `json:"sessions,omitzero"`
 	// interrupt: whether a cell was running (and was sent the interrupt).
 	Interrupted *bool `json:"interrupted,omitempty"`
+	// complete, inspect, is_complete.
+	Completion   *session.Completion   `json:"completion,omitempty"`
+	Inspection   *session.Inspection   `json:"inspection,omitempty"`
+	Completeness *session.Completeness `json:"completeness,omitempty"`
 }
 
 // Event kinds.
@@ -247,6 +264,12 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.boolean("memory", &req.Memory)
 	d.boolean("force", &req.Force)
 	d.str("action", &req.Action)
+	d.count("cursor_pos", &req.CursorPos)
+	var detail *int
+	d.count("detail_level", &detail)
+	if detail != nil {
+		req.DetailLevel = *detail
+	}
 	if d.err != nil {
 		return req, d.err
 	}
@@ -325,6 +348,17 @@ func (r *Request) Validate() *Error {
 		return need("path", "a path relative to the working directory", r.Path != "")
 	case OpFiles, OpClose, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt:
 		return need("session", "a session id", r.Session != "")
+	case OpComplete, OpInspect, OpIsComplete:
+		if err := need("session", "a session id", r.Session != ""); err != nil {
+			return err
+		}
+		if r.CursorPos != nil && *r.CursorPos < 0 {
+			return badRequest(`field "cursor_pos" = %d: must be an offset in "code" in characters, >= 0 (absent: the end of the code)`, *r.CursorPos)
+		}
+		if r.DetailLevel != 0 && r.DetailLevel != 1 {
+			return badRequest(`field "detail_level" = %d: allowed 0 (default) or 1`, r.DetailLevel)
+		}
+		return nil
 	case OpFailures:
 		if r.Action != "" && r.Action != "list" && r.Action != "clear" {
 			return badRequest(`field "action" = %q: allowed "list" (default) or "clear"`, r.Action)
@@ -438,6 +472,24 @@ func (d *decoder) strings(name string, dst *[]string) {
 		}
 	}
 	*dst = out
+}
+
+// count decodes a non-negative integer (a JSON number without fraction).
+func (d *decoder) count(name string, dst **int) {
+	raw, ok := d.get(name)
+	if !ok {
+		return
+	}
+	var n int
+	if jsonKind(raw) != "number" || json.Unmarshal(raw, &n) != nil {
+		d.wrongType(name, "an integer", raw)
+		return
+	}
+	if n < 0 {
+		d.err = badRequest("field %q = %d: must be >= 0", name, n)
+		return
+	}
+	*dst = &n
 }
 
 // fix decodes {"max_attempts": integer}; an unknown key is refused, like

@@ -120,6 +120,24 @@ var decodeCases = []decodeCase{
 	{name: "snapshot on a one-shot exec", line: `{"id":1,"op":"exec","code":"1","snapshot":true}`, wantErr: []string{`field "snapshot" needs "session"`}, wantID: `1`},
 	{name: "snapshot not a bool", line: `{"id":1,"op":"exec","code":"1","session":"s","snapshot":"yes"}`, wantErr: []string{`"snapshot"`}, wantID: `1`},
 	{name: "rollback without session", line: `{"id":1,"op":"rollback"}`, wantErr: []string{`op "rollback" needs field "session"`}, wantID: `1`},
+	{name: "complete", line: `{"id":4,"op":"complete","session":"s1","code":"é.x","cursor_pos":2}`, wantID: `4`,
+		check: func(t *testing.T, r *Request) {
+			if r.Op != OpComplete || r.CursorPos == nil || *r.CursorPos != 2 {
+				t.Errorf("got %+v", r)
+			}
+		}},
+	{name: "inspect with detail", line: `{"id":4,"op":"inspect","session":"s1","code":"len","detail_level":1}`, wantID: `4`,
+		check: func(t *testing.T, r *Request) {
+			if r.DetailLevel != 1 || r.CursorPos != nil {
+				t.Errorf("got %+v", r)
+			}
+		}},
+	{name: "is_complete with empty code", line: `{"id":4,"op":"is_complete","session":"s1","code":""}`, wantID: `4`},
+	{name: "complete without session", line: `{"id":1,"op":"complete","code":"x"}`, wantErr: []string{`op "complete" needs field "session"`}, wantID: `1`},
+	{name: "cursor_pos a string", line: `{"id":1,"op":"complete","session":"s1","code":"x","cursor_pos":"1"}`, wantErr: []string{`field "cursor_pos" must be an integer, got string`}, wantID: `1`},
+	{name: "cursor_pos negative", line: `{"id":1,"op":"complete","session":"s1","code":"x","cursor_pos":-1}`, wantErr: []string{`field "cursor_pos" = -1: must be >= 0`}, wantID: `1`},
+	{name: "cursor_pos a fraction", line: `{"id":1,"op":"complete","session":"s1","code":"x","cursor_pos":1.5}`, wantErr: []string{`field "cursor_pos" must be an integer`}, wantID: `1`},
+	{name: "detail_level out of range", line: `{"id":1,"op":"inspect","session":"s1","code":"x","detail_level":3}`, wantErr: []string{`field "detail_level" = 3: allowed 0 (default) or 1`}, wantID: `1`},
 	{name: "interrupt without session", line: `{"id":1,"op":"interrupt"}`, wantErr: []string{`op "interrupt" needs field "session"`}, wantID: `1`},
 	{name: "upload missing session", line: `{"id":1,"op":"upload","path":"a","data":""}`, wantErr: []string{`op "upload" needs field "session"`}, wantID: `1`},
 	{name: "upload missing path", line: `{"id":1,"op":"upload","session":"s","data":""}`, wantErr: []string{`op "upload" needs field "path"`}, wantID: `1`},

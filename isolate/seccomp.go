@@ -32,6 +32,13 @@ var denied = []string{
 	"request_key",       //
 }
 
+// Deliberately still refused, as by Docker without CAP_SYS_NICE: mbind,
+// set_mempolicy and get_mempolicy (NUMA placement, which on a shared host
+// is the neighbours' business too). OpenBLAS's worker threads call
+// mbind(MPOL_PREFERRED) on their buffers as a hint and carry on when it
+// fails; session's TestProfileImportsInSandbox runs numpy, scipy and
+// scikit-learn through that path.
+
 // maxNetlinkProtocol is the kernel's MAX_LINKS: netlink protocols are
 // 0..31.
 const maxNetlinkProtocol = 32

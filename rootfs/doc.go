@@ -8,6 +8,11 @@
 //	<base>/<version>/manifest.json  written last, beside the tree
 //	<base>/current -> <version>     relative symlink, repointed atomically
 //
+// A base holds one build profile (scripts/build-rootfs.sh: "default" with
+// the data-science stack, "minimal"); the manifest records the profile and
+// the packages it asked for, and a host picks a profile by the base it
+// opens.
+//
 // The tree is shared by every sandbox, so this package never writes into a
 // sealed tree and never executes anything from one (Inspect reads the dpkg
 // database and symlinks instead of running the tree's python3). Import treats

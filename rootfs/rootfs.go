@@ -57,6 +57,28 @@ func (l *lazyRegexp) MatchString(s string) bool {
 
 var hashRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
+// profileRE is what a profile may be called; debPackageRE is Debian
+// policy's package name (section 5.6.1). Both come from an untrusted
+// manifest on import and end up in a terminal.
+var (
+	profileRE    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+	debPackageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{1,99}$`)
+)
+
+// maxProfilePackages bounds a manifest's profile_packages list; the default
+// profile names about 30.
+const maxProfilePackages = 1000
+
+// Profile is the package set a rootfs was built from (scripts/build-rootfs.sh):
+// "default" with the data-science stack, "minimal" for small hosts.
+type Profile struct {
+	// Name is the profile's name, e.g. "default" or "minimal".
+	Name string
+	// Packages are the Debian packages the profile asks for; their
+	// dependencies come along and are in Manifest.Packages.
+	Packages []string
+}
+
 // Package is one installed Debian package.
 type Package struct {
 	Name    string `json:"name"`
@@ -66,9 +88,16 @@ type Package struct {
 // Manifest describes a sealed tree. It sits beside the tree, not inside it,
 // so sealing does not change what it hashes.
 type Manifest struct {
-	// Version names the version directory: bookworm-<12 hex of the build
-	// script and package list>.
+	// Version names the version directory:
+	// bookworm-<profile>-<12 hex of the build script and package list>
+	// (bookworm-<12 hex> before profiles).
 	Version string `json:"version"`
+	// Profile is the build profile ("default", "minimal"); empty for a
+	// rootfs built before profiles existed.
+	Profile string `json:"profile,omitempty"`
+	// ProfilePackages are the packages the profile asked for, sorted; each
+	// is in Packages.
+	ProfilePackages []string `json:"profile_packages,omitempty"`
 	// BuiltAt is when the tree was sealed, UTC.
 	BuiltAt time.Time `json:"built_at"`
 	// PythonVersion is the tree's python3, e.g. "3.11.2".
@@ -181,7 +210,29 @@ func decodeManifest(r io.Reader) (*Manifest, error) {
 	if !hashRE.MatchString(m.ContentHash) {
 		return nil, fmt.Errorf("%w: manifest content_hash %q is not sha256:<64 hex>", ErrCorrupt, m.ContentHash)
 	}
+	if err := checkProfile(m.Profile, m.ProfilePackages); err != nil {
+		return nil, fmt.Errorf("%w: manifest %v", ErrCorrupt, err)
+	}
 	return &m, nil
+}
+
+// checkProfile checks a profile's name and package list.
+func checkProfile(name string, packages []string) error {
+	if name == "" && len(packages) == 0 {
+		return nil // built before profiles
+	}
+	if !profileRE.MatchString(name) {
+		return fmt.Errorf("profile %q: want a name of 1-32 characters from a-z, 0-9 and -, starting with a letter", name)
+	}
+	if len(packages) == 0 || len(packages) > maxProfilePackages {
+		return fmt.Errorf("profile %s names %d packages: want 1 to %d", name, len(packages), maxProfilePackages)
+	}
+	for _, p := range packages {
+		if !debPackageRE.MatchString(p) {
+			return fmt.Errorf("profile %s: %q is not a Debian package name (a-z, 0-9, +, -, .; 2-100 characters)", name, p)
+		}
+	}
+	return nil
 }
 
 // Verify recomputes the tree's content hash and compares it with the
@@ -201,8 +252,9 @@ func (r *Rootfs) Verify() error {
 // Seal hashes versionDir/root and atomically writes versionDir/manifest.json;
 // the version is versionDir's base name. The build script calls it (through
 // `jailcell rootfs seal`) as its last step, so a manifest means a finished
-// tree.
-func Seal(versionDir string, packages []Package, pythonVersion string) (*Manifest, error) {
+// tree. Every package the profile asks for must be among packages; a zero
+// Profile records none.
+func Seal(versionDir string, packages []Package, pythonVersion string, profile Profile) (*Manifest, error) {
 	dir, err := filepath.Abs(versionDir)
 	if err != nil {
 		return nil, fmt.Errorf("seal rootfs %s: %w", versionDir, err)
@@ -214,6 +266,20 @@ func Seal(versionDir string, packages []Package, pythonVersion string) (*Manifes
 	if fi, err := os.Stat(filepath.Join(dir, treeName)); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("seal rootfs %s: %w: no %s directory", dir, ErrNotFound, treeName)
 	}
+	want := append([]string(nil), profile.Packages...)
+	sort.Strings(want)
+	if err := checkProfile(profile.Name, want); err != nil {
+		return nil, fmt.Errorf("seal rootfs %s: %w", dir, err)
+	}
+	installed := make(map[string]bool, len(packages))
+	for _, p := range packages {
+		installed[p.Name] = true
+	}
+	for _, p := range want {
+		if !installed[p] {
+			return nil, fmt.Errorf("seal rootfs %s: profile %s asks for %s, which the tree's dpkg database does not list as installed", dir, profile.Name, p)
+		}
+	}
 	sum, files, size, err := Hash(filepath.Join(dir, treeName))
 	if err != nil {
 		return nil, fmt.Errorf("seal rootfs %s: %w", dir, err)
@@ -221,13 +287,15 @@ func Seal(versionDir string, packages []Package, pythonVersion string) (*Manifes
 	pk := append([]Package(nil), packages...)
 	sort.Slice(pk, func(i, j int) bool { return pk[i].Name < pk[j].Name })
 	m := &Manifest{
-		Version:       version,
-		BuiltAt:       time.Now().UTC().Truncate(time.Second),
-		PythonVersion: pythonVersion,
-		Packages:      pk,
-		SizeBytes:     size,
-		Files:         files,
-		ContentHash:   sum,
+		Version:         version,
+		Profile:         profile.Name,
+		ProfilePackages: want,
+		BuiltAt:         time.Now().UTC().Truncate(time.Second),
+		PythonVersion:   pythonVersion,
+		Packages:        pk,
+		SizeBytes:       size,
+		Files:           files,
+		ContentHash:     sum,
 	}
 	if err := writeManifest(dir, m); err != nil {
 		return nil, fmt.Errorf("seal rootfs %s: %w", dir, err)

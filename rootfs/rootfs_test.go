@@ -248,7 +248,7 @@ func sealed(t testing.TB) (base string, m *Manifest) {
 	vdir := filepath.Join(base, testVersion)
 	makeTree(t, filepath.Join(vdir, treeName))
 	pkgs := []Package{{"python3", "3.11.2-1+b1"}, {"libc6", "2.36-9"}}
-	m, err = Seal(vdir, pkgs, "3.11.2")
+	m, err = Seal(vdir, pkgs, "3.11.2", Profile{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -755,5 +755,66 @@ func TestRealRootfsVerify(t *testing.T) {
 	r := openReal(t)
 	if err := r.Verify(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestSealRecordsProfile(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vdir := filepath.Join(base, testVersion)
+	makeTree(t, filepath.Join(vdir, treeName))
+	pkgs := []Package{{"python3", "3.11.2-1+b1"}, {"python3-scipy", "1.10.1-2"}, {"libc6", "2.36-9"}}
+	if _, err := Seal(vdir, pkgs, "3.11.2", Profile{Name: "default", Packages: []string{"python3-sklearn", "python3"}}); err == nil ||
+		!strings.Contains(err.Error(), "python3-sklearn") {
+		t.Fatalf("Seal with a profile package that is not installed: err = %v, want one naming python3-sklearn", err)
+	}
+	if _, err := os.Stat(filepath.Join(vdir, manifestName)); !os.IsNotExist(err) {
+		t.Fatalf("a refused seal left a manifest: %v", err)
+	}
+	m, err := Seal(vdir, pkgs, "3.11.2", Profile{Name: "default", Packages: []string{"python3-scipy", "python3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Profile != "default" || !slices.Equal(m.ProfilePackages, []string{"python3", "python3-scipy"}) {
+		t.Errorf("profile %q %v, want default [python3 python3-scipy] (sorted)", m.Profile, m.ProfilePackages)
+	}
+	r, err := Open(vdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Manifest.Profile != m.Profile || !slices.Equal(r.Manifest.ProfilePackages, m.ProfilePackages) {
+		t.Errorf("Open: profile %q %v, sealed %q %v", r.Manifest.Profile, r.Manifest.ProfilePackages, m.Profile, m.ProfilePackages)
+	}
+}
+
+// A manifest's profile comes from an imported archive: hostile input.
+func TestDecodeManifestChecksProfile(t *testing.T) {
+	hash := `"content_hash":"sha256:` + strings.Repeat("0", 64) + `"`
+	for _, tt := range []struct {
+		name, profile string
+		ok            bool
+	}{
+		{"before profiles", ``, true},
+		{"default", `,"profile":"default","profile_packages":["python3","python3-scipy"]`, true},
+		{"name with escape", `,"profile":"de\u001b[31mfault","profile_packages":["python3"]`, false},
+		{"name with slash", `,"profile":"../x","profile_packages":["python3"]`, false},
+		{"name too long", `,"profile":"` + strings.Repeat("a", 33) + `","profile_packages":["python3"]`, false},
+		{"packages without name", `,"profile_packages":["python3"]`, false},
+		{"name without packages", `,"profile":"default"`, false},
+		{"bad package", `,"profile":"default","profile_packages":["Python3"]`, false},
+		{"package with space", `,"profile":"default","profile_packages":["python3 x"]`, false},
+		{"too many packages", `,"profile":"default","profile_packages":[` + strings.Repeat(`"python3",`, maxProfilePackages) + `"python3"]`, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decodeManifest(strings.NewReader(`{"version":"` + testVersion + `",` + hash + tt.profile + `}`))
+			if tt.ok && err != nil {
+				t.Fatalf("decodeManifest: %v", err)
+			}
+			if !tt.ok && !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("decodeManifest: err = %v, want ErrCorrupt", err)
+			}
+		})
 	}
 }

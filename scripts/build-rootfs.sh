@@ -1,21 +1,34 @@
 #!/usr/bin/env bash
 # build-rootfs.sh [BASE]: build the read-only Python rootfs that every jailcell
 # sandbox uses as the lower layer of its overlay.
+# build-rootfs.sh --packages PROFILE: print the profile's package list.
+# build-rootfs.sh --profiles: print the profile names.
+#
+# PROFILE= picks the package set (default: default):
+#   default  the data-science stack agents reach for (scipy, scikit-learn,
+#            statsmodels, seaborn, sympy, ...), all from Debian 12
+#   minimal  numpy, pandas, matplotlib, openpyxl, IPython: for small hosts
+# One base holds one profile (the script refuses to mix them), so a host
+# picks its profile by the base its `rootfs` config key names; by
+# convention /var/lib/jailcell/rootfs (default) and
+# /var/lib/jailcell/rootfs-minimal (`make rootfs ROOTFS_PROFILE=minimal`).
 #
 # Layout (rootfs.Open relies on it):
 #   BASE/<version>/root/          the tree
 #   BASE/<version>/manifest.json  written last by `jailcell rootfs seal`
 #   BASE/current -> <version>     relative symlink, repointed atomically
-# <version> is bookworm- plus 12 hex of sha256(this script + the package list),
-# so editing this script or the list makes a new version; an existing manifest
-# means the version is done and the script exits at once.
+# <version> is bookworm-<profile>- plus 12 hex of sha256(this script, the
+# profile and its package list), so editing this script or a list makes a
+# new version; an existing manifest means the version is done and the
+# script exits at once.
 #
 # Needs root and mmdebstrap. Packages come from this machine's own apt sources;
 # no mirror is named here. JAILCELL= names the binary that seals the tree
 # (default ./bin/jailcell).
 set -euo pipefail
 
-packages=(
+# The minimal profile: what every rootfs had before profiles.
+minimal_packages=(
 	python3
 	python3-numpy
 	python3-pandas
@@ -24,6 +37,37 @@ packages=(
 	python3-pip
 	python3-ipython
 )
+# The default profile: minimal plus what hosted interpreters' users import
+# first. The host installs the same packages (Makefile APT_PKGS) so the
+# conformance suite compares equal versions; rootfs's
+# TestProfileVersionsMatchHost checks that they agree.
+default_packages=(
+	"${minimal_packages[@]}"
+	python3-numexpr
+	python3-scipy
+	python3-seaborn
+	python3-sklearn
+	python3-statsmodels
+	python3-sympy
+	python3-networkx
+	python3-bs4
+	python3-lxml
+	python3-html5lib
+	python3-yaml
+	python3-tabulate
+	python3-jinja2
+	python3-xlrd
+	python3-xlsxwriter
+	python3-odf
+	python3-docx
+	python3-reportlab
+	python3-pypdf
+	python3-requests
+	python3-tqdm
+)
+# What the build imports to prove the tree works (module names, in order).
+minimal_imports="numpy, pandas, matplotlib.pyplot, openpyxl, IPython, pip"
+default_imports="$minimal_imports, numexpr, scipy.stats, seaborn, sklearn.linear_model, statsmodels.api, sympy, networkx, bs4, lxml.etree, html5lib, yaml, tabulate, jinja2, xlrd, xlsxwriter, odf.opendocument, docx, reportlab.pdfgen.canvas, pypdf, requests, tqdm"
 
 self=$(readlink -f "${BASH_SOURCE[0]}")
 
@@ -60,18 +104,46 @@ customize() {
 	# Fail the build, not the first cell, if the stack does not import.
 	chroot "$tree" env -i PATH=/usr/bin:/bin HOME=/root \
 		MPLCONFIGDIR=/root/.config/matplotlib MPLBACKEND=Agg \
-		python3 -c 'import numpy, pandas, matplotlib.pyplot, openpyxl, IPython, pip'
+		python3 -c "import $imports"
 }
 
-if [[ ${1-} == --customize ]]; then
+profile=${PROFILE:-default}
+case ${1-} in
+--profiles)
+	echo default minimal
+	exit 0
+	;;
+--packages)
+	profile=${2:?--packages PROFILE}
+	;;
+esac
+case $profile in
+default)
+	packages=("${default_packages[@]}")
+	imports=$default_imports
+	;;
+minimal)
+	packages=("${minimal_packages[@]}")
+	imports=$minimal_imports
+	;;
+*) die "PROFILE=$profile: want default (the data-science stack) or minimal (numpy, pandas, matplotlib, openpyxl, IPython)" ;;
+esac
+
+case ${1-} in
+--packages)
+	printf '%s\n' "${packages[@]}"
+	exit 0
+	;;
+--customize)
 	customize "$2"
 	exit 0
-fi
+	;;
+esac
 
 base=${1:-/var/lib/jailcell/rootfs}
 jailcell=${JAILCELL:-./bin/jailcell}
 
-version="bookworm-$( { cat "$self"; printf '%s\n' "${packages[@]}"; } | sha256sum | cut -c1-12)"
+version="bookworm-$profile-$( { cat "$self"; echo "$profile"; printf '%s\n' "${packages[@]}"; } | sha256sum | cut -c1-12)"
 vdir="$base/$version"
 
 if [[ -e $vdir/manifest.json ]]; then
@@ -94,6 +166,16 @@ for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
 done
 [[ -n $sources ]] || die "no apt sources found in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"
 
+# One base, one profile: building minimal over a host's default base would
+# quietly take packages away from every new session. A manifest without a
+# profile predates profiles and may be replaced by either.
+if [[ -e $base/current/manifest.json ]]; then
+	have=$(sed -n 's/^  "profile": "\([a-z0-9-]*\)",$/\1/p' "$base/current/manifest.json")
+	if [[ -n $have && $have != "$profile" ]]; then
+		die "$base holds the $have profile; build PROFILE=$profile into a base of its own (e.g. make rootfs ROOTFS_PROFILE=$profile ROOTFS_BASE=${base%/}-$profile)"
+	fi
+fi
+
 mkdir -p "$base"
 chmod 0755 "$base"
 exec 9>"$base/.build.lock"
@@ -105,7 +187,7 @@ rm -rf "$build"
 rm -rf "$vdir"
 
 start=$(date +%s)
-echo "building rootfs $version from $sources into $build"
+echo "building rootfs $version (profile $profile, ${#packages[@]} packages asked for) from $sources into $build"
 
 include=$(IFS=,; echo "${packages[*]}")
 mkdir "$build"
@@ -118,7 +200,7 @@ mmdebstrap --mode=root --variant=minbase --include="$include" \
 	--dpkgopt='path-include=/usr/share/locale/locale.alias' \
 	--dpkgopt='path-exclude=/usr/share/lintian/*' \
 	--dpkgopt='path-exclude=/usr/share/linda/*' \
-	--customize-hook="bash \"$self\" --customize \"\$1\"" \
+	--customize-hook="PROFILE=$profile bash \"$self\" --customize \"\$1\"" \
 	bookworm "$build/root" "$sources"
 
 tree="$build/root"
@@ -148,9 +230,9 @@ find "$tree/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
 find "$tree/usr/share/doc" -mindepth 1 -depth -type d -empty -delete
 
 mv -T "$build" "$vdir"
-"$jailcell" rootfs seal "$vdir"
+"$jailcell" rootfs seal --profile "$profile" --profile-packages "$include" "$vdir"
 
 ln -sfn "$version" "$base/.current.tmp"
 mv -T "$base/.current.tmp" "$base/current"
 
-echo "rootfs $version built in $(($(date +%s) - start))s: $(du -sh "$vdir" | cut -f1)"
+echo "rootfs $version (profile $profile) built in $(($(date +%s) - start))s: $(du -s --block-size=1000000 "$vdir" | cut -f1) MB on disk"

@@ -9,10 +9,12 @@
 # exercises the cold path), about half a minute here:
 #   apt       the system's sources update into empty lists; every package
 #             `make deps` (APT_PKGS) and `make bench` (BENCH_PKGS) installs
-#             has a candidate
+#             has a candidate; every rootfs profile's packages are among
+#             APT_PKGS (the host's ipykernel must see the same libraries)
 #   criu      the pinned source looked up in trixie's Sources and its
 #             tarball downloaded and checked by sha256 (FETCH_ONLY=1)
-#   rootfs    mmdebstrap --simulate of build-rootfs.sh's package list
+#   rootfs    mmdebstrap --simulate of build-rootfs.sh's package list, for
+#             each profile (default, minimal)
 #   vm        the cgroup v2 guest's kernel looked up, downloaded (apt checks
 #             its hash), unpacked, and its base initramfs built (FETCH_ONLY=1)
 #   mcpclient the MCP TypeScript client test/mcpclient drives jailcell with,
@@ -64,15 +66,18 @@ background() {
 	"$@" >"$tmp/$name.log" 2>&1 &
 	bg_pids+=($!) bg_names+=("$name")
 }
-# The rootfs's package resolution: build-rootfs.sh's own package list and
-# variant, read from it (not copied: editing that script makes a new rootfs
-# version, a full rebuild on every machine), through mmdebstrap --simulate,
-# which fetches its own lists and installs nothing.
+# The rootfs's package resolution, one profile per call: build-rootfs.sh's
+# own package lists (asked of the script, not copied: editing that script
+# makes a new rootfs version, a full rebuild on every machine) and variant,
+# through mmdebstrap --simulate, which fetches its own lists and installs
+# nothing.
 rootfs_simulate() {
-	local script=$here/scripts/build-rootfs.sh packages variant sources f
-	eval "$(sed -n '/^packages=(/,/^)/p' "$script")"
+	local profile=$1 script=$here/scripts/build-rootfs.sh variant sources f
+	local -a packages
 	variant=$(grep -o -m1 -- '--variant=[a-z]*' "$script")
-	((${#packages[@]})) && [[ -n $variant ]] || { echo "no package list or variant in $script"; return 1; }
+	[[ -n $variant ]] || { echo "no variant in $script"; return 1; }
+	mapfile -t packages < <("$script" --packages "$profile")
+	((${#packages[@]})) || { echo "no package list for profile $profile in $script"; return 1; }
 	for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
 		if [[ -s $f ]] && grep -qv '^[[:space:]]*\(#\|$\)' "$f"; then
 			sources=$f
@@ -80,11 +85,17 @@ rootfs_simulate() {
 		fi
 	done
 	[[ -n ${sources:-} ]] || { echo "no apt sources"; return 1; }
+	echo "profile $profile: ${#packages[@]} packages"
 	mmdebstrap --simulate --mode=root "$variant" --include="$(IFS=,; echo "${packages[*]}")" \
-		bookworm "$tmp/rootfs-sim" "$sources"
+		bookworm "$tmp/rootfs-sim-$profile" "$sources"
 }
+declare -A what=([mcpclient]="mcpclient: the pinned MCP TypeScript client installed from empty and loaded")
 if ((!full)); then
-	background rootfs rootfs_simulate
+	# Each profile beside the others: each waits on the mirror for its own lists.
+	for profile in $("$here/scripts/build-rootfs.sh" --profiles); do
+		background "rootfs-$profile" rootfs_simulate "$profile"
+		what[rootfs-$profile]="rootfs: profile $profile's package list resolves (mmdebstrap --simulate)"
+	done
 fi
 # The same in quick and full: the install is small (about 10 MB).
 background mcpclient env MCPCLIENT_DIR="$tmp/mcpclient" "$here/scripts/fetch-mcpclient.sh"
@@ -111,6 +122,16 @@ if [[ -n $pkgs ]]; then
 	[[ -z $missing ]] || fail "no installable candidate for: $missing"
 fi
 step "apt: $(echo ${APT_PKGS:-} ${BENCH_PKGS:-} | wc -w) packages of make deps and make bench resolve from empty lists"
+# The host runs the conformance suite's ipykernel with the rootfs's
+# libraries: every package of every profile must be one make deps installs.
+if [[ -n ${APT_PKGS:-} ]]; then
+	for profile in $("$here/scripts/build-rootfs.sh" --profiles); do
+		# shellcheck disable=SC2086
+		missing=$(comm -23 <("$here/scripts/build-rootfs.sh" --packages "$profile" | sort -u) <(printf '%s\n' $APT_PKGS | sort -u) | tr '\n' ' ')
+		[[ -z $missing ]] || fail "rootfs profile $profile has packages the host does not get from make deps (add them to the Makefile's ROOTFS_PY_PKGS): $missing"
+	done
+	step "apt: every rootfs profile's packages are among make deps' packages"
+fi
 
 # --- criu ---------------------------------------------------------------------
 if ((full)); then
@@ -152,8 +173,6 @@ if ((full)) && [[ -n ${BENCH_PKGS:-} ]]; then
 fi
 
 # --- the quick checks that ran beside -----------------------------------------
-declare -A what=([rootfs]="rootfs: package list resolves (mmdebstrap --simulate)"
-	[mcpclient]="mcpclient: the pinned MCP TypeScript client installed from empty and loaded")
 for i in "${!bg_pids[@]}"; do
 	name=${bg_names[$i]}
 	if ! wait "${bg_pids[$i]}"; then

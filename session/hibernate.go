@@ -239,7 +239,7 @@ func (m *Manager) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
 	if m.cfg.Wheelhouse != "" {
 		binds = append(binds, isolate.Bind{Source: m.cfg.Wheelhouse, Dest: wheelhouseMount})
 	}
-	return isolate.Spec{Policy: p, Args: runner.Argv(ctlMount, m.cfg.Preload), Env: sandboxEnv, Cwd: Workdir, Binds: binds}
+	return isolate.Spec{Policy: p, Args: runner.Argv(ctlMount, m.cfg.Preload), Env: kernelEnv(p), Cwd: Workdir, Binds: binds}
 }
 
 // hibernateIdle hibernates the sessions idle for HibernateAfter (janitor).

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +34,24 @@ var sandboxEnv = []string{
 	"PYTHONDONTWRITEBYTECODE=1",
 	"PIP_NO_INDEX=1",
 	"PIP_FIND_LINKS=" + wheelhouseMount,
-	"OPENBLAS_NUM_THREADS=1",
+}
+
+// threadEnvVars size the thread pools of the native libraries a cell may
+// load: OpenBLAS (numpy, scipy), OpenMP (scikit-learn, scipy) and numexpr
+// (pandas.eval). Left alone each starts one thread per host core, which
+// under a CFS quota of fewer cores only adds throttling and counts every
+// thread against the pids limit.
+var threadEnvVars = []string{"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMEXPR_MAX_THREADS"}
+
+// kernelEnv is sandboxEnv with the thread pools sized to the policy's CPU
+// bandwidth, rounded up (1 for the default policy's one core).
+func kernelEnv(p policy.Policy) []string {
+	n := max(1, int(math.Ceil(p.CPUs)))
+	env := append([]string(nil), sandboxEnv...)
+	for _, v := range threadEnvVars {
+		env = append(env, v+"="+strconv.Itoa(n))
+	}
+	return env
 }
 
 // kernel is one running sandbox with its Python kernel connected.

@@ -125,7 +125,9 @@ Ignored under a systemd service with Delegate=yes on cgroup v2.`},
 (flag --state-dir).`},
 	{name: "rootfs", def: rootfs.DefaultBase, flag: "rootfs", dec: strKey(func(c *config) *string { return &c.Rootfs }),
 		doc: `The Python rootfs: a base directory (its current version), a version
-directory, or its root/ (flag --rootfs). Built by ` + "`make rootfs`" + `.`},
+directory, or its root/ (flag --rootfs). Built by ` + "`make rootfs`" + ` (the default
+profile, with the data-science stack); the minimal profile for small hosts
+is /var/lib/jailcell/rootfs-minimal (` + "`make rootfs ROOTFS_PROFILE=minimal`" + `).`},
 	{name: "store_dir", def: "", dec: strKey(func(c *config) *string { return &c.Session.StoreDir }),
 		doc: `Where persisted workspaces ("persist" at create) are kept; "" turns
 persistence off.`},

@@ -297,8 +297,8 @@ func checkRootfs(path string) (*rootfs.Rootfs, *check) {
 	}
 	m := r.Manifest
 	c.status = statusOK
-	c.found = fmt.Sprintf("%s at %s: python %s, %d files, %s, content hash matches the manifest (verified in %s)",
-		m.Version, r.Dir, m.PythonVersion, m.Files, humanBytes(m.SizeBytes), took)
+	c.found = fmt.Sprintf("%s at %s: profile %s, python %s, %d files, %s, content hash matches the manifest (verified in %s)",
+		m.Version, r.Dir, profileName(m.Profile), m.PythonVersion, m.Files, sizeMB(m.SizeBytes), took)
 	return r, c
 }
 

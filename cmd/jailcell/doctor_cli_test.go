@@ -40,6 +40,9 @@ func TestDoctorCommand(t *testing.T) {
 	if !strings.Contains(stdout, "content hash matches the manifest") || !strings.Contains(stdout, "ran print(1)") {
 		t.Errorf("the rootfs was not verified or no cell ran:\n%s", stdout)
 	}
+	if !strings.Contains(stdout, "profile "+profileName(r.Manifest.Profile)+",") {
+		t.Errorf("doctor does not name the rootfs's profile %q:\n%s", profileName(r.Manifest.Profile), stdout)
+	}
 
 	t.Run("missing rootfs", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "no-rootfs")

@@ -23,7 +23,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRootfsCmd(), newRunCmd(), newJSONCmd(), newDoctorCmd(), newMCPCmd(), newReviewCmd(), newServeCmd(), newConfigCmd())
+	root.AddCommand(newRootfsCmd(), newRunCmd(), newJSONCmd(), newDoctorCmd(), newMCPCmd(), newReviewCmd(), newServeCmd(), newConfigCmd(), newKernelCmd(), newKernelspecCmd())
 	if err := root.Execute(); err != nil {
 		// An exitError carries a cell's status; what went wrong was
 		// already shown.

@@ -109,9 +109,13 @@ func TestRootfsCommands(t *testing.T) {
 		return stdout, stderr
 	}
 
-	stdout, _ := run(0, "seal", src)
+	// A profile package the tree does not have is refused, by name.
+	if _, stderr := run(1, "seal", "--profile", "default", "--profile-packages", "python3-numpy,python3-scipy", src); !strings.Contains(stderr, "python3-scipy") {
+		t.Fatalf("seal with a missing profile package: %q", stderr)
+	}
+	stdout, _ := run(0, "seal", "--profile", "default", "--profile-packages", "python3-numpy", src)
 	hash := regexp.MustCompile(`sha256:[0-9a-f]{64}`).FindString(stdout)
-	if hash == "" || !strings.Contains(stdout, "sealed rootfs bookworm-fixture1: python 3.11.2, 2 packages, 4 files") {
+	if hash == "" || !strings.Contains(stdout, "sealed rootfs bookworm-fixture1: profile default, python 3.11.2, 2 packages, 4 files") {
 		t.Fatalf("seal: %q", stdout)
 	}
 	if stdout, _ := run(0, "verify", src); !strings.Contains(stdout, "rootfs bookworm-fixture1 ok: "+hash) {
@@ -130,14 +134,22 @@ func TestRootfsCommands(t *testing.T) {
 		t.Fatalf("import: %q", stdout)
 	}
 	stdout, _ = run(0, "info", "--base", dst)
-	for _, want := range []string{"version:  bookworm-fixture1\n", "python:   3.11.2\n", "hash:     " + hash + "\n", "packages: 2 installed\n", "in 4 files\n"} {
+	for _, want := range []string{"version:  bookworm-fixture1\n", "profile:  default\n", "python:   3.11.2\n", "hash:     " + hash + "\n",
+		"packages: 2 installed, 1 asked for by the profile", "\n  python3-numpy                    1:1.24.2-1\n", "in 4 files\n"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("info lacks %q:\n%s", want, stdout)
 		}
 	}
+	if strings.Contains(stdout, "python3.11-minimal") {
+		t.Errorf("info lists a package the profile did not ask for:\n%s", stdout)
+	}
+	if stdout, _ = run(0, "info", "--base", dst, "--all"); !strings.Contains(stdout, "\n  python3.11-minimal               3.11.2-6+deb12u6\n") {
+		t.Errorf("info --all lacks python3.11-minimal:\n%s", stdout)
+	}
 	stdout, _ = run(0, "info", "--base", dst, "--json")
 	var m rootfs.Manifest
 	if err := json.Unmarshal([]byte(stdout), &m); err != nil || m.ContentHash != hash || m.Version != "bookworm-fixture1" || len(m.Packages) != 2 ||
+		m.Profile != "default" || len(m.ProfilePackages) != 1 ||
 		m.Packages[0].Name != "python3-numpy" || m.Packages[0].Version != "1:1.24.2-1" {
 		t.Fatalf("info --json: %+v %v\n%s", m, err, stdout)
 	}

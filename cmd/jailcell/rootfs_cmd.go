@@ -24,8 +24,10 @@ func newRootfsCmd() *cobra.Command {
 		Use:   "rootfs",
 		Short: "Manage the read-only Python rootfs that sandboxes run on",
 		Long: "Manage the read-only Python rootfs that sandboxes run on.\n\n" +
-			"Build it with `make rootfs` (scripts/build-rootfs.sh); move it to a machine\n" +
-			"without network access with `jailcell rootfs export | jailcell rootfs import -`.",
+			"Build it with `make rootfs` (scripts/build-rootfs.sh; the default profile, or\n" +
+			"`make rootfs ROOTFS_PROFILE=minimal` into /var/lib/jailcell/rootfs-minimal);\n" +
+			"move it to a machine without network access with\n" +
+			"`jailcell rootfs export | jailcell rootfs import -`.",
 	}
 	cmd.PersistentFlags().StringVar(&base, "base", rootfs.DefaultBase,
 		"rootfs base directory, holding <version>/ directories and the current symlink")
@@ -40,11 +42,13 @@ func newRootfsCmd() *cobra.Command {
 }
 
 func newRootfsSealCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "seal DIR",
+	var profile rootfs.Profile
+	cmd := &cobra.Command{
+		Use:   "seal [--profile NAME --profile-packages P1,P2,...] DIR",
 		Short: "Hash a freshly built version directory and write its manifest.json",
 		Long: "Hash DIR/root and write DIR/manifest.json, recording the installed packages\n" +
-			"(from the tree's dpkg database) and the Python version. The build script runs\n" +
+			"(from the tree's dpkg database), the Python version and the build profile with\n" +
+			"the packages it asked for (each must be installed). The build script runs\n" +
 			"this as its last step; nothing in the tree is executed.",
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
@@ -54,16 +58,20 @@ func newRootfsSealCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			m, err := rootfs.Seal(args[0], pkgs, py)
+			m, err := rootfs.Seal(args[0], pkgs, py, profile)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "sealed rootfs %s: python %s, %d packages, %d files, %s, %s (%.1fs)\n",
-				m.Version, m.PythonVersion, len(m.Packages), m.Files, humanBytes(m.SizeBytes),
+			fmt.Fprintf(cmd.OutOrStdout(), "sealed rootfs %s: profile %s, python %s, %d packages, %d files, %s, %s (%.1fs)\n",
+				m.Version, profileName(m.Profile), m.PythonVersion, len(m.Packages), m.Files, sizeMB(m.SizeBytes),
 				m.ContentHash, time.Since(start).Seconds())
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&profile.Name, "profile", "", "the build profile's name (default, minimal)")
+	cmd.Flags().StringSliceVar(&profile.Packages, "profile-packages", nil,
+		"the packages the profile asked for, comma-separated; each must be installed in the tree")
+	return cmd
 }
 
 func newRootfsVerifyCmd(base *string) *cobra.Command {
@@ -199,10 +207,10 @@ func newRootfsImportCmd(base *string) *cobra.Command {
 }
 
 func newRootfsInfoCmd(base *string) *cobra.Command {
-	var asJSON bool
+	var asJSON, all bool
 	cmd := &cobra.Command{
 		Use:          "info",
-		Short:        "Show the current rootfs manifest",
+		Short:        "Show the current rootfs: its profile, the profile's packages and versions, its size",
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -216,26 +224,69 @@ func newRootfsInfoCmd(base *string) *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(r.Manifest)
 			}
-			m := r.Manifest
-			fmt.Fprintf(w, "version:  %s\n", m.Version)
-			fmt.Fprintf(w, "dir:      %s\n", r.Dir)
-			fmt.Fprintf(w, "built:    %s\n", m.BuiltAt.Format(time.RFC3339))
-			fmt.Fprintf(w, "python:   %s\n", m.PythonVersion)
-			fmt.Fprintf(w, "size:     %s in %d files\n", humanBytes(m.SizeBytes), m.Files)
-			fmt.Fprintf(w, "hash:     %s\n", m.ContentHash)
-			fmt.Fprintf(w, "packages: %d installed\n", len(m.Packages))
-			for _, p := range m.Packages {
-				switch p.Name {
-				case "python3", "python3-numpy", "python3-pandas", "python3-matplotlib",
-					"python3-openpyxl", "python3-pip", "python3-ipython":
-					fmt.Fprintf(w, "  %-20s %s\n", p.Name, p.Version)
-				}
-			}
+			writeRootfsInfo(w, r, all)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole manifest as JSON")
+	cmd.Flags().BoolVar(&all, "all", false, "list every installed package, not only the profile's")
 	return cmd
+}
+
+// legacyProfilePackages is what a rootfs sealed before profiles asked for
+// (today's minimal profile), listed for such a rootfs.
+var legacyProfilePackages = []string{"python3", "python3-numpy", "python3-pandas", "python3-matplotlib",
+	"python3-openpyxl", "python3-pip", "python3-ipython"}
+
+// writeRootfsInfo prints a manifest for people: the profile's packages
+// with their installed versions, or with all, every package.
+func writeRootfsInfo(w io.Writer, r *rootfs.Rootfs, all bool) {
+	m := r.Manifest
+	fmt.Fprintf(w, "version:  %s\n", m.Version)
+	fmt.Fprintf(w, "profile:  %s\n", profileName(m.Profile))
+	fmt.Fprintf(w, "dir:      %s\n", r.Dir)
+	fmt.Fprintf(w, "built:    %s\n", m.BuiltAt.Format(time.RFC3339))
+	fmt.Fprintf(w, "python:   %s\n", m.PythonVersion)
+	fmt.Fprintf(w, "size:     %s in %d files\n", sizeMB(m.SizeBytes), m.Files)
+	fmt.Fprintf(w, "hash:     %s\n", m.ContentHash)
+	versions := make(map[string]string, len(m.Packages))
+	for _, p := range m.Packages {
+		versions[p.Name] = p.Version
+	}
+	if all {
+		fmt.Fprintf(w, "packages: %d installed\n", len(m.Packages))
+		for _, p := range m.Packages {
+			fmt.Fprintf(w, "  %-32s %s\n", p.Name, p.Version)
+		}
+		return
+	}
+	asked := m.ProfilePackages
+	if len(asked) == 0 {
+		asked = legacyProfilePackages
+	}
+	fmt.Fprintf(w, "packages: %d installed, %d asked for by the profile (--all lists every one)\n",
+		len(m.Packages), len(asked))
+	for _, name := range asked {
+		v, ok := versions[name]
+		if !ok {
+			v = "(not installed)"
+		}
+		fmt.Fprintf(w, "  %-32s %s\n", name, v)
+	}
+}
+
+// profileName shows a manifest's profile; rootfs sealed before profiles
+// carry none and hold what is now the minimal set.
+func profileName(p string) string {
+	if p == "" {
+		return "none (sealed before profiles; the minimal set)"
+	}
+	return p
+}
+
+// sizeMB shows a size in decimal megabytes (10^6) beside the binary form.
+func sizeMB(n int64) string {
+	return fmt.Sprintf("%.0f MB (%s)", float64(n)/1e6, humanBytes(n))
 }
 
 // humanBytes formats a byte count in binary units ("1.465GiB"), the same

@@ -1,0 +1,144 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jailcell/jailcell/runner"
+)
+
+// Assist kinds, as Jupyter names the requests.
+const (
+	AssistComplete   = runner.AssistComplete
+	AssistInspect    = runner.AssistInspect
+	AssistIsComplete = runner.AssistIsComplete
+)
+
+// AssistTimeout bounds one assist: the first completion imports IPython and
+// jedi in the kernel (about a second here, more under load).
+const AssistTimeout = 30 * time.Second
+
+// AssistRequest asks a session's kernel about code being written.
+type AssistRequest struct {
+	// Kind is AssistComplete, AssistInspect or AssistIsComplete.
+	Kind string
+	// Code is the text being edited.
+	Code string
+	// CursorPos is the cursor's offset in Code in code points; nil: the
+	// end of Code.
+	CursorPos *int
+	// DetailLevel is inspect's 0 or 1.
+	DetailLevel int
+}
+
+// Completion answers complete: the matches replace the code's code points
+// [cursor_start, cursor_end).
+type Completion struct {
+	Matches     []string `json:"matches"`
+	CursorStart int      `json:"cursor_start"`
+	CursorEnd   int      `json:"cursor_end"`
+}
+
+// Inspection answers inspect: what the kernel knows of the name at the
+// cursor, as a MIME bundle (text/plain).
+type Inspection struct {
+	Found bool              `json:"found"`
+	Data  map[string]string `json:"data"`
+}
+
+// Completeness answers is_complete: "complete", "incomplete" (with the
+// indent of the next line), "invalid" or "unknown".
+type Completeness struct {
+	Status string `json:"status"`
+	Indent string `json:"indent,omitempty"`
+}
+
+// Assistance is the answer to one AssistRequest: the field of its kind.
+type Assistance struct {
+	Completion   *Completion
+	Inspection   *Inspection
+	Completeness *Completeness
+}
+
+var assistSeq atomic.Uint64
+
+// Assist answers a complete, inspect or is_complete request from session
+// id's kernel, between cells: a cell running makes it ErrBusy, as an exec
+// would be (a Jupyter kernel answers its shell requests in order, so a
+// client never sees that). A session without a live kernel (hibernated,
+// or starting one) gets an empty answer: completing a name is not worth a
+// restore. Nothing runs as a cell: no execution count, no files.
+func (m *Manager) Assist(ctx context.Context, owner int, id string, req AssistRequest) (*Assistance, error) {
+	switch req.Kind {
+	case AssistComplete, AssistInspect, AssistIsComplete:
+	default:
+		return nil, fmt.Errorf("%w: kind %q: allowed %s, %s, %s", ErrBadRequest, req.Kind, AssistComplete, AssistInspect, AssistIsComplete)
+	}
+	points := utf8.RuneCountInString(req.Code)
+	cursor := points
+	if req.CursorPos != nil {
+		cursor = *req.CursorPos
+	}
+	if cursor < 0 || cursor > points {
+		return nil, fmt.Errorf("%w: cursor_pos = %d: must be 0 to the code's length in characters (%d)", ErrBadRequest, cursor, points)
+	}
+	if req.DetailLevel != 0 && req.DetailLevel != 1 {
+		return nil, fmt.Errorf("%w: detail_level = %d: allowed 0 or 1", ErrBadRequest, req.DetailLevel)
+	}
+	s, err := m.claim(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer s.run.Unlock()
+	s.mu.Lock()
+	closed, k := s.closed, s.k
+	if !closed {
+		s.lastUsed = time.Now()
+	}
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: session %s was closed", ErrNotFound, id)
+	}
+	var r *runner.AssistReply
+	if k != nil {
+		actx, cancel := context.WithTimeout(ctx, AssistTimeout)
+		defer cancel()
+		r, err = k.conn.Assist(actx, runner.AssistRequest{
+			ID:          m.nonce + "-assist-" + strconv.FormatUint(assistSeq.Add(1), 10),
+			Kind:        req.Kind,
+			Code:        req.Code,
+			CursorPos:   cursor,
+			DetailLevel: req.DetailLevel,
+		})
+		if err != nil {
+			// The connection is broken: the next cell finds it so and
+			// starts a kernel, with its verdict saying the state was lost.
+			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+				return nil, fmt.Errorf("%s in session %s: %w", req.Kind, id, context.Cause(ctx))
+			}
+			return nil, fmt.Errorf("%w: %s in session %s: the kernel did not answer: %v", ErrUnavailable, req.Kind, id, err)
+		}
+	} else {
+		r = &runner.AssistReply{CursorStart: cursor, CursorEnd: cursor, Status: "unknown"}
+	}
+	switch req.Kind {
+	case AssistComplete:
+		matches := r.Matches
+		if matches == nil {
+			matches = []string{}
+		}
+		return &Assistance{Completion: &Completion{Matches: matches, CursorStart: r.CursorStart, CursorEnd: r.CursorEnd}}, nil
+	case AssistInspect:
+		data := r.Data
+		if data == nil {
+			data = map[string]string{}
+		}
+		return &Assistance{Inspection: &Inspection{Found: r.Found, Data: data}}, nil
+	}
+	return &Assistance{Completeness: &Completeness{Status: r.Status, Indent: r.Indent}}, nil
+}

@@ -1,0 +1,431 @@
+package jupyter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveBuild()
+	os.Exit(code)
+}
+
+// The test user: not root, admitted by the service through its groups (the
+// socket's group and an allowed gid), as a member of group jailcell is.
+// The gids are this package's own; no host user or group is made.
+const (
+	socketGID  = 64143
+	allowedGID = 64144
+	userUID    = 65534
+)
+
+var user = &syscall.Credential{Uid: userUID, Gid: allowedGID, Groups: []uint32{socketGID}}
+
+const (
+	hostPython = "/usr/bin/python3"
+	corpusDir  = "../../testdata/notebooks"
+	kernelName = "jailcell-test"
+	// minAgreement is test/conformance's: the share of cells on which the
+	// jailcell kernel must agree with ipykernel.
+	minAgreement = 0.98
+)
+
+// requireJupyter skips unless the host has the Jupyter clients, naming
+// what is missing (make deps installs them).
+func requireJupyter(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command(hostPython, "-c", "import jupyter_client, nbclient, nbformat, ipykernel, zmq, pandas, matplotlib").CombinedOutput()
+	if err != nil {
+		t.Skipf("requires python3-jupyter-client, python3-nbclient, python3-nbformat, python3-ipykernel, pandas and matplotlib in %s (make deps): %v\n%s", hostPython, err, out)
+	}
+}
+
+// fixture is a running service, the binary and a home the test user can
+// use, and the kernelspec installed on JUPYTER_PATH.
+type fixture struct {
+	svc        *testenv.Service
+	dir        string // readable by the user: the binary, the scripts
+	bin        string
+	home       string // the user's
+	jupyterDir string // on JUPYTER_PATH
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	requireJupyter(t)
+	f := &fixture{dir: testenv.StateDir(t)}
+	f.bin = filepath.Join(f.dir, "jailcell")
+	b, err := os.ReadFile(testenv.Jailcell(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"driver.py", "nbrun.py"} {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(f.dir, s), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.home = filepath.Join(f.dir, "home")
+	f.jupyterDir = filepath.Join(f.dir, "prefix", "share", "jupyter")
+	for _, d := range []string{f.home, filepath.Join(f.dir, "prefix")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, userUID, allowedGID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.svc = testenv.StartServe(t, testenv.Serve{
+		Bin:       testenv.Jailcell(t),
+		CleanExit: true,
+		Config: func(d string) string {
+			return testenv.ServeConfig(d, fmt.Sprintf("%q", fmt.Sprint(socketGID)), testenv.Rootfs(t).Root) +
+				fmt.Sprintf("allowed_gids: [%d]\nlog:\n  level: info\nsessions:\n  max: 8\ndrain_grace: 20s\npolicies:\n  default:\n    memory_bytes: 1GiB\n    pids: 64\n    disk_bytes: 128MiB\n    output_bytes: 1MiB\n    interrupt_grace: 2s\n", allowedGID)
+		},
+	})
+	// The user installs the kernelspec into a prefix of theirs, found
+	// through JUPYTER_PATH.
+	out := f.run(t, 2*time.Minute, f.bin, "kernelspec", "install", "--prefix", filepath.Join(f.dir, "prefix"), "--name", kernelName, "--connect", f.svc.Sock, "--ttl", "7200")
+	if !strings.Contains(out, filepath.Join(f.jupyterDir, "kernels", kernelName)) {
+		t.Fatalf("kernelspec install said: %s", out)
+	}
+	return f
+}
+
+// env is the user's environment: their home, the kernelspec's directory
+// on JUPYTER_PATH, nothing of root's.
+func (f *fixture) env() []string {
+	return []string{
+		"HOME=" + f.home,
+		"PATH=/usr/bin:/bin",
+		"LANG=C.UTF-8",
+		"JUPYTER_PATH=" + f.jupyterDir,
+		"JUPYTER_RUNTIME_DIR=" + filepath.Join(f.home, "runtime"),
+		"JUPYTER_PLATFORM_DIRS=1",
+		"MPLCONFIGDIR=" + filepath.Join(f.home, "mpl"),
+		"MPLBACKEND=Agg",
+		"PYDEVD_DISABLE_FILE_VALIDATION=1",
+	}
+}
+
+// run runs argv as the user and returns its combined output, failing the
+// test on a non-zero status.
+func (f *fixture) run(t *testing.T, timeout time.Duration, argv ...string) string {
+	t.Helper()
+	out, err := f.try(timeout, argv...)
+	if err != nil {
+		t.Fatalf("%s as uid %d: %v\n%s", strings.Join(argv, " "), userUID, err, out)
+	}
+	return out
+}
+
+func (f *fixture) try(timeout time.Duration, argv ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = f.home
+	cmd.Env = f.env()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user, Setpgid: true}
+	// The whole group (the kernels Jupyter started) goes if it hangs.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestKernelspecInstall: the kernelspec lands where Jupyter's rules put
+// it for --user (JUPYTER_DATA_DIR, then XDG_DATA_HOME, then
+// ~/.local/share) and --prefix, jupyter_client finds it there, and its
+// argv runs this binary by its absolute path with the socket; bad names
+// are refused by name.
+func TestKernelspecInstall(t *testing.T) {
+	requireJupyter(t)
+	bin := testenv.Jailcell(t)
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "home"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	install := func(env []string, args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"kernelspec", "install", "--connect", "/run/x.sock"}, args...)...)
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + filepath.Join(dir, "home")}, env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		data string // the Jupyter data directory it must land in
+	}{
+		{"user, JUPYTER_DATA_DIR", []string{"JUPYTER_DATA_DIR=" + filepath.Join(dir, "jdd")}, []string{"--user"}, filepath.Join(dir, "jdd")},
+		{"user, XDG_DATA_HOME", []string{"XDG_DATA_HOME=" + filepath.Join(dir, "xdg")}, []string{"--user"}, filepath.Join(dir, "xdg", "jupyter")},
+		{"user, home", nil, []string{"--user"}, filepath.Join(dir, "home", ".local", "share", "jupyter")},
+		{"prefix", nil, []string{"--prefix", filepath.Join(dir, "venv"), "--name", "jc.venv", "--policy", "default", "--timeout", "90", "--ttl", "7200"}, filepath.Join(dir, "venv", "share", "jupyter")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if out, err := install(tc.env, tc.args...); err != nil {
+				t.Fatalf("install: %v\n%s", err, out)
+			}
+			name := "jailcell"
+			if tc.name == "prefix" {
+				name = "jc.venv"
+			}
+			b, err := os.ReadFile(filepath.Join(tc.data, "kernels", name, "kernel.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec struct {
+				Argv          []string `json:"argv"`
+				Language      string   `json:"language"`
+				InterruptMode string   `json:"interrupt_mode"`
+			}
+			if err := json.Unmarshal(b, &spec); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{bin, "kernel", "--connect=/run/x.sock"}
+			if tc.name == "prefix" {
+				want = append(want, "--policy", "default", "--timeout", "90", "--ttl", "7200")
+			}
+			want = append(want, "-f", "{connection_file}")
+			if fmt.Sprint(spec.Argv) != fmt.Sprint(want) || spec.Language != "python" || spec.InterruptMode != "message" {
+				t.Errorf("kernel.json = %s, want argv %v, language python, interrupt_mode message", b, want)
+			}
+			// jupyter_client finds it by its rules alone.
+			find := exec.Command(hostPython, "-c", "import sys; from jupyter_client.kernelspec import KernelSpecManager as K; s = K().get_kernel_spec(sys.argv[1]); print(s.resource_dir)", name)
+			find.Env = append([]string{"HOME=" + filepath.Join(dir, "home"), "JUPYTER_PATH=" + filepath.Join(dir, "venv", "share", "jupyter")}, tc.env...)
+			out, err := find.Output()
+			if err != nil || strings.TrimSpace(string(out)) != filepath.Join(tc.data, "kernels", name) {
+				t.Errorf("jupyter_client found %q (%v), want %s", out, err, filepath.Join(tc.data, "kernels", name))
+			}
+		})
+	}
+	if out, err := install(nil, "--user", "--name", "bad/name"); err == nil || !strings.Contains(out, `--name "bad/name": use letters, digits`) {
+		t.Errorf("bad name: %v\n%s", err, out)
+	}
+}
+
+// TestJupyterClient drives the kernel with jupyter_client as a user who is
+// not root: start, kernel_info, execute (streams as they come, the result,
+// an error, a matplotlib PNG, silent), complete, inspect, is_complete,
+// interrupt of a sleeping cell, forged and unsigned messages ignored, a
+// peer claiming a 2^60-byte frame dropped with the kernel alive, the
+// session closed under the kernel (a new one for the next cell),
+// restart (state gone, a new session) and shutdown (the session closed on
+// the service). driver.py asserts each step.
+func TestJupyterClient(t *testing.T) {
+	f := setup(t)
+	out := f.run(t, 15*time.Minute, hostPython, filepath.Join(f.dir, "driver.py"), kernelName, f.svc.Sock)
+	t.Logf("driver:\n%s", out)
+	for _, step := range []string{"start", "kernel_info", "execute", "stream", "error", "display", "silent", "complete", "inspect", "is_complete", "interrupt", "forged", "oversized", "renew", "restart", "shutdown"} {
+		if !regexp.MustCompile(`(?m)^ok ` + step + `$`).MatchString(out) {
+			t.Errorf("step %q did not pass", step)
+		}
+	}
+	// The kernel's log (its stderr, which Jupyter passes on) names each.
+	if n := strings.Count(out, `msg="jupyter: dropped an incoming message" err="bad or missing HMAC signature"`); n != 3 {
+		t.Errorf("the kernel logged %d forged messages as dropped, want 3", n)
+	}
+}
+
+// outcome is one cell as nbrun.py reports it: the fields test/conformance
+// compares.
+type outcome struct {
+	Status string  `json:"status"`
+	Error  string  `json:"error"`
+	Stdout string  `json:"stdout"`
+	Value  *string `json:"value"`
+	Images int     `json:"images"`
+}
+
+// TestNotebooksNbclient executes every notebook of testdata/notebooks end
+// to end with nbclient on the jailcell kernel and on ipykernel, and
+// compares the executed outputs as test/conformance compares cells.
+func TestNotebooksNbclient(t *testing.T) {
+	f := setup(t)
+	data, _ := filepath.Abs(filepath.Join(corpusDir, "data"))
+	paths, _ := filepath.Glob(filepath.Join(corpusDir, "*.ipynb"))
+	sort.Strings(paths)
+	if len(paths) == 0 {
+		t.Fatalf("no notebooks in %s", corpusDir)
+	}
+	// The user reads the corpus from a copy of theirs.
+	corpus := filepath.Join(f.dir, "corpus")
+	if err := os.MkdirAll(filepath.Join(corpus, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(data)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(data, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(corpus, "data", e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec1 := func(kernel, nb string) ([]outcome, string, error) {
+		work, err := os.MkdirTemp(f.home, "work-")
+		if err != nil {
+			return nil, "", err
+		}
+		if err := os.Chown(work, userUID, allowedGID); err != nil {
+			return nil, "", err
+		}
+		out, err := f.try(10*time.Minute, hostPython, filepath.Join(f.dir, "nbrun.py"), kernel, nb, filepath.Join(corpus, "data"), work)
+		if err != nil {
+			return nil, work, fmt.Errorf("nbrun %s on %s: %v\n%s", filepath.Base(nb), kernel, err, out)
+		}
+		// Logs go before the JSON on the combined output.
+		var res []outcome
+		i := strings.LastIndex(out, "\n[")
+		if err := json.Unmarshal([]byte(out[i+1:]), &res); err != nil {
+			return nil, work, fmt.Errorf("nbrun %s on %s: %v\n%s", filepath.Base(nb), kernel, err, out)
+		}
+		return res, work, nil
+	}
+	var total, agree int
+	var table, disagreements []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nb := filepath.Join(corpus, filepath.Base(p))
+		if err := os.WriteFile(nb, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSuffix(filepath.Base(p), ".ipynb")
+		type res struct {
+			out  []outcome
+			work string
+			err  error
+		}
+		ch := make(chan res, 1)
+		go func() {
+			o, w, err := exec1("python3", nb)
+			ch <- res{o, w, err}
+		}()
+		mine, _, err := exec1(kernelName, nb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := <-ch
+		if j.err != nil {
+			t.Fatal(j.err)
+		}
+		if len(j.out) != len(mine) {
+			t.Fatalf("%s: %d cells on ipykernel, %d on jailcell", name, len(j.out), len(mine))
+		}
+		ok := 0
+		for i := range mine {
+			if d := diff(j.out[i], mine[i], j.work); d != "" {
+				disagreements = append(disagreements, fmt.Sprintf("%s cell %d: %s", name, i+1, d))
+				continue
+			}
+			ok++
+		}
+		total += len(mine)
+		agree += ok
+		table = append(table, fmt.Sprintf("%-26s %3d/%3d", name, ok, len(mine)))
+	}
+	share := float64(agree) / float64(total)
+	t.Logf("nbclient, jailcell kernel vs ipykernel:\n%s\n%-26s %3d/%3d  %5.1f%%", strings.Join(table, "\n"), "total", agree, total, 100*share)
+	for _, d := range disagreements {
+		t.Logf("disagreement: %s", d)
+	}
+	if share < minAgreement {
+		t.Errorf("the jailcell kernel agrees with ipykernel on %.1f%% of cells, want at least %.0f%%", 100*share, 100*minAgreement)
+	}
+	// The user's sessions ended with their kernels.
+	if ls := f.run(t, time.Minute, hostPython, "-c", sessionsPy, f.svc.Sock); strings.TrimSpace(ls) != "0" {
+		t.Errorf("sessions left after the notebooks: %s", ls)
+	}
+}
+
+const sessionsPy = `
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+s.sendall(b"GET /v1/sessions HTTP/1.0\r\nHost: jailcell\r\n\r\n")
+data = b""
+while True:
+    c = s.recv(65536)
+    if not c: break
+    data += c
+print(len(json.loads(data.split(b"\r\n\r\n", 1)[1])["sessions"]))
+`
+
+// The comparison is test/conformance's (notebook_test.go: normalise and
+// diff), copied: a _test.go file cannot be imported. Keep them alike.
+var (
+	ansiRE    = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+	addrRE    = regexp.MustCompile(`0x[0-9a-fA-F]{6,}`)
+	timingRE  = regexp.MustCompile(`[0-9][0-9.,]*\s*(ns|µs|us|ms|s|min)\b`)
+	timeitRE  = regexp.MustCompile(`\(mean ± std\. dev\. of .*\)`)
+	spacingRE = regexp.MustCompile(`[ \t]+`)
+	slowestRE = regexp.MustCompile(`The slowest run took .*\n`)
+)
+
+const sandboxWorkdir = "/work"
+
+func normalise(s, workdir string) string {
+	s = ansiRE.ReplaceAllString(s, "")
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	if workdir != "" {
+		s = strings.ReplaceAll(s, workdir, "<cwd>")
+	}
+	s = strings.ReplaceAll(s, sandboxWorkdir, "<cwd>")
+	s = slowestRE.ReplaceAllString(s, "")
+	s = addrRE.ReplaceAllString(s, "0x?")
+	s = timeitRE.ReplaceAllString(s, "(...)")
+	s = timingRE.ReplaceAllString(s, "<t>")
+	s = spacingRE.ReplaceAllString(s, " ")
+	return strings.TrimSpace(s)
+}
+
+func shortType(s string) string { return s[strings.LastIndex(s, ".")+1:] }
+
+func diff(j, c outcome, workdir string) string {
+	var why []string
+	if j.Status != c.Status {
+		why = append(why, fmt.Sprintf("status %s vs %s", j.Status, c.Status))
+	}
+	if shortType(j.Error) != shortType(c.Error) {
+		why = append(why, fmt.Sprintf("error %q vs %q", j.Error, c.Error))
+	}
+	if js, cs := normalise(j.Stdout, workdir), normalise(c.Stdout, workdir); js != cs {
+		why = append(why, fmt.Sprintf("stdout %q vs %q", js, cs))
+	}
+	jv, cv := "<none>", "<none>"
+	if j.Value != nil {
+		jv = normalise(*j.Value, workdir)
+	}
+	if c.Value != nil {
+		cv = normalise(*c.Value, workdir)
+	}
+	if jv != cv {
+		why = append(why, fmt.Sprintf("value %q vs %q", jv, cv))
+	}
+	if j.Images != c.Images {
+		why = append(why, fmt.Sprintf("images %d vs %d", j.Images, c.Images))
+	}
+	return strings.Join(why, "; ")
+}

@@ -927,6 +927,11 @@ def _make_shell():
             kernel.ns[name] = saved[name]
         else:
             kernel.ns.pop(name, None)
+    # The shell's exit and quit ask a frontend to end the kernel; here
+    # exit() stays the builtin that raises SystemExit and ends the cell.
+    for name in ("exit", "quit"):
+        if kernel.ns.get(name) is getattr(shell, "exiter", None):
+            kernel.ns.pop(name, None)
     kernel.ns["Out"] = kernel.ns["_oh"] = kernel.out
     kernel.ns["In"] = kernel.ns["_ih"] = kernel.inputs
     for name in ("Out", "In", "_oh", "_ih", "get_ipython", "display"):

@@ -917,6 +917,7 @@ def _make_shell():
     shell.system = types.MethodType(_shell_system, shell)
     shell.showtraceback = types.MethodType(_shell_showtraceback, shell)
     shell.register_magic_function(_magic_matplotlib, "line", "matplotlib")
+    _kernel_magics(shell)
     shell.execution_count = kernel.cells
     # The shell's init put its own builtins and history in place; the
     # kernel's own display() and history stay authoritative.
@@ -937,6 +938,9 @@ def _make_shell():
     for name in ("Out", "In", "_oh", "_ih", "get_ipython", "display"):
         shell.user_ns_hidden[name] = kernel.ns.get(name)
     _SHELL = shell
+    import pdb  # stdlib; ipykernel patches it at start (see _patch_pdb)
+
+    _patch_pdb(pdb)
     return shell
 
 
@@ -985,8 +989,12 @@ def _shell_showtraceback(shell, exc_tuple=None, *args, **kwargs):
 
 
 def _magic_matplotlib(line=""):
-    """%matplotlib: figures are always shown inline, as PNG, at plt.show()
-    and at the end of the cell; other backends are not available here."""
+    """::
+
+      %matplotlib [gui]
+
+    jailcell: figures are always shown inline, as PNG, at plt.show() and
+    at the end of the cell; other backends are not available here."""
     gui = line.strip().split()[0] if line.strip() else "inline"
     if gui not in ("inline", "agg", "Agg"):
         print("jailcell: %%matplotlib %s is not available; figures are shown inline" % gui, file=sys.stderr)
@@ -1229,6 +1237,122 @@ def _install_no_stdin():
     import getpass  # stdlib, cheap
 
     getpass.getpass = _no_getpass
+    sys.meta_path.insert(0, _PdbHook())
+    if "pdb" in sys.modules:
+        _patch_pdb(sys.modules["pdb"])
+
+
+def _patch_pdb(pdb):
+    """ipykernel replaces pdb's Pdb and set_trace with IPython's
+    (IPKernelApp.init_pdb): pdb.set_trace() then shows
+    the code around the stop as IPython's debugger does. Until the shell
+    is loaded, set_trace loads it first."""
+    if _SHELL is not None:
+        try:
+            from IPython.core import debugger
+        except ImportError:
+            return
+        if hasattr(debugger, "InterruptiblePdb"):
+            debugger.Pdb = debugger.InterruptiblePdb
+            pdb.Pdb = debugger.Pdb
+            pdb.set_trace = debugger.set_trace
+        return
+    if getattr(pdb.set_trace, "_jailcell", False):
+        return
+    stdlib_set_trace = pdb.set_trace
+
+    def set_trace(*args, **kwargs):
+        frame = kwargs.pop("frame", None) or (args[0] if args else None) or sys._getframe().f_back
+        if _ensure_shell() is None or getattr(pdb.set_trace, "_jailcell", False):
+            return stdlib_set_trace(*args, **kwargs)
+        return pdb.set_trace(frame)
+
+    set_trace._jailcell = True
+    pdb.set_trace = set_trace
+
+
+class _PdbHook:
+    """Meta path finder that patches pdb the moment a cell imports it (see
+    _patch_pdb), without the kernel importing pdb itself."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "pdb":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _AfterLoader(spec.loader, _patch_pdb)
+        return spec
+
+
+def _kernel_magics(shell):
+    """What ipykernel adds to IPython's magics and aliases, under the same
+    names and doc lines (%quickref and %lsmagic list them): its
+    KernelMagics as far as they mean anything in a sandbox, the storemagic
+    extension it loads, and the colour flag of the ls aliases, which IPython
+    drops under NoColor (this shell's own text stays colourless)."""
+    import warnings
+    from IPython.core import page
+    from IPython.core.alias import default_aliases
+    from IPython.core.error import UsageError
+
+    def clear(line=""):
+        """Clear the terminal."""
+        shell.system("clear")
+
+    def less(line=""):
+        """Show a file through the pager.
+
+        Files ending in .py are syntax-highlighted."""
+        if not line:
+            raise UsageError("Missing filename.")
+        if line.endswith(".py"):
+            from IPython.utils import openpy
+
+            cont = shell.pycolorize(openpy.read_py_file(line, skip_encoding_cookie=False))
+        else:
+            with open(line) as f:
+                cont = f.read()
+        page.page(cont)
+
+    def man(line=""):
+        """Find the man page for the given command and display in pager."""
+        page.page(shell.getoutput("man %s | col -b" % line, split=False))
+
+    def connect_info(line=""):
+        """Print information for connecting other clients to this kernel"""
+        warnings.warn("Could not get connection info: a jailcell session has no Jupyter connection file")
+
+    def qtconsole(line=""):
+        """Open a qtconsole connected to this kernel."""
+        warnings.warn("Could not start qtconsole: there is no display in a jailcell sandbox")
+
+    def autosave(line=""):
+        """Set the autosave interval in the notebook (in seconds)."""
+        try:
+            interval = int(line)
+        except ValueError as e:
+            raise UsageError("%%autosave requires an integer, got %r" % line) from e
+        js = "IPython.notebook.set_autosave_interval(%i)" % (1000 * interval)
+        _KERNEL.display({"application/javascript": js}, raw=True)
+        print("Autosaving every %i seconds" % interval if interval else "Autosave disabled")
+
+    for fn in (clear, less, man, connect_info, qtconsole, autosave):
+        shell.register_magic_function(fn, "line", fn.__name__)
+    shell.register_magic_function(less, "line", "more")
+    for name, cmd in default_aliases():
+        if cmd.startswith("ls "):
+            shell.alias_manager.soft_define_alias(name, cmd)
+    try:
+        shell.extension_manager.load_extension("storemagic")
+    except Exception:
+        pass  # %store is missing, as in a kernel without the extension
 
 
 def _remember_error(exc):

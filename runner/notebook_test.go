@@ -217,6 +217,9 @@ func TestNotebookFidelityPager(t *testing.T) {
 		{"%pdoc f", "Doc of f."},
 		{"f??", "return x"},
 		{"%prun sum(range(10))", "function calls"},
+		// ipykernel's own magics are listed and %less pages a file.
+		{"%quickref", "%connect_info"},
+		{"with open('n.txt', 'w') as f:\n    f.write('first\\nsecond\\n')\n%less n.txt", "first\nsecond"},
 	} {
 		r := k.exec(c.code)
 		requireOK(t, r)
@@ -229,8 +232,13 @@ func TestNotebookFidelityPager(t *testing.T) {
 			t.Errorf("%s: display %+v, want one text/plain pager item with %q", c.code, r.Display, c.want)
 		}
 	}
+	r := k.exec("%autosave 60")
+	requireOK(t, r)
+	if r.Stdout != "Autosaving every 60 seconds\n" {
+		t.Errorf("%%autosave stdout %q", r.Stdout)
+	}
 	// An ordinary display() is not pager text.
-	r := k.exec("display('x')")
+	r = k.exec("display('x')")
 	if len(r.Display) != 1 || r.Display[0].Pager {
 		t.Errorf("display('x') = %+v", r.Display)
 	}
@@ -256,8 +264,12 @@ func TestNotebookFidelityNoStdin(t *testing.T) {
 	if !strings.Contains(r.Stdout, "----> 1 1 / 0") {
 		t.Errorf("%%debug stdout %q", r.Stdout)
 	}
+	// pdb is IPython's, as ipykernel patches it: the stop shows its context.
 	r = k.exec("import pdb\ndef g():\n    pdb.set_trace()\n    return 1\ng()")
 	requireError(t, r, noStdin)
+	if !strings.Contains(r.Stdout, "----> 4     return 1") {
+		t.Errorf("pdb.set_trace() stdout %q", r.Stdout)
+	}
 	// As under ipykernel, whose debugpy hook returns when no debugger is
 	// attached: breakpoint() does nothing.
 	r = k.exec("breakpoint()\n'after'")

@@ -1234,12 +1234,16 @@ def _no_breakpoint(*args, **kwargs):
 def _install_no_stdin():
     builtins.input = _no_input
     sys.breakpointhook = _no_breakpoint
-    import getpass  # stdlib, cheap
+    # getpass and pdb are patched when first imported, not imported here:
+    # a kernel start pays for neither.
+    sys.meta_path.insert(0, _StdinHook())
+    for name, patch in _STDIN_PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
 
+
+def _patch_getpass(getpass):
     getpass.getpass = _no_getpass
-    sys.meta_path.insert(0, _PdbHook())
-    if "pdb" in sys.modules:
-        _patch_pdb(sys.modules["pdb"])
 
 
 def _patch_pdb(pdb):
@@ -1271,12 +1275,16 @@ def _patch_pdb(pdb):
     pdb.set_trace = set_trace
 
 
-class _PdbHook:
-    """Meta path finder that patches pdb the moment a cell imports it (see
-    _patch_pdb), without the kernel importing pdb itself."""
+_STDIN_PATCHES = {"getpass": _patch_getpass, "pdb": _patch_pdb}
+
+
+class _StdinHook:
+    """Meta path finder that patches getpass and pdb the moment something
+    imports them (see _patch_getpass, _patch_pdb)."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "pdb":
+        patch = _STDIN_PATCHES.get(name)
+        if patch is None:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -1287,7 +1295,7 @@ class _PdbHook:
         else:
             return None
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _AfterLoader(spec.loader, _patch_pdb)
+            spec.loader = _AfterLoader(spec.loader, patch)
         return spec
 
 

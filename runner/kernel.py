@@ -633,8 +633,6 @@ def _cut_utf8(s, limit, what):
 def _plain(obj, lines=False):
     try:
         text = repr(obj)
-        if lines and not isinstance(text, str):
-            raise TypeError("__repr__ returned non-string")
     except Exception as exc:
         text = "<%s object; repr() raised %s>" % (type(obj).__name__, type(exc).__name__)
     else:

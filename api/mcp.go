@@ -390,6 +390,10 @@ func cellResult(resp *Response, note string) (*mcp.CallToolResult, runPythonOut)
 	out := &mcp.CallToolResult{IsError: res.Status != "ok"}
 	for _, d := range res.Display {
 		switch {
+		case d.Pager:
+			// Help and profiles a magic sent to IPython's pager: marked
+			// as stderr is, so that it is not read as the program's output.
+			fmt.Fprintf(&b, "[pager]\n%s\n", d.Data)
 		case strings.HasPrefix(d.MIME, "image/png"):
 			data, err := base64.StdEncoding.DecodeString(d.Data)
 			if err != nil {

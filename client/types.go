@@ -226,6 +226,9 @@ type DisplayItem struct {
 	MIME   string         `json:"mime"`
 	Data   string         `json:"data"`
 	Bundle map[string]any `json:"bundle,omitempty"`
+	// Pager marks text a magic sent to IPython's pager (%quickref, obj?,
+	// %prun): Jupyter's `page` payload, never part of stdout.
+	Pager bool `json:"pager,omitempty"`
 }
 
 // FileChange is a file a cell created, modified or deleted; one-shot cells

@@ -95,6 +95,9 @@ type DisplayItem struct {
 	// Bundle holds every representation the object offered, keyed by MIME
 	// type, binary ones in base64.
 	Bundle map[string]any `json:"bundle,omitempty"`
+	// Pager marks text IPython sent to its pager (%quickref, obj?, %pdoc,
+	// %prun): what Jupyter carries as a `page` payload, kept out of stdout.
+	Pager bool `json:"pager,omitempty"`
 }
 
 // CellError is an exception raised by a cell.
@@ -494,7 +497,7 @@ const (
 	// noteBytes bounds the JSON of each note the host adds.
 	noteBytes = 256
 
-	// JSON around the fields, generously: {"mime":"","data":"","bundle":{}},
+	// JSON around the fields, generously: {"mime":"","data":"","bundle":{},"pager":true},
 	itemOverhead  = 48
 	entryOverhead = 4 // "":,
 	frameOverhead = 64
@@ -884,6 +887,8 @@ func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 				item.Bundle = b
 			}
 			cost += c
+		case `"pager"`:
+			return boolField(&item.Pager, k, v)
 		}
 		return nil
 	})

@@ -634,11 +634,15 @@ def _cut_utf8(s, limit, what):
     return b[:limit].decode("utf-8", "ignore") + "\n[%s truncated: %d bytes total]" % (what, len(b))
 
 
-def _plain(obj):
+def _plain(obj, lines=False):
     try:
         text = repr(obj)
     except Exception as exc:
         text = "<%s object; repr() raised %s>" % (type(obj).__name__, type(exc).__name__)
+    else:
+        if lines:
+            # IPython's _repr_pprint: the repr's lines, joined by "\n".
+            text = "\n".join(text.splitlines())
     return _cut_utf8(text, TEXT_PLAIN_LIMIT, "output")
 
 
@@ -744,12 +748,18 @@ def _mime_bundle(obj):
 
 
 def _pretty(obj):
-    """text/plain as Jupyter shows it: IPython's pretty printer once IPython
-    is loaded (wrapped lists, sorted sets), repr() until then, so that cells
-    without magics never pay for importing IPython."""
-    if _SHELL is not None:
+    """text/plain as Jupyter shows it: IPython's display formatter and
+    pretty printer (`int` for type(1), long lists broken one item a line,
+    sorted sets). Most values print exactly as repr() under it; for those
+    the kernel does not load IPython (see _pretty_is_repr)."""
+    shell = _SHELL
+    if shell is None:
+        if _pretty_is_repr(obj):
+            return _plain(obj, lines=True)
+        shell = _ensure_shell()
+    if shell is not None:
         try:
-            text = _SHELL.display_formatter.formatters["text/plain"](obj)
+            text = shell.display_formatter.formatters["text/plain"](obj)
         except Exception:
             text = None
         if isinstance(text, str):
@@ -857,12 +867,12 @@ def _get_ipython():
 
     Libraries only probe it (pandas calls it at import and whenever it
     formats a frame, to detect a notebook frontend): for callers installed
-    under sys.prefix it returns the shell only if one is loaded, else None,
-    as IPython.get_ipython() does outside IPython. Loading IPython (and
-    jedi) for a probe costs ~25 MB of kernel memory and of every
-    hibernation image."""
+    under sys.prefix, until a cell loaded the shell, it returns _SHELL_STUB,
+    which answers those probes as ipykernel's shell would and loads the
+    shell only if asked for anything else. Loading IPython (and jedi) for a
+    probe costs ~25 MB of kernel memory and of every hibernation image."""
     if _SHELL is None and sys._getframe(1).f_code.co_filename.startswith(sys.prefix + os.sep):
-        return None
+        return _SHELL_STUB
     return _ensure_shell()
 
 
@@ -901,12 +911,15 @@ def _make_shell():
     # No sqlite file, no history thread: the host keeps the cells.
     cfg.HistoryManager.enabled = False
     cfg.InteractiveShell.colors = "NoColor"
+    cfg.IPKernelApp.jailcell = True  # see ZMQInteractiveShell
     saved = {k: kernel.ns[k] for k in _HISTORY_NAMES if k in kernel.ns}
-    shell = InteractiveShell.instance(config=cfg, user_module=sys.modules["__main__"])
+    shell = _jupyter_shell_class(InteractiveShell).instance(config=cfg, user_module=sys.modules["__main__"])
     shell.display_pub = _Publisher(shell=shell, parent=shell)
+    shell.set_hook("show_in_pager", _show_in_pager, 99)
     shell.system = types.MethodType(_shell_system, shell)
     shell.showtraceback = types.MethodType(_shell_showtraceback, shell)
     shell.register_magic_function(_magic_matplotlib, "line", "matplotlib")
+    _kernel_magics(shell)
     shell.execution_count = kernel.cells
     # The shell's init put its own builtins and history in place; the
     # kernel's own display() and history stay authoritative.
@@ -917,11 +930,19 @@ def _make_shell():
             kernel.ns[name] = saved[name]
         else:
             kernel.ns.pop(name, None)
+    # The shell's exit and quit ask a frontend to end the kernel; here
+    # exit() stays the builtin that raises SystemExit and ends the cell.
+    for name in ("exit", "quit"):
+        if kernel.ns.get(name) is getattr(shell, "exiter", None):
+            kernel.ns.pop(name, None)
     kernel.ns["Out"] = kernel.ns["_oh"] = kernel.out
     kernel.ns["In"] = kernel.ns["_ih"] = kernel.inputs
     for name in ("Out", "In", "_oh", "_ih", "get_ipython", "display"):
         shell.user_ns_hidden[name] = kernel.ns.get(name)
     _SHELL = shell
+    import pdb  # stdlib; ipykernel patches it at start (see _patch_pdb)
+
+    _patch_pdb(pdb)
     return shell
 
 
@@ -970,8 +991,12 @@ def _shell_showtraceback(shell, exc_tuple=None, *args, **kwargs):
 
 
 def _magic_matplotlib(line=""):
-    """%matplotlib: figures are always shown inline, as PNG, at plt.show()
-    and at the end of the cell; other backends are not available here."""
+    """::
+
+      %matplotlib [gui]
+
+    jailcell: figures are always shown inline, as PNG, at plt.show() and
+    at the end of the cell; other backends are not available here."""
     gui = line.strip().split()[0] if line.strip() else "inline"
     if gui not in ("inline", "agg", "Agg"):
         print("jailcell: %%matplotlib %s is not available; figures are shown inline" % gui, file=sys.stderr)
@@ -1033,6 +1058,317 @@ class _AfterLoader(_PatchingLoader):
         self._inner.exec_module(module)
         self._after(module)
 
+
+# ---------------------------------------------------------------------------
+# Jupyter fidelity: what libraries, values, the pager, input() and the
+# debugger look like under ipykernel (Debian 12: ipykernel 6.17, IPython
+# 8.5, pandas 1.5), at none of IPython's start-up cost until a cell needs it.
+
+
+class _JupyterKernel:
+    """Stands for ipykernel's Kernel on get_ipython().kernel: libraries only
+    test that it is there (pandas' is_terminal())."""
+
+    __slots__ = ()
+    implementation = "jailcell"
+
+
+class ZMQInteractiveShell:
+    """What get_ipython() returns to a library before any cell loaded
+    IPython. Named as ipykernel's shell, because libraries read the name:
+
+    - pandas 1.5, at import (core/config_init.is_terminal): an object with
+      a `kernel` attribute means a Jupyter kernel, so display.max_columns
+      is 20, and a frame wider than display.width wraps in blocks with `\\`
+      instead of hiding its middle columns behind `...`;
+    - pandas, on every frame repr (io/formats/console.in_ipython_frontend):
+      "zmq" in the type's name means widths come from display.width, not
+      from a terminal;
+    - tqdm.autonotebook: "IPKernelApp" in config means a notebook.
+
+    matplotlib 3.6 looks at sys.modules["IPython"] only, never at this.
+    Anything else loads the real shell and is read from it."""
+
+    __module__ = "jailcell"
+    kernel = _JupyterKernel()
+    config = {"IPKernelApp": {}}
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)  # copy, pickle and hasattr probes
+        shell = _ensure_shell()
+        if shell is None:
+            raise AttributeError(name)
+        return getattr(shell, name)
+
+    def __repr__(self):
+        return "<jailcell.ZMQInteractiveShell (IPython not loaded)>"
+
+
+_SHELL_STUB = ZMQInteractiveShell()
+
+
+def _jupyter_shell_class(base):
+    """IPython's InteractiveShell under ipykernel's class name and with a
+    kernel, so that libraries keep seeing a Jupyter kernel once a cell
+    loaded IPython (see ZMQInteractiveShell)."""
+
+    class ZMQInteractiveShell(base):
+        kernel = _JupyterKernel()
+
+    ZMQInteractiveShell.__module__ = "jailcell"
+    return ZMQInteractiveShell
+
+
+# Exact types whose text/plain under IPython is their repr().
+_REPR_SCALARS = frozenset((int, float, complex, bool, str, bytes, type(None)))
+_REPR_CONTAINERS = frozenset((list, tuple, dict))
+# Modules whose types IPython.lib.pretty prints its own way (by type or by
+# name: type, functions, sets, exceptions, re, datetime, collections...).
+_PRETTY_MODULES = frozenset(("builtins", "collections", "_collections", "re", "datetime", "types", "os"))
+PRETTY_WIDTH = 79  # IPython's PlainTextFormatter.max_width
+
+
+def _pretty_is_repr(obj):
+    """True if IPython's pretty printer would show obj as repr() does
+    (give or take line breaks), so that the kernel need not load IPython
+    to format it. Follows IPython.lib.pretty's lookup: exact scalars;
+    short lists, tuples and dicts of them (pretty breaks only what is wider
+    than 79 columns); otherwise the first class of the MRO that defines
+    __repr__, unless pretty has its own printer for a class before it or
+    the MRO reaches object (pretty's default omits the word "object")."""
+    cls = type(obj)
+    if cls in _REPR_SCALARS:
+        return True
+    if cls in _REPR_CONTAINERS:
+        budget = [64]  # elements looked at, so that a huge value costs nothing
+        if not _simple_container(obj, budget, 4):
+            return False
+        try:
+            return len(repr(obj)) <= PRETTY_WIDTH
+        except Exception:
+            return False
+    try:
+        for klass in cls.__mro__:
+            if klass is object:
+                return False
+            if getattr(klass, "__module__", None) in _PRETTY_MODULES:
+                return False
+            d = klass.__dict__
+            if "_repr_pretty_" in d:
+                return False
+            if callable(d.get("__repr__")):
+                return True
+    except Exception:
+        pass
+    return False
+
+
+def _simple_container(obj, budget, depth):
+    if depth == 0:
+        return False
+    items = obj.items() if type(obj) is dict else ((x, None) for x in obj)
+    for k, v in items:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        for x in (k, v) if type(obj) is dict else (k,):
+            t = type(x)
+            if t in _REPR_SCALARS:
+                continue
+            if t in _REPR_CONTAINERS and _simple_container(x, budget, depth - 1):
+                continue
+            return False
+    return True
+
+
+def _show_in_pager(shell, data, start=0, screen_lines=0, **kwargs):
+    """IPython's show_in_pager hook (%quickref, obj?, %pdoc, %prun...):
+    the text goes to the cell's display list as one item marked "pager",
+    where ipykernel sends a `page` payload, never to stdout."""
+    bundle = {}
+    if isinstance(data, dict):
+        for mime, value in data.items():
+            _put(bundle, mime, value)
+    else:
+        _put(bundle, "text/plain", data if isinstance(data, str) else str(data))
+    if not isinstance(bundle.get("text/plain"), str):
+        return
+    bundle["text/plain"] = _cut_utf8(bundle["text/plain"], TEXT_PLAIN_LIMIT, "pager")
+    cell = _KERNEL.cell if _KERNEL is not None else None
+    if cell is not None:
+        cell.add_display(bundle, pager=True)
+
+
+class _NoStdin(NotImplementedError):
+    """Stands in for IPython's StdinNotImplementedError where IPython is
+    not installed."""
+
+
+def _stdin_error(what):
+    """ipykernel's error for a read from a frontend that allows no stdin."""
+    try:
+        # Loads the shell through _IPythonHook: input() is rare, and the
+        # class must be the one a cell can catch from IPython.core.error.
+        from IPython.core.error import StdinNotImplementedError as cls
+    except ImportError:
+        cls = _NoStdin
+    return cls("%s was called, but this frontend does not support input requests." % what)
+
+
+def _no_input(prompt=""):
+    """input() as in ipykernel with allow_stdin=False: no cell can be
+    answered, so asking fails at once instead of reading fd 0. pdb and
+    %debug read their commands through it, and fail the same way."""
+    raise _stdin_error("raw_input")
+
+
+def _no_getpass(prompt="Password: ", stream=None):
+    raise _stdin_error("getpass")
+
+
+def _no_breakpoint(*args, **kwargs):
+    """breakpoint() as in ipykernel, whose debugpy hook returns at once
+    when no debugger client is attached: nothing happens."""
+    return None
+
+
+def _install_no_stdin():
+    builtins.input = _no_input
+    sys.breakpointhook = _no_breakpoint
+    # getpass and pdb are patched when first imported, not imported here:
+    # a kernel start pays for neither.
+    sys.meta_path.insert(0, _StdinHook())
+    for name, patch in _STDIN_PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+
+
+def _patch_getpass(getpass):
+    getpass.getpass = _no_getpass
+
+
+def _patch_pdb(pdb):
+    """ipykernel replaces pdb's Pdb and set_trace with IPython's
+    (IPKernelApp.init_pdb): pdb.set_trace() then shows
+    the code around the stop as IPython's debugger does. Until the shell
+    is loaded, set_trace loads it first."""
+    if _SHELL is not None:
+        try:
+            from IPython.core import debugger
+        except ImportError:
+            return
+        if hasattr(debugger, "InterruptiblePdb"):
+            debugger.Pdb = debugger.InterruptiblePdb
+            pdb.Pdb = debugger.Pdb
+            pdb.set_trace = debugger.set_trace
+        return
+    if getattr(pdb.set_trace, "_jailcell", False):
+        return
+    stdlib_set_trace = pdb.set_trace
+
+    def set_trace(*args, **kwargs):
+        frame = kwargs.pop("frame", None) or (args[0] if args else None) or sys._getframe().f_back
+        if _ensure_shell() is None or getattr(pdb.set_trace, "_jailcell", False):
+            return stdlib_set_trace(*args, **kwargs)
+        return pdb.set_trace(frame)
+
+    set_trace._jailcell = True
+    pdb.set_trace = set_trace
+
+
+_STDIN_PATCHES = {"getpass": _patch_getpass, "pdb": _patch_pdb}
+
+
+class _StdinHook:
+    """Meta path finder that patches getpass and pdb the moment something
+    imports them (see _patch_getpass, _patch_pdb)."""
+
+    def find_spec(self, name, path=None, target=None):
+        patch = _STDIN_PATCHES.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _AfterLoader(spec.loader, patch)
+        return spec
+
+
+def _kernel_magics(shell):
+    """What ipykernel adds to IPython's magics and aliases, under the same
+    names and doc lines (%quickref and %lsmagic list them): its
+    KernelMagics as far as they mean anything in a sandbox, the storemagic
+    extension it loads, and the colour flag of the ls aliases, which IPython
+    drops under NoColor (this shell's own text stays colourless)."""
+    import warnings
+    from IPython.core import page
+    from IPython.core.alias import default_aliases
+    from IPython.core.error import UsageError
+
+    def clear(line=""):
+        """Clear the terminal."""
+        shell.system("clear")
+
+    def less(line=""):
+        """Show a file through the pager.
+
+        Files ending in .py are syntax-highlighted."""
+        if not line:
+            raise UsageError("Missing filename.")
+        if line.endswith(".py"):
+            from IPython.utils import openpy
+
+            cont = shell.pycolorize(openpy.read_py_file(line, skip_encoding_cookie=False))
+        else:
+            with open(line) as f:
+                cont = f.read()
+        page.page(cont)
+
+    def man(line=""):
+        """Find the man page for the given command and display in pager."""
+        page.page(shell.getoutput("man %s | col -b" % line, split=False))
+
+    def connect_info(line=""):
+        """Print information for connecting other clients to this kernel"""
+        warnings.warn("Could not get connection info: a jailcell session has no Jupyter connection file")
+
+    def qtconsole(line=""):
+        """Open a qtconsole connected to this kernel."""
+        warnings.warn("Could not start qtconsole: there is no display in a jailcell sandbox")
+
+    def autosave(line=""):
+        """Set the autosave interval in the notebook (in seconds)."""
+        try:
+            interval = int(line)
+        except ValueError as e:
+            raise UsageError("%%autosave requires an integer, got %r" % line) from e
+        js = "IPython.notebook.set_autosave_interval(%i)" % (1000 * interval)
+        _KERNEL.display({"application/javascript": js}, raw=True)
+        print("Autosaving every %i seconds" % interval if interval else "Autosave disabled")
+
+    for fn in (clear, less, man, connect_info, qtconsole, autosave):
+        shell.register_magic_function(fn, "line", fn.__name__)
+    shell.register_magic_function(less, "line", "more")
+    for name, cmd in default_aliases():
+        if cmd.startswith("ls "):
+            shell.alias_manager.soft_define_alias(name, cmd)
+    try:
+        shell.extension_manager.load_extension("storemagic")
+    except Exception:
+        pass  # %store is missing, as in a kernel without the extension
+
+
+def _remember_error(exc):
+    """sys.last_* as IPython's showtraceback leaves them: %debug opens the
+    last error's traceback from there."""
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
 
 
 # ---------------------------------------------------------------------------
@@ -1147,11 +1483,13 @@ class _Cell:
         self.rich_used += size
         return True
 
-    def add_display(self, bundle):
+    def add_display(self, bundle, pager=False):
         if len(self.display) >= DISPLAY_LIMIT:
             self.dropped += 1
             return
         item = _display_item(bundle)
+        if pager:
+            item["pager"] = True
         if not self._charge(item):
             self.dropped += 1
             return
@@ -1201,6 +1539,7 @@ class _Kernel:
         self.ns = main.__dict__
         builtins.display = self.display
         builtins.get_ipython = _get_ipython
+        _install_no_stdin()
         # Notebook history: Out[n] and _n for values, In[n] for sources.
         self.out = {}
         self.last = None
@@ -1448,6 +1787,7 @@ class _Kernel:
             value = eval(tail, self.ns) if tail is not None else None
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included
             cell.set_error(exc)
+            _remember_error(exc)
         else:
             if value is not None and not _is_quiet(cell.req.code):
                 self._remember(value)

@@ -236,7 +236,9 @@ func (o cellOutcome) notStarted(k *kernel) bool {
 func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace time.Duration, maxOutput int64, onOutput func(string, string), onDisplay func(DisplayItem)) cellOutcome {
 	rreq := runner.ExecRequest{ID: id, Code: code, MaxOutput: maxOutput}
 	if onDisplay != nil {
-		rreq.OnDisplay = func(d runner.DisplayItem) { onDisplay(DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle}) }
+		rreq.OnDisplay = func(d runner.DisplayItem) {
+			onDisplay(DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager})
+		}
 	}
 	ch := make(chan cellOutcome, 1)
 	go func() {

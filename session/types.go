@@ -99,6 +99,9 @@ type DisplayItem struct {
 	MIME   string         `json:"mime"`
 	Data   string         `json:"data"`
 	Bundle map[string]any `json:"bundle,omitempty"`
+	// Pager marks text a magic sent to IPython's pager (%quickref, obj?,
+	// %prun): Jupyter's `page` payload, never part of stdout.
+	Pager bool `json:"pager,omitempty"`
 }
 
 // The scopes of Usage.PeakMemoryBytes.

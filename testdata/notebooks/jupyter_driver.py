@@ -1,6 +1,6 @@
 """Run a notebook's code cells one by one in a Jupyter kernel (ipykernel)
 and print, as one JSON list, what each cell produced: status, exception type,
-stdout, the value's text/plain and the number of images.
+stdout, the value's text/plain, the number of images and the pager's text.
 
     python3 jupyter_driver.py NOTEBOOK.ipynb WORKDIR
 
@@ -40,9 +40,10 @@ def run(nb_path, workdir):
 def run_cell(kc, code):
     # stop_on_error=False: an error must not abort the next cells, which a
     # notebook run cell by cell does not do either (and which jailcell
-    # never does).
-    msg_id = kc.execute(code, store_history=True, stop_on_error=False)
-    res = {"status": "", "error": "", "shown_error": "", "stdout": "", "value": None, "images": 0}
+    # never does). allow_stdin=False: a jailcell cell has no stdin either,
+    # so input() and the debugger must fail, not wait for an answer.
+    msg_id = kc.execute(code, store_history=True, stop_on_error=False, allow_stdin=False)
+    res = {"status": "", "error": "", "shown_error": "", "stdout": "", "value": None, "images": 0, "pager": None}
     while True:
         try:
             msg = kc.get_iopub_msg(timeout=120)
@@ -64,10 +65,22 @@ def run_cell(kc, code):
         elif t == "status" and c["execution_state"] == "idle":
             break
     while True:
-        reply = kc.get_shell_msg(timeout=120)
+        try:
+            reply = kc.get_shell_msg(timeout=120)
+        except queue.Empty:
+            # ipykernel sends no reply when its own handler fails (a cell
+            # raising under %pdb on with no stdin, for one).
+            res["status"] = "noreply"
+            return res
         if reply["parent_header"].get("msg_id") == msg_id:
             break
     res["status"] = reply["content"]["status"]
+    # What a magic sent to the pager (%quickref, obj?, %prun): Jupyter's
+    # `page` payload, which jailcell sends as a display item marked pager.
+    for payload in reply["content"].get("payload") or ():
+        if payload.get("source") == "page":
+            text = payload.get("data", {}).get("text/plain")
+            res["pager"] = (res["pager"] or "") + (text or "")
     if res["status"] == "error":
         res["error"] = reply["content"].get("ename", "")
     return res

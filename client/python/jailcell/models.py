@@ -44,6 +44,9 @@ class Result:
     # Formats without an attribute, by MIME type.
     extra: Dict[str, Any] = field(default_factory=dict)
     is_main_result: bool = False
+    # Set on text a magic sent to IPython's pager (%quickref, obj?, %prun):
+    # Jupyter's `page` payload, never part of stdout.
+    is_pager: bool = False
 
     @classmethod
     def from_bundle(cls, bundle: Dict[str, Any], is_main_result: bool = False) -> "Result":
@@ -58,13 +61,16 @@ class Result:
 
     @classmethod
     def from_display(cls, item: Dict[str, Any]) -> "Result":
-        """A wire display item {"mime", "data", "bundle"}: every format of
-        its bundle, and its own mime/data in case the bundle is absent."""
+        """A wire display item {"mime", "data", "bundle", "pager"}: every
+        format of its bundle, and its own mime/data in case the bundle is
+        absent."""
         bundle = dict(item.get("bundle") or {})
         mime, data = item.get("mime"), item.get("data")
         if isinstance(mime, str) and mime not in bundle:
             bundle[mime] = data
-        return cls.from_bundle(bundle)
+        r = cls.from_bundle(bundle)
+        r.is_pager = item.get("pager") is True
+        return r
 
     def formats(self) -> List[str]:
         """The formats this result has: attribute names, then extra MIME types."""

@@ -83,6 +83,13 @@ class ReplayTest(unittest.TestCase):
         ex, calls = self.run_code("events:plain")
         self.check(ex, calls, ["out", "out", "figure", "main"])
 
+    def test_pager_item(self) -> None:
+        # Text IPython sent to its pager is a display item marked pager.
+        r = Result.from_display({"mime": "text/plain", "data": "Docstring: x", "pager": True})
+        self.assertEqual((r.text, r.is_pager), ("Docstring: x", True))
+        self.assertFalse(Result.from_display({"mime": "text/plain", "data": "x"}).is_pager)
+        self.assertFalse(Result.from_display({"mime": "text/plain", "data": "x", "pager": "yes"}).is_pager)
+
     def test_error_classes(self) -> None:
         for code, cls in (("busy", BusyError), ("limit", LimitError)):
             with self.assertRaises(cls) as cm:

@@ -1,0 +1,29 @@
+package api
+
+import (
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jailcell/jailcell/session"
+)
+
+// TestMCPPagerText: text a magic sent to IPython's pager reaches an MCP
+// client marked [pager], after the cell's stdout, never as part of it.
+func TestMCPPagerText(t *testing.T) {
+	res := &session.Result{Status: "ok", Stdout: "printed\n", Display: []session.DisplayItem{
+		{MIME: "text/plain", Data: "Signature: len(obj, /)", Pager: true},
+		{MIME: "text/plain", Data: "shown"},
+	}}
+	out, so := cellResult(&Response{Result: res}, "")
+	if len(out.Content) != 1 {
+		t.Fatalf("%d content blocks, want 1 text block", len(out.Content))
+	}
+	text := out.Content[0].(*mcp.TextContent).Text
+	if want := "printed\n[pager]\nSignature: len(obj, /)\nshown\n"; text != want {
+		t.Errorf("text %q, want %q", text, want)
+	}
+	if so.Stdout != "printed\n" {
+		t.Errorf("structured stdout %q", so.Stdout)
+	}
+}

@@ -40,6 +40,7 @@ if [[ -n ${FETCH_ONLY:-} ]]; then
 	# Downloaded and verified (go.sum of the module proxy's checksum database).
 	out=$("$go" mod download -json "$module@$version") || die "go mod download $module@$version failed: $out"
 	grep -q '"Sum": "h1:' <<<"$out" || die "no checksum for $module@$version: $out"
+	chmod -R u+w "$GOPATH" # the module cache is read-only: let rm -rf clean it
 	echo "fetch-versitygw: $module@$version downloaded and verified"
 	exit 0
 fi

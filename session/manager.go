@@ -17,6 +17,7 @@ import (
 
 	"github.com/jailcell/jailcell/internal/cleanup"
 	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/store"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/runner"
 )
@@ -53,8 +54,18 @@ type Config struct {
 	// Wheelhouse is a host directory of wheels, mounted read-only at
 	// /opt/jailcell/wheelhouse for offline pip installs ("" = none).
 	Wheelhouse string
-	// StoreDir is where persisted workspaces are kept ("" = persistence off).
+	// StoreDir is where persisted workspaces are kept: the directory of a
+	// file Store (set from it when empty). "" with no Store: persistence
+	// off.
 	StoreDir string
+	// Store keeps persisted workspaces (an S3 store; a file store's are
+	// copied into StoreDir directly, sparse) and, when Store.Shared(),
+	// hibernated sessions, which any node using the same store can then
+	// restore (store.go). nil: StoreDir alone.
+	Store store.Store
+	// NodeID names this daemon in a shared store's ownership records.
+	// Default: the host name.
+	NodeID string
 	// JanitorInterval is how often expired sessions are swept. Default 1 s.
 	JanitorInterval time.Duration
 	// StartTimeout bounds a kernel's start. Default 60 s.
@@ -134,8 +145,17 @@ func (c *Config) defaults() {
 	if c.StateQuota == 0 {
 		c.StateQuota = defaultQuota(c.StateDir)
 	}
+	if d, ok := store.LocalDir(c.Store); ok && c.StoreDir == "" {
+		c.StoreDir = d
+	}
 	if c.StoreQuota == 0 && c.StoreDir != "" {
 		c.StoreQuota = defaultQuota(c.StoreDir)
+	}
+	if c.StoreQuota == 0 {
+		c.StoreQuota = defaultObjectQuota
+	}
+	if c.NodeID == "" {
+		c.NodeID, _ = os.Hostname()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -171,6 +191,9 @@ type Manager struct {
 	pool        *warmPool
 	tmpl        *templates
 	starts      chan struct{} // kernel starts in progress (admitStart)
+
+	// objects is Config.Store under the store quota (nil without a Store).
+	objects store.Store
 
 	// Host-disk accounting (quota.go).
 	stateQuota, storeQuota *quota
@@ -212,6 +235,9 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
 	m.initQuotas()
+	if cfg.Store != nil {
+		m.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
+	}
 	if err := m.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
@@ -410,8 +436,8 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		opt.MaxLifetime = m.cfg.MaxLifetime
 	}
 	if opt.Persist != "" {
-		if m.cfg.StoreDir == "" {
-			return nil, fmt.Errorf("%w: persist needs a store directory (config key store_dir)", ErrBadRequest)
+		if m.cfg.StoreDir == "" && m.cfg.Store == nil {
+			return nil, fmt.Errorf("%w: persist needs a store (config key store.url)", ErrBadRequest)
 		}
 		if !persistNameRE.MatchString(opt.Persist) {
 			return nil, fmt.Errorf("%w: persist name %q: want 1-64 of [A-Za-z0-9._-], not starting with '.'", ErrBadRequest, opt.Persist)

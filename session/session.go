@@ -434,7 +434,7 @@ func (m *Manager) recordFiles(s *Session, before fileStamps, res *Result) {
 // persistCell copies the files a cell changed to the session's persisted
 // workspace, if it has one.
 func (m *Manager) persistCell(s *Session, changed []FileChange) {
-	if s.persist == "" || m.cfg.StoreDir == "" || len(changed) == 0 {
+	if s.persist == "" || (m.cfg.StoreDir == "" && m.cfg.Store == nil) || len(changed) == 0 {
 		return
 	}
 	if err := m.syncPersist(s, changed); err != nil {

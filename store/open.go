@@ -136,3 +136,18 @@ func s3Credentials(o S3Options) (*credentials.Credentials, error) {
 	}
 	return creds, nil
 }
+
+// LocalDir is the directory of a file store (under any Quota), for callers
+// that copy into it directly (session's sparse persisted workspaces).
+func LocalDir(s Store) (string, bool) {
+	for {
+		switch x := s.(type) {
+		case *fileStore:
+			return x.dir, true
+		case interface{ Unwrap() Store }:
+			s = x.Unwrap()
+		default:
+			return "", false
+		}
+	}
+}

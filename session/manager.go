@@ -17,9 +17,9 @@ import (
 
 	"github.com/jailcell/jailcell/internal/cleanup"
 	"github.com/jailcell/jailcell/isolate"
-	"github.com/jailcell/jailcell/store"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/runner"
+	"github.com/jailcell/jailcell/store"
 )
 
 // Config shapes a Manager. Zero fields take the documented defaults.

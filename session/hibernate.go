@@ -126,6 +126,14 @@ func (m *Manager) hibernate(s *Session) error {
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
 	m.log().Info("session hibernated", "session", s.id, "checkpoint_ms", dump.Milliseconds(), "image_bytes", dirBytes(images))
+	if m.shared() {
+		// The store is the session's home from now on; this node forgets
+		// it. A store that is down leaves it hibernated here.
+		if err := m.exportHibernated(context.Background(), s); err != nil {
+			return err
+		}
+		m.forgetStored(s)
+	}
 	return nil
 }
 

@@ -194,6 +194,8 @@ type Manager struct {
 
 	// objects is Config.Store under the store quota (nil without a Store).
 	objects store.Store
+	// takeMu serialises takes of sessions from the shared store.
+	takeMu sync.Mutex
 
 	// Host-disk accounting (quota.go).
 	stateQuota, storeQuota *quota
@@ -411,6 +413,9 @@ func (m *Manager) destroy(s *Session) error {
 	errs = append(errs, s.disk.Destroy())
 	errs = append(errs, os.RemoveAll(s.dir))
 	m.stateQuota.release(s.dir)
+	if s.lease != "" {
+		m.dropStored(s.id) // it was taken from the shared store: it ends there too
+	}
 	return errors.Join(errs...)
 }
 
@@ -546,7 +551,7 @@ func (m *Manager) register(s *Session) error {
 // claim finds session id for owner and takes its run lock (ErrBusy while
 // a cell runs); the caller unlocks s.run.
 func (m *Manager) claim(ctx context.Context, owner int, id string) (*Session, error) {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -666,7 +671,7 @@ func (m *Manager) RunOnceAs(ctx context.Context, owner int, id string, req ExecR
 // PolicyOf returns the effective policy of session id (as tightened at
 // create) for owner.
 func (m *Manager) PolicyOf(ctx context.Context, owner int, id string) (policy.Policy, error) {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return policy.Policy{}, err
 	}
@@ -775,7 +780,7 @@ func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Do
 	if err != nil {
 		return nil, err
 	}
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -799,7 +804,7 @@ func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Do
 
 // Files lists the workspace.
 func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, error) {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -823,7 +828,7 @@ func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, err
 
 // Close ends a session now.
 func (m *Manager) Close(ctx context.Context, owner int, id string) error {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return err
 	}

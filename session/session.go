@@ -28,6 +28,9 @@ type Session struct {
 	dir     string // <state>/sessions/<id>
 	disk    *isolate.Disk
 	created time.Time
+	// lease is the version of this node's lease on the session in a
+	// shared store ("" if it has none): shared.go.
+	lease string
 
 	// run serialises cells, uploads to a starting kernel, and close. After
 	// a cell that lost its kernel, the goroutine starting the next kernel

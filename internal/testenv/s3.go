@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -110,7 +109,9 @@ func (s *S3) Start(t testing.TB) {
 	cmd := exec.Command(s.bin, s.arg...)
 	cmd.Env = ChildEnv()
 	cmd.Stdout, cmd.Stderr = s.log, s.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: it fires when the OS thread that started the child
+	// exits, and tests that lock threads into namespaces end threads.
+	// t.Cleanup stops it.
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

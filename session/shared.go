@@ -84,7 +84,7 @@ var (
 	errNotStored = errors.New("not in the shared store")
 )
 
-func leaseKey(id string) string          { return "hibernated/" + id + "/lease" }
+func leaseKey(id string) string           { return "hibernated/" + id + "/lease" }
 func genPrefix(id string, gen int) string { return "hibernated/" + id + "/g" + strconv.Itoa(gen) + "/" }
 
 // shared says whether hibernated sessions live in the store.

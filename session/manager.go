@@ -1041,6 +1041,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			}
 			hib = err == nil
 		}
+		m.mu.Lock()
+		_, here := m.sessions[s.id]
+		m.mu.Unlock()
+		if !here {
+			continue // hibernated into the shared store: nothing left here
+		}
 		if m.cfg.KeepOnShutdown || hib {
 			if err := m.release(s); err != nil {
 				errs = append(errs, err)

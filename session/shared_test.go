@@ -62,7 +62,10 @@ func TestHibernateIntoSharedStore(t *testing.T) {
 	if ls := mA.List(ctx, 1000); len(ls) != 0 {
 		t.Fatalf("node A still lists %+v", ls)
 	}
-	if _, err := os.Stat(filepath.Join(ra.state, "sessions", id)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(ra.state, "sessions", "sessions")); err != nil {
+		t.Fatal(err) // the parent is there: the check below can fail
+	}
+	if _, err := os.Stat(filepath.Join(ra.state, "sessions", "sessions", id)); !os.IsNotExist(err) {
 		t.Fatalf("node A kept the session's directory: %v", err)
 	}
 	if len(sessionCgroups(id)) != 0 {
@@ -169,11 +172,44 @@ func TestSharedStoreDownKeepsSessionLocal(t *testing.T) {
 	if err != nil || strings.TrimSpace(res.Stdout) != "still running" {
 		t.Fatalf("another session's cell with the store down: %v %+v", err, res)
 	}
+	if ls := m.List(ctx, 1000); len(ls) != 2 {
+		t.Fatalf("sessions after a failed store hibernation: %+v", ls)
+	}
+	// The store is back: hibernating the (locally hibernated) session again
+	// moves it there.
+	srv.Start(t)
+	if _, err := m.Hibernate(ctx, 1000, id); err != nil {
+		t.Fatalf("hibernate again with the store back: %v", err)
+	}
+	if ls := m.List(ctx, 1000); len(ls) != 1 || ls[0].ID != other.ID {
+		t.Fatalf("sessions after storing it: %+v", ls)
+	}
 	res, err = m.Exec(ctx, 1000, id, ExecRequest{Code: "print(x + 1)"})
 	if err != nil || strings.TrimSpace(res.Stdout) != "42" {
-		t.Fatalf("the session after a failed store hibernation: %v %+v", err, res)
+		t.Fatalf("the session taken back from the store: %v %+v", err, res)
 	}
-	srv.Start(t)
+}
+
+// TestHibernateOnShutdownIntoSharedStore: a node that stops with
+// hibernate_on_shutdown (a drain) puts its live sessions into the shared
+// store and leaves nothing behind; another node serves them.
+func TestHibernateOnShutdownIntoSharedStore(t *testing.T) {
+	ra, rb, cfg, _ := twoNodes(t)
+	ctx := context.Background()
+	draining := func(c *Config) { cfg("node-a")(c); c.HibernateOnShutdown = true }
+	mA, id := criuDaemon(t, ra, draining, "import numpy as np\nv = np.arange(10)")
+	if err := mA.Shutdown(ctx); err != nil {
+		t.Fatalf("draining shutdown: %v", err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(ra.state, "sessions", "sessions")); err != nil || len(ents) != 0 {
+		t.Fatalf("node A left %d session directories (%v)", len(ents), err)
+	}
+	mB := rb.startWith(cfg("node-b"))
+	defer mB.Shutdown(ctx)
+	res, err := mB.Exec(ctx, 1000, id, ExecRequest{Code: "print(int(v.sum()))"})
+	if err != nil || strings.TrimSpace(res.Stdout) != "45" || res.State != StateKept {
+		t.Fatalf("on node B after A's drain: %v %+v", err, res)
+	}
 }
 
 // sessionCgroupsUnder lists the memory cgroups of session id's sandboxes

@@ -106,7 +106,7 @@ FUZZTIME ?= 5s
 FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest \
 	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./runner:FuzzScanString ./internal/confined:FuzzCheck \
 	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery \
-	./isolate:FuzzDecodeUserns
+	./isolate:FuzzDecodeUserns ./store:FuzzCheckKey ./session:FuzzUntarTree
 fuzz: deps
 	GO=$(GO) TAGS=$(TAGS) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh $(FUZZ_TARGETS)
 

@@ -370,3 +370,22 @@ func TestOpenRefuses(t *testing.T) {
 		t.Fatalf("open with a credentials file: %v", err)
 	}
 }
+
+var keySeeds = []string{"uid=1/a/b", "a/../b", "/abs", "a//b", ".jc-tmp-x", "a/.jc-tmp-y/z", "x\x00", "ok.txt", "é/ü", "a\\b", ".", "..", strings.Repeat("a/", 500)}
+
+// FuzzCheckKey: an accepted key is a clean relative path with no ".."
+// and no store-owned segment, so it never names anything outside a file
+// store's directory.
+func FuzzCheckKey(f *testing.F) {
+	for _, k := range keySeeds {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, k string) {
+		if store.CheckKey(k) != nil {
+			return
+		}
+		if filepath.IsAbs(k) || filepath.Clean(k) != k || k == ".." || strings.HasPrefix(k, "../") || strings.Contains(k, "/../") || strings.Contains(k, ".jc-tmp-") && strings.Contains("/"+k, "/.jc-tmp-") {
+			t.Fatalf("CheckKey accepted %q", k)
+		}
+	})
+}

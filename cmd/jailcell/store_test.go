@@ -22,23 +22,45 @@ import (
 // file:///var/lib/jailcell/store, and a second create with the same name
 // gets the file back. The entry it writes there is removed afterwards.
 func TestPersistWorksWithNoConfig(t *testing.T) {
-	testenv.RequiresRoot(t)
-	r := testenv.Rootfs(t)
-	state := testenv.StateDir(t)
-	empty := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(empty, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := "jailcell-test-" + hex.EncodeToString(b)
 	defaultDir := strings.TrimPrefix(store.DefaultURL, "file://")
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(defaultDir, fmt.Sprintf("uid=%d", os.Getuid()), name)) })
+	entry := filepath.Join(defaultDir, fmt.Sprintf("uid=%d", os.Getuid()), name)
+	t.Cleanup(func() { os.RemoveAll(entry) })
+	persistTwice(t, "", name, nil)
+	if _, err := os.Stat(entry); err != nil {
+		t.Fatalf("not in the default store: %v", err)
+	}
+}
 
+// TestPersistToS3Config: the store.* keys and the AWS_* variables take the
+// real binary's persisted workspaces to S3 (a versitygw on loopback).
+func TestPersistToS3Config(t *testing.T) {
+	testenv.RequiresRoot(t)
+	srv := testenv.StartS3(t)
+	cfg := fmt.Sprintf("store:\n  url: s3://%s/node1\n  s3:\n    endpoint: %s\n    region: us-east-1\n", srv.Bucket, srv.Endpoint)
+	persistTwice(t, cfg, "proj", srv.Env())
+	if b, err := os.ReadFile(srv.ObjectPath(fmt.Sprintf("node1/uid=%d/proj/notes.txt", os.Getuid()))); err != nil || string(b) != "kept by the store" {
+		t.Fatalf("object in S3: %q %v", b, err)
+	}
+}
+
+// persistTwice runs `jailcell json` with config (YAML, "" for an empty
+// file) twice: the first creates session persist name and writes a file,
+// the second creates it again and reads the file back.
+func persistTwice(t *testing.T, config, name string, env []string) {
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state := testenv.StateDir(t)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	run := func(lines ...string) []map[string]any {
 		t.Helper()
-		cmd := exec.Command(os.Args[0], "json", "--config", empty, "--rootfs", r.Root, "--state-dir", state)
-		cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + state + "/review")
+		cmd := exec.Command(os.Args[0], "json", "--config", cfgPath, "--rootfs", r.Root, "--state-dir", state)
+		cmd.Env = jailcellEnv(append([]string{"JAILCELL_REVIEW_DIR=" + state + "/review"}, env...)...)
 		in, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
 		var stderr testenv.LockedBuffer
@@ -84,12 +106,9 @@ func TestPersistWorksWithNoConfig(t *testing.T) {
 		return resps
 	}
 	first := run(`{"id":1,"op":"create","persist":"`+name+`"}`,
-		`{"id":2,"op":"exec","session":"SESSION","code":"open('notes.txt','w').write('kept by the default store')"}`)
+		`{"id":2,"op":"exec","session":"SESSION","code":"open('notes.txt','w').write('kept by the store')"}`)
 	if first[0]["session"] == nil {
 		t.Fatalf("create answered %v", first[0])
-	}
-	if _, err := os.Stat(filepath.Join(defaultDir, fmt.Sprintf("uid=%d", os.Getuid()), name, "notes.txt")); err != nil {
-		t.Fatalf("not in the default store: %v", err)
 	}
 	second := run(`{"id":1,"op":"create","persist":"`+name+`"}`,
 		`{"id":2,"op":"exec","session":"SESSION","code":"print(open('notes.txt').read())"}`)
@@ -97,7 +116,7 @@ func TestPersistWorksWithNoConfig(t *testing.T) {
 		t.Fatalf("second create restored %v", r)
 	}
 	res, _ := second[1]["result"].(map[string]any)
-	if got := res["stdout"]; got != "kept by the default store\n" {
+	if got := res["stdout"]; got != "kept by the store\n" {
 		t.Fatalf("second create's cell printed %q (answers %v)", got, second)
 	}
 }

@@ -192,9 +192,42 @@ func TestSharedStoreDownKeepsSessionLocal(t *testing.T) {
 
 // TestHibernateOnShutdownIntoSharedStore: a node that stops with
 // hibernate_on_shutdown (a drain) puts its live sessions into the shared
-// store and leaves nothing behind; another node serves them.
+// store and leaves nothing behind; another node serves them. Against S3
+// and against a file store marked shared (store.shared).
 func TestHibernateOnShutdownIntoSharedStore(t *testing.T) {
-	ra, rb, cfg, _ := twoNodes(t)
+	t.Run("s3", func(t *testing.T) {
+		ra, rb, cfg, _ := twoNodes(t)
+		drainAndMove(t, ra, rb, cfg, nil)
+	})
+	t.Run("file", func(t *testing.T) {
+		requiresCriu(t)
+		ra, rb := newRestartable(t), newRestartable(t)
+		rb.isoMod = func(c *isolate.Config) {
+			c.CgroupRoot = testCgroupRoot + "-b"
+			c.UIDBase = 0x50000000
+			c.Slots = 64
+		}
+		dir := t.TempDir()
+		cfg := func(node string) func(*Config) {
+			return func(c *Config) {
+				st, err := store.Open(store.Options{URL: "file://" + dir, Shared: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Store, c.NodeID = st, node
+			}
+		}
+		drainAndMove(t, ra, rb, cfg, func(id string) {
+			if _, err := os.Stat(filepath.Join(dir, "hibernated", id, "lease")); err != nil {
+				t.Fatalf("no lease in the file store: %v", err)
+			}
+		})
+	})
+}
+
+// drainAndMove drains node A with a session in it, calls drained (if
+// set) with the session's id, and runs a cell of it on node B.
+func drainAndMove(t *testing.T, ra, rb *restartable, cfg func(string) func(*Config), drained func(id string)) {
 	ctx := context.Background()
 	draining := func(c *Config) { cfg("node-a")(c); c.HibernateOnShutdown = true }
 	mA, id := criuDaemon(t, ra, draining, "import numpy as np\nv = np.arange(10)")
@@ -203,6 +236,9 @@ func TestHibernateOnShutdownIntoSharedStore(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(filepath.Join(ra.state, "sessions", "sessions")); err != nil || len(ents) != 0 {
 		t.Fatalf("node A left %d session directories (%v)", len(ents), err)
+	}
+	if drained != nil {
+		drained(id)
 	}
 	mB := rb.startWith(cfg("node-b"))
 	defer mB.Shutdown(ctx)

@@ -19,6 +19,7 @@ import (
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/runner"
+	"github.com/jailcell/jailcell/store"
 )
 
 // Config shapes a Manager. Zero fields take the documented defaults.
@@ -53,8 +54,18 @@ type Config struct {
 	// Wheelhouse is a host directory of wheels, mounted read-only at
 	// /opt/jailcell/wheelhouse for offline pip installs ("" = none).
 	Wheelhouse string
-	// StoreDir is where persisted workspaces are kept ("" = persistence off).
+	// StoreDir is where persisted workspaces are kept: the directory of a
+	// file Store (set from it when empty). "" with no Store: persistence
+	// off.
 	StoreDir string
+	// Store keeps persisted workspaces (an S3 store; a file store's are
+	// copied into StoreDir directly, sparse) and, when Store.Shared(),
+	// hibernated sessions, which any node using the same store can then
+	// restore (store.go). nil: StoreDir alone.
+	Store store.Store
+	// NodeID names this daemon in a shared store's ownership records.
+	// Default: the host name.
+	NodeID string
 	// JanitorInterval is how often expired sessions are swept. Default 1 s.
 	JanitorInterval time.Duration
 	// StartTimeout bounds a kernel's start. Default 60 s.
@@ -134,8 +145,17 @@ func (c *Config) defaults() {
 	if c.StateQuota == 0 {
 		c.StateQuota = defaultQuota(c.StateDir)
 	}
+	if d, ok := store.LocalDir(c.Store); ok && c.StoreDir == "" {
+		c.StoreDir = d
+	}
 	if c.StoreQuota == 0 && c.StoreDir != "" {
 		c.StoreQuota = defaultQuota(c.StoreDir)
+	}
+	if c.StoreQuota == 0 {
+		c.StoreQuota = defaultObjectQuota
+	}
+	if c.NodeID == "" {
+		c.NodeID, _ = os.Hostname()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -171,6 +191,11 @@ type Manager struct {
 	pool        *warmPool
 	tmpl        *templates
 	starts      chan struct{} // kernel starts in progress (admitStart)
+
+	// objects is Config.Store under the store quota (nil without a Store).
+	objects store.Store
+	// takeMu serialises takes of sessions from the shared store.
+	takeMu sync.Mutex
 
 	// Host-disk accounting (quota.go).
 	stateQuota, storeQuota *quota
@@ -212,6 +237,9 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
 	m.initQuotas()
+	if cfg.Store != nil {
+		m.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
+	}
 	if err := m.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
@@ -385,6 +413,9 @@ func (m *Manager) destroy(s *Session) error {
 	errs = append(errs, s.disk.Destroy())
 	errs = append(errs, os.RemoveAll(s.dir))
 	m.stateQuota.release(s.dir)
+	if s.lease != "" {
+		m.dropStored(s.id) // it was taken from the shared store: it ends there too
+	}
 	return errors.Join(errs...)
 }
 
@@ -410,8 +441,8 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		opt.MaxLifetime = m.cfg.MaxLifetime
 	}
 	if opt.Persist != "" {
-		if m.cfg.StoreDir == "" {
-			return nil, fmt.Errorf("%w: persist needs a store directory (config key store_dir)", ErrBadRequest)
+		if m.cfg.StoreDir == "" && m.cfg.Store == nil {
+			return nil, fmt.Errorf("%w: persist needs a store (config key store.url)", ErrBadRequest)
 		}
 		if !persistNameRE.MatchString(opt.Persist) {
 			return nil, fmt.Errorf("%w: persist name %q: want 1-64 of [A-Za-z0-9._-], not starting with '.'", ErrBadRequest, opt.Persist)
@@ -520,7 +551,7 @@ func (m *Manager) register(s *Session) error {
 // claim finds session id for owner and takes its run lock (ErrBusy while
 // a cell runs); the caller unlocks s.run.
 func (m *Manager) claim(ctx context.Context, owner int, id string) (*Session, error) {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +671,7 @@ func (m *Manager) RunOnceAs(ctx context.Context, owner int, id string, req ExecR
 // PolicyOf returns the effective policy of session id (as tightened at
 // create) for owner.
 func (m *Manager) PolicyOf(ctx context.Context, owner int, id string) (policy.Policy, error) {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return policy.Policy{}, err
 	}
@@ -749,7 +780,7 @@ func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Do
 	if err != nil {
 		return nil, err
 	}
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -773,7 +804,7 @@ func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Do
 
 // Files lists the workspace.
 func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, error) {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -797,7 +828,7 @@ func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, err
 
 // Close ends a session now.
 func (m *Manager) Close(ctx context.Context, owner int, id string) error {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return err
 	}
@@ -1009,6 +1040,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 				m.log().Warn("session not hibernated at shutdown", "session", s.id, "err", err)
 			}
 			hib = err == nil
+		}
+		m.mu.Lock()
+		_, here := m.sessions[s.id]
+		m.mu.Unlock()
+		if !here {
+			continue // hibernated into the shared store: nothing left here
 		}
 		if m.cfg.KeepOnShutdown || hib {
 			if err := m.release(s); err != nil {

@@ -30,7 +30,7 @@ TEST_TIMEOUT ?= 25m
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
 
-.PHONY: all deps build rootfs criu demo test test-unit test-hostile test-cgroupv2 fuzz bench install clean \
+.PHONY: all deps build rootfs criu versitygw demo test test-unit test-hostile test-cgroupv2 fuzz bench install clean \
 	check-fresh check-fresh-quick check-leaks
 
 all: build
@@ -64,6 +64,13 @@ CRIU_PREFIX ?= /var/lib/jailcell/criu
 criu:
 	PREFIX=$(CRIU_PREFIX) ./scripts/build-criu.sh
 
+# versitygw, the S3 server the store tests start on loopback (docs/store.md):
+# built once (pinned v1.8.0, about 3 min cold) into VERSITYGW_DIR.
+VERSITYGW_DIR ?= /var/cache/jailcell/versitygw
+export VERSITYGW_DIR # the tests build or find it there too
+versitygw:
+	VERSITYGW_DIR=$(VERSITYGW_DIR) GO=$(GO) ./scripts/fetch-versitygw.sh
+
 # The demo: a sales workbook in, monthly totals and a trend chart out.
 demo: rootfs
 	@rm -rf demo-out
@@ -71,7 +78,7 @@ demo: rootfs
 	@echo "chart saved on the host: $(CURDIR)/demo-out/monthly_sales.png"
 
 # Ends with check-leaks: the tests must leave the host as they found it.
-test: rootfs criu
+test: rootfs criu versitygw
 	$(GO) vet -tags $(TAGS) ./...
 	$(MAKE) --no-print-directory check-fresh-quick
 	JAILCELL_SOAK=short JAILCELL_BIN=$(CURDIR)/$(BIN) $(GO) test -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 ./...
@@ -111,7 +118,7 @@ FUZZTIME ?= 5s
 FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest ./api:FuzzZMTPGuard \
 	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./runner:FuzzScanString ./internal/confined:FuzzCheck \
 	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery \
-	./isolate:FuzzDecodeUserns ./cmd/jailcell:FuzzParseTokens
+	./isolate:FuzzDecodeUserns ./store:FuzzCheckKey ./session:FuzzUntarTree ./cmd/jailcell:FuzzParseTokens
 fuzz: deps
 	GO=$(GO) TAGS=$(TAGS) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh $(FUZZ_TARGETS)
 

@@ -384,7 +384,9 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 		case EventStdout, EventStderr:
 			k.publish(m, "stream", map[string]any{"name": ev.Event, "text": ev.Text})
 		case EventDisplay:
-			if ev.Display != nil {
+			// Pager text is not a display: it goes into the reply's
+			// payload below, as ipykernel sends it.
+			if ev.Display != nil && !ev.Display.Pager {
 				k.publish(m, "display_data", map[string]any{"data": bundleOf(*ev.Display), "metadata": map[string]any{}, "transient": map[string]any{}})
 			}
 		}
@@ -422,6 +424,7 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 			if r.Value != nil && !c.Silent {
 				k.publish(m, "execute_result", map[string]any{"execution_count": n, "data": r.Value, "metadata": map[string]any{}})
 			}
+			ok["payload"] = pagePayload(r.Display)
 			k.reply(sock, m, "execute_reply", ok)
 			return
 		}
@@ -456,6 +459,19 @@ func verdictText(r *session.Result) string {
 		return "the cell's kernel was killed"
 	}
 	return "the cell ended with status " + r.Status
+}
+
+// pagePayload is a cell's pager text (%quickref, obj?, %prun) as
+// Jupyter's `page` payloads of an execute_reply, where front ends show it
+// in their pager; an empty list when there is none.
+func pagePayload(items []session.DisplayItem) []any {
+	payload := []any{}
+	for _, d := range items {
+		if d.Pager {
+			payload = append(payload, map[string]any{"source": "page", "data": map[string]any{"text/plain": d.Data}, "start": 0})
+		}
+	}
+	return payload
 }
 
 // bundleOf is a display item's MIME bundle; binary types stay base64, as

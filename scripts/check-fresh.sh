@@ -21,12 +21,16 @@
 #             installed by fetch-mcpclient.sh from its committed lock into an
 #             empty cache, npm's own cache included, and loaded (about 15 s,
 #             beside the rest)
+#   versitygw the S3 test server's pinned module downloaded into an empty
+#             module cache and checked against the Go checksum database
+#             (fetch-versitygw.sh FETCH_ONLY=1, a few seconds)
 # Full (`make check-fresh`, several minutes and about 4 GB in TMPDIR):
 #   criu      built from empty and run (--version)
 #   rootfs    built from empty into a temporary base and sealed
 #   vm        the guest booted from empty (kernel, initramfs, the rootfs
 #             image of that new rootfs) running one cgroup v2 test
 #   bench     the peers' packages downloaded (apt checks their hashes)
+#   versitygw built from empty (its own GOPATH and caches) and run
 #
 # Env: APT_PKGS, BENCH_PKGS (from the Makefile), JAILCELL (binary that seals
 # a rootfs, default ./bin/jailcell), GO, KEEP=1 keeps the temporary dirs.
@@ -142,6 +146,17 @@ else
 	FETCH_ONLY=1 PREFIX=$tmp/criu BUILD_DIR=$tmp/criu-build "$here/scripts/build-criu.sh" || fail "criu lookup and download from empty"
 	[[ ! -e $tmp/criu/bin/criu ]] || fail "FETCH_ONLY built criu"
 	step "criu: source looked up and downloaded with its sha256"
+fi
+
+# --- versitygw (the store tests' S3 server) -----------------------------------
+if ((full)); then
+	bin=$(VERSITYGW_DIR=$tmp/versitygw "$here/scripts/fetch-versitygw.sh") || fail "versitygw from empty"
+	"$bin" --version >/dev/null 2>&1 || "$bin" --help >/dev/null 2>&1 || fail "the versitygw built from empty does not run"
+	step "versitygw: built from empty"
+else
+	FETCH_ONLY=1 VERSITYGW_DIR=$tmp/versitygw "$here/scripts/fetch-versitygw.sh" >/dev/null || fail "versitygw module download from empty"
+	[[ ! -e $tmp/versitygw/v1.8.0 ]] || fail "FETCH_ONLY built versitygw"
+	step "versitygw: pinned module downloaded and verified from empty"
 fi
 
 # --- rootfs -------------------------------------------------------------------

@@ -21,6 +21,9 @@ type restartable struct {
 	// hostMod, if set, configures each daemon's host before its manager
 	// adopts anything (an egress upstream).
 	hostMod func(*isolate.Host)
+	// isoMod, if set, changes each host's configuration: a second node on
+	// this machine needs its own cgroup root and uid range.
+	isoMod func(*isolate.Config)
 }
 
 func newRestartable(t *testing.T) *restartable {
@@ -38,7 +41,7 @@ func newRestartable(t *testing.T) *restartable {
 // dir's removal cannot take a mount) and its kernel running.
 func (r *restartable) sweep() {
 	t := r.t
-	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(r.state, "isolate"), Rootfs: r.root, CgroupRoot: testCgroupRoot})
+	h, err := isolate.NewHost(r.isoConfig())
 	if err != nil {
 		t.Errorf("sweep: NewHost: %v", err)
 		return
@@ -64,6 +67,14 @@ func (r *restartable) sweep() {
 	}
 }
 
+func (r *restartable) isoConfig() isolate.Config {
+	c := isolate.Config{StateDir: filepath.Join(r.state, "isolate"), Rootfs: r.root, CgroupRoot: testCgroupRoot}
+	if r.isoMod != nil {
+		r.isoMod(&c)
+	}
+	return c
+}
+
 func (r *restartable) start(keep bool) *Manager {
 	r.t.Helper()
 	return r.startWith(func(c *Config) { c.KeepOnShutdown = keep })
@@ -72,7 +83,7 @@ func (r *restartable) start(keep bool) *Manager {
 // startWith starts a daemon on r's state with mod applied to its config.
 func (r *restartable) startWith(mod func(*Config)) *Manager {
 	r.t.Helper()
-	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(r.state, "isolate"), Rootfs: r.root, CgroupRoot: testCgroupRoot})
+	h, err := isolate.NewHost(r.isoConfig())
 	if err != nil {
 		r.t.Fatal(err)
 	}

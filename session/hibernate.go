@@ -63,7 +63,9 @@ func (m *Manager) hibernate(s *Session) error {
 	case closed:
 		return fmt.Errorf("%w: session %s was closed", ErrNotFound, s.id)
 	case hib:
-		return nil
+		// Hibernated here only (the store was down then): try the store
+		// again.
+		return m.storeHibernated(s)
 	case k == nil:
 		return fmt.Errorf("%w: session %s has no kernel to hibernate", ErrUnavailable, s.id)
 	}
@@ -126,6 +128,20 @@ func (m *Manager) hibernate(s *Session) error {
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
 	m.log().Info("session hibernated", "session", s.id, "checkpoint_ms", dump.Milliseconds(), "image_bytes", dirBytes(images))
+	return m.storeHibernated(s)
+}
+
+// storeHibernated moves s, hibernated here, to a shared store (if there is
+// one): the store is the session's home from then on and this node forgets
+// it. A store that is down leaves it hibernated here (ErrUnavailable).
+func (m *Manager) storeHibernated(s *Session) error {
+	if !m.shared() {
+		return nil
+	}
+	if err := m.exportHibernated(context.Background(), s); err != nil {
+		return err
+	}
+	m.forgetStored(s)
 	return nil
 }
 

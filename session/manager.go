@@ -21,6 +21,7 @@ import (
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/runner"
+	"github.com/jailcell/jailcell/store"
 )
 
 // Config shapes a Manager. Zero fields take the documented defaults.
@@ -32,6 +33,8 @@ type Config struct {
 	// several daemons routes a session's requests to the node that holds
 	// it. Default "": bare hex ids. Ids of either form are accepted on
 	// re-adoption whatever NodeID is now. NodeFromHostname derives one.
+	// It also names this daemon in a shared store's ownership records
+	// (there "" means NodeFromHostname of the host name: Manager.node).
 	NodeID string
 	// Policies are the named policies; "default" is used when a request
 	// names none (policy.Default() if absent).
@@ -61,8 +64,15 @@ type Config struct {
 	// Wheelhouse is a host directory of wheels, mounted read-only at
 	// /opt/jailcell/wheelhouse for offline pip installs ("" = none).
 	Wheelhouse string
-	// StoreDir is where persisted workspaces are kept ("" = persistence off).
+	// StoreDir is where persisted workspaces are kept: the directory of a
+	// file Store (set from it when empty). "" with no Store: persistence
+	// off.
 	StoreDir string
+	// Store keeps persisted workspaces (an S3 store; a file store's are
+	// copied into StoreDir directly, sparse) and, when Store.Shared(),
+	// hibernated sessions, which any node using the same store can then
+	// restore (store.go). nil: StoreDir alone.
+	Store store.Store
 	// JanitorInterval is how often expired sessions are swept. Default 1 s.
 	JanitorInterval time.Duration
 	// StartTimeout bounds a kernel's start. Default 60 s.
@@ -142,8 +152,14 @@ func (c *Config) defaults() {
 	if c.StateQuota == 0 {
 		c.StateQuota = defaultQuota(c.StateDir)
 	}
+	if d, ok := store.LocalDir(c.Store); ok && c.StoreDir == "" {
+		c.StoreDir = d
+	}
 	if c.StoreQuota == 0 && c.StoreDir != "" {
 		c.StoreQuota = defaultQuota(c.StoreDir)
+	}
+	if c.StoreQuota == 0 {
+		c.StoreQuota = defaultObjectQuota
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -181,6 +197,11 @@ type Manager struct {
 	pool        *warmPool
 	tmpl        *templates
 	starts      chan struct{} // kernel starts in progress (admitStart)
+
+	// objects is Config.Store under the store quota (nil without a Store).
+	objects store.Store
+	// takeMu serialises takes of sessions from the shared store.
+	takeMu sync.Mutex
 
 	// Host-disk accounting (quota.go).
 	stateQuota, storeQuota *quota
@@ -225,6 +246,9 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
 	m.initQuotas()
+	if cfg.Store != nil {
+		m.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
+	}
 	if err := m.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
@@ -349,6 +373,16 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 	return p, nil
 }
 
+// node is this daemon's name in the store's ownership records: NodeID,
+// or without one the name derived from the host name.
+func (m *Manager) node() string {
+	if m.cfg.NodeID != "" {
+		return m.cfg.NodeID
+	}
+	h, _ := os.Hostname()
+	return NodeFromHostname(h)
+}
+
 // sessionID is a new session's id: the node's name, if any, then 128
 // random bits.
 func (m *Manager) sessionID() string {
@@ -449,6 +483,9 @@ func (m *Manager) destroy(s *Session) error {
 	errs = append(errs, s.disk.Destroy())
 	errs = append(errs, os.RemoveAll(s.dir))
 	m.stateQuota.release(s.dir)
+	if s.lease != "" {
+		m.dropStored(s.id) // it was taken from the shared store: it ends there too
+	}
 	return errors.Join(errs...)
 }
 
@@ -474,8 +511,8 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		opt.MaxLifetime = m.cfg.MaxLifetime
 	}
 	if opt.Persist != "" {
-		if m.cfg.StoreDir == "" {
-			return nil, fmt.Errorf("%w: persist needs a store directory (config key store_dir)", ErrBadRequest)
+		if m.cfg.StoreDir == "" && m.cfg.Store == nil {
+			return nil, fmt.Errorf("%w: persist needs a store (config key store.url)", ErrBadRequest)
 		}
 		if !persistNameRE.MatchString(opt.Persist) {
 			return nil, fmt.Errorf("%w: persist name %q: want 1-64 of [A-Za-z0-9._-], not starting with '.'", ErrBadRequest, opt.Persist)
@@ -584,7 +621,7 @@ func (m *Manager) register(s *Session) error {
 // claim finds session id for owner and takes its run lock (ErrBusy while
 // a cell runs); the caller unlocks s.run.
 func (m *Manager) claim(ctx context.Context, owner int, id string) (*Session, error) {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -707,7 +744,7 @@ func (m *Manager) RunOnceAs(ctx context.Context, owner int, id string, req ExecR
 // PolicyOf returns the effective policy of session id (as tightened at
 // create) for owner.
 func (m *Manager) PolicyOf(ctx context.Context, owner int, id string) (policy.Policy, error) {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return policy.Policy{}, err
 	}
@@ -816,7 +853,7 @@ func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Do
 	if err != nil {
 		return nil, err
 	}
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -840,7 +877,7 @@ func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Do
 
 // Files lists the workspace.
 func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, error) {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -864,7 +901,7 @@ func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, err
 
 // Close ends a session now.
 func (m *Manager) Close(ctx context.Context, owner int, id string) error {
-	s, err := m.get(owner, id)
+	s, err := m.lookup(ctx, owner, id)
 	if err != nil {
 		return err
 	}
@@ -1077,6 +1114,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 				m.log().Warn("session not hibernated at shutdown", "session", s.id, "err", err)
 			}
 			hib = err == nil
+		}
+		m.mu.Lock()
+		_, here := m.sessions[s.id]
+		m.mu.Unlock()
+		if !here {
+			continue // hibernated into the shared store: nothing left here
 		}
 		if m.cfg.KeepOnShutdown || hib {
 			if err := m.release(s); err != nil {

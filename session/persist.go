@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/store"
 )
 
 var persistNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
@@ -46,6 +48,9 @@ func (m *Manager) storeRoot(owner int, name string) (*os.Root, error) {
 // Files are read through the workspace root and written through the store
 // root: neither side follows a path out of its tree.
 func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
+	if m.cfg.StoreDir == "" {
+		return m.syncPersistObjects(s, changes)
+	}
 	ws, err := s.workspace()
 	if err != nil || ws == nil {
 		return err
@@ -85,6 +90,9 @@ func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
 // restorePersist copies the store entry into the new session's workspace
 // (before its first kernel starts) and returns the files restored.
 func (m *Manager) restorePersist(s *Session) ([]string, error) {
+	if m.cfg.StoreDir == "" {
+		return m.restorePersistObjects(s)
+	}
 	st, err := m.storeRoot(s.owner, s.persist)
 	if err != nil {
 		return nil, err
@@ -147,6 +155,138 @@ func (m *Manager) restoreFile(s *Session, st, ws *os.Root, rel string) (bool, er
 		return false, fmt.Errorf("restore %s: %w", rel, err)
 	}
 	return true, nil
+}
+
+// Persisted workspaces in an object store (S3): one object per file under
+// uid=<owner>/<name>/<path>, each put whole or not at all and checked
+// against its sha256 when read back. What a file store does sparse, here
+// goes dense: a file is capped at MaxFileBytes and at the session's disk.
+
+// maxPersistObjects bounds the files of one persisted workspace in a store.
+const maxPersistObjects = 100_000
+
+func (m *Manager) persistPrefix(s *Session) string {
+	return store.OwnerPrefix(s.owner) + s.persist + "/"
+}
+
+// syncPersistObjects applies a cell's file changes to s's persisted
+// workspace in the object store.
+func (m *Manager) syncPersistObjects(s *Session, changes []FileChange) error {
+	ws, err := s.workspace()
+	if err != nil || ws == nil {
+		return err
+	}
+	defer ws.Close()
+	ctx := context.Background() // every store call is bounded by the store
+	prefix := m.persistPrefix(s)
+	var errs []error
+	for _, c := range changes {
+		key := prefix + c.Path
+		if err := store.CheckKey(key); err != nil {
+			errs = append(errs, fmt.Errorf("%s not persisted: %w", c.Path, err))
+			continue
+		}
+		if c.Change == "deleted" {
+			if exists(ws, c.Path) {
+				continue
+			}
+			if err := m.objects.Delete(ctx, key); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if c.Size > MaxFileBytes {
+			continue // too large: not persisted
+		}
+		if err := m.putWorkspaceFile(ctx, s, ws, c.Path, key); err != nil {
+			errs = append(errs, fmt.Errorf("%s not persisted: %w", c.Path, storeErr("persist to store "+m.objects.Name(), err)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// putWorkspaceFile uploads the workspace file rel as key. The store copies
+// it to a temporary file first (it is not a seeker here): the checksum is
+// of the bytes uploaded even if the kernel writes to the file meanwhile.
+func (m *Manager) putWorkspaceFile(ctx context.Context, s *Session, ws *os.Root, rel, key string) error {
+	f, err := openFile(ws, rel, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil // a symlink, a device, gone: not persisted
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	if fi.Size() > min(MaxFileBytes, s.policy.DiskBytes-restoreHeadroom) {
+		return fmt.Errorf("%w: %d MiB, more than a session's disk (disk_bytes = %d MiB) can restore", ErrLimit, mib(fi.Size()), s.policy.DiskBytes>>20)
+	}
+	_, err = m.objects.Put(ctx, key, io.LimitReader(f, fi.Size()), fi.Size())
+	return err
+}
+
+// restorePersistObjects copies s's persisted workspace from the object
+// store into its new workspace; every object is verified, and a corrupt
+// one fails the create (a workspace silently missing a file is worse).
+func (m *Manager) restorePersistObjects(s *Session) ([]string, error) {
+	ctx := context.Background()
+	what := fmt.Sprintf("persisted workspace %q in store %s", s.persist, m.objects.Name())
+	prefix := m.persistPrefix(s)
+	objs, err := m.objects.List(ctx, prefix, maxPersistObjects)
+	if err != nil {
+		return nil, storeErr(what, err)
+	}
+	ws, err := s.writableWorkspace()
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	defer ws.Close()
+	names := []string{}
+	for _, o := range objs {
+		rel, err := cleanRel(strings.TrimPrefix(o.Key, prefix))
+		if err != nil {
+			continue
+		}
+		if err := m.restoreObject(ctx, s, ws, o.Key, rel); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		names = append(names, rel)
+	}
+	return names, nil
+}
+
+func (m *Manager) restoreObject(ctx context.Context, s *Session, ws *os.Root, key, rel string) error {
+	rc, _, err := m.objects.Get(ctx, key, s.policy.DiskBytes)
+	if errors.Is(err, store.ErrTooLarge) {
+		return fmt.Errorf("%w: %s is larger than this session's disk (disk_bytes = %d MiB)", ErrLimit, rel, s.policy.DiskBytes>>20)
+	}
+	if err != nil {
+		return storeErr("restore "+rel, err)
+	}
+	defer rc.Close()
+	dst, err := openFile(ws, rel, unix.O_WRONLY|unix.O_CREAT, s.disk.HostID())
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", rel, err)
+	}
+	defer dst.Close()
+	if err := dst.Truncate(0); err != nil {
+		return fmt.Errorf("restore %s: %w", rel, err)
+	}
+	if err := dst.Chown(s.disk.HostID(), s.disk.HostID()); err != nil {
+		return fmt.Errorf("restore %s: %w", rel, err)
+	}
+	_, err = io.Copy(dst, rc)
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%w: workspace full restoring %s (disk_bytes = %d MiB)", ErrLimit, rel, s.policy.DiskBytes>>20)
+	}
+	if err != nil {
+		// What was written of a corrupt object goes: the workspace never
+		// holds bytes the store could not vouch for.
+		_ = dst.Truncate(0)
+		_ = ws.Remove(rel)
+		return storeErr("restore "+rel, err)
+	}
+	return nil
 }
 
 // install pip-installs requirements from the wheelhouse inside the session,

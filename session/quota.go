@@ -381,3 +381,7 @@ func fileBytes(root *os.Root, rel string) int64 {
 	}
 	return fi.Size()
 }
+
+// defaultObjectQuota is the store quota of a store with no filesystem of
+// its own to measure (S3).
+const defaultObjectQuota = 64 << 30

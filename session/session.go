@@ -28,6 +28,9 @@ type Session struct {
 	dir     string // <state>/sessions/<id>
 	disk    *isolate.Disk
 	created time.Time
+	// lease is the version of this node's lease on the session in a
+	// shared store ("" if it has none): shared.go.
+	lease string
 
 	// run serialises cells, uploads to a starting kernel, and close. After
 	// a cell that lost its kernel, the goroutine starting the next kernel
@@ -434,7 +437,7 @@ func (m *Manager) recordFiles(s *Session, before fileStamps, res *Result) {
 // persistCell copies the files a cell changed to the session's persisted
 // workspace, if it has one.
 func (m *Manager) persistCell(s *Session, changed []FileChange) {
-	if s.persist == "" || m.cfg.StoreDir == "" || len(changed) == 0 {
+	if s.persist == "" || (m.cfg.StoreDir == "" && m.cfg.Store == nil) || len(changed) == 0 {
 		return
 	}
 	if err := m.syncPersist(s, changed); err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/rootfs"
 	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/store"
 	"github.com/jailcell/jailcell/workflow"
 )
 
@@ -128,9 +129,36 @@ Ignored under a systemd service with Delegate=yes on cgroup v2.`},
 directory, or its root/ (flag --rootfs). Built by ` + "`make rootfs`" + ` (the default
 profile, with the data-science stack); the minimal profile for small hosts
 is /var/lib/jailcell/rootfs-minimal (` + "`make rootfs ROOTFS_PROFILE=minimal`" + `).`},
-	{name: "store_dir", def: "", dec: strKey(func(c *config) *string { return &c.Session.StoreDir }),
-		doc: `Where persisted workspaces ("persist" at create) are kept; "" turns
-persistence off.`},
+	{name: "store.url", def: store.DefaultURL, dec: strKey(func(c *config) *string { return &c.Store.URL }),
+		doc: `Where persisted workspaces ("persist" at create) are kept, and hibernated
+sessions when the store is shared: file:///ABSOLUTE/DIR, or
+s3://BUCKET/PREFIX (S3-compatible storage, path-style; see store.s3.*).
+Every object carries a sha256 checked when it is read back. See
+docs/store.md.`},
+	{name: "store.shared", def: false, dec: boolKey(func(c *config) *bool { return &c.Store.Shared }),
+		doc: `A file store that other nodes use too (an NFS mount, or several daemons
+of one host): hibernated sessions are then written to the store and any
+node of the fleet can restore them. An S3 store is always shared.`},
+	{name: "store.timeout", def: store.DefaultTimeout, dec: durKey(func(c *config) *time.Duration { return &c.Store.Timeout }),
+		doc: `Bound of each store request (plus 1 s per MiB it moves). A store that
+does not answer within it makes persist and hibernate answer unavailable
+naming the store; cells keep running.`},
+	{name: "store.s3.endpoint", def: "", dec: strKey(func(c *config) *string { return &c.Store.S3.Endpoint }),
+		doc: `S3 endpoint, http(s)://HOST[:PORT], for an s3:// store.url. Credentials
+are never read from this file: AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY in the environment, else an AWS shared credentials
+file (store.s3.credentials_file).`},
+	{name: "store.s3.region", def: "", dec: strKey(func(c *config) *string { return &c.Store.S3.Region }),
+		doc: `S3 region (e.g. us-east-1); "" asks the server.`},
+	{name: "store.s3.credentials_file", def: "", dec: strKey(func(c *config) *string { return &c.Store.S3.CredentialsFile }),
+		doc: `AWS shared credentials file ([profile] with aws_access_key_id and
+aws_secret_access_key), used when the environment has no keys; ""
+is AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials.`},
+	{name: "store.s3.profile", def: "", dec: strKey(func(c *config) *string { return &c.Store.S3.Profile }),
+		doc: `Profile in the credentials file; "" is AWS_PROFILE, else default.`},
+	{name: "store_dir", def: "", dec: strKey(func(c *config) *string { return &c.storeDir }),
+		doc: `Deprecated spelling of store.url: a directory here is the store
+file://DIR (a warning says so). Setting both is refused.`},
 	{name: "state_quota_bytes", def: 0, dec: bytesKey(func(c *config) *int64 { return &c.Session.StateQuota }),
 		doc: `Host disk state_dir may hold for sessions: checkpoint images and copies
 of workspaces (hibernation, snapshots, forks), counted in allocated
@@ -141,11 +169,13 @@ disk_bytes, images at most its memory_bytes + 32 MiB, two of each at
 once. A number of bytes, optionally with a unit (64GiB); 0: a quarter of
 the size of the filesystem holding state_dir.`},
 	{name: "store_quota_bytes", def: 0, dec: bytesKey(func(c *config) *int64 { return &c.Session.StoreQuota }),
-		doc: `Host disk all persisted workspaces in store_dir may hold, in allocated
-bytes; a file that would pass it is not persisted (logged). Each
-persisted workspace is also capped at the disk_bytes of the session that
-writes it (less 1 MiB), so that it always restores into a session of that
-policy. 0: a quarter of the size of the filesystem holding store_dir.`},
+		doc: `Bytes the store may hold: for a file store, all persisted workspaces in
+allocated bytes (each also capped at the disk_bytes of the session that
+writes it, less 1 MiB, so that it always restores into a session of that
+policy); for an S3 store or hibernated sessions in a shared store, the
+objects' sizes as this node counts them. A file that would pass it is
+not persisted (logged); a hibernation is refused (limit). 0: a quarter
+of the size of the filesystem holding a file store, 64 GiB for S3.`},
 	{name: "wheelhouse", def: "", dec: strKey(func(c *config) *string { return &c.Session.Wheelhouse }),
 		doc: `A host directory of wheels mounted read-only in every sandbox for offline
 pip installs ("requirements" at create); "" for none.`},
@@ -287,6 +317,11 @@ type config struct {
 	DrainGrace     time.Duration
 	// DrainNotice is how long a drain keeps listening, not ready, first.
 	DrainNotice time.Duration
+	// Store opens the store (store.*); build opens it.
+	Store store.Options
+	// storeDir is the deprecated store_dir key; checkStore folds it into
+	// Store.URL.
+	storeDir string
 	// Session is the session manager's configuration as far as keys set
 	// it; build adds the state directory, policies, pool and logger, and
 	// keeps KeepOnShutdown (sessions.survive_restart) and
@@ -966,7 +1001,7 @@ var configChecks = []func(c *config) error{
 		}
 		return nil
 	},
-	func(c *config) error { return absOrEmpty("store_dir", c.Session.StoreDir, true) },
+	checkStore,
 	func(c *config) error { return absOrEmpty("wheelhouse", c.Session.Wheelhouse, true) },
 	func(c *config) error {
 		if c.LogFormat != "text" && c.LogFormat != "json" {
@@ -1029,6 +1064,34 @@ func (l *configLoader) validate() {
 			l.errs = append(l.errs, err)
 		}
 	}
+}
+
+// checkStore folds the deprecated store_dir into store.url and checks the
+// store.* keys; the store is opened (and an S3 one's credentials read) by
+// build.
+func checkStore(c *config) error {
+	if c.storeDir != "" {
+		if c.sources["store.url"] != "default" {
+			return fmt.Errorf("store_dir = %q and store.url = %q: store_dir is the deprecated spelling of store.url; set only store.url", c.storeDir, c.Store.URL)
+		}
+		if err := absOrEmpty("store_dir", c.storeDir, false); err != nil {
+			return err
+		}
+		c.Store.URL = "file://" + filepath.Clean(c.storeDir)
+	}
+	switch scheme, _, _ := strings.Cut(c.Store.URL, "://"); scheme {
+	case "file":
+	case "s3":
+		if c.Store.S3.Endpoint == "" {
+			return fmt.Errorf("store.url = %q needs store.s3.endpoint (http(s)://HOST[:PORT])", c.Store.URL)
+		}
+	default:
+		return fmt.Errorf("store.url = %q: want file:///ABSOLUTE/DIR or s3://BUCKET/PREFIX", c.Store.URL)
+	}
+	if f := c.Store.S3.CredentialsFile; f != "" && !filepath.IsAbs(f) {
+		return fmt.Errorf("store.s3.credentials_file = %q: want an absolute path", f)
+	}
+	return durRange("store.timeout", c.Store.Timeout, time.Second, time.Hour)
 }
 
 func absOrEmpty(key, v string, emptyOK bool) error {

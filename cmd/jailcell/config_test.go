@@ -82,6 +82,8 @@ func TestConfigDefaults(t *testing.T) {
 		"drain_grace":                   "30s",
 		"policies.default.memory_bytes": "1073741824 (1GiB)",
 		"policies.default.timeout":      "1m0s",
+		"store.url":                     "file:///var/lib/jailcell/store",
+		"store.shared":                  "false",
 	} {
 		v, src := settingOf(t, out, key)
 		if v != want || src != "default" {
@@ -201,6 +203,11 @@ func TestConfigInvalid(t *testing.T) {
 		{"list type", "allowed_uids: {a: 1}\n", nil, []string{"allowed_uids", "want a list"}},
 		{"negative uid", "allowed_uids: [-1]\n", nil, []string{"allowed_uids = -1", "0..4294967294"}},
 		{"not yaml", "socket: [\n", nil, []string{"config file"}},
+		{"store_dir and store.url", "store_dir: /srv/a\nstore:\n  url: file:///srv/b\n", nil, []string{`store_dir = "/srv/a" and store.url = "file:///srv/b"`, "set only store.url"}},
+		{"relative store_dir", "store_dir: store\n", nil, []string{`store_dir = "store"`, "absolute path"}},
+		{"store scheme", "store:\n  url: ftp://x/y\n", nil, []string{`store.url = "ftp://x/y"`, "s3://BUCKET/PREFIX"}},
+		{"s3 without endpoint", "store:\n  url: s3://bucket/p\n", nil, []string{`store.url = "s3://bucket/p" needs store.s3.endpoint`}},
+		{"store timeout", "store:\n  timeout: 2h\n", nil, []string{"store.timeout = 2h0m0s", "allowed 1s..1h0m0s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hermeticConfig(t)

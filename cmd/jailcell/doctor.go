@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/rootfs"
 	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/store"
 )
 
 const (
@@ -39,8 +41,8 @@ func newDoctorCmd() *cobra.Command {
 		Use:   "doctor",
 		Short: "Check that this host can build sandboxes, then build one",
 		Long: `Check the host feature by feature (kernel, user namespaces, overlayfs,
-idmapped mounts, cgroups, swap accounting, seccomp, privileges, the rootfs and
-the state directory), one line each: ok, warn or FAIL, what was found and how
+idmapped mounts, cgroups, swap accounting, seccomp, privileges, the rootfs,
+the state directory and the store), one line each: ok, warn or FAIL, what was found and how
 to fix it. Then build a real sandbox and run print(1) in it.
 
 Exits non-zero if a check fails or the sandbox cannot be built.`,
@@ -87,6 +89,11 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 		criu = cfg.Criu
 	}
 	printCheck(out, checkCriu(criu))
+	var stc *check
+	if cfg, err := hf.config(); err == nil {
+		stc = doctorStore(cfg.Store)
+		printCheck(out, stc)
+	}
 
 	// The final word: build a real sandbox with the same code path as
 	// `jailcell run`.
@@ -99,6 +106,7 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 	printCheck(out, sb)
 	failed = failed || sb.status == statusFail
 	warned := sb.status == statusWarn || rc.status == statusWarn || sc.status == statusWarn
+	warned = warned || (stc != nil && stc.status == statusWarn)
 	for _, c := range checks {
 		warned = warned || c.status == statusWarn
 	}
@@ -334,6 +342,45 @@ func checkStateDir(dir string) *check {
 		}
 	}
 	return c
+}
+
+// doctorStore opens the store and round-trips a checksummed object through
+// it. A store that fails is a warning: cells run without it, persist and
+// hibernation into a shared store answer unavailable.
+func doctorStore(o store.Options) *check {
+	c := &check{name: "store"}
+	start := time.Now()
+	st, err := store.Open(o)
+	if err == nil {
+		err = storeRoundTrip(st)
+	}
+	if err != nil {
+		c.status, c.found = statusWarn, err.Error()
+		c.fix = "persist and shared hibernation answer unavailable until it works: check store.url, store.s3.* and the AWS_* credentials (docs/store.md)"
+		return c
+	}
+	c.status = statusOK
+	c.found = fmt.Sprintf("%s: a checksummed object written, read back and removed in %s", st.Name(), time.Since(start).Round(time.Millisecond))
+	return c
+}
+
+func storeRoundTrip(st store.Store) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := fmt.Sprintf("doctor/probe-%d-%d", os.Getpid(), time.Now().UnixNano())
+	data := []byte("jailcell doctor")
+	if _, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+		return err
+	}
+	defer st.Delete(ctx, key)
+	got, err := store.ReadAll(ctx, st, key, int64(len(data)))
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, data) {
+		return fmt.Errorf("store %s gave back %q for %q", st.Name(), got, data)
+	}
+	return nil
 }
 
 func checkSandbox(hf *hostFlags) *check {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -32,7 +33,7 @@ func TestDoctorCommand(t *testing.T) {
 	if status != 0 || !regexp.MustCompile(`\n(all checks passed|no check failed; read the warn lines above)\n$`).MatchString(stdout) {
 		t.Fatalf("doctor: exit %d\n%s\nstderr:\n%s", status, stdout, stderr)
 	}
-	for _, name := range []string{"kernel", "privileges", "user namespaces", "overlayfs", "idmapped mounts", "seccomp", "rootfs", "state dir", "sandbox"} {
+	for _, name := range []string{"kernel", "privileges", "user namespaces", "overlayfs", "idmapped mounts", "seccomp", "rootfs", "state dir", "store", "sandbox"} {
 		if got[name] != "ok" {
 			t.Errorf("check %q is %q, want ok:\n%s", name, got[name], stdout)
 		}
@@ -62,6 +63,24 @@ func TestDoctorCommand(t *testing.T) {
 		status, stdout, _ := runBin(t, nil, "", "doctor", "--rootfs", r.Root, "--state-dir", file)
 		if got := statuses(stdout); status != 1 || got["state dir"] != "FAIL" || !strings.Contains(stdout, file) {
 			t.Fatalf("doctor on a file as state dir: exit %d\n%s", status, stdout)
+		}
+	})
+	t.Run("store down", func(t *testing.T) {
+		cfg := filepath.Join(t.TempDir(), "config.yaml")
+		// A loopback port nothing listens on (this test's own listener,
+		// closed).
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if err := os.WriteFile(cfg, []byte("store:\n  url: s3://down-bucket/p\n  timeout: 2s\n  s3:\n    endpoint: http://"+addr+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		status, stdout, _ := runBin(t, []string{"AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s"}, "", "doctor", "--config", cfg, "--rootfs", r.Root, "--state-dir", state)
+		if got := statuses(stdout); status != 0 || got["store"] != "warn" || !strings.Contains(stdout, "store unavailable: store s3://down-bucket/p at http://"+addr) {
+			t.Fatalf("doctor with the store down: exit %d\n%s", status, stdout)
 		}
 	})
 	t.Run("bad config", func(t *testing.T) {

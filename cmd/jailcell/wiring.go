@@ -23,6 +23,7 @@ import (
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/rootfs"
 	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/store"
 )
 
 const (
@@ -211,6 +212,14 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	}
 	sc := cfg.Session // the keys' values; the rest is this process's
 	sc.StateDir, sc.Policies, sc.Logger = stateDir, cfg.Policies, log
+	if cfg.storeDir != "" {
+		log.Warn("config key store_dir is deprecated: it is read as store.url", "store.url", cfg.Store.URL)
+	}
+	// Opening reads no network: a store that is down fails the operations
+	// that need it (unavailable, naming it), not the daemon.
+	if sc.Store, err = store.Open(cfg.Store); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	pool := cfg.PoolSize
 	if pool == poolAuto {
 		// run answers one cell and leaves: a pool would only cost it.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -36,19 +35,6 @@ const (
 	// make the others differ in Jupyter itself).
 	minAgreement = 1.0
 )
-
-// cellOutcome is what one cell produced, in either kernel.
-type cellOutcome struct {
-	Status     string  `json:"status"`
-	Error      string  `json:"error"`       // exception type, when status is error
-	ShownError string  `json:"shown_error"` // Jupyter only: a traceback a magic showed
-	Stdout     string  `json:"stdout"`
-	Value      *string `json:"value"`
-	Images     int     `json:"images"`
-	// Pager is what the cell sent to IPython's pager: Jupyter's `page`
-	// payloads, jailcell's display items marked pager.
-	Pager *string `json:"pager"`
-}
 
 type notebook struct {
 	Cells []struct {
@@ -147,7 +133,7 @@ func dataFiles(t *testing.T) []session.File {
 
 // runJupyter runs the notebook with the Jupyter driver in a temporary copy
 // of the data directory; it returns the outcomes and that directory.
-func runJupyter(nbPath string, files []session.File) ([]cellOutcome, string, error) {
+func runJupyter(nbPath string, files []session.File) ([]Outcome, string, error) {
 	dir, err := os.MkdirTemp("", "jc-jupyter-")
 	if err != nil {
 		return nil, "", err
@@ -175,14 +161,14 @@ func runJupyter(nbPath string, files []session.File) ([]cellOutcome, string, err
 	if err != nil {
 		return nil, dir, fmt.Errorf("jupyter driver: %v\n%s", err, stderr.String())
 	}
-	var res []cellOutcome
+	var res []Outcome
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, dir, fmt.Errorf("jupyter driver output: %v", err)
 	}
 	return res, dir, nil
 }
 
-func runJailcell(t *testing.T, m *session.Manager, cells []string, files []session.File) []cellOutcome {
+func runJailcell(t *testing.T, m *session.Manager, cells []string, files []session.File) []Outcome {
 	t.Helper()
 	ctx := context.Background()
 	info, err := m.Create(ctx, session.CreateOptions{})
@@ -190,7 +176,7 @@ func runJailcell(t *testing.T, m *session.Manager, cells []string, files []sessi
 		t.Fatalf("Create: %v", err)
 	}
 	defer m.Close(context.Background(), 0, info.ID)
-	var res []cellOutcome
+	var res []Outcome
 	for i, code := range cells {
 		req := session.ExecRequest{Code: code, Timeout: 2 * time.Minute}
 		if i == 0 {
@@ -200,7 +186,7 @@ func runJailcell(t *testing.T, m *session.Manager, cells []string, files []sessi
 		if err != nil {
 			t.Fatalf("Exec cell %d: %v", i+1, err)
 		}
-		o := cellOutcome{Status: r.Status, Stdout: r.Stdout}
+		o := Outcome{Status: r.Status, Stdout: r.Stdout}
 		if r.Error != nil {
 			o.Error = r.Error.Type
 		}
@@ -228,81 +214,6 @@ func runJailcell(t *testing.T, m *session.Manager, cells []string, files []sessi
 	return res
 }
 
-var (
-	ansiRE    = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
-	addrRE    = regexp.MustCompile(`0x[0-9a-fA-F]{6,}`)
-	timingRE  = regexp.MustCompile(`[0-9][0-9.,]*\s*(ns|µs|us|ms|s|min)\b`)
-	timeitRE  = regexp.MustCompile(`\(mean ± std\. dev\. of .*\)`)
-	spacingRE = regexp.MustCompile(`[ \t]+`)
-	// %timeit's warning depends on the machine's noise, not the kernel.
-	slowestRE = regexp.MustCompile(`The slowest run took .*\n`)
-	// Where each kernel files a cell's code (pdb, obj?): ipykernel's
-	// temporary file, jailcell's <cell-N> (which obj?'s File: line shows
-	// under the working directory, as IPython makes every path absolute).
-	cellFileRE = regexp.MustCompile(`/tmp/ipykernel_[0-9]+/[0-9]+\.py|(<cwd>/)?<cell-[0-9]+>`)
-)
-
-// normalise removes what legitimately differs between two runs: timings,
-// object addresses, the working directory, terminal colours.
-func normalise(s, workdir string) string {
-	s = ansiRE.ReplaceAllString(s, "")
-	s = strings.ReplaceAll(s, "\r\n", "\n")
-	if workdir != "" {
-		s = strings.ReplaceAll(s, workdir, "<cwd>")
-	}
-	s = strings.ReplaceAll(s, session.Workdir, "<cwd>")
-	s = slowestRE.ReplaceAllString(s, "")
-	s = cellFileRE.ReplaceAllString(s, "<cell>")
-	s = addrRE.ReplaceAllString(s, "0x?")
-	s = timeitRE.ReplaceAllString(s, "(...)")
-	s = timingRE.ReplaceAllString(s, "<t>")
-	s = spacingRE.ReplaceAllString(s, " ")
-	return strings.TrimSpace(s)
-}
-
-func shortType(s string) string {
-	return s[strings.LastIndex(s, ".")+1:]
-}
-
-// diff says how cell c differs from cell j, "" if not; jdir and cdir are
-// the working directories each ran in.
-func diff(j, c cellOutcome, jdir, cdir string) string {
-	var why []string
-	if j.Status != c.Status {
-		why = append(why, fmt.Sprintf("status %s vs %s", j.Status, c.Status))
-	}
-	if shortType(j.Error) != shortType(c.Error) {
-		why = append(why, fmt.Sprintf("error %q vs %q", j.Error, c.Error))
-	}
-	if js, cs := normalise(j.Stdout, jdir), normalise(c.Stdout, cdir); js != cs {
-		why = append(why, fmt.Sprintf("stdout %q vs %q", js, cs))
-	}
-	jv, cv := "<none>", "<none>"
-	if j.Value != nil {
-		jv = normalise(*j.Value, jdir)
-	}
-	if c.Value != nil {
-		cv = normalise(*c.Value, cdir)
-	}
-	if jv != cv {
-		why = append(why, fmt.Sprintf("value %q vs %q", jv, cv))
-	}
-	if j.Images != c.Images {
-		why = append(why, fmt.Sprintf("images %d vs %d", j.Images, c.Images))
-	}
-	jp, cp := "<none>", "<none>"
-	if j.Pager != nil {
-		jp = normalise(*j.Pager, jdir)
-	}
-	if c.Pager != nil {
-		cp = normalise(*c.Pager, cdir)
-	}
-	if jp != cp {
-		why = append(why, fmt.Sprintf("pager %q vs %q", jp, cp))
-	}
-	return strings.Join(why, "; ")
-}
-
 func TestNotebookConformance(t *testing.T) {
 	requireJupyter(t)
 	m := newManager(t)
@@ -326,7 +237,7 @@ func TestNotebookConformance(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(p), ".ipynb")
 		cells := loadCells(t, p)
 		type jres struct {
-			out []cellOutcome
+			out []Outcome
 			dir string
 			err error
 		}
@@ -357,12 +268,12 @@ func TestNotebookConformance(t *testing.T) {
 		ok, n := 0, 0
 		for i := range mine {
 			first := strings.SplitN(cells[i], "\n", 2)[0]
-			if d := diff(runs[0].out[i], runs[1].out[i], runs[0].dir, runs[1].dir); d != "" {
+			if d := Diff(runs[0].out[i], runs[1].out[i], runs[0].dir, runs[1].dir); d != "" {
 				unstable = append(unstable, fmt.Sprintf("%s cell %d (%s): %s", name, i+1, first, d))
 				continue
 			}
 			n++
-			if d := diff(runs[0].out[i], mine[i], runs[0].dir, ""); d != "" {
+			if d := Diff(runs[0].out[i], mine[i], runs[0].dir, ""); d != "" {
 				disagreements = append(disagreements, fmt.Sprintf("%s cell %d (%s): %s", name, i+1, first, d))
 				continue
 			}

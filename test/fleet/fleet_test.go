@@ -110,7 +110,6 @@ type fleet struct {
 	other  string // owner 1001
 	front  string
 	nodes  map[string]*node
-	store  string
 	hp     *exec.Cmd
 	hpLog  *testenv.LockedBuffer
 	client *http.Client
@@ -128,7 +127,8 @@ func newFleet(t *testing.T, ids ...string) *fleet {
 	bin := testenv.Jailcell(t)
 	f := &fleet{t: t, dir: testenv.StateDir(t), token: "t1000-" + randHex(20), other: "t1001-" + randHex(20),
 		nodes: map[string]*node{}, client: &http.Client{Timeout: 3 * time.Minute}}
-	f.store = filepath.Join(f.dir, "store")
+	// The nodes' shared store: S3 on a versitygw on loopback.
+	srv := testenv.StartS3(t)
 	tokens := filepath.Join(f.dir, "tokens")
 	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("# the test client\n%s 1000\n%s 1001\n", f.token, f.other)), 0o600); err != nil {
 		t.Fatal(err)
@@ -138,6 +138,7 @@ func newFleet(t *testing.T, ids ...string) *fleet {
 		n := &node{id: id, addr: freePort(t)}
 		n.svc = testenv.StartServe(t, testenv.Serve{
 			Bin:      bin,
+			Env:      srv.Env(),
 			StopWait: 3 * time.Minute,
 			Config: func(dir string) string {
 				return testenv.ServeConfig(dir, "root", r.Root) + fmt.Sprintf(`listen: tcp://%s
@@ -147,7 +148,11 @@ node:
   id: %s
 sandbox:
   uid_base: %d
-store_dir: %s
+store:
+  url: s3://%s/fleet
+  s3:
+    endpoint: %s
+    region: us-east-1
 log:
   level: info
 preload: []
@@ -160,7 +165,7 @@ sessions:
 drain_notice: 5s
 drain_grace: 60s
 policies:
-`, n.addr, tokens, id, uidBases[id], f.store) + testenv.DefaultPolicy
+`, n.addr, tokens, id, uidBases[id], srv.Bucket, srv.Endpoint) + testenv.DefaultPolicy
 			},
 		})
 		f.nodes[id] = n

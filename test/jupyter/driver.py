@@ -117,12 +117,22 @@ def main(kernel_name, sock_path):
     assert len(shown) == 1 and base64.b64decode(shown[0]["data"]["image/png"])[:8] == b"\x89PNG\r\n\x1a\n", shown
     ok("display")
 
+    # Pager text (obj?, %quickref) is the reply's "page" payload, as
+    # ipykernel sends it: never a stream, never a display.
+    reply, msgs = run(kc, "len?")
+    c = reply["content"]
+    pages = [p for p in c["payload"] if p.get("source") == "page"]
+    assert c["status"] == "ok" and len(pages) == 1, c
+    assert "Return the number of items" in pages[0]["data"]["text/plain"], pages
+    assert not of(msgs, "stream") and not of(msgs, "display_data"), msgs
+    ok("pager")
+
     # silent: runs, but no execute_input, no result, no count.
     reply, msgs = run(kc, "my_value = 41\nmy_value + 1", silent=True)
     assert reply["content"]["status"] == "ok" and not of(msgs, "execute_input") and not of(msgs, "execute_result"), msgs
     reply, msgs = run(kc, "my_value")
     assert of(msgs, "execute_result")[0]["data"]["text/plain"] == "41", msgs
-    assert reply["content"]["execution_count"] == 5, reply["content"]
+    assert reply["content"]["execution_count"] == 6, reply["content"]
     ok("silent")
 
     kc.complete("x = my_val", 10)

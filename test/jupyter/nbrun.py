@@ -1,7 +1,8 @@
 """Execute a notebook end to end with nbclient on a kernel and print, as one
 JSON list, what each code cell produced: the fields test/conformance
 compares (status and exception type from the execute reply, stdout, the
-value's text/plain, the number of PNG images).
+value's text/plain, the number of PNG images, the pager's text from the
+reply's page payloads).
 
     python3 nbrun.py KERNEL_NAME NOTEBOOK.ipynb DATA_DIR WORKDIR
 
@@ -46,7 +47,10 @@ def main(kernel_name, nb_path, data_dir, workdir):
             continue
         r = replies.get(index, {})
         res = {"status": r.get("status", ""), "error": r.get("ename", "") if r.get("status") == "error" else "",
-               "stdout": "", "value": None, "images": 0}
+               "stdout": "", "value": None, "images": 0, "pager": None}
+        pages = [p["data"].get("text/plain", "") for p in r.get("payload", []) if p.get("source") == "page"]
+        if pages:
+            res["pager"] = "".join(pages)
         for o in cell.outputs:
             if o.output_type == "stream" and o.name == "stdout":
                 res["stdout"] += text(o.text)

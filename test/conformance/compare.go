@@ -1,0 +1,102 @@
+package conformance
+
+// The comparison of two kernels' cells, shared by this package's suite
+// (cell by cell through the session API) and test/jupyter (whole notebooks
+// through nbclient on the jailcell Jupyter kernel): one rule for both.
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jailcell/jailcell/session"
+)
+
+// Outcome is what one cell produced, in either kernel: the fields an
+// agent reads, and the ones compared.
+type Outcome struct {
+	Status     string  `json:"status"`
+	Error      string  `json:"error"`       // exception type, when status is error
+	ShownError string  `json:"shown_error"` // Jupyter only: a traceback a magic showed
+	Stdout     string  `json:"stdout"`
+	Value      *string `json:"value"`
+	Images     int     `json:"images"`
+	// Pager is what the cell sent to IPython's pager: Jupyter's `page`
+	// payloads, jailcell's display items marked pager.
+	Pager *string `json:"pager"`
+}
+
+var (
+	ansiRE    = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+	addrRE    = regexp.MustCompile(`0x[0-9a-fA-F]{6,}`)
+	timingRE  = regexp.MustCompile(`[0-9][0-9.,]*\s*(ns|µs|us|ms|s|min)\b`)
+	timeitRE  = regexp.MustCompile(`\(mean ± std\. dev\. of .*\)`)
+	spacingRE = regexp.MustCompile(`[ \t]+`)
+	// %timeit's warning depends on the machine's noise, not the kernel.
+	slowestRE = regexp.MustCompile(`The slowest run took .*\n`)
+	// Where each kernel files a cell's code (pdb, obj?): ipykernel's
+	// temporary file, jailcell's <cell-N> (which obj?'s File: line shows
+	// under the working directory, as IPython makes every path absolute).
+	cellFileRE = regexp.MustCompile(`/tmp/ipykernel_[0-9]+/[0-9]+\.py|(<cwd>/)?<cell-[0-9]+>`)
+)
+
+// Normalise removes what legitimately differs between two runs: timings,
+// object addresses, the working directory, terminal colours.
+func Normalise(s, workdir string) string {
+	s = ansiRE.ReplaceAllString(s, "")
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	if workdir != "" {
+		s = strings.ReplaceAll(s, workdir, "<cwd>")
+	}
+	s = strings.ReplaceAll(s, session.Workdir, "<cwd>")
+	s = slowestRE.ReplaceAllString(s, "")
+	s = cellFileRE.ReplaceAllString(s, "<cell>")
+	s = addrRE.ReplaceAllString(s, "0x?")
+	s = timeitRE.ReplaceAllString(s, "(...)")
+	s = timingRE.ReplaceAllString(s, "<t>")
+	s = spacingRE.ReplaceAllString(s, " ")
+	return strings.TrimSpace(s)
+}
+
+func shortType(s string) string {
+	return s[strings.LastIndex(s, ".")+1:]
+}
+
+// Diff says how cell c differs from cell j, "" if not; jdir and cdir are
+// the working directories each ran in.
+func Diff(j, c Outcome, jdir, cdir string) string {
+	var why []string
+	if j.Status != c.Status {
+		why = append(why, fmt.Sprintf("status %s vs %s", j.Status, c.Status))
+	}
+	if shortType(j.Error) != shortType(c.Error) {
+		why = append(why, fmt.Sprintf("error %q vs %q", j.Error, c.Error))
+	}
+	if js, cs := Normalise(j.Stdout, jdir), Normalise(c.Stdout, cdir); js != cs {
+		why = append(why, fmt.Sprintf("stdout %q vs %q", js, cs))
+	}
+	jv, cv := "<none>", "<none>"
+	if j.Value != nil {
+		jv = Normalise(*j.Value, jdir)
+	}
+	if c.Value != nil {
+		cv = Normalise(*c.Value, cdir)
+	}
+	if jv != cv {
+		why = append(why, fmt.Sprintf("value %q vs %q", jv, cv))
+	}
+	if j.Images != c.Images {
+		why = append(why, fmt.Sprintf("images %d vs %d", j.Images, c.Images))
+	}
+	jp, cp := "<none>", "<none>"
+	if j.Pager != nil {
+		jp = Normalise(*j.Pager, jdir)
+	}
+	if c.Pager != nil {
+		cp = Normalise(*c.Pager, cdir)
+	}
+	if jp != cp {
+		why = append(why, fmt.Sprintf("pager %q vs %q", jp, cp))
+	}
+	return strings.Join(why, "; ")
+}

@@ -578,6 +578,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		return nil, err
 	}
 	cl.Release()
+	m.recordLive(s)
 	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
 	info := m.infoOf(s)
 	return &info, nil
@@ -586,6 +587,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 // savePooledMeta saves the metadata of a session just taken from the pool.
 func (m *Manager) savePooledMeta(info *Info) {
 	if s, err := m.get(0, info.ID); err == nil {
+		m.recordLive(s)
 		if err := m.saveMeta(s); err != nil {
 			m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
 		}

@@ -127,7 +127,10 @@ func (m *Manager) exportHibernated(ctx context.Context, s *Session) error {
 	case err != nil:
 		return storeErr(what, err)
 	default:
-		if ver != oldVer || cur.Node != m.node() {
+		// Ours if this node holds it: at the version it last wrote, or
+		// live here (a session re-adopted after a restart does not know
+		// the version its create wrote).
+		if cur.Node != m.node() || (ver != oldVer && cur.State != leaseLive) {
 			return fmt.Errorf("%w: %s: its lease in the store is held by node %q (state %s) now", ErrBusy, what, cur.Node, cur.State)
 		}
 		gen = cur.Gen + 1
@@ -277,7 +280,8 @@ func (m *Manager) readLease(ctx context.Context, id string) (lease, string, erro
 	if err != nil {
 		return l, "", err
 	}
-	if err := json.Unmarshal(b, &l); err != nil || l.Version != leaseVersion || l.ID != id || l.Gen < 1 {
+	// A live lease written at create (recordLive) has no generation yet.
+	if err := json.Unmarshal(b, &l); err != nil || l.Version != leaseVersion || l.ID != id || (l.Gen < 1 && l.State != leaseLive) || l.Gen < 0 {
 		return l, "", fmt.Errorf("%w: lease of session %s in %s is not one this version reads", store.ErrCorrupt, id, m.objects.Name())
 	}
 	return l, ver, nil

@@ -35,7 +35,7 @@ func sessionCgroups(id string) []string {
 	var out []string
 	ents, _ := os.ReadDir(base)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), id+"-") {
+		if strings.HasPrefix(e.Name(), diskID(id)+"-") { // cgroups are named by disk id
 			out = append(out, e.Name())
 		}
 	}

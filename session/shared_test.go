@@ -258,7 +258,7 @@ func sessionCgroupsUnder(root, id string) []string {
 	var out []string
 	ents, _ := os.ReadDir(base)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), id+"-") {
+		if strings.HasPrefix(e.Name(), diskID(id)+"-") { // cgroups are named by disk id
 			out = append(out, e.Name())
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -14,7 +15,16 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
+
+// TestMain removes the binary TestFleetWiring built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveBuild()
+	os.Exit(code)
+}
 
 // doc is one parsed manifest with its node tree (for comments).
 type doc struct {
@@ -204,6 +214,16 @@ func TestFleetWiring(t *testing.T) {
 		t.Errorf("node config: want listen tcp://... and auth.tokens_file, got %v", cfg)
 	}
 	raw := str(by["ConfigMap/jailcell-config"], "data", "config.yaml")
+	// The real loader takes it: every key known, every value in range.
+	f := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(f, []byte(raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.Jailcell(t), "config", "--config", f)
+	cmd.Env = testenv.ChildEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("jailcell config refuses the ConfigMap's config.yaml: %v\n%s", err, out)
+	}
 	if regexp.MustCompile(`(?i)secret|access_key`).MatchString(raw) {
 		t.Errorf("node config mentions credentials; they belong in the Secret")
 	}

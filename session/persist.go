@@ -126,9 +126,18 @@ func (m *Manager) restorePersist(s *Session) ([]string, error) {
 	defer ws.Close()
 	names := []string{}
 	var unsummed []copied
+	var stale []string
 	for _, e := range entries {
-		if e.Dir || strings.HasPrefix(path.Base(e.Path), store.TmpPrefix) {
-			continue // a copy a crash left half-done: never a file
+		if !e.Dir && strings.HasPrefix(path.Base(e.Path), store.TmpPrefix) {
+			// A copy being written, or one a crash left half-done: never
+			// a file of the workspace.
+			if time.Since(e.ModTime) > staleTemp {
+				stale = append(stale, e.Path)
+			}
+			continue
+		}
+		if e.Dir {
+			continue
 		}
 		rel, err := cleanRel(e.Path)
 		if err != nil {
@@ -150,11 +159,33 @@ func (m *Manager) restorePersist(s *Session) ([]string, error) {
 			m.log().Warn("persisted workspace written by an older jailcell: its files had no checksums; restored unchecked this once and checksummed from now on",
 				"owner", s.owner, "persist", s.persist, "files", len(unsummed), "entry", st.Name())
 		}
-		if err := markChecked(st, unsummed); err != nil {
+		if err := m.markChecked(st, unsummed); err != nil {
 			m.log().Warn("persisted workspace not marked checksummed: the next restore trusts its unchecked files again", "entry", st.Name(), "err", err)
 		}
 	}
+	if len(stale) > 0 {
+		m.removeStale(st, stale)
+	}
 	return names, nil
+}
+
+// staleTemp is how old a temporary file in a store entry must be to be
+// taken for a crash's leftover: younger, it may be another daemon's copy
+// in progress (a shared store).
+const staleTemp = time.Hour
+
+// removeStale removes the temporary files a crash left in the entry st,
+// under the entry's lock (a sync of this daemon is not writing them), and
+// credits the store quota.
+func (m *Manager) removeStale(st *os.Root, names []string) {
+	defer m.lockEntry(st.Name())()
+	for _, rel := range names {
+		n := fileBytes(st, rel)
+		if err := st.Remove(rel); err == nil {
+			m.storeQuota.adjust(-n)
+			m.log().Info("removed a half-written copy a crash left in the store", "file", filepath.Join(st.Name(), rel))
+		}
+	}
 }
 
 // copied is a file restored from an entry that recorded no checksum for
@@ -254,24 +285,28 @@ func entryChecked(st *os.Root) (bool, error) {
 // markChecked records on the unchecked entry st the sums of the files
 // restored from it without one (each only if it is still the file that
 // was copied and still has none), then marks the entry checksummed if all
-// went.
-func markChecked(st *os.Root, files []copied) error {
+// went. An xattr block a checksum takes is charged to the store quota.
+func (m *Manager) markChecked(st *os.Root, files []copied) error {
 	for _, c := range files {
+		before := fileBytes(st, c.rel)
 		f, err := openFile(st, c.rel, unix.O_RDONLY, 0)
 		if err != nil {
 			return fmt.Errorf("checksum %s: %w", c.rel, err)
 		}
 		var fst unix.Stat_t
 		err = unix.Fstat(int(f.Fd()), &fst)
-		if err == nil && (fst.Ino != c.ino || fst.Size != c.size || fst.Mtim != c.mtime) {
-			err = fmt.Errorf("changed since it was restored")
-		}
 		var sum string
 		if err == nil {
 			sum, err = store.FileSum(f)
 		}
-		if err == nil && sum == "" {
+		switch {
+		case err != nil:
+		case sum != "": // a sync wrote it meanwhile, checksummed
+		case fst.Ino != c.ino || fst.Size != c.size || fst.Mtim != c.mtime:
+			err = fmt.Errorf("changed since it was restored")
+		default:
 			err = store.SetFileSum(f, c.sum)
+			m.storeQuota.adjust(fileBytes(st, c.rel) - before)
 		}
 		f.Close()
 		if err != nil {

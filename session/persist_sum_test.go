@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -189,8 +190,26 @@ func TestPersistFileStoreNoHalfFile(t *testing.T) {
 	if strings.Join(names, " ") != "small.txt" {
 		t.Fatalf("entry holds %v after a copy that failed part-way, want only small.txt (no half data.bin, no temporary file, no .jc-tmp-mine)", names)
 	}
+	// What a crash mid-copy leaves: a temporary file, never restored,
+	// removed once old enough not to be a copy in progress.
+	oldTmp, newTmp := filepath.Join(entry, store.TmpPrefix+"crashed"), filepath.Join(entry, store.TmpPrefix+"writing")
+	for _, p := range []string{oldTmp, newTmp} {
+		if err := os.WriteFile(p, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hourAgo := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(oldTmp, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
 	info, err := e.m.Create(ctx, CreateOptions{Persist: "half"})
 	if err != nil || len(info.Restored) != 1 || info.Restored[0] != "small.txt" {
 		t.Fatalf("restore after a failed copy: %v %+v", err, info)
+	}
+	if _, err := os.Stat(oldTmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a crash's temporary file two hours old is still there: %v", err)
+	}
+	if _, err := os.Stat(newTmp); err != nil {
+		t.Errorf("a fresh temporary file (maybe a copy in progress) was removed: %v", err)
 	}
 }

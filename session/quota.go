@@ -277,12 +277,12 @@ func (e *storeEntry) end() {
 
 // copy copies the workspace file rel into the entry, sparse, within the
 // entry's cap (the session's disk, so that it restores) and the store
-// quota, hashing it as it goes. The copy is written under a temporary name
-// beside rel and renamed over it only once complete, its sha256 recorded
-// (store.SetFileSum; not for an empty file) and its data synced: a copy that fails half-way
-// (quota, disk full, a crash) is never visible as rel. A copy that fails
-// is refused and rel removed: the store keeps no stale version of a file
-// the workspace changed.
+// quota, hashing it as it goes. The copy is written under a temporary
+// name beside rel and renamed over it only once complete, its sha256
+// recorded (store.SetFileSum; not for an empty file) and its data synced:
+// a copy that fails half-way (quota, disk full, a crash) is never visible
+// as rel. A copy that fails is refused and rel removed: the store keeps no
+// stale version of a file the workspace changed.
 func (e *storeEntry) copy(ws, st *os.Root, rel string) error {
 	src, err := openFile(ws, rel, unix.O_RDONLY, 0)
 	if err != nil {
@@ -290,7 +290,7 @@ func (e *storeEntry) copy(ws, st *os.Root, rel string) error {
 	}
 	defer src.Close()
 	// The new copy replaces the old one: the old one's bytes are free for
-	// it (the store quota is short of them until the rename).
+	// it (credited now, though they stay on disk until the rename).
 	old := fileBytes(st, rel)
 	capBytes := max(e.s.policy.DiskBytes-restoreHeadroom-(e.used-old), 0)
 	mt := &meter{cap: isolate.ByteCap{Max: capBytes}, q: e.m.storeQuota}

@@ -349,7 +349,7 @@ func (c *treeCopy) file(sfd, dfd int, name, rel string) error {
 	}
 	dst := os.NewFile(uintptr(out), rel)
 	defer dst.Close()
-	if err := copyData(out, in, st.Size, c.meter); err != nil {
+	if err := copyData(out, in, st.Size, c.meter, nil); err != nil {
 		return fmt.Errorf("copy %s: %w", rel, err)
 	}
 	return c.attrs(in, out, rel, &st)
@@ -426,15 +426,56 @@ func CopyFileData(dst, src *os.File, m Meter) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s is not a regular file", src.Name())
 	}
-	return copyData(int(dst.Fd()), int(src.Fd()), st.Size, m)
+	return copyData(int(dst.Fd()), int(src.Fd()), st.Size, m, nil)
+}
+
+// CopyFileDataSum is CopyFileData that also writes to sum the bytes dst
+// ends up holding, in order, its holes as zeros: a checksum of the copy
+// without a second read (what is hashed is what was written, even if src
+// changes meanwhile).
+func CopyFileDataSum(dst, src *os.File, m Meter, sum io.Writer) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s is not a regular file", src.Name())
+	}
+	return copyData(int(dst.Fd()), int(src.Fd()), st.Size, m, &zeroFiller{w: sum})
+}
+
+// zeroFiller feeds a hash the bytes of a sparse copy: data as written,
+// the holes between as zeros.
+type zeroFiller struct {
+	w   io.Writer
+	pos int64
+}
+
+var zeroBlock = make([]byte, 64<<10)
+
+// data writes b, which lands at off.
+func (z *zeroFiller) data(b []byte, off int64) {
+	z.fill(off)
+	z.w.Write(b)
+	z.pos += int64(len(b))
+}
+
+// fill writes zeros up to end.
+func (z *zeroFiller) fill(end int64) {
+	for z.pos < end {
+		n := min(int64(len(zeroBlock)), end-z.pos)
+		z.w.Write(zeroBlock[:n])
+		z.pos += n
+	}
 }
 
 // copyData copies the first size bytes of the file in into the empty file
 // out extent by extent: SEEK_DATA finds each run of data, SEEK_HOLE its
 // end, and only the data is written, so holes stay holes and out
 // allocates about what in does, not its apparent size. Each extent is
-// charged to m, rounded out to whole blocks, before it is written.
-func copyData(out, in int, size int64, m Meter) error {
+// charged to m, rounded out to whole blocks, before it is written. sum
+// (if not nil) is fed the bytes out holds.
+func copyData(out, in int, size int64, m Meter, sum *zeroFiller) error {
 	var buf []byte
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(in, off, unix.SEEK_DATA)
@@ -475,6 +516,9 @@ func copyData(out, in int, size int64, m Meter) error {
 			if err := pwriteAll(out, buf[:n], pos); err != nil {
 				return fmt.Errorf("write: %w", err)
 			}
+			if sum != nil {
+				sum.data(buf[:n], pos)
+			}
 			pos += int64(n)
 		}
 		off = end
@@ -482,6 +526,9 @@ func copyData(out, in int, size int64, m Meter) error {
 	// The size last: a hole at the end allocates nothing.
 	if err := unix.Ftruncate(out, size); err != nil {
 		return fmt.Errorf("set size: %w", err)
+	}
+	if sum != nil {
+		sum.fill(size)
 	}
 	return nil
 }

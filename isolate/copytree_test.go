@@ -2,6 +2,7 @@ package isolate
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -282,5 +283,44 @@ func TestCopyFileDataGrowingSource(t *testing.T) {
 	}
 	if m.Used != blockSize {
 		t.Errorf("charged %d, want one block", m.Used)
+	}
+}
+
+// TestCopyFileDataSum: the sum fed during a sparse copy is the sha256 of
+// the whole copy, holes (leading, inner and trailing) read as zeros, and
+// the copy stays sparse.
+func TestCopyFileDataSum(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.Create(filepath.Join(dir, "src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for _, off := range []int64{3 << 20, 5<<20 + 17} {
+		if _, err := src.WriteAt(bytes.Repeat([]byte("data"), 3000), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.Truncate(9 << 20); err != nil { // a hole at the end
+		t.Fatal(err)
+	}
+	dst, err := os.Create(filepath.Join(dir, "dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	h := sha256.New()
+	if err := CopyFileDataSum(dst, src, &ByteCap{Max: 1 << 20}, h); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(dst.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := sha256.Sum256(b); !bytes.Equal(h.Sum(nil), want[:]) || len(b) != 9<<20 {
+		t.Fatalf("sum fed during the copy %x, the copy's (%d bytes) %x", h.Sum(nil), len(b), want)
+	}
+	if fi, _ := dst.Stat(); fi.Sys().(*syscall.Stat_t).Blocks*512 > 256<<10 {
+		t.Errorf("the copy is not sparse: %d blocks", fi.Sys().(*syscall.Stat_t).Blocks)
 	}
 }

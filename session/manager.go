@@ -66,7 +66,8 @@ type Config struct {
 	Wheelhouse string
 	// StoreDir is where persisted workspaces are kept: the directory of a
 	// file Store (set from it when empty). "" with no Store: persistence
-	// off.
+	// off. Its filesystem must keep user xattrs: each persisted file's
+	// sha256 lives in one (store.SetFileSum; store.Open checks this).
 	StoreDir string
 	// Store keeps persisted workspaces (an S3 store; a file store's are
 	// copied into StoreDir directly, sparse) and, when Store.Shared(),

@@ -2,12 +2,15 @@ package session
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -79,6 +82,10 @@ func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
 		if c.Size > MaxFileBytes {
 			continue // too large: not persisted
 		}
+		if err := checkStoreName(c.Path); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		// Sparse, and within the session's disk and the store quota.
 		if err := entry.copy(ws, st, c.Path); err != nil {
 			errs = append(errs, err)
@@ -88,7 +95,13 @@ func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
 }
 
 // restorePersist copies the store entry into the new session's workspace
-// (before its first kernel starts) and returns the files restored.
+// (before its first kernel starts) and returns the files restored. Every
+// file is checked against the sha256 recorded when it was persisted: a
+// mismatch, or a missing checksum in an entry this daemon has checksummed,
+// fails the create (a workspace silently missing or changing a file is
+// worse). An entry from an older daemon (not marked checksummed) is
+// restored once with a warning; its files are checksummed from what was
+// copied, and the entry is marked.
 func (m *Manager) restorePersist(s *Session) ([]string, error) {
 	if m.cfg.StoreDir == "" {
 		return m.restorePersistObjects(s)
@@ -98,6 +111,10 @@ func (m *Manager) restorePersist(s *Session) ([]string, error) {
 		return nil, err
 	}
 	defer st.Close()
+	checked, err := entryChecked(st)
+	if err != nil {
+		return nil, storeErr("file store "+m.cfg.StoreDir, err)
+	}
 	entries, err := list(st)
 	if err != nil {
 		return nil, err
@@ -108,7 +125,17 @@ func (m *Manager) restorePersist(s *Session) ([]string, error) {
 	}
 	defer ws.Close()
 	names := []string{}
+	var unsummed []copied
+	var stale []string
 	for _, e := range entries {
+		if !e.Dir && strings.HasPrefix(path.Base(e.Path), store.TmpPrefix) {
+			// A copy being written, or one a crash left half-done: never
+			// a file of the workspace.
+			if time.Since(e.ModTime) > staleTemp {
+				stale = append(stale, e.Path)
+			}
+			continue
+		}
 		if e.Dir {
 			continue
 		}
@@ -116,45 +143,197 @@ func (m *Manager) restorePersist(s *Session) ([]string, error) {
 		if err != nil {
 			continue
 		}
-		ok, err := m.restoreFile(s, st, ws, rel)
+		ok, c, err := m.restoreFile(s, st, ws, rel, checked)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
 			names = append(names, rel)
 		}
+		if c != nil {
+			unsummed = append(unsummed, *c)
+		}
+	}
+	if !checked {
+		if len(unsummed) > 0 {
+			m.log().Warn("persisted workspace written by an older jailcell: its files had no checksums; restored unchecked this once and checksummed from now on",
+				"owner", s.owner, "persist", s.persist, "files", len(unsummed), "entry", st.Name())
+		}
+		if err := m.markChecked(st, unsummed); err != nil {
+			m.log().Warn("persisted workspace not marked checksummed: the next restore trusts its unchecked files again", "entry", st.Name(), "err", err)
+		}
+	}
+	if len(stale) > 0 {
+		m.removeStale(st, stale)
 	}
 	return names, nil
 }
 
-// restoreFile copies the store file rel into s's workspace, holes kept:
-// a persisted workspace took no more of its session's disk than this.
-func (m *Manager) restoreFile(s *Session, st, ws *os.Root, rel string) (bool, error) {
+// staleTemp is how old a temporary file in a store entry must be to be
+// taken for a crash's leftover: younger, it may be another daemon's copy
+// in progress (a shared store).
+const staleTemp = time.Hour
+
+// removeStale removes the temporary files a crash left in the entry st,
+// under the entry's lock (a sync of this daemon is not writing them), and
+// credits the store quota.
+func (m *Manager) removeStale(st *os.Root, names []string) {
+	defer m.lockEntry(st.Name())()
+	for _, rel := range names {
+		n := fileBytes(st, rel)
+		if err := st.Remove(rel); err == nil {
+			m.storeQuota.adjust(-n)
+			m.log().Info("removed a half-written copy a crash left in the store", "file", filepath.Join(st.Name(), rel))
+		}
+	}
+}
+
+// copied is a file restored from an entry that recorded no checksum for
+// it: the sum of what was copied, and what the file was then.
+type copied struct {
+	rel, sum string
+	ino      uint64
+	size     int64
+	mtime    unix.Timespec
+}
+
+// restoreFile copies the store file rel into s's workspace, holes kept (a
+// persisted workspace took no more of its session's disk than this), and
+// checks it against its recorded sha256 as it copies. A file with no
+// checksum is refused in a checked entry, else returned as copied.
+func (m *Manager) restoreFile(s *Session, st, ws *os.Root, rel string, checked bool) (bool, *copied, error) {
 	src, err := openFile(st, rel, unix.O_RDONLY, 0)
 	if err != nil {
-		return false, nil
+		return false, nil, nil
 	}
 	defer src.Close()
+	what := fmt.Sprintf("file store %s", m.cfg.StoreDir)
+	want, err := store.FileSum(src)
+	if err != nil {
+		return false, nil, storeErr(what, fmt.Errorf("%s: %w", rel, err))
+	}
+	var fst unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &fst); err != nil {
+		return false, nil, fmt.Errorf("restore %s: %w", rel, err)
+	}
+	if want == "" && fst.Size == 0 {
+		want = emptySum // empty files are kept without one
+	}
+	if want == "" && checked {
+		return false, nil, storeErr(what, fmt.Errorf("%w: %s has no checksum (%s, %d bytes): jailcell did not write it", store.ErrCorrupt, rel, filepath.Join(st.Name(), rel), fst.Size))
+	}
 	dst, err := openFile(ws, rel, unix.O_WRONLY|unix.O_CREAT, s.disk.HostID())
 	if err != nil {
-		return false, fmt.Errorf("restore %s: %w", rel, err)
+		return false, nil, fmt.Errorf("restore %s: %w", rel, err)
 	}
 	defer dst.Close()
 	if err := dst.Truncate(0); err != nil {
-		return false, fmt.Errorf("restore %s: %w", rel, err)
+		return false, nil, fmt.Errorf("restore %s: %w", rel, err)
 	}
 	if err := dst.Chown(s.disk.HostID(), s.disk.HostID()); err != nil {
-		return false, fmt.Errorf("restore %s: %w", rel, err)
+		return false, nil, fmt.Errorf("restore %s: %w", rel, err)
 	}
 	// The disk's tmpfs bounds the copy; the cap names the limit first.
-	err = isolate.CopyFileData(dst, src, &isolate.ByteCap{Max: s.policy.DiskBytes})
+	h := sha256.New()
+	err = isolate.CopyFileDataSum(dst, src, &isolate.ByteCap{Max: s.policy.DiskBytes}, h)
 	if errors.Is(err, isolate.ErrCopyBudget) || errors.Is(err, syscall.ENOSPC) {
-		return false, fmt.Errorf("%w: workspace full restoring %s: the persisted workspace %q takes more than this session's disk (disk_bytes = %d MiB)", ErrLimit, rel, s.persist, s.policy.DiskBytes>>20)
+		return false, nil, fmt.Errorf("%w: workspace full restoring %s: the persisted workspace %q takes more than this session's disk (disk_bytes = %d MiB)", ErrLimit, rel, s.persist, s.policy.DiskBytes>>20)
 	}
 	if err != nil {
-		return false, fmt.Errorf("restore %s: %w", rel, err)
+		return false, nil, fmt.Errorf("restore %s: %w", rel, err)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if want == "" {
+		return true, &copied{rel: rel, sum: got, ino: fst.Ino, size: fst.Size, mtime: fst.Mtim}, nil
+	}
+	if got != want {
+		// The workspace never holds bytes the store could not vouch for.
+		_ = dst.Truncate(0)
+		_ = ws.Remove(rel)
+		return false, nil, storeErr(what, fmt.Errorf("%w: %s (%s): sha256 %s (%d bytes), recorded %s: changed behind jailcell's back", store.ErrCorrupt, rel, filepath.Join(st.Name(), rel), got, fst.Size, want))
+	}
+	return true, nil, nil
+}
+
+// emptySum is the sha256 of nothing: the file store records no checksum
+// on an empty file (it would cost a block each for nothing to check).
+const emptySum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// checkedXattr marks a file store entry whose every file carries its
+// sha256 (store.SetFileSum): from then on a file without one was not
+// written by jailcell. Entries of older daemons have no mark.
+const checkedXattr = "user.jailcell.checksummed"
+
+// entryChecked says whether the entry st is marked checksummed.
+func entryChecked(st *os.Root) (bool, error) {
+	d, err := st.Open(".")
+	if err != nil {
+		return false, err
+	}
+	defer d.Close()
+	buf := make([]byte, 8)
+	_, err = unix.Fgetxattr(int(d.Fd()), checkedXattr, buf)
+	if errors.Is(err, unix.ENODATA) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read mark of store entry %s: %w", st.Name(), err)
 	}
 	return true, nil
+}
+
+// markChecked records on the unchecked entry st the sums of the files
+// restored from it without one (each only if it is still the file that
+// was copied and still has none), then marks the entry checksummed if all
+// went. An xattr block a checksum takes is charged to the store quota.
+func (m *Manager) markChecked(st *os.Root, files []copied) error {
+	for _, c := range files {
+		before := fileBytes(st, c.rel)
+		f, err := openFile(st, c.rel, unix.O_RDONLY, 0)
+		if err != nil {
+			return fmt.Errorf("checksum %s: %w", c.rel, err)
+		}
+		var fst unix.Stat_t
+		err = unix.Fstat(int(f.Fd()), &fst)
+		var sum string
+		if err == nil {
+			sum, err = store.FileSum(f)
+		}
+		switch {
+		case err != nil:
+		case sum != "": // a sync wrote it meanwhile, checksummed
+		case fst.Ino != c.ino || fst.Size != c.size || fst.Mtim != c.mtime:
+			err = fmt.Errorf("changed since it was restored")
+		default:
+			err = store.SetFileSum(f, c.sum)
+			m.storeQuota.adjust(fileBytes(st, c.rel) - before)
+		}
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("checksum %s: %w", c.rel, err)
+		}
+	}
+	d, err := st.Open(".")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := unix.Fsetxattr(int(d.Fd()), checkedXattr, []byte("1"), 0); err != nil {
+		return fmt.Errorf("mark store entry %s: %w", st.Name(), err)
+	}
+	return nil
+}
+
+// checkStoreName refuses a workspace path the file store keeps for itself
+// (a segment starting store.TmpPrefix, its files being written), as an
+// object store's key check does.
+func checkStoreName(rel string) error {
+	for _, seg := range strings.Split(rel, "/") {
+		if strings.HasPrefix(seg, store.TmpPrefix) {
+			return fmt.Errorf("%w: %s not persisted: names starting %q are the store's own", ErrBadRequest, rel, store.TmpPrefix)
+		}
+	}
+	return nil
 }
 
 // Persisted workspaces in an object store (S3): one object per file under

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/store"
 )
 
 // Host disk. What the daemon writes outside the sandboxes on a session's
@@ -274,15 +277,20 @@ func (e *storeEntry) end() {
 
 // copy copies the workspace file rel into the entry, sparse, within the
 // entry's cap (the session's disk, so that it restores) and the store
-// quota; a copy that does not fit is removed and refused.
+// quota, hashing it as it goes. The copy is written under a temporary
+// name beside rel and renamed over it only once complete, its sha256
+// recorded (store.SetFileSum; not for an empty file) and its data synced:
+// a copy that fails half-way (quota, disk full, a crash) is never visible
+// as rel. A copy that fails is refused and rel removed: the store keeps no
+// stale version of a file the workspace changed.
 func (e *storeEntry) copy(ws, st *os.Root, rel string) error {
 	src, err := openFile(ws, rel, unix.O_RDONLY, 0)
 	if err != nil {
 		return nil // a symlink, a device, gone: not persisted
 	}
 	defer src.Close()
-	// The new copy replaces the old one in place: the old one's bytes are
-	// free for it.
+	// The new copy replaces the old one: the old one's bytes are free for
+	// it (credited now, though they stay on disk until the rename).
 	old := fileBytes(st, rel)
 	capBytes := max(e.s.policy.DiskBytes-restoreHeadroom-(e.used-old), 0)
 	mt := &meter{cap: isolate.ByteCap{Max: capBytes}, q: e.m.storeQuota}
@@ -295,23 +303,47 @@ func (e *storeEntry) copy(ws, st *os.Root, rel string) error {
 		}
 		e.used += n * dirBlock
 	}
-	dst, err := openFile(st, rel, unix.O_WRONLY|unix.O_CREAT, os.Getuid())
+	tmp := path.Join(path.Dir(rel), store.TempName())
+	dst, err := openFile(st, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, os.Getuid())
 	if err != nil {
-		return fmt.Errorf("persist %s: %w", rel, err)
-	}
-	if err := dst.Truncate(0); err != nil {
-		dst.Close()
 		return fmt.Errorf("persist %s: %w", rel, err)
 	}
 	e.used -= old
 	e.charged -= old
 	e.m.storeQuota.adjust(-old)
 	before := mt.cap.Used
-	err = isolate.CopyFileData(dst, src, mt)
+	h := sha256.New()
+	err = isolate.CopyFileDataSum(dst, src, mt, h)
+	var fst unix.Stat_t
+	if err == nil {
+		err = unix.Fstat(int(dst.Fd()), &fst)
+	}
+	// An empty file has nothing to check and nothing to sync: a cell's
+	// thousands of them cost the store no checksum block and no flushes.
+	if err == nil && fst.Size > 0 {
+		err = store.SetFileSum(dst, hex.EncodeToString(h.Sum(nil)))
+		// The checksum may not fit in the inode: an xattr block it takes
+		// is charged like data.
+		if err == nil {
+			err = unix.Fstat(int(dst.Fd()), &fst)
+		}
+		if extra := fst.Blocks*512 - (mt.cap.Used - before); err == nil && extra > 0 {
+			err = mt.Charge(extra)
+		}
+		// Synced before the rename, so a crash cannot leave rel empty or
+		// short under its name.
+		if err == nil {
+			err = dst.Sync()
+		}
+	}
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = st.Rename(tmp, rel)
+	}
 	if err != nil {
+		_ = st.Remove(tmp)
 		_ = st.Remove(rel)
 		return e.refused(rel, err)
 	}

@@ -21,6 +21,10 @@
 //	                                            // small record ("" = create)
 //	data, ver, err := st.Record(ctx, key, maxBytes)
 //
+// session copies persisted workspaces into a file store itself (sparse,
+// within its quotas) and records and checks their checksums with
+// SetFileSum and FileSum, writing under TempName until complete.
+//
 // Keys are slash-separated, each segment non-empty and not "." or "..",
 // valid UTF-8 without control characters (CheckKey). OwnerPrefix(uid)
 // namespaces keys by owner. Quota wraps a Store with a byte quota.

@@ -47,7 +47,7 @@ func openFile(dir string, shared bool, timeout time.Duration) (*fileStore, error
 	f := &fileStore{dir: dir, root: root, shared: shared, timeout: timeout}
 	// Fail closed at start: a filesystem without user xattrs could not keep
 	// the checksums.
-	probe := tmpPrefix + "probe"
+	probe := TmpPrefix + "probe"
 	pf, err := root.OpenFile(probe, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		root.Close()
@@ -62,6 +62,52 @@ func openFile(dir string, shared bool, timeout time.Duration) (*fileStore, error
 	}
 	return f, nil
 }
+
+// SetFileSum records sum (hex sha256) on f as its checksum, the way Put
+// does: session's sparse copies into a file store use it, so a persisted
+// workspace's files are checked like any object.
+func SetFileSum(f *os.File, sum string) error {
+	if !isSum(sum) {
+		return fmt.Errorf("checksum %q: want 64 hex digits", trunc(sum))
+	}
+	if err := unix.Fsetxattr(int(f.Fd()), sumXattr, []byte(sum), 0); err != nil {
+		return fmt.Errorf("record checksum of %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// FileSum is the checksum recorded on f by SetFileSum (or Put), "" if it
+// has none; one that is not a sha256 is ErrCorrupt.
+func FileSum(f *os.File) (string, error) {
+	buf := make([]byte, 128)
+	n, err := unix.Fgetxattr(int(f.Fd()), sumXattr, buf)
+	if errors.Is(err, unix.ENODATA) {
+		return "", nil
+	}
+	if errors.Is(err, unix.ERANGE) {
+		return "", fmt.Errorf("%w: %s: its checksum is longer than a sha256", ErrCorrupt, f.Name())
+	}
+	if err != nil {
+		return "", fmt.Errorf("read checksum of %s: %w", f.Name(), err)
+	}
+	if !isSum(string(buf[:n])) {
+		return "", fmt.Errorf("%w: %s: its checksum %q is not a sha256", ErrCorrupt, f.Name(), buf[:n])
+	}
+	return string(buf[:n]), nil
+}
+
+func isSum(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// TempName is a new name for a file being written into a file store's
+// directory: it starts with TmpPrefix, so it is never taken for an object,
+// and it is renamed to its key only once complete.
+func TempName() string { return TmpPrefix + randHex() }
 
 func (f *fileStore) Name() string { return "file://" + f.dir }
 func (f *fileStore) Shared() bool { return f.shared }
@@ -112,7 +158,7 @@ func (f *fileStore) write(ctx context.Context, key string, r io.Reader, size int
 			return "", fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	tmp := path.Join(dir, tmpPrefix+randHex())
+	tmp := path.Join(dir, TempName())
 	w, err := f.root.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return "", fmt.Errorf("write %s: %w", key, err)
@@ -133,8 +179,8 @@ func (f *fileStore) write(ctx context.Context, key string, r io.Reader, size int
 		return "", fmt.Errorf("write %s: source has %d bytes, %d announced", key, n, size)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
-	if err := unix.Fsetxattr(int(w.Fd()), sumXattr, []byte(sum), 0); err != nil {
-		return "", fmt.Errorf("write %s checksum: %w", key, err)
+	if err := SetFileSum(w, sum); err != nil {
+		return "", fmt.Errorf("write %s: %w", key, err)
 	}
 	if err := w.Sync(); err != nil {
 		return "", fmt.Errorf("sync %s: %w", key, err)
@@ -189,13 +235,12 @@ func (f *fileStore) open(key string) (*os.File, Object, error) {
 		file.Close()
 		return nil, Object{}, fmt.Errorf("%w: %s in %s", ErrNotFound, key, f.Name())
 	}
-	buf := make([]byte, 128)
-	n, err := unix.Fgetxattr(int(file.Fd()), sumXattr, buf)
-	if err != nil || n != 64 {
+	sum, err := FileSum(file)
+	if err != nil || sum == "" {
 		file.Close()
 		return nil, Object{}, fmt.Errorf("%w: %s in %s has no checksum", ErrCorrupt, key, f.Name())
 	}
-	return file, Object{Key: key, Size: fi.Size(), SHA256: string(buf[:n])}, nil
+	return file, Object{Key: key, Size: fi.Size(), SHA256: sum}, nil
 }
 
 func (f *fileStore) List(ctx context.Context, prefix string, max int) ([]Object, error) {
@@ -219,7 +264,7 @@ func (f *fileStore) List(ctx context.Context, prefix string, max int) ([]Object,
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if strings.HasPrefix(d.Name(), tmpPrefix) {
+			if strings.HasPrefix(d.Name(), TmpPrefix) {
 				if d.IsDir() {
 					return fs.SkipDir
 				}
@@ -284,7 +329,7 @@ func recordVersion(b []byte) string {
 // lockName is the file every Swap of this store holds while it compares
 // and writes: an flock, so several daemons on one host (or on NFS, where
 // flock maps to byte-range locks) take turns.
-const lockName = tmpPrefix + "swap.lock"
+const lockName = TmpPrefix + "swap.lock"
 
 func (f *fileStore) Swap(ctx context.Context, key, old string, data []byte) (string, error) {
 	if err := CheckKey(key); err != nil {

@@ -95,8 +95,8 @@ func CheckKey(key string) error {
 		if seg == "" || seg == "." || seg == ".." {
 			return fmt.Errorf("%w %q: empty, \".\" or \"..\" segment", ErrBadKey, trunc(key))
 		}
-		if strings.HasPrefix(seg, tmpPrefix) {
-			return fmt.Errorf("%w %q: segments starting %q are the store's own", ErrBadKey, trunc(key), tmpPrefix)
+		if strings.HasPrefix(seg, TmpPrefix) {
+			return fmt.Errorf("%w %q: segments starting %q are the store's own", ErrBadKey, trunc(key), TmpPrefix)
 		}
 	}
 	return nil
@@ -113,8 +113,10 @@ func checkPrefix(prefix string) error {
 	return CheckKey(strings.TrimSuffix(prefix, "/"))
 }
 
-// tmpPrefix starts the names of the file backend's objects being written.
-const tmpPrefix = ".jc-tmp-"
+// TmpPrefix starts the names of files being written into a file store
+// (by Put, or by session's sparse copies of persisted workspaces): a key
+// segment may not start with it, and a listing skips them.
+const TmpPrefix = ".jc-tmp-"
 
 func trunc(s string) string {
 	if len(s) > 80 {

@@ -786,10 +786,12 @@ def _encoded_size(obj):
 
 
 class _PatchingLoader:
-    """Wraps pyplot's real loader to patch the module right after it runs."""
+    """Wraps a module's real loader to patch the module right after it
+    runs (pyplot's show, IPython's display, getpass and pdb)."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, after):
         self._inner = inner
+        self._after = after
 
     def create_module(self, spec):
         create = getattr(self._inner, "create_module", None)
@@ -797,7 +799,7 @@ class _PatchingLoader:
 
     def exec_module(self, module):
         self._inner.exec_module(module)
-        _patch_pyplot(module)
+        self._after(module)
 
     def __getattr__(self, name):
         if name == "_inner":
@@ -814,17 +816,7 @@ class _PyplotHook:
     def find_spec(self, name, path=None, target=None):
         if name != "matplotlib.pyplot":
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _PatchingLoader(spec.loader)
-        return spec
+        return _spec_then(self, name, path, target, _patch_pyplot)
 
 
 def _patch_pyplot(plt):
@@ -1028,17 +1020,24 @@ class _IPythonHook:
     def find_spec(self, name, path=None, target=None):
         if name != "IPython" or _SHELL is not None or _State.shell_loading:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _AfterLoader(spec.loader, _after_ipython)
-        return spec
+        return _spec_then(self, name, path, target, _after_ipython)
+
+
+def _spec_then(hook, name, path, target, after):
+    """The spec the other finders of sys.meta_path give for name, with its
+    loader wrapped to call after(module) once the module has run; None if
+    none of them finds it. hook is the calling finder, skipped."""
+    for finder in sys.meta_path:
+        if finder is hook or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec(name, path, target)
+        if spec is not None:
+            break
+    else:
+        return None
+    if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+        spec.loader = _PatchingLoader(spec.loader, after)
+    return spec
 
 
 def _after_ipython(module):
@@ -1047,16 +1046,6 @@ def _after_ipython(module):
         _ensure_shell()
     except Exception:
         _log("cannot start the IPython shell: %s" % traceback.format_exc())
-
-
-class _AfterLoader(_PatchingLoader):
-    def __init__(self, inner, after):
-        self._inner = inner
-        self._after = after
-
-    def exec_module(self, module):
-        self._inner.exec_module(module)
-        self._after(module)
 
 
 # ---------------------------------------------------------------------------
@@ -1288,17 +1277,7 @@ class _StdinHook:
         patch = _STDIN_PATCHES.get(name)
         if patch is None:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _AfterLoader(spec.loader, patch)
-        return spec
+        return _spec_then(self, name, path, target, patch)
 
 
 def _kernel_magics(shell):

@@ -298,13 +298,7 @@ func (m *Manager) adoptHibernated(meta sessionMeta, dir string) (*Session, error
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{
-		id: meta.ID, owner: meta.Owner, policy: meta.Policy, persist: meta.Persist, dir: dir, disk: disk,
-		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: time.Now(), info: meta.Info,
-		hibernated: true, hibTTL: m.cfg.HibernatedTTL,
-	}
-	m.rescan(s)
-	return s, nil
+	return m.hibernatedSession(meta, dir, disk), nil
 }
 
 var errNotHibernated = errors.New("not hibernated")
@@ -358,4 +352,17 @@ func dirBytes(dir string) int64 {
 		}
 	}
 	return n
+}
+
+// hibernatedSession is the Session of a hibernated session's metadata on
+// its disk (adopted after a restart or a reboot, or taken from a shared
+// store), its files scanned: it runs again at its next cell.
+func (m *Manager) hibernatedSession(meta sessionMeta, dir string, disk *isolate.Disk) *Session {
+	s := &Session{
+		id: meta.ID, owner: meta.Owner, policy: meta.Policy, persist: meta.Persist, dir: dir, disk: disk,
+		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: time.Now(), info: meta.Info,
+		hibernated: true, hibTTL: m.cfg.HibernatedTTL,
+	}
+	m.rescan(s)
+	return s
 }

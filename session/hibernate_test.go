@@ -27,20 +27,7 @@ func requiresCriu(t *testing.T) {
 }
 
 // sessionCgroups lists the memory cgroups of session id's sandboxes.
-func sessionCgroups(id string) []string {
-	base := filepath.Join("/sys/fs/cgroup/memory", testCgroupRoot)
-	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
-		base = filepath.Join("/sys/fs/cgroup", testCgroupRoot)
-	}
-	var out []string
-	ents, _ := os.ReadDir(base)
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), diskID(id)+"-") { // cgroups are named by disk id
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
+func sessionCgroups(id string) []string { return sessionCgroupsUnder(testCgroupRoot, id) }
 
 // criuDaemon starts a daemon on r (mod may change its config) with one
 // session of owner 1000 that ran code; it needs a working criu.

@@ -522,13 +522,7 @@ func (m *Manager) importStored(ctx context.Context, l lease) (_ *Session, retErr
 		_ = disk.Destroy()
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	s := &Session{
-		id: meta.ID, owner: meta.Owner, policy: meta.Policy, persist: meta.Persist, dir: dir, disk: disk,
-		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: time.Now(), info: meta.Info,
-		hibernated: true, hibTTL: m.cfg.HibernatedTTL,
-	}
-	m.rescan(s)
-	return s, nil
+	return m.hibernatedSession(meta, dir, disk), nil
 }
 
 // storedPolicyOK checks a policy read from the store against this node's:

@@ -51,8 +51,15 @@ func haproxyBin(t *testing.T) string {
 	return p
 }
 
-func haproxyEnv(front string, nodes map[string]string) []string {
-	env := append(os.Environ(), "JC_FRONT="+front)
+// haproxyEnv is the environment configs/haproxy.cfg reads: the front
+// address, each node's, and the (empty) map file of moved sessions, made
+// in dir.
+func haproxyEnv(t *testing.T, dir, front string, nodes map[string]string) []string {
+	owners := filepath.Join(dir, "jailcell-owners.map")
+	if err := os.WriteFile(owners, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "JC_FRONT="+front, "JC_OWNERS="+owners)
 	for id, addr := range nodes {
 		env = append(env, "JC_NODE_"+strings.ToUpper(id)+"="+addr)
 	}
@@ -65,13 +72,13 @@ func TestHAProxyConfigChecks(t *testing.T) {
 	bin := haproxyBin(t)
 	nodes := map[string]string{"n1": "127.0.0.1:17001", "n2": "127.0.0.1:17002", "n3": "127.0.0.1:17003"}
 	cmd := exec.Command(bin, "-c", "-f", haproxyCfg(t))
-	cmd.Env = haproxyEnv("127.0.0.1:17000", nodes)
+	cmd.Env = haproxyEnv(t, t.TempDir(), "127.0.0.1:17000", nodes)
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "Configuration file is valid") || strings.Contains(string(out), "WARNING") {
 		t.Fatalf("haproxy -c: %v\n%s", err, out)
 	}
 	delete(nodes, "n2")
 	cmd = exec.Command(bin, "-c", "-f", haproxyCfg(t))
-	cmd.Env = haproxyEnv("127.0.0.1:17000", nodes)
+	cmd.Env = haproxyEnv(t, t.TempDir(), "127.0.0.1:17000", nodes)
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Fatalf("haproxy -c passed without JC_NODE_N2:\n%s", out)
 	}
@@ -198,7 +205,7 @@ policies:
 	}
 	f.hpLog = &testenv.LockedBuffer{}
 	f.hp = exec.Command(hp, "-db", "-f", cfg)
-	f.hp.Env = haproxyEnv(f.front, addrs)
+	f.hp.Env = haproxyEnv(t, f.dir, f.front, addrs)
 	f.hp.Stdout, f.hp.Stderr = f.hpLog, f.hpLog
 	if err := f.hp.Start(); err != nil {
 		t.Fatal(err)
@@ -421,6 +428,16 @@ func TestFleet(t *testing.T) {
 		t.Errorf("no token through the proxy: %d, want 401", st)
 	}
 
+	// One of n1's sessions carries a loaded kernel (numpy, pandas and a
+	// 6.4 MB frame) into the drain: the migration figure for a session an
+	// agent has worked in, beside the plain ones.
+	loaded := perNode["n1"][0]
+	st, _, r := f.exec(loaded, loadedCell)
+	if st != 200 || r.Result == nil || r.Result.Status != "ok" || strings.TrimSpace(r.Result.Stdout) == "" {
+		t.Fatalf("loading session %s: %d %s", loaded.id, st, r.raw)
+	}
+	loadedSig := r.Result.Stdout
+
 	// Drain n1: not ready, refusing creates, answering its sessions, then
 	// gone with its sessions hibernated.
 	n1 := f.nodes["n1"]
@@ -461,7 +478,7 @@ func TestFleet(t *testing.T) {
 		t.Errorf("n1 exited with %v after its drain, want 0", err)
 	}
 	t.Logf("FIGURES drain: n1 with %d sessions, SIGTERM to exit %s (drain_notice 5s included); checkpoint images %d bytes in all",
-		len(perNode["n1"]), time.Since(drainStart).Round(time.Millisecond), imageBytes(n1.svc.Log.String()))
+		len(perNode["n1"]), time.Since(drainStart).Round(time.Millisecond), imageBytes(n1.svc.Log.String(), ""))
 	if got, want := strings.Count(n1.svc.Log.String(), `msg="session hibernated" session=n1-`), len(perNode["n1"]); got != want {
 		t.Errorf("n1 logged %d sessions hibernated at shutdown, want %d:\n%s", got, want, n1.svc.Log.String())
 	}
@@ -469,7 +486,7 @@ func TestFleet(t *testing.T) {
 	// sessions answering its next cell from another node with its
 	// variables intact needs the shared store's cross-node restore; see
 	// migrateDrained below, called once that has landed.
-	migrateDrained(t, f, perNode["n1"])
+	migrateDrained(t, f, perNode["n1"], loaded, loadedSig)
 
 	// Kill n2 with -9: its live sessions are lost; their files are not.
 	n2 := f.nodes["n2"]

@@ -76,8 +76,11 @@ var isolateSentinels = map[string]error{
 	"ErrCopyBudget":  isolate.ErrCopyBudget,
 	"ErrTimeout":     isolate.ErrTimeout,
 	"ErrBusy":        isolate.ErrBusy,
-	// cmd's alone (DelegatedRoot): no session operation returns it.
-	"ErrNotDelegated": nil,
+	// cmd's alone (DelegatedRoot, ClaimUIDRange, Host.Ready behind
+	// /readyz): no session operation returns them.
+	"ErrNotDelegated":  nil,
+	"ErrUIDRangeTaken": nil,
+	"ErrNotReady":      nil,
 }
 
 var sessionSentinels = map[string]error{
@@ -89,6 +92,7 @@ var sessionSentinels = map[string]error{
 	"ErrShutdown":    ErrShutdown,
 	"ErrStateQuota":  ErrStateQuota,
 	"ErrStoreQuota":  ErrStoreQuota,
+	"ErrLost":        ErrLost, // an ErrNotFound that says the session was lost
 }
 
 // oneSentinel says which session sentinels err is, and fails t unless it

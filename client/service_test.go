@@ -11,11 +11,7 @@ import (
 // The clients are tested against a real `jailcell serve` and a real
 // `jailcell json`, built from this tree once per test run.
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.RemoveBuild()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // serviceConfig is a test service's configuration: in dir, small limits,
 // info logs.

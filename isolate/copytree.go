@@ -419,20 +419,13 @@ func copyXattrs(sfd, dfd int, meter Meter) error {
 // held when it was opened is copied: a file that grows meanwhile (a running
 // sandbox writes it) does not stretch the copy.
 func CopyFileData(dst, src *os.File, m Meter) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
-		return err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s is not a regular file", src.Name())
-	}
-	return copyData(int(dst.Fd()), int(src.Fd()), st.Size, m, nil)
+	return CopyFileDataSum(dst, src, m, nil)
 }
 
-// CopyFileDataSum is CopyFileData that also writes to sum the bytes dst
-// ends up holding, in order, its holes as zeros: a checksum of the copy
-// without a second read (what is hashed is what was written, even if src
-// changes meanwhile).
+// CopyFileDataSum is CopyFileData that also writes to sum (if not nil) the
+// bytes dst ends up holding, in order, its holes as zeros: a checksum of
+// the copy without a second read (what is hashed is what was written, even
+// if src changes meanwhile).
 func CopyFileDataSum(dst, src *os.File, m Meter, sum io.Writer) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
@@ -441,7 +434,11 @@ func CopyFileDataSum(dst, src *os.File, m Meter, sum io.Writer) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s is not a regular file", src.Name())
 	}
-	return copyData(int(dst.Fd()), int(src.Fd()), st.Size, m, &zeroFiller{w: sum})
+	var z *zeroFiller
+	if sum != nil {
+		z = &zeroFiller{w: sum}
+	}
+	return copyData(int(dst.Fd()), int(src.Fd()), st.Size, m, z)
 }
 
 // zeroFiller feeds a hash the bytes of a sparse copy: data as written,

@@ -20,11 +20,7 @@ import (
 )
 
 // TestMain removes the binary TestFleetWiring built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.RemoveBuild()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // doc is one parsed manifest with its node tree (for comments).
 type doc struct {

@@ -81,6 +81,14 @@ func Jailcell(t testing.TB) string {
 	return buildBin
 }
 
+// Main runs a package's tests and removes what Jailcell built for them:
+// the TestMain of every package that runs the real binary.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveBuild()
+	os.Exit(code)
+}
+
 // RemoveBuild removes what Jailcell built, if anything.
 func RemoveBuild() {
 	if buildDir != "" {

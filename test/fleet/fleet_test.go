@@ -25,11 +25,7 @@ import (
 )
 
 // TestMain removes the binary the fleet built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.RemoveBuild()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // haproxyCfg is the file under test, used as it is.
 func haproxyCfg(t *testing.T) string {

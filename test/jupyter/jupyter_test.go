@@ -18,11 +18,7 @@ import (
 	"github.com/jailcell/jailcell/test/conformance"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.RemoveBuild()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // The test user: not root, admitted by the service through its groups (the
 // socket's group and an allowed gid), as a member of group jailcell is.

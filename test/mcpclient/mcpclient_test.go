@@ -25,11 +25,7 @@ import (
 	"github.com/jailcell/jailcell/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.RemoveBuild()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // Numeric groups of the test service, chosen for it; no group or user is
 // created on the host. The socket belongs to socketGID (who may connect);

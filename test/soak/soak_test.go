@@ -24,11 +24,7 @@ import (
 
 // TestMain removes the real binary the soak built: the daemon's RSS and
 // fds must be jailcell's own, not a test binary's.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.RemoveBuild()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 type shape struct {
 	sessions, cells int

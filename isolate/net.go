@@ -159,6 +159,26 @@ func inNetns(ns netns.NsHandle, fn func() error) error {
 	return <-ch
 }
 
+// sandboxNetns opens the network namespace of the sandbox whose init is
+// pid. Right after a start the init may still be in execve on a thread
+// other than its leader (runc's init is a Go program): until the exec
+// completes the leader is a zombie whose namespace links answer ENOENT,
+// while the thread group lives on. That window is waited out, at most two
+// seconds; an init that has ended is an error at once.
+func sandboxNetns(pid int) (netns.NsHandle, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		ns, err := netns.GetFromPid(pid)
+		if err == nil {
+			return ns, nil
+		}
+		if !errors.Is(err, unix.ENOENT) || exited(pid) || time.Now().After(deadline) {
+			return netns.None(), fmt.Errorf("open sandbox network namespace: %w", err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // newNetns creates an anonymous network namespace with loopback up, IPv4
 // forwarding on and IPv6 off.
 func newNetns() (netns.NsHandle, error) {
@@ -256,9 +276,9 @@ func (h *Host) attachNetwork(p policy.Policy, pid, slot int) (_ *gateway, retErr
 	if g.ns, err = newNetns(); err != nil {
 		return nil, err
 	}
-	sbNS, err := netns.GetFromPid(pid)
+	sbNS, err := sandboxNetns(pid)
 	if err != nil {
-		return nil, fmt.Errorf("open sandbox network namespace: %w", err)
+		return nil, err
 	}
 	defer sbNS.Close()
 	upNS, err := netns.GetFromPath(eg.Upstream)
@@ -383,9 +403,9 @@ func (s *Sandbox) detachNetwork() error {
 	}
 	_ = s.net.close()
 	s.net = nil
-	sbNS, err := netns.GetFromPid(s.pid)
+	sbNS, err := sandboxNetns(s.pid)
 	if err != nil {
-		return fmt.Errorf("open sandbox network namespace: %w", err)
+		return err
 	}
 	defer sbNS.Close()
 	hd, err := netlink.NewHandleAt(sbNS)

@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("JAILCELL_TEST_SECCOMP_CHILD") == "1" {
 		seccompInitChild()
 	}
+	if os.Getenv(execFromThreadEnv) == "1" {
+		execFromThreadChild()
+	}
 	// libcontainer runs criu from PATH (Config.Criu).
 	_ = os.Setenv("PATH", CriuPATH(DefaultCriu, os.Getenv("PATH")))
 	os.Exit(m.Run())

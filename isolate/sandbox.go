@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -286,6 +287,20 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 	if c, err = start(c, p, id); err != nil {
 		return nil, err
 	}
+	// From here a failure must end the init and reap it: it is our child
+	// (a restored one too, criu restores it as our sibling's child), and
+	// libcontainer's Destroy neither kills a running init nor waits for a
+	// dead one, which would stay a zombie for the daemon's lifetime.
+	var reaped *os.ProcessState
+	reap := func() error {
+		if reaped != nil {
+			return nil
+		}
+		var err error
+		reaped, err = reapInit(p)
+		return err
+	}
+	cl.Add(reap)
 	pid, err := p.Pid()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox pid: %w", err)
@@ -299,6 +314,13 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 	var gw *gateway
 	if spec.Policy.Network == policy.NetworkAllowlist {
 		if gw, err = h.attachNetwork(spec.Policy, pid, d.slot); err != nil {
+			if exited(pid) {
+				// Its namespaces went with it: say so, not ENOENT.
+				if err := reap(); err != nil {
+					return nil, err
+				}
+				return nil, fmt.Errorf("sandbox init ended (%s) before its network was attached", reaped)
+			}
 			return nil, fmt.Errorf("attach sandbox network: %w", err)
 		}
 		cl.Add(gw.close)
@@ -311,6 +333,51 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 	go s.wait()
 	cl.Release()
 	return s, nil
+}
+
+// reapInit kills a sandbox's init (and with it its pid namespace) and
+// waits for it, at most 10 s; it returns how the init ended.
+func reapInit(p *libcontainer.Process) (*os.ProcessState, error) {
+	_ = p.Signal(unix.SIGKILL)
+	type waited struct {
+		st  *os.ProcessState
+		err error
+	}
+	ch := make(chan waited, 1)
+	go func() { st, err := p.Wait(); ch <- waited{st, err} }()
+	select {
+	case w := <-ch:
+		if w.st == nil {
+			return nil, fmt.Errorf("reap sandbox init: %w", w.err)
+		}
+		return w.st, nil
+	case <-time.After(10 * time.Second):
+		return nil, errors.New("reap sandbox init: not gone 10 s after SIGKILL")
+	}
+}
+
+// exited reports whether the process pid has ended: gone, or a zombie
+// with no thread left. A zombie leader whose other threads live is not
+// ended: that is a process in execve from another thread.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return true
+	}
+	var state string
+	threads := 1
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		switch k {
+		case "State":
+			state = strings.TrimSpace(v)
+		case "Threads":
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				threads = n
+			}
+		}
+	}
+	return (strings.HasPrefix(state, "Z") || strings.HasPrefix(state, "X")) && threads <= 1
 }
 
 func (s *Sandbox) wait() {

@@ -134,6 +134,11 @@ func (m *Manager) launchKernel(ctx context.Context, ctl string, p policy.Policy,
 	spec.Log = logW
 	sb, err := build(spec)
 	if err != nil {
+		// A kernel that started and died says why on its log.
+		_ = logW.Close()
+		if tail := k.log.String(); tail != "" {
+			return nil, fmt.Errorf("%w; kernel log: %s", err, tail)
+		}
 		return nil, err
 	}
 	k.sb = sb

@@ -91,8 +91,12 @@ type Config struct {
 	// Needs a working criu (make criu). Default 0: off.
 	HibernateAfter time.Duration
 	// HibernatedTTL ends a hibernated session idle this long (instead of
-	// its idle TTL). Default 7 days.
+	// its idle TTL). Default 7 days. In a shared store it counts from the
+	// hibernation, and any node's janitor expires it (sweepStored).
 	HibernatedTTL time.Duration
+	// StoreSweepInterval is how often the janitor looks for sessions in a
+	// shared store past HibernatedTTL. Default 10 min.
+	StoreSweepInterval time.Duration
 	// MaxHibernated caps hibernated sessions, which do not count toward
 	// MaxSessions (they hold no sandbox, only disk: their images and
 	// files). Default 1024.
@@ -146,6 +150,9 @@ func (c *Config) defaults() {
 	}
 	if c.HibernatedTTL == 0 {
 		c.HibernatedTTL = 7 * 24 * time.Hour
+	}
+	if c.StoreSweepInterval == 0 {
+		c.StoreSweepInterval = 10 * time.Minute
 	}
 	if c.MaxHibernated == 0 {
 		c.MaxHibernated = 1024
@@ -1023,6 +1030,7 @@ func (m *Manager) janitor() {
 	defer ending.Wait()
 	t := time.NewTicker(m.cfg.JanitorInterval)
 	defer t.Stop()
+	lastSweep, sweeping := time.Now(), make(chan struct{}, 1)
 	for {
 		select {
 		case <-m.stop:
@@ -1031,6 +1039,19 @@ func (m *Manager) janitor() {
 		}
 		now := time.Now()
 		m.hibernateIdle(now)
+		if m.shared() && now.Sub(lastSweep) >= m.cfg.StoreSweepInterval {
+			select {
+			case sweeping <- struct{}{}: // one sweep at a time
+				lastSweep = now
+				ending.Add(1)
+				go func() {
+					defer ending.Done()
+					defer func() { <-sweeping }()
+					m.sweepStoreOnce(now)
+				}()
+			default:
+			}
+		}
 		m.mu.Lock()
 		var expired []*Session
 		for _, s := range m.sessions {
@@ -1061,6 +1082,30 @@ func (m *Manager) janitor() {
 		}
 	}
 }
+
+// sweepStoreOnce is one janitor's sweep of the shared store, bounded by
+// storeSweepTimeout and cut short by Shutdown.
+func (m *Manager) sweepStoreOnce(now time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeSweepTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-m.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ids, err := m.sweepStored(ctx, now)
+	if err != nil {
+		m.log().Warn("sweep the store", "err", err)
+	}
+	for range ids {
+		m.metrics.expired()
+	}
+}
+
+// storeSweepTimeout bounds one sweep of the shared store.
+const storeSweepTimeout = 5 * time.Minute
 
 // Shutdown stops taking work, waits for running cells until ctx is done,
 // then destroys every session.

@@ -37,14 +37,25 @@ import (
 // create), which S3 (since 2024) and versitygw evaluate atomically per
 // key, so exactly one of two takers wins and the other is refused. A file
 // store takes an flock around the compare and write (one host or NFS).
-// Nothing expires a lease: a node that dies holding a live session loses
-// it (as its kernel is gone with it), and the record says which node it
-// was. A taker that fails after winning gives the lease back.
+// A live lease never expires: a node that dies holding a live session
+// loses it (as its kernel is gone with it), and the record says which node
+// it was. A taker that fails after winning gives the lease back. A
+// hibernated lease older than sessions.hibernated_ttl is expired by any
+// node's janitor (sweepStored): swapped to {state: expired} first, so a
+// taker and a sweeper cannot both win, then removed with its objects.
 
 const (
 	leaseVersion = 1
 	leaseHib     = "hibernated"
 	leaseLive    = "live"
+	leaseExpired = "expired"
+	// maxSweepObjects bounds one sweep's listing of hibernated/ (about
+	// 200 bytes each in memory); a store holding more is swept by its own
+	// lifecycle rules, and the sweep says so.
+	maxSweepObjects = 200_000
+	// expiredGrace is how long an expired lease may stand before any node
+	// finishes the removal (its sweeper died midway).
+	expiredGrace = time.Hour
 	// maxManifest bounds a manifest read from the store.
 	maxManifest = 1 << 20
 	// maxMeta bounds a session's metadata read from the store.
@@ -256,17 +267,83 @@ func (m *Manager) dropStored(id string) {
 		if l, _, err := m.readLease(ctx, id); err != nil || l.Node != m.node() {
 			return
 		}
-		objs, err := m.objects.List(ctx, "hibernated/"+id+"/", 4*maxImageFiles)
-		if err != nil {
-			return
-		}
-		for _, o := range objs {
-			if !strings.HasSuffix(o.Key, "/lease") {
-				_ = m.objects.Delete(ctx, o.Key)
+		_ = m.removeStored(ctx, id)
+	}()
+}
+
+// removeStored deletes session id's objects from the store, its lease
+// last: a removal cut short leaves a lease that says where it stood.
+func (m *Manager) removeStored(ctx context.Context, id string) error {
+	objs, err := m.objects.List(ctx, "hibernated/"+id+"/", 4*maxImageFiles)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if !strings.HasSuffix(o.Key, "/lease") {
+			if err := m.objects.Delete(ctx, o.Key); err != nil {
+				return err
 			}
 		}
-		_ = m.objects.Delete(ctx, leaseKey(id))
-	}()
+	}
+	return m.objects.Delete(ctx, leaseKey(id))
+}
+
+// sweepStored expires the sessions hibernated in the shared store more
+// than HibernatedTTL before now, as a node's janitor ends its own
+// hibernated sessions: a node forgets a session it hibernates into the
+// store, so no node's table would ever count it down. Any node may expire
+// any session; the lease swap to expired decides against a taker, which
+// then finds it expired. It also finishes removals an earlier sweeper left
+// (an expired lease older than expiredGrace). It returns the ids it
+// removed.
+func (m *Manager) sweepStored(ctx context.Context, now time.Time) ([]string, error) {
+	objs, err := m.objects.List(ctx, "hibernated/", maxSweepObjects)
+	if err != nil {
+		return nil, fmt.Errorf("sweep store %s for hibernated sessions past sessions.hibernated_ttl (%s): %w", m.objects.Name(), m.cfg.HibernatedTTL, err)
+	}
+	var out []string
+	for _, o := range objs {
+		id, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, "hibernated/"), "/lease")
+		if !ok || !storedIDRE.MatchString(id) {
+			continue
+		}
+		l, ver, err := m.readLease(ctx, id)
+		if err != nil {
+			continue // gone meanwhile, or not a lease this version reads: left alone
+		}
+		switch {
+		case l.State == leaseHib && now.Sub(l.At) > m.cfg.HibernatedTTL:
+			if err := m.expireStored(ctx, l, ver, now); err != nil {
+				if !errors.Is(err, store.ErrConflict) {
+					m.log().Warn("expire session in the store", "session", id, "store", m.objects.Name(), "err", err)
+				}
+				continue // taken meanwhile: it is a live session now
+			}
+		case l.State == leaseExpired && now.Sub(l.At) > expiredGrace:
+			if err := m.removeStored(ctx, id); err != nil {
+				m.log().Warn("finish removing an expired session from the store", "session", id, "store", m.objects.Name(), "err", err)
+				continue
+			}
+		default:
+			continue
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// expireStored swaps l (read at version ver) to expired, and on winning
+// removes the session from the store; ErrConflict if the lease changed.
+func (m *Manager) expireStored(ctx context.Context, l lease, ver string, now time.Time) error {
+	e := l
+	e.Node, e.State, e.At = m.node(), leaseExpired, now.UTC()
+	b, _ := json.Marshal(e)
+	if _, err := m.objects.Swap(ctx, leaseKey(l.ID), ver, b); err != nil {
+		return err
+	}
+	m.log().Info("session expired in the store", "session", l.ID, "store", m.objects.Name(),
+		"hibernated_at", l.At.Format(time.RFC3339), "hibernated_ttl", m.cfg.HibernatedTTL.String())
+	return m.removeStored(ctx, l.ID)
 }
 
 // readLease reads session id's lease and its version; errNotStored if
@@ -352,6 +429,10 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	}
 	if owner != 0 && l.Owner != owner {
 		return errNotStored // another user's: as if there were none
+	}
+	if l.State == leaseExpired {
+		return fmt.Errorf("%w: session %s expired in store %s: hibernated there longer than sessions.hibernated_ttl (%s); being removed since %s",
+			ErrNotFound, id, st.Name(), m.cfg.HibernatedTTL, l.At.Format(time.RFC3339))
 	}
 	if l.State != leaseHib {
 		// A fleet's proxy sends a session's requests elsewhere only when

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -263,4 +264,122 @@ func sessionCgroupsUnder(root, id string) []string {
 		}
 	}
 	return out
+}
+
+// TestHibernatedExpireInStore: a session hibernated into the store is
+// expired there after sessions.hibernated_ttl, counted from its
+// hibernation, by any node (no node holds it any more); a live lease is
+// never expired; a lease that changed since it was read is left alone
+// (the taker won); an expired lease left by a sweeper that died midway is
+// finished after the grace; and the janitor runs the sweep by itself.
+func TestHibernatedExpireInStore(t *testing.T) {
+	ra, rb, cfg, _ := twoNodes(t)
+	ctx := context.Background()
+	mA, id := criuDaemon(t, ra, cfg("na1"), "x = 41")
+	defer mA.Shutdown(ctx)
+	live, err := mA.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mA.Hibernate(ctx, 1000, id); err != nil {
+		t.Fatalf("hibernate into the store: %v", err)
+	}
+	l, _, err := mA.readLease(ctx, id)
+	if err != nil || l.State != leaseHib {
+		t.Fatalf("lease after hibernation: %+v %v", l, err)
+	}
+	stored := func(id string) int {
+		t.Helper()
+		objs, err := mA.objects.List(ctx, "hibernated/"+id+"/", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(objs)
+	}
+	n := stored(id)
+	ttl := mA.cfg.HibernatedTTL
+
+	mB := rb.startWith(cfg("nb2"))
+	defer mB.Shutdown(ctx)
+	if ids, err := mB.sweepStored(ctx, l.At.Add(ttl-time.Minute)); err != nil || len(ids) != 0 {
+		t.Fatalf("sweep before the TTL: %v %v", ids, err)
+	}
+	if stored(id) != n {
+		t.Fatal("a sweep before the TTL removed objects")
+	}
+	far := l.At.Add(ttl + time.Minute)
+	if err := mB.expireStored(ctx, l, `"stale"`, far); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("expiring a lease that changed since it was read: %v, want a conflict", err)
+	}
+	if stored(id) != n {
+		t.Fatal("a lost expiry removed objects")
+	}
+	ids, err := mB.sweepStored(ctx, far)
+	if err != nil || len(ids) != 1 || ids[0] != id {
+		t.Fatalf("sweep past the TTL: %v %v, want [%s]", ids, err, id)
+	}
+	if k := stored(id); k != 0 {
+		t.Fatalf("%d objects of the expired session left in the store", k)
+	}
+	if _, err := mB.Lookup(ctx, 1000, id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("lookup of an expired session: %v", err)
+	}
+	// The live session's lease is never expired, however old.
+	if ll, _, err := mA.readLease(ctx, live.ID); err != nil || ll.State != leaseLive {
+		t.Fatalf("live lease after the sweep: %+v %v", ll, err)
+	}
+	if _, err := mA.Exec(ctx, 1000, live.ID, ExecRequest{Code: "1"}); err != nil {
+		t.Fatalf("the live session after the sweep: %v", err)
+	}
+
+	// A sweeper that died after its swap: the session answers expired,
+	// and after the grace any node finishes the removal.
+	if _, err := mA.Hibernate(ctx, 1000, live.ID); err != nil {
+		t.Fatal(err)
+	}
+	l2, ver2, err := mA.readLease(ctx, live.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l2
+	e.Node, e.State, e.At = "gone", leaseExpired, time.Now().UTC()
+	b, _ := json.Marshal(e)
+	if _, err := mA.objects.Swap(ctx, leaseKey(live.ID), ver2, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mB.Lookup(ctx, 1000, live.ID); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("lookup of a session being expired: %v, want not found saying expired", err)
+	}
+	if ids, err := mB.sweepStored(ctx, time.Now()); err != nil || len(ids) != 0 {
+		t.Fatalf("sweep within the grace: %v %v", ids, err)
+	}
+	if ids, err := mB.sweepStored(ctx, time.Now().Add(expiredGrace+time.Minute)); err != nil || len(ids) != 1 {
+		t.Fatalf("sweep after the grace: %v %v", ids, err)
+	}
+	if k := stored(live.ID); k != 0 {
+		t.Fatalf("%d objects of the half-removed session left", k)
+	}
+
+	// The janitor sweeps by itself: node C, in B's place, with a
+	// one-second TTL.
+	if err := mB.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mC := rb.startWith(func(c *Config) {
+		cfg("nc3")(c)
+		c.HibernatedTTL, c.StoreSweepInterval = time.Second, 200*time.Millisecond
+	})
+	defer mC.Shutdown(ctx)
+	third, err := mA.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mA.Hibernate(ctx, 1000, third.ID); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); stored(third.ID) != 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node C's janitor did not expire a session hibernated past its TTL")
+		}
+	}
 }

@@ -298,6 +298,28 @@ func criuChildren(skip map[int]bool) map[int]bool {
 type procStat struct {
 	comm, state string
 	ppid        int
+	threads     int
+}
+
+// readProcStat reads /proc/PID/stat: the command (between the first "("
+// and the last ")", as it may hold either), then the fields after it.
+func readProcStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	s := string(b)
+	lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if lp < 0 || rp < lp || rp+2 > len(s) {
+		return procStat{}, false
+	}
+	f := strings.Fields(s[rp+2:])
+	if len(f) < 18 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	threads, _ := strconv.Atoi(f[17]) // field 20, num_threads
+	return procStat{comm: s[lp+1 : rp], state: f[0], ppid: ppid, threads: threads}, true
 }
 
 // procTable reads every process's name, state and parent.
@@ -309,21 +331,9 @@ func procTable() map[int]procStat {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if st, ok := readProcStat(pid); ok {
+			out[pid] = st
 		}
-		s := string(b)
-		lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if lp < 0 || rp < lp || rp+2 > len(s) {
-			continue
-		}
-		f := strings.Fields(s[rp+2:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		out[pid] = procStat{comm: s[lp+1 : rp], state: f[0], ppid: ppid}
 	}
 	return out
 }
@@ -382,13 +392,8 @@ func (s *Sandbox) afterDumpTimeout(err error) error {
 
 // alive says whether pid runs (not a zombie).
 func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	rp := strings.LastIndexByte(s, ')')
-	return rp > 0 && rp+2 < len(s) && s[rp+2] != 'Z'
+	st, ok := readProcStat(pid)
+	return ok && st.state != "Z"
 }
 
 // CheckpointIdentity names what a checkpoint taken on this host depends on

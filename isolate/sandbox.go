@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -360,24 +359,8 @@ func reapInit(p *libcontainer.Process) (*os.ProcessState, error) {
 // with no thread left. A zombie leader whose other threads live is not
 // ended: that is a process in execve from another thread.
 func exited(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return true
-	}
-	var state string
-	threads := 1
-	for _, l := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(l, ":")
-		switch k {
-		case "State":
-			state = strings.TrimSpace(v)
-		case "Threads":
-			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-				threads = n
-			}
-		}
-	}
-	return (strings.HasPrefix(state, "Z") || strings.HasPrefix(state, "X")) && threads <= 1
+	st, ok := readProcStat(pid)
+	return !ok || ((st.state == "Z" || st.state == "X") && st.threads <= 1)
 }
 
 func (s *Sandbox) wait() {

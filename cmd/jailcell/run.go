@@ -130,17 +130,20 @@ func runOnce(hf *hostFlags, conn *connectFlags, log *slog.Logger, policyName str
 		res    *session.Result
 		runErr error
 	)
+	// Registered before the host is built: a signal during the build
+	// cancels the run once it starts, instead of ending us by the
+	// default action with whatever the build set up left behind.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	if remote != nil {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		res, runErr = runRemote(ctx, remote, policyName, req, onOutput)
 		stop()
 		remote.Close()
 	} else {
 		st, err := hf.build(log)
 		if err != nil {
+			stop()
 			return 0, err
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		req.OnOutput = onOutput
 		res, runErr = st.manager.RunOnce(ctx, os.Getuid(), policyName, req)
 		stop()

@@ -73,6 +73,19 @@ type service struct {
 }
 
 func serve(hf *hostFlags) (retErr error) {
+	// TERM and INT drain; HUP reloads. Registered before anything else:
+	// the socket can be reached (and a service manager or a client may
+	// stop us) before the serve loop below runs, and a SIGTERM unhandled
+	// by then ended serve by the default action, its sandboxes and
+	// session state left as they were. A signal that comes during the
+	// start waits in the channel and drains once serving.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	// A log write to a stderr whose reader is gone (a hand-run daemon
+	// whose terminal or parent died) must fail with EPIPE, not kill the
+	// daemon by SIGPIPE halfway through a drain with its sandboxes left.
+	signal.Ignore(syscall.SIGPIPE)
 	cfg := hf.cfg
 	log, err := hf.logger()
 	if err != nil {
@@ -143,16 +156,6 @@ func serve(hf *hostFlags) (retErr error) {
 		addrs[i] = l.Addr().String()
 		go func() { serveErr <- s.srv.Serve(l) }()
 	}
-	// TERM and INT drain; HUP reloads. Registered before READY so no
-	// signal sent after readiness can kill us unhandled.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	// A log write to a stderr whose reader is gone (a hand-run daemon
-	// whose terminal or parent died) must fail with EPIPE, not kill the
-	// daemon by SIGPIPE halfway through a drain with its sandboxes left.
-	signal.Ignore(syscall.SIGPIPE)
-
 	notify(log, fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving on %s", os.Getpid(), strings.Join(addrs, ", ")))
 	log.Info("serving", "socket", strings.Join(addrs, ","), "socket_activated", activated, "node", cfg.Session.NodeID,
 		"version", version, "pid", os.Getpid(), "allowed_uids", access.UIDs, "allowed_gids", access.GIDs)

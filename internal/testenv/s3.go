@@ -83,7 +83,7 @@ func StartS3(t testing.TB) *S3 {
 	t.Cleanup(func() {
 		s.Stop()
 		if t.Failed() {
-			t.Logf("versitygw log:\n%s", s.log.String())
+			t.Logf("versitygw log, its end:\n%s", s.log.Tail(200))
 		}
 	})
 	c, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(s.Access, s.Secret, ""), BucketLookup: minio.BucketLookupPath, Region: "us-east-1"})

@@ -37,6 +37,20 @@ func (l *LockedBuffer) String() string {
 	return l.b.String()
 }
 
+// Tail is the last n lines of the buffer, saying how many came before: a
+// failed test prints a server's log this way, so a request log of
+// thousands of lines does not bury the failure above it.
+func (l *LockedBuffer) Tail(n int) string {
+	lines := strings.SplitAfter(l.String(), "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if len(lines) <= n {
+		return strings.Join(lines, "")
+	}
+	return fmt.Sprintf("[%d earlier lines left out]\n", len(lines)-n) + strings.Join(lines[len(lines)-n:], "")
+}
+
 // ChildEnv is a jailcell child's environment: nothing JAILCELL_* or
 // systemd's from the developer's shell, then extra.
 func ChildEnv(extra ...string) []string {

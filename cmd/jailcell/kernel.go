@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -60,10 +62,48 @@ service's allowed uids or groups decide.`,
 			// reaching the whole process group of a jupyter command, and
 			// must not end the kernel under it.
 			signal.Ignore(os.Interrupt)
-			return api.ServeJupyter(ctx, h, c, api.JupyterOptions{Owner: os.Getuid(), Policy: policyName, TimeoutS: timeout, TTLS: ttl, Version: version, Logger: log})
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go watchParent(ctx, cancel, os.Getppid(), time.Second)
+			err := api.ServeJupyter(ctx, h, c, api.JupyterOptions{Owner: os.Getuid(), Policy: policyName, TimeoutS: timeout, TTLS: ttl, Version: version, Logger: log})
+			if errors.Is(err, errParentGone) {
+				log.Warn("the Jupyter client that started this kernel is gone: its session is closed and the kernel ends", "err", err)
+				return nil
+			}
+			return err
 		})
 	}
 	return cmd
+}
+
+// errParentGone ends a kernel whose Jupyter client died without shutting
+// it down.
+var errParentGone = errors.New("the kernel's parent process ended")
+
+// watchParent cancels ctx with errParentGone once this process's parent is
+// no longer parent (it died and we were reparented), as ipykernel's parent
+// poller does: a Jupyter client that crashes, or is killed, never sends
+// shutdown_request, and its kernel would otherwise live on for good,
+// holding its session on the service and the client's output pipe (a
+// caller waiting for that pipe to close waits forever). A parent of 0 or 1
+// (started by init, or already orphaned) is not watched.
+func watchParent(ctx context.Context, cancel context.CancelCauseFunc, parent int, every time.Duration) {
+	if parent <= 1 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if now := os.Getppid(); now != parent {
+				cancel(fmt.Errorf("%w (pid %d; now %d)", errParentGone, parent, now))
+				return
+			}
+		}
+	}
 }
 
 // kernelNameRE is what Jupyter accepts as a kernel name.

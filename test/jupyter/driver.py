@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import socket
 import sys
 import time
@@ -229,7 +230,10 @@ def forged(km, kc):
     code = {"code": "forged = 1", "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False}
     send("execute_request", code, bad)
     send("execute_request", code, lambda parts: b"")
-    send("execute_request", code, lambda parts: good(parts)[:-1] + b"0")
+    # One hex digit changed: always a different digit (replacing the last
+    # with "0" left a signature ending in "0" valid, 1 time in 16, and the
+    # "forged" cell ran: a flaky test, not a hole).
+    send("execute_request", code, lambda parts: good(parts)[:-1] + (b"1" if good(parts)[-1:] == b"0" else b"0"))
     send("kernel_info_request", {}, good)
     # The signed request is answered; nothing came before it for the others.
     assert s.poll(TIMEOUT * 1000), "no reply to a correctly signed request on a raw socket"
@@ -259,5 +263,20 @@ def forged(km, kc):
     ok("oversized")
 
 
+def orphan(kernel_name, sock_path):
+    """Start a kernel, see its session, and die without shutting it down,
+    as a crashed or killed frontend does. Prints the kernel's pid."""
+    km = KernelManager(kernel_name=kernel_name)
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=TIMEOUT)
+    assert len(sessions(sock_path)) == 1
+    print("kernel", km.provisioner.process.pid, flush=True)
+    os._exit(0)
+
+
 if __name__ == "__main__":
+    if sys.argv[3:] == ["orphan"]:
+        orphan(sys.argv[1], sys.argv[2])
     main(sys.argv[1], sys.argv[2])

@@ -3,12 +3,14 @@ package jupyter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,6 +147,11 @@ func (f *fixture) try(timeout time.Duration, argv ...string) (string, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user, Setpgid: true}
 	// The whole group (the kernels Jupyter started) goes if it hangs.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// A kernel left running (Jupyter starts it in a session of its own,
+	// out of the group) holds the output pipe open: the wait for it is
+	// bounded, or a driver that died on an assertion kept the test
+	// waiting for the package's timeout (CI, stop 24).
+	cmd.WaitDelay = 30 * time.Second
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -241,6 +248,51 @@ func TestJupyterClient(t *testing.T) {
 	if n := strings.Count(out, `msg="jupyter: dropped an incoming message" err="bad or missing HMAC signature"`); n != 3 {
 		t.Errorf("the kernel logged %d forged messages as dropped, want 3", n)
 	}
+}
+
+// TestKernelEndsWithItsClient: a Jupyter client that dies without
+// shutting its kernel down (a crash, a kill) leaves no kernel behind: the
+// kernel sees its parent gone, closes its session on the service and
+// exits, as ipykernel's parent poller makes ipykernel exit.
+func TestKernelEndsWithItsClient(t *testing.T) {
+	f := setup(t)
+	out, err := f.try(5*time.Minute, hostPython, filepath.Join(f.dir, "driver.py"), kernelName, f.svc.Sock, "orphan")
+	m := regexp.MustCompile(`(?m)^kernel (\d+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the client that dies: %v\n%s", err, out)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	// A kernel that outlives its client is ended (by pid, once this test
+	// has failed on it).
+	t.Cleanup(func() {
+		if kernelCmdline(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	// A kernel still holding the output pipe when the wait gave up is the
+	// failure below, said with more.
+	if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
+		t.Fatalf("the client that dies: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ls := strings.TrimSpace(f.run(t, time.Minute, hostPython, "-c", sessionsPy, f.svc.Sock))
+		alive := kernelCmdline(pid)
+		if ls == "0" && !alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after its client died: %s sessions left, kernel pid %d running: %v\n%s", ls, pid, alive, out)
+		}
+	}
+	if !strings.Contains(out, "the Jupyter client that started this kernel is gone") {
+		t.Errorf("the kernel did not say why it ended:\n%s", out)
+	}
+}
+
+// kernelCmdline reports whether pid runs `jailcell kernel`.
+func kernelCmdline(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(b), "kernel\x00--connect")
 }
 
 // outcome is one cell as nbrun.py reports it: the fields test/conformance

@@ -157,6 +157,8 @@ func runJupyter(nbPath string, files []session.File) ([]Outcome, string, error) 
 	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "LANG=C.UTF-8", "MPLCONFIGDIR=" + home, "JUPYTER_PLATFORM_DIRS=1", "PYDEVD_DISABLE_FILE_VALIDATION=1"}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
+	// A kernel the driver left running holds its pipes: the wait is bounded.
+	cmd.WaitDelay = 30 * time.Second
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, dir, fmt.Errorf("jupyter driver: %v\n%s", err, stderr.String())

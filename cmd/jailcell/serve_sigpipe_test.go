@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,13 +17,7 @@ import (
 // reader went killed it mid-drain with the sandboxes left running.
 func TestServeSurvivesClosedStderr(t *testing.T) {
 	testenv.RequiresRoot(t)
-	dir := testenv.StateDir(t)
-	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte(serveConfig(t, dir, "root", "pool:\n  size: 0\n")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "serve", "--config", cfg)
-	cmd.Env = jailcellEnv()
+	cmd, dir := serveCmd(t, "pool:\n  size: 0\n")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

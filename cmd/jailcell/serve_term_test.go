@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -19,13 +18,7 @@ import (
 func TestServeTermOnceListening(t *testing.T) {
 	testenv.RequiresRoot(t)
 	for round := range 3 {
-		dir := testenv.StateDir(t)
-		cfg := filepath.Join(dir, "config.yaml")
-		if err := os.WriteFile(cfg, []byte(serveConfig(t, dir, "root", "pool:\n  size: 0\n")), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(os.Args[0], "serve", "--config", cfg)
-		cmd.Env = jailcellEnv()
+		cmd, dir := serveCmd(t, "pool:\n  size: 0\n")
 		log := &testenv.LockedBuffer{}
 		cmd.Stderr = log
 		if err := cmd.Start(); err != nil {

@@ -53,6 +53,20 @@ func jailcellEnv(extra ...string) []string {
 	return testenv.ChildEnv(append([]string{"JAILCELL_TEST_MAIN=1"}, extra...)...)
 }
 
+// serveCmd is this test binary as `jailcell serve` on a fresh state dir
+// with serveConfig plus extra, not started; it returns the dir too.
+func serveCmd(t *testing.T, extra string) (*exec.Cmd, string) {
+	t.Helper()
+	dir := testenv.StateDir(t)
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(serveConfig(t, dir, "root", extra)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "serve", "--config", cfg)
+	cmd.Env = jailcellEnv()
+	return cmd, dir
+}
+
 // startServe starts this test binary as `jailcell serve` and waits until
 // it answers.
 func startServe(t *testing.T, group, extraConfig string) *testenv.Service {

@@ -64,7 +64,9 @@ service's allowed uids or groups decide.`,
 			signal.Ignore(os.Interrupt)
 			ctx, cancel := context.WithCancelCause(ctx)
 			defer cancel(nil)
-			go watchParent(ctx, cancel, os.Getppid(), time.Second)
+			if pid, err := strconv.Atoi(os.Getenv("JPY_PARENT_PID")); err == nil {
+				go watchParent(ctx, cancel, pid, time.Second)
+			}
 			err := api.ServeJupyter(ctx, h, c, api.JupyterOptions{Owner: os.Getuid(), Policy: policyName, TimeoutS: timeout, TTLS: ttl, Version: version, Logger: log})
 			if errors.Is(err, errParentGone) {
 				log.Warn("the Jupyter client that started this kernel is gone: its session is closed and the kernel ends", "err", err)
@@ -80,16 +82,23 @@ service's allowed uids or groups decide.`,
 // it down.
 var errParentGone = errors.New("the kernel's parent process ended")
 
-// watchParent cancels ctx with errParentGone once this process's parent is
-// no longer parent (it died and we were reparented), as ipykernel's parent
-// poller does: a Jupyter client that crashes, or is killed, never sends
-// shutdown_request, and its kernel would otherwise live on for good,
-// holding its session on the service and the client's output pipe (a
-// caller waiting for that pipe to close waits forever). A parent of 0 or 1
-// (started by init, or already orphaned) is not watched.
-func watchParent(ctx context.Context, cancel context.CancelCauseFunc, parent int, every time.Duration) {
-	if parent <= 1 {
+// watchParent cancels ctx with errParentGone once the Jupyter client
+// that started this kernel is gone, as ipykernel's parent poller does: a
+// client that crashes, or is killed, never sends shutdown_request, and its
+// kernel would otherwise live on for good, holding its session on the
+// service and the client's output pipe (a caller waiting for that pipe to
+// close waits forever). client is JPY_PARENT_PID, which jupyter_client
+// sets; a kernel run by hand (no JPY_PARENT_PID) is not watched. As in
+// ipykernel: while the parent is client, a change of parent ends the
+// kernel; when it is not (a launcher in between), being reparented to
+// init does; a parent of 0 or 1 is not watched.
+func watchParent(ctx context.Context, cancel context.CancelCauseFunc, client int, every time.Duration) {
+	if client <= 1 {
 		return
+	}
+	parent := client
+	if os.Getppid() != client {
+		parent = 0
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -98,8 +107,9 @@ func watchParent(ctx context.Context, cancel context.CancelCauseFunc, parent int
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if now := os.Getppid(); now != parent {
-				cancel(fmt.Errorf("%w (pid %d; now %d)", errParentGone, parent, now))
+			now := os.Getppid()
+			if (parent == 0 && now == 1) || (parent != 0 && now != parent) {
+				cancel(fmt.Errorf("%w (JPY_PARENT_PID %d; parent now %d)", errParentGone, client, now))
 				return
 			}
 		}

@@ -8,7 +8,7 @@
 # Usage: scripts/cgroupv2-vm.sh [plan-file]
 # Env: VM_DIR (cache; default /var/cache/jailcell/vm), JAILCELL_ROOTFS
 # (default /var/lib/jailcell/rootfs), VM_MEM (MiB, default 3072), VM_SMP
-# (default 2), VM_TIMEOUT (seconds for the whole guest, default 900),
+# (default 2), VM_TIMEOUT (seconds for the whole guest, default 480),
 # VM_ROOTFS_VIA (ext4 (default) or 9p; see docs/cgroupv2.md).
 # FETCH_ONLY=1 stops once the kernel and the base initramfs are in VM_DIR
 # (the lookup, the checksummed download, the unpacking): the cold-path
@@ -24,7 +24,7 @@ VM_DIR=${VM_DIR:-/var/cache/jailcell/vm}
 ROOTFS_BASE=${JAILCELL_ROOTFS:-/var/lib/jailcell/rootfs}
 VM_MEM=${VM_MEM:-3072}
 VM_SMP=${VM_SMP:-2}
-VM_TIMEOUT=${VM_TIMEOUT:-900}
+VM_TIMEOUT=${VM_TIMEOUT:-480}
 VM_ROOTFS_VIA=${VM_ROOTFS_VIA:-ext4}
 GO=${GO:-go}
 # Modules the guest loads (their dependencies come along via modules.dep).
@@ -165,11 +165,14 @@ fi
 # The default plan: "<package dir> <top-level test regex> <timeout>". Each
 # named test must pass in the guest; a skip fails the run. Under TCG Python
 # runs 5-30x slower, so this is the subset that proves the v2 limits bite.
+# The guest runs them in 40-100 s here. Each binary's timeout is well
+# inside VM_TIMEOUT, so a test that hangs panics with its goroutines in the
+# log (a failure, never retried) before the guest as a whole is given up.
 default_plan() {
 	cat <<'EOF'
-test/cgroupv2 ^(TestMemoryMaxOOMKillCountedInMemoryEvents|TestPidsMaxForkRefusedCountedInPidsEvents|TestCPUMaxThrottlesCountedInCPUStat|TestIDMappedOverlayCopyUpInUserNamespace)$ 10m
-isolate ^(TestPosture|TestDestroyLeavesNothing|TestDelegateMovesIntoLeaf)$ 10m
-session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells|TestPeakMemoryIsPerCell)$ 15m
+test/cgroupv2 ^(TestMemoryMaxOOMKillCountedInMemoryEvents|TestPidsMaxForkRefusedCountedInPidsEvents|TestCPUMaxThrottlesCountedInCPUStat|TestIDMappedOverlayCopyUpInUserNamespace)$ 2m
+isolate ^(TestPosture|TestDestroyLeavesNothing|TestDelegateMovesIntoLeaf)$ 2m
+session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells|TestPeakMemoryIsPerCell)$ 4m
 EOF
 }
 
@@ -203,34 +206,40 @@ cat "$base" "$run/run.cpio" >"$run/initrd"
 log "binaries built ($(elapsed)); booting $kver, ${VM_MEM} MiB, $VM_SMP vCPUs, TCG"
 
 # --- boot ---------------------------------------------------------------
+# A guest that gives no exit code (hung or crashed under TCG: seen once in
+# many runs, silent, the tests' own -test.timeout never firing) is booted
+# once more, saying so; a test that fails in the guest is never retried.
 out=${VM_OUT:-$here/build/vm}
 mkdir -p "$out"
-: >"$out/console.log"
-: >"$out/tests.log"
-: >"$out/rc.log"
-tail -n +1 -f "$out/tests.log" &
-tailpid=$!
-boot=$(date +%s.%N)
-set +e
-timeout --kill-after=10 "$VM_TIMEOUT" qemu-system-x86_64 \
-	-accel tcg,thread=multi -cpu max -smp "$VM_SMP" -m "$VM_MEM" \
-	-nodefaults -display none -no-reboot -nic none \
-	-kernel "$kdir/vmlinux" -initrd "$run/initrd" \
-	-append "console=ttyS0 quiet panic=-1 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 rdinit=/init" \
-	"${drive[@]}" \
-	-serial "file:$out/console.log" -serial "file:$out/tests.log" -serial "file:$out/rc.log"
-qrc=$?
-set -e
-sleep 0.2
-kill "$tailpid" 2>/dev/null || true
-wait "$tailpid" 2>/dev/null || true
-secs=$(echo "$(date +%s.%N) - $boot" | bc)
-rc=$(tr -d '\r' <"$out/rc.log" | sed -n 's/^rc=\([0-9]*\)$/\1/p' | tail -1)
-if [ -z "$rc" ]; then
+for try in 1 2; do
+	: >"$out/console.log"
+	: >"$out/tests.log"
+	: >"$out/rc.log"
+	tail -n +1 -f "$out/tests.log" &
+	tailpid=$!
+	boot=$(date +%s.%N)
+	set +e
+	timeout --kill-after=10 "$VM_TIMEOUT" qemu-system-x86_64 \
+		-accel tcg,thread=multi -cpu max -smp "$VM_SMP" -m "$VM_MEM" \
+		-nodefaults -display none -no-reboot -nic none \
+		-kernel "$kdir/vmlinux" -initrd "$run/initrd" \
+		-append "console=ttyS0 quiet panic=-1 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 rdinit=/init" \
+		"${drive[@]}" \
+		-serial "file:$out/console.log" -serial "file:$out/tests.log" -serial "file:$out/rc.log"
+	qrc=$?
+	set -e
+	sleep 0.2
+	kill "$tailpid" 2>/dev/null || true
+	wait "$tailpid" 2>/dev/null || true
+	tailpid=
+	secs=$(echo "$(date +%s.%N) - $boot" | bc)
+	rc=$(tr -d '\r' <"$out/rc.log" | sed -n 's/^rc=\([0-9]*\)$/\1/p' | tail -1)
+	[ -z "$rc" ] || break
 	[ "$qrc" = 124 ] && log "guest timed out after ${VM_TIMEOUT}s"
-	log "guest gave no exit code (qemu exit $qrc); kernel console:"
+	log "guest gave no exit code (qemu exit $qrc, try $try of 2); kernel console:"
 	tail -n 30 "$out/console.log" >&2
-	exit 1
-fi
+	[ "$try" = 2 ] && exit 1
+	log "booting the guest again"
+done
 log "guest exit $rc, guest run $(printf '%.1f' "$secs")s, total $(elapsed); logs in $out"
 exit "$rc"

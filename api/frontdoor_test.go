@@ -9,10 +9,13 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jailcell/jailcell/policy"
 )
 
 // Issue 24's front-door rows, tried as an attacker would: over a real TCP
@@ -300,4 +303,144 @@ func decodeResp(t *testing.T, s string) Response {
 		t.Fatalf("response %q: %v", clip(s, 300), err)
 	}
 	return r
+}
+
+const frontCgroupRoot = "/jailcell-test-api-fronts"
+
+// stalledStream starts a streamed exec of code in session id on a
+// connection whose client never reads (a 4 KiB receive window).
+func stalledStream(t *testing.T, addr, id, code string, timeoutS int) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	body, _ := json.Marshal(map[string]any{"code": code, "timeout_s": timeoutS})
+	fmt.Fprintf(c, "POST /v1/sessions/%s/exec HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
+		"Accept: application/x-ndjson\r\nContent-Length: %d\r\n\r\n%s", id, addr, tokA, len(body), body)
+	return c
+}
+
+// doJSON sends a JSON request as owner 1000 and returns status and body.
+func doJSON(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := tokenClient(tokA).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	return resp.StatusCode, string(b)
+}
+
+// untilIdle waits (a minute at most: counts, not times) until the
+// in-flight budget holds nothing: every request, the stalled stream
+// included, has been answered or cut.
+func untilIdle(t *testing.T, srv *HTTPServer, what string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		srv.lim.mu.Lock()
+		n := srv.lim.count
+		srv.lim.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d requests still hold places a minute on", what, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHostileStreamedExecClientStopsReading (issue 24 row 8: a streamed
+// exec over TCP whose client stopped reading kept its session busy after
+// the cell ended, a DELETE answered 500 after 10 s, and the slot was held
+// until the client read again): the cell never waits for the client, so
+// the session is free when the cell ends and keeps its state; the stalled
+// response is cut at the stream grace after that, freeing its slot; a
+// DELETE, even while the cell runs, answers 200.
+func TestHostileStreamedExecClientStopsReading(t *testing.T) {
+	p := policy.Default()
+	p.MemoryBytes = 512 << 20
+	p.OutputBytes = 16 << 20
+	m := newTestManager(t, frontCgroupRoot, p)
+	srv, addr := serveFront(t, &Dispatcher{Manager: m, Version: "test"}, HTTPOptions{StreamGrace: time.Second})
+	base := "http://" + addr
+	create := func() string {
+		code, b := doJSON(t, http.MethodPost, base+"/v1/sessions", "{}")
+		if code != http.StatusCreated {
+			t.Fatalf("create: %d %s", code, b)
+		}
+		return decodeResp(t, b).Info.ID
+	}
+	// 10 MiB of output: more than the loopback socket's buffers hold
+	// (tcp_wmem's 4 MiB ceiling and a 4 KiB receive window).
+	const flood = "import sys\nchunk = 'x' * 65535 + '\\n'\nfor i in range(160):\n    sys.stdout.write(chunk); sys.stdout.flush()\n"
+
+	t.Run("session free when the cell ends", func(t *testing.T) {
+		id := create()
+		stalledStream(t, addr, id, flood+"done = 42\n", 60)
+		// Another connection's exec: busy while the cell runs, then it
+		// runs, and sees the stalled cell's variables.
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			code, b := doJSON(t, http.MethodPost, base+"/v1/sessions/"+id+"/exec", `{"code":"print(done)"}`)
+			if code == http.StatusOK {
+				if r := decodeResp(t, b); r.Result == nil || r.Result.Stdout != "42\n" {
+					t.Fatalf("exec after the stalled cell: %s", clip(b, 500))
+				}
+				break
+			}
+			if code != http.StatusConflict {
+				t.Fatalf("exec while the stalled cell runs: %d %s", code, clip(b, 500))
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the session stayed busy two minutes behind a client that stopped reading")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		untilIdle(t, srv, "the stalled stream after its cell ended")
+		if code, b := doJSON(t, http.MethodDelete, base+"/v1/sessions/"+id, ""); code != http.StatusOK {
+			t.Fatalf("DELETE after the stalled stream: %d %s", code, b)
+		}
+	})
+
+	t.Run("DELETE while the stalled cell runs", func(t *testing.T) {
+		id := create()
+		stalledStream(t, addr, id, flood+"import time\ntime.sleep(120)\n", 300)
+		// The whole flood is queued for the stalled client (its place grew
+		// by it) and the cell sleeps on.
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			srv.lim.mu.Lock()
+			used := srv.lim.used
+			srv.lim.mu.Unlock()
+			if used >= 10<<20 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the cell's output never reached the stream's queue (%d bytes in flight)", used)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if code, b := doJSON(t, http.MethodPost, base+"/v1/sessions/"+id+"/exec", `{"code":"1"}`); code != http.StatusConflict {
+			t.Fatalf("exec while the cell sleeps: %d %s, want 409 busy", code, clip(b, 300))
+		}
+		if code, b := doJSON(t, http.MethodDelete, base+"/v1/sessions/"+id, ""); code != http.StatusOK {
+			t.Fatalf("DELETE of a session whose streamed cell's client stopped reading: %d %s", code, b)
+		}
+		untilIdle(t, srv, "the stalled stream after its session was deleted")
+	})
 }

@@ -444,3 +444,79 @@ func TestHostileStreamedExecClientStopsReading(t *testing.T) {
 		untilIdle(t, srv, "the stalled stream after its session was deleted")
 	})
 }
+
+// mcpPost sends one JSON-RPC message in MCP session sid (none: "") over a
+// fresh connection and returns status, session id and body.
+func mcpPost(t *testing.T, base, sid, msg string) (int, string, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(msg))
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{}, Timeout: 2 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatalf("POST /mcp: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), string(b)
+}
+
+// TestHostileMCPToolCallClientStopsReading (issue 24 row 8, the MCP
+// streaming path): a run_python whose client stops reading its event
+// stream (progress, then a large result) does not hold the jailcell
+// session, and its request's place is freed within the stream grace once
+// a write stalls; the MCP session still serves the next call, with the
+// cell's variables.
+func TestHostileMCPToolCallClientStopsReading(t *testing.T) {
+	p := policy.Default()
+	p.MemoryBytes = 512 << 20
+	p.OutputBytes = 16 << 20
+	m := newTestManager(t, frontCgroupRoot+"-mcp", p)
+	srv, addr := serveFront(t, &Dispatcher{Manager: m, Version: "test"}, HTTPOptions{StreamGrace: time.Second})
+	base := "http://" + addr
+	code, sid, body := mcpPost(t, base, "", initializeBody)
+	if code != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d %s", code, body)
+	}
+	if code, _, body := mcpPost(t, base, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); code != http.StatusAccepted {
+		t.Fatalf("initialized: %d %s", code, body)
+	}
+	// The stalled client asks for progress and a 10 MiB result, and never
+	// reads.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	call, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": map[string]any{
+		"name": "run_python", "_meta": map[string]any{"progressToken": "p1"},
+		"arguments": map[string]any{"timeout_s": 60, "code": "import sys, time\nchunk = 'x' * 65535 + '\\n'\nfor i in range(160):\n    sys.stdout.write(chunk)\ntime.sleep(1.5)\ndone = 42\n"}}})
+	fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+		"Mcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-06-18\r\nContent-Length: %d\r\n\r\n%s", addr, tokA, sid, len(call), call)
+	// The cell ends, its result stalls in the write, and is cut: every
+	// place comes back while the client still reads nothing.
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(m.List(context.Background(), 1000)) == 0 { // the call was admitted and made its session
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled tool call made no session in two minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	untilIdle(t, srv, "the stalled MCP tool call")
+	code, _, body = mcpPost(t, base, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print(done)"}}}`)
+	if code != http.StatusOK || !strings.Contains(body, `42\n`) {
+		t.Fatalf("the next call in the MCP session: %d %.500s", code, body)
+	}
+}

@@ -71,6 +71,22 @@ type HTTPOptions struct {
 	// /readyz answers 503 while it cannot, and while draining. Default:
 	// always ready.
 	Ready func() error
+	// StreamGrace is how long a streamed response (an exec answered as
+	// JSON lines, an MCP event stream) may wait for its client to read:
+	// a streamed exec is cut this long after its cell ends, and every
+	// write to /mcp must complete within it. The cell never waits for the
+	// client. Default 30 s.
+	StreamGrace time.Duration
+	// MCPMaxSessionsPerOwner caps the live MCP sessions at /mcp of one
+	// owner (each may hold one jailcell session); one more initialize is
+	// answered 429 with code "limit". Default 16.
+	MCPMaxSessionsPerOwner int
+	// MCPMaxSessions caps the live MCP sessions at /mcp of all owners
+	// together. Default 256.
+	MCPMaxSessions int
+	// MCPIdleTimeout ends an MCP session with no request for this long,
+	// with the jailcell session it used. Default 30 min.
+	MCPIdleTimeout time.Duration
 }
 
 const (
@@ -79,6 +95,14 @@ const (
 	defaultReadHeaderTimeout = 10 * time.Second
 	defaultBodyTimeout       = 5 * time.Minute
 	defaultIdleTimeout       = 2 * time.Minute
+	// DefaultMCPMaxSessionsPerOwner, DefaultMCPMaxSessions and
+	// DefaultMCPIdleTimeout are the MCP session bounds when HTTPOptions
+	// leaves them zero (the config keys' defaults too).
+	DefaultMCPMaxSessionsPerOwner = 16
+	DefaultMCPMaxSessions         = 256
+	DefaultMCPIdleTimeout         = 30 * time.Minute
+	// DefaultStreamGrace is HTTPOptions.StreamGrace's default.
+	DefaultStreamGrace = 30 * time.Second
 )
 
 // HTTPServer is the HTTP/1.1 transport: it maps routes to wire requests,
@@ -119,9 +143,23 @@ func NewHTTPServer(d *Dispatcher, opts HTTPOptions) *HTTPServer {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = defaultIdleTimeout
 	}
+	if opts.StreamGrace <= 0 {
+		opts.StreamGrace = DefaultStreamGrace
+	}
+	if opts.MCPMaxSessionsPerOwner <= 0 {
+		opts.MCPMaxSessionsPerOwner = DefaultMCPMaxSessionsPerOwner
+	}
+	if opts.MCPMaxSessions <= 0 {
+		opts.MCPMaxSessions = DefaultMCPMaxSessions
+	}
+	if opts.MCPIdleTimeout <= 0 {
+		opts.MCPIdleTimeout = DefaultMCPIdleTimeout
+	}
 	lim, log := transport(opts.MaxInFlight, opts.MaxInFlightBytes, opts.Logger)
 	s := &HTTPServer{d: d, opts: opts, log: log, metrics: newServiceMetrics(d), lim: lim}
 	s.SetAccess(opts.Access)
+	s.metrics.gauge("jailcell_mcp_sessions", "MCP sessions live at /mcp, of all owners (capped by mcp.max_sessions).",
+		func() float64 { return float64(s.mcp.live.count()) })
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: opts.ReadHeaderTimeout,
@@ -558,40 +596,30 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 // happen, then the response, exactly as JSON-lines mode writes them. The
 // status is 200 once an event has gone out; a request that fails before
 // any output gets its error's status instead.
+//
+// A client that stops reading must not hold the session (issue 24: a
+// streamed exec whose client stopped reading kept its session busy after
+// the cell ended, a DELETE of it answered 500, and its slot was held until
+// the client read again). So the cell never writes to the client: its
+// events queue here (bounded by the cell's own output caps, and counted in
+// the request's place in the in-flight budget) and a writer sends them.
+// The session is free when the cell ends; the writer then has the
+// stream grace to hand over the rest, after which the response is cut.
 func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner int, req *Request, pl *place) *Response {
-	rc := http.NewResponseController(w)
-	var mu sync.Mutex
-	started, broken := false, false
-	start := func(status int) {
-		if !started {
-			w.Header().Set("Content-Type", "application/x-ndjson")
-			w.Header().Set("Cache-Control", "no-store")
-			w.WriteHeader(status)
-			started = true
-		}
-	}
-	write := func(b []byte) {
-		if broken {
-			return
-		}
-		if _, err := w.Write(b); err != nil {
-			// The client went away; the cell runs on, its result is
-			// dropped.
-			broken = true
-			return
-		}
-		_ = rc.Flush()
-	}
+	q := &lineQueue{wake: make(chan struct{}, 1)}
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		s.writeLines(w, q)
+	}()
 	emit := func(ev Event) {
 		b, err := encodeLine(ev)
 		if err != nil {
 			s.log.Error("encode event", "err", err)
 			return
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		start(http.StatusOK)
-		write(b)
+		pl.grow(int64(len(b)))
+		q.push(http.StatusOK, b)
 	}
 	resp := s.d.Handle(ctx, owner, req, emit)
 	b, err := encodeLine(resp)
@@ -601,11 +629,96 @@ func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner in
 		b, _ = encodeLine(resp)
 	}
 	pl.grow(int64(len(b)))
-	mu.Lock()
-	defer mu.Unlock()
-	start(httpStatus(resp))
-	write(b)
+	// The cell is over; the client has the grace to take what is left.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamGrace))
+	q.push(httpStatus(resp), b)
+	q.close()
+	<-wrote
+	_ = rc.SetWriteDeadline(time.Time{})
 	return resp
+}
+
+// lineQueue carries a stream's lines from the cell to the writer.
+type lineQueue struct {
+	mu     sync.Mutex
+	lines  [][]byte
+	status int // of the first line, which decides the response's
+	closed bool
+	wake   chan struct{}
+}
+
+func (q *lineQueue) push(status int, b []byte) {
+	q.mu.Lock()
+	if q.status == 0 {
+		q.status = status
+	}
+	q.lines = append(q.lines, b)
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *lineQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *lineQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take waits for lines; it returns none once the queue is closed and
+// empty.
+func (q *lineQueue) take() (lines [][]byte, status int, more bool) {
+	for {
+		q.mu.Lock()
+		lines, q.lines = q.lines, nil
+		status, closed := q.status, q.closed
+		q.mu.Unlock()
+		if len(lines) > 0 || closed {
+			return lines, status, len(lines) > 0
+		}
+		<-q.wake
+	}
+}
+
+// writeLines writes q's lines to w until q is closed, or the client fails
+// to take them (gone, or past the write deadline): the rest are dropped.
+func (s *HTTPServer) writeLines(w http.ResponseWriter, q *lineQueue) {
+	rc := http.NewResponseController(w)
+	started, broken := false, false
+	for {
+		lines, status, more := q.take()
+		if !more {
+			return
+		}
+		if broken {
+			continue
+		}
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(status)
+			started = true
+		}
+		for _, b := range lines {
+			if _, err := w.Write(b); err != nil {
+				broken = true
+				break
+			}
+		}
+		if !broken && rc.Flush() != nil {
+			broken = true
+		}
+		if broken {
+			s.log.Debug("streamed response cut: the client did not take it")
+		}
+	}
 }
 
 func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, owner int) {

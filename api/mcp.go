@@ -1,11 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -517,11 +519,6 @@ func (c *mcpConn) reset(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*m
 	return text("session closed; the next call starts a fresh one"), sessionOut{}, nil
 }
 
-// mcpSessionTimeout closes an MCP-over-HTTP session with no request for
-// this long, and with it its jailcell session (whose own TTL may end it
-// sooner).
-const mcpSessionTimeout = time.Hour
-
 // mcpMount is MCP over Streamable HTTP at /mcp on the service socket. Each
 // MCP session is one connection's worth of state: one jailcell session,
 // owned by the uid of the peer that initialized it.
@@ -531,7 +528,130 @@ type mcpMount struct {
 	// quit ends the long-lived GET streams when the server shuts down, so
 	// a drain waits for running cells, not for idle listeners.
 	quit context.Context
+	live mcpLive
 }
+
+// mcpLive counts the live MCP sessions, per owner and in all. Issue 24:
+// 3,000 initialize requests from one uid were all accepted and each held
+// for an hour (+591 MiB in the daemon); now an owner's sessions and all
+// sessions are capped, and an idle one ends (HTTPOptions.MCP*).
+type mcpLive struct {
+	mu     sync.Mutex
+	owners map[uint32]int
+	total  int
+}
+
+func (l *mcpLive) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// reserve takes a place for one new MCP session of uid, or says which cap
+// refuses it.
+func (s *HTTPServer) mcpReserve(uid uint32) (*mcpReservation, *Error) {
+	l := &s.mcp.live
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.owners == nil {
+		l.owners = map[uint32]int{}
+	}
+	idle := s.opts.MCPIdleTimeout
+	if n, max := l.owners[uid], s.opts.MCPMaxSessionsPerOwner; n >= max {
+		return nil, &Error{Code: CodeLimit, Message: fmt.Sprintf("owner %d has %d live MCP sessions, at most %d (mcp.max_sessions_per_owner): "+
+			"end one (DELETE /mcp with its Mcp-Session-Id header) or wait until one has been idle for %s (mcp.idle_timeout)", uid, n, max, idle)}
+	}
+	if max := s.opts.MCPMaxSessions; l.total >= max {
+		return nil, &Error{Code: CodeLimit, Message: fmt.Sprintf("this node has %d live MCP sessions, at most %d (mcp.max_sessions); "+
+			"try again when one ends (after %s idle, mcp.idle_timeout)", l.total, max, idle)}
+	}
+	l.owners[uid]++
+	l.total++
+	return &mcpReservation{l: l, uid: uid}, nil
+}
+
+// mcpReservation is the place of one MCP session, from the initialize
+// that asks for it until the session ends (or at once when the request
+// creates none).
+type mcpReservation struct {
+	l   *mcpLive
+	uid uint32
+
+	mu   sync.Mutex
+	id   string // the session id the SDK asked for
+	srv  *mcp.Server
+	conn *mcpConn
+	once sync.Once
+}
+
+func (r *mcpReservation) bind(id string, srv *mcp.Server, c *mcpConn) {
+	r.mu.Lock()
+	r.id, r.srv, r.conn = id, srv, c
+	r.mu.Unlock()
+}
+
+func (r *mcpReservation) release() {
+	r.once.Do(func() {
+		r.l.mu.Lock()
+		r.l.total--
+		if r.l.owners[r.uid]--; r.l.owners[r.uid] <= 0 {
+			delete(r.l.owners, r.uid)
+		}
+		r.l.mu.Unlock()
+	})
+}
+
+// settle runs after the initialize request was answered: the place stays
+// with the session it created until that session ends (a DELETE, the idle
+// timeout, shutdown), which also closes its jailcell session; a request
+// that created no session gives it back now.
+func (r *mcpReservation) settle() {
+	r.mu.Lock()
+	id, srv, c := r.id, r.srv, r.conn
+	r.mu.Unlock()
+	if srv != nil {
+		for ss := range srv.Sessions() {
+			if ss.ID() == id {
+				go func() {
+					_ = ss.Wait()
+					c.closeSession()
+					r.release()
+				}()
+				return
+			}
+		}
+	}
+	if c != nil {
+		c.closeSession()
+	}
+	r.release()
+}
+
+type mcpReservationKey struct{}
+
+// stallWriter bounds each write of an MCP response by the stream grace:
+// the SDK writes a tool's progress and result from the goroutines that
+// make them, so a client that stops reading would otherwise hold them,
+// and the request's place, until it reads again (issue 24).
+type stallWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	grace time.Duration
+}
+
+func (w *stallWriter) Write(b []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.grace))
+	return w.ResponseWriter.Write(b)
+}
+
+// FlushError is what http.ResponseController.Flush, which the SDK uses,
+// calls first.
+func (w *stallWriter) FlushError() error {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.grace))
+	return w.rc.Flush()
+}
+
+func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // mcpSessionPrefix starts every MCP session id the service hands to uid: a
 // request naming a session of another uid is refused before the SDK sees
@@ -556,12 +676,22 @@ func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer)
 			if err != nil {
 				return nil // answered 400; ServeHTTP admitted nobody without credentials anyway
 			}
-			srv, _ := newMCPServer(s.d, MCPOptions{Owner: int(p.UID), Logger: s.log}, &mcp.ServerOptions{
-				GetSessionID: func() string { return mcpSessionPrefix(p.UID) + rand.Text() },
+			res, _ := r.Context().Value(mcpReservationKey{}).(*mcpReservation)
+			var srv *mcp.Server
+			var c *mcpConn
+			srv, c = newMCPServer(s.d, MCPOptions{Owner: int(p.UID), Logger: s.log}, &mcp.ServerOptions{
+				// Asked once, of the server a new session connects to.
+				GetSessionID: func() string {
+					id := mcpSessionPrefix(p.UID) + rand.Text()
+					if res != nil {
+						res.bind(id, srv, c)
+					}
+					return id
+				},
 			})
 			return srv
 		}, &mcp.StreamableHTTPOptions{
-			SessionTimeout:      mcpSessionTimeout,
+			SessionTimeout:      s.opts.MCPIdleTimeout,
 			MaxRequestBodyBytes: s.opts.MaxBodyBytes,
 			Logger:              s.log,
 		})
@@ -572,18 +702,34 @@ func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer)
 		s.writeBody(w, fail(nullID, badRequest("method %s is not allowed on %s; allowed: %s", r.Method, mcpPath, strings.Join(mcpMethods, ", "))))
 		return
 	}
-	if id := r.Header.Get("Mcp-Session-Id"); id != "" && !strings.HasPrefix(id, mcpSessionPrefix(peer.UID)) {
+	id := r.Header.Get("Mcp-Session-Id")
+	if id != "" && !strings.HasPrefix(id, mcpSessionPrefix(peer.UID)) {
 		s.writeError(w, &Error{Code: CodeForbidden, Message: fmt.Sprintf("MCP session %q is not one of uid %d's", clip(id, 80), peer.UID)})
 		return
 	}
 	if r.Method == http.MethodPost {
-		// A tool call holds a place in the in-flight budget like any
-		// request; the GET stream only waits for notifications.
-		pl := s.admit(w, r)
-		if pl == nil {
+		if id == "" {
+			// A POST without a session is an initialize: it may create one.
+			res, e := s.mcpReserve(peer.UID)
+			if e != nil {
+				s.writeError(w, e)
+				return
+			}
+			defer res.settle()
+			r = r.WithContext(context.WithValue(r.Context(), mcpReservationKey{}, res))
+		}
+		// Issue 24: MCP bodies were admitted with weight 0 and no deadline,
+		// so slow large ones were all read while REST bodies waited at the
+		// budget. A body here is read as a REST body is: its size in the
+		// in-flight budget, at most MaxBodyBytes, within BodyTimeout; the
+		// place is held until the call is answered.
+		body, pl, ok := s.readBody(w, r, s.opts.MaxBodyBytes)
+		if !ok {
 			return
 		}
 		defer pl.release()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
 	}
 	if r.Method == http.MethodGet {
 		ctx, cancel := context.WithCancel(r.Context())
@@ -591,5 +737,7 @@ func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer)
 		defer context.AfterFunc(m.quit, cancel)()
 		r = r.WithContext(ctx)
 	}
-	m.h.ServeHTTP(w, r)
+	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), grace: s.opts.StreamGrace}
+	defer func() { _ = sw.rc.SetWriteDeadline(time.Time{}) }()
+	m.h.ServeHTTP(sw, r)
 }

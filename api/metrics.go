@@ -50,6 +50,11 @@ func newServiceMetrics(d *Dispatcher) *serviceMetrics {
 	return m
 }
 
+// gauge registers a figure read at scrape time.
+func (m *serviceMetrics) gauge(name, help string, f func() float64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+}
+
 func (m *serviceMetrics) request(route string, status int) {
 	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 }

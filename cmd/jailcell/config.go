@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/rootfs"
@@ -253,6 +254,22 @@ and creates refused, before it stops accepting and drains (0s..5m): long
 enough for a proxy's health checks to take the node out of the create
 pool (HAProxy: inter x fall). Sessions keep answering meanwhile. A
 second SIGTERM skips it.`},
+	// The front doors' bounds: MCP sessions at /mcp, streamed responses.
+	{name: "mcp.max_sessions_per_owner", def: api.DefaultMCPMaxSessionsPerOwner, dec: intKey(func(c *config) *int { return &c.HTTP.MCPMaxSessionsPerOwner }, 1, 4096),
+		doc: `MCP sessions one owner may hold at /mcp at once (serve), each with at
+most one jailcell session; one more initialize is answered 429, code
+limit, naming this key (1..4096).`},
+	{name: "mcp.max_sessions", def: api.DefaultMCPMaxSessions, dec: intKey(func(c *config) *int { return &c.HTTP.MCPMaxSessions }, 1, 65536),
+		doc: `MCP sessions all owners together may hold at /mcp at once (1..65536).`},
+	{name: "mcp.idle_timeout", def: api.DefaultMCPIdleTimeout, dec: durKey(func(c *config) *time.Duration { return &c.HTTP.MCPIdleTimeout }),
+		doc: `An MCP session at /mcp with no request for this long is ended, with
+its jailcell session, and its place freed (1s..24h). A running tool
+call keeps it alive.`},
+	{name: "http.stream_grace", def: api.DefaultStreamGrace, dec: durKey(func(c *config) *time.Duration { return &c.HTTP.StreamGrace }),
+		doc: `How long a client of a streamed response (an exec answered as JSON
+lines, an MCP event stream) may fall behind: a streamed exec is cut
+this long after its cell ends, and each write of an MCP response must
+complete within it (1s..10m). A cell never waits for its client.`},
 	// The workflow keys: fix-and-retry, review log, failure memory.
 	{name: "fixer.kind", def: "", dec: strKey(func(c *config) *string { return &c.fixer.kind }),
 		doc: `--- Fix-and-retry, review log, failure memory (docs/workflow.md) ---
@@ -317,6 +334,9 @@ type config struct {
 	DrainGrace     time.Duration
 	// DrainNotice is how long a drain keeps listening, not ready, first.
 	DrainNotice time.Duration
+	// HTTP holds the HTTP transport's bounds set by keys (mcp.*,
+	// http.stream_grace); serve adds access, logger, auth and readiness.
+	HTTP api.HTTPOptions
 	// Store opens the store (store.*); build opens it.
 	Store store.Options
 	// storeDir is the deprecated store_dir key; checkStore folds it into
@@ -1020,6 +1040,18 @@ var configChecks = []func(c *config) error{
 	},
 	func(c *config) error { return durRange("drain_grace", c.DrainGrace, 0, time.Hour) },
 	func(c *config) error { return durRange("drain_notice", c.DrainNotice, 0, 5*time.Minute) },
+	func(c *config) error {
+		return durRange("mcp.idle_timeout", c.HTTP.MCPIdleTimeout, time.Second, 24*time.Hour)
+	},
+	func(c *config) error {
+		return durRange("http.stream_grace", c.HTTP.StreamGrace, time.Second, 10*time.Minute)
+	},
+	func(c *config) error {
+		if c.HTTP.MCPMaxSessionsPerOwner > c.HTTP.MCPMaxSessions {
+			return fmt.Errorf("mcp.max_sessions_per_owner = %d: want at most mcp.max_sessions (%d)", c.HTTP.MCPMaxSessionsPerOwner, c.HTTP.MCPMaxSessions)
+		}
+		return nil
+	},
 	func(c *config) error {
 		if c.PoolSize != poolAuto && c.PoolSize > c.Session.MaxSessions {
 			return fmt.Errorf("pool.size = %d: at most sessions.max (%d); pooled sessions count toward it", c.PoolSize, c.Session.MaxSessions)

@@ -149,7 +149,9 @@ func serve(hf *hostFlags) (retErr error) {
 	}
 	s := &service{hf: hf, log: log, st: st}
 	s.srv = api.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf},
-		api.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready, Node: cfg.Session.NodeID})
+		api.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready, Node: cfg.Session.NodeID,
+			StreamGrace: cfg.HTTP.StreamGrace, MCPMaxSessionsPerOwner: cfg.HTTP.MCPMaxSessionsPerOwner,
+			MCPMaxSessions: cfg.HTTP.MCPMaxSessions, MCPIdleTimeout: cfg.HTTP.MCPIdleTimeout})
 	serveErr := make(chan error, len(listeners))
 	addrs := make([]string, len(listeners))
 	for i, l := range listeners {

@@ -235,7 +235,7 @@ func slowBody(t *testing.T, addr, method, path, tok string, size int) net.Conn {
 func TestHostileMCPSlowLargeBodies(t *testing.T) {
 	const body = 3 << 20
 	srv, addr := serveFront(t, testDispatcher(nil), HTTPOptions{
-		MaxBodyBytes: body, MaxInFlightBytes: 8 << 20, BodyTimeout: 2 * time.Second})
+		MaxBodyBytes: body, MaxInFlightBytes: 8 << 20, MaxInFlightBytesPerOwner: 8 << 20, BodyTimeout: 2 * time.Second})
 	// Over the size cap: refused before a byte of it is read.
 	big := slowBody(t, addr, http.MethodPost, "/mcp", tokA, body+1)
 	if code, msg := readStatus(t, big); code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "limit") {
@@ -280,6 +280,47 @@ func TestHostileMCPSlowLargeBodies(t *testing.T) {
 		defer srv.lim.mu.Unlock()
 		return srv.lim.count == 0 && srv.lim.used == 0
 	})
+}
+
+// TestHostileOneOwnerCannotStallAnother (issue 24: "no front door lets one
+// caller ... stall another caller"): one owner's slow large bodies hold
+// only its share of the in-flight budget, so another owner's body is read
+// and answered at once instead of waiting for the first owner's body
+// deadline. Without the share, owner 1000's two 3 MiB bodies filled the
+// 8 MiB budget and owner 1001's 3 MiB body waited behind them.
+func TestHostileOneOwnerCannotStallAnother(t *testing.T) {
+	const body = 3 << 20
+	srv, addr := serveFront(t, testDispatcher(nil), HTTPOptions{
+		MaxBodyBytes: body, MaxInFlightBytes: 8 << 20, MaxInFlightBytesPerOwner: 4 << 20, BodyTimeout: time.Minute})
+	for i := 0; i < 6; i++ {
+		slowBody(t, addr, http.MethodPost, "/mcp", tokA, body)
+	}
+	waitFor(t, func() bool {
+		srv.lim.mu.Lock()
+		defer srv.lim.mu.Unlock()
+		return srv.lim.count == 1 && srv.lim.used == body
+	})
+	time.Sleep(200 * time.Millisecond) // a second admitted late would show now
+	srv.lim.mu.Lock()
+	count, used := srv.lim.count, srv.lim.used
+	srv.lim.mu.Unlock()
+	if count != 1 || used != body {
+		t.Fatalf("owner 1000 holds %d places of %d bytes, want 1 of %d: its share (4 MiB) is not enforced", count, used, body)
+	}
+	// Owner 1001's full 3 MiB body is admitted beside them and answered
+	// well before owner 1000's bodies reach their minute-long deadline.
+	cB := tokenClient(tokB)
+	cB.Timeout = 20 * time.Second
+	big := "{" + strings.Repeat(" ", body-2) + "}"
+	resp, err := cB.Post("http://"+addr+"/v1/sessions", "application/json", strings.NewReader(big))
+	if err != nil {
+		t.Fatalf("POST /v1/sessions with a 3 MiB body from owner 1001 while owner 1000's bodies stall: %v", err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "no sandbox manager") {
+		t.Fatalf("POST /v1/sessions with a 3 MiB body from owner 1001 while owner 1000's bodies stall: %d %s", resp.StatusCode, clip(string(b), 300))
+	}
 }
 
 // readStatus reads one response's status and (small) body from c.

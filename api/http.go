@@ -57,6 +57,11 @@ type HTTPOptions struct {
 	// the requests handled at once and of their responses until written
 	// (one request always fits). Default 256 MiB.
 	MaxInFlightBytes int64
+	// MaxInFlightPerOwner and MaxInFlightBytesPerOwner bound one owner's
+	// share of those (one request of an owner holding nothing always
+	// fits). Default a quarter of each.
+	MaxInFlightPerOwner      int
+	MaxInFlightBytesPerOwner int64
 	// Logger receives transport problems and, at debug level, one line
 	// per request. Default slog.Default().
 	Logger *slog.Logger
@@ -103,6 +108,12 @@ const (
 	DefaultMCPIdleTimeout         = 30 * time.Minute
 	// DefaultStreamGrace is HTTPOptions.StreamGrace's default.
 	DefaultStreamGrace = 30 * time.Second
+	// DefaultMaxInFlight, DefaultMaxInFlightBytes and DefaultBodyTimeout are
+	// the in-flight budget's defaults (the http.* keys' too); an owner's
+	// share is a quarter of each bound by default.
+	DefaultMaxInFlight      = 256
+	DefaultMaxInFlightBytes = 256 << 20
+	DefaultBodyTimeout      = defaultBodyTimeout
 )
 
 // HTTPServer is the HTTP/1.1 transport: it maps routes to wire requests,
@@ -156,6 +167,13 @@ func NewHTTPServer(d *Dispatcher, opts HTTPOptions) *HTTPServer {
 		opts.MCPIdleTimeout = DefaultMCPIdleTimeout
 	}
 	lim, log := transport(opts.MaxInFlight, opts.MaxInFlightBytes, opts.Logger)
+	if opts.MaxInFlightPerOwner <= 0 {
+		opts.MaxInFlightPerOwner = max(1, lim.maxCount/4)
+	}
+	if opts.MaxInFlightBytesPerOwner <= 0 {
+		opts.MaxInFlightBytesPerOwner = lim.maxWeight / 4
+	}
+	lim.share(opts.MaxInFlightPerOwner, opts.MaxInFlightBytesPerOwner)
 	s := &HTTPServer{d: d, opts: opts, log: log, metrics: newServiceMetrics(d), lim: lim}
 	s.SetAccess(opts.Access)
 	s.metrics.gauge("jailcell_mcp_sessions", "MCP sessions live at /mcp, of all owners (capped by mcp.max_sessions).",
@@ -452,10 +470,10 @@ func (s *HTTPServer) health(w http.ResponseWriter, r *http.Request, ready bool) 
 	}
 }
 
-// admit takes a place without a body in the in-flight budget. A refusal
-// has been written when p is nil.
-func (s *HTTPServer) admit(w http.ResponseWriter, r *http.Request) *place {
-	p, err := s.lim.take(r.Context(), 0)
+// admit takes a place without a body in owner's share of the in-flight
+// budget. A refusal has been written when p is nil.
+func (s *HTTPServer) admit(w http.ResponseWriter, r *http.Request, owner int) *place {
+	p, err := s.lim.take(r.Context(), owner, 0)
 	if err != nil {
 		s.writeError(w, &Error{Code: CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
 		return nil
@@ -465,7 +483,7 @@ func (s *HTTPServer) admit(w http.ResponseWriter, r *http.Request) *place {
 
 // handle answers a request without a body.
 func (s *HTTPServer) handle(w http.ResponseWriter, r *http.Request, req *Request, owner int) {
-	p := s.admit(w, r)
+	p := s.admit(w, r, owner)
 	if p == nil {
 		return
 	}
@@ -478,9 +496,9 @@ func (s *HTTPServer) nextID() json.RawMessage {
 }
 
 // readBody reads a body of at most max bytes within the body timeout, and
-// takes its place in the in-flight budget; the caller must release it.
-// A refusal has been written when ok is false.
-func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, max int64) (body []byte, pl *place, ok bool) {
+// takes its place in owner's share of the in-flight budget; the caller
+// must release it. A refusal has been written when ok is false.
+func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int, max int64) (body []byte, pl *place, ok bool) {
 	if r.ContentLength > max {
 		s.respondStatus(w, http.StatusRequestEntityTooLarge, fail(nullID, tooLarge(r.ContentLength, max)))
 		return nil, nil, false
@@ -490,7 +508,7 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, max int64)
 		weight = max
 	}
 	var err error
-	if pl, err = s.lim.take(r.Context(), weight); err != nil {
+	if pl, err = s.lim.take(r.Context(), owner, weight); err != nil {
 		s.writeError(w, &Error{Code: CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
 		return nil, nil, false
 	}
@@ -571,7 +589,7 @@ func routedRequest(body []byte, op, sessionID string, id json.RawMessage) (*Requ
 
 // jsonOp handles the routes whose body is a JSON request: create and exec.
 func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionID string, owner int) {
-	body, pl, ok := s.readBody(w, r, s.opts.MaxBodyBytes)
+	body, pl, ok := s.readBody(w, r, owner, s.opts.MaxBodyBytes)
 	if !ok {
 		return
 	}
@@ -722,7 +740,7 @@ func (s *HTTPServer) writeLines(w http.ResponseWriter, q *lineQueue) {
 }
 
 func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, owner int) {
-	body, pl, ok := s.readBody(w, r, s.opts.MaxUploadBytes)
+	body, pl, ok := s.readBody(w, r, owner, s.opts.MaxUploadBytes)
 	if !ok {
 		return
 	}
@@ -736,7 +754,7 @@ func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, ow
 // download answers the file's raw bytes; errors are JSON like every other
 // route's.
 func (s *HTTPServer) download(w http.ResponseWriter, r *http.Request, rt route, owner int) {
-	pl := s.admit(w, r)
+	pl := s.admit(w, r, owner)
 	if pl == nil {
 		return
 	}

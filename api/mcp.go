@@ -723,7 +723,7 @@ func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer)
 		// budget. A body here is read as a REST body is: its size in the
 		// in-flight budget, at most MaxBodyBytes, within BodyTimeout; the
 		// place is held until the call is answered.
-		body, pl, ok := s.readBody(w, r, s.opts.MaxBodyBytes)
+		body, pl, ok := s.readBody(w, r, int(peer.UID), s.opts.MaxBodyBytes)
 		if !ok {
 			return
 		}

@@ -270,6 +270,24 @@ call keeps it alive.`},
 lines, an MCP event stream) may fall behind: a streamed exec is cut
 this long after its cell ends, and each write of an MCP response must
 complete within it (1s..10m). A cell never waits for its client.`},
+	{name: "http.max_in_flight", def: api.DefaultMaxInFlight, dec: intKey(func(c *config) *int { return &c.HTTP.MaxInFlight }, 1, 65536),
+		doc: `Requests the HTTP API (socket and TCP) handles at once, /metrics and
+health aside; more wait for a place (1..65536).`},
+	{name: "http.max_in_flight_per_owner", def: api.DefaultMaxInFlight / 4, dec: intKey(func(c *config) *int { return &c.HTTP.MaxInFlightPerOwner }, 1, 65536),
+		doc: `One owner's share of http.max_in_flight: a caller's further requests
+wait while other callers are served (1..http.max_in_flight).`},
+	{name: "http.max_in_flight_bytes", def: int64(api.DefaultMaxInFlightBytes), dec: bytesKey(func(c *config) *int64 { return &c.HTTP.MaxInFlightBytes }),
+		doc: `Bytes of request bodies being read and responses not yet taken that
+the HTTP API holds at once (one request always fits); more wait for a
+place (1MiB..64GiB).`},
+	{name: "http.max_in_flight_bytes_per_owner", def: int64(api.DefaultMaxInFlightBytes / 4), dec: bytesKey(func(c *config) *int64 { return &c.HTTP.MaxInFlightBytesPerOwner }),
+		doc: `One owner's share of http.max_in_flight_bytes, so one caller's slow
+bodies or unread responses cannot stall the others (one request of an
+owner holding nothing always fits; 1MiB..http.max_in_flight_bytes).`},
+	{name: "http.body_timeout", def: api.DefaultBodyTimeout, dec: durKey(func(c *config) *time.Duration { return &c.HTTP.BodyTimeout }),
+		doc: `How long a client has to send a request body, and to take a response
+that is not streamed; its place in the budget is held until then
+(1s..1h).`},
 	// The workflow keys: fix-and-retry, review log, failure memory.
 	{name: "fixer.kind", def: "", dec: strKey(func(c *config) *string { return &c.fixer.kind }),
 		doc: `--- Fix-and-retry, review log, failure memory (docs/workflow.md) ---
@@ -1045,6 +1063,24 @@ var configChecks = []func(c *config) error{
 	},
 	func(c *config) error {
 		return durRange("http.stream_grace", c.HTTP.StreamGrace, time.Second, 10*time.Minute)
+	},
+	func(c *config) error {
+		return durRange("http.body_timeout", c.HTTP.BodyTimeout, time.Second, time.Hour)
+	},
+	func(c *config) error {
+		if c.HTTP.MaxInFlightPerOwner > c.HTTP.MaxInFlight {
+			return fmt.Errorf("http.max_in_flight_per_owner = %d: want at most http.max_in_flight (%d)", c.HTTP.MaxInFlightPerOwner, c.HTTP.MaxInFlight)
+		}
+		return nil
+	},
+	func(c *config) error {
+		if c.HTTP.MaxInFlightBytes < 1<<20 || c.HTTP.MaxInFlightBytes > 64<<30 {
+			return fmt.Errorf("http.max_in_flight_bytes = %d: want 1MiB..64GiB", c.HTTP.MaxInFlightBytes)
+		}
+		if c.HTTP.MaxInFlightBytesPerOwner < 1<<20 || c.HTTP.MaxInFlightBytesPerOwner > c.HTTP.MaxInFlightBytes {
+			return fmt.Errorf("http.max_in_flight_bytes_per_owner = %d: want 1MiB..http.max_in_flight_bytes (%d)", c.HTTP.MaxInFlightBytesPerOwner, c.HTTP.MaxInFlightBytes)
+		}
+		return nil
 	},
 	func(c *config) error {
 		if c.HTTP.MCPMaxSessionsPerOwner > c.HTTP.MCPMaxSessions {

@@ -151,7 +151,10 @@ func serve(hf *hostFlags) (retErr error) {
 	s.srv = api.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf},
 		api.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready, Node: cfg.Session.NodeID,
 			StreamGrace: cfg.HTTP.StreamGrace, MCPMaxSessionsPerOwner: cfg.HTTP.MCPMaxSessionsPerOwner,
-			MCPMaxSessions: cfg.HTTP.MCPMaxSessions, MCPIdleTimeout: cfg.HTTP.MCPIdleTimeout})
+			MCPMaxSessions: cfg.HTTP.MCPMaxSessions, MCPIdleTimeout: cfg.HTTP.MCPIdleTimeout,
+			MaxInFlight: cfg.HTTP.MaxInFlight, MaxInFlightPerOwner: cfg.HTTP.MaxInFlightPerOwner,
+			MaxInFlightBytes: cfg.HTTP.MaxInFlightBytes, MaxInFlightBytesPerOwner: cfg.HTTP.MaxInFlightBytesPerOwner,
+			BodyTimeout: cfg.HTTP.BodyTimeout})
 	serveErr := make(chan error, len(listeners))
 	addrs := make([]string, len(listeners))
 	for i, l := range listeners {

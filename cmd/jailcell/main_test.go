@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 )
 
@@ -17,5 +18,10 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// Not the host's /etc/jailcell nor its service: the children get the
+	// same through jailcellEnv.
+	testenv.Hermetic()
+	code := m.Run()
+	testenv.RemoveBuild()
+	os.Exit(code)
 }

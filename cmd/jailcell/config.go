@@ -39,10 +39,14 @@ import (
 // everything below cmd/ gets typed values.
 
 const (
-	defaultConfigPath = "/etc/jailcell/config.yaml"
-	defaultSocket     = "/run/jailcell/jailcell.sock"
-	envPrefix         = "JAILCELL"
+	defaultSocket = "/run/jailcell/jailcell.sock"
+	envPrefix     = "JAILCELL"
 )
+
+// defaultConfigPath is the service's configuration file. A variable only
+// so that this package's test binary, run as jailcell, can put it
+// elsewhere (tests never touch /etc/jailcell).
+var defaultConfigPath = "/etc/jailcell/config.yaml"
 
 // configKey is one configuration key: the single place that says its
 // name, default, flag, whether SIGHUP applies it, what it does and how it

@@ -15,6 +15,10 @@ import (
 func TestMain(m *testing.M) {
 	isolate.Init()
 	if os.Getenv("JAILCELL_TEST_MAIN") == "1" {
+		// The installed layout's default file, placed by a test.
+		if p := os.Getenv("JAILCELL_TEST_DEFAULT_CONFIG"); p != "" {
+			defaultConfigPath = p
+		}
 		main()
 		os.Exit(0)
 	}

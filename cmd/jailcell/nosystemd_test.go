@@ -86,7 +86,7 @@ func TestServeWithoutSystemd(t *testing.T) {
 	start, stop := docCommands(t)
 	bin := binForNobody(t)
 	dir := testenv.StateDir(t)
-	runDir := filepath.Join(dir, "run", "jailcell") // made by serve, as /run/jailcell
+	runDir := filepath.Join(dir, "run", "jailcell")                    // made by serve, as /run/jailcell
 	if err := os.Mkdir(filepath.Join(dir, "run"), 0o755); err != nil { // as /run
 		t.Fatal(err)
 	}

@@ -239,3 +239,33 @@ func who(cred *syscall.Credential) string {
 	}
 	return fmt.Sprintf("uid %d", cred.Uid)
 }
+
+// TestCheckUnits: doctor's unit check on a tree of its own: no systemd,
+// units missing, installed but not enabled, enabled (the link systemctl
+// enable makes).
+func TestCheckUnits(t *testing.T) {
+	dir := t.TempDir()
+	if c := checkUnits(dir, false); c.status != statusOK || !strings.Contains(c.found, "Without systemd") && !strings.Contains(c.found, "no systemd") {
+		t.Errorf("without systemd: %+v", c)
+	}
+	if c := checkUnits(dir, true); c.status != statusWarn || c.fix != "make install" {
+		t.Errorf("no units: %+v", c)
+	}
+	for _, u := range []string{"jailcell.service", "jailcell.socket"} {
+		if err := os.WriteFile(filepath.Join(dir, u), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := checkUnits(dir, true); c.status != statusWarn || !strings.Contains(c.fix, "systemctl enable --now jailcell.socket") {
+		t.Errorf("not enabled: %+v", c)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sockets.target.wants"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "jailcell.socket"), filepath.Join(dir, "sockets.target.wants", "jailcell.socket")); err != nil {
+		t.Fatal(err)
+	}
+	if c := checkUnits(dir, true); c.status != statusOK || !strings.Contains(c.found, "enabled") {
+		t.Errorf("enabled: %+v", c)
+	}
+}

@@ -152,8 +152,23 @@ bench: rootfs
 	$(GO) build -o bin/jailcell-bench ./test/bench
 	bin/jailcell-bench -bin $(BIN) -rootfs $(ROOTFS_BASE) -out test/bench/out
 
-# The system service: binary, rootfs, config, units, docs. A config file
-# already in /etc/jailcell is kept; the example is always refreshed.
+# The Python client as a wheel in WHEEL_DIR, built from a copy of
+# client/python so that the checkout (root's, after a clone as root) is
+# never written: a user installs the wheel with pip, with no build step.
+WHEEL_DIR ?= client/python/dist
+# Debian's python3 (with python3-setuptools, python3-wheel from deps), not another one on PATH.
+PYTHON ?= /usr/bin/python3
+.PHONY: python-wheel
+python-wheel:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cp -r client/python "$$tmp/src" && \
+		rm -rf "$$tmp/src/build" "$$tmp/src/dist" "$$tmp/src/jailcell.egg-info" && \
+		PIP_CONFIG_FILE=/dev/null $(PYTHON) -m pip wheel -q --no-build-isolation --no-index --no-deps -w "$$tmp/dist" "$$tmp/src" && \
+		mkdir -p $(WHEEL_DIR) && install -m 0644 "$$tmp"/dist/jailcell-*.whl $(WHEEL_DIR)/
+
+# The system service: binary, rootfs, config, units, docs, the Python
+# client's wheel. A config file already in /etc/jailcell is kept; the
+# example is always refreshed. Run as root (no sudo needed); with or
+# without systemd (docs/service.md).
 install: rootfs
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/jailcell
 	[ -n "$(DESTDIR)" ] || getent group jailcell >/dev/null || groupadd --system jailcell
@@ -166,9 +181,12 @@ install: rootfs
 	install -D -m 0644 jailcell.socket.tmp $(DESTDIR)$(SYSTEMD_DIR)/jailcell.socket
 	rm -f jailcell.service.tmp jailcell.socket.tmp
 	install -D -m 0644 docs/service.md $(DESTDIR)$(PREFIX)/share/doc/jailcell/service.md
+	rm -f $(DESTDIR)$(PREFIX)/share/jailcell/python/jailcell-*.whl
+	$(MAKE) --no-print-directory python-wheel WHEEL_DIR=$(DESTDIR)$(PREFIX)/share/jailcell/python
 	$(DESTDIR)$(PREFIX)/bin/jailcell config --config $(DESTDIR)/etc/jailcell/config.yaml >/dev/null
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
-	@echo "installed; start with: systemctl enable --now jailcell.socket"
+	@if [ -d /run/systemd/system ]; then echo "installed; start with: systemctl enable --now jailcell.socket"; \
+	else echo "installed; no systemd here: start serve as docs/service.md says under \"Without systemd\" ($(PREFIX)/share/doc/jailcell/service.md)"; fi
 
 clean:
 	rm -rf bin demo-out

@@ -40,10 +40,14 @@ import (
 // everything below cmd/ gets typed values.
 
 const (
-	defaultConfigPath = "/etc/jailcell/config.yaml"
-	defaultSocket     = "/run/jailcell/jailcell.sock"
-	envPrefix         = "JAILCELL"
+	defaultSocket = "/run/jailcell/jailcell.sock"
+	envPrefix     = "JAILCELL"
 )
+
+// defaultConfigPath is the service's configuration file. A variable only
+// so that this package's test binary, run as jailcell, can put it
+// elsewhere (tests never touch /etc/jailcell).
+var defaultConfigPath = "/etc/jailcell/config.yaml"
 
 // configKey is one configuration key: the single place that says its
 // name, default, flag, whether SIGHUP applies it, what it does and how it
@@ -374,6 +378,12 @@ type config struct {
 
 	// File is the configuration file read ("" if none).
 	File string
+	// explicitFile: File was named (--config, JAILCELL_CONFIG), not the
+	// default one found in place.
+	explicitFile bool
+	// Unreadable is why the default file could not be read by a front
+	// door (loadConfigFor); nil otherwise.
+	Unreadable error
 	// Settings are every key's effective value and where it came from,
 	// in documentation order.
 	Settings []setting
@@ -518,17 +528,31 @@ func configPath(flags *pflag.FlagSet) (string, bool) {
 // flags) and validates all of it, returning every problem found, each
 // naming the key, the value and what is allowed.
 func loadConfig(flags *pflag.FlagSet) (*config, error) {
+	return loadConfigFor(flags, false)
+}
+
+// loadConfigFor is loadConfig for a front door when client is true: the
+// default file being unreadable (the daemon's, 0640 root:root after make
+// install, read by a member of the socket group) is then no error. A
+// client that connects needs nothing from it; the socket comes from
+// --connect or JAILCELL_SOCKET. The error is kept in Unreadable for a
+// front door that ends up building sandboxes itself.
+func loadConfigFor(flags *pflag.FlagSet, client bool) (*config, error) {
 	l := &configLoader{v: viper.New(), file: viper.New(), flags: flags, keys: configKeys, cfg: &config{sources: map[string]string{}}}
 	path, explicit := configPath(flags)
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !explicit:
 		path = ""
+	case errors.Is(err, fs.ErrPermission) && !explicit && client:
+		l.cfg.Unreadable = fmt.Errorf("read config file: %w", err)
+		path = ""
 	case err != nil:
 		return nil, fmt.Errorf("read config file: %w", err)
 	}
 	l.path = path
 	l.cfg.File = path
+	l.cfg.explicitFile = explicit && path != ""
 	for _, v := range []*viper.Viper{l.v, l.file} {
 		v.SetConfigType("yaml")
 		if path != "" {
@@ -568,6 +592,37 @@ func loadConfig(flags *pflag.FlagSet) (*config, error) {
 		return nil, fmt.Errorf("%s:\n  %w", where, joinLines(l.errs))
 	}
 	return l.cfg, nil
+}
+
+// clientKeys are the keys a front door that connects to a running
+// service uses itself; every other key configures sandboxes built here.
+var clientKeys = map[string]bool{"socket": true, "log.level": true, "log.format": true}
+
+// engineSettings names the sandbox settings this command was given, each
+// with where it came from (flag --rootfs, env JAILCELL_STATE_DIR, file
+// X): flags, JAILCELL_* variables and a file named by --config or
+// JAILCELL_CONFIG. The default file found in place is not counted: it is
+// the service's own. A running service takes none of these from its
+// clients, so a front door given any runs the sandboxes itself or
+// refuses; it never drops them silently.
+func (c *config) engineSettings() []string {
+	var out []string
+	for _, st := range c.Settings {
+		if clientKeys[st.Key] {
+			continue
+		}
+		switch c.sources[st.Key] {
+		case "flag", "env":
+		case "file":
+			if !c.explicitFile {
+				continue
+			}
+		default:
+			continue
+		}
+		out = append(out, st.Key+" ("+st.Source+")")
+	}
+	return out
 }
 
 // joinLines joins errors one per indented line.

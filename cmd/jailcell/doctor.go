@@ -42,13 +42,17 @@ func newDoctorCmd() *cobra.Command {
 		Short: "Check that this host can build sandboxes, then build one",
 		Long: `Check the host feature by feature (kernel, user namespaces, overlayfs,
 idmapped mounts, cgroups, swap accounting, seccomp, privileges, the rootfs,
-the state directory and the store), one line each: ok, warn or FAIL, what was found and how
-to fix it. Then build a real sandbox and run print(1) in it.
+the state directory and the store), then the installed service as its
+clients see it (the socket and its directory, their modes and group,
+reaching the service as this user, the config file's readability for
+clients, the systemd units), one line each: ok, warn or FAIL, what was
+found and how to fix it. Then build a real sandbox and run print(1) in it.
 
 Exits non-zero if a check fails or the sandbox cannot be built.`,
 		Args: cobra.NoArgs,
 	}
 	hf := addHostFlags(cmd)
+	hf.client = true // a group member checks the service too; the file's readability is a check
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		out := cmd.OutOrStdout()
 		ok := doctor(out, hf)
@@ -90,9 +94,15 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 	}
 	printCheck(out, checkCriu(criu))
 	var stc *check
+	var svc []*check
 	if cfg, err := hf.config(); err == nil {
 		stc = doctorStore(cfg.Store)
 		printCheck(out, stc)
+		svc = serviceChecks(cfg)
+	}
+	for _, c := range svc {
+		printCheck(out, c)
+		failed = failed || c.status == statusFail
 	}
 
 	// The final word: build a real sandbox with the same code path as
@@ -107,7 +117,7 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 	failed = failed || sb.status == statusFail
 	warned := sb.status == statusWarn || rc.status == statusWarn || sc.status == statusWarn
 	warned = warned || (stc != nil && stc.status == statusWarn)
-	for _, c := range checks {
+	for _, c := range append(checks, svc...) {
 		warned = warned || c.status == statusWarn
 	}
 	switch {

@@ -34,7 +34,7 @@ which needs root.
 		Args: cobra.NoArgs,
 	}
 	hf := addHostFlags(cmd)
-	conn := addConnectFlags(cmd)
+	conn := addConnectFlags(cmd, hf)
 	cmd.Flags().IntVar(&maxLine, "max-line-bytes", 32<<20, "longest request line accepted; longer ones are discarded and answered with an error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return hf.runFrontDoor(conn, func(ctx context.Context, h api.Handler, log *slog.Logger) error {

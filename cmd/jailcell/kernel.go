@@ -39,7 +39,7 @@ service's allowed uids or groups decide.`,
 		Args: cobra.NoArgs,
 	}
 	hf := addHostFlags(cmd)
-	conn := addConnectFlags(cmd)
+	conn := addConnectFlags(cmd, hf)
 	cmd.Flags().StringVarP(&connFile, "connection-file", "f", "", "Jupyter's connection file (required)")
 	cmd.Flags().StringVar(&policyName, "policy", "", "policy of the kernel's session (default: the default policy)")
 	cmd.Flags().Float64Var(&timeout, "timeout", 0, "every cell's time limit in seconds (0: the policy's default; clamped to its ceiling)")
@@ -162,6 +162,7 @@ who must be admitted by the service (its allowed uids or groups).`,
 		Args: cobra.NoArgs,
 	}
 	hf := addHostFlags(install)
+	hf.client = true // it only writes a kernelspec naming the socket
 	fs := install.Flags()
 	fs.BoolVar(&user, "user", false, "install for this user only")
 	fs.StringVar(&prefix, "prefix", "", "install under DIR/share/jupyter/kernels (a virtual environment's prefix)")

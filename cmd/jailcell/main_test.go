@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 )
 
@@ -14,8 +15,17 @@ import (
 func TestMain(m *testing.M) {
 	isolate.Init()
 	if os.Getenv("JAILCELL_TEST_MAIN") == "1" {
+		// The installed layout's default file, placed by a test.
+		if p := os.Getenv("JAILCELL_TEST_DEFAULT_CONFIG"); p != "" {
+			defaultConfigPath = p
+		}
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// Not the host's /etc/jailcell nor its service: the children get the
+	// same through jailcellEnv.
+	testenv.Hermetic()
+	code := m.Run()
+	testenv.RemoveBuild()
+	os.Exit(code)
 }

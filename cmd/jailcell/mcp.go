@@ -34,7 +34,7 @@ at /mcp on its socket. Client configuration:
 		Args: cobra.NoArgs,
 	}
 	hf := addHostFlags(cmd)
-	conn := addConnectFlags(cmd)
+	conn := addConnectFlags(cmd, hf)
 	cmd.Flags().StringVar(&policyName, "policy", "", "policy of the client's session (default: the default policy)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return hf.runFrontDoor(conn, func(ctx context.Context, h api.Handler, log *slog.Logger) error {

@@ -72,7 +72,7 @@ in a sandbox built by this process, which needs root.`,
 		Args: cobra.ExactArgs(1),
 	}
 	hf := addHostFlags(cmd)
-	conn := addConnectFlags(cmd)
+	conn := addConnectFlags(cmd, hf)
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit of the cell (0: the policy's default, 60s); clamped to the policy's ceiling")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole result object as JSON on stdout instead of streaming output")
 	cmd.Flags().StringArrayVar(&inputs, "file", nil, "input file placed in the cell's working directory under its base name (repeatable)")

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/isolate"
 )
 
 // addServeFlags are the flags of `jailcell serve`, which `jailcell config`
@@ -387,7 +388,7 @@ func checkActivated(l net.Listener, gid int, log *slog.Logger) {
 // from a crashed run is replaced; a live one is an error.
 func listenSocket(path string, gid int, log *slog.Logger) (net.Listener, error) {
 	dir, name := filepath.Dir(path), filepath.Base(path)
-	if err := claimDir(dir, name, gid, log); err != nil {
+	if err := claimDir(dir, ownEntries(dir, name), gid, log); err != nil {
 		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
@@ -420,11 +421,22 @@ func listenSocket(path string, gid int, log *slog.Logger) (net.Listener, error) 
 	return l, nil
 }
 
+// ownEntries are the names jailcell itself puts in the socket directory.
+func ownEntries(dir, socketName string) map[string]bool {
+	ours := map[string]bool{socketName: true}
+	if filepath.Dir(isolate.DefaultClaimDir) == filepath.Clean(dir) {
+		ours[filepath.Base(isolate.DefaultClaimDir)] = true
+	}
+	return ours
+}
+
 // claimDir makes dir 0750 root:gid when jailcell may own it: it did not
-// exist, or holds nothing but the socket. A directory shared with anything
-// else (/run, /tmp) is never changed; access then rests on the socket's
-// own mode and the peer check.
-func claimDir(dir, socketName string, gid int, log *slog.Logger) error {
+// exist, or holds nothing but jailcell's own entries (the socket, and in
+// the default directory the uid-claims directory, which build makes
+// first, 0700, so that the socket directory is then found existing). A
+// directory shared with anything else (/run, /tmp) is never changed;
+// access then rests on the socket's own mode and the peer check.
+func claimDir(dir string, ours map[string]bool, gid int, log *slog.Logger) error {
 	fi, err := os.Lstat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -441,7 +453,7 @@ func claimDir(dir, socketName string, gid int, log *slog.Logger) error {
 			return fmt.Errorf("socket directory %s: %w", dir, err)
 		}
 		for _, e := range ents {
-			if e.Name() != socketName {
+			if !ours[e.Name()] {
 				log.Warn("socket directory is shared, leaving its owner and mode alone", "dir", dir)
 				return nil
 			}

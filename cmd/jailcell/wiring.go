@@ -52,6 +52,9 @@ type hostFlags struct {
 	// survivable: this command's sessions may outlive it (serve, with
 	// sessions.survive_restart); jailcell json tears down at EOF by contract.
 	survivable bool
+	// client: a front door that may only connect to a running service; an
+	// unreadable default config file does not stop it (loadConfigFor).
+	client bool
 }
 
 func addHostFlags(cmd *cobra.Command) *hostFlags {
@@ -77,7 +80,7 @@ func addHostFlagsLevel(cmd *cobra.Command, level string) *hostFlags {
 
 // load reads the configuration with this command's flags.
 func (f *hostFlags) load() error {
-	cfg, err := loadConfig(f.cmd.Flags())
+	cfg, err := loadConfigFor(f.cmd.Flags(), f.client)
 	if err != nil {
 		return err
 	}
@@ -322,7 +325,8 @@ const connectConfigured = "configured"
 // connectProbe bounds the wait for a service's first answer.
 const connectProbe = 5 * time.Second
 
-func addConnectFlags(cmd *cobra.Command) *connectFlags {
+func addConnectFlags(cmd *cobra.Command, hf *hostFlags) *connectFlags {
+	hf.client = true
 	c := &connectFlags{}
 	fs := cmd.Flags()
 	fs.StringVar(&c.connect, "connect", "",
@@ -343,8 +347,24 @@ func (f *hostFlags) service(c *connectFlags, log *slog.Logger) (*api.Remote, err
 	if err != nil {
 		return nil, err
 	}
+	// Flags never ignored: settings for sandboxes (--rootfs, --state-dir,
+	// a --config file of engine keys...) would be silently dropped by a
+	// service, which uses its own. They mean "build them here".
+	engine := cfg.engineSettings()
+	if len(engine) > 0 && c.connect != "" {
+		return nil, fmt.Errorf("--connect: the running service builds the sandboxes with its own configuration and would ignore %s; "+
+			"drop them, or run the sandboxes in this process with --embedded (needs root)", strings.Join(engine, ", "))
+	}
 	var probeErr error
-	if !c.embedded {
+	if len(engine) > 0 && !c.embedded {
+		log.Info("sandbox settings given: running the sandboxes in this process, not in a service", "settings", engine)
+		if os.Geteuid() != 0 {
+			return nil, fmt.Errorf("%s: these configure sandboxes built by this process, which needs root; a running service "+
+				"would ignore them: drop them to use the service (JAILCELL_SOCKET or --connect=PATH names its socket), or run as root",
+				strings.Join(engine, ", "))
+		}
+	}
+	if !c.embedded && len(engine) == 0 {
 		sock := cfg.Socket
 		if c.connect != "" && c.connect != connectConfigured {
 			sock = c.connect
@@ -371,7 +391,16 @@ func (f *hostFlags) service(c *connectFlags, log *slog.Logger) (*api.Remote, err
 			why = probeErr.Error()
 		}
 		return nil, fmt.Errorf("%s; running the sandboxes in this process instead needs root: start the service "+
-			"(sudo systemctl start jailcell) with this user in its socket group, or run as root", why)
+			"(systemctl start jailcell, or jailcell serve as root: docs/service.md) with this user in its socket group, or run as root", why)
+	}
+	// Building sandboxes needs the configuration this process could not
+	// read: running on defaults instead would ignore the operator's limits.
+	if cfg.Unreadable != nil {
+		why := "--embedded"
+		if probeErr != nil {
+			why = "no service answered: " + probeErr.Error()
+		}
+		return nil, fmt.Errorf("%w; %s, and running the sandboxes in this process needs that file", cfg.Unreadable, why)
 	}
 	return nil, nil
 }

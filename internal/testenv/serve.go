@@ -52,7 +52,8 @@ func (l *LockedBuffer) Tail(n int) string {
 }
 
 // ChildEnv is a jailcell child's environment: nothing JAILCELL_* or
-// systemd's from the developer's shell, then extra.
+// systemd's from the developer's shell, the hermetic configuration
+// (HermeticEnv), then extra (which may name another JAILCELL_CONFIG).
 func ChildEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -60,7 +61,7 @@ func ChildEnv(extra ...string) []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, extra...)
+	return append(append(env, HermeticEnv()...), extra...)
 }
 
 var (
@@ -98,16 +99,19 @@ func Jailcell(t testing.TB) string {
 // Main runs a package's tests and removes what Jailcell built for them:
 // the TestMain of every package that runs the real binary.
 func Main(m *testing.M) {
+	Hermetic()
 	code := m.Run()
 	RemoveBuild()
 	os.Exit(code)
 }
 
-// RemoveBuild removes what Jailcell built, if anything.
+// RemoveBuild removes what Jailcell built, if anything, and the hermetic
+// configuration.
 func RemoveBuild() {
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
+	removeHermetic()
 }
 
 // DefaultPolicy is the `default` entry under `policies:` of a test

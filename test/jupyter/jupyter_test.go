@@ -124,6 +124,7 @@ func (f *fixture) env() []string {
 		"MPLCONFIGDIR=" + filepath.Join(f.home, "mpl"),
 		"MPLBACKEND=Agg",
 		"PYDEVD_DISABLE_FILE_VALIDATION=1",
+		testenv.HermeticEnv()[0], // never the host's config or service
 	}
 }
 
@@ -170,7 +171,7 @@ func TestKernelspecInstall(t *testing.T) {
 	}
 	install := func(env []string, args ...string) (string, error) {
 		cmd := exec.Command(bin, append([]string{"kernelspec", "install", "--connect", "/run/x.sock"}, args...)...)
-		cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + filepath.Join(dir, "home")}, env...)
+		cmd.Env = append(append([]string{"PATH=/usr/bin:/bin", "HOME=" + filepath.Join(dir, "home")}, testenv.HermeticEnv()...), env...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

@@ -97,7 +97,7 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 // env is a test user's environment: nothing of the developer's, the
 // service's socket as the configured one.
 func (f *fixture) env(sock string) []string {
-	return []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + f.dir, "JAILCELL_SOCKET=" + sock, "MCPCLIENT_DIR=" + f.modules}
+	return append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + f.dir, "JAILCELL_SOCKET=" + sock, "MCPCLIENT_DIR=" + f.modules}, testenv.HermeticEnv()...)
 }
 
 // command is name with args run as cred in f's directory.

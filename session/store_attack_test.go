@@ -77,6 +77,7 @@ func fileAttacker(t *testing.T, dir string) storeAttacker {
 		},
 		write: func(key string, b []byte) {
 			p := filepath.Join(dir, key)
+			os.MkdirAll(filepath.Dir(p), 0o700)
 			if err := os.WriteFile(p, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +139,16 @@ func TestStoreAttacksRefused(t *testing.T) {
 	t.Run("file", func(t *testing.T) { storeAttacks(t, fileFixture(t)) })
 }
 
-func storeAttacks(t *testing.T, fx storeFixture) {
+func storeAttacks(top *testing.T, fx storeFixture) {
+	// t is the running subtest: the helpers below fail that one.
+	t := top
+	sub := func(name string, f func()) {
+		top.Run(name, func(st *testing.T) {
+			t = st
+			defer func() { t = top }()
+			f()
+		})
+	}
 	ctx := context.Background()
 	cfgA := func(c *Config) { fx.cfg("na")(c); c.MaxIdleTTL = time.Hour }
 	cfgB := func(c *Config) { fx.cfg("nb")(c); c.MaxIdleTTL = time.Hour }
@@ -217,7 +227,7 @@ func storeAttacks(t *testing.T, fx storeFixture) {
 	// Row 1: a stored persist name of ../ repeated and an absolute path
 	// made a cell write as root outside the store.
 	escape := filepath.Join(t.TempDir(), "escaped")
-	t.Run("Row1PersistTraversal", func(t *testing.T) {
+	sub("Row1PersistTraversal", func() {
 		forgeMeta(func(m map[string]any) { m["persist"] = strings.Repeat("../", 12) + strings.TrimPrefix(escape, "/") }, false)
 		refusedUnsigned("persist name rewritten unsigned", 1000)
 		// A node holding the key is held to a request's name check.
@@ -234,7 +244,7 @@ func storeAttacks(t *testing.T, fx storeFixture) {
 
 	// Row 4: the owner of a hibernated session rewritten in the store
 	// (lease and metadata, checksums recomputed): owner 1001 took 1000's.
-	t.Run("Row4OwnerRewrite", func(t *testing.T) {
+	sub("Row4OwnerRewrite", func() {
 		atk.write("hibernated/"+id+"/lease", editJSON(body("hibernated/"+id+"/lease"), func(m map[string]any) { m["owner"] = 1001 }))
 		forgeMeta(func(m map[string]any) { m["owner"] = 1001 }, false)
 		refusedUnsigned("owner rewritten", 1001)
@@ -248,7 +258,7 @@ func storeAttacks(t *testing.T, fx storeFixture) {
 	})
 
 	// Row 5: a stored TTL of ten years was honoured past max_idle_ttl.
-	t.Run("Row5TenYearTTL", func(t *testing.T) {
+	sub("Row5TenYearTTL", func() {
 		tenYears := float64(10 * 365 * 24 * time.Hour)
 		forgeMeta(func(m map[string]any) { m["ttl"] = tenYears }, false)
 		refusedUnsigned("ten-year TTL unsigned", 1000)
@@ -258,16 +268,23 @@ func storeAttacks(t *testing.T, fx storeFixture) {
 		if err != nil {
 			t.Fatalf("signed ten-year TTL: %v", err)
 		}
-		if limit := time.Now().Add(time.Hour + time.Minute); info.ExpiresAt.After(limit) {
-			t.Fatalf("taken with a ten-year TTL: expires %s, past max_idle_ttl (1h)", info.ExpiresAt)
+		// Hibernated, it ends after sessions.hibernated_ttl (7 days), not
+		// in ten years.
+		if limit := time.Now().Add(mB.cfg.HibernatedTTL + time.Minute); info.ExpiresAt.After(limit) {
+			t.Fatalf("taken with a ten-year TTL: expires %s", info.ExpiresAt)
 		}
 		s, err := mB.get(1000, id)
 		if err != nil || s.ttl > time.Hour || s.created.After(time.Now()) {
 			t.Fatalf("taken session: ttl %s created %s (%v), want at most 1h and not in the future", s.ttl, s.created, err)
 		}
 		// Back to the store for the next rows.
-		if res, err := mB.Exec(ctx, 1000, id, ExecRequest{Code: "print(x)"}); err != nil || strings.TrimSpace(res.Stdout) != "41" {
+		res, err := mB.Exec(ctx, 1000, id, ExecRequest{Code: "print(x)"})
+		if err != nil || strings.TrimSpace(res.Stdout) != "41" {
 			t.Fatalf("the taken session: %v %+v", err, res)
+		}
+		// Awake, its idle timeout is the clamped one.
+		if info, err := mB.Lookup(ctx, 1000, id); err != nil || info.ExpiresAt.After(time.Now().Add(time.Hour+time.Minute)) {
+			t.Fatalf("awake with a ten-year TTL: expires %v (%v), past max_idle_ttl (1h)", info, err)
 		}
 		if _, err := mB.Hibernate(ctx, 1000, id); err != nil {
 			t.Fatalf("hibernate again: %v", err)
@@ -281,7 +298,7 @@ func storeAttacks(t *testing.T, fx storeFixture) {
 
 	// Row 2's store side and item 1: an image or the saved files changed
 	// behind the store's back is refused, and nothing of them is used.
-	t.Run("TamperedImageAndUpper", func(t *testing.T) {
+	sub("TamperedImageAndUpper", func() {
 		for _, k := range []string{gen + "images/inventory.img", gen + "upper.tar"} {
 			// Whole object re-signed by nobody, checksums and manifest
 			// recomputed: the manifest's signature fails first.

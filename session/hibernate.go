@@ -358,6 +358,7 @@ func dirBytes(dir string) int64 {
 // its disk (adopted after a restart or a reboot, or taken from a shared
 // store), its files scanned: it runs again at its next cell.
 func (m *Manager) hibernatedSession(meta sessionMeta, dir string, disk *isolate.Disk) *Session {
+	meta = m.clampMeta(meta, time.Now())
 	s := &Session{
 		id: meta.ID, owner: meta.Owner, policy: meta.Policy, persist: meta.Persist, dir: dir, disk: disk,
 		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: time.Now(), info: meta.Info,
@@ -365,4 +366,28 @@ func (m *Manager) hibernatedSession(meta sessionMeta, dir string, disk *isolate.
 	}
 	m.rescan(s)
 	return s
+}
+
+// clampMeta bounds the lifetimes in stored metadata by this node's
+// configuration, as a create's are: metadata comes from a state directory
+// or a shared store, and issue 24 had a stored ten-year TTL kept whole
+// although sessions.max_idle_ttl was an hour. A creation time in the
+// future (which would stretch max_lifetime) is taken as now.
+func (m *Manager) clampMeta(meta sessionMeta, now time.Time) sessionMeta {
+	switch {
+	case meta.TTL <= 0:
+		meta.TTL = m.cfg.IdleTTL
+	case meta.TTL > m.cfg.MaxIdleTTL:
+		meta.TTL = m.cfg.MaxIdleTTL
+	}
+	switch {
+	case meta.MaxLife < 0:
+		meta.MaxLife = 0
+	case meta.MaxLife > m.cfg.MaxLifetime:
+		meta.MaxLife = m.cfg.MaxLifetime
+	}
+	if meta.Created.IsZero() || meta.Created.After(now) {
+		meta.Created = now
+	}
+	return meta
 }

@@ -69,10 +69,12 @@ type Config struct {
 	// off. Its filesystem must keep user xattrs: each persisted file's
 	// sha256 lives in one (store.SetFileSum; store.Open checks this).
 	StoreDir string
-	// Store keeps persisted workspaces (an S3 store; a file store's are
-	// copied into StoreDir directly, sparse) and, when Store.Shared(),
-	// hibernated sessions, which any node using the same store can then
-	// restore (store.go). nil: StoreDir alone.
+	// Store keeps persisted workspaces (an S3 store, or a signed one; an
+	// unsigned file store's are copied into StoreDir directly, sparse)
+	// and, when Store.Shared(), hibernated sessions, which any node using
+	// the same store can then restore (store.go). A shared Store must be
+	// signed (store.Sign, store.key_file): New refuses one that is not.
+	// nil: StoreDir alone.
 	Store store.Store
 	// JanitorInterval is how often expired sessions are swept. Default 1 s.
 	JanitorInterval time.Duration
@@ -252,6 +254,13 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, oneshots: map[string]*Session{},
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
+	}
+	if cfg.Store != nil && cfg.Store.Shared() {
+		// Issue 24: others write a shared store; unsigned, its records
+		// would name owners, host paths and confinement for this node.
+		if _, ok := store.Signer(cfg.Store); !ok {
+			return nil, fmt.Errorf("store %s is shared but not signed: open it with a fleet key (store.key_file)", cfg.Store.Name())
+		}
 	}
 	m.initQuotas()
 	if cfg.Store != nil {

@@ -31,20 +31,32 @@ var persistNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
 // by the caller, so with one flat namespace any user of the service could
 // restore (read) or overwrite another's workspace by naming it. "=" is not
 // allowed in a persist name, so no name can stand for an owner's directory
-// or one of an older layout's flat entries.
+// or one of an older layout's flat entries. The name is checked here, where
+// it is used, whoever gave it (a request, or metadata from a store), and
+// every step is taken inside an os.Root of the store: issue 24 had a
+// stored persist name of "../../<abs path>" make a cell write as root
+// outside the store.
 func (m *Manager) storeRoot(owner int, name string) (*os.Root, error) {
 	if owner < 0 {
 		return nil, fmt.Errorf("store entry %q: owner %d", name, owner)
 	}
-	dir := filepath.Join(m.cfg.StoreDir, "uid="+strconv.Itoa(owner))
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	if !persistNameRE.MatchString(name) {
+		return nil, fmt.Errorf("%w: persist name %q: want 1-64 of [A-Za-z0-9._-], not starting with '.'", ErrBadRequest, trunc(name))
+	}
+	top, err := os.OpenRoot(m.cfg.StoreDir)
+	if err != nil {
+		return nil, fmt.Errorf("open store directory %s: %w", m.cfg.StoreDir, err)
+	}
+	defer top.Close()
+	dir := "uid=" + strconv.Itoa(owner)
+	if err := top.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("create store directory of uid %d: %w", owner, err)
 	}
-	dir = filepath.Join(dir, name)
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	dir = path.Join(dir, name)
+	if err := top.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("create store entry: %w", err)
 	}
-	return os.OpenRoot(dir)
+	return top.OpenRoot(dir)
 }
 
 // syncPersist applies a cell's file changes to the session's store entry.

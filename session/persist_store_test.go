@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -51,7 +52,7 @@ func TestPersistToS3(t *testing.T) {
 	srv.SetEnv(t)
 	e := newEnv(t, func(c *Config) {
 		st, err := store.Open(store.Options{URL: "s3://" + srv.Bucket + "/node", Timeout: 5 * time.Second,
-			S3: store.S3Options{Endpoint: srv.Endpoint, Region: "us-east-1"}})
+			S3: store.S3Options{Endpoint: srv.Endpoint, Region: "us-east-1"}, Keys: fleetKeys(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,8 +69,10 @@ func TestPersistToS3(t *testing.T) {
 	if err := e.m.Close(ctx, 1000, id); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(srv.ObjectPath("node/uid=1000/proj/data/deep/model.txt")); err != nil || string(b) != "v1" {
-		t.Fatalf("object in the S3 server's directory: %q %v", b, err)
+	// Signed: the fleet key's header, then the data.
+	signedRaw, err := os.ReadFile(srv.ObjectPath("node/uid=1000/proj/data/deep/model.txt"))
+	if err != nil || len(signedRaw) != store.SigHeaderLen+2 || !bytes.HasSuffix(signedRaw, []byte("v1")) {
+		t.Fatalf("object in the S3 server's directory: %q %v", signedRaw, err)
 	}
 	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000, Persist: "proj"})
 	if err != nil {
@@ -89,7 +92,7 @@ func TestPersistToS3(t *testing.T) {
 	}
 
 	// Tampered with behind the store's back: same size, one byte changed.
-	if err := os.WriteFile(srv.ObjectPath("node/uid=1000/proj/data/deep/model.txt"), []byte("v2"), 0o600); err != nil {
+	if err := os.WriteFile(srv.ObjectPath("node/uid=1000/proj/data/deep/model.txt"), append(signedRaw[:store.SigHeaderLen], "v2"...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.m.Create(ctx, CreateOptions{Owner: 1000, Persist: "proj"})

@@ -419,6 +419,9 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	if _, err := m.get(owner, id); err == nil {
 		return nil // taken while this one waited
 	}
+	if err := m.heldHere(id); err != nil {
+		return err
+	}
 	st := m.objects
 	l, ver, err := m.readLease(ctx, id)
 	if err != nil {
@@ -470,10 +473,46 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	}
 	s.lease = nv
 	m.mu.Lock()
+	if held, ok := m.sessions[id]; ok {
+		// Created here meanwhile (ids carry this node's name): the local
+		// session stays, the imported copy goes and the lease is given back.
+		m.mu.Unlock()
+		m.log().Error("a store record names a session this node runs: refused, the local session is kept",
+			"session", id, "store", st.Name(), "local_owner", held.owner, "record_owner", l.Owner, "record_node", l.Node)
+		// Only its disk goes: its directory is the local session's path,
+		// and destroy would end the session in the store too.
+		if derr := s.disk.Destroy(); derr != nil {
+			m.log().Warn("remove a refused import's disk", "session", id, "err", derr)
+		}
+		lb, _ := json.Marshal(l)
+		if _, gerr := st.Swap(context.WithoutCancel(ctx), leaseKey(id), nv, lb); gerr != nil {
+			m.log().Warn("give back the lease of a session not taken", "session", id, "err", gerr)
+		}
+		return errNotStored
+	}
 	m.sessions[id] = s
 	m.mu.Unlock()
 	m.log().Info("session taken from the store", "session", id, "store", st.Name(), "from_node", l.Node, "gen", l.Gen)
 	return nil
+}
+
+// heldHere refuses to take session id from the store if this node's table
+// has it under any owner. A store record is never an order to replace a
+// session this node runs: issue 24 had owner B rewrite A's live lease as
+// B's and ask for A's id; the take replaced A's table entry (and removed
+// its directory), and A's sandbox ran on with no session holding it. The
+// requester sees what any other owner's id looks like (not found); the
+// conflict is logged.
+func (m *Manager) heldHere(id string) error {
+	m.mu.Lock()
+	held, ok := m.sessions[id]
+	m.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	m.log().Error("a request for a session this node runs under another owner would take it from the store: refused, the local session is kept",
+		"session", id, "store", m.objects.Name(), "local_owner", held.owner)
+	return errNotStored
 }
 
 // importStored downloads generation l.Gen of session l.ID, verified,
@@ -529,6 +568,16 @@ func (m *Manager) importStored(ctx context.Context, l lease) (_ *Session, retErr
 	var meta sessionMeta
 	if err := json.Unmarshal(metaBuf.Bytes(), &meta); err != nil || meta.Version != metaVersion || meta.ID != id || meta.Owner != l.Owner {
 		return nil, fmt.Errorf("%w: %s: its metadata is of another layout or session", ErrUnavailable, what)
+	}
+	// Every stored field is input: the persist name goes through a
+	// request's check (issue 24: "../../<abs path>" made cells write as
+	// root outside the store); the lifetimes are clamped by
+	// hibernatedSession.
+	if meta.Persist != "" && !persistNameRE.MatchString(meta.Persist) {
+		return nil, fmt.Errorf("%w: %s: its persist name %q is not one a request could give (1-64 of [A-Za-z0-9._-], not starting with '.')", ErrUnavailable, what, trunc(meta.Persist))
+	}
+	if meta.Owner < 0 {
+		return nil, fmt.Errorf("%w: %s: owner %d", ErrUnavailable, what, meta.Owner)
 	}
 	if err := m.storedPolicyOK(meta.Policy); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, what, err)

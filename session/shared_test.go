@@ -32,7 +32,7 @@ func twoNodes(t *testing.T) (a, b *restartable, cfg func(node string) func(*Conf
 	cfg = func(node string) func(*Config) {
 		return func(c *Config) {
 			st, err := store.Open(store.Options{URL: "s3://" + srv.Bucket + "/fleet", Timeout: 20 * time.Second,
-				S3: store.S3Options{Endpoint: srv.Endpoint, Region: "us-east-1"}})
+				S3: store.S3Options{Endpoint: srv.Endpoint, Region: "us-east-1"}, Keys: fleetKeys(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +211,7 @@ func TestHibernateOnShutdownIntoSharedStore(t *testing.T) {
 		dir := t.TempDir()
 		cfg := func(node string) func(*Config) {
 			return func(c *Config) {
-				st, err := store.Open(store.Options{URL: "file://" + dir, Shared: true})
+				st, err := store.Open(store.Options{URL: "file://" + dir, Shared: true, Keys: fleetKeys(t)})
 				if err != nil {
 					t.Fatal(err)
 				}

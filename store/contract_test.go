@@ -57,7 +57,7 @@ func fileBackend(t *testing.T) backend {
 func s3Backend(t *testing.T) backend {
 	srv := testenv.StartS3(t)
 	srv.SetEnv(t)
-	st, err := store.Open(store.Options{URL: "s3://" + srv.Bucket + "/node-test", Timeout: 5 * time.Second,
+	st, err := store.OpenUnsigned(store.Options{URL: "s3://" + srv.Bucket + "/node-test", Timeout: 5 * time.Second,
 		S3: store.S3Options{Endpoint: srv.Endpoint, Region: "us-east-1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -67,11 +67,23 @@ func s3Backend(t *testing.T) backend {
 		down: srv.Stop, up: func() { srv.Start(t) }}
 }
 
+// signed is b under the fleet key: what a node with store.key_file uses.
+func signed(t *testing.T, b backend) backend {
+	keys, err := store.NewKeyring([2]string{"k1", strings.Repeat("k", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.name, b.st = "signed-"+b.name, store.Sign(b.st, keys)
+	return b
+}
+
 // TestContract runs one contract against every backend: the file store
-// and S3 (a real versitygw on loopback).
+// and S3 (a real versitygw on loopback), bare and signed.
 func TestContract(t *testing.T) {
 	t.Run("file", func(t *testing.T) { contract(t, fileBackend(t)) })
 	t.Run("s3", func(t *testing.T) { contract(t, s3Backend(t)) })
+	t.Run("signed-file", func(t *testing.T) { contract(t, signed(t, fileBackend(t))) })
+	t.Run("signed-s3", func(t *testing.T) { contract(t, signed(t, s3Backend(t))) })
 }
 
 func contract(t *testing.T, b backend) {
@@ -151,11 +163,13 @@ func contract(t *testing.T, b backend) {
 		put("uid=1/c/obj", data)
 		// Behind the store's back: same size, one byte changed.
 		p := b.file("uid=1/c/obj")
-		raw, err := os.ReadFile(p)
-		if err != nil || !bytes.Equal(raw, data) {
-			t.Fatalf("backend file %s: %q %v", p, raw, err)
+		orig, err := os.ReadFile(p)
+		// A signed store keeps its signature in front of the data.
+		if err != nil || !bytes.HasSuffix(orig, data) {
+			t.Fatalf("backend file %s: %q %v", p, orig, err)
 		}
-		raw[3] ^= 1
+		raw := bytes.Clone(orig)
+		raw[len(raw)-len(data)+3] ^= 1
 		if err := os.WriteFile(p, raw, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +178,7 @@ func contract(t *testing.T, b backend) {
 		}
 		// Longer than recorded (a file store reads its size from the file;
 		// S3 may serve the new length): still refused.
-		if err := os.WriteFile(p, append(data, "and more"...), 0o600); err != nil {
+		if err := os.WriteFile(p, append(orig, "and more"...), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := get("uid=1/c/obj", 100); !errors.Is(err, store.ErrCorrupt) {
@@ -184,7 +198,7 @@ func contract(t *testing.T, b backend) {
 			// The upload itself is cut off halfway (the server has begun
 			// receiving the body).
 			failAt := int64(1 << 20)
-			if b.name == "s3" {
+			if strings.HasSuffix(b.name, "s3") {
 				failAt += int64(len(big)) // after the checksum pass
 			}
 			fr := &failingSeeker{r: bytes.NewReader(big), failAt: failAt}
@@ -277,7 +291,7 @@ func contract(t *testing.T, b backend) {
 		if _, err := get("uid=1/d/x", 10); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), st.Name()) {
 			t.Fatalf("get from a store that is down: %v, want ErrUnavailable naming %s", err, st.Name())
 		}
-		if b.name == "file" {
+		if strings.HasSuffix(b.name, "file") {
 			t.Logf("hung file store answered in %s", time.Since(start).Round(time.Millisecond))
 			return // a FIFO hangs reads; writes go elsewhere
 		}
@@ -366,7 +380,7 @@ func TestOpenRefuses(t *testing.T) {
 	// A credentials file (AWS shared format) is enough.
 	cf := filepath.Join(t.TempDir(), "credentials")
 	os.WriteFile(cf, []byte("[default]\naws_access_key_id = AK\naws_secret_access_key = SK\n"), 0o600)
-	if _, err := store.Open(store.Options{URL: "s3://bucket/p", S3: store.S3Options{Endpoint: "http://127.0.0.1:1", CredentialsFile: cf}}); err != nil {
+	if _, err := store.Open(store.Options{URL: "s3://bucket/p", S3: store.S3Options{Endpoint: "http://127.0.0.1:1", CredentialsFile: cf}, Keys: ring(t, newKey)}); err != nil {
 		t.Fatalf("open with a credentials file: %v", err)
 	}
 }

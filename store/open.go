@@ -29,6 +29,14 @@ type Options struct {
 	// Timeout bounds each request. Default DefaultTimeout.
 	Timeout time.Duration
 	S3      S3Options
+	// KeyFile is the fleet key file (store.key_file, ParseKeyring's
+	// format): every object is then signed and verified (Sign). A shared
+	// store without one is refused: anyone who can write it could hand
+	// this node sessions, owners and files. "" none.
+	KeyFile string
+	// Keys is the keyring itself, in place of KeyFile (tests, or a caller
+	// that read it already).
+	Keys *Keyring
 }
 
 // S3Options is an S3 store's endpoint. Credentials are never part of the
@@ -50,6 +58,29 @@ type S3Options struct {
 // a store that is down at start makes the operations that need it fail,
 // not the daemon.
 func Open(opts Options) (Store, error) {
+	st, err := openRaw(opts)
+	if err != nil {
+		return nil, err
+	}
+	keys := opts.Keys
+	if keys == nil && opts.KeyFile != "" {
+		if keys, err = LoadKeyring(opts.KeyFile); err != nil {
+			return nil, err
+		}
+	}
+	if keys == nil {
+		if st.Shared() {
+			// Issue 24: a shared store that is trusted unsigned lets anyone
+			// with its credentials forge sessions, owners and host paths.
+			return nil, fmt.Errorf("store %s is shared (other nodes, and anyone with its credentials, write it): set store.key_file to the fleet key file so every object is signed and checked (docs/store.md, \"The fleet key\")", st.Name())
+		}
+		return st, nil
+	}
+	return Sign(st, keys), nil
+}
+
+// openRaw opens the store without signatures.
+func openRaw(opts Options) (Store, error) {
 	if opts.URL == "" {
 		opts.URL = DefaultURL
 	}

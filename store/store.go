@@ -196,7 +196,7 @@ func (v *verifier) Close() error {
 // unavailable wraps err as the store name's ErrUnavailable (err may
 // already carry a sentinel of this package: it is kept).
 func unavailable(name string, err error) error {
-	for _, s := range []error{ErrNotFound, ErrCorrupt, ErrConflict, ErrQuota, ErrTooLarge, ErrBadKey, ErrUnavailable} {
+	for _, s := range []error{ErrNotFound, ErrUnsigned, ErrCorrupt, ErrConflict, ErrQuota, ErrTooLarge, ErrBadKey, ErrUnavailable} {
 		if errors.Is(err, s) {
 			return err
 		}

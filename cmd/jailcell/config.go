@@ -144,6 +144,17 @@ docs/store.md.`},
 		doc: `A file store that other nodes use too (an NFS mount, or several daemons
 of one host): hibernated sessions are then written to the store and any
 node of the fleet can restore them. An S3 store is always shared.`},
+	{name: "store.key_file", def: "", dec: strKey(func(c *config) *string { return &c.Store.KeyFile }),
+		doc: `The fleet key: a file of "NAME SECRET" lines, SECRET the base64 of 32
+to 64 random bytes (openssl rand -base64 32); # starts a comment. Every
+object and record this node writes to the store is signed with the
+first key (HMAC-SHA256), and one read back is used only if one of the
+keys signed it for its own name, owner and session. Rotate by adding the
+new key first and keeping the old one until its objects are gone. The
+file must be this daemon's user's, mode 0600 or 0640, and the store must
+never hold it. Required for a shared store (S3, or store.shared): other
+nodes, and anyone with the store's credentials, write it. Read at start.
+See docs/store.md.`},
 	{name: "store.timeout", def: store.DefaultTimeout, dec: durKey(func(c *config) *time.Duration { return &c.Store.Timeout }),
 		doc: `Bound of each store request (plus 1 s per MiB it moves). A store that
 does not answer within it makes persist and hibernate answer unavailable
@@ -1210,6 +1221,14 @@ func checkStore(c *config) error {
 		}
 	default:
 		return fmt.Errorf("store.url = %q: want file:///ABSOLUTE/DIR or s3://BUCKET/PREFIX", c.Store.URL)
+	}
+	if err := absOrEmpty("store.key_file", c.Store.KeyFile, true); err != nil {
+		return err
+	}
+	if shared := strings.HasPrefix(c.Store.URL, "s3://") || c.Store.Shared; shared && c.Store.KeyFile == "" {
+		// Issue 24: unsigned, a shared store hands any writer of it host
+		// paths, owners and confinement.
+		return fmt.Errorf("store.url = %q is a shared store (S3, or store.shared): set store.key_file to the fleet key file; objects from a shared store are used only when signed with it (docs/store.md)", c.Store.URL)
 	}
 	if f := c.Store.S3.CredentialsFile; f != "" && !filepath.IsAbs(f) {
 		return fmt.Errorf("store.s3.credentials_file = %q: want an absolute path", f)

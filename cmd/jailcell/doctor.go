@@ -366,11 +366,15 @@ func doctorStore(o store.Options) *check {
 	}
 	if err != nil {
 		c.status, c.found = statusWarn, err.Error()
-		c.fix = "persist and shared hibernation answer unavailable until it works: check store.url, store.s3.* and the AWS_* credentials (docs/store.md)"
+		c.fix = "persist and shared hibernation answer unavailable until it works: check store.url, store.s3.*, the AWS_* credentials and store.key_file (docs/store.md)"
 		return c
 	}
 	c.status = statusOK
-	c.found = fmt.Sprintf("%s: a checksummed object written, read back and removed in %s", st.Name(), time.Since(start).Round(time.Millisecond))
+	what := "a checksummed object"
+	if k, ok := store.Signer(st); ok {
+		what = fmt.Sprintf("an object signed with fleet key %q", k)
+	}
+	c.found = fmt.Sprintf("%s: %s written, read back, verified and removed in %s", st.Name(), what, time.Since(start).Round(time.Millisecond))
 	return c
 }
 

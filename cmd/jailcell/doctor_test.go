@@ -1,9 +1,11 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/store"
 )
 
 // Every kind of probe problem has its doctor check, matched by kind: the
@@ -32,5 +34,19 @@ func TestDoctorPlacesProblemsByID(t *testing.T) {
 	got := placeProblems(nil, []isolate.Problem{{ID: "new_kind", Text: "something new"}})
 	if len(got) != 1 || got[0].status != statusFail || got[0].found != "something new" {
 		t.Errorf("an unknown kind is dropped or wrong: %+v", got)
+	}
+}
+
+// TestDoctorStoreSigned: doctor's store round trip goes through the fleet
+// key's signature, and a shared store without one is reported with the
+// key to set.
+func TestDoctorStoreSigned(t *testing.T) {
+	c := doctorStore(store.Options{URL: "file://" + t.TempDir(), Shared: true, KeyFile: storeKeyFile(t)})
+	if c.status != statusOK || !strings.Contains(c.found, `signed with fleet key "fleet-test"`) {
+		t.Fatalf("signed store: %s %s", c.status, c.found)
+	}
+	c = doctorStore(store.Options{URL: "file://" + t.TempDir(), Shared: true})
+	if c.status != statusWarn || !strings.Contains(c.found, "store.key_file") {
+		t.Fatalf("shared store without a key: %s %s", c.status, c.found)
 	}
 }

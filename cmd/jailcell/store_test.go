@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -39,11 +40,23 @@ func TestPersistWorksWithNoConfig(t *testing.T) {
 func TestPersistToS3Config(t *testing.T) {
 	testenv.RequiresRoot(t)
 	srv := testenv.StartS3(t)
-	cfg := fmt.Sprintf("store:\n  url: s3://%s/node1\n  s3:\n    endpoint: %s\n    region: us-east-1\n", srv.Bucket, srv.Endpoint)
+	cfg := fmt.Sprintf("store:\n  url: s3://%s/node1\n  key_file: %s\n  s3:\n    endpoint: %s\n    region: us-east-1\n", srv.Bucket, storeKeyFile(t), srv.Endpoint)
 	persistTwice(t, cfg, "proj", srv.Env())
-	if b, err := os.ReadFile(srv.ObjectPath(fmt.Sprintf("node1/uid=%d/proj/notes.txt", os.Getuid()))); err != nil || string(b) != "kept by the store" {
+	// Signed with the fleet key (its name in the header), the data after it.
+	b, err := os.ReadFile(srv.ObjectPath(fmt.Sprintf("node1/uid=%d/proj/notes.txt", os.Getuid())))
+	if err != nil || len(b) != store.SigHeaderLen+len("kept by the store") || !strings.HasSuffix(string(b), "kept by the store") || !strings.Contains(string(b[:store.SigHeaderLen]), "fleet-test") {
 		t.Fatalf("object in S3: %q %v", b, err)
 	}
+}
+
+// storeKeyFile writes a fleet key file (store.key_file) for a shared store.
+func storeKeyFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "store.keys")
+	if err := os.WriteFile(p, []byte("fleet-test "+base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // persistTwice runs `jailcell json` with config (YAML, "" for an empty

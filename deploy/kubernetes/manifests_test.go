@@ -5,6 +5,7 @@ package kubernetes
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -117,7 +118,7 @@ func TestManifests(t *testing.T) {
 		kinds[kind+"/"+name] = d
 	}
 	for _, want := range []string{"Namespace/jailcell", "DaemonSet/jailcell-node", "Deployment/jailcell-haproxy", "Service/jailcell",
-		"Secret/jailcell-store", "Secret/jailcell-tokens", "ConfigMap/jailcell-config", "ConfigMap/jailcell-fleet"} {
+		"Secret/jailcell-store", "Secret/jailcell-store-key", "Secret/jailcell-tokens", "ConfigMap/jailcell-config", "ConfigMap/jailcell-fleet"} {
 		if _, ok := kinds[want]; !ok {
 			t.Errorf("no %s among the manifests", want)
 		}
@@ -227,6 +228,34 @@ func TestFleetWiring(t *testing.T) {
 		if get(by["Secret/jailcell-store"], "stringData", k) == nil {
 			t.Errorf("Secret jailcell-store lacks %s", k)
 		}
+	}
+	// Issue 24: the shared store is signed with a fleet key that comes
+	// from its own Secret, mounted where store.key_file points, 0400.
+	kf := str(cfg, "store", "key_file")
+	if kf == "" {
+		t.Errorf("node config: a shared store without store.key_file is refused; got %v", cfg["store"])
+	}
+	if k := str(by["Secret/jailcell-store-key"], "stringData", filepath.Base(kf)); !regexp.MustCompile(`(?m)^\s*[A-Za-z0-9][A-Za-z0-9._-]* \S+`).MatchString(k) {
+		t.Errorf("Secret jailcell-store-key lacks %s as NAME KEY lines: %q", filepath.Base(kf), k)
+	}
+	if get(by["Secret/jailcell-store"], "stringData", filepath.Base(kf)) != nil {
+		t.Errorf("the fleet key is in Secret jailcell-store with the S3 credentials: anyone with those could sign")
+	}
+	mounted := false
+	for _, c := range list(by["DaemonSet/jailcell-node"], "spec", "template", "spec", "containers") {
+		for _, vm := range list(c, "volumeMounts") {
+			if str(vm, "mountPath") == filepath.Dir(kf) && str(vm, "name") == "store-key" {
+				mounted = true
+			}
+		}
+	}
+	for _, vm := range list(by["DaemonSet/jailcell-node"], "spec", "template", "spec", "volumes") {
+		if str(vm, "name") == "store-key" && (str(vm, "secret", "secretName") != "jailcell-store-key" || fmt.Sprint(get(vm, "secret", "defaultMode")) != "256") {
+			t.Errorf("volume store-key: want Secret jailcell-store-key, defaultMode 0400: %v", vm)
+		}
+	}
+	if !mounted {
+		t.Errorf("DaemonSet does not mount volume store-key at %s (store.key_file's directory)", filepath.Dir(kf))
 	}
 	hcfg, err := os.ReadFile(filepath.Join("..", "..", "configs", "haproxy.cfg"))
 	if err != nil {

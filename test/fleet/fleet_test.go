@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -132,6 +133,12 @@ func newFleet(t *testing.T, ids ...string) *fleet {
 		nodes: map[string]*node{}, client: &http.Client{Timeout: 3 * time.Minute}}
 	// The nodes' shared store: S3 on a versitygw on loopback.
 	srv := testenv.StartS3(t)
+	// The fleet key (store.key_file) every node shares: issue 24, a shared
+	// store is refused without one.
+	storeKey := filepath.Join(f.dir, "store.keys")
+	if err := os.WriteFile(storeKey, []byte("fleet-test "+base64.StdEncoding.EncodeToString([]byte(strings.Repeat("f", 32)))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tokens := filepath.Join(f.dir, "tokens")
 	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("# the test client\n%s 1000\n%s 1001\n", f.token, f.other)), 0o600); err != nil {
 		t.Fatal(err)
@@ -153,6 +160,7 @@ sandbox:
   uid_base: %d
 store:
   url: s3://%s/fleet
+  key_file: %s
   s3:
     endpoint: %s
     region: us-east-1
@@ -168,7 +176,7 @@ sessions:
 drain_notice: 5s
 drain_grace: 60s
 policies:
-`, n.addr, tokens, id, uidBases[id], srv.Bucket, srv.Endpoint) + testenv.DefaultPolicy
+`, n.addr, tokens, id, uidBases[id], srv.Bucket, storeKey, srv.Endpoint) + testenv.DefaultPolicy
 			},
 		})
 		f.nodes[id] = n

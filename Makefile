@@ -77,11 +77,15 @@ demo: rootfs
 	$(BIN) run --file testdata/sales.xlsx --out demo-out testdata/demo/monthly_sales.py
 	@echo "chart saved on the host: $(CURDIR)/demo-out/monthly_sales.png"
 
-# Ends with check-leaks: the tests must leave the host as they found it.
+# The Go tests run beside a service laid out as `make install` leaves one
+# (scripts/installed-service.sh): they must never reach it. Ends with
+# check-leaks: the tests must leave the host as they found it.
 test: rootfs criu versitygw
 	$(GO) vet -tags $(TAGS) ./...
 	$(MAKE) --no-print-directory check-fresh-quick
-	JAILCELL_SOAK=short JAILCELL_BIN=$(CURDIR)/$(BIN) GO=$(GO) ./scripts/gotest.sh -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 ./...
+	./scripts/installed-service.sh start $(BIN)
+	JAILCELL_SOAK=short JAILCELL_BIN=$(CURDIR)/$(BIN) GO=$(GO) ./scripts/gotest.sh -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 ./...; \
+		rc=$$?; ./scripts/installed-service.sh stop || rc=1; exit $$rc
 	$(MAKE) --no-print-directory test-cgroupv2
 	$(MAKE) --no-print-directory fuzz
 	./scripts/check-leaks.sh

@@ -12,8 +12,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // Jupyter's wire protocol (messaging spec 5.3) over ZMQ: the connection
@@ -87,9 +87,12 @@ func (c *JupyterConnection) check() error {
 			return fmt.Errorf("ip %q: must be a loopback address (127.0.0.1 or ::1): the ports take cells to run as you", c.IP)
 		}
 	case "ipc":
-		// Jupyter's ipc "ip" is a path prefix: the sockets are IP-PORT.
-		if !filepath.IsAbs(c.IP) || filepath.Clean(c.IP) != c.IP {
-			return fmt.Errorf(`ip %q: with transport "ipc" it must be a clean absolute path prefix (Jupyter's is the connection file's path without ".json", plus "-ipc")`, c.IP)
+		// Jupyter's ipc "ip" is a path prefix, the sockets IP-PORT: in the
+		// runtime directory for a Jupyter server, "kernel-ipc" in the
+		// working directory for a bare KernelManager. Where they may be
+		// made is the transport's check (a private directory).
+		if c.IP == "" || strings.ContainsRune(c.IP, 0) {
+			return fmt.Errorf(`ip %q: with transport "ipc" it must be the sockets' path prefix (Jupyter's is the connection file's path without ".json", plus "-ipc")`, c.IP)
 		}
 	default:
 		return fmt.Errorf(`transport %q: only "tcp" and "ipc" are supported`, c.Transport)

@@ -47,7 +47,10 @@ type JupyterOptions struct {
 //
 // Every incoming message must carry the HMAC-SHA256 signature made with
 // the connection's key, checked in constant time; others are logged and
-// dropped unanswered. Every outgoing message is signed.
+// dropped unanswered. Every outgoing message is signed. Outgoing messages
+// are not secret to whoever connects, so only peers of this process's
+// uid are admitted (jupyter_transport.go), and iopub never waits for a
+// subscriber.
 func ServeJupyter(ctx context.Context, h Handler, conn *JupyterConnection, opt JupyterOptions) error {
 	if err := conn.check(); err != nil {
 		return err

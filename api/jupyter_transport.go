@@ -57,6 +57,12 @@ const (
 	iopubLinger = 500 * time.Millisecond
 )
 
+// jupyterHandshake bounds a peer's ZMTP greeting and READY: go-zeromq
+// runs each handshake inside its one accept loop, so a peer that connects
+// and says nothing would otherwise keep every later peer of that port
+// out. A variable for the tests.
+var jupyterHandshake = 10 * time.Second
+
 // errSlowSubscriber drops an iopub subscriber that does not keep up.
 var errSlowSubscriber = errors.New("jupyter: slow iopub subscriber dropped")
 
@@ -166,7 +172,8 @@ func (l *kernelListener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.live.Add(1)
-		gc := &guardedConn{Conn: c, g: zmtpGuard{greeting: 64, maxMessage: JupyterMaxMessage, maxFrames: jupyterMaxFrames}, release: func() { l.live.Add(-1) }}
+		_ = c.SetDeadline(time.Now().Add(jupyterHandshake))
+		gc := &guardedConn{Conn: c, g: zmtpGuard{greeting: 64, maxMessage: JupyterMaxMessage, maxFrames: jupyterMaxFrames}, release: func() { l.live.Add(-1) }, ownWriteDeadlines: l.t.pub}
 		if !l.t.pub {
 			return gc, nil
 		}
@@ -301,6 +308,10 @@ type guardedConn struct {
 	g         zmtpGuard
 	release   func()
 	closeOnce sync.Once
+	ready     bool // the handshake's deadline is lifted
+	// ownWriteDeadlines: a pubConn sets one per write; lifting the
+	// handshake's must not lift it.
+	ownWriteDeadlines bool
 }
 
 func (c *guardedConn) Read(p []byte) (int, error) {
@@ -310,6 +321,15 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 			// The library then drops the connection; nothing was allocated.
 			c.Close()
 			return 0, gerr
+		}
+		if !c.ready && c.g.commands > 0 {
+			// The peer's READY is in: the handshake is over, and a
+			// subscriber may stay silent for good.
+			c.ready = true
+			_ = c.Conn.SetReadDeadline(time.Time{})
+			if !c.ownWriteDeadlines {
+				_ = c.Conn.SetWriteDeadline(time.Time{})
+			}
 		}
 	}
 	return n, err

@@ -260,3 +260,59 @@ func (p *pubConn) queuedBytes() int {
 	defer p.mu.Unlock()
 	return p.queued
 }
+
+// TestKernelTransportHandshakeDeadline: a peer that connects and says
+// nothing is cut at the handshake deadline (go-zeromq's accept loop would
+// wait on it for good, keeping every later peer out); one that completes
+// the handshake may then stay silent.
+func TestKernelTransportHandshakeDeadline(t *testing.T) {
+	old := jupyterHandshake
+	jupyterHandshake = 300 * time.Millisecond
+	defer func() { jupyterHandshake = old }()
+	tr := &kernelTransport{network: "tcp", uid: os.Getuid(), name: "shell", log: slog.Default()}
+	l, err := tr.Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accept := func() net.Conn {
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	silent, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	c := accept()
+	if _, err := c.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a silent peer's handshake: %v, want the deadline", err)
+	}
+	c.Close()
+
+	peer, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	c = accept()
+	defer c.Close()
+	greeting := make([]byte, 64)
+	ready := append([]byte{0x04, 5}, "READY"...) // a command frame
+	if _, err := peer.Write(append(greeting, ready...)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, len(greeting)+len(ready))); err != nil {
+		t.Fatalf("read the handshake: %v", err)
+	}
+	time.Sleep(2 * jupyterHandshake)
+	if _, err := peer.Write([]byte{0, 1, 'x'}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 3)); err != nil {
+		t.Errorf("after the handshake, a quiet peer was cut: %v", err)
+	}
+}

@@ -55,7 +55,8 @@ type JupyterConnection struct {
 
 // ReadJupyterConnection reads and checks a connection file. The kernel
 // refuses to run unauthenticated (an empty key: any local user could run
-// cells in this user's session) and listens on loopback only.
+// cells in this user's session) and listens on loopback only (tcp) or on
+// Unix sockets (ipc, Jupyter's "transport": "ipc").
 func ReadJupyterConnection(path string) (*JupyterConnection, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -133,6 +134,8 @@ type zmtpGuard struct {
 	msgFrames  int
 	maxMessage uint64
 	maxFrames  int
+	inCmd      bool // the body being passed is a command's
+	commands   int  // command frames passed whole (the handshake's READY is the first)
 }
 
 // errTooLarge is a peer's message over the bounds.
@@ -149,6 +152,9 @@ func (g *zmtpGuard) scan(p []byte) error {
 			n := min(g.body, uint64(len(p)))
 			g.body -= n
 			p = p[n:]
+			if g.body == 0 && g.inCmd {
+				g.commands++
+			}
 		default:
 			g.hdr[g.hdrHave] = p[0]
 			g.hdrHave++
@@ -172,6 +178,10 @@ func (g *zmtpGuard) scan(p []byte) error {
 				return errTooLarge
 			}
 			g.body = size
+			g.inCmd = g.hdr[0]&0x04 != 0
+			if g.inCmd && size == 0 {
+				g.commands++
+			}
 			if !more {
 				g.msgBytes, g.msgFrames = 0, 0
 			}

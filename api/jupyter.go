@@ -47,16 +47,20 @@ type JupyterOptions struct {
 //
 // Every incoming message must carry the HMAC-SHA256 signature made with
 // the connection's key, checked in constant time; others are logged and
-// dropped unanswered. Every outgoing message is signed.
+// dropped unanswered. Every outgoing message is signed. Outgoing messages
+// are not secret to whoever connects, so only peers of this process's
+// uid are admitted (jupyter_transport.go), and iopub never waits for a
+// subscriber.
 func ServeJupyter(ctx context.Context, h Handler, conn *JupyterConnection, opt JupyterOptions) error {
 	if err := conn.check(); err != nil {
 		return err
 	}
-	if err := registerBounded(); err != nil {
-		return fmt.Errorf("register the bounded ZMQ transport: %w", err)
-	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
+	}
+	kt, err := registerTransports(conn, opt.Logger)
+	if err != nil {
+		return fmt.Errorf("register the kernel's ZMQ transports: %w", err)
 	}
 	k := &jkernel{h: h, opt: opt, sig: signer{key: []byte(conn.Key)}, id: newUUID(), log: opt.Logger}
 	if err := k.createSession(ctx); err != nil {
@@ -82,11 +86,15 @@ func ServeJupyter(ctx context.Context, h Handler, conn *JupyterConnection, opt J
 		name string
 	}{{k.shell, conn.ShellPort, "shell"}, {k.control, conn.ControlPort, "control"}, {k.stdin, conn.StdinPort, "stdin"}, {k.iopub, conn.IOPubPort, "iopub"}, {hb, conn.HBPort, "heartbeat"}} {
 		defer s.sock.Close()
-		if err := s.sock.Listen(conn.endpoint(s.port)); err != nil {
+		tr := kt.ports
+		if s.sock == k.iopub {
+			tr = kt.iopub
+		}
+		if err := s.sock.Listen(conn.endpoint(tr, s.port)); err != nil {
 			return fmt.Errorf("listen on the %s port %s:%d: %w", s.name, conn.IP, s.port, err)
 		}
 	}
-	k.log.Info("jupyter kernel ready", "session", k.sid(), "ip", conn.IP, "shell_port", conn.ShellPort)
+	k.log.Info("jupyter kernel ready", "session", k.sid(), "transport", conn.Transport, "ip", conn.IP, "shell_port", conn.ShellPort)
 	k.publish(nil, "status", map[string]any{"execution_state": "starting"})
 
 	var wg sync.WaitGroup

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
@@ -13,15 +12,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
-
-	"github.com/go-zeromq/zmq4"
-	zmqtransport "github.com/go-zeromq/zmq4/transport"
+	"strconv"
+	"strings"
 )
 
 // Jupyter's wire protocol (messaging spec 5.3) over ZMQ: the connection
-// file, the signed multipart message, and a TCP transport whose reader
-// bounds what a peer may make this process allocate.
+// file, the signed multipart message, and the frame guard that bounds what
+// a peer may make this process allocate (the transports that use it are in
+// jupyter_transport.go).
 
 // JupyterProtocolVersion is the messaging protocol this kernel speaks.
 const JupyterProtocolVersion = "5.3"
@@ -57,7 +55,8 @@ type JupyterConnection struct {
 
 // ReadJupyterConnection reads and checks a connection file. The kernel
 // refuses to run unauthenticated (an empty key: any local user could run
-// cells in this user's session) and listens on loopback only.
+// cells in this user's session) and listens on loopback only (tcp) or on
+// Unix sockets (ipc, Jupyter's "transport": "ipc").
 func ReadJupyterConnection(path string) (*JupyterConnection, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -82,12 +81,22 @@ func ReadJupyterConnection(path string) (*JupyterConnection, error) {
 }
 
 func (c *JupyterConnection) check() error {
-	if c.Transport != "tcp" {
-		return fmt.Errorf(`transport %q: only "tcp" is supported`, c.Transport)
-	}
-	ip, err := netip.ParseAddr(c.IP)
-	if err != nil || !ip.IsLoopback() {
-		return fmt.Errorf("ip %q: must be a loopback address (127.0.0.1 or ::1): the ports take cells to run as you", c.IP)
+	switch c.Transport {
+	case "tcp":
+		ip, err := netip.ParseAddr(c.IP)
+		if err != nil || !ip.IsLoopback() {
+			return fmt.Errorf("ip %q: must be a loopback address (127.0.0.1 or ::1): the ports take cells to run as you", c.IP)
+		}
+	case "ipc":
+		// Jupyter's ipc "ip" is a path prefix, the sockets IP-PORT: in the
+		// runtime directory for a Jupyter server, "kernel-ipc" in the
+		// working directory for a bare KernelManager. Where they may be
+		// made is the transport's check (a private directory).
+		if c.IP == "" || strings.ContainsRune(c.IP, 0) {
+			return fmt.Errorf(`ip %q: with transport "ipc" it must be the sockets' path prefix (Jupyter's is the connection file's path without ".json", plus "-ipc")`, c.IP)
+		}
+	default:
+		return fmt.Errorf(`transport %q: only "tcp" and "ipc" are supported`, c.Transport)
 	}
 	if c.SignatureScheme != "hmac-sha256" {
 		return fmt.Errorf(`signature_scheme %q: only "hmac-sha256" is supported`, c.SignatureScheme)
@@ -97,61 +106,19 @@ func (c *JupyterConnection) check() error {
 	}
 	for name, p := range map[string]int{"shell_port": c.ShellPort, "iopub_port": c.IOPubPort, "stdin_port": c.StdinPort, "control_port": c.ControlPort, "hb_port": c.HBPort} {
 		if p < 1 || p > 65535 {
-			return fmt.Errorf("%s %d: must be a TCP port, 1-65535", name, p)
+			return fmt.Errorf("%s %d: must be a port (tcp) or socket number (ipc), 1-65535", name, p)
 		}
 	}
 	return nil
 }
 
-// endpoint is the ZMQ endpoint of port, through the bounded transport.
-func (c *JupyterConnection) endpoint(port int) string {
-	return boundedTCP + "://" + net.JoinHostPort(c.IP, fmt.Sprint(port))
-}
-
-// boundedTCP names the transport registered below.
-const boundedTCP = "jailcell-tcp"
-
-var registerBounded = sync.OnceValue(func() error {
-	return zmq4.RegisterTransport(boundedTCP, boundedTransport{zmqtransport.New("tcp")})
-})
-
-// boundedTransport is TCP whose accepted connections are read through a
-// zmtpGuard.
-type boundedTransport struct{ zmqtransport.Transport }
-
-func (t boundedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
-	l, err := t.Transport.Listen(ctx, addr)
-	if err != nil {
-		return nil, err
+// endpoint is the ZMQ endpoint of port through the transport registered
+// as name: host:port for tcp, Jupyter's IP-PORT path for ipc.
+func (c *JupyterConnection) endpoint(name string, port int) string {
+	if c.Transport == "ipc" {
+		return name + "://" + c.IP + "-" + strconv.Itoa(port)
 	}
-	return guardedListener{l}, nil
-}
-
-type guardedListener struct{ net.Listener }
-
-func (l guardedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &guardedConn{Conn: c, g: zmtpGuard{greeting: 64, maxMessage: JupyterMaxMessage, maxFrames: jupyterMaxFrames}}, nil
-}
-
-type guardedConn struct {
-	net.Conn
-	g zmtpGuard
-}
-
-func (c *guardedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		if gerr := c.g.scan(p[:n]); gerr != nil {
-			// The library then drops the connection; nothing was allocated.
-			c.Conn.Close()
-			return 0, gerr
-		}
-	}
-	return n, err
+	return name + "://" + net.JoinHostPort(c.IP, strconv.Itoa(port))
 }
 
 // zmtpGuard follows ZMTP 3 framing over the bytes read and fails before a
@@ -167,6 +134,8 @@ type zmtpGuard struct {
 	msgFrames  int
 	maxMessage uint64
 	maxFrames  int
+	inCmd      bool // the body being passed is a command's
+	commands   int  // command frames passed whole (the handshake's READY is the first)
 }
 
 // errTooLarge is a peer's message over the bounds.
@@ -183,6 +152,9 @@ func (g *zmtpGuard) scan(p []byte) error {
 			n := min(g.body, uint64(len(p)))
 			g.body -= n
 			p = p[n:]
+			if g.body == 0 && g.inCmd {
+				g.commands++
+			}
 		default:
 			g.hdr[g.hdrHave] = p[0]
 			g.hdrHave++
@@ -206,6 +178,10 @@ func (g *zmtpGuard) scan(p []byte) error {
 				return errTooLarge
 			}
 			g.body = size
+			g.inCmd = g.hdr[0]&0x04 != 0
+			if g.inCmd && size == 0 {
+				g.commands++
+			}
 			if !more {
 				g.msgBytes, g.msgFrames = 0, 0
 			}

@@ -81,11 +81,15 @@ func TestReadJupyterConnection(t *testing.T) {
 		}
 		return p
 	}
-	if c, err := ReadJupyterConnection(write(nil)); err != nil || c.endpoint(c.ShellPort) != "jailcell-tcp://127.0.0.1:5001" {
+	if c, err := ReadJupyterConnection(write(nil)); err != nil || c.endpoint("jailcell-tcp", c.ShellPort) != "jailcell-tcp://127.0.0.1:5001" {
 		t.Fatalf("good file: %+v, %v", c, err)
 	}
 	if _, err := ReadJupyterConnection(write(map[string]any{"ip": "::1"})); err != nil {
 		t.Errorf("::1: %v", err)
+	}
+	// Jupyter's ipc: the ip is a path prefix, the sockets IP-PORT.
+	if c, err := ReadJupyterConnection(write(map[string]any{"transport": "ipc", "ip": "/run/user/1/jupyter/kernel-1-ipc", "shell_port": 1})); err != nil || c.endpoint("x", 1) != "x:///run/user/1/jupyter/kernel-1-ipc-1" {
+		t.Errorf("ipc: %+v, %v", c, err)
 	}
 	for _, tc := range []struct {
 		change map[string]any
@@ -94,9 +98,10 @@ func TestReadJupyterConnection(t *testing.T) {
 		{map[string]any{"key": ""}, "key is empty: refusing to run unauthenticated"},
 		{map[string]any{"ip": "0.0.0.0"}, `ip "0.0.0.0": must be a loopback address`},
 		{map[string]any{"ip": "10.0.0.1"}, `ip "10.0.0.1": must be a loopback address`},
-		{map[string]any{"transport": "ipc"}, `transport "ipc": only "tcp"`},
+		{map[string]any{"transport": "udp"}, `transport "udp": only "tcp" and "ipc"`},
+		{map[string]any{"transport": "ipc", "ip": ""}, `ip "": with transport "ipc" it must be the sockets' path prefix`},
 		{map[string]any{"signature_scheme": "hmac-md5"}, `signature_scheme "hmac-md5": only "hmac-sha256"`},
-		{map[string]any{"hb_port": 0}, "hb_port 0: must be a TCP port, 1-65535"},
+		{map[string]any{"hb_port": 0}, "hb_port 0: must be a port (tcp) or socket number (ipc), 1-65535"},
 		{map[string]any{"shell_port": "5001"}, "is not a Jupyter connection file"},
 	} {
 		_, err := ReadJupyterConnection(write(tc.change))

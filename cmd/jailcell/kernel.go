@@ -35,7 +35,13 @@ shutdown. Jupyter starts it through the kernelspec that
 
 When the jailcell service answers on its socket (or --connect names one),
 the session is made there, as this user, with no root needed: the
-service's allowed uids or groups decide.`,
+service's allowed uids or groups decide.
+
+Only this user reaches the kernel's ports: on TCP (loopback), connections
+from sockets of other uids are refused; on ipc (the client's
+KernelManager.transport = "ipc") the sockets must be in a directory of
+this user's with mode 0700, as Jupyter's runtime directory is. An iopub
+subscriber that falls 8 MiB behind, or takes nothing for 10 s, is dropped.`,
 		Args: cobra.NoArgs,
 	}
 	hf := addHostFlags(cmd)
@@ -254,6 +260,8 @@ who must be admitted by the service (its allowed uids or groups).`,
 			return fmt.Errorf("install %s: %w", file, err)
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "installed kernelspec %q in %s\n", name, dest)
+		// The client, not the kernelspec, picks the transport.
+		fmt.Fprintln(cmd.OutOrStdout(), `its kernels refuse TCP peers of other uids; for Unix sockets in Jupyter's 0700 runtime directory instead, set the client's c.KernelManager.transport = "ipc" (e.g. jupyter lab --KernelManager.transport=ipc)`)
 		return nil
 	}
 	cmd.AddCommand(install)

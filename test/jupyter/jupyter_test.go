@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -432,3 +433,294 @@ while True:
     data += c
 print(len(json.loads(data.split(b"\r\n\r\n", 1)[1])["sessions"]))
 `
+
+// attackerUID runs the attacks of another local user: not the kernel's
+// user, not root, in none of the service's groups (no host user is made:
+// a uid and gid of this package's own).
+const attackerUID = 64145
+
+var attacker = &syscall.Credential{Uid: attackerUID, Gid: attackerUID}
+
+// TestIOPubSlowSubscriberDropped (issue 24, a local user subscribes to
+// iopub and never reads): while a subscriber that never reads is
+// connected, a real client still gets every byte of 40 cells that print
+// 512 KiB each and every idle status; the slow subscriber is dropped and
+// logged, and the kernel's peak memory stays under a bound (before: no
+// output, no idle status, 29 -> 186 MiB).
+func TestIOPubSlowSubscriberDropped(t *testing.T) {
+	f := setup(t)
+	f.copyScript(t, "iopub.py")
+	const cells, size = 40, 512 << 10
+	out, err := f.try(15*time.Minute, hostPython, filepath.Join(f.dir, "iopub.py"), "slow", kernelName, "tcp", fmt.Sprint(cells), fmt.Sprint(size))
+	t.Logf("iopub.py slow:\n%s", tail(out, 40))
+	if err != nil || !strings.Contains(out, "\nok slow\n") {
+		t.Fatalf("the client beside a stuck subscriber: %v", err)
+	}
+	if !strings.Contains(out, `msg="jupyter: dropped a slow iopub subscriber"`) {
+		t.Errorf("the kernel did not log dropping the slow subscriber")
+	}
+	m := regexp.MustCompile(`(?m)^vmhwm (\d+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatal("no vmhwm line")
+	}
+	kib, _ := strconv.Atoi(m[1])
+	// The bound: the Go runtime and the kernel (~30 MiB), the stuck
+	// subscriber's queue (api.IOPubHWM, 8 MiB) and what the client's
+	// queue and the garbage collector hold in flight; 20 MiB of output
+	// went through.
+	const maxKiB = 96 << 10
+	t.Logf("kernel peak RSS %d KiB after %d MiB of output beside a stuck subscriber (bound %d KiB)", kib, cells*size>>20, maxKiB)
+	if kib > maxKiB {
+		t.Errorf("kernel peak RSS %d KiB, want under %d KiB", kib, maxKiB)
+	}
+}
+
+// copyScript puts a script of this directory where the user can run it.
+func (f *fixture) copyScript(t *testing.T, name string) {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, name), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// secretRun is a kernel of the user's, started by iopub.py secret, and
+// what another uid saw of its iopub while a cell printed a secret.
+type secretRun struct {
+	conn     map[string]any // the connection info, key included
+	attacker string         // iopub.py listen's output
+	driver   string         // iopub.py secret's output, the kernel's log
+}
+
+// otherUIDSubscribes starts a kernel of the user's on transport, lets a
+// subscriber of attackerUID connect to its iopub (and try its socket file
+// when probe names one), then runs a cell that prints a secret.
+func (f *fixture) otherUIDSubscribes(t *testing.T, transport string, probe func(conn map[string]any) string) secretRun {
+	t.Helper()
+	f.copyScript(t, "iopub.py")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	drv := exec.CommandContext(ctx, hostPython, filepath.Join(f.dir, "iopub.py"), "secret", kernelName, transport)
+	drv.Dir, drv.Env = f.home, f.env()
+	drv.SysProcAttr = &syscall.SysProcAttr{Credential: user, Setpgid: true}
+	drv.Cancel = func() error { return syscall.Kill(-drv.Process.Pid, syscall.SIGKILL) }
+	drv.WaitDelay = 30 * time.Second
+	stdin, err := drv.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv.Stdout, drv.Stderr = pw, pw
+	if err := drv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	var run secretRun
+	lines := make(chan string, 1000)
+	var all strings.Builder
+	go func() {
+		b := make([]byte, 64<<10)
+		var buf string
+		for {
+			n, err := pr.Read(b)
+			buf += string(b[:n])
+			for {
+				i := strings.IndexByte(buf, '\n')
+				if i < 0 {
+					break
+				}
+				lines <- buf[:i]
+				buf = buf[i+1:]
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	next := func(prefix string) string {
+		for l := range lines {
+			all.WriteString(l + "\n")
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		}
+		t.Fatalf("iopub.py secret ended before %q:\n%s", prefix, all.String())
+		return ""
+	}
+	defer func() {
+		stdin.Close()
+		_ = drv.Wait()
+	}()
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(next("connection "), "connection ")), &run.conn); err != nil {
+		t.Fatal(err)
+	}
+	url, _ := run.conn["iopub_url"].(string)
+	args := []string{filepath.Join(f.dir, "iopub.py"), "listen", url}
+	if probe != nil {
+		args = append(args, probe(run.conn))
+	}
+	att := exec.CommandContext(ctx, hostPython, args...)
+	att.Dir = "/"
+	att.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8"}
+	att.SysProcAttr = &syscall.SysProcAttr{Credential: attacker}
+	attOut := make(chan string, 1)
+	ap, err := att.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	att.Stderr = att.Stdout
+	if err := att.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		b, _ := io.ReadAll(ap)
+		_ = att.Wait()
+		attOut <- string(b)
+	}()
+	// The cell runs once the subscriber had its chance to connect.
+	time.Sleep(4 * time.Second)
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	next("ok secret")
+	run.attacker = <-attOut
+	if _, err := io.WriteString(stdin, "done\n"); err != nil {
+		t.Fatal(err)
+	}
+	for l := range lines {
+		all.WriteString(l + "\n")
+	}
+	run.driver = all.String()
+	t.Logf("the user's client:\n%s\nthe other uid's subscriber:\n%s", tail(run.driver, 20), run.attacker)
+	if !strings.Contains(run.attacker, "subscribed") {
+		t.Fatalf("the other uid's subscriber did not run")
+	}
+	return run
+}
+
+// TestIOPubOtherUIDRefusedTCP (issue 24, a local user without the key
+// subscribes to iopub and reads every cell's code and output): on TCP, a
+// subscriber whose socket belongs to another uid is refused at accept,
+// gets nothing, and the refusal is logged.
+func TestIOPubOtherUIDRefusedTCP(t *testing.T) {
+	f := setup(t)
+	run := f.otherUIDSubscribes(t, "tcp", nil)
+	if !strings.Contains(run.attacker, "got 0 secret False") {
+		t.Errorf("another uid read the kernel's iopub: %s", run.attacker)
+	}
+	if !strings.Contains(run.driver, fmt.Sprintf("not the kernel's uid %d", userUID)) || !strings.Contains(run.driver, `msg="jupyter: refused a connection"`) {
+		t.Errorf("the kernel did not log the refusal of uid %d", attackerUID)
+	}
+}
+
+// TestIOPubOtherUIDRefusedIPC (the same attack on the ipc transport): the
+// kernel's sockets are in Jupyter's runtime directory, 0700 and the
+// user's, each socket 0600; another uid cannot connect to one (EACCES)
+// and its subscriber gets nothing.
+func TestIOPubOtherUIDRefusedIPC(t *testing.T) {
+	f := setup(t)
+	var sockets []string
+	run := f.otherUIDSubscribes(t, "ipc", func(conn map[string]any) string {
+		ip, _ := conn["ip"].(string)
+		for _, p := range []string{"shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"} {
+			sockets = append(sockets, fmt.Sprintf("%s-%v", ip, conn[p]))
+		}
+		// Checked while the kernel runs.
+		dir := filepath.Dir(ip)
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o700 || st.Uid != userUID {
+			t.Errorf("the ipc directory %s is %v uid %d, want 0700 and uid %d", dir, fi.Mode(), st.Uid, userUID)
+		}
+		for _, s := range sockets {
+			fi, err := os.Stat(s)
+			if err != nil {
+				t.Fatalf("ipc socket: %v", err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 || st.Uid != userUID {
+				t.Errorf("ipc socket %s is %v uid %d, want a 0600 socket of uid %d", s, fi.Mode(), st.Uid, userUID)
+			}
+		}
+		return sockets[1]
+	})
+	if !strings.Contains(run.attacker, "unix connect: PermissionError") {
+		t.Errorf("another uid could connect to the iopub socket: %s", run.attacker)
+	}
+	if !strings.Contains(run.attacker, "got 0 secret False") {
+		t.Errorf("another uid read the kernel's iopub: %s", run.attacker)
+	}
+	if run.conn["transport"] != "ipc" {
+		t.Errorf("the kernel ran on %v, not ipc", run.conn["transport"])
+	}
+}
+
+// TestNotebookNbclientIPC: a notebook executed by nbclient on the jailcell
+// kernel over the ipc transport (the one no other local user can reach)
+// gives what it gives over TCP: streams, values, an error, a figure.
+func TestNotebookNbclientIPC(t *testing.T) {
+	f := setup(t)
+	n := 0
+	cell := func(src string) map[string]any {
+		n++
+		return map[string]any{"id": fmt.Sprint("c", n), "cell_type": "code", "metadata": map[string]any{}, "execution_count": nil, "outputs": []any{}, "source": src}
+	}
+	nb := map[string]any{"nbformat": 4, "nbformat_minor": 5, "metadata": map[string]any{}, "cells": []any{
+		cell("x = 6 * 7\nprint('hello', x)"),
+		cell("x"),
+		cell("1/0"),
+		cell("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"),
+	}}
+	b, _ := json.Marshal(nb)
+	path := filepath.Join(f.dir, "ipc.ipynb")
+	data := filepath.Join(f.dir, "ipc-data")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "note.txt"), []byte("ipc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := f.run(t, 10*time.Minute, hostPython, filepath.Join(f.dir, "nbrun.py"), kernelName, path, data, f.home, "ipc")
+	var res []conformance.Outcome
+	i := strings.LastIndex(out, "\n[")
+	if err := json.Unmarshal([]byte(out[i+1:]), &res); err != nil {
+		t.Fatalf("nbrun on ipc: %v\n%s", err, out)
+	}
+	got, _ := json.Marshal(res)
+	t.Logf("nbclient on ipc: %s", got)
+	want := []conformance.Outcome{
+		{Status: "ok", Stdout: "hello 42\n"},
+		{Status: "ok", Value: ptr("42")},
+		{Status: "error", Error: "ZeroDivisionError"},
+		{Status: "ok", Images: 1},
+	}
+	if len(res) != len(want) {
+		t.Fatalf("%d cells, want %d", len(res), len(want))
+	}
+	for i := range want {
+		if d := conformance.Diff(want[i], res[i], "", ""); d != "" {
+			t.Errorf("cell %d: %s", i+1, d)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

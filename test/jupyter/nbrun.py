@@ -4,7 +4,10 @@ compares (status and exception type from the execute reply, stdout, the
 value's text/plain, the number of PNG images, the pager's text from the
 reply's page payloads).
 
-    python3 nbrun.py KERNEL_NAME NOTEBOOK.ipynb DATA_DIR WORKDIR
+    python3 nbrun.py KERNEL_NAME NOTEBOOK.ipynb DATA_DIR WORKDIR [TRANSPORT]
+
+TRANSPORT "ipc" runs the kernel on ZMQ's ipc transport, its sockets in
+Jupyter's runtime directory as a Jupyter server puts them.
 
 The files of DATA_DIR are written into the kernel's working directory by a
 first cell added for the run, the same code for every kernel (a jailcell
@@ -15,8 +18,11 @@ import base64
 import json
 import os
 import sys
+import uuid
 
 import nbformat
+from jupyter_client.manager import KernelManager
+from jupyter_core.paths import jupyter_runtime_dir
 from nbclient import NotebookClient
 
 
@@ -24,7 +30,7 @@ def text(v):
     return "".join(v) if isinstance(v, list) else v
 
 
-def main(kernel_name, nb_path, data_dir, workdir):
+def main(kernel_name, nb_path, data_dir, workdir, transport="tcp"):
     nb = nbformat.read(nb_path, as_version=4)
     files = {}
     for name in sorted(os.listdir(data_dir)):
@@ -36,10 +42,19 @@ def main(kernel_name, nb_path, data_dir, workdir):
     def on_cell_executed(cell, cell_index, execute_reply):
         replies[cell_index] = execute_reply["content"]
 
-    client = NotebookClient(nb, kernel_name=kernel_name, timeout=300, startup_timeout=300, allow_errors=True,
+    km = None
+    if transport != "tcp":
+        runtime = jupyter_runtime_dir()
+        os.makedirs(runtime, mode=0o700, exist_ok=True)
+        km = KernelManager(kernel_name=kernel_name, transport=transport,
+                           connection_file=os.path.join(runtime, "kernel-%s.json" % uuid.uuid4()))
+    client = NotebookClient(nb, km=km, kernel_name=kernel_name, timeout=300, startup_timeout=300, allow_errors=True,
                             resources={"metadata": {"path": workdir}}, on_cell_executed=on_cell_executed)
     nb.cells.insert(0, nbformat.v4.new_code_cell(setup))
     client.execute()
+    if km is not None:
+        # nbclient shuts down only the kernels it made itself.
+        km.shutdown_kernel(now=False)
     assert replies[0]["status"] == "ok", replies[0]
     out = []
     for index, cell in enumerate(nb.cells):
@@ -64,4 +79,4 @@ def main(kernel_name, nb_path, data_dir, workdir):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -45,6 +45,11 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	if err != nil {
 		return nil, err
 	}
+	releaseOwner, err := m.reserveOwner(parent.owner)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseOwner()
 	if err := m.reserve(); err != nil {
 		return nil, err
 	}

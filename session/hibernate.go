@@ -200,13 +200,18 @@ func (m *Manager) Restore(ctx context.Context, owner int, id string) (*Info, err
 // The caller holds s.run.
 func (m *Manager) wake(ctx context.Context, s *Session) (string, error) {
 	s.mu.Lock()
-	hib := s.hibernated
+	hib, owner := s.hibernated, s.owner
 	s.mu.Unlock()
 	if !hib {
 		return "", nil
 	}
 	// A hibernated session does not count toward MaxSessions; a woken one
 	// does.
+	releaseOwner, err := m.reserveOwner(owner)
+	if err != nil {
+		return "", fmt.Errorf("session %s is hibernated and cannot be woken now: %w", s.id, err)
+	}
+	defer releaseOwner()
 	if err := m.reserve(); err != nil {
 		return "", fmt.Errorf("session %s is hibernated and cannot be woken now: %w", s.id, err)
 	}

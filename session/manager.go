@@ -49,6 +49,10 @@ type Config struct {
 	// MaxSessions caps live sessions (one-shot cells count while they
 	// run). Default 64.
 	MaxSessions int
+	// MaxPerOwner caps one owner's live sessions (one-shot cells and
+	// creates under way included), so one caller cannot take every place
+	// under MaxSessions. Default (0): MaxSessions.
+	MaxPerOwner int
 	// Preload lists modules every kernel imports before it is ready.
 	Preload []string
 	// Pool maps a policy name to how many ready sessions of that policy
@@ -141,6 +145,9 @@ func (c *Config) defaults() {
 	if c.MaxSessions == 0 {
 		c.MaxSessions = 64
 	}
+	if c.MaxPerOwner >= c.MaxSessions {
+		c.MaxPerOwner = 0 // MaxSessions says it, naming its own key
+	}
 	if c.JanitorInterval == 0 {
 		c.JanitorInterval = time.Second
 	}
@@ -192,6 +199,9 @@ type Manager struct {
 	mu         sync.Mutex
 	sessions   map[string]*Session
 	reserved   int // slots taken by sessions being created and one-shot cells
+	// starting counts each owner's creates, forks, wakes and one-shot
+	// cells under way (MaxPerOwner).
+	starting   map[int]int
 	tombstones map[string]string
 	tombOrder  []string
 	// lost marks the tombstones of sessions lost, not ended (ErrLost).
@@ -251,7 +261,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, host: host, metrics: newMetrics(),
-		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, oneshots: map[string]*Session{},
+		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, oneshots: map[string]*Session{}, starting: map[int]int{},
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
@@ -333,6 +343,39 @@ func (m *Manager) reserve() error {
 	}
 	m.reserved++
 	return nil
+}
+
+// reserveOwner takes one of owner's places under MaxPerOwner for a
+// session about to hold a sandbox; release gives it back (the session,
+// once in the table, counts itself). One owner filling sessions.max
+// would refuse every other caller's creates.
+func (m *Manager) reserveOwner(owner int) (release func(), _ error) {
+	if m.cfg.MaxPerOwner <= 0 {
+		return func() {}, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.starting[owner]
+	for _, t := range []map[string]*Session{m.sessions, m.oneshots} {
+		for _, s := range t {
+			s.mu.Lock()
+			if s.owner == owner && !s.hibernated {
+				n++
+			}
+			s.mu.Unlock()
+		}
+	}
+	if n >= m.cfg.MaxPerOwner {
+		return nil, fmt.Errorf("%w: owner %d has %d live sessions, the configured maximum per owner is %d (sessions.max_per_owner; hibernated sessions do not count)", ErrLimit, owner, n, m.cfg.MaxPerOwner)
+	}
+	m.starting[owner]++
+	return func() {
+		m.mu.Lock()
+		if m.starting[owner]--; m.starting[owner] <= 0 {
+			delete(m.starting, owner)
+		}
+		m.mu.Unlock()
+	}, nil
 }
 
 // liveLocked counts the sessions that hold a sandbox: all but the
@@ -535,6 +578,11 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 			return nil, fmt.Errorf("%w: persist name %q: want 1-64 of [A-Za-z0-9._-], not starting with '.'", ErrBadRequest, opt.Persist)
 		}
 	}
+	releaseOwner, err := m.reserveOwner(opt.Owner)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseOwner()
 	if info := m.takePooled(opt, ttl); info != nil {
 		m.savePooledMeta(info)
 		return info, nil
@@ -775,6 +823,11 @@ func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req E
 	if _, err := m.cellTimeout(&Session{policy: p}, req.Timeout); err != nil {
 		return nil, err
 	}
+	releaseOwner, err := m.reserveOwner(owner)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseOwner()
 	if err := m.reserve(); err != nil {
 		return nil, err
 	}

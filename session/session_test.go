@@ -657,6 +657,33 @@ func TestMaxSessionsIsALimit(t *testing.T) {
 	}
 }
 
+// TestHostileOneOwnerTakesEveryPlace: one owner creating sessions until
+// sessions.max is reached used to refuse every other caller's creates.
+// sessions.max_per_owner stops it at its share, naming the key; one-shot
+// cells count too; another owner is still served; a closed session gives
+// its place back.
+func TestHostileOneOwnerTakesEveryPlace(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxSessions = 4; c.MaxPerOwner = 2 })
+	ctx := context.Background()
+	first := e.create(t, CreateOptions{Owner: 1000})
+	e.create(t, CreateOptions{Owner: 1000})
+	_, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "sessions.max_per_owner") {
+		t.Fatalf("owner 1000's third create: %v, want ErrLimit naming sessions.max_per_owner", err)
+	}
+	if _, err := e.m.RunOnce(ctx, 1000, "", ExecRequest{Code: "print(1)"}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("owner 1000's one-shot cell at its share: %v, want ErrLimit", err)
+	}
+	other := e.create(t, CreateOptions{Owner: 1001})
+	if r := e.execAs(t, 1001, other, "print(6*7)"); r.Stdout != "42\n" {
+		t.Fatalf("owner 1001's cell beside owner 1000's full share: %+v", r)
+	}
+	if err := e.m.Close(ctx, 1000, first); err != nil {
+		t.Fatal(err)
+	}
+	e.create(t, CreateOptions{Owner: 1000})
+}
+
 // A daemon that died without cleaning up leaves sandboxes, mounts, cgroups
 // and directories; the next start reconciles them away.
 func TestStartReconcilesLeftovers(t *testing.T) {

@@ -211,6 +211,12 @@ code. The default is warn for run, json, mcp and doctor.`},
 		doc: `text or json, on stderr (journald under systemd) (flag --log-format).`},
 	{name: "sessions.max", def: 64, dec: intKey(func(c *config) *int { return &c.Session.MaxSessions }, 1, 4096),
 		doc: `Live sessions at most; one-shot cells count while they run (1..4096).`},
+	{name: "sessions.max_per_owner", def: 0, dec: intKey(func(c *config) *int { return &c.Session.MaxPerOwner }, 0, 4096),
+		doc: `Live sessions one owner (a uid, or a token's owner) may hold at once,
+creates under way and one-shot cells included, so one caller cannot
+take every place under sessions.max; one more create is refused with
+code limit naming this key (0..sessions.max; 0: sessions.max). Set it
+on a host shared by callers who must not starve each other.`},
 	{name: "sessions.idle_ttl", def: 30 * time.Minute, dec: durKey(func(c *config) *time.Duration { return &c.Session.IdleTTL }),
 		doc: `Idle timeout of a session, reset by each cell; a create may ask for its
 own ttl_s up to max_idle_ttl.`},
@@ -1151,6 +1157,12 @@ var configChecks = []func(c *config) error{
 	func(c *config) error {
 		if c.HTTP.MCPMaxSessionsPerOwner > c.HTTP.MCPMaxSessions {
 			return fmt.Errorf("mcp.max_sessions_per_owner = %d: want at most mcp.max_sessions (%d)", c.HTTP.MCPMaxSessionsPerOwner, c.HTTP.MCPMaxSessions)
+		}
+		return nil
+	},
+	func(c *config) error {
+		if c.Session.MaxPerOwner > c.Session.MaxSessions {
+			return fmt.Errorf("sessions.max_per_owner = %d: want 0..sessions.max (%d)", c.Session.MaxPerOwner, c.Session.MaxSessions)
 		}
 		return nil
 	},

@@ -196,9 +196,9 @@ type Manager struct {
 	host    *isolate.Host
 	metrics *Metrics
 
-	mu         sync.Mutex
-	sessions   map[string]*Session
-	reserved   int // slots taken by sessions being created and one-shot cells
+	mu       sync.Mutex
+	sessions map[string]*Session
+	reserved int // slots taken by sessions being created and one-shot cells
 	// starting counts each owner's creates, forks, wakes and one-shot
 	// cells under way (MaxPerOwner).
 	starting   map[int]int

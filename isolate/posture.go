@@ -117,16 +117,20 @@ type posture struct {
 	gidMap     string
 	cgroupPath string
 	mounts     map[string]wantMount
+	// filters is every thread's seccomp filter chain as a cold start of
+	// the same configuration loads it (nil: not compared).
+	filters *filterSum
 }
 
 // zeroCaps is a capability set with nothing in it, as /proc shows it.
 const zeroCaps = "0000000000000000"
 
-// coldPosture is the posture a cold start of cfg has. Seccomp_filters is 1:
+// coldPostureOf is the posture a cold start of cfg has, but for the
+// seccomp filter programs (Host.coldPosture adds them). Seccomp_filters is 1:
 // libcontainer's init loads one filter (TestPostureColdStartPasses
 // measures it); capabilities are none (containerConfig gives none, and a
 // configuration with any is refused here rather than guessed at).
-func coldPosture(cfg *configs.Config) (posture, error) {
+func coldPostureOf(cfg *configs.Config) (posture, error) {
 	p := posture{status: map[string]string{}, mounts: map[string]wantMount{}}
 	if c := cfg.Capabilities; c != nil && (len(c.Bounding)+len(c.Effective)+len(c.Inheritable)+len(c.Permitted)+len(c.Ambient)) > 0 {
 		return p, fmt.Errorf("%w: posture check of a configuration with capabilities", ErrUnsupported)
@@ -244,6 +248,7 @@ func checkPosture(pid int, cgDirs map[string]string, want posture) error {
 		d.addf("read the sandbox's processes: %v", err)
 	}
 	initNS := nsInodes(init)
+	var threads [][2]int // pid, tid
 	for _, p := range pids {
 		ps := strconv.Itoa(p)
 		checkCgroup(ps, want.cgroupPath, &d)
@@ -268,9 +273,42 @@ func checkPosture(pid int, cgDirs map[string]string, want posture) error {
 					d.addf("%s %s, want %s (pid %d thread %s)", k, got, want.status[k], p, t.Name())
 				}
 			}
+			if tid, err := strconv.Atoi(t.Name()); err == nil {
+				threads = append(threads, [2]int{p, tid})
+			}
 		}
 	}
+	if want.filters != nil {
+		checkFilters(threads, *want.filters, &d)
+	}
 	return d.err()
+}
+
+// checkFilters compares every thread's seccomp filter programs with a
+// cold start's: the status fields say how many filters, not what they
+// allow (an image whose one filter allows everything has the same count).
+func checkFilters(threads [][2]int, want filterSum, d *diffs) {
+	tids := make([]int, len(threads))
+	for i, t := range threads {
+		tids[i] = t[1]
+	}
+	sums, errs, err := readFilters(tids)
+	if err != nil {
+		d.addf("read the seccomp filters: %v", err)
+		return
+	}
+	if len(sums) == 0 {
+		// At least the init's threads live (the caller's restore just
+		// started them): a reader that reads none proves nothing.
+		d.addf("seccomp filter: no thread of %d could be read", len(threads))
+	}
+	for _, t := range threads {
+		if e, ok := errs[t[1]]; ok {
+			d.addf("seccomp filter unreadable: %s (pid %d thread %d)", e, t[0], t[1])
+		} else if got, ok := sums[t[1]]; ok && got != want {
+			d.addf("seccomp filter %v, want %v (pid %d thread %d)", got, want, t[0], t[1])
+		}
+	}
 }
 
 // statusKeys are the /proc status fields compared, in the order reported.
@@ -451,12 +489,27 @@ func checkMounts(pid string, want map[string]wantMount, d *diffs) {
 
 // verifyPosture is the check Disk.build runs on a restored sandbox before
 // it is returned: cfg is the configuration libcontainer was given.
-func verifyPosture(s *Sandbox, cfg *configs.Config) error {
-	want, err := coldPosture(cfg)
+func (h *Host) verifyPosture(s *Sandbox, cfg *configs.Config) error {
+	want, err := h.coldPosture(cfg)
 	if err != nil {
 		return err
 	}
 	return checkPosture(s.pid, s.cgDirs(), want)
+}
+
+// coldPosture is coldPostureOf(cfg) with the seccomp filter programs a
+// cold start of cfg loads.
+func (h *Host) coldPosture(cfg *configs.Config) (posture, error) {
+	want, err := coldPostureOf(cfg)
+	if err != nil || cfg.Seccomp == nil {
+		return want, err
+	}
+	f, err := h.seccompReference(cfg.Seccomp)
+	if err != nil {
+		return want, err
+	}
+	want.filters = &f
+	return want, nil
 }
 
 // cgDirs is the sandbox's cgroup directory of each controller.

@@ -336,7 +336,7 @@ func (d *Disk) build(spec Spec, labels []string, restored bool, start func(c *li
 		// cold start's confinement (issue 24: an image edited to turn
 		// seccomp off and raise capabilities). The cleanup above destroys it
 		// otherwise.
-		if err := verifyPosture(s, cfg); err != nil {
+		if err := h.verifyPosture(s, cfg); err != nil {
 			return nil, fmt.Errorf("restore sandbox %s: %w", id, err)
 		}
 	}

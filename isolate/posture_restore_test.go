@@ -1,6 +1,8 @@
 package isolate
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v8/crit"
 	criucore "github.com/checkpoint-restore/go-criu/v8/crit/images/criu-core"
+	criuseccomp "github.com/checkpoint-restore/go-criu/v8/crit/images/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 // editCoreImages rewrites the thread core (creds, seccomp) of every
@@ -53,6 +57,62 @@ func editCoreImages(t *testing.T, dir string, edit func(tc *criucore.ThreadCoreE
 	}
 }
 
+// editSeccompImage rewrites every filter program in dir's seccomp.img
+// with prog, keeping the chain (count, order, flags): the thread cores
+// still name the same filters, so the status fields read as before.
+func editSeccompImage(t *testing.T, dir string, prog []byte) {
+	t.Helper()
+	p := filepath.Join(dir, "seccomp.img")
+	in, err := os.Open(p)
+	if err != nil {
+		t.Fatalf("criu stores filters in seccomp.img: %v", err)
+	}
+	img, err := crit.New(in, nil, "", false, false).Decode(&criuseccomp.SeccompEntry{})
+	in.Close()
+	if err != nil {
+		t.Fatalf("decode %s: %v", p, err)
+	}
+	n := 0
+	for _, e := range img.Entries {
+		for _, f := range e.Message.(*criuseccomp.SeccompEntry).GetSeccompFilters() {
+			f.Filter = prog
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("%s holds no filter", p)
+	}
+	tmp := p + ".edit"
+	out, err := os.Create(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := crit.New(nil, out, "", false, false).Encode(img); err != nil {
+		t.Fatalf("encode %s: %v", p, err)
+	}
+	out.Close()
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allowAll is the BPF program "ret SECCOMP_RET_ALLOW", as criu stores a
+// program: struct sock_filter, native byte order (little endian here).
+var allowAll = []byte{unix.BPF_RET | unix.BPF_K, 0, 0, 0, 0x00, 0x00, 0xff, 0x7f}
+
+// allowAllSum is how the check names a chain of one allowAll program:
+// the error shows the very program criu restored from the edit.
+func allowAllSum() string {
+	prog := make([]unix.SockFilter, len(allowAll)/8)
+	for i := range prog {
+		b := allowAll[8*i:]
+		prog[i] = unix.SockFilter{Code: uint16(b[0]) | uint16(b[1])<<8, Jt: b[2], Jf: b[3], K: uint32(b[4]) | uint32(b[5])<<8 | uint32(b[6])<<16 | uint32(b[7])<<24}
+	}
+	h := sha256.New()
+	hashProgram(h, prog)
+	return filterSum{n: 1, sum: hex.EncodeToString(h.Sum(nil))}.String()
+}
+
 // allCaps is every capability of this kernel (CAP_LAST_CAP 40) as criu's
 // two 32-bit words: /proc shows it as 000001ffffffffff.
 var allCaps = []uint32{0xffffffff, 0x1ff}
@@ -78,22 +138,23 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 		t.Fatalf("Destroy: %v", err)
 	}
 	attacks := []struct {
-		name string
-		edit func(tc *criucore.ThreadCoreEntry)
-		want []string
+		name    string
+		edit    func(tc *criucore.ThreadCoreEntry)
+		seccomp []byte // seccomp.img's programs, replaced
+		want    []string
 	}{
 		{"seccomp off", func(tc *criucore.ThreadCoreEntry) {
 			tc.SeccompMode = criucore.SeccompMode_disabled.Enum()
 			tc.SeccompFilter = nil
-		}, []string{"Seccomp 0, want 2"}},
+		}, nil, []string{"Seccomp 0, want 2"}},
 		{"all capabilities", func(tc *criucore.ThreadCoreEntry) {
 			c := tc.Creds
 			c.CapEff, c.CapPrm, c.CapInh, c.CapBnd = allCaps, allCaps, allCaps, allCaps
-		}, []string{"CapEff 000001ffffffffff, want 0000000000000000", "CapBnd 000001ffffffffff"}},
+		}, nil, []string{"CapEff 000001ffffffffff, want 0000000000000000", "CapBnd 000001ffffffffff"}},
 		{"no_new_privs cleared", func(tc *criucore.ThreadCoreEntry) {
 			zero := uint32(0)
 			tc.Creds.NoNewPrivs = &zero
-		}, []string{"NoNewPrivs 0, want 1"}},
+		}, nil, []string{"NoNewPrivs 0, want 1"}},
 		{"all three (issue 24)", func(tc *criucore.ThreadCoreEntry) {
 			zero := uint32(0)
 			tc.SeccompMode = criucore.SeccompMode_disabled.Enum()
@@ -101,7 +162,10 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 			c := tc.Creds
 			c.CapEff, c.CapPrm, c.CapInh, c.CapBnd = allCaps, allCaps, allCaps, allCaps
 			c.NoNewPrivs = &zero
-		}, []string{"Seccomp 0, want 2", "CapEff 000001ffffffffff", "NoNewPrivs 0, want 1"}},
+		}, nil, []string{"Seccomp 0, want 2", "CapEff 000001ffffffffff", "NoNewPrivs 0, want 1"}},
+		// The same mode and filter count, but one program that allows
+		// every call in place of the allowlist: only the programs differ.
+		{"seccomp filter allows all", nil, allowAll, []string{"seccomp filter " + allowAllSum(), ", want 1 filter(s) sha256 "}},
 	}
 	for i, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
@@ -109,7 +173,12 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 			if _, err := LinkImages(images, edited); err != nil {
 				t.Fatal(err)
 			}
-			editCoreImages(t, edited, a.edit)
+			if a.edit != nil {
+				editCoreImages(t, edited, a.edit)
+			}
+			if a.seccomp != nil {
+				editSeccompImage(t, edited, a.seccomp)
+			}
 			rs, err := d.Restore(edited, spec)
 			if err == nil {
 				_ = rs.Destroy()
@@ -123,8 +192,11 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 					t.Errorf("error %q does not name %q", err, w)
 				}
 			}
-			if i == 0 {
+			if i == 0 || a.seccomp != nil {
 				t.Logf("refused: %v", err)
+			}
+			if a.seccomp != nil && strings.Contains(err.Error(), "Seccomp") {
+				t.Errorf("error %q names a status field: the edit must keep the mode and count, so that only the programs differ", err)
 			}
 			assertNothingLeft(t, h, d, ctl)
 		})

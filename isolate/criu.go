@@ -77,8 +77,13 @@ func criuOpts(imageDir string, leaveRunning bool) *libcontainer.CriuOpts {
 		LeaveRunning:    leaveRunning,
 		FileLocks:       true,
 		// The cgroup is the sandbox's own, created by libcontainer on
-		// restore with the policy's limits; criu only moves tasks into it.
-		ManageCgroupsMode: "ignore",
+		// restore with the policy's limits; criu moves tasks into it and
+		// sets no property of a cgroup it did not create ("soft"). Not
+		// "ignore": criu then skips the cgroup namespace, and a restored
+		// sandbox ran in the host's (seeing the host's cgroup paths), which
+		// the posture check caught. A child cgroup an image asks criu to
+		// create is refused by the posture check.
+		ManageCgroupsMode: "soft",
 	}
 }
 
@@ -274,7 +279,7 @@ func (d *Disk) restore(imageDir string, spec Spec, wait bool) (*Sandbox, error) 
 	if err := writeCriuConfig(confPath, conf.String()); err != nil {
 		return nil, err
 	}
-	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error) {
+	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, true, func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error) {
 		err := criuOpWait("restore of sandbox "+id, d.h.criuBound(spec.Policy.MemoryBytes), wait, func() error {
 			return c.Restore(p, criuOpts(imageDir, false))
 		})

@@ -27,4 +27,9 @@ var (
 	// ErrBusy: RestoreIfIdle found another checkpoint or restore of this
 	// process running (they run one at a time); nothing was restored.
 	ErrBusy = errors.New("another checkpoint or restore is running")
+	// ErrPosture: a restored sandbox's confinement (seccomp, capabilities,
+	// no_new_privs, id maps, namespaces, cgroup, mounts), read from /proc,
+	// differs from a cold start's; it was destroyed. The images asked for
+	// less isolation than the policy (edited, or not this node's).
+	ErrPosture = errors.New("restored kernel's posture differs from a cold start's")
 )

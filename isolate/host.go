@@ -25,8 +25,11 @@ import (
 // Init must be the first call in main of any binary that builds sandboxes.
 // When the process was started as a sandbox init (argument "init", started
 // by libcontainer through /proc/self/exe), it becomes the sandbox's init and
-// never returns. Otherwise it returns at once.
+// never returns. Started as the posture check's seccomp filter helper (a
+// hidden argument, see seccompfilter.go), it runs that and exits.
+// Otherwise it returns at once.
 func Init() {
+	helperMain()
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		libcontainer.Init()
 		// Init only returns on failure, after reporting it to the parent.
@@ -71,11 +74,14 @@ type Host struct {
 	cfg      Config
 	features Features
 
-	mu        sync.Mutex
-	slots     []bool
-	seccomps  map[uint]*configs.Seccomp
-	userns    map[int]*os.File // host id of a slot -> its user namespace
-	egressCfg Egress
+	mu       sync.Mutex
+	slots    []bool
+	seccomps map[uint]*configs.Seccomp
+	// seccompRefs: a cold start's filter programs per seccomp
+	// configuration (sha256 of its JSON), for the posture check.
+	seccompRefs map[[32]byte]filterSum
+	userns      map[int]*os.File // host id of a slot -> its user namespace
+	egressCfg   Egress
 
 	gate atomic.Pointer[gate]
 
@@ -186,7 +192,7 @@ func NewHost(cfg Config) (*Host, error) {
 		}
 	}
 	logrus.SetLevel(logrus.WarnLevel)
-	h := &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}, userns: map[int]*os.File{}}
+	h := &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}, seccompRefs: map[[32]byte]filterSum{}, userns: map[int]*os.File{}}
 	h.criu.slot = make(chan struct{}, 1)
 	return h, nil
 }

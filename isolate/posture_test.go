@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
 )
@@ -75,17 +77,15 @@ func startSleeper(t *testing.T, h *Host, p policy.Policy) *Sandbox {
 
 func statusField(t *testing.T, pid int, key string) string {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := readStatus(strconv.Itoa(pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && k == key {
-			return strings.TrimSpace(v)
-		}
+	v, ok := st[key]
+	if !ok {
+		t.Fatalf("no %s in /proc/%d/status", key, pid)
 	}
-	t.Fatalf("no %s in /proc/%d/status", key, pid)
-	return ""
+	return v
 }
 
 // TestPosture inspects a live sandbox from the host and compares it with
@@ -345,4 +345,90 @@ func TestCountersLeaveMemoryOut(t *testing.T) {
 	if u.MemoryCurrent == 0 || u.CPU < c.CPU {
 		t.Errorf("Usage = %+v after Counters %+v", u, c)
 	}
+}
+
+// TestPostureColdStartPasses: the posture check that guards every restore
+// passes a cold-started sandbox, so "equal to a cold start's" is what it
+// checks, and it logs what one check costs.
+func TestPostureColdStartPasses(t *testing.T) {
+	h := newTestHost(t)
+	sb := startSleeper(t, h, policy.Default())
+	waitExec(t, sb.Pid())
+	cfg := sb.container.Config()
+	if err := h.verifyPosture(sb, &cfg); err != nil {
+		mi, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", sb.Pid()))
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sb.Pid()))
+		t.Fatalf("cold start fails the posture check: %v\nmountinfo:\n%s\ncgroup:\n%s", err, mi, cg)
+	}
+	want, err := h.coldPosture(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.filters == nil || want.filters.n != 1 {
+		t.Fatalf("a cold start's seccomp filters: %v, want one filter", want.filters)
+	}
+	t.Logf("a cold start's seccomp filter: %v", *want.filters)
+	const n = 50
+	start := time.Now()
+	for range n {
+		if err := h.verifyPosture(sb, &cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("posture check: %v each (mean of %d)", time.Since(start)/n, n)
+	want.filters = nil
+	start = time.Now()
+	for range n {
+		if err := checkPosture(sb.Pid(), sb.cgDirs(), want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("of which /proc alone: %v each; the rest is the seccomp filter reader (this binary re-executed: %d MiB)", time.Since(start)/n, exeSize(t)>>20)
+}
+
+// TestPostureCheckNamesDifferences: the check run on a live cold start
+// against an expectation that differs in one field at a time names that
+// field: a check that cannot fail proves nothing.
+func TestPostureCheckNamesDifferences(t *testing.T) {
+	h := newTestHost(t)
+	sb := startSleeper(t, h, policy.Default())
+	waitExec(t, sb.Pid())
+	cfg := sb.container.Config()
+	cases := []struct {
+		name, want string
+		edit       func(p *posture)
+	}{
+		{"seccomp off", "Seccomp 2, want 0", func(p *posture) { p.status["Seccomp"] = "0" }},
+		{"filter count", "Seccomp_filters 1, want 2", func(p *posture) { p.status["Seccomp_filters"] = "2" }},
+		{"capabilities", "CapEff 0000000000000000, want 000001ffffffffff", func(p *posture) { p.status["CapEff"] = "000001ffffffffff" }},
+		{"no_new_privs", "NoNewPrivs 1, want 0", func(p *posture) { p.status["NoNewPrivs"] = "0" }},
+		{"uid map", "uid_map", func(p *posture) { p.uidMap = "0 0 65536\n" }},
+		{"cgroup", "cgroup", func(p *posture) { p.cgroupPath = "/elsewhere" }},
+		{"extra mount", "mount /tmp (tmpfs", func(p *posture) { delete(p.mounts, "/tmp") }},
+		{"root device", "mount / from device", func(p *posture) { p.mounts["/"] = wantMount{fstype: "overlay", dev: "0:1"} }},
+		{"seccomp filter program", "seccomp filter 1 filter(s) sha256 ", func(p *posture) { p.filters = &filterSum{n: 1, sum: strings.Repeat("0", 64)} }},
+		{"seccomp filter count", "want 2 filter(s) sha256", func(p *posture) { f := *p.filters; f.n = 2; p.filters = &f }},
+		{"read-only", "mount /tmp lacks ro", func(p *posture) { m := p.mounts["/tmp"]; m.flags |= unix.MS_RDONLY; p.mounts["/tmp"] = m }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			want, err := h.coldPosture(&cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.edit(&want)
+			err = checkPosture(sb.Pid(), sb.cgDirs(), want)
+			if !errors.Is(err, ErrPosture) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("check = %v, want ErrPosture naming %q", err, c.want)
+			}
+		})
+	}
+}
+
+func exeSize(t *testing.T) int64 {
+	fi, err := os.Stat("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }

@@ -193,7 +193,7 @@ func (d *Disk) Destroy() error {
 // Create builds and starts a sandbox on disk d. On any failure everything
 // done so far is undone (the disk stays).
 func (d *Disk) Create(spec Spec) (*Sandbox, error) {
-	return d.build(spec, nil, func(c *libcontainer.Container, p *libcontainer.Process, _ string) (*libcontainer.Container, error) {
+	return d.build(spec, nil, false, func(c *libcontainer.Container, p *libcontainer.Process, _ string) (*libcontainer.Container, error) {
 		if err := c.Run(p); err != nil {
 			return nil, fmt.Errorf("start sandbox: %w", err)
 		}
@@ -205,8 +205,10 @@ func (d *Disk) Create(spec Spec) (*Sandbox, error) {
 // claim the disk, mount its root, create the container, let start bring
 // up the init, and watch it; start returns the container to keep (a
 // restore's is reloaded). labels go to the container's configuration.
+// A restored sandbox (every criu restore: hibernate, template, fork,
+// snapshot, rollback) passes the posture check before it is returned.
 // On failure everything done is undone; the disk stays.
-func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error)) (_ *Sandbox, retErr error) {
+func (d *Disk) build(spec Spec, labels []string, restored bool, start func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error)) (_ *Sandbox, retErr error) {
 	if err := spec.Policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -328,6 +330,15 @@ func (d *Disk) build(spec Spec, labels []string, start func(c *libcontainer.Cont
 		ID: id, disk: d, container: c, process: p, pid: pid, net: gw, policy: spec.Policy,
 		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths, open: newOpenFiles()},
 		done: make(chan struct{}),
+	}
+	if restored {
+		// Whatever criu's images said, the sandbox is handed out only with a
+		// cold start's confinement (issue 24: an image edited to turn
+		// seccomp off and raise capabilities). The cleanup above destroys it
+		// otherwise.
+		if err := h.verifyPosture(s, cfg); err != nil {
+			return nil, fmt.Errorf("restore sandbox %s: %w", id, err)
+		}
 	}
 	go s.wait()
 	cl.Release()

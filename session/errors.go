@@ -34,6 +34,7 @@ var hostSentinels = []struct{ host, session error }{
 	{isolate.ErrTimeout, ErrUnavailable},  // criu passed its bound
 	{isolate.ErrBusy, ErrUnavailable},     // another criu ran (templates import instead: never seen)
 	{isolate.ErrNotFound, ErrUnavailable}, // and ErrNotMounted: a sandbox's disk is gone
+	{isolate.ErrPosture, ErrUnavailable},  // a restore's images asked for less confinement: refused, destroyed
 }
 
 // Sentinel returns the session sentinel err is: the one it carries, else

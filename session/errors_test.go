@@ -76,6 +76,7 @@ var isolateSentinels = map[string]error{
 	"ErrCopyBudget":  isolate.ErrCopyBudget,
 	"ErrTimeout":     isolate.ErrTimeout,
 	"ErrBusy":        isolate.ErrBusy,
+	"ErrPosture":     isolate.ErrPosture,
 	// cmd's alone (DelegatedRoot, ClaimUIDRange, Host.Ready behind
 	// /readyz): no session operation returns them.
 	"ErrNotDelegated":  nil,

@@ -1,0 +1,393 @@
+package isolate
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// Seccomp filter programs, read back. The posture check's /proc status
+// fields give a thread's seccomp mode and filter count, not the program:
+// a seccomp.img edited to hold one allow-all filter in place of the
+// allowlist restores with "Seccomp: 2, Seccomp_filters: 1" like a cold
+// start. So the programs themselves are read with
+// PTRACE_SECCOMP_GET_FILTER and hashed, and compared with the programs a
+// cold start loads for the same configuration.
+//
+// Reading needs ptrace (a seize and an interrupt of every thread), which
+// the daemon cannot do itself: the tracee's ptrace stops would be reported
+// to the daemon's waits on its children (the sandbox's exit watcher would
+// see a stop as its init's status), and PTRACE_SECCOMP_GET_FILTER must
+// come from the thread that seized. So a short-lived helper does it: this
+// binary re-executed through /proc/self/exe with a hidden first argument,
+// the way libcontainer re-executes it as "init" (Init dispatches both).
+// The helper is bounded in time (killed past helperTimeout) and in what
+// the daemon reads of its output.
+
+const (
+	// seccompReadArg makes the binary the filter reader: its further
+	// arguments are thread ids; for each it prints one line, "TID N SHA256"
+	// (N filters, the sha256 of their programs), "TID gone" or
+	// "TID error MESSAGE". Not a word a subcommand could be.
+	seccompReadArg = "__jailcell-internal-seccomp-read"
+	// seccompLoadArg makes the binary the reference loader: it reads a
+	// libcontainer seccomp configuration (JSON) from stdin, loads it as
+	// libcontainer's init does, prints its thread id and waits for stdin
+	// to close.
+	seccompLoadArg = "__jailcell-internal-seccomp-load"
+
+	// helperTimeout bounds one helper run (a reader of a few hundred
+	// threads takes milliseconds).
+	helperTimeout = 10 * time.Second
+	// helperLineMax bounds each line the daemon accepts from the reader.
+	helperLineMax = 256
+	// maxFilters bounds the filters read per thread: the kernel caps a
+	// thread's chain at 32768 instructions with 4 counted per filter, so
+	// no real chain is near it; more is refused.
+	maxFilters = 64
+	// bpfMaxInsns is the kernel's BPF_MAXINSNS: no filter is longer.
+	bpfMaxInsns = 4096
+	// seccompConfigMax bounds the configuration the loader reads.
+	seccompConfigMax = 4 << 20
+)
+
+// helperMain runs the helper named by os.Args[1], if any, and exits.
+func helperMain() {
+	if len(os.Args) < 2 {
+		return
+	}
+	switch os.Args[1] {
+	case seccompReadArg:
+		os.Exit(readFiltersMain(os.Args[2:]))
+	case seccompLoadArg:
+		os.Exit(loadFilterMain())
+	}
+}
+
+// filterSum is one thread's filter chain as the reader reports it.
+type filterSum struct {
+	n   int
+	sum string // hex sha256 of the programs, newest first
+}
+
+func (f filterSum) String() string {
+	s := f.sum
+	if len(s) > 16 {
+		s = s[:16]
+	}
+	return fmt.Sprintf("%d filter(s) sha256 %s", f.n, s)
+}
+
+// readFiltersMain is the reader helper.
+func readFiltersMain(args []string) int {
+	// PTRACE_SEIZE binds the tracee to this thread; every later request
+	// must come from it.
+	runtime.LockOSThread()
+	out := bufio.NewWriter(os.Stdout)
+	for _, a := range args {
+		tid, err := strconv.Atoi(a)
+		if err != nil || tid <= 0 {
+			fmt.Fprintf(os.Stderr, "thread id %q: want a positive integer\n", a)
+			return 2
+		}
+		f, err := threadFilters(tid)
+		switch {
+		case errors.Is(err, unix.ESRCH):
+			fmt.Fprintf(out, "%d gone\n", tid)
+		case err != nil:
+			fmt.Fprintf(out, "%d error %s\n", tid, strings.ReplaceAll(err.Error(), "\n", " "))
+		default:
+			fmt.Fprintf(out, "%d %d %s\n", tid, f.n, f.sum)
+		}
+	}
+	if err := out.Flush(); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func ptrace(req, tid int, addr, data uintptr) (uintptr, error) {
+	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, data, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return r, nil
+}
+
+// threadFilters seizes thread tid, stops it, hashes its filter programs
+// and lets it go. ESRCH: the thread ended.
+func threadFilters(tid int) (filterSum, error) {
+	if _, err := ptrace(unix.PTRACE_SEIZE, tid, 0, 0); err != nil {
+		return filterSum{}, fmt.Errorf("seize: %w", err)
+	}
+	sig := 0 // a signal whose delivery stop we took is given back
+	defer func() { _, _ = ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig)) }()
+	if _, err := ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0); err != nil {
+		return filterSum{}, fmt.Errorf("interrupt: %w", err)
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return filterSum{}, fmt.Errorf("wait: %w", err)
+		}
+		break
+	}
+	if ws.Exited() || ws.Signaled() {
+		return filterSum{}, unix.ESRCH
+	}
+	if !ws.Stopped() {
+		return filterSum{}, fmt.Errorf("wait: status %#x is no stop", uint32(ws))
+	}
+	if uint32(ws)>>16 == 0 {
+		// No ptrace event: a signal-delivery stop, taken before the
+		// interrupt's. The signal is delivered on detach.
+		sig = int(ws.StopSignal())
+	}
+	h := sha256.New()
+	n := 0
+	for ; ; n++ {
+		cnt, err := ptrace(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(n), 0)
+		if err == unix.ENOENT || (n == 0 && err == unix.EINVAL) {
+			break // past the oldest filter; EINVAL: no filter mode at all
+		}
+		if err != nil {
+			return filterSum{}, fmt.Errorf("get filter %d: %w", n, err)
+		}
+		if n >= maxFilters {
+			return filterSum{}, fmt.Errorf("more than %d filters", maxFilters)
+		}
+		if cnt == 0 || cnt > bpfMaxInsns {
+			return filterSum{}, fmt.Errorf("filter %d: %d instructions", n, cnt)
+		}
+		prog := make([]unix.SockFilter, cnt)
+		got, err := ptrace(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(n), uintptr(unsafe.Pointer(&prog[0])))
+		if err != nil {
+			return filterSum{}, fmt.Errorf("get filter %d: %w", n, err)
+		}
+		if got != cnt {
+			return filterSum{}, fmt.Errorf("filter %d: %d instructions, then %d", n, cnt, got)
+		}
+		hashProgram(h, prog)
+	}
+	return filterSum{n: n, sum: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// hashProgram adds one filter, length first so that two chains hash alike
+// only if their programs are the same.
+func hashProgram(h io.Writer, prog []unix.SockFilter) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(len(prog)))
+	h.Write(b[:])
+	for _, in := range prog {
+		binary.LittleEndian.PutUint16(b[0:], in.Code)
+		b[2], b[3] = in.Jt, in.Jf
+		binary.LittleEndian.PutUint32(b[4:], in.K)
+		h.Write(b[:])
+	}
+}
+
+// loadFilterMain is the reference loader: the seccomp configuration
+// libcontainer's init would be sent, loaded the way that init loads it
+// (no_new_privs, then seccomp.InitSeccomp on this thread), then held for
+// the reader until stdin closes.
+func loadFilterMain() int {
+	runtime.LockOSThread()
+	var cfg configs.Seccomp
+	if err := json.NewDecoder(io.LimitReader(os.Stdin, seccompConfigMax)).Decode(&cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "read seccomp configuration: %v\n", err)
+		return 2
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "set no_new_privs: %v\n", err)
+		return 1
+	}
+	if _, err := seccomp.InitSeccomp(&cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "load seccomp filter: %v\n", err)
+		return 1
+	}
+	fmt.Printf("%d\n", unix.Gettid())
+	var b [64]byte
+	for {
+		n, err := unix.Read(0, b[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if n <= 0 {
+			return 0
+		}
+	}
+}
+
+// boundedBuffer keeps at most max bytes and remembers that it was offered
+// more.
+type boundedBuffer struct {
+	bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); len(p) > room {
+		b.over = true
+		if room > 0 {
+			b.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return b.Buffer.Write(p)
+}
+
+// helperCmd is this binary as helper arg, with an empty environment.
+func helperCmd(ctx context.Context, arg string, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, "/proc/self/exe", append([]string{arg}, args...)...)
+	c.Args[0] = "jailcell-seccomp-helper"
+	c.Env = []string{}
+	c.WaitDelay = time.Second
+	return c
+}
+
+// readFilters runs the reader on tids and returns each live thread's
+// filter chain (a thread that ended is absent) and a per-thread error for
+// those it could not read.
+func readFilters(tids []int) (map[int]filterSum, map[int]string, error) {
+	sums, errs := map[int]filterSum{}, map[int]string{}
+	if len(tids) == 0 {
+		return sums, errs, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
+	defer cancel()
+	args := make([]string, len(tids))
+	for i, t := range tids {
+		args[i] = strconv.Itoa(t)
+	}
+	c := helperCmd(ctx, seccompReadArg, args...)
+	out := &boundedBuffer{max: len(tids)*helperLineMax + helperLineMax}
+	stderr := &boundedBuffer{max: 4096}
+	c.Stdout, c.Stderr = out, stderr
+	if err := c.Run(); err != nil {
+		return nil, nil, fmt.Errorf("run the seccomp filter reader: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	if out.over {
+		return nil, nil, fmt.Errorf("seccomp filter reader said over %d bytes", out.max)
+	}
+	want := map[int]bool{}
+	for _, t := range tids {
+		want[t] = true
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		f := strings.SplitN(line, " ", 3)
+		tid, err := strconv.Atoi(f[0])
+		if err != nil || !want[tid] || len(f) < 2 || len(line) > helperLineMax {
+			return nil, nil, fmt.Errorf("seccomp filter reader line %q", line)
+		}
+		delete(want, tid)
+		switch {
+		case f[1] == "gone" && len(f) == 2:
+		case f[1] == "error" && len(f) == 3:
+			errs[tid] = f[2]
+		default:
+			n, err := strconv.Atoi(f[1])
+			if err != nil || len(f) != 3 || len(f[2]) != 2*sha256.Size {
+				return nil, nil, fmt.Errorf("seccomp filter reader line %q", line)
+			}
+			sums[tid] = filterSum{n: n, sum: f[2]}
+		}
+	}
+	if len(want) > 0 {
+		return nil, nil, fmt.Errorf("seccomp filter reader left out %d thread(s)", len(want))
+	}
+	return sums, errs, nil
+}
+
+// coldFilters loads cfg into a fresh helper process exactly as
+// libcontainer's init does and reads its filter chain back: the programs
+// a cold start has.
+func coldFilters(cfg *configs.Seccomp) (filterSum, error) {
+	conf, err := json.Marshal(cfg)
+	if err != nil {
+		return filterSum{}, fmt.Errorf("encode seccomp configuration: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
+	defer cancel()
+	c := helperCmd(ctx, seccompLoadArg)
+	stdin, err := c.StdinPipe()
+	if err != nil {
+		return filterSum{}, err
+	}
+	stdout, err := c.StdoutPipe()
+	if err != nil {
+		return filterSum{}, err
+	}
+	stderr := &boundedBuffer{max: 4096}
+	c.Stderr = stderr
+	if err := c.Start(); err != nil {
+		return filterSum{}, fmt.Errorf("start the seccomp filter loader: %w", err)
+	}
+	defer func() {
+		stdin.Close()
+		_ = c.Wait()
+	}()
+	if _, err := stdin.Write(conf); err != nil {
+		return filterSum{}, fmt.Errorf("send the seccomp filter loader its configuration: %w", err)
+	}
+	line, err := bufio.NewReaderSize(io.LimitReader(stdout, 32), 32).ReadString('\n')
+	tid, aerr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || aerr != nil {
+		return filterSum{}, fmt.Errorf("seccomp filter loader said %q: %v %s", line, err, strings.TrimSpace(stderr.String()))
+	}
+	sums, errs, err := readFilters([]int{tid})
+	if err != nil {
+		return filterSum{}, err
+	}
+	f, ok := sums[tid]
+	if !ok {
+		return filterSum{}, fmt.Errorf("read the reference seccomp filter: %s", errs[tid])
+	}
+	return f, nil
+}
+
+// seccompReference is coldFilters(cfg), computed once per configuration
+// for the host's life: the programs depend only on the configuration,
+// this binary's libseccomp and the kernel.
+func (h *Host) seccompReference(cfg *configs.Seccomp) (filterSum, error) {
+	conf, err := json.Marshal(cfg)
+	if err != nil {
+		return filterSum{}, fmt.Errorf("encode seccomp configuration: %w", err)
+	}
+	key := sha256.Sum256(conf)
+	h.mu.Lock()
+	f, ok := h.seccompRefs[key]
+	h.mu.Unlock()
+	if ok {
+		return f, nil
+	}
+	if f, err = coldFilters(cfg); err != nil {
+		return filterSum{}, fmt.Errorf("compute a cold start's seccomp filter: %w", err)
+	}
+	h.mu.Lock()
+	h.seccompRefs[key] = f
+	h.mu.Unlock()
+	return f, nil
+}

@@ -181,6 +181,13 @@ func NewHost(cfg Config) (*Host, error) {
 	if !f.OK() {
 		return nil, fmt.Errorf("%w: %s", ErrUnsupported, errors.Join(stringErrs(f.Problems)...))
 	}
+	// Every mode this package asks for is the one a sandbox needs (search
+	// permission for its uid on the directories down to its root, readable
+	// bind sources); a umask would narrow them, and every sandbox init
+	// then failed with EACCES: systemd's UMask=0077 (jailcell.service's),
+	// a root shell with umask 077. Files meant to be private are made
+	// 0600 or 0700 explicitly, so the umask guards nothing here.
+	unix.Umask(0o022)
 	// The sandbox's user namespace must traverse these to reach its root
 	// and bind sources: search permission only, nothing readable.
 	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "containers")} {

@@ -72,3 +72,19 @@ plt.figure(); plt.bar([1, 2], [3, 4]); plt.show()
 		}
 	})
 }
+
+// TestRunUnderRestrictiveUmask: the sandbox's uid must traverse the
+// directories the daemon makes for it, so their modes cannot follow the
+// caller's umask. Under systemd's UMask=0077 (the unit's) or a root shell
+// with umask 077, every sandbox init failed with EACCES.
+func TestRunUnderRestrictiveUmask(t *testing.T) {
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state := testenv.StateDir(t)
+	cmd := exec.Command("/bin/sh", "-c", `umask 077; exec "$0" "$@"`, os.Args[0], "run", "--rootfs", r.Root, "--state-dir", state, "-")
+	cmd.Env = jailcellEnv("JAILCELL_REVIEW_DIR=" + state + "/review")
+	got, stdout, stderr := testenv.Run(t, cmd, "open('f', 'w').write('x'); print(6*7)")
+	if got != exitCellOK || !strings.Contains(stdout, "42") {
+		t.Fatalf("jailcell run under umask 077: exit %d\nstdout: %s\nstderr: %s", got, stdout, stderr)
+	}
+}

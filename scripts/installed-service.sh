@@ -40,13 +40,18 @@ start() {
 	# What start made, for stop to remove: only that.
 	[ -e /run/jailcell ] || touch "$MARK/made-run-dir"
 	for d in $DIRS; do [ -e "$d" ] || echo "$d" >>"$MARK/made-dirs"; done
+	# make install's group (the example config names it).
+	if ! getent group jailcell >/dev/null; then
+		groupadd --system jailcell
+		touch "$MARK/made-group"
+	fi
 	install -d -m 0755 "$CONF_DIR"
 	install -m 0640 configs/config.example.yaml "$CONF_DIR/config.yaml"
 	# As the unit file starts it, with debug logging (one line a request,
 	# counted at stop) and no pool (idle sessions would only take CPU from
 	# the tests).
 	JAILCELL_LOG_LEVEL=debug JAILCELL_LOG_FORMAT=json JAILCELL_POOL_SIZE=0 \
-		start-stop-daemon --start --background --notify-await --notify-timeout 300 \
+		start-stop-daemon --start --background --notify-await --notify-timeout 120 \
 		--make-pidfile --pidfile "$PIDFILE" --output "$LOG" \
 		--exec "$(readlink -f "$bin")" -- serve --config "$CONF_DIR/config.yaml" || {
 		say "the service did not start:"; tail -n 40 "$LOG" || true; stop_quiet; exit 1; }
@@ -66,6 +71,7 @@ stop_quiet() {
 		rm -f /run/jailcell/claims/claims.lock
 		rmdir /run/jailcell/claims /run/jailcell 2>/dev/null || true
 	fi
+	[ -e "$MARK/made-group" ] && groupdel jailcell
 	rm -rf "$MARK"
 }
 

@@ -12,13 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/jailcell/jailcell/internal/secretfile"
 )
 
 // Signed store objects. A shared store can be written by anyone holding
@@ -139,29 +137,9 @@ func ParseKeyring(path string, b []byte) (*Keyring, error) {
 // is refused, not used: it must be a regular file owned by the daemon's
 // user, mode 0600, 0400, 0640 or 0440.
 func LoadKeyring(path string) (*Keyring, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	b, err := secretfile.Read("store.key_file", path, MaxKeyFile, true)
 	if err != nil {
-		return nil, fmt.Errorf("store.key_file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("store.key_file: %w", err)
-	}
-	st, _ := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("store.key_file %s: not a regular file", path)
-	case fi.Mode().Perm()&0o037 != 0:
-		return nil, fmt.Errorf("store.key_file %s: mode %04o lets others read or change it; want 0600, 0400, 0640 or 0440 (chmod 600 %s)", path, fi.Mode().Perm(), path)
-	case st == nil || int(st.Uid) != os.Geteuid():
-		return nil, fmt.Errorf("store.key_file %s: not owned by this daemon's user (uid %d)", path, os.Geteuid())
-	case fi.Size() > MaxKeyFile:
-		return nil, fmt.Errorf("store.key_file %s: %d bytes, over the %d-byte limit", path, fi.Size(), MaxKeyFile)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxKeyFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("store.key_file: %w", err)
+		return nil, err
 	}
 	return ParseKeyring(path, b)
 }

@@ -4,16 +4,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"regexp"
 	"strings"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/internal/secretfile"
 	"github.com/jailcell/jailcell/session"
 )
 
@@ -77,29 +74,9 @@ var tokenRE = regexp.MustCompile(`^[A-Za-z0-9._~+/=-]{32,512}$`)
 // credentials, so one that anyone but root could read or replace is
 // refused, not used.
 func readTokens(path string) (map[string]uint32, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	b, err := secretfile.Read("auth.tokens_file", path, maxTokensFile, false)
 	if err != nil {
-		return nil, fmt.Errorf("auth.tokens_file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("auth.tokens_file: %w", err)
-	}
-	st, _ := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("auth.tokens_file %s: not a regular file", path)
-	case fi.Mode().Perm()&0o077 != 0:
-		return nil, fmt.Errorf("auth.tokens_file %s: mode %04o lets others read it; want 0600 or 0400 (chmod 600 %s)", path, fi.Mode().Perm(), path)
-	case st == nil || int(st.Uid) != os.Geteuid():
-		return nil, fmt.Errorf("auth.tokens_file %s: owned by uid %d, not by this daemon's user (%d)", path, st.Uid, os.Geteuid())
-	case fi.Size() > maxTokensFile:
-		return nil, fmt.Errorf("auth.tokens_file %s: %d bytes, over the %d-byte limit", path, fi.Size(), maxTokensFile)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxTokensFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("auth.tokens_file: %w", err)
+		return nil, err
 	}
 	return parseTokens(path, b, lookupUser)
 }

@@ -85,8 +85,8 @@ func TestReadTokens(t *testing.T) {
 		mode os.FileMode
 		want string
 	}{
-		{tok + " 1000\n", 0o640, "lets others read it"},
-		{tok + " 1000\n", 0o604, "lets others read it"},
+		{tok + " 1000\n", 0o640, "lets others read or change it"},
+		{tok + " 1000\n", 0o604, "lets others read or change it"},
 		{"short 1000\n", 0o600, "line 1: a token must be"},
 		{tok + "\n", 0o600, "line 1: want TOKEN OWNER"},
 		{"# nothing\n", 0o600, "no tokens"},

@@ -1,0 +1,58 @@
+// Package secretfile reads files that hold credentials (bearer tokens,
+// the fleet's store key). Such a file is refused, never used, unless it is
+// a regular file (not followed through a symlink) owned by this process's
+// user that no other user can change, and others cannot read: whoever
+// could replace it could admit themselves or forge what it authenticates.
+// It must never log or echo a file's content.
+package secretfile
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Read returns the content of path, the value of config key key, at most
+// max bytes. groupRead admits modes 0640 and 0440 too (a key that a group
+// of operators may read); otherwise only 0600 and 0400.
+func Read(key, path string, max int64, groupRead bool) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	mask, want := os.FileMode(0o077), "0600 or 0400"
+	if groupRead {
+		mask, want = 0o037, "0600, 0400, 0640 or 0440"
+	}
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s %s: not a regular file", key, path)
+	case fi.Mode().Perm()&mask != 0:
+		return nil, fmt.Errorf("%s %s: mode %04o lets others read or change it; want %s (chmod 600 %s)", key, path, fi.Mode().Perm(), want, path)
+	case st == nil || int(st.Uid) != os.Geteuid():
+		owner := -1
+		if st != nil {
+			owner = int(st.Uid)
+		}
+		return nil, fmt.Errorf("%s %s: owned by uid %d, not by this daemon's user (%d)", key, path, owner, os.Geteuid())
+	case fi.Size() > max:
+		return nil, fmt.Errorf("%s %s: %d bytes, over the %d-byte limit", key, path, fi.Size(), max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s %s: over the %d-byte limit", key, path, max)
+	}
+	return b, nil
+}

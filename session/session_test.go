@@ -24,6 +24,9 @@ import (
 
 func TestMain(m *testing.M) {
 	isolate.Init()
+	// A jailcell this test starts never reads the host's config or finds
+	// its service (make test runs beside one).
+	testenv.Hermetic()
 	// libcontainer runs criu from PATH (isolate.Config.Criu).
 	_ = os.Setenv("PATH", isolate.CriuPATH(isolate.DefaultCriu, os.Getenv("PATH")))
 	code := m.Run()

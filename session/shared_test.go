@@ -201,23 +201,8 @@ func TestHibernateOnShutdownIntoSharedStore(t *testing.T) {
 		drainAndMove(t, ra, rb, cfg, nil)
 	})
 	t.Run("file", func(t *testing.T) {
-		requiresCriu(t)
-		ra, rb := newRestartable(t), newRestartable(t)
-		rb.isoMod = func(c *isolate.Config) {
-			c.CgroupRoot = testCgroupRoot + "-b"
-			c.UIDBase = 0x50000000
-			c.Slots = 64
-		}
-		dir := t.TempDir()
-		cfg := func(node string) func(*Config) {
-			return func(c *Config) {
-				st, err := store.Open(store.Options{URL: "file://" + dir, Shared: true, Keys: fleetKeys(t)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				c.Store, c.NodeID = st, node
-			}
-		}
+		f := fileFixture(t)
+		ra, rb, cfg, dir := f.ra, f.rb, f.cfg, f.dir
 		drainAndMove(t, ra, rb, cfg, func(id string) {
 			if _, err := os.Stat(filepath.Join(dir, "hibernated", id, "lease")); err != nil {
 				t.Fatalf("no lease in the file store: %v", err)

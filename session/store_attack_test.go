@@ -100,6 +100,7 @@ type storeFixture struct {
 	ra, rb *restartable
 	cfg    func(node string) func(*Config)
 	atk    storeAttacker
+	dir    string // a file store's directory
 }
 
 func s3Fixture(t *testing.T) storeFixture {
@@ -126,7 +127,7 @@ func fileFixture(t *testing.T) storeFixture {
 			c.MaxIdleTTL = time.Hour
 		}
 	}
-	return storeFixture{ra: ra, rb: rb, cfg: cfg, atk: fileAttacker(t, dir)}
+	return storeFixture{ra: ra, rb: rb, cfg: cfg, atk: fileAttacker(t, dir), dir: dir}
 }
 
 // TestStoreAttacksRefused runs issue 24's store rows against S3 (a real

@@ -20,6 +20,9 @@ import (
 
 func TestMain(m *testing.M) {
 	isolate.Init()
+	// A jailcell this test starts never reads the host's config or finds
+	// its service (make test runs beside one).
+	testenv.Hermetic()
 	os.Exit(m.Run())
 }
 

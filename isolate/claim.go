@@ -39,6 +39,9 @@ func RangeSize(slots int) int {
 type UIDClaim struct {
 	f    *os.File
 	path string
+	// Base is the first uid of the range claimed: the one asked for, or
+	// with shareable the next free one when that was taken.
+	Base int
 	// Overlaps names live claims overlapping this one that were allowed
 	// (ClaimUIDRange with shareable); empty otherwise.
 	Overlaps []string
@@ -55,9 +58,10 @@ func (c *UIDClaim) Close() error {
 
 // ClaimUIDRange claims host uids [base, base+n) for this process in dir.
 // A live claim overlapping it is ErrUIDRangeTaken, naming the holder's pid
-// and range, unless shareable: then the claim is taken and the overlap
-// reported in Overlaps (a daemon on the default range beside another on
-// it, as before ranges were claimed, is warned about, not refused).
+// and range, unless shareable (base is the default, not one configured):
+// then the highest free range of n uids above base is claimed (Base says
+// which), and if none is free, base itself with the overlap reported in
+// Overlaps.
 func ClaimUIDRange(dir string, base, n int, shareable bool) (*UIDClaim, error) {
 	if base <= 0 || n <= 0 || base%idsPerSlot != 0 || uint64(base)+uint64(n) > 1<<32-1 {
 		return nil, fmt.Errorf("uid range %d+%d: want a positive base, a multiple of %d, ending below 2^32-1", base, n, idsPerSlot)
@@ -79,28 +83,58 @@ func ClaimUIDRange(dir string, base, n int, shareable bool) (*UIDClaim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read claim dir %s: %w", dir, err)
 	}
-	end := base + n
-	var overlaps []string
+	type held struct {
+		lo, hi int
+		pid    string
+	}
+	var live []held
 	for _, e := range ents {
 		lo, hi, ok := parseClaim(e.Name())
 		if !ok {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		live, pid := claimLive(path)
-		if !live {
+		alive, pid := claimLive(path)
+		if !alive {
 			_ = os.Remove(path) // its holder died
 			continue
 		}
-		if lo < end && base < hi {
-			what := fmt.Sprintf("uids %d..%d (pid %s)", lo, hi-1, pid)
-			if !shareable {
-				return nil, fmt.Errorf("%w: %d..%d overlaps %s; give each daemon on this host its own sandbox.uid_base, %d apart",
-					ErrUIDRangeTaken, base, end-1, what, n)
+		live = append(live, held{lo, hi, pid})
+	}
+	overlapping := func(base int) []string {
+		var out []string
+		for _, h := range live {
+			if h.lo < base+n && base < h.hi {
+				out = append(out, fmt.Sprintf("uids %d..%d (pid %s)", h.lo, h.hi-1, h.pid))
 			}
-			overlaps = append(overlaps, what)
+		}
+		return out
+	}
+	overlaps := overlapping(base)
+	if len(overlaps) > 0 && !shareable {
+		return nil, fmt.Errorf("%w: %d..%d overlaps %s; give each daemon on this host its own sandbox.uid_base, %d apart",
+			ErrUIDRangeTaken, base, base+n-1, overlaps[0], n)
+	}
+	if len(overlaps) > 0 {
+		// A daemon on the default range beside another one (a front door
+		// run embedded beside the service, a test beside an installed one)
+		// moves to the next free range: sharing host uids would let their
+		// sandboxes share per-uid limits (RLIMIT_NPROC) and egress uplink
+		// names. It looks from the top of the uid space down, away from
+		// the ranges operators configure above the default. Only when no
+		// range is free is the overlap taken, and reported.
+		top := base
+		for uint64(top)+2*uint64(n) <= 1<<32-1 {
+			top += n
+		}
+		for b := top; b > base; b -= n {
+			if len(overlapping(b)) == 0 {
+				base, overlaps = b, nil
+				break
+			}
 		}
 	}
+	end := base + n
 	path := filepath.Join(dir, fmt.Sprintf("uids-%d-%d.%d.%d", base, end, os.Getpid(), claimSeq.Add(1)))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -111,7 +145,7 @@ func ClaimUIDRange(dir string, base, n int, shareable bool) (*UIDClaim, error) {
 		return nil, fmt.Errorf("lock claim %s: %w", path, err)
 	}
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return &UIDClaim{f: f, path: path, Overlaps: overlaps}, nil
+	return &UIDClaim{f: f, path: path, Base: base, Overlaps: overlaps}, nil
 }
 
 // claimSeq tells apart the claims of one process (tests).

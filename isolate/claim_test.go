@@ -26,11 +26,32 @@ func TestClaimUIDRange(t *testing.T) {
 	if !errors.Is(err, ErrUIDRangeTaken) || !strings.Contains(err.Error(), "sandbox.uid_base") {
 		t.Fatalf("overlapping range: want ErrUIDRangeTaken naming sandbox.uid_base, got %v", err)
 	}
+	// A daemon on the default range beside another moves to the highest
+	// free range instead of sharing host uids.
 	c, err := ClaimUIDRange(dir, 0x40000000, n, true)
-	if err != nil || len(c.Overlaps) != 1 {
-		t.Fatalf("shareable claim: %v, overlaps %v; want one overlap reported", err, c)
+	if err != nil || len(c.Overlaps) != 0 || c.Base != 0xe0000000 {
+		t.Fatalf("shareable claim beside a live one: %v, %+v; want the free range at 0xe0000000, no overlap", err, c)
 	}
-	c.Close()
+	c2, err := ClaimUIDRange(dir, 0x40000000, n, true)
+	if err != nil || c2.Base != 0xd0000000 {
+		t.Fatalf("second shareable claim: %v, %+v; want 0xd0000000", err, c2)
+	}
+	// Only with every range above it taken is the overlap shared, and said.
+	var fill []*UIDClaim
+	for b := 0x60000000; b <= 0xc0000000; b += n {
+		f, err := ClaimUIDRange(dir, b, n, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill = append(fill, f)
+	}
+	c3, err := ClaimUIDRange(dir, 0x40000000, n, true)
+	if err != nil || c3.Base != 0x40000000 || len(c3.Overlaps) != 1 {
+		t.Fatalf("shareable claim with no free range: %v, %+v; want the default with one overlap reported", err, c3)
+	}
+	for _, f := range append(fill, c, c2, c3) {
+		f.Close()
+	}
 	a.Close()
 	a2, err := ClaimUIDRange(dir, 0x38000000, n, false)
 	if err != nil {

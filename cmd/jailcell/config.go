@@ -119,8 +119,9 @@ the host name (its letters and digits, lower case, at most 16).`},
 of 65536 from here (2^28 uids). A multiple of 65536. Several daemons on
 one host each need their own range (e.g. 1073741824, 1342177280,
 1610612736): a daemon refuses to start on a range a live one has
-claimed (/run/jailcell/claims), except two on this default, which are
-warned about.`},
+claimed (/run/jailcell/claims). One left on this default beside another
+(a front door run embedded next to the service) takes the highest free
+range instead, and logs which.`},
 	{name: "sandbox.cgroup_root", def: "", dec: strKey(func(c *config) *string { return &c.CgroupRoot }),
 		doc: `Absolute cgroup path sandboxes are created under (on every controller).
 "": /jailcell for the default state_dir, /jailcell-<hash of state_dir>

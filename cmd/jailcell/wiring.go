@@ -158,9 +158,10 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		}
 	}()
 	// Several daemons on one host must not map sandboxes onto the same
-	// host uids. Two on the default range (a test's next to the service's,
-	// as before ranges were claimed) are warned about; an explicit range
-	// that overlaps a live one is refused.
+	// host uids. One on the default range beside another (a front door run
+	// embedded next to the service, a test next to an installed one) moves
+	// to a free range; an explicit range that overlaps a live one is
+	// refused.
 	claim, err := isolate.ClaimUIDRange(isolate.DefaultClaimDir, cfg.UIDBase, isolate.RangeSize(0), cfg.sources["sandbox.uid_base"] == "default")
 	if err != nil {
 		return nil, fmt.Errorf("sandbox.uid_base: %w", err)
@@ -171,8 +172,13 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		}
 	}()
 	if len(claim.Overlaps) > 0 {
-		log.Warn("another jailcell on this host maps sandboxes to the same uids; give each its own sandbox.uid_base",
+		log.Warn("another jailcell on this host maps sandboxes to the same uids, and no other range is free; give each its own sandbox.uid_base",
 			"uid_base", cfg.UIDBase, "overlaps", claim.Overlaps)
+	}
+	if claim.Base != cfg.UIDBase {
+		log.Info("the default uid range is another jailcell's on this host: this one maps its sandboxes to the next free range",
+			"uid_base", claim.Base, "default", cfg.UIDBase)
+		cfg.UIDBase = claim.Base
 	}
 	cgRoot := cgroupRootFor(stateDir)
 	if cfg.CgroupRoot != "" {

@@ -368,7 +368,23 @@ func stalledStream(t *testing.T, addr, id, code string, timeoutS int) net.Conn {
 	body, _ := json.Marshal(map[string]any{"code": code, "timeout_s": timeoutS})
 	fmt.Fprintf(c, "POST /v1/sessions/%s/exec HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
 		"Accept: application/x-ndjson\r\nContent-Length: %d\r\n\r\n%s", id, addr, tokA, len(body), body)
-	return c
+	// Under load the request may not have reached its session yet; a
+	// caller's next exec would then run first. Its cell runs once the
+	// session says busy (or, already over, counts it).
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, b := doJSON(t, http.MethodGet, "http://"+addr+"/v1/sessions", "")
+		if code != http.StatusOK || !strings.Contains(b, id) {
+			t.Fatalf("GET /v1/sessions: %d %s", code, clip(b, 500))
+		}
+		if strings.Contains(b, `"state":"busy"`) || strings.Contains(b, `"cells":1`) {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the streamed exec did not start its cell within two minutes: %s", clip(b, 500))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // doJSON sends a JSON request as owner 1000 and returns status and body.

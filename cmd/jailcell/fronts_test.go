@@ -216,6 +216,16 @@ func TestServeHostileStreamedExecClientStopsReading(t *testing.T) {
 		"code": "import sys\nchunk = 'x' * 65535 + '\\n'\nfor i in range(160):\n    sys.stdout.write(chunk); sys.stdout.flush()\ndone = 42\n"})
 	fmt.Fprintf(c, "POST /v1/sessions/%s/exec HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
 		"Accept: application/x-ndjson\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", id, addr, frontTokA, len(exec), exec)
+	// Under load the stalled exec may not have reached its session yet: a
+	// probe now would run first and find no `done`. Its cell is running
+	// once the session says busy (or, already over, has left done behind).
+	waitUntil(t, "the stalled exec to start its cell", func() bool {
+		code, _, body := tcpDo(t, frontTokA, http.MethodGet, base+"/v1/sessions", "")
+		if code != http.StatusOK || !strings.Contains(body, id) {
+			t.Fatalf("GET /v1/sessions: %d %s", code, body)
+		}
+		return strings.Contains(body, `"state":"busy"`) || strings.Contains(body, `"cells":1`)
+	})
 	waitUntil(t, "the session to be free behind its stalled client", func() bool {
 		code, _, body := tcpDo(t, frontTokA, http.MethodPost, base+"/v1/sessions/"+id+"/exec", `{"code":"print(done)"}`)
 		switch {

@@ -75,7 +75,7 @@ func TestDoctorCommand(t *testing.T) {
 		}
 		addr := l.Addr().String()
 		l.Close()
-		if err := os.WriteFile(cfg, []byte("store:\n  url: s3://down-bucket/p\n  key_file: "+storeKeyFile(t)+"\n  timeout: 2s\n  s3:\n    endpoint: http://"+addr+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(cfg, []byte("socket: "+testenv.NoServiceSocket+"\nstore:\n  url: s3://down-bucket/p\n  key_file: "+storeKeyFile(t)+"\n  timeout: 2s\n  s3:\n    endpoint: http://"+addr+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		status, stdout, _ := runBin(t, []string{"AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s"}, "", "doctor", "--config", cfg, "--rootfs", r.Root, "--state-dir", state)

@@ -124,6 +124,20 @@ enable_socket() {
 	as_root 'sudo systemctl enable --now jailcell.socket' && systemctl is-active jailcell.socket &&
 		ls -ld /run/jailcell "$S"
 }
+# ready: the service is up and its warm pool member built. Under emulation
+# a create that arrives while the service is still starting (its criu
+# probe, the pool's first kernel) queues behind them and misses its 60 s
+# start bound; a real host is 5-30x faster.
+ready() {
+	local i
+	for i in $(seq 150); do
+		curl -s --max-time 20 --unix-socket "$S" http://jailcell/metrics | grep -q '^jailcell_pool_ready{policy="default"} [1-9]' &&
+			{ echo "pool ready after ~$((i * 2))s"; return 0; }
+		sleep 2
+	done
+	echo "no warm pool member after 300 s"
+	return 1
+}
 emulation_config() {
 	sed -i -e 's/^preload: \[numpy, pandas, matplotlib.pyplot\]$/preload: []/' \
 		-e 's/^\([[:space:]]*\)size: auto$/\1size: 1/' /etc/jailcell/config.yaml
@@ -211,6 +225,7 @@ stop_start() {
 	[[ ! -e $cg ]] || { echo "$cg left after stop"; return 1; }
 	[[ ! -e $S ]] || { echo "$S left after stop"; return 1; }
 	systemctl start jailcell.socket || return 1
+	ready || return 1
 	out=$(api POST "/v1/sessions/$sid/exec" '{"code": "x"}')
 	echo "old session after restart: $out"
 	jq -e '.ok == false and .error.code == "not_found"' <<<"$out" >/dev/null || return 1
@@ -225,13 +240,13 @@ hibernate_stop_start() {
 	local sid out
 	sed -i 's/^\([[:space:]]*\)hibernate_on_shutdown: false/\1hibernate_on_shutdown: true/' /etc/jailcell/config.yaml
 	want true "$(jailcell config --config /etc/jailcell/config.yaml | grep hibernate_on_shutdown)" || return 1
-	systemctl restart jailcell.service || return 1
+	systemctl restart jailcell.service && ready || return 1
 	sid=$(new_session) || return 1
 	exec_in "$sid" "y = 41; f = open('open.txt', 'w'); f.write('a')" || return 1
 	systemctl stop jailcell.service || return 1
 	ls -l "/var/lib/jailcell/state/sessions/$sid"
 	[[ -e /var/lib/jailcell/state/sessions/$sid/hibernated ]] || { echo "no hibernated mark for $sid"; return 1; }
-	systemctl start jailcell.service || return 1
+	systemctl start jailcell.service && ready || return 1
 	out=$(api GET /v1/sessions)
 	echo "sessions: $out"
 	want '"hibernated"' "$out" || return 1
@@ -241,7 +256,7 @@ hibernate_stop_start() {
 
 # --- boot 2 -------------------------------------------------------------
 after_reboot() {
-	systemctl is-enabled jailcell.socket && systemctl is-active jailcell.socket && health
+	systemctl is-enabled jailcell.socket && systemctl is-active jailcell.socket && health && ready
 }
 session_after_reboot() {
 	local sid
@@ -275,6 +290,7 @@ if [[ $phase == 1 ]]; then
 	step usermod add_user
 	step curl-health health
 	step socket-activated activated
+	step ready ready
 	step jailcell-run run_cell
 	step jailcell-mcp mcp
 	step python-client python_client

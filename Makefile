@@ -83,7 +83,6 @@ test: rootfs criu versitygw
 	$(MAKE) --no-print-directory check-fresh-quick
 	JAILCELL_SOAK=short JAILCELL_BIN=$(CURDIR)/$(BIN) GO=$(GO) ./scripts/gotest.sh -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 ./...
 	$(MAKE) --no-print-directory test-cgroupv2
-	$(MAKE) --no-print-directory test-systemd
 	$(MAKE) --no-print-directory fuzz
 	./scripts/check-leaks.sh
 
@@ -129,7 +128,10 @@ test-cgroupv2: rootfs
 # The README's install path under a real systemd: a Debian 12 guest with
 # systemd as PID 1, make install, the socket, the five-minute path as a
 # group member, systemctl stop/start and a reboot. The guest image is
-# cached in SYSTEMD_VM_DIR. See docs/systemd-test.md.
+# cached in SYSTEMD_VM_DIR. See docs/systemd-test.md. Not yet part of
+# make test: under emulation its guest run takes about 15 min here (the
+# service's first kernel after each start needs 1-4 min), which would push
+# make test past 30 min.
 SYSTEMD_VM_DIR ?= /var/cache/jailcell/vm-systemd
 test-systemd: rootfs criu
 	@command -v node >/dev/null || $(MAKE) --no-print-directory deps

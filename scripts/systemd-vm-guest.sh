@@ -87,6 +87,10 @@ boot_checks() {
 setup() {
 	# A user with a checkout of their own, as the README's reader has, and
 	# the criu make criu builds (the hibernation steps need it).
+	# The run's overlay is larger than the cached image: grow into it. The
+	# state quota defaults to a share of this filesystem, and a hibernation
+	# reserves the policy's memory limit (1 GiB) against it.
+	resize2fs /dev/vda && df -h /
 	useradd -m -s /bin/bash agent
 	# A persistent journal: boot 2 reports what the service did at reboot.
 	mkdir -p /var/log/journal && journalctl --flush

@@ -313,7 +313,9 @@ while IFS= read -r line; do
 	grep -qF -- "$line" "$here/README.md" || die "README.md no longer has this line the guest runs (update scripts/systemd-vm-guest.sh): $line"
 done < <(sed -n 's/^[[:space:]]*#README: //p' "$here/scripts/systemd-vm-guest.sh")
 
-qemu-img create -q -f qcow2 -F raw -b "$img/root.raw" "$run/root.qcow2"
+# Larger than the image (the guest grows its ext4 into it): the state
+# quota defaults to a share of the state filesystem.
+qemu-img create -q -f qcow2 -F raw -b "$img/root.raw" "$run/root.qcow2" 16G
 log "booting the guest (systemd, ${VM_MEM} MiB, $VM_SMP vCPUs, TCG); setup $(elapsed)"
 
 # --- boot: the guest reboots itself once; QEMU ends at its power-off -------

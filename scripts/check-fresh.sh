@@ -17,6 +17,9 @@
 #             each profile (default, minimal)
 #   vm        the cgroup v2 guest's kernel looked up, downloaded (apt checks
 #             its hash), unpacked, and its base initramfs built (FETCH_ONLY=1)
+#   vm-systemd the systemd guest's kernel downloaded and its package list
+#             resolved (mmdebstrap --simulate) (systemd-vm.sh FETCH_ONLY=1,
+#             beside the rest)
 #   mcpclient the MCP TypeScript client test/mcpclient drives jailcell with,
 #             installed by fetch-mcpclient.sh from its committed lock into an
 #             empty cache, npm's own cache included, and loaded (about 15 s,
@@ -29,6 +32,8 @@
 #   rootfs    built from empty into a temporary base and sealed
 #   vm        the guest booted from empty (kernel, initramfs, the rootfs
 #             image of that new rootfs) running one cgroup v2 test
+#   vm-systemd the systemd guest's image built from empty and the README's
+#             path run in it (scripts/systemd-vm.sh)
 #   bench     the peers' packages downloaded (apt checks their hashes)
 #   versitygw built from empty (its own GOPATH and caches) and run
 #
@@ -126,6 +131,12 @@ if [[ -n $pkgs ]]; then
 	[[ -z $missing ]] || fail "no installable candidate for: $missing"
 fi
 step "apt: $(echo ${APT_PKGS:-} ${BENCH_PKGS:-} | wc -w) packages of make deps and make bench resolve from empty lists"
+if ((!full)); then
+	# The kernel looked up in the private lists just filled, downloaded into
+	# an empty dir; mmdebstrap --simulate fetches lists of its own.
+	background vm-systemd env FETCH_ONLY=1 VM_DIR="$tmp/vm-systemd" "$here/scripts/systemd-vm.sh"
+	what[vm-systemd]="vm-systemd: the systemd guest's kernel downloaded and its packages resolve (mmdebstrap --simulate)"
+fi
 # The host runs the conformance suite's ipykernel with the rootfs's
 # libraries: every package of every profile must be one make deps installs.
 if [[ -n ${APT_PKGS:-} ]]; then
@@ -177,6 +188,14 @@ if ((full)); then
 else
 	FETCH_ONLY=1 VM_DIR=$tmp/vm "$here/scripts/cgroupv2-vm.sh" || fail "the guest's kernel and initramfs from empty"
 	step "vm: kernel fetched, unpacked, base initramfs built"
+fi
+
+# --- the systemd guest ---------------------------------------------------------
+if ((full)); then
+	VM_DIR=$tmp/vm-systemd JAILCELL_ROOTFS=$tmp/rootfs CRIU_PREFIX=$tmp/criu VM_OUT=$tmp/vm-systemd-out \
+		JAILCELL_BIN=${JAILCELL:-$here/bin/jailcell} MCPCLIENT_DIR=$tmp/mcpclient \
+		"$here/scripts/systemd-vm.sh" || fail "the systemd guest from empty"
+	step "vm-systemd: guest image from empty; the README's path ran under systemd"
 fi
 
 # --- bench peers ----------------------------------------------------------------

@@ -112,20 +112,20 @@ sandbox_dirs() {
 	systemctl show -p UMask jailcell.service
 }
 install_step() {
-	#README: sudo make install
+	#README: make install
 	# The install recipe itself; its prerequisite `rootfs` (Go, the network)
 	# is the host's: the built binary is in the checkout and the rootfs on
 	# the read-only disk at /var/lib/jailcell/rootfs, as make rootfs leaves it.
-	as_root 'sudo make -o rootfs install'
+	as_root 'make -o rootfs install'
 }
 allow_group() {
-	#README: sudo sed -i 's/^allowed_gids: \[\]/allowed_gids: [jailcell]/' /etc/jailcell/config.yaml
-	as_root "sudo sed -i 's/^allowed_gids: \[\]/allowed_gids: [jailcell]/' /etc/jailcell/config.yaml" &&
+	#README: sed -i 's/^allowed_gids: \[\]/allowed_gids: [jailcell]/' /etc/jailcell/config.yaml
+	as_root "sed -i 's/^allowed_gids: \[\]/allowed_gids: [jailcell]/' /etc/jailcell/config.yaml" &&
 		grep -qx 'allowed_gids: \[jailcell\]' /etc/jailcell/config.yaml
 }
 enable_socket() {
-	#README: sudo systemctl enable --now jailcell.socket
-	as_root 'sudo systemctl enable --now jailcell.socket' && systemctl is-active jailcell.socket &&
+	#README: if [ -d /run/systemd/system ]; then systemctl enable --now jailcell.socket; else start-stop-daemon --start --background --notify-await --notify-timeout 120 --make-pidfile --pidfile /run/jailcell.pid --output /var/log/jailcell.log --exec /usr/local/bin/jailcell -- serve --config /etc/jailcell/config.yaml; fi
+	as_root 'if [ -d /run/systemd/system ]; then systemctl enable --now jailcell.socket; else start-stop-daemon --start --background --notify-await --notify-timeout 120 --make-pidfile --pidfile /run/jailcell.pid --output /var/log/jailcell.log --exec /usr/local/bin/jailcell -- serve --config /etc/jailcell/config.yaml; fi' && systemctl is-active jailcell.socket &&
 		ls -ld /run/jailcell "$S"
 }
 # ready: the service is up and its warm pool member built. Under emulation
@@ -149,8 +149,8 @@ emulation_config() {
 		grep -c -E '^(preload +\[\]|pool.size +1) ' | grep -qx 2
 }
 add_user() {
-	#README: sudo usermod -aG jailcell "$USER"
-	as_root 'sudo usermod -aG jailcell "$USER"' && id agent && want jailcell "$(ag id -Gn)"
+	#README: usermod -aG jailcell "$AGENTUSER"
+	as_root 'AGENTUSER=agent; usermod -aG jailcell "$AGENTUSER"' && id agent && want jailcell "$(ag id -Gn)"
 }
 health() {
 	local out
@@ -190,8 +190,8 @@ python_client() {
 	local out
 	#README: python3 -m venv --system-site-packages ~/.venvs/jailcell
 	as_agent 'python3 -m venv --system-site-packages ~/.venvs/jailcell' || return 1
-	#README: ~/.venvs/jailcell/bin/pip install --no-build-isolation --no-index ./client/python
-	as_agent '~/.venvs/jailcell/bin/pip install --no-build-isolation --no-index ./client/python' "$checkout" || return 1
+	#README: ~/.venvs/jailcell/bin/pip install --no-index /usr/local/share/jailcell/python/jailcell-*.whl
+	as_agent '~/.venvs/jailcell/bin/pip install --no-index /usr/local/share/jailcell/python/jailcell-*.whl' || return 1
 	#README: from jailcell import Sandbox
 	#README: with Sandbox(socket="/run/jailcell/jailcell.sock") as sbx:
 	#README:     print(sbx.run_code("import numpy as np; np.arange(5).sum()", on_stdout=print).text)

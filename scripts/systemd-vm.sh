@@ -17,7 +17,7 @@
 # /var/lib/jailcell/rootfs), CRIU_PREFIX (default /var/lib/jailcell/criu),
 # MCPCLIENT_DIR (as fetch-mcpclient.sh), VM_MEM (MiB, default 3072), VM_SMP
 # (default 2), VM_TIMEOUT (seconds for the whole guest, both boots; default
-# 900), VM_OUT (logs; default ./build/vm-systemd: console.log, steps.log,
+# 1500), VM_OUT (logs; default ./build/vm-systemd: console.log, steps.log,
 # guest/<step>.log), VM_GUEST (the guest script; default
 # scripts/systemd-vm-guest.sh). VM_WORKAROUNDS=1 applies the guest-side
 # workarounds for the known bugs of issue 25 (each printed as WORKAROUND in
@@ -40,7 +40,7 @@ ROOTFS_BASE=${JAILCELL_ROOTFS:-/var/lib/jailcell/rootfs}
 CRIU_PREFIX=${CRIU_PREFIX:-/var/lib/jailcell/criu}
 VM_MEM=${VM_MEM:-3072}
 VM_SMP=${VM_SMP:-2}
-VM_TIMEOUT=${VM_TIMEOUT:-900}
+VM_TIMEOUT=${VM_TIMEOUT:-1500}
 VM_OUT=${VM_OUT:-$here/build/vm-systemd}
 
 # The guest's packages: systemd as init, what make install's recipe runs

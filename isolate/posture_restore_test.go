@@ -42,18 +42,7 @@ func editCoreImages(t *testing.T, dir string, edit func(tc *criucore.ThreadCoreE
 			}
 			edit(tc)
 		}
-		tmp := p + ".edit"
-		out, err := os.Create(tmp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := crit.New(nil, out, "", false, false).Encode(img); err != nil {
-			t.Fatalf("encode %s: %v", p, err)
-		}
-		out.Close()
-		if err := os.Rename(tmp, p); err != nil {
-			t.Fatal(err)
-		}
+		writeImage(t, p, img)
 	}
 }
 
@@ -82,6 +71,13 @@ func editSeccompImage(t *testing.T, dir string, prog []byte) {
 	if n == 0 {
 		t.Fatalf("%s holds no filter", p)
 	}
+	writeImage(t, p, img)
+}
+
+// writeImage encodes img over the image file p (through a temporary file:
+// criu never reads half an image).
+func writeImage(t *testing.T, p string, img *crit.CriuImage) {
+	t.Helper()
 	tmp := p + ".edit"
 	out, err := os.Create(tmp)
 	if err != nil {

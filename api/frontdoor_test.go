@@ -577,3 +577,71 @@ func TestHostileMCPToolCallClientStopsReading(t *testing.T) {
 		t.Fatalf("the next call in the MCP session: %d %.500s", code, body)
 	}
 }
+
+// TestMCPProbesHoldNoPlace: a POST without a session that is not an
+// initialize (a newer client's server/discover probe, sent before every
+// initialize; a ping) is answered and holds no place afterwards. The SDK
+// made a session for each, never addressed again, so every client
+// connection held a second place for mcp.idle_timeout, and a client's
+// initialize was refused at the cap (CI, TestServeHostileMCPInitializeFlood).
+func TestMCPProbesHoldNoPlace(t *testing.T) {
+	srv, addr := serveFront(t, testDispatcher(nil), HTTPOptions{
+		MCPMaxSessionsPerOwner: 3, MCPMaxSessions: 3, MCPIdleTimeout: time.Hour})
+	base := "http://" + addr
+	for i, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/list"}`,
+		`not json`,
+	} {
+		// 20 at once, over the cap of 3: none may wait for or take a place.
+		errs := make(chan error, 20)
+		for j := 0; j < 20; j++ {
+			go func() {
+				req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				resp, err := tokenClient(tokA).Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch {
+				case resp.StatusCode == http.StatusTooManyRequests:
+					errs <- fmt.Errorf("refused at the cap: it must hold no place")
+				case resp.Header.Get("Mcp-Session-Id") != "":
+					errs <- fmt.Errorf("given session %s", resp.Header.Get("Mcp-Session-Id"))
+				default:
+					errs <- nil
+				}
+			}()
+		}
+		for j := 0; j < 20; j++ {
+			if err := <-errs; err != nil {
+				t.Fatalf("probe %d (%s): %v", i, body, err)
+			}
+		}
+	}
+	if n := srv.mcp.live.count(); n != 0 {
+		t.Fatalf("%d MCP places held after 80 probes, want 0", n)
+	}
+	// Three real clients in a row (each probes first) fill the cap of 3
+	// exactly, and a fourth is refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		cs, err := mcpConnect(ctx, base, tokA)
+		if err != nil {
+			t.Fatalf("client %d of 3 under a cap of 3: %v", i+1, err)
+		}
+		defer cs.Close()
+		if n := srv.mcp.live.count(); n != i+1 {
+			t.Fatalf("%d places held after %d clients connected, want %d", n, i+1, i+1)
+		}
+	}
+	if _, err := mcpConnect(ctx, base, tokA); err == nil {
+		t.Fatal("a fourth client connected over a cap of 3")
+	}
+}

@@ -590,7 +590,22 @@ func (r *mcpReservation) bind(id string, srv *mcp.Server, c *mcpConn) {
 	r.mu.Unlock()
 }
 
+// mcpMethod is the method of a JSON-RPC request body, or "" when the body
+// is not one (the SDK then answers the parse error).
+func mcpMethod(body []byte) string {
+	var m struct {
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(body, &m) != nil {
+		return ""
+	}
+	return m.Method
+}
+
 func (r *mcpReservation) release() {
+	if r.l == nil {
+		return // a request that held no place
+	}
 	r.once.Do(func() {
 		r.l.mu.Lock()
 		r.l.total--
@@ -601,7 +616,7 @@ func (r *mcpReservation) release() {
 	})
 }
 
-// settle runs after the initialize request was answered: the place stays
+// settle runs after a POST without a session was answered: the place stays
 // with the session it created until that session ends (a DELETE, the idle
 // timeout, shutdown), which also closes its jailcell session; a request
 // that created no session gives it back now.
@@ -609,7 +624,7 @@ func (r *mcpReservation) settle() {
 	r.mu.Lock()
 	id, srv, c := r.id, r.srv, r.conn
 	r.mu.Unlock()
-	if srv != nil {
+	if srv != nil && id != "" {
 		for ss := range srv.Sessions() {
 			if ss.ID() == id {
 				go func() {
@@ -681,8 +696,14 @@ func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer)
 			var c *mcpConn
 			srv, c = newMCPServer(s.d, MCPOptions{Owner: int(p.UID), Logger: s.log}, &mcp.ServerOptions{
 				// Asked once, of the server a new session connects to.
+				// A request that holds no place (anything but initialize)
+				// gets "": the SDK then closes its session with the
+				// request, and settle closes its jailcell session.
 				GetSessionID: func() string {
-					id := mcpSessionPrefix(p.UID) + rand.Text()
+					id := ""
+					if res != nil && res.l != nil {
+						id = mcpSessionPrefix(p.UID) + rand.Text()
+					}
 					if res != nil {
 						res.bind(id, srv, c)
 					}
@@ -708,16 +729,6 @@ func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer)
 		return
 	}
 	if r.Method == http.MethodPost {
-		if id == "" {
-			// A POST without a session is an initialize: it may create one.
-			res, e := s.mcpReserve(peer.UID)
-			if e != nil {
-				s.writeError(w, e)
-				return
-			}
-			defer res.settle()
-			r = r.WithContext(context.WithValue(r.Context(), mcpReservationKey{}, res))
-		}
 		// Issue 24: MCP bodies were admitted with weight 0 and no deadline,
 		// so slow large ones were all read while REST bodies waited at the
 		// budget. A body here is read as a REST body is: its size in the
@@ -730,6 +741,26 @@ func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer)
 		defer pl.release()
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
+		if id == "" {
+			// A POST without a session: an initialize takes a place and
+			// creates a session that lives on; anything else (a newer
+			// client's server/discover probe first of all) is answered
+			// by a session that ends with the request. The SDK creates a
+			// session for every such POST, and a probe's was never
+			// addressed again, so each client connection used to hold a
+			// second place for mcp.idle_timeout (found when a client's
+			// initialize was refused at mcp.max_sessions).
+			res := &mcpReservation{uid: peer.UID}
+			if mcpMethod(body) == "initialize" {
+				var e *Error
+				if res, e = s.mcpReserve(peer.UID); e != nil {
+					s.writeError(w, e)
+					return
+				}
+			}
+			defer res.settle()
+			r = r.WithContext(context.WithValue(r.Context(), mcpReservationKey{}, res))
+		}
 	}
 	if r.Method == http.MethodGet {
 		ctx, cancel := context.WithCancel(r.Context())

@@ -33,6 +33,10 @@ type node struct {
 	data string   // symlink target, or device number for c and b
 	sum  [32]byte // content sha256 for f
 	size int64
+
+	// Not hashed: what the verification stamp compares (stamp.go).
+	ino          uint64
+	mtime, ctime int64 // ns since the epoch
 }
 
 // Hash computes the content hash of the tree at dir, "sha256:<hex>", and
@@ -55,6 +59,11 @@ func Hash(dir string) (hash string, files int, size int64, err error) {
 	if err != nil {
 		return "", 0, 0, fmt.Errorf("hash tree %s: %w", dir, err)
 	}
+	return hashNodes(dir, nodes)
+}
+
+// hashNodes reads the content of a scan's regular files and hashes the tree.
+func hashNodes(dir string, nodes []node) (hash string, files int, size int64, err error) {
 	if err := sumFiles(dir, nodes); err != nil {
 		return "", 0, 0, fmt.Errorf("hash tree %s: %w", dir, err)
 	}
@@ -112,10 +121,14 @@ func scan(dir string) ([]node, error) {
 			return err
 		}
 		n := node{
-			rel:  filepath.ToSlash(rel),
-			mode: st.Mode & 0o7777,
-			uid:  st.Uid,
-			gid:  st.Gid,
+			rel:   filepath.ToSlash(rel),
+			mode:  st.Mode & 0o7777,
+			uid:   st.Uid,
+			gid:   st.Gid,
+			size:  st.Size,
+			ino:   st.Ino,
+			mtime: st.Mtim.Nano(),
+			ctime: st.Ctim.Nano(),
 		}
 		switch st.Mode & syscall.S_IFMT {
 		case syscall.S_IFDIR:

@@ -129,6 +129,12 @@ func (s *spec) responseSchema(t *testing.T, method, tmpl string, status int, cty
 			return ""
 		}
 	}
+	ptr := "#/paths/" + jsonPointerEscape(tmpl) + "/" + strings.ToLower(method) + "/responses/" + code
+	// A shared response (components/responses) is validated where it is.
+	if ref, ok := r["$ref"].(string); ok {
+		ptr = ref
+		r = s.resolve(r).(map[string]any)
+	}
 	content, ok := r["content"].(map[string]any)
 	if !ok {
 		return ""
@@ -138,7 +144,7 @@ func (s *spec) responseSchema(t *testing.T, method, tmpl string, status int, cty
 		t.Errorf("%s %s answered %d as %q; openapi.json documents %v", method, tmpl, status, ctype, keys(content))
 		return ""
 	}
-	return "#/paths/" + jsonPointerEscape(tmpl) + "/" + strings.ToLower(method) + "/responses/" + code + "/content/" + jsonPointerEscape(mt) + "/schema"
+	return ptr + "/content/" + jsonPointerEscape(mt) + "/schema"
 }
 
 func keys(m map[string]any) []string {

@@ -540,6 +540,13 @@ func interruptHTTP(h *httpContract, sp string) {
 		t.Fatalf("first line %q, %v; want the stdout event", first, err)
 	}
 	h.s.checkBody(t, ptr, resp.Header.Get("Content-Type"), first, "streamed exec line 1")
+	// While the cell runs, what needs the kernel is busy: 409, documented
+	// with its schema (a streamed exec: as its one NDJSON line).
+	js := map[string]string{"Content-Type": "application/json"}
+	h.must(409, "POST", "/v1/sessions/{id}/exec", sp+"/exec", []byte(`{"code":"1"}`), js)
+	h.must(409, "POST", "/v1/sessions/{id}/exec", sp+"/exec", []byte(`{"code":"1","stream":true}`), js)
+	h.must(409, "POST", "/v1/sessions/{id}/complete", sp+"/complete", []byte(`{"code":"x"}`), js)
+	h.must(409, "POST", "/v1/sessions/{id}/snapshot", sp+"/snapshot", nil, nil)
 	if b := h.must(200, "POST", "/v1/sessions/{id}/interrupt", sp+"/interrupt", nil, nil); !bytes.Contains(b, []byte(`"interrupted":true`)) {
 		t.Errorf("interrupt of a running cell: %s", b)
 	}

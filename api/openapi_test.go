@@ -472,6 +472,9 @@ func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
 	h.must(200, "GET", "/v1/sessions/{id}/files/{path}", sp+"/files/in%20dir/a.txt", nil, nil)
 	h.must(200, "HEAD", "/v1/sessions/{id}/files/{path}", sp+"/files/in%20dir/a.txt", nil, nil)
 	h.must(404, "GET", "/v1/sessions/{id}/files/{path}", sp+"/files/missing.txt", nil, nil)
+	// A path out of the workspace is the request's fault: 400.
+	h.must(400, "GET", "/v1/sessions/{id}/files/{path}", sp+"/files/..%2Fescape.txt", nil, nil)
+	h.must(400, "PUT", "/v1/sessions/{id}/files/{path}", sp+"/files/..%2Fescape.txt", []byte("x"), nil)
 	h.must(200, "GET", "/v1/sessions/{id}/files", sp+"/files", nil, nil)
 	h.must(200, "HEAD", "/v1/sessions/{id}/files", sp+"/files", nil, nil)
 
@@ -514,6 +517,18 @@ func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
 	}
 
 	h.must(200, "POST", "/v1/exec", "/v1/exec", []byte(`{"code":"open('out.txt','w').write('x')\nprint('one-shot')"}`), js)
+	// Every operation on a session answers 404 for a session the caller
+	// does not have, with its documented schema.
+	for _, o := range docOps(t, s, false) {
+		if !strings.Contains(o.tmpl, "{id}") {
+			continue
+		}
+		var hdr map[string]string
+		if o.body != nil && o.method != http.MethodPut {
+			hdr = js
+		}
+		h.must(404, o.method, o.tmpl, strings.Replace(o.path, "/s1", "/nope", 1), o.body, hdr)
+	}
 	h.undocumented(405, "GET", "/v1/exec")
 	h.undocumented(404, "GET", "/v2/nothing")
 	h.must(200, "DELETE", "/v1/sessions/{id}", sp, nil, nil)

@@ -129,6 +129,12 @@ func (s *spec) responseSchema(t *testing.T, method, tmpl string, status int, cty
 			return ""
 		}
 	}
+	ptr := "#/paths/" + jsonPointerEscape(tmpl) + "/" + strings.ToLower(method) + "/responses/" + code
+	// A shared response (components/responses) is validated where it is.
+	if ref, ok := r["$ref"].(string); ok {
+		ptr = ref
+		r = s.resolve(r).(map[string]any)
+	}
 	content, ok := r["content"].(map[string]any)
 	if !ok {
 		return ""
@@ -138,7 +144,7 @@ func (s *spec) responseSchema(t *testing.T, method, tmpl string, status int, cty
 		t.Errorf("%s %s answered %d as %q; openapi.json documents %v", method, tmpl, status, ctype, keys(content))
 		return ""
 	}
-	return "#/paths/" + jsonPointerEscape(tmpl) + "/" + strings.ToLower(method) + "/responses/" + code + "/content/" + jsonPointerEscape(mt) + "/schema"
+	return ptr + "/content/" + jsonPointerEscape(mt) + "/schema"
 }
 
 func keys(m map[string]any) []string {
@@ -466,6 +472,9 @@ func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
 	h.must(200, "GET", "/v1/sessions/{id}/files/{path}", sp+"/files/in%20dir/a.txt", nil, nil)
 	h.must(200, "HEAD", "/v1/sessions/{id}/files/{path}", sp+"/files/in%20dir/a.txt", nil, nil)
 	h.must(404, "GET", "/v1/sessions/{id}/files/{path}", sp+"/files/missing.txt", nil, nil)
+	// A path out of the workspace is the request's fault: 400.
+	h.must(400, "GET", "/v1/sessions/{id}/files/{path}", sp+"/files/..%2Fescape.txt", nil, nil)
+	h.must(400, "PUT", "/v1/sessions/{id}/files/{path}", sp+"/files/..%2Fescape.txt", []byte("x"), nil)
 	h.must(200, "GET", "/v1/sessions/{id}/files", sp+"/files", nil, nil)
 	h.must(200, "HEAD", "/v1/sessions/{id}/files", sp+"/files", nil, nil)
 
@@ -508,6 +517,18 @@ func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
 	}
 
 	h.must(200, "POST", "/v1/exec", "/v1/exec", []byte(`{"code":"open('out.txt','w').write('x')\nprint('one-shot')"}`), js)
+	// Every operation on a session answers 404 for a session the caller
+	// does not have, with its documented schema.
+	for _, o := range docOps(t, s, false) {
+		if !strings.Contains(o.tmpl, "{id}") {
+			continue
+		}
+		var hdr map[string]string
+		if o.body != nil && o.method != http.MethodPut {
+			hdr = js
+		}
+		h.must(404, o.method, o.tmpl, strings.Replace(o.path, "/s1", "/nope", 1), o.body, hdr)
+	}
 	h.undocumented(405, "GET", "/v1/exec")
 	h.undocumented(404, "GET", "/v2/nothing")
 	h.must(200, "DELETE", "/v1/sessions/{id}", sp, nil, nil)
@@ -534,6 +555,13 @@ func interruptHTTP(h *httpContract, sp string) {
 		t.Fatalf("first line %q, %v; want the stdout event", first, err)
 	}
 	h.s.checkBody(t, ptr, resp.Header.Get("Content-Type"), first, "streamed exec line 1")
+	// While the cell runs, what needs the kernel is busy: 409, documented
+	// with its schema (a streamed exec: as its one NDJSON line).
+	js := map[string]string{"Content-Type": "application/json"}
+	h.must(409, "POST", "/v1/sessions/{id}/exec", sp+"/exec", []byte(`{"code":"1"}`), js)
+	h.must(409, "POST", "/v1/sessions/{id}/exec", sp+"/exec", []byte(`{"code":"1","stream":true}`), js)
+	h.must(409, "POST", "/v1/sessions/{id}/complete", sp+"/complete", []byte(`{"code":"x"}`), js)
+	h.must(409, "POST", "/v1/sessions/{id}/snapshot", sp+"/snapshot", nil, nil)
 	if b := h.must(200, "POST", "/v1/sessions/{id}/interrupt", sp+"/interrupt", nil, nil); !bytes.Contains(b, []byte(`"interrupted":true`)) {
 		t.Errorf("interrupt of a running cell: %s", b)
 	}

@@ -24,6 +24,9 @@
 #             installed by fetch-mcpclient.sh from its committed lock into an
 #             empty cache, npm's own cache included, and loaded (about 15 s,
 #             beside the rest)
+#   openapi-tools the linter and TypeScript tools test/openapi checks
+#             api/openapi.json with, installed by fetch-openapi-tools.sh from
+#             its committed lock into an empty cache and run (beside the rest)
 #   versitygw the S3 test server's pinned module downloaded into an empty
 #             module cache and checked against the Go checksum database
 #             (fetch-versitygw.sh FETCH_ONLY=1, a few seconds)
@@ -108,6 +111,8 @@ if ((!full)); then
 fi
 # The same in quick and full: the install is small (about 10 MB).
 background mcpclient env MCPCLIENT_DIR="$tmp/mcpclient" "$here/scripts/fetch-mcpclient.sh"
+what[openapi-tools]="openapi-tools: the pinned Redocly CLI, openapi-typescript and typescript installed from empty and run"
+background openapi-tools env OPENAPI_TOOLS_DIR="$tmp/openapi-tools" "$here/scripts/fetch-openapi-tools.sh"
 
 # --- apt: private, empty lists from the system's own sources ----------------
 apt=$tmp/apt

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# fetch-openapi-tools.sh: install the tools that check api/openapi.json
+# (test/openapi: @redocly/cli's linter, openapi-typescript and typescript),
+# pinned by test/openapi's committed package-lock.json (versions and sha512
+# integrity), into a cache directory, once. Prints the directory holding
+# node_modules.
+#
+# Env: OPENAPI_TOOLS_DIR (cache; default /var/cache/jailcell/openapi-tools).
+# Each lock file gets its own subdirectory named by its hash, so a changed
+# lock installs afresh and an unchanged one is reused. npm's own cache lives
+# there too: the install never reads or writes ~/.npm, so an empty
+# OPENAPI_TOOLS_DIR is a cold install (scripts/check-fresh.sh proves it).
+#
+# Needs node and npm: Redocly's CLI 2.x needs node 20.19+ or 22.12+ (this
+# machine kind ships 20.20; Debian 12's own nodejs, 18, is too old for it).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+src=$here/test/openapi
+base=${OPENAPI_TOOLS_DIR:-/var/cache/jailcell/openapi-tools}
+die() {
+	echo "fetch-openapi-tools: $*" >&2
+	exit 1
+}
+command -v node >/dev/null && command -v npm >/dev/null || die "node and npm are needed: apt-get install nodejs npm (make deps)"
+node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a === 20 && b >= 19 || a === 22 && b >= 12 || a > 22 ? 0 : 1)' ||
+	die "node $(node --version) is too old for @redocly/cli 2.x: it needs 20.19+ or 22.12+"
+# Redocly's CLI would otherwise report usage to its vendor and ask the
+# registry for a newer version: nothing here may leave the machine.
+export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true REDOCLY_SUPPRESS_NOTIFICATIONS=true
+
+hash=$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -c1-16)
+dir=$base/$hash
+if [[ -e $dir/STAMP ]]; then
+	echo "$dir"
+	exit 0
+fi
+mkdir -p "$base"
+# One install at a time per cache (test binaries of several packages may
+# ask at once); the loser finds the winner's stamp.
+exec 9>"$base/.lock"
+flock 9
+if [[ ! -e $dir/STAMP ]]; then
+	rm -rf "$dir"
+	tmp=$(mktemp -d "$base/.install.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT
+	cp "$src/package.json" "$src/package-lock.json" "$tmp/"
+	# ci: exactly the lock, integrity checked; no install scripts run.
+	(cd "$tmp" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error --cache "$tmp/.npm-cache" >&2) ||
+		die "npm ci in $tmp failed"
+	rm -rf "$tmp/.npm-cache"
+	for tool in redocly openapi-typescript tsc; do
+		"$tmp/node_modules/.bin/$tool" --version >/dev/null || die "the installed $tool does not run"
+	done
+	chmod -R a+rX "$tmp"
+	touch "$tmp/STAMP"
+	mv "$tmp" "$dir"
+	trap - EXIT
+fi
+chmod a+x "$base"
+echo "$dir"

@@ -23,8 +23,8 @@ APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certif
 	$(ROOTFS_PY_PKGS) \
 	python3 python3-pip python3-venv python3-setuptools python3-wheel python3-mypy curl systemd
 # Node for the MCP TypeScript client tests (test/mcpclient) and the OpenAPI
-# lint and TypeScript check (test/openapi; Redocly 2.x needs node 20.19+,
-# which this machine kind ships; Debian 12 has 18): Debian's
+# lint and TypeScript check (test/openapi; Redocly 1.34 needs node 18.17+,
+# Debian 12 has 18.19): Debian's
 # nodejs and npm, installed only when the commands are missing (a node
 # from elsewhere, with its own npm, conflicts with Debian's npm package).
 NODE_PKGS := nodejs npm

@@ -11,8 +11,10 @@
 # there too: the install never reads or writes ~/.npm, so an empty
 # OPENAPI_TOOLS_DIR is a cold install (scripts/check-fresh.sh proves it).
 #
-# Needs node and npm: Redocly's CLI 2.x needs node 20.19+ or 22.12+ (this
-# machine kind ships 20.20; Debian 12's own nodejs, 18, is too old for it).
+# Needs node and npm: Redocly's CLI 1.34 needs node 18.17+, which Debian
+# 12's own nodejs (18.19) is. Its 2.x needs 20.19+, more than a fresh
+# Debian 12 has; api/openapi.json lints clean under 2.77.0 too (checked
+# by hand when the pin moved, 2026-12-03).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,8 +25,8 @@ die() {
 	exit 1
 }
 command -v node >/dev/null && command -v npm >/dev/null || die "node and npm are needed: apt-get install nodejs npm (make deps)"
-node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a === 20 && b >= 19 || a === 22 && b >= 12 || a > 22 ? 0 : 1)' ||
-	die "node $(node --version) is too old for @redocly/cli 2.x: it needs 20.19+ or 22.12+"
+node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a === 18 && b >= 17 || a > 18 ? 0 : 1)' ||
+	die "node $(node --version) is too old for @redocly/cli 1.34: it needs 18.17+"
 # Redocly's CLI would otherwise report usage to its vendor and ask the
 # registry for a newer version: nothing here may leave the machine.
 export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true REDOCLY_SUPPRESS_NOTIFICATIONS=true

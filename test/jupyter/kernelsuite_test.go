@@ -180,3 +180,23 @@ func TestParseSuiteReport(t *testing.T) {
 		})
 	}
 }
+
+// TestJupyterHistoryClearOutput goes past the suite (histclear.py): the
+// clear_output iopub message in its place among the streams, with wait
+// false and true, through the service's streamed exec; history tail with
+// outputs (the value's text/plain; null for an error), silent,
+// store_history=False and blank cells left out; range by session 0 and 1
+// with a negative start; search with a set, unique (the latest of each)
+// and n; a bad pattern and access type answered with an error naming them.
+func TestJupyterHistoryClearOutput(t *testing.T) {
+	requireJupyter(t)
+	f := setup(t)
+	f.copyScript(t, "histclear.py")
+	out := f.run(t, 10*time.Minute, hostPython, filepath.Join(f.dir, "histclear.py"), kernelName, filepath.Join(f.jupyterDir, "kernels"))
+	t.Logf("histclear.py:\n%s", tail(out, 20))
+	for _, step := range []string{"start", "clear_output", "history tail", "history range", "history search", "history errors"} {
+		if !regexp.MustCompile(`(?m)^ok ` + step + `$`).MatchString(out) {
+			t.Errorf("step %q did not pass", step)
+		}
+	}
+}

@@ -19,7 +19,7 @@ ROOTFS_PY_PKGS := python3-numpy python3-openpyxl python3-numexpr python3-scipy p
 	python3-statsmodels python3-sympy python3-networkx python3-bs4 python3-lxml python3-html5lib python3-yaml \
 	python3-tabulate python3-jinja2 python3-xlrd python3-xlsxwriter python3-odf python3-docx python3-reportlab \
 	python3-pypdf python3-requests python3-tqdm
-APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certificates haproxy python3-matplotlib python3-pandas python3-ipython python3-ipykernel python3-jupyter-client python3-nbclient python3-nbformat \
+APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certificates haproxy python3-matplotlib python3-pandas python3-ipython python3-ipykernel python3-jupyter-client python3-nbclient python3-nbformat python3-jupyter-kernel-test \
 	$(ROOTFS_PY_PKGS) \
 	python3 python3-pip python3-venv python3-setuptools python3-wheel python3-mypy curl systemd
 # Node for the MCP TypeScript client tests (test/mcpclient) and the OpenAPI
@@ -121,7 +121,7 @@ test-hostile: rootfs
 
 # Every fuzz target for a bounded time each (FUZZTIME), seeds included.
 FUZZTIME ?= 5s
-FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest ./api:FuzzZMTPGuard \
+FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest ./api:FuzzZMTPGuard ./api:FuzzHistoryGlob \
 	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./runner:FuzzScanString ./internal/confined:FuzzCheck \
 	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery \
 	./isolate:FuzzDecodeUserns ./store:FuzzCheckKey ./store:FuzzParseKeyring ./store:FuzzSigHeader ./session:FuzzUntarTree ./cmd/jailcell:FuzzParseTokens

@@ -103,6 +103,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		if req.Stream {
 			er.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
 			er.OnDisplay = func(item session.DisplayItem) { send(Event{ID: req.ID, Event: EventDisplay, Display: &item}) }
+			er.OnClearOutput = func(wait bool) { send(Event{ID: req.ID, Event: EventClearOutput, Wait: wait}) }
 		}
 		if d.Workflow != nil {
 			return d.execWorkflow(ctx, owner, req, er)

@@ -62,7 +62,7 @@ func ServeJupyter(ctx context.Context, h Handler, conn *JupyterConnection, opt J
 	if err != nil {
 		return fmt.Errorf("register the kernel's ZMQ transports: %w", err)
 	}
-	k := &jkernel{h: h, opt: opt, sig: signer{key: []byte(conn.Key)}, id: newUUID(), log: opt.Logger}
+	k := &jkernel{h: h, opt: opt, sig: signer{key: []byte(conn.Key)}, id: newUUID(), log: opt.Logger, hist: newHistory()}
 	if err := k.createSession(ctx); err != nil {
 		return err
 	}
@@ -173,6 +173,7 @@ type jkernel struct {
 	shell, control, stdin, iopub zmq4.Socket
 	pubMu                        sync.Mutex
 	count                        int // Jupyter's execution_count (shell only)
+	hist                         *jhistory
 	reqs                         atomic.Int64
 	closeOnce                    sync.Once
 }
@@ -315,7 +316,7 @@ func (k *jkernel) handle(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 	case "comm_info_request":
 		k.reply(sock, m, "comm_info_reply", map[string]any{"status": "ok", "comms": map[string]any{}})
 	case "history_request":
-		k.reply(sock, m, "history_reply", map[string]any{"status": "ok", "history": []any{}})
+		k.history(sock, m)
 	case "comm_open":
 		// No comms: as ipykernel without the target, the frontend is told
 		// the comm is closed.
@@ -387,6 +388,10 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 		k.reply(sock, m, "execute_reply", ok) // as IPython: nothing runs
 		return
 	}
+	recorded := !c.Silent && store
+	if recorded {
+		k.hist.add(n, c.Code)
+	}
 	emit := func(ev Event) {
 		switch ev.Event {
 		case EventStdout, EventStderr:
@@ -397,6 +402,8 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 			if ev.Display != nil && !ev.Display.Pager {
 				k.publish(m, "display_data", map[string]any{"data": bundleOf(*ev.Display), "metadata": map[string]any{}, "transient": map[string]any{}})
 			}
+		case EventClearOutput:
+			k.publish(m, "clear_output", map[string]any{"wait": ev.Wait})
 		}
 	}
 	resp := k.call(ctx, &Request{Op: OpExec, Session: k.sid(), Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS}, emit)
@@ -432,6 +439,9 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 			if r.Value != nil && !c.Silent {
 				k.publish(m, "execute_result", map[string]any{"execution_count": n, "data": r.Value, "metadata": map[string]any{}})
 			}
+			if r.Value != nil && recorded {
+				k.hist.setOutput(n, r.Value)
+			}
 			ok["payload"] = pagePayload(r.Display)
 			k.reply(sock, m, "execute_reply", ok)
 			return
@@ -444,6 +454,17 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 		k.publish(m, "error", map[string]any{"ename": ename, "evalue": evalue, "traceback": tb})
 	}
 	k.reply(sock, m, "execute_reply", map[string]any{"status": "error", "execution_count": n, "ename": ename, "evalue": evalue, "traceback": tb})
+}
+
+// history answers a history_request from the kernel's history
+// (jupyter_history.go); bad content gets an error reply naming it.
+func (k *jkernel) history(sock zmq4.Socket, m *jmsg) {
+	h, err := k.hist.query(m.content)
+	if err != nil {
+		k.reply(sock, m, "history_reply", map[string]any{"status": "error", "ename": "ValueError", "evalue": err.Error(), "traceback": []string{}, "history": []any{}})
+		return
+	}
+	k.reply(sock, m, "history_reply", map[string]any{"status": "ok", "history": h})
 }
 
 // verdictName names a host verdict as the exception Jupyter would show.

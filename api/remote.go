@@ -239,12 +239,13 @@ func (r *Remote) stream(ctx context.Context, path string, req *Request, emit fun
 			Event   string               `json:"event"`
 			Text    string               `json:"text"`
 			Display *session.DisplayItem `json:"display"`
+			Wait    bool                 `json:"wait"`
 		}
 		if err := json.Unmarshal(line, &probe); err != nil {
 			return nil, fmt.Errorf("streamed line is not JSON: %s", clip(string(line), 200))
 		}
 		if probe.OK == nil && probe.Event != "" {
-			emit(Event{ID: req.ID, Event: probe.Event, Text: probe.Text, Display: probe.Display})
+			emit(Event{ID: req.ID, Event: probe.Event, Text: probe.Text, Display: probe.Display, Wait: probe.Wait})
 			continue
 		}
 		return decodeRemote(bytes.NewReader(line), hresp.StatusCode)

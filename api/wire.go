@@ -198,16 +198,23 @@ const (
 	EventStdout  = "stdout"
 	EventStderr  = "stderr"
 	EventDisplay = "display"
+	// EventClearOutput is IPython's clear_output(): what the cell showed
+	// so far is to be cleared, now or (Wait) when the next output comes.
+	// It is no output: the result has no record of it.
+	EventClearOutput = "clear_output"
 )
 
 // Event is a streamed piece of a cell's output, sent before its response:
-// a chunk of text (stdout, stderr), or one display item as the cell shows
-// it (display), the same object as that item in the result's list.
+// a chunk of text (stdout, stderr), one display item as the cell shows it
+// (display), the same object as that item in the result's list, or a
+// clear_output.
 type Event struct {
 	ID      json.RawMessage      `json:"id"`
-	Event   string               `json:"event"` // stdout | stderr | display
+	Event   string               `json:"event"` // stdout | stderr | display | clear_output
 	Text    string               `json:"text,omitempty"`
 	Display *session.DisplayItem `json:"display,omitempty"`
+	// Wait is clear_output's flag: clear when the next output comes.
+	Wait bool `json:"wait,omitempty"`
 }
 
 // nullID is what a response carries when no id could be read.

@@ -52,6 +52,11 @@ type ExecRequest struct {
 	// maxDisplayItems items and maxRichBytes of JSON per cell; past it
 	// items are not passed on (the result's list ends with its note).
 	OnDisplay func(DisplayItem)
+	// OnClearOutput, if set, gets each IPython clear_output() of the cell
+	// (wait: clear when the next output comes, not now), in its place
+	// among the streams and display items; at most maxClearOutputs per
+	// cell.
+	OnClearOutput func(wait bool)
 }
 
 // Result is the outcome of one cell. Everything but Stdout, Stderr and their
@@ -534,6 +539,8 @@ type execState struct {
 	// and the bytes left for more, the result's own caps.
 	displayed     int
 	displayBudget int
+	// clears: the clear_output items passed on so far (clear.go).
+	clears int
 }
 
 var streamNames = [2]string{"stdout", "stderr"}
@@ -586,6 +593,14 @@ func (s *execState) display(obj []byte) error {
 	case '{':
 	default:
 		return fmt.Errorf("decode display frame: item is not an object: %w", ErrProtocol)
+	}
+	clear, wait, err := clearItem(raw)
+	if err != nil {
+		return err
+	}
+	if clear {
+		s.clearOutput(wait)
+		return nil
 	}
 	if s.displayed >= maxDisplayItems || s.displayBudget <= 0 {
 		return nil

@@ -23,6 +23,7 @@ var handleSeeds = map[string]struct {
 	truncated      bool // either stream
 	result         bool
 	displayed      int // items passed to OnDisplay
+	cleared        int // clear_outputs passed to OnClearOutput
 	err            error
 	check          func(t *testing.T, r *Result)
 }{
@@ -30,11 +31,14 @@ var handleSeeds = map[string]struct {
 	"display-other-id":    {},
 	"display-item-string": {err: ErrProtocol},
 	"display-no-mime":     {},
-	"stream":              {stdout: "hello"},
-	"stream-over-cap":     {stderr: strings.Repeat("é", 8), truncated: true},
-	"stream-other-id":     {},
-	"stream-no-text":      {},
-	"stream-bad-utf8":     {stdout: "a\uFFFD\uFFFDb\uFFFD"},
+	// A clear item is passed on as a clear, never as a display.
+	"display-clear":          {cleared: 1},
+	"display-clear-not-bool": {err: ErrProtocol},
+	"stream":                 {stdout: "hello"},
+	"stream-over-cap":        {stderr: strings.Repeat("é", 8), truncated: true},
+	"stream-other-id":        {},
+	"stream-no-text":         {},
+	"stream-bad-utf8":        {stdout: "a\uFFFD\uFFFDb\uFFFD"},
 	"result-ok": {result: true, check: func(t *testing.T, r *Result) {
 		if r.Status != "ok" || r.Value["text/plain"] != "2" || len(r.Display) != 1 || r.Display[0].MIME != "text/html" || r.Error != nil {
 			t.Errorf("result %+v", r)
@@ -88,11 +92,12 @@ func TestHandleFrame(t *testing.T) {
 					streamed[1] += text
 				}
 			})
-			displayed := 0
+			displayed, cleared := 0, 0
 			st.req.OnDisplay = func(DisplayItem) { displayed++ }
+			st.req.OnClearOutput = func(bool) { cleared++ }
 			res, err := st.handle(seeds[name])
-			if displayed != w.displayed {
-				t.Errorf("%d items passed to OnDisplay, want %d", displayed, w.displayed)
+			if displayed != w.displayed || cleared != w.cleared {
+				t.Errorf("%d items passed to OnDisplay and %d to OnClearOutput, want %d and %d", displayed, cleared, w.displayed, w.cleared)
 			}
 			if !errors.Is(err, w.err) || (w.err == nil && err != nil) {
 				t.Fatalf("err = %v, want %v", err, w.err)
@@ -200,6 +205,13 @@ func checkHandleFrame(t *testing.T, data []byte) {
 		}
 		if displayed > maxDisplayItems || st.displayBudget < 0 {
 			t.Fatalf("%d items passed on, budget left %d: over the display caps", displayed, st.displayBudget)
+		}
+	}
+	cleared := 0
+	st.req.OnClearOutput = func(bool) {
+		cleared++
+		if cleared > maxClearOutputs {
+			t.Fatalf("%d clear_outputs passed on: over maxClearOutputs", cleared)
 		}
 	}
 	for i := 0; i < 2; i++ {

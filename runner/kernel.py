@@ -897,7 +897,7 @@ def _make_shell():
             kernel.display(data, raw=True)
 
         def clear_output(self, wait=False):
-            pass
+            _clear_output(wait)
 
     cfg = Config()
     # No sqlite file, no history thread: the host keeps the cells.
@@ -936,6 +936,23 @@ def _make_shell():
 
     _patch_pdb(pdb)
     return shell
+
+
+def _clear_output(wait=False):
+    """IPython.display.clear_output() as ipykernel does it: what the cell
+    wrote so far goes out first, then {"clear": true, "wait": ...} on the
+    display path, which the Jupyter front door sends as a clear_output
+    message. No output of its own: it is not in the result's display list."""
+    kernel = _KERNEL
+    if kernel is None or kernel.cell is None:
+        return  # a thread outliving its cell: there is no output to clear
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    kernel._flush_stdio()
+    kernel.pump.display({"clear": True, "wait": bool(wait)})
 
 
 def _shell_system(shell, cmd):

@@ -238,8 +238,8 @@ func (o cellOutcome) notStarted(k *kernel) bool {
 //
 // A cancelled ctx (the client went away, the daemon is draining past its
 // grace) stops the cell the same way.
-func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace time.Duration, maxOutput int64, onOutput func(string, string), onDisplay func(DisplayItem)) cellOutcome {
-	rreq := runner.ExecRequest{ID: id, Code: code, MaxOutput: maxOutput}
+func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace time.Duration, maxOutput int64, onOutput func(string, string), onDisplay func(DisplayItem), onClear func(wait bool)) cellOutcome {
+	rreq := runner.ExecRequest{ID: id, Code: code, MaxOutput: maxOutput, OnClearOutput: onClear}
 	if onDisplay != nil {
 		rreq.OnDisplay = func(d runner.DisplayItem) {
 			onDisplay(DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager})

@@ -195,6 +195,10 @@ type ExecRequest struct {
 	// display() call) as the cell shows it; the result's Display list
 	// still has them all. Called from the cell's goroutine, in order.
 	OnDisplay func(DisplayItem)
+	// OnClearOutput, if set, receives each IPython clear_output() of the
+	// cell (wait: clear at the next output, not now), in its place among
+	// the output and display items. Called from the cell's goroutine.
+	OnClearOutput func(wait bool)
 	// Snapshot takes a snapshot of the session (Manager.Snapshot) before
 	// the cell runs, so that Rollback can undo it. The cell does not run
 	// if the snapshot fails.

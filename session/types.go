@@ -11,9 +11,11 @@ import (
 // Sentinel errors, declared in one place; the API layer maps them to wire
 // codes with errors.Is.
 var (
-	// ErrNotFound: no such session (never created, closed, expired, or
-	// owned by someone else). The message says which, where it may.
-	ErrNotFound = errors.New("session not found")
+	// ErrNotFound: what a request named is not there: a session (never
+	// created, closed, expired, or owned by someone else), a file in its
+	// workspace, its snapshot. The message names the thing and the
+	// session, and says why where it may.
+	ErrNotFound = errors.New("not found")
 	// ErrBusy: the session is running another cell.
 	ErrBusy = errors.New("session busy")
 	// ErrLimit: a configured ceiling (live sessions, sizes) was reached.

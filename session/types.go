@@ -86,6 +86,11 @@ type CellError struct {
 	Message   string  `json:"message"`
 	Traceback string  `json:"traceback"`
 	Frames    []Frame `json:"frames,omitempty"`
+	// ExitCode is set when a shell command of the cell (`!cmd`, %pip)
+	// exited non-zero and ended it (Type "subprocess.CalledProcessError"):
+	// its exit status, or minus the signal that killed it. The kernel's
+	// report, like the rest of the error.
+	ExitCode *int `json:"exit_code,omitempty"`
 }
 
 // Frame is one traceback frame of cell code.
@@ -201,6 +206,11 @@ type ExecRequest struct {
 	// the cell runs, so that Rollback can undo it. The cell does not run
 	// if the snapshot fails.
 	Snapshot bool
+	// RawANSI keeps the cell's text as the sandbox sent it. By default
+	// stdout, stderr (streamed and in the result) and the error's message
+	// and traceback are cleaned on the host (internal/termtext): ANSI
+	// escape sequences removed, "\r\n" as "\n"; a lone "\r" stays.
+	RawANSI bool
 
 	// setup marks the daemon's own cell (installing requirements at
 	// create): Timeout is then the configured bound for that work, not a

@@ -989,7 +989,7 @@ def _shell_pty(cmd):
     (ONLCR) is off, so a "\n" the program wrote arrives as "\n", not
     "\r\n"; a "\r" it wrote stays. stdin is the pty too, as in Jupyter.
     On SIGINT (interrupt, timeout) the command's process group gets it,
-    then SIGKILL after a second, and the KeyboardInterrupt goes on."""
+    then SIGKILL if it is still there, and the KeyboardInterrupt goes on."""
     import subprocess
 
     try:
@@ -1041,15 +1041,16 @@ def _shell_copy(master, dec, deadline=None):
 
 def _shell_stop(proc, master, dec):
     """Interrupt the command's process group as ^C would, keep its last
-    words for a second, then kill what is left."""
+    words for a moment, then kill what is left: well within the host's
+    interrupt grace (2 s by default), which kills the whole sandbox."""
     for sig in (signal.SIGINT, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except OSError:
             pass
         try:
-            _shell_copy(master, dec, time.monotonic() + 1.0)
-            proc.wait(timeout=1.0)
+            _shell_copy(master, dec, time.monotonic() + 0.2)
+            proc.wait(timeout=0.2)
             return
         except Exception:
             continue

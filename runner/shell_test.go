@@ -165,3 +165,42 @@ func TestDecodeExitCode(t *testing.T) {
 }
 
 func ptr(n int) *int { return &n }
+
+// A command that ignores SIGINT is killed, and the cell ends with the
+// interrupt, its kernel alive.
+func TestShellEscapeInterruptIgnored(t *testing.T) {
+	requireModule(t, "IPython")
+	k := startKernel(t)
+	started := make(chan struct{})
+	var once sync.Once
+	onStream := func(name, text string) {
+		if strings.Contains(text, "stubborn") {
+			once.Do(func() { close(started) })
+		}
+	}
+	done := make(chan struct{})
+	var r *Result
+	var err error
+	go func() {
+		defer close(done)
+		r, err = k.conn.Exec(ExecRequest{ID: "stubborn", Code: "!trap '' INT; echo stubborn; sleep 60", MaxOutput: 1 << 20}, onStream)
+	}()
+	select {
+	case <-started:
+	case <-time.After(execTimeout):
+		t.Fatalf("command did not start\n%s", k.logText())
+	}
+	if err := k.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a command ignoring SIGINT kept the cell running")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireError(t, r, "KeyboardInterrupt")
+	requireOK(t, k.exec("1"))
+}

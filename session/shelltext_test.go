@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // A failed %pip install (the sandbox has no network, so it fails for
@@ -98,5 +99,24 @@ raise ValueError("\x1b[1mbold\x1b[0m")`
 	}
 	if res.Error == nil || res.Error.Message != "\x1b[1mbold\x1b[0m" {
 		t.Errorf("raw error %+v", res.Error)
+	}
+}
+
+// A shell command that outlives the cell's timeout is stopped with the
+// cell, within the policy's interrupt grace (1 s here): even one that
+// ignores SIGINT. The kernel and its variables are kept.
+func TestShellCommandTimeoutKeepsState(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, CreateOptions{})
+	e.exec(t, id, "kept = 42", 0)
+	for _, code := range []string{"!sleep 60", "!trap '' INT; sleep 60"} {
+		res := e.exec(t, id, code, time.Second)
+		wantStatus(t, res, StatusTimeout)
+		if res.State != StateKept {
+			t.Errorf("%s: state %q (%s), want kept", code, res.State, res.StateReason)
+		}
+	}
+	if res := e.exec(t, id, "print(kept)", 0); res.Stdout != "42\n" {
+		t.Errorf("after the timeouts: %q", res.Stdout)
 	}
 }

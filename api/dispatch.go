@@ -99,7 +99,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 	m := d.Manager
 	switch req.Op {
 	case OpExec:
-		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot}
+		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot, RawANSI: req.RawANSI}
 		if req.Stream {
 			er.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
 			er.OnDisplay = func(item session.DisplayItem) { send(Event{ID: req.ID, Event: EventDisplay, Display: &item}) }

@@ -89,6 +89,12 @@ type Request struct {
 	// Snapshot takes a snapshot of the session before the cell runs
 	// (exec in a session), the target of a later rollback.
 	Snapshot bool `json:"snapshot,omitempty"`
+	// RawANSI keeps the cell's text as the sandbox wrote it (exec). By
+	// default stdout, stderr, their stream events and the error's message
+	// and traceback come without ANSI escape sequences (colours, cursor
+	// moves) and with "\r\n" as "\n"; a lone "\r" (a progress bar
+	// redrawing its line) stays.
+	RawANSI bool `json:"raw_ansi,omitempty"`
 	// Files are placed in the cell's working directory before it runs.
 	Files []session.File `json:"files,omitempty"`
 	// Path and Data are the upload's destination and content; Path alone
@@ -258,6 +264,7 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.seconds("timeout_s", &req.TimeoutS)
 	d.boolean("stream", &req.Stream)
 	d.boolean("snapshot", &req.Snapshot)
+	d.boolean("raw_ansi", &req.RawANSI)
 	d.files(&req.Files)
 	d.str("path", &req.Path)
 	d.base64("data", &req.Data)
@@ -311,6 +318,9 @@ func (r *Request) Validate() *Error {
 	}
 	if r.MaxLifetimeS != 0 && r.Op != OpCreate {
 		return badRequest(`field "max_lifetime_s" is only allowed with op "create"`)
+	}
+	if r.RawANSI && r.Op != OpExec {
+		return badRequest(`field "raw_ansi" is only allowed with op "exec": it keeps a cell's output as written`)
 	}
 	switch r.Op {
 	case OpPing, OpSessions:

@@ -119,6 +119,20 @@ var decodeCases = []decodeCase{
 	{name: "max lifetime on exec", line: `{"id":1,"op":"exec","code":"1","max_lifetime_s":5}`, wantErr: []string{`field "max_lifetime_s" is only allowed with op "create"`}, wantID: `1`},
 	{name: "snapshot on a one-shot exec", line: `{"id":1,"op":"exec","code":"1","snapshot":true}`, wantErr: []string{`field "snapshot" needs "session"`}, wantID: `1`},
 	{name: "snapshot not a bool", line: `{"id":1,"op":"exec","code":"1","session":"s","snapshot":"yes"}`, wantErr: []string{`"snapshot"`}, wantID: `1`},
+	{name: "raw_ansi on exec", line: `{"id":1,"op":"exec","code":"1","raw_ansi":true}`, wantID: `1`,
+		check: func(t *testing.T, r *Request) {
+			if !r.RawANSI {
+				t.Errorf("raw_ansi not decoded: %+v", r)
+			}
+		}},
+	{name: "raw_ansi false is the default", line: `{"id":1,"op":"exec","code":"1","raw_ansi":false}`, wantID: `1`,
+		check: func(t *testing.T, r *Request) {
+			if r.RawANSI {
+				t.Errorf("raw_ansi false decoded as true")
+			}
+		}},
+	{name: "raw_ansi not a bool", line: `{"id":1,"op":"exec","code":"1","raw_ansi":"yes"}`, wantErr: []string{`field "raw_ansi" must be a boolean, got string`}, wantID: `1`},
+	{name: "raw_ansi on download", line: `{"id":1,"op":"download","session":"s","path":"a","raw_ansi":true}`, wantErr: []string{`field "raw_ansi" is only allowed with op "exec"`}, wantID: `1`},
 	{name: "rollback without session", line: `{"id":1,"op":"rollback"}`, wantErr: []string{`op "rollback" needs field "session"`}, wantID: `1`},
 	{name: "complete", line: `{"id":4,"op":"complete","session":"s1","code":"é.x","cursor_pos":2}`, wantID: `4`,
 		check: func(t *testing.T, r *Request) {

@@ -140,6 +140,9 @@ type ExecOptions struct {
 	// Snapshot takes a snapshot of the session before the cell runs: the
 	// target of a later Rollback.
 	Snapshot bool
+	// RawANSI keeps the cell's text as written: by default ANSI escape
+	// sequences are removed and "\r\n" comes as "\n".
+	RawANSI bool
 }
 
 // File is a file handed to a cell.
@@ -211,6 +214,9 @@ type CellError struct {
 	Message   string  `json:"message"`
 	Traceback string  `json:"traceback"`
 	Frames    []Frame `json:"frames,omitempty"`
+	// ExitCode is a failed shell command's exit status (`!cmd`, %pip),
+	// negative for a signal; nil for a Python exception.
+	ExitCode *int `json:"exit_code,omitempty"`
 }
 
 // Frame is one traceback frame.
@@ -335,12 +341,13 @@ type execBody struct {
 	Files    []File  `json:"files,omitempty"`
 	Policy   string  `json:"policy,omitempty"`
 	Snapshot bool    `json:"snapshot,omitempty"`
+	RawANSI  bool    `json:"raw_ansi,omitempty"`
 }
 
 func newExecBody(code string, o *ExecOptions) execBody {
 	b := execBody{Code: code}
 	if o != nil {
-		b.TimeoutS, b.Files, b.Policy, b.Snapshot = o.Timeout.Seconds(), o.Files, o.Policy, o.Snapshot
+		b.TimeoutS, b.Files, b.Policy, b.Snapshot, b.RawANSI = o.Timeout.Seconds(), o.Files, o.Policy, o.Snapshot, o.RawANSI
 	}
 	return b
 }

@@ -117,6 +117,9 @@ type CellError struct {
 	// Frames is the stack from the cell down to the raise. Cell code has
 	// file "<cell-N>", N counting cells from 1.
 	Frames []Frame `json:"frames"`
+	// ExitCode is a failed shell command's exit status (`!cmd`, %pip;
+	// negative: the signal that killed it), nil for other errors.
+	ExitCode *int `json:"exit_code,omitempty"`
 }
 
 // Frame is one stack frame of a CellError.
@@ -933,6 +936,19 @@ func decodeError(obj []byte) (*CellError, error) {
 			var err error
 			e.Frames, err = decodeFrames(v)
 			return err
+		case `"exit_code"`:
+			switch kind(v) {
+			case 'n':
+			case '0':
+				n, ok := exitCode(v)
+				if !ok {
+					return fmt.Errorf("exit_code %.20s is not an exit status: %w", v, ErrProtocol)
+				}
+				e.ExitCode = &n
+			default:
+				return fmt.Errorf("exit_code is not a number: %w", ErrProtocol)
+			}
+			return nil
 		default:
 			return nil
 		}
@@ -1032,6 +1048,19 @@ func decodeFrame(obj []byte) (Frame, error) {
 		return nil
 	})
 	return f, err
+}
+
+// exitCode parses a JSON number as an exit status: 0 to 255, or minus a
+// signal number (-1 to -128).
+func exitCode(v []byte) (int, bool) {
+	if len(v) > 4 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < -128 || n > 255 {
+		return 0, false
+	}
+	return n, true
 }
 
 // smallInt parses a JSON number as a non-negative int32, or returns 0.

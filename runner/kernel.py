@@ -958,16 +958,14 @@ def _clear_output(wait=False):
 def _shell_system(shell, cmd):
     """`!cmd` and %pip: run cmd with /bin/sh inside the sandbox, its output
     (stdout and stderr merged, on a pty as in Jupyter) written to the cell's
-    stdout; $? lands in _exit_code."""
+    stdout; $? lands in _exit_code. A non-zero status ends the cell with
+    subprocess.CalledProcessError (see _shell_failed)."""
     cmd = shell.var_expand(cmd, depth=1)
     if cmd.rstrip().endswith("&"):
         raise OSError("Background processes not supported.")
     sys.stdout.flush()
-    try:
-        from IPython.utils._process_posix import system as piped
-
-        code = piped(cmd)
-    except (ImportError, OSError):
+    code = _shell_pty(cmd)
+    if code is None:
         # No pty in this sandbox: a pipe gives the same text, minus
         # terminal-only formatting.
         import subprocess
@@ -983,6 +981,96 @@ def _shell_system(shell, cmd):
             proc.stdout.close()
     sys.stdout.flush()
     shell.user_ns["_exit_code"] = code
+    if code:
+        raise _shell_failed(cmd, code)
+
+
+def _shell_failed(cmd, code):
+    """The error of a shell command that failed: IPython only sets
+    _exit_code and the cell reports success, so an agent reading the result
+    would believe a failed `%pip install` worked. The cell stops here, as
+    at any exception; subprocess.run(check=True) raises the same error, and
+    the result's error carries the status as exit_code."""
+    import subprocess
+
+    return subprocess.CalledProcessError(code, cmd)
+
+
+def _shell_pty(cmd):
+    """Run cmd with /bin/sh on a new pty, stdout and stderr merged, written
+    to the cell's stdout as it comes; return its exit status (negative: the
+    signal that ended it), or None if no pty can be had.
+
+    A pty, as Jupyter gives `!cmd`: programs see a terminal (line-buffered
+    output, progress bars). Unlike Jupyter's, its output translation
+    (ONLCR) is off, so a "\n" the program wrote arrives as "\n", not
+    "\r\n"; a "\r" it wrote stays. stdin is the pty too, as in Jupyter.
+    On SIGINT (interrupt, timeout) the command's process group gets it,
+    then SIGKILL if it is still there, and the KeyboardInterrupt goes on."""
+    import subprocess
+
+    try:
+        master, slave = os.openpty()
+    except OSError:
+        return None
+    try:
+        try:
+            attrs = termios.tcgetattr(slave)
+            attrs[1] &= ~termios.ONLCR
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", cmd], stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+            )
+        finally:
+            os.close(slave)
+    except BaseException:
+        os.close(master)
+        raise
+    dec = codecs.getincrementaldecoder("utf-8")("replace")
+    try:
+        _shell_copy(master, dec)
+    except KeyboardInterrupt:
+        _shell_stop(proc, master, dec)
+        raise
+    finally:
+        os.close(master)
+        sys.stdout.write(dec.decode(b"", True))
+        sys.stdout.flush()
+    return proc.wait()
+
+
+def _shell_copy(master, dec, deadline=None):
+    """Copy the pty's output to stdout until every writer closed it (EIO on
+    Linux), or until deadline (time.monotonic())."""
+    while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([master], [], [], left)[0]:
+                return
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the last writer is gone
+            return
+        if not chunk:
+            return
+        sys.stdout.write(dec.decode(chunk))
+
+
+def _shell_stop(proc, master, dec):
+    """Interrupt the command's process group as ^C would, keep its last
+    words for a moment, then kill what is left: well within the host's
+    interrupt grace (2 s by default), which kills the whole sandbox."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass
+        try:
+            _shell_copy(master, dec, time.monotonic() + 0.2)
+            proc.wait(timeout=0.2)
+            return
+        except Exception:
+            continue
 
 
 def _shell_showtraceback(shell, exc_tuple=None, *args, **kwargs):
@@ -1440,12 +1528,29 @@ def _error_info(exc):
             + "\n[... traceback truncated: %d bytes total ...]\n" % len(b)
             + b[-half:].decode("utf-8", "ignore")
         )
-    return {
+    info = {
         "type": _type_name(type(exc)),
         "message": _cut_utf8(message, MESSAGE_LIMIT, "message"),
         "traceback": text,
         "frames": frames,
     }
+    code = _exit_code_of(exc)
+    if code is not None:
+        info["exit_code"] = code
+    return info
+
+
+def _exit_code_of(exc):
+    """A failed command's exit status, for the error's exit_code: that of a
+    CalledProcessError (a failed `!cmd` or %pip, subprocess's check=True),
+    if the host would take it (-128 to 255)."""
+    mod = sys.modules.get("subprocess")
+    if mod is None or not isinstance(exc, mod.CalledProcessError):
+        return None
+    code = exc.returncode
+    if isinstance(code, int) and not isinstance(code, bool) and -128 <= code <= 255:
+        return code
+    return None
 
 
 # ---------------------------------------------------------------------------

@@ -745,7 +745,7 @@ func (m *Manager) get(owner int, id string) (*Session, error) {
 			}
 			return nil, fmt.Errorf("%w: session %s %s", ErrNotFound, id, why)
 		}
-		return nil, fmt.Errorf("%w: no session %q", ErrNotFound, id)
+		return nil, fmt.Errorf("session %q %w", id, ErrNotFound)
 	}
 	return s, nil
 }
@@ -934,12 +934,12 @@ func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Do
 		return nil, err
 	}
 	if ws == nil {
-		return nil, fmt.Errorf("%w: no file %s in the workspace", ErrNotFound, rel)
+		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
 	}
 	defer ws.Close()
 	b, err := readFile(ws, rel, MaxFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: no file %s in the workspace", ErrNotFound, rel)
+		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
 	}
 	if err != nil {
 		return nil, err

@@ -134,12 +134,23 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		return nil, err
 	}
 	c.id, c.before = m.nextCell(s)
+	var plain *plainOutput
+	if !req.RawANSI && req.OnOutput != nil {
+		plain = &plainOutput{next: req.OnOutput}
+		c.req.OnOutput = plain.onOutput
+	}
 	if err := m.sendCell(ctx, c); err != nil {
 		return nil, err
+	}
+	if plain != nil {
+		plain.flush()
 	}
 	meas, use := m.measure(c)
 	v := judge(meas)
 	res := resultOf(c.o.res, v, use)
+	if !req.RawANSI {
+		plainText(res)
+	}
 	if c.o.res == nil && !c.o.notStarted(c.k) {
 		// No result frame (a kill, a lost link): the host's own count of
 		// the cells this kernel started still numbers it.
@@ -376,7 +387,7 @@ func cellError(e *runner.CellError) *CellError {
 	if e == nil {
 		return nil
 	}
-	ce := &CellError{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
+	ce := &CellError{Type: e.Type, Message: e.Message, Traceback: e.Traceback, ExitCode: e.ExitCode}
 	for _, f := range e.Frames {
 		ce.Frames = append(ce.Frames, Frame{File: f.File, Line: f.Line, Name: f.Name, Code: f.Code})
 	}

@@ -611,7 +611,7 @@ func TestOwnerIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.m.Exec(context.Background(), 1001, info.ID, ExecRequest{Code: "1"})
-	if err == nil || !strings.Contains(err.Error(), "no session") {
+	if err == nil || !strings.Contains(err.Error(), `session "`+info.ID+`" not found`) {
 		t.Fatalf("other owner: %v", err)
 	}
 	if n := len(e.m.List(context.Background(), 1001)); n != 0 {

@@ -11,9 +11,11 @@ import (
 // Sentinel errors, declared in one place; the API layer maps them to wire
 // codes with errors.Is.
 var (
-	// ErrNotFound: no such session (never created, closed, expired, or
-	// owned by someone else). The message says which, where it may.
-	ErrNotFound = errors.New("session not found")
+	// ErrNotFound: what a request named is not there: a session (never
+	// created, closed, expired, or owned by someone else), a file in its
+	// workspace, its snapshot. The message names the thing and the
+	// session, and says why where it may.
+	ErrNotFound = errors.New("not found")
 	// ErrBusy: the session is running another cell.
 	ErrBusy = errors.New("session busy")
 	// ErrLimit: a configured ceiling (live sessions, sizes) was reached.
@@ -84,6 +86,11 @@ type CellError struct {
 	Message   string  `json:"message"`
 	Traceback string  `json:"traceback"`
 	Frames    []Frame `json:"frames,omitempty"`
+	// ExitCode is set when a shell command of the cell (`!cmd`, %pip)
+	// exited non-zero and ended it (Type "subprocess.CalledProcessError"):
+	// its exit status, or minus the signal that killed it. The kernel's
+	// report, like the rest of the error.
+	ExitCode *int `json:"exit_code,omitempty"`
 }
 
 // Frame is one traceback frame of cell code.
@@ -203,6 +210,11 @@ type ExecRequest struct {
 	// the cell runs, so that Rollback can undo it. The cell does not run
 	// if the snapshot fails.
 	Snapshot bool
+	// RawANSI keeps the cell's text as the sandbox sent it. By default
+	// stdout, stderr (streamed and in the result) and the error's message
+	// and traceback are cleaned on the host (internal/termtext): ANSI
+	// escape sequences removed, "\r\n" as "\n"; a lone "\r" stays.
+	RawANSI bool
 
 	// setup marks the daemon's own cell (installing requirements at
 	// create): Timeout is then the configured bound for that work, not a

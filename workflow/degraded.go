@@ -86,7 +86,7 @@ func oneShotPolicy(req Request) string {
 // not the caller's, since its policy cannot then be known. It never runs
 // outside a sandbox: if the Manager cannot build one, it fails.
 func (r *Runner) degraded(ctx context.Context, req Request, code string) (*session.Result, error) {
-	er := session.ExecRequest{Code: stdlibOnly + code, Timeout: req.Exec.Timeout, Files: req.Exec.Files, OnOutput: req.Exec.OnOutput, OnDisplay: req.Exec.OnDisplay, OnClearOutput: req.Exec.OnClearOutput}
+	er := session.ExecRequest{Code: stdlibOnly + code, Timeout: req.Exec.Timeout, Files: req.Exec.Files, OnOutput: req.Exec.OnOutput, OnDisplay: req.Exec.OnDisplay, OnClearOutput: req.Exec.OnClearOutput, RawANSI: req.Exec.RawANSI}
 	var res *session.Result
 	var err error
 	if req.Session != "" {

@@ -138,6 +138,9 @@ func TestHostileForgedResultFrames(t *testing.T) {
 			`b'{"t":"result","id":"' + cid + b'","status":"ok",' + ` + value + ` + b'"display":[' + b'{"mime":"a"},' * 2399999 + b'{"mime":"a"}]}'`},
 		{"10M escaped control characters in the error message",
 			`b'{"t":"result","id":"' + cid + b'","status":"error","error":{"type":"X","message":"' + b'\\u0001' * 10000000 + b'","traceback":"","frames":[]}}'`},
+		// The host's ANSI cleaning (internal/termtext) runs over all of it.
+		{"2M escape sequences in the error's message and traceback",
+			`b'{"t":"result","id":"' + cid + b'","status":"error","error":{"type":"X","message":"' + b'\\u001b[1m\\r' * 2000000 + b'","traceback":"' + b'\\u001b]' * 2000000 + b'","frames":[]}}'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rss := procStatus(t, pid, "VmRSS")

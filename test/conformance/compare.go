@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/jailcell/jailcell/internal/termtext"
 	"github.com/jailcell/jailcell/session"
 )
 
@@ -27,7 +28,6 @@ type Outcome struct {
 }
 
 var (
-	ansiRE    = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
 	addrRE    = regexp.MustCompile(`0x[0-9a-fA-F]{6,}`)
 	timingRE  = regexp.MustCompile(`[0-9][0-9.,]*\s*(ns|µs|us|ms|s|min)\b`)
 	timeitRE  = regexp.MustCompile(`\(mean ± std\. dev\. of .*\)`)
@@ -43,8 +43,10 @@ var (
 // Normalise removes what legitimately differs between two runs: timings,
 // object addresses, the working directory, terminal colours.
 func Normalise(s, workdir string) string {
-	s = ansiRE.ReplaceAllString(s, "")
-	s = strings.ReplaceAll(s, "\r\n", "\n")
+	// As a terminal shows it, as jailcell cleans it by default: no escape
+	// sequences, and "\r\n" (also the "\r\r\n" a pty makes of a file's
+	// "\r\n") as "\n".
+	s = termtext.Clean(s)
 	if workdir != "" {
 		s = strings.ReplaceAll(s, workdir, "<cwd>")
 	}
@@ -58,6 +60,16 @@ func Normalise(s, workdir string) string {
 	return strings.TrimSpace(s)
 }
 
+// ShellFailed reports jailcell's one intended difference from Jupyter: a
+// `!cmd` or %pip that exits non-zero ends the cell with
+// CalledProcessError where IPython only sets _exit_code and goes on (issue
+// 26: a failed %pip install looked like a working one). Such a cell's
+// status, error and value are not compared (the lines after the command
+// did not run); its stdout, the command's output, still is.
+func ShellFailed(j, c Outcome) bool {
+	return j.Status == session.StatusOK && c.Status == session.StatusError && shortType(c.Error) == "CalledProcessError"
+}
+
 func shortType(s string) string {
 	return s[strings.LastIndex(s, ".")+1:]
 }
@@ -66,10 +78,11 @@ func shortType(s string) string {
 // the working directories each ran in.
 func Diff(j, c Outcome, jdir, cdir string) string {
 	var why []string
-	if j.Status != c.Status {
+	shellFailed := ShellFailed(j, c)
+	if j.Status != c.Status && !shellFailed {
 		why = append(why, fmt.Sprintf("status %s vs %s", j.Status, c.Status))
 	}
-	if shortType(j.Error) != shortType(c.Error) {
+	if shortType(j.Error) != shortType(c.Error) && !shellFailed {
 		why = append(why, fmt.Sprintf("error %q vs %q", j.Error, c.Error))
 	}
 	if js, cs := Normalise(j.Stdout, jdir), Normalise(c.Stdout, cdir); js != cs {
@@ -82,7 +95,7 @@ func Diff(j, c Outcome, jdir, cdir string) string {
 	if c.Value != nil {
 		cv = Normalise(*c.Value, cdir)
 	}
-	if jv != cv {
+	if jv != cv && !shellFailed {
 		why = append(why, fmt.Sprintf("value %q vs %q", jv, cv))
 	}
 	if j.Images != c.Images {

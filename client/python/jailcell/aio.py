@@ -103,7 +103,8 @@ class AsyncSandbox:
     async def run_code(self, code: str, on_stdout: Optional[AsyncOutputHandler] = None,
                        on_stderr: Optional[AsyncOutputHandler] = None, on_result: Optional[AsyncResultHandler] = None,
                        timeout: Optional[float] = None, *, files: Optional[Dict[str, Data]] = None,
-                       fix_attempts: Optional[int] = None, force: bool = False, snapshot: bool = False) -> Execution:
+                       fix_attempts: Optional[int] = None, force: bool = False, snapshot: bool = False,
+                       raw_ansi: bool = False) -> Execution:
         """Sandbox.run_code, awaitable; callbacks run on this loop."""
         loop = asyncio.get_running_loop()
         tasks: List["asyncio.Future[Any]"] = []
@@ -112,7 +113,7 @@ class AsyncSandbox:
             return _OnLoop(loop, cb, tasks) if cb is not None else None
 
         ex = await _thread(self._sbx.run_code, code, wrap(on_stdout), wrap(on_stderr), wrap(on_result), timeout,
-                           files=files, fix_attempts=fix_attempts, force=force, snapshot=snapshot)
+                           files=files, fix_attempts=fix_attempts, force=force, snapshot=snapshot, raw_ansi=raw_ansi)
         # Callbacks scheduled by the worker ran before this resumed (the
         # loop runs call_soon callbacks in order); wait for their coroutines.
         await asyncio.sleep(0)

@@ -108,14 +108,18 @@ class Client:
 
     def exec(self, code: str, session: Optional[str] = None, timeout_s: Optional[float] = None,
              files: Optional[Files] = None, policy: Optional[str] = None,
-             on_output: Optional[Callable[[str, str], Any]] = None, snapshot: Optional[bool] = None) -> Dict[str, Any]:
+             on_output: Optional[Callable[[str, str], Any]] = None, snapshot: Optional[bool] = None,
+             raw_ansi: Optional[bool] = None) -> Dict[str, Any]:
         """Run code in a session, or one-shot in a fresh sandbox when session
         is None. files: {path: bytes} placed in the working directory first.
         snapshot=True saves the session first, the target of rollback().
+        raw_ansi=True keeps the output as written: by default ANSI escape
+        sequences are removed and "\r\n" comes as "\n".
         on_output(stream, text), if given, is called as output happens
         (the response is then streamed as JSON lines). Returns the result."""
         path = self._session_path(session, "exec") if session else "/v1/exec"
-        payload = {"code": code, "timeout_s": timeout_s, "files": _files(files), "policy": policy, "snapshot": snapshot}
+        payload = {"code": code, "timeout_s": timeout_s, "files": _files(files), "policy": policy, "snapshot": snapshot,
+                   "raw_ansi": raw_ansi}
         if on_output is None:
             result: Dict[str, Any] = self._json("POST", path, payload)["result"]
             return result

@@ -102,12 +102,15 @@ class Logs:
 @dataclass
 class ExecutionError:
     """The exception a cell raised: name (its type), value (its message) and
-    the formatted traceback of the cell's frames."""
+    the formatted traceback of the cell's frames. exit_code is set when a
+    shell command (`!cmd`, %pip) exited non-zero and ended the cell (name
+    subprocess.CalledProcessError): its exit status, negative for a signal."""
 
     name: str
     value: str
     traceback: str
     frames: List[Dict[str, Any]] = field(default_factory=list)
+    exit_code: Optional[int] = None
 
     def __str__(self) -> str:
         return "%s: %s" % (self.name, self.value)
@@ -151,8 +154,10 @@ class Attempt:
 def _error(e: Any) -> Optional[ExecutionError]:
     if not isinstance(e, dict):
         return None
+    code = e.get("exit_code")
     return ExecutionError(name=str(e.get("type", "")), value=str(e.get("message", "")),
-                          traceback=str(e.get("traceback", "")), frames=list(e.get("frames") or []))
+                          traceback=str(e.get("traceback", "")), frames=list(e.get("frames") or []),
+                          exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None)
 
 
 @dataclass

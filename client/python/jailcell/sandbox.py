@@ -23,7 +23,8 @@ def _bytes(data: Data) -> bytes:
 
 
 def _exec_fields(code: str, session: Optional[str], timeout: Optional[float], files: Optional[Dict[str, Data]],
-                 fix_attempts: Optional[int], force: bool, snapshot: bool, policy: Optional[str]) -> Dict[str, Any]:
+                 fix_attempts: Optional[int], force: bool, snapshot: bool, policy: Optional[str],
+                 raw_ansi: bool = False) -> Dict[str, Any]:
     if not isinstance(code, str) or not code:
         raise BadRequestError(0, "bad_request", "code must be a non-empty string of Python source")
     fields: Dict[str, Any] = {"code": code, "session": session}
@@ -40,6 +41,8 @@ def _exec_fields(code: str, session: Optional[str], timeout: Optional[float], fi
         fields["force"] = True
     if snapshot:
         fields["snapshot"] = True
+    if raw_ansi:
+        fields["raw_ansi"] = True
     if policy is not None:
         fields["policy"] = policy
     return fields
@@ -196,7 +199,8 @@ class Sandbox:
     def run_code(self, code: str, on_stdout: Optional[OutputHandler] = None,
                  on_stderr: Optional[OutputHandler] = None, on_result: Optional[ResultHandler] = None,
                  timeout: Optional[float] = None, *, files: Optional[Dict[str, Data]] = None,
-                 fix_attempts: Optional[int] = None, force: bool = False, snapshot: bool = False) -> Execution:
+                 fix_attempts: Optional[int] = None, force: bool = False, snapshot: bool = False,
+                 raw_ansi: bool = False) -> Execution:
         """Run a cell in this sandbox's kernel; variables persist between
         calls. on_stdout/on_stderr get output as it is printed, on_result
         each figure or display() as it is shown and the last expression's
@@ -204,12 +208,14 @@ class Sandbox:
         policy's). files: {path: data} placed first. fix_attempts: run up to
         this many times, asking the configured fixer for new code after an
         error (docs/workflow.md); force: run even if failure memory would
-        skip it; snapshot: save the session first, the target of rollback().
+        skip it; snapshot: save the session first, the target of rollback();
+        raw_ansi: keep the output as written (by default ANSI escape
+        sequences are removed and "\r\n" comes as "\n").
 
         An exception in the cell is Execution.error, not raised; errors of
         jailcell itself (busy, not_found, ...) raise JailcellError."""
         c = _Collector(on_stdout, on_stderr, on_result)
-        fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None)
+        fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None, raw_ansi)
         return c.finish(self.transport.call("exec", fields, c.event))
 
     def kill(self) -> bool:

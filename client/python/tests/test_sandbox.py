@@ -126,6 +126,19 @@ class _Cases:
         self.assertEqual(ex.state, "kept")
         self.assertEqual(sbx.run_code("'still here'").text, "'still here'")
 
+    def test_shell_failure_and_raw_ansi(self) -> None:
+        sbx = self.sandbox()
+        ex = sbx.run_code("!exit 3")
+        self.assertEqual(ex.status, "error")
+        assert ex.error is not None
+        self.assertEqual((ex.error.name, ex.error.exit_code), ("subprocess.CalledProcessError", 3))
+        other = sbx.run_code("1/0").error
+        assert other is not None
+        self.assertIsNone(other.exit_code)
+        code = "print('\\x1b[31mred\\x1b[0m', end='\\r\\n')"
+        self.assertEqual("".join(sbx.run_code(code).logs.stdout), "red\n")
+        self.assertEqual("".join(sbx.run_code(code, raw_ansi=True).logs.stdout), "\x1b[31mred\x1b[0m\r\n")
+
     def test_files_round_trip(self) -> None:
         sbx = self.sandbox()
         sbx.files.write("dir/in put.bin", bytes(range(256)))

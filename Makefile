@@ -88,8 +88,8 @@ test: rootfs criu versitygw
 	./scripts/installed-service.sh start $(BIN)
 	JAILCELL_SOAK=short JAILCELL_BIN=$(CURDIR)/$(BIN) GO=$(GO) ./scripts/gotest.sh -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 ./...; \
 		rc=$$?; ./scripts/installed-service.sh stop || rc=1; exit $$rc
-	$(MAKE) --no-print-directory test-cgroupv2
-	$(MAKE) --no-print-directory fuzz
+	./scripts/beside.sh $(CURDIR)/build/test-systemd.log '$(MAKE) --no-print-directory test-systemd' -- \
+		'$(MAKE) --no-print-directory test-cgroupv2' '$(MAKE) --no-print-directory fuzz'
 	./scripts/check-leaks.sh
 
 # Every fetch-or-build-once step (rootfs, criu, the cgroup v2 guest, the
@@ -135,10 +135,9 @@ test-cgroupv2: rootfs
 # The README's install path under a real systemd: a Debian 12 guest with
 # systemd as PID 1, make install, the socket, the five-minute path as a
 # group member, systemctl stop/start and a reboot. The guest image is
-# cached in SYSTEMD_VM_DIR. See docs/systemd-test.md. Not yet part of
-# make test: under emulation its guest run takes about 15 min here (the
-# service's first kernel after each start needs 1-4 min), which would push
-# make test past 30 min.
+# cached in SYSTEMD_VM_DIR. See docs/systemd-test.md. Part of make test,
+# beside the cgroup v2 guest and the fuzzers (scripts/beside.sh): under
+# emulation its guest run takes 7-8 min here with nothing else running.
 SYSTEMD_VM_DIR ?= /var/cache/jailcell/vm-systemd
 test-systemd: rootfs criu
 	@command -v node >/dev/null || $(MAKE) --no-print-directory deps

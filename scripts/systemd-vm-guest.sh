@@ -134,12 +134,14 @@ enable_socket() {
 # start bound; a real host is 5-30x faster.
 ready() {
 	local i
-	for i in $(seq 150); do
+	# Up to 600 s: the first start hashes the whole rootfs (110 s alone
+	# under TCG, 225 s beside other load); later ones check its metadata.
+	for i in $(seq 300); do
 		curl -s --max-time 20 --unix-socket "$S" http://jailcell/metrics | grep -q '^jailcell_pool_ready{policy="default"} [1-9]' &&
 			{ echo "pool ready after ~$((i * 2))s"; return 0; }
 		sleep 2
 	done
-	echo "no warm pool member after 300 s"
+	echo "no warm pool member after 600 s"
 	return 1
 }
 emulation_config() {

@@ -328,7 +328,9 @@ tail -n +1 -f "$VM_OUT/steps.log" &
 tailpid=$!
 boot=$(date +%s.%N)
 set +e
-timeout --kill-after=10 "$VM_TIMEOUT" qemu-system-x86_64 \
+# --foreground: QEMU stays in this script's process group, so ending the
+# group (scripts/beside.sh, when make test fails elsewhere) ends QEMU too.
+timeout --foreground --kill-after=10 "$VM_TIMEOUT" qemu-system-x86_64 \
 	-accel tcg,thread=multi -cpu max -smp "$VM_SMP" -m "$VM_MEM" \
 	-nodefaults -display none -nic none \
 	-kernel "$img/vmlinux" -initrd "$img/initrd" \

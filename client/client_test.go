@@ -283,6 +283,8 @@ func TestWireTypesMatch(t *testing.T) {
 		{CellError{}, session.CellError{}},
 		{Frame{}, session.Frame{}},
 		{DisplayItem{}, session.DisplayItem{}},
+		{Chart{}, session.Chart{}},
+		{ChartElement{}, session.ChartElement{}},
 		{FileChange{}, session.FileChange{}},
 		{Usage{}, session.Usage{}},
 		{NetworkUsage{}, session.NetworkUsage{}},

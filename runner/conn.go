@@ -98,6 +98,9 @@ type DisplayItem struct {
 	// Pager marks text IPython sent to its pager (%quickref, obj?, %pdoc,
 	// %prun): what Jupyter carries as a `page` payload, kept out of stdout.
 	Pager bool `json:"pager,omitempty"`
+	// Chart is the data a matplotlib figure drew, beside its PNG (see
+	// Chart); nil for anything else.
+	Chart *Chart `json:"chart,omitempty"`
 }
 
 // CellError is an exception raised by a cell.
@@ -841,6 +844,7 @@ func decodeDisplay(arr []byte, budget int) ([]DisplayItem, error) {
 // bytes. A cost of 0 means it does not fit.
 func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 	var item DisplayItem
+	var chart []byte
 	cost := itemOverhead
 	fits := true
 	err := eachMember(obj, func(k, v []byte) error {
@@ -889,11 +893,26 @@ func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 			cost += c
 		case `"pager"`:
 			return boolField(&item.Pager, k, v)
+		case `"chart"`:
+			chart = v
 		}
 		return nil
 	})
 	if err != nil {
 		return item, 0, fmt.Errorf("decode display item: %w", err)
+	}
+	if fits && kind(chart) != 0 && kind(chart) != 'n' {
+		// A chart the host refuses leaves the item PNG only, with the
+		// reason in its place: it is the cell's own output, so it does
+		// not break the connection.
+		c, n, err := decodeChart(chart)
+		if err != nil {
+			c = refusedChart(err)
+			b, _ := json.Marshal(c)
+			n = len(b)
+		}
+		item.Chart = c
+		cost += len(`,"chart":`) + n
 	}
 	if !fits || cost > budget {
 		return DisplayItem{}, 0, nil

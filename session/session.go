@@ -365,7 +365,7 @@ func resultOf(r *runner.Result, v verdict, use Usage) *Result {
 		res.Value = r.Value
 		res.ExecutionCount = r.ExecutionCount
 		for _, d := range r.Display {
-			res.Display = append(res.Display, DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager})
+			res.Display = append(res.Display, DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager, Chart: d.Chart})
 		}
 	}
 	return res

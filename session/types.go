@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/runner"
 )
 
 // Sentinel errors, declared in one place; the API layer maps them to wire
@@ -102,7 +103,17 @@ type DisplayItem struct {
 	// Pager marks text a magic sent to IPython's pager (%quickref, obj?,
 	// %prun): Jupyter's `page` payload, never part of stdout.
 	Pager bool `json:"pager,omitempty"`
+	// Chart is what a matplotlib figure plotted, beside its PNG: type,
+	// title, axis labels and the series' data, validated by the host.
+	Chart *Chart `json:"chart,omitempty"`
 }
+
+// Chart and ChartElement are the kernel's chart data as runner validated
+// it (runner.Chart documents the fields).
+type (
+	Chart        = runner.Chart
+	ChartElement = runner.ChartElement
+)
 
 // The scopes of Usage.PeakMemoryBytes.
 const (

@@ -901,6 +901,17 @@ def _chart_scale(axis, scale):
     return _chart_text(scale)
 
 
+def _chart_tick_label(text):
+    """A tick label as text: log axes draw "$\\mathdefault{10^{2}}$",
+    which reads 10^{2}."""
+    text = _chart_text(text)
+    if len(text) > 1 and text[0] == "$" and text[-1] == "$":
+        text = text[1:-1]
+        if text.startswith("\\mathdefault{") and text.endswith("}"):
+            text = text[len("\\mathdefault{") : -1]
+    return text
+
+
 def _chart_ticks(ax, which, budget):
     """Tick positions inside the view and their labels, as drawn."""
     axis = ax.xaxis if which == "x" else ax.yaxis
@@ -917,7 +928,7 @@ def _chart_ticks(ax, which, budget):
         if loc != loc or loc in (float("inf"), float("-inf")) or budget.take(1) < 1:
             continue
         ticks.append(loc)
-        labels.append(_chart_text(tick.label1.get_text()))
+        labels.append(_chart_tick_label(tick.label1.get_text()))
     return ticks, labels
 
 
@@ -1045,7 +1056,9 @@ def _chart_axes(ax, budget):
         return _chart_unknown("an image (imshow, matshow, spy)", title)
     if ax.tables:
         return _chart_unknown("a table", title)
-    hists = getattr(ax, "_jailcell_hists", None) or []
+    # Only histograms still drawn: ax.cla() drops the patches, not the record.
+    drawn = {id(p) for p in ax.patches}
+    hists = [h for h in getattr(ax, "_jailcell_hists", None) or [] if h[5] & drawn]
     hist_artists = set()
     for _, _, _, _, _, ids in hists:
         hist_artists |= ids

@@ -145,6 +145,12 @@ fig.suptitle("Both")`, &Chart{Type: "superchart", Title: "Both", Elements: []Cha
 			t.Errorf("y ticks %v %q", c.YTicks, c.YTickLabels)
 		}
 	})
+	t.Run("a cleared histogram is forgotten", func(t *testing.T) {
+		c := e.figure(t, id, "fig, ax = plt.subplots()\nax.hist([1, 2])\nax.cla()\nax.plot([5, 6])").Chart
+		if c.Type != "line" || len(c.Elements) != 1 || !reflect.DeepEqual(c.Elements[0].Points, [][2]float64{{0, 5}, {1, 6}}) {
+			t.Errorf("chart %+v", c)
+		}
+	})
 	t.Run("a long series is cut and says so", func(t *testing.T) {
 		c := e.figure(t, id, "plt.plot(np.arange(6000.0))").Chart
 		if !c.Truncated || len(c.Elements) != 1 || len(c.Elements[0].Points) != 5000 || c.Elements[0].Points[4999] != [2]float64{4999, 4999} {

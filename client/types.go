@@ -203,6 +203,8 @@ type Result struct {
 	// ExecutionCount is the cell's number in its kernel, as Jupyter's
 	// (1, 2, 3...); it starts again at 1 after the state was lost.
 	ExecutionCount int `json:"execution_count,omitempty"`
+	// ValueChart is the chart data of Value when it is a matplotlib Figure.
+	ValueChart *Chart `json:"value_chart,omitempty"`
 }
 
 // CellError is a Python exception raised by a cell.

@@ -263,6 +263,53 @@ func TestHostileForgedChart(t *testing.T) {
 	}
 }
 
+// TestHostileForgedValueChart: the value's chart is held to the same rules
+// and the same rich budget as a display item's.
+func TestHostileForgedValueChart(t *testing.T) {
+	good := `{"type":"pie","title":"v","elements":[{"label":"a","angle":360,"radius":1}]}`
+	cases := []struct {
+		name, rest string
+		check      func(t *testing.T, r *Result)
+	}{
+		{"valid", `"value":{"text/plain":"<Figure>"},"value_chart":` + good, func(t *testing.T, r *Result) {
+			if c := r.ValueChart; c == nil || c.Type != "pie" || *c.Elements[0].Angle != 360 {
+				t.Errorf("value chart %+v", c)
+			}
+		}},
+		{"malformed", `"value":{"text/plain":"<Figure>"},"value_chart":{"type":"pie","elements":[{"points":[]}]}`, func(t *testing.T, r *Result) {
+			if c := r.ValueChart; c == nil || c.Type != "unknown" || !strings.Contains(c.Reason, `a pie element has "points"`) {
+				t.Errorf("value chart %+v", c)
+			}
+		}},
+		{"without a value", `"value_chart":` + good, func(t *testing.T, r *Result) {
+			if r.ValueChart != nil {
+				t.Errorf("a chart with no value: %+v", r.ValueChart)
+			}
+		}},
+		{"past the rich budget", `"value":{"text/plain":"` + strings.Repeat("v", maxRichBytes-100) + `"},"value_chart":` + good, func(t *testing.T, r *Result) {
+			if r.ValueChart != nil {
+				t.Errorf("a chart past the budget: %+v", r.ValueChart)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := socketConn(t, func(int) [][]byte {
+				return [][]byte{rawFrame([]byte(`{"t":"result","id":"c1","status":"ok",` + tc.rest + `}`))}
+			})
+			defer c.Close()
+			r, err := c.Exec(ExecRequest{ID: "c1", Code: "x", MaxOutput: 1 << 10}, nil)
+			if err != nil {
+				t.Fatalf("exec: %v", err)
+			}
+			tc.check(t, r)
+			if enc, _ := json.Marshal(r); int64(len(enc)) > MaxResultJSON(1<<10) {
+				t.Errorf("result of %d bytes, over MaxResultJSON", len(enc))
+			}
+		})
+	}
+}
+
 // A chart counts against the result's rich budget like the rest of its item.
 func TestChartCharged(t *testing.T) {
 	chart := `{"type":"scatter","title":"","elements":[{"label":"","points":[` + repeatJoin("[1,2]", maxChartPoints) + `]}]}`

@@ -70,6 +70,9 @@ type Result struct {
 	// Value is the MIME bundle of the cell's trailing expression (always
 	// with "text/plain"), or nil if there was none or it was None.
 	Value map[string]any `json:"value,omitempty"`
+	// ValueChart is the chart data of Value when the value is a matplotlib
+	// Figure (see Chart).
+	ValueChart *Chart `json:"value_chart,omitempty"`
 	// Display lists what the cell showed: display() calls and matplotlib
 	// figures, in order.
 	Display []DisplayItem `json:"display,omitempty"`
@@ -672,7 +675,7 @@ func boolField(dst *bool, k, v []byte) error {
 }
 
 func (s *execState) result(obj []byte) (*Result, error) {
-	var status, value, display, errv []byte
+	var status, value, valueChart, display, errv []byte
 	var stdoutCut, stderrCut, interrupted bool
 	err := eachMember(obj, func(k, v []byte) error {
 		switch string(k) {
@@ -680,6 +683,8 @@ func (s *execState) result(obj []byte) (*Result, error) {
 			status = v
 		case `"value"`:
 			value = v
+		case `"value_chart"`:
+			valueChart = v
 		case `"display"`:
 			display = v
 		case `"error"`:
@@ -726,6 +731,18 @@ func (s *execState) result(obj []byte) (*Result, error) {
 			budget -= cost
 		}
 		res.Value = v
+	}
+	if res.Value != nil && kind(valueChart) != 0 && kind(valueChart) != 'n' {
+		c, n, err := decodeChart(valueChart)
+		if err != nil {
+			c = refusedChart(err)
+			b, _ := json.Marshal(c)
+			n = len(b)
+		}
+		if n += len(`,"value_chart":`); n <= budget {
+			res.ValueChart = c
+			budget -= n
+		}
 	}
 	if res.Display, err = decodeDisplay(display, budget); err != nil {
 		return nil, err

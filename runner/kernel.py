@@ -1899,9 +1899,12 @@ class _Cell:
         return self.display + [{"mime": "text/plain", "data": note, "bundle": {"text/plain": note}}]
 
     def set_value(self, bundle):
+        chart = getattr(bundle, "chart", None)  # a Figure's (see _chart_of)
         if not self._charge(bundle):
             bundle = {"text/plain": "[value dropped: over the %d MiB limit for one cell]" % (RICH_BUDGET >> 20)}
+            chart = None
         self.value = bundle
+        self.value_chart = chart if chart is not None and self._charge(chart) else None
 
 
 class _Kernel:
@@ -2095,7 +2098,10 @@ class _Kernel:
         self._flush_stdio()
         cap = self.pump.end()
         self.cell = None
-        return self._result(req, cell.value, cell.display_items(), cell.error, cap, _State.interrupted)
+        res = self._result(req, cell.value, cell.display_items(), cell.error, cap, _State.interrupted)
+        if getattr(cell, "value_chart", None) is not None:
+            res["value_chart"] = cell.value_chart
+        return res
 
     def _remember(self, value):
         """_, __, ___, Out[n] and _n, as IPython's displayhook keeps them.

@@ -145,6 +145,18 @@ fig.suptitle("Both")`, &Chart{Type: "superchart", Title: "Both", Elements: []Cha
 			t.Errorf("y ticks %v %q", c.YTicks, c.YTickLabels)
 		}
 	})
+	t.Run("a figure as the cell's value", func(t *testing.T) {
+		res := e.exec(t, id, "fig, ax = plt.subplots()\nax.bar(['x', 'y'], [1, 2])\nax.set_title('Value')\nfig", 2*time.Minute)
+		wantStatus(t, res, StatusOK)
+		png, _ := res.Value["image/png"].(string)
+		c := res.ValueChart
+		if png == "" || len(res.Display) != 0 || c == nil || c.Type != "bar" || c.Title != "Value" || len(c.Elements) != 2 || *c.Elements[1].Value != 2 || c.Elements[1].Label != "y" {
+			t.Errorf("value png %d bytes, %d display items, value chart %+v", len(png), len(res.Display), c)
+		}
+		if res := e.exec(t, id, "41 + 1", time.Minute); res.ValueChart != nil {
+			t.Errorf("a value that is not a figure has a chart: %+v", res.ValueChart)
+		}
+	})
 	t.Run("a cleared histogram is forgotten", func(t *testing.T) {
 		c := e.figure(t, id, "fig, ax = plt.subplots()\nax.hist([1, 2])\nax.cla()\nax.plot([5, 6])").Chart
 		if c.Type != "line" || len(c.Elements) != 1 || !reflect.DeepEqual(c.Elements[0].Points, [][2]float64{{0, 5}, {1, 6}}) {

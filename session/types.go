@@ -189,6 +189,9 @@ type Result struct {
 	// requirements starts at 2: installing them was cell 1. 0 when the
 	// cell never reached a kernel.
 	ExecutionCount int `json:"execution_count,omitempty"`
+	// ValueChart is the chart data of Value when the value is a
+	// matplotlib Figure (fig on the cell's last line); see Chart.
+	ValueChart *Chart `json:"value_chart,omitempty"`
 }
 
 // ExecRequest is one cell to run.

@@ -248,6 +248,7 @@ class Execution:
         results = [Result.from_display(d) for d in res.get("display") or [] if isinstance(d, dict)]
         if isinstance(res.get("value"), dict) and res["value"]:
             results.append(Result.from_bundle(res["value"], is_main_result=True))
+            results[-1].chart = deserialize_chart(res.get("value_chart"))
         files = []
         for f in res.get("files") or []:
             data = f.get("data")

@@ -145,6 +145,13 @@ class _Cases:
         self.assertEqual((image.type, image.elements), (jailcell.ChartType.UNKNOWN, []))
         self.assertIn("image", image.reason or "")
         self.assertEqual(line.to_dict()["elements"][0]["points"], [[1, 2.5], [2, -1], [3, 4]])
+        # A Figure as the cell's value: the main result has the chart.
+        ex = sbx.run_code("fig, ax = plt.subplots()\nax.scatter([1], [2], label='one')\nfig")
+        main = ex.results[-1]
+        self.assertTrue(main.is_main_result)
+        assert isinstance(main.chart, jailcell.ScatterChart)
+        self.assertEqual([(e.label, e.points) for e in main.chart.elements], [("one", [(1, 2)])])
+        self.assertIsNone(sbx.run_code("1").results[-1].chart)
 
     def test_error(self) -> None:
         sbx = self.sandbox()

@@ -865,13 +865,15 @@ def _chart_floats(values, n):
 
 
 def _chart_points(xy, budget):
-    """[[x, y], ...] of the first finite points of an (N, 2) array."""
+    """[[x, y], ...] of the finite points among the first a budget allows
+    of an (N, 2) array; cut first, so a huge series is never copied whole."""
     import numpy as np
 
-    arr = np.ma.filled(np.ma.asarray(xy, dtype=float), np.nan).reshape(-1, 2)
-    arr = arr[np.all(np.isfinite(arr), axis=1)]  # NaN breaks a line: the gap is not kept
+    arr = np.ma.asarray(xy)
     n = budget.take(len(arr), 2)
-    return arr[:n].tolist()
+    arr = np.ma.filled(np.ma.asarray(arr[:n], dtype=float), np.nan).reshape(-1, 2)
+    arr = arr[np.all(np.isfinite(arr), axis=1)]  # NaN breaks a line: the gap is not kept
+    return arr.tolist()
 
 
 def _chart_unit(label):

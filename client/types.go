@@ -245,6 +245,8 @@ type DisplayItem struct {
 //     or width when Orientation is "horizontal").
 //   - "pie": Label, Angle (degrees: the share is Angle/360) and Radius.
 //   - "histogram": Label, Edges (one more than Counts) and Counts.
+//   - "box_and_whisker": Label, Min, FirstQuartile, Median, ThirdQuartile,
+//     Max and Outliers.
 //   - "superchart": several subplots, each element the Chart of one.
 //   - "unknown": PNG only; Reason says why.
 type Chart struct {
@@ -279,6 +281,13 @@ type ChartElement struct {
 	Radius *float64     `json:"radius,omitempty"`
 	Edges  []float64    `json:"edges,omitempty"`
 	Counts []float64    `json:"counts,omitempty"`
+	// A box_and_whisker element's statistics.
+	Min           *float64  `json:"min,omitempty"`
+	FirstQuartile *float64  `json:"first_quartile,omitempty"`
+	Median        *float64  `json:"median,omitempty"`
+	ThirdQuartile *float64  `json:"third_quartile,omitempty"`
+	Max           *float64  `json:"max,omitempty"`
+	Outliers      []float64 `json:"outliers,omitempty"`
 	*Chart
 }
 

@@ -24,6 +24,8 @@ import (
 //   - "histogram": Label, Edges (bin edges, one more than counts) and
 //     Counts (as hist() returned them: densities with density=True,
 //     cumulative when Stacked).
+//   - "box_and_whisker": Label, Min and Max (the whiskers' ends),
+//     FirstQuartile, Median, ThirdQuartile and Outliers (the fliers drawn).
 //   - "superchart": a figure of several subplots; each element is the
 //     Chart of one subplot (never a superchart itself).
 //   - "unknown": the figure is PNG only; Reason says why, Elements is
@@ -69,6 +71,13 @@ type ChartElement struct {
 	Radius *float64     `json:"radius,omitempty"`
 	Edges  []float64    `json:"edges,omitempty"`
 	Counts []float64    `json:"counts,omitempty"`
+	// A box_and_whisker element's statistics, as E2B names them.
+	Min           *float64  `json:"min,omitempty"`
+	FirstQuartile *float64  `json:"first_quartile,omitempty"`
+	Median        *float64  `json:"median,omitempty"`
+	ThirdQuartile *float64  `json:"third_quartile,omitempty"`
+	Max           *float64  `json:"max,omitempty"`
+	Outliers      []float64 `json:"outliers,omitempty"`
 	*Chart
 }
 
@@ -89,7 +98,7 @@ const (
 // chartTypes are the types a chart may have; the value says whether its
 // elements may be charts.
 var chartTypes = map[string]bool{"line": false, "scatter": false, "bar": false, "pie": false,
-	"histogram": false, "superchart": true, "unknown": false}
+	"histogram": false, "box_and_whisker": false, "superchart": true, "unknown": false}
 
 // errChart marks a chart the host refused.
 var errChart = errors.New("invalid chart")
@@ -191,7 +200,7 @@ func decodeChartObject(obj []byte, b *chartBudget, depth int) (*Chart, error) {
 	t, _, _ := unquote(typ, maxChartWord)
 	nested, ok := chartTypes[t]
 	if !ok {
-		return nil, fmt.Errorf("%w: type %q is not one of line, scatter, bar, pie, histogram, superchart, unknown", errChart, t)
+		return nil, fmt.Errorf("%w: type %q is not one of line, scatter, bar, pie, histogram, box_and_whisker, superchart, unknown", errChart, t)
 	}
 	if nested && depth > 0 {
 		return nil, fmt.Errorf("%w: a superchart inside a superchart", errChart)
@@ -242,11 +251,12 @@ func decodeChartObject(obj []byte, b *chartBudget, depth int) (*Chart, error) {
 // others are an error.
 func decodeChartElement(e *ChartElement, obj []byte, t string, b *chartBudget) error {
 	allowed := map[string][]string{
-		"line":      {"label", "points"},
-		"scatter":   {"label", "points"},
-		"bar":       {"label", "group", "value"},
-		"pie":       {"label", "angle", "radius"},
-		"histogram": {"label", "edges", "counts"},
+		"line":            {"label", "points"},
+		"scatter":         {"label", "points"},
+		"bar":             {"label", "group", "value"},
+		"pie":             {"label", "angle", "radius"},
+		"histogram":       {"label", "edges", "counts"},
+		"box_and_whisker": {"label", "min", "first_quartile", "median", "third_quartile", "max", "outliers"},
 	}[t]
 	err := eachMember(obj, func(k, v []byte) error {
 		name, _, _ := unquote(k, maxChartWord)
@@ -272,6 +282,18 @@ func decodeChartElement(e *ChartElement, obj []byte, t string, b *chartBudget) e
 			return chartNumbers(&e.Edges, k, v, maxChartPoints+1, b)
 		case "counts":
 			return chartNumbers(&e.Counts, k, v, maxChartPoints, b)
+		case "min":
+			return chartNumber(&e.Min, k, v, b)
+		case "first_quartile":
+			return chartNumber(&e.FirstQuartile, k, v, b)
+		case "median":
+			return chartNumber(&e.Median, k, v, b)
+		case "third_quartile":
+			return chartNumber(&e.ThirdQuartile, k, v, b)
+		case "max":
+			return chartNumber(&e.Max, k, v, b)
+		case "outliers":
+			return chartNumbers(&e.Outliers, k, v, maxChartPoints, b)
 		case "points":
 			return chartPoints(&e.Points, k, v, b)
 		}

@@ -45,6 +45,13 @@ var chartSeeds = map[string]struct {
 			t.Errorf("got %+v", e)
 		}
 	}},
+	"box": {typ: "box_and_whisker", check: func(t *testing.T, c *Chart) {
+		e := c.Elements[0]
+		if e.Label != "a" || *e.Min != 1 || *e.FirstQuartile != 2 || *e.Median != 3 || *e.ThirdQuartile != 4 || *e.Max != 5 ||
+			!reflect.DeepEqual(e.Outliers, []float64{100}) {
+			t.Errorf("got %+v", e)
+		}
+	}},
 	"superchart": {typ: "superchart", check: func(t *testing.T, c *Chart) {
 		if len(c.Elements) != 2 || c.Elements[0].Chart == nil || c.Elements[0].Type != "line" || c.Elements[0].Elements[0].Label != "x" ||
 			c.Elements[1].Type != "unknown" || c.Elements[1].Reason != "an image" {
@@ -181,8 +188,8 @@ func chartCounts(t *testing.T, c *Chart, depth int) (numbers, elements int) {
 		if len(e.Points) > maxChartPoints || len(e.Edges) > maxChartPoints+1 {
 			t.Fatalf("element of %d points, %d edges", len(e.Points), len(e.Edges))
 		}
-		numbers += 2*len(e.Points) + len(e.Edges) + len(e.Counts)
-		for _, p := range []*float64{e.Value, e.Angle, e.Radius} {
+		numbers += 2*len(e.Points) + len(e.Edges) + len(e.Counts) + len(e.Outliers)
+		for _, p := range []*float64{e.Value, e.Angle, e.Radius, e.Min, e.FirstQuartile, e.Median, e.ThirdQuartile, e.Max} {
 			if p != nil {
 				numbers++
 			}

@@ -1061,12 +1061,16 @@ def _chart_axes(ax, budget):
     # Only histograms still drawn: ax.cla() drops the patches, not the record.
     drawn = {id(p) for p in ax.patches}
     hists = [h for h in getattr(ax, "_jailcell_hists", None) or [] if h[5] & drawn]
+    drawn |= {id(l) for l in ax.lines}
+    boxes = [b for b in getattr(ax, "_jailcell_boxes", None) or [] if b[2] & drawn]
     hist_artists = set()
     for _, _, _, _, _, ids in hists:
         hist_artists |= ids
+    for _, _, ids in boxes:
+        hist_artists |= ids  # a box plot's lines and patches are not series of their own
     # Reference lines (axhline, axvline) are drawn in axes coordinates:
     # decoration, not data.
-    lines = [l for l in ax.lines if l.get_transform() == ax.transData]
+    lines = [l for l in ax.lines if l.get_transform() == ax.transData and id(l) not in hist_artists]
     scatters, others = [], []
     for coll in ax.collections:
         if type(coll).__name__ == "PathCollection" and coll.get_offset_transform() == ax.transData:
@@ -1078,17 +1082,20 @@ def _chart_axes(ax, budget):
     bars = [c for c in ax.containers if type(c).__name__ == "BarContainer" and not (set(map(id, c.patches)) & hist_artists)]
     bar_patches = {id(p) for c in bars for p in c.patches}
     patches = [p for p in ax.patches if id(p) not in bar_patches and id(p) not in hist_artists]
-    if patches and all(type(p).__name__ == "Wedge" for p in patches) and not (lines or scatters or bars or hists):
+    if patches and all(type(p).__name__ == "Wedge" for p in patches) and not (lines or scatters or bars or hists or boxes):
         return _chart_pie(ax, patches, budget)
     if patches:
         return _chart_unknown("a %s patch" % type(patches[0]).__name__, title)
-    kinds = [k for k, v in (("line", lines), ("scatter", scatters), ("bar", bars), ("histogram", hists)) if v]
+    kinds = [k for k, v in (("line", lines), ("scatter", scatters), ("bar", bars), ("histogram", hists),
+                            ("box_and_whisker", boxes)) if v]
     if len(kinds) > 1:
         return _chart_unknown("mixed %s in one axes" % " and ".join(kinds), title)
     if not kinds:
         return _chart_unknown("nothing plotted", title)
     if hists:
         return _chart_histogram(ax, [h[:5] for h in hists], budget)
+    if boxes:
+        return _chart_boxes(ax, boxes, budget)
     if bars:
         return _chart_bars(ax, bars, budget)
     chart = {"type": "line" if lines else "scatter"}
@@ -1099,6 +1106,54 @@ def _chart_axes(ax, budget):
             break
         xy = artist.get_xydata() if lines else artist.get_offsets()
         elements.append({"label": _chart_label(artist), "points": _chart_points(xy, budget)})
+    chart["elements"] = elements
+    return chart
+
+
+def _chart_boxes(ax, boxes, budget):
+    """A box plot from what Axes.boxplot returned: per box, its whisker
+    ends (min, max), quartiles, median and the outliers drawn."""
+    import numpy as np
+
+    vert = {b[1] for b in boxes}
+    if len(vert) != 1:
+        return _chart_unknown("box plots of both orientations in one axes", ax.get_title())
+    horizontal = not vert.pop()
+    chart = {"type": "box_and_whisker"}
+    if horizontal:
+        chart["orientation"] = "horizontal"
+    _chart_axes_info(ax, chart, budget, ticks=False)
+    names = _chart_tick_names(ax.yaxis if horizontal else ax.xaxis)
+
+    def values(line):
+        return np.asarray(line.get_xdata() if horizontal else line.get_ydata(), dtype=float).ravel()
+
+    elements = []
+    for out, _, _ in boxes:
+        medians, whiskers, fliers = (out.get(k) or [] for k in ("medians", "whiskers", "fliers"))
+        if len(whiskers) != 2 * len(medians):
+            return _chart_unknown("a box plot drawn without its whiskers", chart.get("title", ""))
+        for i, med in enumerate(medians):
+            if not budget.element() or budget.take(5) < 5:
+                break
+            # Each whisker runs from its quartile to its end ([q1, low],
+            # [q3, high]), notched box or not.
+            lo, hi, m = values(whiskers[2 * i]), values(whiskers[2 * i + 1]), values(med)
+            outliers = values(fliers[i]) if i < len(fliers) else np.zeros(0)
+            outliers = outliers[np.isfinite(outliers)]
+            if len(lo) != 2 or len(hi) != 2 or not len(m) or not np.all(np.isfinite(np.concatenate([lo, hi, m[:1]]))):
+                continue
+            pos = float(np.mean(med.get_ydata() if horizontal else med.get_xdata()))
+            n = budget.take(len(outliers))
+            elements.append({
+                "label": _chart_nearest(names, pos) or _chart_text("%g" % pos),
+                "min": float(lo[1]),
+                "first_quartile": float(lo[0]),
+                "median": float(m[0]),
+                "third_quartile": float(hi[0]),
+                "max": float(hi[1]),
+                "outliers": outliers[:n].tolist(),
+            })
     chart["elements"] = elements
     return chart
 
@@ -1155,10 +1210,12 @@ def _chart_of(fig):
             return None
 
 
-def _chart_patch_hist(axes_module):
-    """Remember on the Axes what each hist() call returned: the bars of a
-    histogram look like any other bars once drawn."""
+def _chart_patch_axes(axes_module):
+    """Remember on the Axes what each hist() and boxplot() call returned:
+    once drawn, a histogram's bars look like any other bars and a box plot
+    is a heap of lines."""
     Axes = getattr(axes_module, "Axes", None)
+    _chart_patch_boxplot(Axes)
     hist = getattr(Axes, "hist", None)
     if hist is None or getattr(hist, "_jailcell", False):
         return
@@ -1191,6 +1248,28 @@ def _chart_patch_hist(axes_module):
     jailcell_hist.__wrapped__ = hist
     jailcell_hist.__doc__ = hist.__doc__
     Axes.hist = jailcell_hist
+
+
+def _chart_patch_boxplot(Axes):
+    boxplot = getattr(Axes, "boxplot", None)
+    if boxplot is None or getattr(boxplot, "_jailcell", False):
+        return
+
+    def jailcell_boxplot(self, x, *args, **kwargs):
+        out = boxplot(self, x, *args, **kwargs)
+        try:
+            ids = {id(a) for artists in out.values() for a in artists}
+            if not hasattr(self, "_jailcell_boxes"):
+                self._jailcell_boxes = []
+            self._jailcell_boxes.append((out, kwargs.get("vert", True) is not False, ids))
+        except Exception:
+            pass
+        return out
+
+    jailcell_boxplot._jailcell = True
+    jailcell_boxplot.__wrapped__ = boxplot
+    jailcell_boxplot.__doc__ = boxplot.__doc__
+    Axes.boxplot = jailcell_boxplot
 
 
 # ---------------------------------------------------------------------------
@@ -1244,7 +1323,7 @@ def _patch_pyplot(plt):
     jailcell_show._jailcell = True
     jailcell_show.__wrapped__ = show
     plt.show = jailcell_show
-    _chart_patch_hist(sys.modules.get("matplotlib.axes"))
+    _chart_patch_axes(sys.modules.get("matplotlib.axes"))
 
 
 # ---------------------------------------------------------------------------

@@ -114,6 +114,14 @@ plt.hist([[1, 1, 2], [2, 3]], bins=2, label=["a", "b"])`, &Chart{Type: "histogra
 				{Label: "a", Edges: []float64{1, 2, 3}, Counts: []float64{2, 1}},
 				{Label: "b", Edges: []float64{1, 2, 3}, Counts: []float64{0, 2}},
 			}}},
+		{"box plot", `
+plt.boxplot([[1, 2, 3, 4, 5], [1, 2, 3, 4, 100]], labels=["even", "skewed"])
+plt.title("Spread")
+plt.ylabel("ms")`, &Chart{Type: "box_and_whisker", Title: "Spread", YLabel: "ms", XScale: "linear", YScale: "linear",
+			Elements: []ChartElement{
+				{Label: "even", Min: fptr(1), FirstQuartile: fptr(2), Median: fptr(3), ThirdQuartile: fptr(4), Max: fptr(5)},
+				{Label: "skewed", Min: fptr(1), FirstQuartile: fptr(2), Median: fptr(3), ThirdQuartile: fptr(4), Max: fptr(4), Outliers: []float64{100}},
+			}}},
 		{"subplots", `
 fig, (a, b) = plt.subplots(1, 2)
 a.plot([1, 2], [3, 4])

@@ -1,7 +1,8 @@
 """The data a matplotlib figure plotted, beside its PNG: Result.chart.
 
 Shaped like E2B's code-interpreter charts (ChartType, LineChart, ScatterChart,
-BarChart, PieChart, SuperChart, with the same attribute names), plus what
+BarChart, PieChart, BoxAndWhiskerChart, SuperChart, with the same attribute
+names), plus what
 jailcell adds: HistogramChart, and on every chart `truncated` (points,
 elements or subplots were left out) and `reason` (why a chart is "unknown",
 PNG only). Built from the wire's chart object (docs/notebook.md, "Chart
@@ -13,7 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 __all__ = [
     "ChartType", "ScaleType", "Chart", "Chart2D", "PointData", "PointChart", "LineChart", "ScatterChart", "BarData",
-    "BarChart", "PieData", "PieChart", "HistogramData", "HistogramChart", "SuperChart", "ChartTypes",
+    "BarChart", "PieData", "PieChart", "HistogramData", "HistogramChart", "BoxAndWhiskerData", "BoxAndWhiskerChart",
+    "SuperChart", "ChartTypes",
     "deserialize_chart",
 ]
 
@@ -24,6 +26,7 @@ class ChartType(str, enum.Enum):
     BAR = "bar"
     PIE = "pie"
     HISTOGRAM = "histogram"
+    BOX_AND_WHISKER = "box_and_whisker"
     SUPERCHART = "superchart"
     UNKNOWN = "unknown"
 
@@ -197,6 +200,32 @@ class HistogramChart(Chart2D):
         self.elements = [HistogramData(**d) for d in self.elements if isinstance(d, dict)]
 
 
+class BoxAndWhiskerData:
+    """One box: the whiskers' ends (min, max), the quartiles, the median and
+    the outliers drawn."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.label: str = _str(kwargs.get("label"))
+        self.min: Optional[float] = kwargs.get("min")
+        self.first_quartile: Optional[float] = kwargs.get("first_quartile")
+        self.median: Optional[float] = kwargs.get("median")
+        self.third_quartile: Optional[float] = kwargs.get("third_quartile")
+        self.max: Optional[float] = kwargs.get("max")
+        self.outliers: List[float] = _list(kwargs.get("outliers"))
+
+    def __repr__(self) -> str:
+        return "BoxAndWhiskerData(label=%r, median=%r)" % (self.label, self.median)
+
+
+class BoxAndWhiskerChart(Chart2D):
+    elements: List[BoxAndWhiskerData]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.orientation: str = _str(kwargs.get("orientation")) or "vertical"
+        self.elements = [BoxAndWhiskerData(**d) for d in self.elements if isinstance(d, dict)]
+
+
 class SuperChart(Chart):
     """A figure of several subplots: one chart each, in the figure's order."""
 
@@ -208,7 +237,7 @@ class SuperChart(Chart):
         self.elements = [c for c in subs if c is not None]
 
 
-ChartTypes = Union[LineChart, ScatterChart, BarChart, PieChart, HistogramChart, SuperChart, Chart]
+ChartTypes = Union[LineChart, ScatterChart, BarChart, PieChart, HistogramChart, BoxAndWhiskerChart, SuperChart, Chart]
 
 _CLASSES = {
     "line": LineChart,
@@ -216,6 +245,7 @@ _CLASSES = {
     "bar": BarChart,
     "pie": PieChart,
     "histogram": HistogramChart,
+    "box_and_whisker": BoxAndWhiskerChart,
     "superchart": SuperChart,
 }
 

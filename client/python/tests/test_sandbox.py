@@ -124,9 +124,13 @@ class _Cases:
             "plt.bar(['a', 'b'], [3, 4.5], label='kg')\nplt.show()\n"
             "plt.pie([1, 3], labels=['x', 'y'])\nplt.show()\n"
             "plt.hist([1, 2, 2, 3], bins=[0, 2, 4])\nplt.show()\n"
+            "plt.boxplot([[1, 2, 3, 4, 5, 50]], labels=['d'])\nplt.show()\n"
             "plt.imshow([[0, 1], [1, 0]])\nplt.show()\n")
         self.assertEqual(ex.status, "ok", ex.error)
-        line, bar, pie, hist, image = [r.chart for r in ex.results]
+        line, bar, pie, hist, box, image = [r.chart for r in ex.results]
+        assert isinstance(box, jailcell.BoxAndWhiskerChart)
+        self.assertEqual([(e.label, e.min, e.first_quartile, e.median, e.third_quartile, e.max, e.outliers)
+                          for e in box.elements], [("d", 1, 2.25, 3.5, 4.75, 5, [50])])
         self.assertIn("chart", ex.results[0].formats())
         self.assertIsInstance(line, jailcell.LineChart)
         assert isinstance(line, jailcell.LineChart)

@@ -292,12 +292,19 @@ func TestOpenAPIWireFields(t *testing.T) {
 		{"CellError", session.CellError{}}, {"Frame", session.Frame{}}, {"FileChange", session.FileChange{}}, {"Usage", session.Usage{}},
 		{"NetworkUsage", session.NetworkUsage{}}, {"RefusedAttempt", session.RefusedAttempt{}}, {"Entry", session.Entry{}},
 		{"Features", session.Features{}}, {"Attempt", workflow.Attempt{}}, {"Fallback", workflow.Fallback{}}, {"Known", workflow.Known{}},
-		{"Failure", workflow.Failure{}}, {"File", session.File{}},
+		{"Failure", workflow.Failure{}}, {"File", session.File{}}, {"Chart", session.Chart{}},
 	} {
 		for _, f := range jsonFields(tc.v) {
 			if _, ok := props(tc.schema)[f]; !ok {
 				t.Errorf("%T field %q is not in the %s schema", tc.v, f, tc.schema)
 			}
+		}
+	}
+	// A superchart's element is a whole Chart inline (ChartElement embeds
+	// it): the element's own fields are in ChartElement, the rest in Chart.
+	for _, f := range jsonFields(session.ChartElement{}) {
+		if _, own := props("ChartElement")[f]; !own && props("Chart")[f] == nil {
+			t.Errorf("ChartElement field %q is in neither the ChartElement nor the Chart schema", f)
 		}
 	}
 }

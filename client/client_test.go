@@ -75,6 +75,13 @@ func conformance(t *testing.T, c API) {
 	if err != nil || res.Status != "ok" || len(shown) != 2 || !reflect.DeepEqual(shown, res.Display) || res.ExecutionCount != 4 {
 		t.Fatalf("Exec with OnDisplay: %d items shown, result %d items, count %d, %v", len(shown), len(res.Display), res.ExecutionCount, err)
 	}
+	// Each figure's chart data comes beside its PNG.
+	for i, want := range [][2]float64{{1, 2}, {2, 1}} {
+		c := res.Display[i].Chart
+		if c == nil || c.Type != "line" || len(c.Elements) != 1 || !reflect.DeepEqual(c.Elements[0].Points, [][2]float64{{0, want[0]}, {1, want[1]}}) {
+			t.Fatalf("display[%d] chart: %+v", i, c)
+		}
+	}
 	// Interrupt: nothing to stop between cells; a running cell ends with a
 	// KeyboardInterrupt and keeps its state.
 	if ran, err := c.Interrupt(ctx, s.ID); err != nil || ran {
@@ -283,6 +290,8 @@ func TestWireTypesMatch(t *testing.T) {
 		{CellError{}, session.CellError{}},
 		{Frame{}, session.Frame{}},
 		{DisplayItem{}, session.DisplayItem{}},
+		{Chart{}, session.Chart{}},
+		{ChartElement{}, session.ChartElement{}},
 		{FileChange{}, session.FileChange{}},
 		{Usage{}, session.Usage{}},
 		{NetworkUsage{}, session.NetworkUsage{}},

@@ -206,6 +206,8 @@ type Result struct {
 	// ExecutionCount is the cell's number in its kernel, as Jupyter's
 	// (1, 2, 3...); it starts again at 1 after the state was lost.
 	ExecutionCount int `json:"execution_count,omitempty"`
+	// ValueChart is the chart data of Value when it is a matplotlib Figure.
+	ValueChart *Chart `json:"value_chart,omitempty"`
 }
 
 // CellError is a Python exception raised by a cell.
@@ -235,6 +237,64 @@ type DisplayItem struct {
 	// Pager marks text a magic sent to IPython's pager (%quickref, obj?,
 	// %prun): Jupyter's `page` payload, never part of stdout.
 	Pager bool `json:"pager,omitempty"`
+	// Chart is what a matplotlib figure plotted, beside its PNG; nil for
+	// anything else.
+	Chart *Chart `json:"chart,omitempty"`
+}
+
+// Chart is the data of a matplotlib figure: its type, title, axis labels
+// and the plotted series, with E2B's field names. Type says which fields
+// the elements use:
+//   - "line", "scatter": Label and Points ([x, y]; on a "datetime" axis x
+//     is a matplotlib date number, days since 1970-01-01).
+//   - "bar": Label (the category), Group (the series) and Value (height,
+//     or width when Orientation is "horizontal").
+//   - "pie": Label, Angle (degrees: the share is Angle/360) and Radius.
+//   - "histogram": Label, Edges (one more than Counts) and Counts.
+//   - "box_and_whisker": Label, Min, FirstQuartile, Median, ThirdQuartile,
+//     Max and Outliers.
+//   - "superchart": several subplots, each element the Chart of one.
+//   - "unknown": PNG only; Reason says why.
+type Chart struct {
+	Type        string         `json:"type"`
+	Title       string         `json:"title"`
+	XLabel      string         `json:"x_label,omitempty"`
+	YLabel      string         `json:"y_label,omitempty"`
+	XUnit       string         `json:"x_unit,omitempty"`
+	YUnit       string         `json:"y_unit,omitempty"`
+	XScale      string         `json:"x_scale,omitempty"`
+	YScale      string         `json:"y_scale,omitempty"`
+	XTicks      []float64      `json:"x_ticks,omitempty"`
+	XTickLabels []string       `json:"x_tick_labels,omitempty"`
+	YTicks      []float64      `json:"y_ticks,omitempty"`
+	YTickLabels []string       `json:"y_tick_labels,omitempty"`
+	Orientation string         `json:"orientation,omitempty"`
+	Stacked     bool           `json:"stacked,omitempty"`
+	Elements    []ChartElement `json:"elements"`
+	// Truncated says points, elements or subplots were left out.
+	Truncated bool   `json:"truncated,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// ChartElement is one series, bar, wedge or histogram of a Chart, or in a
+// superchart the Chart of one subplot, carried inline.
+type ChartElement struct {
+	Label  string       `json:"label,omitempty"`
+	Group  string       `json:"group,omitempty"`
+	Value  *float64     `json:"value,omitempty"`
+	Points [][2]float64 `json:"points,omitempty"`
+	Angle  *float64     `json:"angle,omitempty"`
+	Radius *float64     `json:"radius,omitempty"`
+	Edges  []float64    `json:"edges,omitempty"`
+	Counts []float64    `json:"counts,omitempty"`
+	// A box_and_whisker element's statistics.
+	Min           *float64  `json:"min,omitempty"`
+	FirstQuartile *float64  `json:"first_quartile,omitempty"`
+	Median        *float64  `json:"median,omitempty"`
+	ThirdQuartile *float64  `json:"third_quartile,omitempty"`
+	Max           *float64  `json:"max,omitempty"`
+	Outliers      []float64 `json:"outliers,omitempty"`
+	*Chart
 }
 
 // FileChange is a file a cell created, modified or deleted; one-shot cells

@@ -75,6 +75,9 @@ type Result struct {
 	// Value is the MIME bundle of the cell's trailing expression (always
 	// with "text/plain"), or nil if there was none or it was None.
 	Value map[string]any `json:"value,omitempty"`
+	// ValueChart is the chart data of Value when the value is a matplotlib
+	// Figure (see Chart).
+	ValueChart *Chart `json:"value_chart,omitempty"`
 	// Display lists what the cell showed: display() calls and matplotlib
 	// figures, in order.
 	Display []DisplayItem `json:"display,omitempty"`
@@ -103,6 +106,9 @@ type DisplayItem struct {
 	// Pager marks text IPython sent to its pager (%quickref, obj?, %pdoc,
 	// %prun): what Jupyter carries as a `page` payload, kept out of stdout.
 	Pager bool `json:"pager,omitempty"`
+	// Chart is the data a matplotlib figure drew, beside its PNG (see
+	// Chart); nil for anything else.
+	Chart *Chart `json:"chart,omitempty"`
 }
 
 // CellError is an exception raised by a cell.
@@ -687,7 +693,7 @@ func boolField(dst *bool, k, v []byte) error {
 }
 
 func (s *execState) result(obj []byte) (*Result, error) {
-	var status, value, display, errv []byte
+	var status, value, valueChart, display, errv []byte
 	var stdoutCut, stderrCut, interrupted bool
 	err := eachMember(obj, func(k, v []byte) error {
 		switch string(k) {
@@ -695,6 +701,8 @@ func (s *execState) result(obj []byte) (*Result, error) {
 			status = v
 		case `"value"`:
 			value = v
+		case `"value_chart"`:
+			valueChart = v
 		case `"display"`:
 			display = v
 		case `"error"`:
@@ -741,6 +749,18 @@ func (s *execState) result(obj []byte) (*Result, error) {
 			budget -= cost
 		}
 		res.Value = v
+	}
+	if res.Value != nil && kind(valueChart) != 0 && kind(valueChart) != 'n' {
+		c, n, err := decodeChart(valueChart)
+		if err != nil {
+			c = refusedChart(err)
+			b, _ := json.Marshal(c)
+			n = len(b)
+		}
+		if n += len(`,"value_chart":`); n <= budget {
+			res.ValueChart = c
+			budget -= n
+		}
 	}
 	if res.Display, err = decodeDisplay(display, budget); err != nil {
 		return nil, err
@@ -859,6 +879,7 @@ func decodeDisplay(arr []byte, budget int) ([]DisplayItem, error) {
 // bytes. A cost of 0 means it does not fit.
 func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 	var item DisplayItem
+	var chart []byte
 	cost := itemOverhead
 	fits := true
 	err := eachMember(obj, func(k, v []byte) error {
@@ -907,11 +928,26 @@ func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 			cost += c
 		case `"pager"`:
 			return boolField(&item.Pager, k, v)
+		case `"chart"`:
+			chart = v
 		}
 		return nil
 	})
 	if err != nil {
 		return item, 0, fmt.Errorf("decode display item: %w", err)
+	}
+	if fits && kind(chart) != 0 && kind(chart) != 'n' {
+		// A chart the host refuses leaves the item PNG only, with the
+		// reason in its place: it is the cell's own output, so it does
+		// not break the connection.
+		c, n, err := decodeChart(chart)
+		if err != nil {
+			c = refusedChart(err)
+			b, _ := json.Marshal(c)
+			n = len(b)
+		}
+		item.Chart = c
+		cost += len(`,"chart":`) + n
 	}
 	if !fits || cost > budget {
 		return DisplayItem{}, 0, nil

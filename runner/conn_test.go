@@ -27,7 +27,16 @@ var handleSeeds = map[string]struct {
 	err            error
 	check          func(t *testing.T, r *Result)
 }{
-	"display":             {displayed: 1},
+	"display":       {displayed: 1},
+	"display-chart": {displayed: 1},
+	"result-charts": {result: true, check: func(t *testing.T, r *Result) {
+		if c := r.ValueChart; c == nil || c.Type != "unknown" || !strings.Contains(c.Reason, "not a number") {
+			t.Errorf("value chart %+v, want a refusal", c)
+		}
+		if len(r.Display) != 1 || r.Display[0].Chart == nil || r.Display[0].Chart.Elements[0].Points[0] != [2]float64{1, 2} {
+			t.Errorf("display %+v", r.Display)
+		}
+	}},
 	"display-other-id":    {},
 	"display-item-string": {err: ErrProtocol},
 	"display-no-mime":     {},
@@ -203,6 +212,9 @@ func checkHandleFrame(t *testing.T, data []byte) {
 		if it.MIME == "" || !utf8.ValidString(it.MIME) || !utf8.ValidString(it.Data) || !validUTF8(it.Bundle) {
 			t.Fatalf("OnDisplay got a bad item %+v", it)
 		}
+		if it.Chart != nil {
+			chartCounts(t, it.Chart, 0)
+		}
 		if displayed > maxDisplayItems || st.displayBudget < 0 {
 			t.Fatalf("%d items passed on, budget left %d: over the display caps", displayed, st.displayBudget)
 		}
@@ -246,6 +258,12 @@ func checkHandleFrame(t *testing.T, data []byte) {
 			if it.MIME == "" || !utf8.ValidString(it.Data) || !validUTF8(it.Bundle) {
 				t.Fatalf("bad display item %+v", it)
 			}
+			if it.Chart != nil {
+				chartCounts(t, it.Chart, 0)
+			}
+		}
+		if res.ValueChart != nil {
+			chartCounts(t, res.ValueChart, 0)
 		}
 	}
 }

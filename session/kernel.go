@@ -242,7 +242,7 @@ func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace tim
 	rreq := runner.ExecRequest{ID: id, Code: code, MaxOutput: maxOutput, OnClearOutput: onClear}
 	if onDisplay != nil {
 		rreq.OnDisplay = func(d runner.DisplayItem) {
-			onDisplay(DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager})
+			onDisplay(DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager, Chart: d.Chart})
 		}
 	}
 	ch := make(chan cellOutcome, 1)

@@ -373,10 +373,10 @@ func resultOf(r *runner.Result, v verdict, use Usage) *Result {
 	if r != nil {
 		res.Stdout, res.Stderr = r.Stdout, r.Stderr
 		res.StdoutTruncated, res.StderrTruncated = r.StdoutTruncated, r.StderrTruncated
-		res.Value = r.Value
+		res.Value, res.ValueChart = r.Value, r.ValueChart
 		res.ExecutionCount = r.ExecutionCount
 		for _, d := range r.Display {
-			res.Display = append(res.Display, DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager})
+			res.Display = append(res.Display, DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager, Chart: d.Chart})
 		}
 	}
 	return res

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/runner"
 )
 
 // Sentinel errors, declared in one place; the API layer maps them to wire
@@ -109,7 +110,17 @@ type DisplayItem struct {
 	// Pager marks text a magic sent to IPython's pager (%quickref, obj?,
 	// %prun): Jupyter's `page` payload, never part of stdout.
 	Pager bool `json:"pager,omitempty"`
+	// Chart is what a matplotlib figure plotted, beside its PNG: type,
+	// title, axis labels and the series' data, validated by the host.
+	Chart *Chart `json:"chart,omitempty"`
 }
+
+// Chart and ChartElement are the kernel's chart data as runner validated
+// it (runner.Chart documents the fields).
+type (
+	Chart        = runner.Chart
+	ChartElement = runner.ChartElement
+)
 
 // The scopes of Usage.PeakMemoryBytes.
 const (
@@ -185,6 +196,9 @@ type Result struct {
 	// requirements starts at 2: installing them was cell 1. 0 when the
 	// cell never reached a kernel.
 	ExecutionCount int `json:"execution_count,omitempty"`
+	// ValueChart is the chart data of Value when the value is a
+	// matplotlib Figure (fig on the cell's last line); see Chart.
+	ValueChart *Chart `json:"value_chart,omitempty"`
 }
 
 // ExecRequest is one cell to run.

@@ -12,6 +12,8 @@ Sandbox; Client is the service's routes one to one, returning dicts.
 """
 
 from .aio import AsyncFiles, AsyncSandbox
+from .charts import (BarChart, BoxAndWhiskerChart, Chart, ChartType, HistogramChart, LineChart, PieChart, ScaleType,
+                     ScatterChart, SuperChart)
 from .client import Client, Session
 from .errors import (BadRequestError, BusyError, ForbiddenError, InternalError, JailcellError, LimitError,
                      NotFoundError, UnavailableError)
@@ -24,6 +26,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "Files", "AsyncFiles",
     "Execution", "Result", "Logs", "ExecutionError", "FileChange", "EntryInfo", "Attempt",
+    "Chart", "ChartType", "ScaleType", "LineChart", "ScatterChart", "BarChart", "PieChart", "HistogramChart",
+    "BoxAndWhiskerChart", "SuperChart",
     "Transport", "SocketTransport", "JsonLinesTransport", "DEFAULT_SOCKET",
     "Client", "Session",
     "JailcellError", "BadRequestError", "NotFoundError", "LimitError", "BusyError", "UnavailableError",

@@ -7,6 +7,8 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
+from .charts import ChartTypes, deserialize_chart
+
 __all__ = ["Execution", "Result", "Logs", "ExecutionError", "FileChange", "EntryInfo", "Attempt", "MIME_FIELDS"]
 
 # The MIME types a Result has an attribute for, as in E2B's Result.
@@ -47,6 +49,9 @@ class Result:
     # Set on text a magic sent to IPython's pager (%quickref, obj?, %prun):
     # Jupyter's `page` payload, never part of stdout.
     is_pager: bool = False
+    # The data a matplotlib figure plotted, beside its png (jailcell.charts;
+    # as E2B's Result.chart); None for anything else.
+    chart: Optional[ChartTypes] = None
 
     @classmethod
     def from_bundle(cls, bundle: Dict[str, Any], is_main_result: bool = False) -> "Result":
@@ -70,11 +75,14 @@ class Result:
             bundle[mime] = data
         r = cls.from_bundle(bundle)
         r.is_pager = item.get("pager") is True
+        r.chart = deserialize_chart(item.get("chart"))
         return r
 
     def formats(self) -> List[str]:
         """The formats this result has: attribute names, then extra MIME types."""
         have = [name for name in MIME_FIELDS.values() if getattr(self, name) is not None]
+        if self.chart is not None:
+            have.append("chart")
         return have + list(self.extra)
 
     def png_bytes(self) -> Optional[bytes]:
@@ -245,6 +253,7 @@ class Execution:
         results = [Result.from_display(d) for d in res.get("display") or [] if isinstance(d, dict)]
         if isinstance(res.get("value"), dict) and res["value"]:
             results.append(Result.from_bundle(res["value"], is_main_result=True))
+            results[-1].chart = deserialize_chart(res.get("value_chart"))
         files = []
         for f in res.get("files") or []:
             data = f.get("data")

@@ -9,8 +9,8 @@ import textwrap
 import unittest
 from typing import Any, List, Tuple
 
-from jailcell import (BusyError, JailcellError, JsonLinesTransport, LimitError, Result, Sandbox,
-                      UnavailableError)
+from jailcell import (BusyError, ChartType, JailcellError, JsonLinesTransport, LimitError, Result, Sandbox,
+                      ScaleType, ScatterChart, SuperChart, UnavailableError)
 
 PNG = "iVBORw0KGgo="  # base64 of the PNG magic's first bytes: enough to tell it apart
 
@@ -89,6 +89,27 @@ class ReplayTest(unittest.TestCase):
         self.assertEqual((r.text, r.is_pager), ("Docstring: x", True))
         self.assertFalse(Result.from_display({"mime": "text/plain", "data": "x"}).is_pager)
         self.assertFalse(Result.from_display({"mime": "text/plain", "data": "x", "pager": "yes"}).is_pager)
+
+    def test_chart_item(self) -> None:
+        # A display item's chart becomes Result.chart, E2B's classes by type.
+        sub = {"type": "scatter", "title": "s", "x_scale": "log", "elements": [{"label": "p", "points": [[1, 2]]}]}
+        r = Result.from_display({"mime": "image/png", "data": PNG, "chart": {
+            "type": "superchart", "title": "both", "truncated": True,
+            "elements": [sub, {"type": "unknown", "title": "", "elements": [], "reason": "3d axes"},
+                         {"type": "superchart", "title": "", "elements": []}]}})
+        self.assertIsInstance(r.chart, SuperChart)
+        assert isinstance(r.chart, SuperChart)
+        self.assertEqual((r.chart.type, r.chart.title, r.chart.truncated, len(r.chart.elements)),
+                         (ChartType.SUPERCHART, "both", True, 2))
+        scatter, unknown = r.chart.elements
+        assert isinstance(scatter, ScatterChart)
+        self.assertEqual((scatter.x_scale, scatter.elements[0].label, scatter.elements[0].points),
+                         (ScaleType.LOG, "p", [(1, 2)]))
+        self.assertEqual((unknown.type, unknown.reason), (ChartType.UNKNOWN, "3d axes"))
+        self.assertEqual(r.formats(), ["png", "chart"])
+        self.assertIsNone(Result.from_display({"mime": "image/png", "data": PNG}).chart)
+        self.assertEqual(Result.from_display({"mime": "image/png", "data": PNG, "chart": {"type": "sankey"}}).chart.type,
+                         ChartType.UNKNOWN)
 
     def test_error_classes(self) -> None:
         for code, cls in (("busy", BusyError), ("limit", LimitError)):

@@ -113,6 +113,50 @@ class _Cases:
         self.assertEqual(seen[0].png, fig.png)
         self.assertTrue(seen[-1].is_main_result)
 
+    def test_chart(self) -> None:
+        # Each figure's Result has .chart beside .png, as E2B's Result.chart,
+        # with the numbers, labels and title the cell drew.
+        sbx = self.sandbox()
+        ex = sbx.run_code(
+            "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+            "plt.plot([1, 2, 3], [2.5, -1, 4], label='sales')\nplt.title('Q1')\nplt.xlabel('Month')\n"
+            "plt.ylabel('Revenue (USD)')\nplt.show()\n"
+            "plt.bar(['a', 'b'], [3, 4.5], label='kg')\nplt.show()\n"
+            "plt.pie([1, 3], labels=['x', 'y'])\nplt.show()\n"
+            "plt.hist([1, 2, 2, 3], bins=[0, 2, 4])\nplt.show()\n"
+            "plt.boxplot([[1, 2, 3, 4, 5, 50]], labels=['d'])\nplt.show()\n"
+            "plt.imshow([[0, 1], [1, 0]])\nplt.show()\n")
+        self.assertEqual(ex.status, "ok", ex.error)
+        line, bar, pie, hist, box, image = [r.chart for r in ex.results]
+        assert isinstance(box, jailcell.BoxAndWhiskerChart)
+        self.assertEqual([(e.label, e.min, e.first_quartile, e.median, e.third_quartile, e.max, e.outliers)
+                          for e in box.elements], [("d", 1, 2.25, 3.5, 4.75, 5, [50])])
+        self.assertIn("chart", ex.results[0].formats())
+        self.assertIsInstance(line, jailcell.LineChart)
+        assert isinstance(line, jailcell.LineChart)
+        self.assertEqual((line.type, line.title, line.x_label, line.y_label, line.y_unit),
+                         (jailcell.ChartType.LINE, "Q1", "Month", "Revenue (USD)", "USD"))
+        self.assertEqual([(e.label, e.points) for e in line.elements], [("sales", [(1, 2.5), (2, -1), (3, 4)])])
+        self.assertEqual(line.x_scale, jailcell.ScaleType.LINEAR)
+        assert isinstance(bar, jailcell.BarChart)
+        self.assertEqual([(e.label, e.group, e.value) for e in bar.elements], [("a", "kg", 3), ("b", "kg", 4.5)])
+        self.assertEqual(bar.orientation, "vertical")
+        assert isinstance(pie, jailcell.PieChart)
+        self.assertEqual([(e.label, e.angle, e.radius) for e in pie.elements], [("x", 90, 1), ("y", 270, 1)])
+        assert isinstance(hist, jailcell.HistogramChart)
+        self.assertEqual([(e.edges, e.counts) for e in hist.elements], [([0, 2, 4], [1, 3])])
+        assert image is not None
+        self.assertEqual((image.type, image.elements), (jailcell.ChartType.UNKNOWN, []))
+        self.assertIn("image", image.reason or "")
+        self.assertEqual(line.to_dict()["elements"][0]["points"], [[1, 2.5], [2, -1], [3, 4]])
+        # A Figure as the cell's value: the main result has the chart.
+        ex = sbx.run_code("fig, ax = plt.subplots()\nax.scatter([1], [2], label='one')\nfig")
+        main = ex.results[-1]
+        self.assertTrue(main.is_main_result)
+        assert isinstance(main.chart, jailcell.ScatterChart)
+        self.assertEqual([(e.label, e.points) for e in main.chart.elements], [("one", [(1, 2)])])
+        self.assertIsNone(sbx.run_code("1").results[-1].chart)
+
     def test_error(self) -> None:
         sbx = self.sandbox()
         ex = sbx.run_code("def f():\n    return 1/0\nf()")

@@ -31,33 +31,5 @@ node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.ex
 # registry for a newer version: nothing here may leave the machine.
 export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true REDOCLY_SUPPRESS_NOTIFICATIONS=true
 
-hash=$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -c1-16)
-dir=$base/$hash
-if [[ -e $dir/STAMP ]]; then
-	echo "$dir"
-	exit 0
-fi
-mkdir -p "$base"
-# One install at a time per cache (test binaries of several packages may
-# ask at once); the loser finds the winner's stamp.
-exec 9>"$base/.lock"
-flock 9
-if [[ ! -e $dir/STAMP ]]; then
-	rm -rf "$dir"
-	tmp=$(mktemp -d "$base/.install.XXXXXX")
-	trap 'rm -rf "$tmp"' EXIT
-	cp "$src/package.json" "$src/package-lock.json" "$tmp/"
-	# ci: exactly the lock, integrity checked; no install scripts run.
-	(cd "$tmp" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error --cache "$tmp/.npm-cache" >&2) ||
-		die "npm ci in $tmp failed"
-	rm -rf "$tmp/.npm-cache"
-	for tool in redocly openapi-typescript tsc; do
-		"$tmp/node_modules/.bin/$tool" --version >/dev/null || die "the installed $tool does not run"
-	done
-	chmod -R a+rX "$tmp"
-	touch "$tmp/STAMP"
-	mv "$tmp" "$dir"
-	trap - EXIT
-fi
-chmod a+x "$base"
-echo "$dir"
+exec "$here/scripts/npm-pinned.sh" fetch-openapi-tools "$src" "$base" \
+	'for tool in redocly openapi-typescript tsc; do node_modules/.bin/$tool --version >/dev/null || exit 1; done'

@@ -11,22 +11,10 @@ import (
 	"github.com/jailcell/jailcell/rootfs"
 )
 
-// waitLogLong is WaitLog with room for a rootfs hash on a loaded host.
+// waitLogLong waits for a line that follows a rootfs hash on a loaded host.
 func waitLogLong(t *testing.T, s *testenv.Service, parts ...string) string {
 	t.Helper()
-	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		for _, line := range strings.Split(s.Log.String(), "\n") {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(line, p)
-			}
-			if ok {
-				return line
-			}
-		}
-	}
-	t.Fatalf("no log line with %q in 3 min:\n%s", parts, s.Log.String())
-	return ""
+	return s.WaitLogWithin(t, 3*time.Minute, parts...)
 }
 
 // TestServeRehashesRootfsOnlyWhenChanged (issue 25: under emulation each

@@ -270,7 +270,14 @@ func (s *Service) Err() error { return s.err }
 // returns it, or fails the test.
 func (s *Service) WaitLog(t testing.TB, parts ...string) string {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	return s.WaitLogWithin(t, 15*time.Second, parts...)
+}
+
+// WaitLogWithin is WaitLog with its own bound, for a line that follows
+// slow work (a rootfs hash on a loaded host).
+func (s *Service) WaitLogWithin(t testing.TB, within time.Duration, parts ...string) string {
+	t.Helper()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		for _, line := range strings.Split(s.Log.String(), "\n") {
 			ok := true
 			for _, part := range parts {
@@ -281,6 +288,6 @@ func (s *Service) WaitLog(t testing.TB, parts ...string) string {
 			}
 		}
 	}
-	t.Fatalf("no log line with %q:\n%s", parts, s.Log.String())
+	t.Fatalf("no log line with %q within %s:\n%s", parts, within, s.Log.String())
 	return ""
 }

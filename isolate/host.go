@@ -1,6 +1,7 @@
 package isolate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -135,11 +136,23 @@ func (h *Host) Ready() error {
 
 // passGate waits for the gate, if any.
 func (h *Host) passGate() error {
+	return h.WaitReady(context.Background())
+}
+
+// WaitReady waits until sandboxes can be built (the gate, if any, passed)
+// or ctx ends. A caller that bounds a sandbox's start waits here first, so
+// that the gate's wait (a rootfs hash: minutes on an emulated host) is not
+// taken from that bound.
+func (h *Host) WaitReady(ctx context.Context) error {
 	g := h.gate.Load()
 	if g == nil {
 		return nil
 	}
-	<-g.done
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the host's checks: %w", ctx.Err())
+	}
 	if g.err != nil {
 		return fmt.Errorf("%w: %v", ErrUnsupported, g.err)
 	}

@@ -130,11 +130,14 @@ build_image() {
 	echo jcvm >"$tree/etc/hostname"
 	printf '127.0.0.1 localhost\n127.0.1.1 jcvm\n' >"$tree/etc/hosts"
 	# The rootfs disk carries the base layout make rootfs leaves
-	# (<version>/, current); the run's files come over 9p.
+	# (<version>/, current); the run's files come over 9p. The 9p shares
+	# are noauto: mounted at boot they raced the virtio-9p probe under load
+	# ("9pnet_virtio: no channels available", emergency mode); the test
+	# service mounts them, retrying, once the system is up.
 	cat >"$tree/etc/fstab" <<-'EOF'
 		LABEL=jailcell-rootfs /var/lib/jailcell/rootfs ext4 ro,noload 0 0
-		jcrun /mnt/jcrun 9p trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose 0 0
-		jcout /mnt/jcout 9p trans=virtio,version=9p2000.L,rw,msize=524288 0 0
+		jcrun /mnt/jcrun 9p noauto,trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose 0 0
+		jcout /mnt/jcout 9p noauto,trans=virtio,version=9p2000.L,rw,msize=524288 0 0
 	EOF
 	mkdir -p "$tree/mnt/jcrun" "$tree/mnt/jcout" "$tree/var/lib/jailcell/rootfs"
 	printf '9p\n9pnet_virtio\noverlay\n' >"$tree/etc/modules-load.d/jcvm.conf"
@@ -143,9 +146,10 @@ build_image() {
 		[Unit]
 		Description=jailcell systemd guest test (scripts/systemd-vm-guest.sh)
 		After=multi-user.target
-		RequiresMountsFor=/mnt/jcrun /mnt/jcout /var/lib/jailcell/rootfs
+		RequiresMountsFor=/var/lib/jailcell/rootfs
 		[Service]
 		Type=simple
+		ExecStartPre=/bin/sh -c 'for i in $$(seq 120); do for m in /mnt/jcrun /mnt/jcout; do mountpoint -q $$m || mount $$m; done; mountpoint -q /mnt/jcrun && mountpoint -q /mnt/jcout && exit 0; sleep 1; done; exit 1'
 		ExecStart=/bin/bash /mnt/jcrun/guest.sh
 		[Install]
 		WantedBy=multi-user.target

@@ -316,3 +316,45 @@ func tail80(s string) string {
 	}
 	return s
 }
+
+// TestKernelStartBoundBeginsAfterHostGate (issue 25): a create queued
+// behind the host's gate (serve's rootfs check: minutes under emulation)
+// gets its whole StartTimeout once the gate passes. It used to time out
+// the moment the gate passed ("kernel did not connect").
+func TestKernelStartBoundBeginsAfterHostGate(t *testing.T) {
+	testenv.RequiresRoot(t)
+	r := testenv.Rootfs(t)
+	state := testenv.StateDir(t)
+	h, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: testCgroupRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	h.Gate(func() error { <-release; return nil })
+	const bound = 15 * time.Second
+	m, err := New(Config{StateDir: filepath.Join(state, "sessions"), StartTimeout: bound, Logger: testLogger()}, h)
+	if err != nil {
+		h.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Shutdown(context.Background()); h.Close() })
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Create(context.Background(), CreateOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("create finished while the host's gate was closed: %v", err)
+	case <-time.After(bound + 2*time.Second):
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("create after a gate held longer than StartTimeout (%s): %v", bound, err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("create did not finish within 3 min of the gate passing")
+	}
+}

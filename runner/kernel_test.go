@@ -551,37 +551,8 @@ func TestKernelBackgroundWriter(t *testing.T) {
 func TestKernelInterrupt(t *testing.T) {
 	k := startKernel(t)
 	requireOK(t, k.exec("kept = 'still here'"))
-	started := make(chan struct{})
-	var once sync.Once
-	onStream := func(name, text string) {
-		if strings.Contains(text, "sleeping") {
-			once.Do(func() { close(started) })
-		}
-	}
-	done := make(chan struct{})
-	var r *Result
-	var err error
-	go func() {
-		defer close(done)
-		r, err = k.conn.Exec(ExecRequest{ID: "sleep", Code: "import time\nprint('sleeping')\ntime.sleep(30)", MaxOutput: 1 << 20}, onStream)
-	}()
-	select {
-	case <-started:
-	case <-time.After(execTimeout):
-		t.Fatalf("cell did not start\n%s", k.logText())
-	}
 	// As the host does on a timeout: SIGINT to the sandbox's PID 1.
-	if err := k.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(execTimeout):
-		t.Fatal("SIGINT did not end the cell")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := k.interruptWhen(t, ExecRequest{ID: "sleep", Code: "import time\nprint('sleeping')\ntime.sleep(30)"}, "sleeping", execTimeout)
 	e := requireError(t, r, "KeyboardInterrupt")
 	if !r.Interrupted || r.Stdout != "sleeping\n" {
 		t.Errorf("result %+v", r)
@@ -1052,4 +1023,45 @@ func TestKernelInterruptWhileDisplaying(t *testing.T) {
 		}
 		t.Logf("round %d: %d display events before the interrupt ended the cell", round, n.Load())
 	}
+}
+
+// interruptWhen runs req, sends the kernel SIGINT (as the host does on a
+// timeout) once its output shows marker, and returns the result, which
+// must come within wait of the signal.
+func (k *testKernel) interruptWhen(t *testing.T, req ExecRequest, marker string, wait time.Duration) *Result {
+	t.Helper()
+	started := make(chan struct{})
+	var once sync.Once
+	onStream := func(name, text string) {
+		if strings.Contains(text, marker) {
+			once.Do(func() { close(started) })
+		}
+	}
+	done := make(chan struct{})
+	var r *Result
+	var err error
+	if req.MaxOutput == 0 {
+		req.MaxOutput = 1 << 20
+	}
+	go func() {
+		defer close(done)
+		r, err = k.conn.Exec(req, onStream)
+	}()
+	select {
+	case <-started:
+	case <-time.After(execTimeout):
+		t.Fatalf("cell %s did not start\n%s", req.ID, k.logText())
+	}
+	if err := k.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(wait):
+		t.Fatalf("SIGINT did not end cell %s within %s", req.ID, wait)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

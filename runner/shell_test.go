@@ -2,8 +2,6 @@ package runner
 
 import (
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -85,36 +83,7 @@ func TestShellEscapeExitCode(t *testing.T) {
 func TestShellEscapeInterrupt(t *testing.T) {
 	requireModule(t, "IPython")
 	k := startKernel(t)
-	started := make(chan struct{})
-	var once sync.Once
-	onStream := func(name, text string) {
-		if strings.Contains(text, "sleeping") {
-			once.Do(func() { close(started) })
-		}
-	}
-	done := make(chan struct{})
-	var r *Result
-	var err error
-	go func() {
-		defer close(done)
-		r, err = k.conn.Exec(ExecRequest{ID: "shsleep", Code: "!echo sleeping; sleep 60; echo woke", MaxOutput: 1 << 20}, onStream)
-	}()
-	select {
-	case <-started:
-	case <-time.After(execTimeout):
-		t.Fatalf("command did not start\n%s", k.logText())
-	}
-	if err := k.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("SIGINT did not end the shell command")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := k.interruptWhen(t, ExecRequest{ID: "shsleep", Code: "!echo sleeping; sleep 60; echo woke"}, "sleeping", 20*time.Second)
 	requireError(t, r, "KeyboardInterrupt")
 	if strings.Contains(r.Stdout, "woke") {
 		t.Errorf("the command ran on after the interrupt: %q", r.Stdout)
@@ -171,36 +140,7 @@ func ptr(n int) *int { return &n }
 func TestShellEscapeInterruptIgnored(t *testing.T) {
 	requireModule(t, "IPython")
 	k := startKernel(t)
-	started := make(chan struct{})
-	var once sync.Once
-	onStream := func(name, text string) {
-		if strings.Contains(text, "stubborn") {
-			once.Do(func() { close(started) })
-		}
-	}
-	done := make(chan struct{})
-	var r *Result
-	var err error
-	go func() {
-		defer close(done)
-		r, err = k.conn.Exec(ExecRequest{ID: "stubborn", Code: "!trap '' INT; echo stubborn; sleep 60", MaxOutput: 1 << 20}, onStream)
-	}()
-	select {
-	case <-started:
-	case <-time.After(execTimeout):
-		t.Fatalf("command did not start\n%s", k.logText())
-	}
-	if err := k.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("a command ignoring SIGINT kept the cell running")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := k.interruptWhen(t, ExecRequest{ID: "stubborn", Code: "!trap '' INT; echo stubborn; sleep 60"}, "stubborn", 20*time.Second)
 	requireError(t, r, "KeyboardInterrupt")
 	requireOK(t, k.exec("1"))
 }

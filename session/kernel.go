@@ -60,6 +60,8 @@ type kernel struct {
 	sb       *isolate.Sandbox
 	conn     *runner.Conn
 	listener *net.UnixListener
+	// envSynced: the session's envs were given to this kernel (syncEnv).
+	envSynced bool
 }
 
 // close destroys the sandbox and the connection.

@@ -55,6 +55,9 @@ type Session struct {
 	hibernated bool
 	hibTTL     time.Duration
 	info       Info
+	// envs is the session's environment (create's envs), given to every
+	// kernel it runs before its first cell or command (syncEnv).
+	envs map[string]string
 	// restarting is closed when the background start of a kernel that
 	// replaces a lost one ends; nil when none runs. stopRestart cancels it.
 	restarting  chan struct{}
@@ -133,8 +136,14 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if err := m.placeRequestFiles(s, req.Files); err != nil {
 		return nil, err
 	}
+	restoreEnv, err := m.cellEnv(ctx, s, c.k, req.Envs)
+	if err != nil {
+		return nil, err
+	}
 	c.id, c.before = m.nextCell(s)
-	if err := m.sendCell(ctx, c); err != nil {
+	err = m.sendCell(ctx, c)
+	restoreEnv()
+	if err != nil {
 		return nil, err
 	}
 	meas, use := m.measure(c)

@@ -199,6 +199,9 @@ type ExecRequest struct {
 	// the cell runs, so that Rollback can undo it. The cell does not run
 	// if the snapshot fails.
 	Snapshot bool
+	// Envs are set in the kernel's environment (os.environ) for this cell
+	// only, then put back to the session's (CheckEnvs bounds them).
+	Envs map[string]string
 
 	// setup marks the daemon's own cell (installing requirements at
 	// create): Timeout is then the configured bound for that work, not a
@@ -226,6 +229,9 @@ type CreateOptions struct {
 	// Requirements are pip requirement strings installed from the
 	// wheelhouse before the session is ready.
 	Requirements []string
+	// Envs is the session's environment, added to the kernel's for every
+	// cell and command (CheckEnvs bounds it).
+	Envs map[string]string
 }
 
 // Info describes a session.

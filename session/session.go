@@ -58,6 +58,14 @@ type Session struct {
 	// envs is the session's environment (create's envs), given to every
 	// kernel it runs before its first cell or command (syncEnv).
 	envs map[string]string
+	// metricsK, metricsCPU and metricsAt are the previous metrics sample:
+	// its kernel, CPU time and time (cpu_used_pct is over the interval).
+	metricsK   *kernel
+	metricsCPU time.Duration
+	metricsAt  time.Time
+	// watches are the session's directory watches (watch.go).
+	watches  map[string]*watch
+	watchSeq int
 	// restarting is closed when the background start of a kernel that
 	// replaces a lost one ends; nil when none runs. stopRestart cancels it.
 	restarting  chan struct{}

@@ -96,6 +96,8 @@ type CreateOptions struct {
 	Persist string
 	// Requirements are pip requirements installed from the wheelhouse.
 	Requirements []string
+	// Envs is the session's environment, for every cell and command.
+	Envs map[string]string
 }
 
 // Limits tighten a session's policy; nil fields keep the policy's value.
@@ -140,6 +142,8 @@ type ExecOptions struct {
 	// Snapshot takes a snapshot of the session before the cell runs: the
 	// target of a later Rollback.
 	Snapshot bool
+	// Envs are set for this cell only, then put back.
+	Envs map[string]string
 }
 
 // File is a file handed to a cell.
@@ -330,31 +334,33 @@ func (o *ExecOptions) deliver(ev event) {
 
 // execBody is the exec fields of a request.
 type execBody struct {
-	Code     string  `json:"code"`
-	TimeoutS float64 `json:"timeout_s,omitempty"`
-	Files    []File  `json:"files,omitempty"`
-	Policy   string  `json:"policy,omitempty"`
-	Snapshot bool    `json:"snapshot,omitempty"`
+	Code     string            `json:"code"`
+	TimeoutS float64           `json:"timeout_s,omitempty"`
+	Files    []File            `json:"files,omitempty"`
+	Policy   string            `json:"policy,omitempty"`
+	Snapshot bool              `json:"snapshot,omitempty"`
+	Envs     map[string]string `json:"envs,omitempty"`
 }
 
 func newExecBody(code string, o *ExecOptions) execBody {
 	b := execBody{Code: code}
 	if o != nil {
-		b.TimeoutS, b.Files, b.Policy, b.Snapshot = o.Timeout.Seconds(), o.Files, o.Policy, o.Snapshot
+		b.TimeoutS, b.Files, b.Policy, b.Snapshot, b.Envs = o.Timeout.Seconds(), o.Files, o.Policy, o.Snapshot, o.Envs
 	}
 	return b
 }
 
 // createBody is the create fields of a request.
 type createBody struct {
-	TTLS         float64  `json:"ttl_s,omitempty"`
-	MaxLifetimeS float64  `json:"max_lifetime_s,omitempty"`
-	Policy       string   `json:"policy,omitempty"`
-	Limits       *Limits  `json:"limits,omitempty"`
-	Persist      string   `json:"persist,omitempty"`
-	Requirements []string `json:"requirements,omitempty"`
+	TTLS         float64           `json:"ttl_s,omitempty"`
+	MaxLifetimeS float64           `json:"max_lifetime_s,omitempty"`
+	Policy       string            `json:"policy,omitempty"`
+	Limits       *Limits           `json:"limits,omitempty"`
+	Persist      string            `json:"persist,omitempty"`
+	Requirements []string          `json:"requirements,omitempty"`
+	Envs         map[string]string `json:"envs,omitempty"`
 }
 
 func newCreateBody(o CreateOptions) createBody {
-	return createBody{TTLS: o.TTL.Seconds(), MaxLifetimeS: o.MaxLifetime.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements}
+	return createBody{TTLS: o.TTL.Seconds(), MaxLifetimeS: o.MaxLifetime.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements, Envs: o.Envs}
 }

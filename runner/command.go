@@ -99,8 +99,10 @@ func (c *Conn) Command(ctx context.Context, req CommandRequest, onStream func(na
 		frame["job"] = req.Job
 	}
 	what := "command " + req.ID
+	// One state for the whole request: its count caps what is streamed
+	// at MaxOutput per stream, however many frames a forged kernel sends.
+	st := newExecState(ExecRequest{ID: req.ID, MaxOutput: req.MaxOutput}, onStream)
 	b, err := c.request(ctx, what, frame, "command", func(b []byte) error {
-		st := newExecState(ExecRequest{ID: req.ID, MaxOutput: req.MaxOutput}, onStream)
 		_, err := st.handle(b)
 		return err
 	})

@@ -13,6 +13,8 @@ Sandbox; Client is the service's routes one to one, returning dicts.
 
 from .aio import AsyncFiles, AsyncSandbox
 from .client import Client, Session
+from .e2b import (CommandExitException, CommandHandle, CommandResult, Commands, FilesystemEvent, FilesystemEventType,
+                  SandboxInfo, SandboxMetrics, WatchHandle)
 from .errors import (BadRequestError, BusyError, ForbiddenError, InternalError, JailcellError, LimitError,
                      NotFoundError, UnavailableError)
 from .models import Attempt, EntryInfo, Execution, ExecutionError, FileChange, Logs, Result
@@ -23,6 +25,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Files", "AsyncFiles",
+    "Commands", "CommandResult", "CommandHandle", "CommandExitException", "SandboxInfo", "SandboxMetrics",
+    "FilesystemEvent", "FilesystemEventType", "WatchHandle",
     "Execution", "Result", "Logs", "ExecutionError", "FileChange", "EntryInfo", "Attempt",
     "Transport", "SocketTransport", "JsonLinesTransport", "DEFAULT_SOCKET",
     "Client", "Session",

@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -223,7 +222,11 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 		s.mu.Unlock()
 	}()
 	rreq.ID = m.nonce + "-command-" + strconv.FormatUint(commandSeq.Add(1), 10)
-	cctx, cancel := context.WithTimeout(ctx, time.Duration(rreq.WaitS*float64(time.Second))+commandSlack)
+	// Not the caller's cancellation: a request abandoned mid-frame would
+	// leave the link out of step and cost the session its kernel. The
+	// command ends by its own timeout (the wait is bounded the same way)
+	// and its answer is dropped; only the host's deadline breaks the link.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(rreq.WaitS*float64(time.Second))+commandSlack)
 	defer cancel()
 	start := time.Now()
 	r, err := k.conn.Command(cctx, rreq, req.OnOutput)
@@ -231,10 +234,10 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 		// The link is out of step (or the kernel is gone): the sandbox goes
 		// with its jobs, and the next request starts a fresh kernel.
 		m.dropKernel(s, k)
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			return nil, fmt.Errorf("command in session %s: %w (the kernel was stopped; variables are lost, files remain)", id, context.Cause(ctx))
-		}
 		return nil, fmt.Errorf("%w: command in session %s: the kernel did not answer, so it was stopped (variables are lost, files remain): %v", ErrUnavailable, id, err)
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("command in session %s: %w (the command ran to its end)", id, context.Cause(ctx))
 	}
 	if r.Error != "" {
 		if strings.HasPrefix(r.Error, "no job") {

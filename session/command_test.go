@@ -138,3 +138,27 @@ func TestCheckEnvs(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandCallerGone: a caller that goes away mid-command costs the
+// session nothing: the command runs to its end, the kernel and its
+// variables stay.
+func TestCommandCallerGone(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "kept = 'yes'"}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := e.m.Command(cctx, 1000, info.ID, CommandRequest{Cmd: "sleep 1; echo done > done.txt"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("command whose caller left: %v, want the caller's deadline", err)
+	}
+	res, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "kept, open('done.txt').read()"})
+	if err != nil || res.Value["text/plain"] != `('yes', 'done\n')` || res.State != StateKept {
+		t.Errorf("after the caller left: %+v, %v; want the variables kept and the command run to its end", res, err)
+	}
+}

@@ -4,6 +4,7 @@ Sandbox.connect) against the real jailcell, through both transports: a
 `jailcell serve` socket (JAILCELL_SOCKET) and a `jailcell json` subprocess
 (JAILCELL_JSON_COMMAND). Run by client/python_test.go."""
 
+import asyncio
 import json
 import os
 import threading
@@ -11,8 +12,9 @@ import time
 import unittest
 from typing import Any, List, Optional
 
-from jailcell import (BadRequestError, BusyError, CommandExitException, CommandHandle, FilesystemEvent,
-                      FilesystemEventType, JsonLinesTransport, NotFoundError, Sandbox, SocketTransport, Transport)
+from jailcell import (AsyncJsonLinesTransport, AsyncSandbox, AsyncSocketTransport, BadRequestError, BusyError,
+                      CommandExitException, CommandHandle, FilesystemEvent, FilesystemEventType, JsonLinesTransport,
+                      NotFoundError, Sandbox, SocketTransport, Transport)
 
 SOCKET = os.environ.get("JAILCELL_SOCKET")
 JSON_COMMAND: Optional[List[str]] = json.loads(os.environ["JAILCELL_JSON_COMMAND"]) if os.environ.get(
@@ -174,6 +176,95 @@ class JsonLinesE2BTest(_Cases, unittest.TestCase):
 
     def transport(self) -> Transport:
         return self.shared
+
+
+@unittest.skipUnless(SOCKET, "JAILCELL_SOCKET is not set: no jailcell serve to test against")
+class AsyncSocketE2BTest(unittest.TestCase):
+    """AsyncSandbox over asyncio streams on the socket: two sandboxes at
+    once, without a single thread beyond the loop's."""
+
+    def test_no_threads_two_sandboxes(self) -> None:
+        asyncio.run(self._two())
+
+    async def _two(self) -> None:
+        threads = threading.active_count()
+        a = await AsyncSandbox.create(SOCKET, ttl=120, envs={"WHO": "a"})
+        b = await AsyncSandbox.create(socket=SOCKET, ttl=120)
+        self.assertIsInstance(a.transport, AsyncSocketTransport)
+        try:
+            ready = asyncio.Event()
+            out_a: List[str] = []
+
+            async def on_a(text: str) -> None:
+                out_a.append(text)
+                ready.set()
+            a_task = asyncio.ensure_future(a.run_code(
+                "import os, time\nprint(os.environ['WHO'], flush=True)\nwhile True:\n    time.sleep(0.1)", on_stdout=on_a))
+            await asyncio.wait_for(ready.wait(), 60)
+            # a's cell runs on; b works meanwhile, streamed, on the same loop.
+            lines: List[str] = []
+            r = await b.commands.run("for i in 1 2 3; do echo $i; sleep 0.05; done", on_stdout=lines.append)
+            self.assertEqual((r.exit_code, "".join(lines)), (0, "1\n2\n3\n"))
+            self.assertTrue(await b.files.make_dir("d"))
+            seen: List[FilesystemEvent] = []
+            w = await b.files.watch_dir("d", on_event=seen.append, interval=0.1)
+            await b.files.write("d/x.txt", "x")
+            for _ in range(100):
+                if seen:
+                    break
+                await asyncio.sleep(0.05)
+            await w.stop()
+            self.assertIn(FilesystemEvent("x.txt", FilesystemEventType.CREATE), seen)
+            h = await b.commands.run("sleep 0.2; echo bg", background=True)
+            self.assertEqual((await h.wait()).stdout, "bg\n")
+            with self.assertRaises(CommandExitException):
+                await b.commands.run("exit 4")
+            info = await b.get_info()
+            self.assertEqual(info.state, "running")
+            await b.set_timeout(60)
+            self.assertGreater((await b.get_metrics())[0].mem_used, 0)
+            again = await AsyncSandbox.connect(b.sandbox_id, SOCKET)
+            self.assertEqual((await again.run_code("1 + 1")).text, "2")
+            self.assertFalse(a_task.done(), "a's cell ended before it was killed")
+            self.assertEqual(threading.active_count(), threads, "the asyncio transport started threads")
+            self.assertTrue(await a.kill())
+            ex = await asyncio.wait_for(a_task, 60)
+            self.assertIn(ex.status, ("killed", "error"))
+            self.assertEqual(out_a, ["a\n"])
+        finally:
+            await a.kill()
+            await b.kill()
+
+
+@unittest.skipUnless(JSON_COMMAND, "JAILCELL_JSON_COMMAND is not set: no `jailcell json` to start")
+class AsyncJsonLinesE2BTest(unittest.TestCase):
+    def test_async_json_lines(self) -> None:
+        asyncio.run(self._go())
+
+    async def _go(self) -> None:
+        assert JSON_COMMAND is not None
+        sbx = await AsyncSandbox.create(command=JSON_COMMAND, ttl=120)
+        self.assertIsInstance(sbx.transport, AsyncJsonLinesTransport)
+        t = sbx.transport
+        other = await AsyncSandbox.create(transport=t, ttl=120)
+        try:
+            # Two sessions' cells at once over one child's pipes.
+            results = await asyncio.gather(sbx.run_code("import time; time.sleep(0.5); 6 * 7"),
+                                           other.run_code("import time; time.sleep(0.5); 'other'"))
+            self.assertEqual([r.text for r in results], ["42", "'other'"])
+            await other.kill()
+            await sbx.files.write("f.txt", "data")
+            out: List[str] = []
+
+            async def on_out(text: str) -> None:
+                out.append(text)
+            r = await sbx.commands.run("cat f.txt; echo", on_stdout=on_out)
+            self.assertEqual((r.stdout, "".join(out)), ("data\n", "data\n"))
+            self.assertEqual(await sbx.files.read("f.txt"), "data")
+        finally:
+            await sbx.kill()
+        assert isinstance(t, AsyncJsonLinesTransport)
+        self.assertEqual(t.returncode, 0)
 
 
 if __name__ == "__main__":

@@ -117,15 +117,40 @@ func TestDecodeCommandBounds(t *testing.T) {
 	if len(r.Stdout) != 100 || !r.StdoutTruncated || len(r.Stderr) > 100 || !r.StderrTruncated || r.ExitCode != -9 {
 		t.Errorf("decoded %d/%v %d/%v exit %d; want both cut at 100 bytes, exit -9", len(r.Stdout), r.StdoutTruncated, len(r.Stderr), r.StderrTruncated, r.ExitCode)
 	}
-	for _, bad := range []string{
-		`{"t":"command","id":"a","done":false}`,
-		`{"t":"command","id":"a","job":"j","done":true}`,
-		`{"t":"command","id":"a","job":"j","exit_code":"1"}`,
-		`{"t":"command","id":"a","job":"j","stdout":1}`,
-		`{"t":"command","id":"a","job":"j","done":"yes"}`,
-	} {
+	for _, bad := range forgedCommandReplies {
 		if _, err := decodeCommand([]byte(bad), 100); err == nil {
 			t.Errorf("decodeCommand(%s) accepted a forged reply", bad)
 		}
 	}
+}
+
+// forgedCommandReplies are refused by decodeCommand; with a valid reply
+// they seed FuzzDecodeCommand.
+var forgedCommandReplies = []string{
+	`{"t":"command","id":"a","done":false}`,
+	`{"t":"command","id":"a","job":"j","done":true}`,
+	`{"t":"command","id":"a","job":"j","exit_code":"1"}`,
+	`{"t":"command","id":"a","job":"j","stdout":1}`,
+	`{"t":"command","id":"a","job":"j","done":"yes"}`,
+}
+
+// FuzzDecodeCommand: whatever a kernel sends as a command reply, the host
+// keeps at most max bytes a stream and never panics.
+func FuzzDecodeCommand(f *testing.F) {
+	f.Add([]byte(`{"t":"command","id":"a","job":"job-1","pid":3,"done":true,"exit_code":-9,"stdout":"x\u00e9","stderr":"","timed_out":true}`), int64(4))
+	for _, b := range forgedCommandReplies {
+		f.Add([]byte(b), int64(100))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, max int64) {
+		if max < 0 || max > 1<<20 {
+			return
+		}
+		r, err := decodeCommand(b, max)
+		if err != nil {
+			return
+		}
+		if int64(len(r.Stdout)) > max || int64(len(r.Stderr)) > max || len(r.Job) > maxJobName {
+			t.Fatalf("decoded past the bounds: %d/%d bytes of %d, job %d bytes", len(r.Stdout), len(r.Stderr), max, len(r.Job))
+		}
+	})
 }

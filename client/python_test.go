@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -568,17 +569,31 @@ func writeFile(t *testing.T, path, content string) {
 func TestPythonE2B(t *testing.T) {
 	python := installPython(t)
 	bin := testenv.Jailcell(t)
+	// The service also listens on loopback TCP with a bearer token, for
+	// the asyncio TCP transport.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	token := strings.Repeat("e2b-test-token-", 3)
 	svc := testenv.StartServe(t, testenv.Serve{
 		Bin:       bin,
 		CleanExit: true,
-		Config:    func(dir string) string { return pythonConfig(t, dir) },
+		Config: func(dir string) string {
+			tokens := filepath.Join(dir, "tokens")
+			writeFile(t, tokens, token+" 0\n")
+			return pythonConfig(t, dir) + "listen: tcp://" + addr + "\nauth:\n  tokens_file: " + tokens + "\n"
+		},
 	})
 	work := t.TempDir()
 	if err := os.CopyFS(filepath.Join(work, "tests"), os.DirFS(filepath.Join("python", "tests"))); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(python, "-m", "unittest", "-v", "test_e2b")
-	cmd.Dir, cmd.Env = filepath.Join(work, "tests"), pipEnv("JAILCELL_SOCKET="+svc.Sock, "JAILCELL_JSON_COMMAND="+jsonCommand(t, bin))
+	cmd.Dir, cmd.Env = filepath.Join(work, "tests"), pipEnv("JAILCELL_SOCKET="+svc.Sock, "JAILCELL_JSON_COMMAND="+jsonCommand(t, bin),
+		"JAILCELL_TCP_URL=tcp://"+addr, "JAILCELL_TCP_TOKEN="+token)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python -m unittest test_e2b: %v\n%s", err, out)

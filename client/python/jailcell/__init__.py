@@ -15,7 +15,8 @@ Sandbox.connect): README.md lists what differs.
 """
 
 from .aio import AsyncCommandHandle, AsyncCommands, AsyncFiles, AsyncSandbox, AsyncWatchHandle
-from .aio_transport import AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTransport, ThreadedTransport
+from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTCPTransport, AsyncTransport,
+                            ThreadedTransport)
 from .client import Client, Session
 from .e2b import (CommandExitException, CommandHandle, CommandResult, Commands, FilesystemEvent, FilesystemEventType,
                   SandboxInfo, SandboxMetrics, WatchHandle)
@@ -29,7 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Files", "AsyncFiles", "AsyncCommands", "AsyncCommandHandle", "AsyncWatchHandle",
-    "AsyncTransport", "AsyncSocketTransport", "AsyncJsonLinesTransport", "ThreadedTransport",
+    "AsyncTransport", "AsyncSocketTransport", "AsyncTCPTransport", "AsyncJsonLinesTransport", "ThreadedTransport",
     "Commands", "CommandResult", "CommandHandle", "CommandExitException", "SandboxInfo", "SandboxMetrics",
     "FilesystemEvent", "FilesystemEventType", "WatchHandle",
     "Execution", "Result", "Logs", "ExecutionError", "FileChange", "EntryInfo", "Attempt",

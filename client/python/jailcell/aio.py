@@ -15,7 +15,8 @@ import asyncio
 import inspect
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
 
-from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTransport, ThreadedTransport)
+from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTCPTransport, AsyncTransport,
+                            ThreadedTransport)
 from .e2b import (DEFAULT_COMMAND_TIMEOUT, CommandExitException, CommandResult, FilesystemEvent, SandboxInfo,
                   SandboxMetrics, _check_envs, _fs_events, _result)
 from .errors import BadRequestError, NotFoundError
@@ -270,7 +271,12 @@ class AsyncSandbox:
 
     @staticmethod
     async def _transport(socket: Optional[str], command: Optional[Sequence[str]], transport: Any,
-                         request_timeout: float) -> "tuple[AsyncTransport, bool]":
+                         request_timeout: float, url: Optional[str] = None,
+                         token: Optional[str] = None) -> "tuple[AsyncTransport, bool]":
+        if url is not None:
+            if socket is not None or command is not None or transport is not None:
+                raise BadRequestError(0, "bad_request", "give url, socket, command or transport: one of them")
+            return AsyncTCPTransport(url, token, timeout=request_timeout), True
         if transport is not None and (socket is not None or command is not None):
             raise BadRequestError(0, "bad_request", "give transport, or socket or command; not both")
         if socket is not None and command is not None:
@@ -293,13 +299,16 @@ class AsyncSandbox:
                      max_lifetime: Optional[float] = None, request_timeout: float = DEFAULT_TIMEOUT,
                      envs: Optional[Dict[str, str]] = None, timeout: Optional[float] = None,
                      metadata: Optional[Dict[str, str]] = None, template: Optional[str] = None,
-                     api_key: Optional[str] = None, domain: Optional[str] = None) -> "AsyncSandbox":
+                     api_key: Optional[str] = None, domain: Optional[str] = None, url: Optional[str] = None,
+                     token: Optional[str] = None) -> "AsyncSandbox":
+        """url (tcp://HOST:PORT) and token reach a node's TCP listener;
+        socket a local `jailcell serve`; command a `jailcell json` child."""
         if timeout is not None and ttl is not None:
             raise BadRequestError(0, "bad_request", "give ttl or timeout (E2B's name for it), not both")
         if template is not None:
             raise BadRequestError(0, "bad_request", "template = %r: jailcell has no templates; name a configured "
                                                     "policy with policy=" % (template,))
-        t, owns = await cls._transport(socket, command, transport, request_timeout)
+        t, owns = await cls._transport(socket, command, transport, request_timeout, url, token)
         try:
             info = await t.call("create", {
                 "ttl_s": timeout if ttl is None else ttl, "policy": policy, "limits": limits, "persist": persist,
@@ -313,11 +322,12 @@ class AsyncSandbox:
     @classmethod
     async def connect(cls, sandbox_id: str, socket: Optional[str] = None, *,
                       command: Optional[Sequence[str]] = None, transport: Any = None,
-                      request_timeout: float = DEFAULT_TIMEOUT, **ignored: Any) -> "AsyncSandbox":
+                      request_timeout: float = DEFAULT_TIMEOUT, url: Optional[str] = None,
+                      token: Optional[str] = None, **ignored: Any) -> "AsyncSandbox":
         """Attach to a live session by its id (E2B's AsyncSandbox.connect)."""
         if not isinstance(sandbox_id, str) or not sandbox_id:
             raise BadRequestError(0, "bad_request", "sandbox_id must be a session id")
-        t, owns = await cls._transport(socket, command, transport, request_timeout)
+        t, owns = await cls._transport(socket, command, transport, request_timeout, url, token)
         try:
             info = await t.call("info", {"session": sandbox_id})
         except BaseException:

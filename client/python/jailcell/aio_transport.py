@@ -12,13 +12,14 @@ import collections
 import inspect
 import itertools
 import json
+import ssl
 import urllib.parse
-from typing import Any, AsyncIterator, Awaitable, Callable, Deque, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import InternalError, UnavailableError
 from .transport import DEFAULT_TIMEOUT, MAX_LINE, BadRequest, Transport, _checked, _decode, _encode
 
-__all__ = ["AsyncTransport", "AsyncSocketTransport", "AsyncJsonLinesTransport", "ThreadedTransport"]
+__all__ = ["AsyncTransport", "AsyncSocketTransport", "AsyncTCPTransport", "AsyncJsonLinesTransport", "ThreadedTransport"]
 
 MAX_HEAD = 64 << 10  # bytes of a response's status line and headers
 
@@ -191,18 +192,24 @@ class AsyncSocketTransport(AsyncTransport):
     def __repr__(self) -> str:
         return "AsyncSocketTransport(%r)" % self.socket_path
 
+    async def _open(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            return await asyncio.open_unix_connection(self.socket_path, limit=MAX_HEAD)
+        except OSError as e:
+            raise UnavailableError(0, "unavailable", "connect to %s: %s" % (self.socket_path, e)) from e
+
+    def _auth(self) -> List[str]:
+        return []
+
     async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None) -> Dict[str, Any]:
         method, path, body, ctype, kind = route(op, fields, on_event is not None)
         return await asyncio.wait_for(self._exchange(op, fields, method, path, body, ctype, kind, on_event), self.timeout)
 
     async def _exchange(self, op: str, fields: Dict[str, Any], method: str, path: str, body: Optional[bytes],
                         ctype: str, kind: str, on_event: Optional[AsyncOnEvent]) -> Dict[str, Any]:
+        reader, writer = await self._open()
         try:
-            reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=MAX_HEAD)
-        except OSError as e:
-            raise UnavailableError(0, "unavailable", "connect to %s: %s" % (self.socket_path, e)) from e
-        try:
-            head = ["%s %s HTTP/1.1" % (method, path), "Host: jailcell", "Connection: close"]
+            head = ["%s %s HTTP/1.1" % (method, path), "Host: jailcell", "Connection: close"] + self._auth()
             if ctype:
                 head.append("Content-Type: " + ctype)
             if kind == "stream":
@@ -251,6 +258,40 @@ class AsyncSocketTransport(AsyncTransport):
                 await writer.wait_closed()
             except OSError:
                 pass
+
+
+class AsyncTCPTransport(AsyncSocketTransport):
+    """`jailcell serve --listen tcp://HOST:PORT` (a fleet node, or behind
+    its proxy), over asyncio streams: each request carries the bearer
+    token (Authorization: Bearer), and with ssl_context the connection is
+    TLS (a client certificate in the context is mutual TLS).
+
+        t = AsyncTCPTransport("tcp://127.0.0.1:7070", token=os.environ["JAILCELL_TOKEN"])
+    """
+
+    def __init__(self, url: str, token: Optional[str] = None, *, ssl_context: Optional[ssl.SSLContext] = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        u = urllib.parse.urlsplit(url if "://" in url else "tcp://" + url)
+        if u.scheme not in ("tcp", "http", "https") or not u.hostname or not u.port:
+            raise BadRequest("url = %r: want tcp://HOST:PORT" % (url,))
+        if token is not None and (not token or any(c in token for c in "\r\n ")):
+            raise BadRequest("token must be a non-empty string without spaces or line breaks")
+        super().__init__(url, timeout)
+        self.host, self.port, self.token = u.hostname, u.port, token
+        self.ssl_context = ssl_context if ssl_context is not None else (
+            ssl.create_default_context() if u.scheme == "https" else None)
+
+    def __repr__(self) -> str:
+        return "AsyncTCPTransport(%r)" % ("%s:%d" % (self.host, self.port))
+
+    async def _open(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            return await asyncio.open_connection(self.host, self.port, ssl=self.ssl_context, limit=MAX_HEAD)
+        except OSError as e:
+            raise UnavailableError(0, "unavailable", "connect to %s:%d: %s" % (self.host, self.port, e)) from e
+
+    def _auth(self) -> List[str]:
+        return ["Authorization: Bearer " + self.token] if self.token else []
 
 
 class AsyncJsonLinesTransport(AsyncTransport):

@@ -2,7 +2,9 @@
 make_dir/exists/watch_dir, get_info, set_timeout, get_metrics,
 Sandbox.connect) against the real jailcell, through both transports: a
 `jailcell serve` socket (JAILCELL_SOCKET) and a `jailcell json` subprocess
-(JAILCELL_JSON_COMMAND). Run by client/python_test.go."""
+(JAILCELL_JSON_COMMAND); AsyncSandbox also over the service's TCP listener
+(JAILCELL_TCP_URL, JAILCELL_TCP_TOKEN). Run by client/python_test.go
+(TestPythonE2B)."""
 
 import asyncio
 import json
@@ -12,11 +14,17 @@ import time
 import unittest
 from typing import Any, List, Optional
 
-from jailcell import (AsyncJsonLinesTransport, AsyncSandbox, AsyncSocketTransport, BadRequestError, BusyError,
+from jailcell import (AsyncJsonLinesTransport, JailcellError, AsyncSandbox, AsyncSocketTransport, BadRequestError, BusyError,
                       CommandExitException, CommandHandle, FilesystemEvent, FilesystemEventType, JsonLinesTransport,
                       NotFoundError, Sandbox, SocketTransport, Transport)
 
 SOCKET = os.environ.get("JAILCELL_SOCKET")
+TCP_URL = os.environ.get("JAILCELL_TCP_URL")
+TCP_TOKEN = os.environ.get("JAILCELL_TCP_TOKEN")
+
+# A 401 for a wrong token: its class depends on the wire code the listener
+# answers with; every one is a JailcellError.
+ForbiddenOrAuth = JailcellError
 JSON_COMMAND: Optional[List[str]] = json.loads(os.environ["JAILCELL_JSON_COMMAND"]) if os.environ.get(
     "JAILCELL_JSON_COMMAND") else None
 
@@ -234,6 +242,29 @@ class AsyncSocketE2BTest(unittest.TestCase):
         finally:
             await a.kill()
             await b.kill()
+
+
+@unittest.skipUnless(TCP_URL and TCP_TOKEN, "JAILCELL_TCP_URL and JAILCELL_TCP_TOKEN are not set: no TCP listener")
+class AsyncTCPE2BTest(unittest.TestCase):
+    """AsyncSandbox over asyncio streams on a node's TCP listener, with
+    its bearer token; a wrong token is refused before anything runs."""
+
+    def test_tcp(self) -> None:
+        asyncio.run(self._go())
+
+    async def _go(self) -> None:
+        sbx = await AsyncSandbox.create(url=TCP_URL, token=TCP_TOKEN, ttl=120)
+        try:
+            out: List[str] = []
+            r = await sbx.commands.run("echo over tcp", on_stdout=out.append)
+            self.assertEqual((r.stdout, "".join(out)), ("over tcp\n", "over tcp\n"))
+            self.assertEqual((await sbx.run_code("6 * 7")).text, "42")
+            again = await AsyncSandbox.connect(sbx.sandbox_id, url=TCP_URL, token=TCP_TOKEN)
+            self.assertEqual((await again.get_info()).sandbox_id, sbx.sandbox_id)
+        finally:
+            await sbx.kill()
+        with self.assertRaises(ForbiddenOrAuth):
+            await AsyncSandbox.create(url=TCP_URL, token="x" * 40)
 
 
 @unittest.skipUnless(JSON_COMMAND, "JAILCELL_JSON_COMMAND is not set: no `jailcell json` to start")

@@ -2162,9 +2162,13 @@ def _command_action(req, link):
     if req.wait > 0:
         if req.stream:
             job.listen(req.id)
+        # While the host waits, its interrupt (SIGINT to the sandbox, which
+        # PID 1 forwards here) goes to the command's group, not the kernel.
+        prev = signal.signal(signal.SIGINT, lambda signum, frame: job.signal(signal.SIGINT))
         try:
             job.wait(req.wait)
         finally:
+            signal.signal(signal.SIGINT, prev)
             if req.stream:
                 job.unlisten()
     if job.proc.poll() is not None and job.timer is not None:

@@ -229,6 +229,17 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(rreq.WaitS*float64(time.Second))+commandSlack)
 	defer cancel()
 	start := time.Now()
+	if rreq.WaitS > 0 {
+		// Interrupt (the op) reaches the command while the request waits.
+		s.mu.Lock()
+		s.running = k
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.running = nil
+			s.mu.Unlock()
+		}()
+	}
 	r, err := k.conn.Command(cctx, rreq, req.OnOutput)
 	if err != nil {
 		// The link is out of step (or the kernel is gone): the sandbox goes

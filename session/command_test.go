@@ -162,3 +162,56 @@ func TestCommandCallerGone(t *testing.T) {
 		t.Errorf("after the caller left: %+v, %v; want the variables kept and the command run to its end", res, err)
 	}
 }
+
+// TestCommandInterrupt: the interrupt op reaches a foreground command
+// (SIGINT to its group, which its trap sees), not the kernel: the command
+// ends, the variables stay.
+func TestCommandInterrupt(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "kept = 3"}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	done := make(chan *CommandResult, 1)
+	go func() {
+		r, err := e.m.Command(ctx, 1000, info.ID, CommandRequest{
+			Cmd:      "trap 'echo got-int; exit 9' INT; echo ready; while :; do sleep 0.1; done",
+			Timeout:  60 * time.Second,
+			OnOutput: func(stream, text string) {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
+			},
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command never started")
+	}
+	if ran, err := e.m.Interrupt(ctx, 1000, info.ID); err != nil || !ran {
+		t.Fatalf("interrupt = %v, %v; want a running command interrupted", ran, err)
+	}
+	select {
+	case r := <-done:
+		if r == nil || !r.Done || r.ExitCode != 9 || !strings.Contains(r.Stdout, "got-int") || r.TimedOut {
+			t.Errorf("interrupted command = %+v, want its trap's exit 9", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the interrupted command did not end")
+	}
+	res, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "kept"})
+	if err != nil || res.Value["text/plain"] != "3" || res.State != StateKept {
+		t.Errorf("after the interrupt: %+v, %v; want the kernel and kept = 3", res, err)
+	}
+}

@@ -180,8 +180,8 @@ func TestCommandInterrupt(t *testing.T) {
 	done := make(chan *CommandResult, 1)
 	go func() {
 		r, err := e.m.Command(ctx, 1000, info.ID, CommandRequest{
-			Cmd:      "trap 'echo got-int; exit 9' INT; echo ready; while :; do sleep 0.1; done",
-			Timeout:  60 * time.Second,
+			Cmd:     "trap 'echo got-int; exit 9' INT; echo ready; while :; do sleep 0.1; done",
+			Timeout: 60 * time.Second,
 			OnOutput: func(stream, text string) {
 				select {
 				case started <- struct{}{}:

@@ -363,7 +363,7 @@ class AsyncSandbox:
             raise BadRequestError(0, "bad_request", "language = %r: jailcell runs Python only" % (language,))
         t = _Tasks()
         c = _Collector(t.wrap(on_stdout), t.wrap(on_stderr), t.wrap(on_result))
-        fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None, envs)
+        fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None, envs=envs)
         ex = c.finish(await self.transport.call("exec", fields, c.event))
         await t.done()
         if on_error is not None and ex.error is not None:

@@ -296,7 +296,7 @@ class Sandbox:
         if language not in (None, "python", "py", "python3"):
             raise BadRequestError(0, "bad_request", "language = %r: jailcell runs Python only" % (language,))
         c = _Collector(on_stdout, on_stderr, on_result)
-        fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None, envs)
+        fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None, envs=envs)
         ex = c.finish(self.transport.call("exec", fields, c.event))
         if on_error is not None and ex.error is not None:
             on_error(ex.error)

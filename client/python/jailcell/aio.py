@@ -40,9 +40,10 @@ class _Tasks:
     def wrap(self, cb: Optional[Callable[[Any], Any]]) -> Optional[Callable[[Any], None]]:
         if cb is None:
             return None
+        fn = cb
 
         def run(arg: Any) -> None:
-            out = cb(arg)
+            out = fn(arg)
             if inspect.isawaitable(out):
                 self.tasks.append(asyncio.ensure_future(out))
         return run

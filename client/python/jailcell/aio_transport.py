@@ -307,7 +307,7 @@ class AsyncJsonLinesTransport(AsyncTransport):
         self._pending: Dict[int, "asyncio.Queue[Union[Event, BaseException]]"] = {}
         self._dead: Optional[UnavailableError] = None
         self._tail: Deque[bytes] = collections.deque(maxlen=64)
-        self._tasks: list = []
+        self._tasks: List["asyncio.Future[None]"] = []
 
     @classmethod
     async def start(cls, command: Sequence[str] = ("jailcell", "json"), *, env: Optional[Dict[str, str]] = None,
@@ -422,7 +422,7 @@ class ThreadedTransport(AsyncTransport):
 
     async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None) -> Dict[str, Any]:
         loop = asyncio.get_running_loop()
-        pending: list = []
+        pending: List["asyncio.Future[Any]"] = []
 
         def hop(ev: Event) -> None:
             def run() -> None:

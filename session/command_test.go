@@ -215,3 +215,36 @@ func TestCommandInterrupt(t *testing.T) {
 		t.Errorf("after the interrupt: %+v, %v; want the kernel and kept = 3", res, err)
 	}
 }
+
+// TestCommandSurvivesHibernate: a background command is a child of the
+// kernel, so a checkpoint takes it along: after hibernate and restore it
+// is still running, its output kept, and kill and wait reach it.
+func TestCommandSurvivesHibernate(t *testing.T) {
+	requiresCriu(t)
+	r := newRestartable(t)
+	ctx := context.Background()
+	m, id := criuDaemon(t, r, nil, "x = 42")
+	defer m.Shutdown(ctx)
+	bg, err := m.Command(ctx, 1000, id, CommandRequest{Cmd: "echo before; sleep 600", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Hibernate(ctx, 1000, id); err != nil {
+		t.Fatalf("Hibernate with a background command: %v", err)
+	}
+	if _, err := m.Restore(ctx, 1000, id); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	r2, err := m.Command(ctx, 1000, id, CommandRequest{Action: CommandWait, Job: bg.Job, Timeout: 200 * time.Millisecond})
+	if err != nil || r2.Done || r2.Stdout != "before\n" {
+		t.Fatalf("after restore: %+v, %v; want the job running with its output", r2, err)
+	}
+	r2, err = m.Command(ctx, 1000, id, CommandRequest{Action: CommandKill, Job: bg.Job})
+	if err != nil || !r2.Done || r2.ExitCode != -9 {
+		t.Errorf("kill after restore: %+v, %v", r2, err)
+	}
+	res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: "x"})
+	if err != nil || res.Value["text/plain"] != "42" {
+		t.Errorf("variables after restore: %+v, %v", res, err)
+	}
+}

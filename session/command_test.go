@@ -84,6 +84,12 @@ func TestCommand(t *testing.T) {
 		t.Fatalf("timeout = %+v, %v (after %s); want timed out and killed", r, err, time.Since(start))
 	}
 
+	// A flood is kept to the policy's output bytes, and said to be cut.
+	r, err = e.m.Command(ctx, 1000, id, CommandRequest{Cmd: "head -c 10000000 /dev/zero | tr '\\0' x; echo done >&2"})
+	if err != nil || int64(len(r.Stdout)) != e.m.cfg.Policies["default"].OutputBytes || !r.StdoutTruncated || r.Stderr != "done\n" || r.ExitCode != 0 {
+		t.Errorf("flood: %d bytes, truncated %v, stderr %q, %v; want the policy's %d bytes", len(r.Stdout), r.StdoutTruncated, r.Stderr, err, e.m.cfg.Policies["default"].OutputBytes)
+	}
+
 	// Refusals name the field.
 	for _, c := range []struct {
 		req  CommandRequest

@@ -154,3 +154,28 @@ func FuzzDecodeCommand(f *testing.F) {
 		}
 	})
 }
+
+// TestCommandForgedStream: a forged kernel floods a command's request with
+// stream frames; the host passes on at most MaxOutput bytes a stream over
+// the whole request, ignores frames of other ids, and still takes the reply.
+func TestCommandForgedStream(t *testing.T) {
+	chunk := strings.Repeat("x", 1000)
+	c := socketConn(t, func(n int) [][]byte {
+		var out [][]byte
+		for range 50 {
+			out = append(out, rawFrame([]byte(`{"t":"stream","id":"c1","name":"stdout","text":"`+chunk+`"}`)))
+			out = append(out, rawFrame([]byte(`{"t":"stream","id":"other","name":"stdout","text":"`+chunk+`"}`)))
+		}
+		out = append(out, rawFrame([]byte(`{"t":"command","id":"c1","job":"job-1","done":true,"exit_code":0,"stdout":"`+strings.Repeat("y", 5000)+`"}`)))
+		return out
+	})
+	got := 0
+	r, err := c.Command(context.Background(), CommandRequest{ID: "c1", Action: CommandWait, Job: "job-1", MaxOutput: 2500, WaitS: 1},
+		func(name, text string) { got += len(text) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 2500 || len(r.Stdout) != 2500 || !r.StdoutTruncated || !r.Done {
+		t.Errorf("streamed %d bytes, reply %d (truncated %v); want 2500 of each, cut", got, len(r.Stdout), r.StdoutTruncated)
+	}
+}

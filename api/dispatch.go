@@ -99,7 +99,10 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 	m := d.Manager
 	switch req.Op {
 	case OpExec:
-		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot, RawANSI: req.RawANSI}
+		if err := session.CheckEnvs("envs", req.Envs); err != nil {
+			return nil, err
+		}
+		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot, RawANSI: req.RawANSI, Envs: req.Envs}
 		if req.Stream {
 			er.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
 			er.OnDisplay = func(item session.DisplayItem) { send(Event{ID: req.ID, Event: EventDisplay, Display: &item}) }
@@ -131,6 +134,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 			Override:     req.Limits,
 			Persist:      req.Persist,
 			Requirements: req.Requirements,
+			Envs:         req.Envs,
 		})
 		if err != nil {
 			return nil, err
@@ -181,6 +185,57 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 			return nil, err
 		}
 		return &Response{Completion: a.Completion, Inspection: a.Inspection, Completeness: a.Completeness}, nil
+	case OpCommand:
+		cr := session.CommandRequest{Action: req.Action, Cmd: req.Cmd, Envs: req.Envs, Cwd: req.Cwd, Timeout: duration(req.TimeoutS), Background: req.Background, Job: req.Job}
+		if req.Stream {
+			cr.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
+		}
+		res, err := m.Command(ctx, owner, req.Session, cr)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Command: res}, nil
+	case OpInfo:
+		info, err := m.Info(ctx, owner, req.Session)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Info: info, plainOK: true}, nil
+	case OpSetTimeout:
+		info, err := m.SetTimeout(ctx, owner, req.Session, duration(req.TimeoutS))
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Info: info, plainOK: true}, nil
+	case OpMetrics:
+		mt, err := m.SessionMetrics(ctx, owner, req.Session)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Metrics: mt}, nil
+	case OpStat:
+		e, err := m.Stat(ctx, owner, req.Session, req.Path)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Entry: e}, nil
+	case OpRemove:
+		if err := m.Remove(ctx, owner, req.Session, req.Path); err != nil {
+			return nil, err
+		}
+		return &Response{Path: req.Path}, nil
+	case OpMkdir:
+		created, err := m.MakeDir(ctx, owner, req.Session, req.Path)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Path: req.Path, Created: &created}, nil
+	case OpWatch:
+		w, err := m.Watch(ctx, owner, req.Session, session.WatchRequest{Action: req.Action, Path: req.Path, Recursive: req.Recursive, Watch: req.Watch})
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Watch: w.Watch, Events: w.Events, Overflow: w.Overflow}, nil
 	case OpFailures:
 		return d.failures(owner, req)
 	case OpSessions:

@@ -9,6 +9,9 @@ func FuzzDecodeRequest(f *testing.F) {
 	for _, tc := range decodeCases {
 		f.Add([]byte(tc.line))
 	}
+	for _, line := range e2bDecodeLines {
+		f.Add([]byte(line))
+	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		req, err := DecodeRequest(line)
 		checkDecodeInvariants(t, line, req, err)

@@ -227,15 +227,21 @@ const (
 	routeHealthz  = "healthz"
 	routeReadyz   = "readyz"
 	routeMetrics  = "metrics"
-	routeSessions = "sessions"       // /v1/sessions
-	routeSession  = "session"        // /v1/sessions/{id}
-	routeExec     = "session_exec"   // /v1/sessions/{id}/exec
-	routeOneShot  = "exec"           // /v1/exec
-	routeFiles    = "files"          // /v1/sessions/{id}/files
-	routeFile     = "file"           // /v1/sessions/{id}/files/{path...}
-	routeLife     = "session_op"     // /v1/sessions/{id}/{hibernate,restore,fork,snapshot,rollback,interrupt}
-	routeAssist   = "session_assist" // /v1/sessions/{id}/{complete,inspect,is_complete}
-	routeOpenAPI  = "openapi"        // /v1/openapi.json
+	routeSessions = "sessions"        // /v1/sessions
+	routeSession  = "session"         // /v1/sessions/{id}
+	routeExec     = "session_exec"    // /v1/sessions/{id}/exec
+	routeOneShot  = "exec"            // /v1/exec
+	routeFiles    = "files"           // /v1/sessions/{id}/files
+	routeFile     = "file"            // /v1/sessions/{id}/files/{path...}
+	routeLife     = "session_op"      // /v1/sessions/{id}/{hibernate,restore,fork,snapshot,rollback,interrupt}
+	routeAssist   = "session_assist"  // /v1/sessions/{id}/{complete,inspect,is_complete}
+	routeCommand  = "session_command" // /v1/sessions/{id}/commands
+	routeTimeout  = "session_timeout" // /v1/sessions/{id}/timeout
+	routeMetricsS = "session_metrics" // /v1/sessions/{id}/metrics
+	routeWatch    = "session_watch"   // /v1/sessions/{id}/watch
+	routeStat     = "stat"            // /v1/sessions/{id}/stat/{path...}
+	routeDir      = "dir"             // /v1/sessions/{id}/dirs/{path...}
+	routeOpenAPI  = "openapi"         // /v1/openapi.json
 	routeUnknown  = "unknown"
 )
 
@@ -245,13 +251,19 @@ var routeMethods = map[string][]string{
 	routeReadyz:   {http.MethodGet, http.MethodHead},
 	routeMetrics:  {http.MethodGet, http.MethodHead},
 	routeSessions: {http.MethodGet, http.MethodHead, http.MethodPost},
-	routeSession:  {http.MethodDelete},
+	routeSession:  {http.MethodGet, http.MethodDelete},
 	routeExec:     {http.MethodPost},
 	routeOneShot:  {http.MethodPost},
 	routeFiles:    {http.MethodGet, http.MethodHead},
-	routeFile:     {http.MethodGet, http.MethodHead, http.MethodPut},
+	routeFile:     {http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete},
 	routeLife:     {http.MethodPost},
 	routeAssist:   {http.MethodPost},
+	routeCommand:  {http.MethodPost},
+	routeTimeout:  {http.MethodPost},
+	routeMetricsS: {http.MethodGet},
+	routeWatch:    {http.MethodPost},
+	routeStat:     {http.MethodGet},
+	routeDir:      {http.MethodPut},
 	routeOpenAPI:  {http.MethodGet, http.MethodHead},
 }
 
@@ -310,6 +322,18 @@ func matchRoute(escaped string) (route, *Error) {
 			return route{name: routeExec, session: id}, nil
 		case n == 4 && segs[3] == "files":
 			return route{name: routeFiles, session: id}, nil
+		case n == 4 && segs[3] == "commands":
+			return route{name: routeCommand, session: id}, nil
+		case n == 4 && segs[3] == "timeout":
+			return route{name: routeTimeout, session: id}, nil
+		case n == 4 && segs[3] == "metrics":
+			return route{name: routeMetricsS, session: id}, nil
+		case n == 4 && segs[3] == "watch":
+			return route{name: routeWatch, session: id}, nil
+		case n >= 5 && segs[3] == "stat":
+			return route{name: routeStat, session: id, path: strings.Join(segs[4:], "/")}, nil
+		case n >= 5 && segs[3] == "dirs":
+			return route{name: routeDir, session: id, path: strings.Join(segs[4:], "/")}, nil
 		case n == 4 && lifeOps[segs[3]] != "":
 			return route{name: routeLife, session: id, op: lifeOps[segs[3]]}, nil
 		case n == 4 && assistOps[segs[3]] != "":
@@ -318,7 +342,7 @@ func matchRoute(escaped string) (route, *Error) {
 			return route{name: routeFile, session: id, path: strings.Join(segs[4:], "/")}, nil
 		}
 	}
-	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /readyz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt|/complete|/inspect|/is_complete]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
+	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /readyz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt|/complete|/inspect|/is_complete|/commands|/timeout|/metrics|/watch|/stat/{path}|/dirs/{path}]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
 }
 
 // statusWriter remembers the status code for the request log and metrics.
@@ -426,7 +450,11 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		}
 		s.handle(w, r, &Request{ID: s.nextID(), Op: OpSessions}, owner)
 	case routeSession:
-		s.handle(w, r, &Request{ID: s.nextID(), Op: OpClose, Session: rt.session}, owner)
+		op := OpClose
+		if r.Method == http.MethodGet {
+			op = OpInfo
+		}
+		s.handle(w, r, &Request{ID: s.nextID(), Op: op, Session: rt.session}, owner)
 	case routeExec:
 		s.jsonOp(w, r, OpExec, rt.session, owner)
 	case routeOneShot:
@@ -437,9 +465,25 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		s.handle(w, r, &Request{ID: s.nextID(), Op: rt.op, Session: rt.session}, owner)
 	case routeAssist:
 		s.jsonOp(w, r, rt.op, rt.session, owner)
+	case routeCommand:
+		s.jsonOp(w, r, OpCommand, rt.session, owner)
+	case routeTimeout:
+		s.jsonOp(w, r, OpSetTimeout, rt.session, owner)
+	case routeWatch:
+		s.jsonOp(w, r, OpWatch, rt.session, owner)
+	case routeMetricsS:
+		s.handle(w, r, &Request{ID: s.nextID(), Op: OpMetrics, Session: rt.session}, owner)
+	case routeStat:
+		s.handle(w, r, &Request{ID: s.nextID(), Op: OpStat, Session: rt.session, Path: rt.path}, owner)
+	case routeDir:
+		s.handle(w, r, &Request{ID: s.nextID(), Op: OpMkdir, Session: rt.session, Path: rt.path}, owner)
 	case routeFile:
 		if r.Method == http.MethodPut {
 			s.upload(w, r, rt, owner)
+			return
+		}
+		if r.Method == http.MethodDelete {
+			s.handle(w, r, &Request{ID: s.nextID(), Op: OpRemove, Session: rt.session, Path: rt.path}, owner)
 			return
 		}
 		s.download(w, r, rt, owner)
@@ -602,7 +646,7 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 	}
 	// Only an exec has output to stream: asked by the Accept header, or
 	// by "stream" as in a JSON-lines request.
-	req.Stream = op == OpExec && (req.Stream || acceptsNDJSON(r.Header.Get("Accept")))
+	req.Stream = (op == OpExec || op == OpCommand) && (req.Stream || acceptsNDJSON(r.Header.Get("Accept")))
 	if req.Stream {
 		s.stream(w, r.Context(), owner, req, pl)
 	} else {
@@ -836,7 +880,7 @@ func (s *HTTPServer) writeBody(w http.ResponseWriter, resp *Response) {
 // over the transport's size limit is 413, set where it is refused.
 func httpStatus(resp *Response) int {
 	if resp.OK {
-		if resp.Info != nil && resp.Result == nil {
+		if resp.Info != nil && resp.Result == nil && !resp.plainOK {
 			return http.StatusCreated
 		}
 		return http.StatusOK

@@ -111,7 +111,7 @@ var httpCases = []httpCase{
 	{name: "unknown route", method: "GET", path: "/v2/things", status: 404, code: CodeNotFound, contains: "no route"},
 	{name: "trailing slash is not a route", method: "GET", path: "/v1/sessions/", status: 404, code: CodeNotFound},
 	{name: "method not allowed", method: "PATCH", path: "/v1/sessions", status: 405, code: CodeBadRequest, contains: "allowed: GET, HEAD, POST"},
-	{name: "get on a session", method: "GET", path: "/v1/sessions/abc", status: 405, code: CodeBadRequest},
+	{name: "post on a session", method: "POST", path: "/v1/sessions/abc", status: 405, code: CodeBadRequest, contains: "allowed: GET, DELETE"},
 	// net/http refuses a malformed URL itself, before any handler.
 	{name: "bad percent-encoding", method: "GET", path: "/v1/sessions/%zz/files", status: 400},
 	{name: "create: body not an object", method: "POST", path: "/v1/sessions", body: `[1,2]`, status: 400, code: CodeBadRequest, contains: "must be a JSON object, got array"},

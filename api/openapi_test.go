@@ -505,6 +505,8 @@ func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
 		t.Errorf("is_complete: %s", b)
 	}
 
+	e2bContractHTTP(h, sp, js)
+
 	// Session ops; without a working criu they answer errors, which are
 	// validated the same.
 	status, _ := h.call("POST", "/v1/sessions/{id}/snapshot", sp+"/snapshot", nil, nil)
@@ -720,6 +722,25 @@ func contractJSONL(t *testing.T, s *spec, d *Dispatcher) {
 		t.Errorf("is_complete 'if y:': %v, want incomplete", r)
 	}
 	do("complete", sf+`,"code":"y","cursor_pos":2`)
+	r, events = do("command", sf+`,"cmd":"echo $B","envs":{"B":"jl"},"stream":true`)
+	if c, _ := r["command"].(map[string]any); c == nil || c["stdout"] != "jl\n" || len(events) == 0 {
+		t.Errorf("command: %v (%d events), want stdout jl and a stdout event", r, len(events))
+	}
+	do("command", sf+`,"action":"kill"`)
+	do("info", sf)
+	do("set_timeout", sf+`,"timeout_s":300`)
+	do("metrics", sf)
+	do("mkdir", sf+`,"path":"w"`)
+	r, _ = do("watch", sf+`,"path":"w"`)
+	do("upload", sf+`,"path":"w/n.txt","data":"AAEC"`)
+	time.Sleep(150 * time.Millisecond)
+	r, _ = do("watch", sf+fmt.Sprintf(`,"action":"poll","watch":%q`, r["watch"]))
+	if evs, _ := r["events"].([]any); len(evs) == 0 {
+		t.Errorf("watch poll after an upload: %v, want events", r)
+	}
+	do("stat", sf+`,"path":"w/n.txt"`)
+	do("remove", sf+`,"path":"w"`)
+	do("stat", sf+`,"path":"w"`)
 	do("snapshot", sf)
 	do("rollback", sf)
 	forked, _ := do("fork", sf)
@@ -766,4 +787,55 @@ func jsonFields(v any) []string {
 	}
 	walk(reflect.TypeOf(v))
 	return out
+}
+
+// e2bContractHTTP calls the E2B-shaped ops (commands, info, timeout,
+// metrics, stat, dirs, remove, watch) with answers and refusals.
+func e2bContractHTTP(h *httpContract, sp string, js map[string]string) {
+	t := h.t
+	if b := h.must(200, "POST", "/v1/sessions/{id}/commands", sp+"/commands", []byte(`{"cmd":"echo $A; exit 2","envs":{"A":"hi"}}`), js); !bytes.Contains(b, []byte(`"exit_code":2`)) || !bytes.Contains(b, []byte(`"stdout":"hi\n"`)) {
+		t.Errorf("command: %s", b)
+	}
+	b := h.must(200, "POST", "/v1/sessions/{id}/commands", sp+"/commands", []byte(`{"cmd":"echo streamed; echo e >&2"}`),
+		map[string]string{"Content-Type": "application/json", "Accept": "application/x-ndjson"})
+	if !bytes.Contains(b, []byte(`"event":"stdout"`)) || !bytes.Contains(b, []byte(`"command":`)) {
+		t.Errorf("streamed command: %s", b)
+	}
+	h.must(200, "POST", "/v1/sessions/{id}/commands", sp+"/commands", []byte(`{"cmd":"sleep 60","background":true}`), js)
+	h.must(400, "POST", "/v1/sessions/{id}/commands", sp+"/commands", []byte(`{"cmd":"true","cwd":"../x"}`), js)
+	h.must(400, "POST", "/v1/sessions/{id}/commands", sp+"/commands", []byte(`{"cmd":"true","envs":{"A":1}}`), js)
+	h.must(404, "POST", "/v1/sessions/{id}/commands", sp+"/commands", []byte(`{"action":"wait","job":"job-999"}`), js)
+
+	if b := h.must(200, "GET", "/v1/sessions/{id}", sp, nil, nil); !bytes.Contains(b, []byte(`"state":"ready"`)) {
+		t.Errorf("info: %s", b)
+	}
+	h.must(404, "GET", "/v1/sessions/{id}", "/v1/sessions/nope", nil, nil)
+	h.must(200, "POST", "/v1/sessions/{id}/timeout", sp+"/timeout", []byte(`{"timeout_s":120}`), js)
+	h.must(400, "POST", "/v1/sessions/{id}/timeout", sp+"/timeout", []byte(`{"timeout_s":1e9}`), js)
+	if b := h.must(200, "GET", "/v1/sessions/{id}/metrics", sp+"/metrics", nil, nil); !bytes.Contains(b, []byte(`"running":true`)) {
+		t.Errorf("metrics: %s", b)
+	}
+	if b := h.must(200, "PUT", "/v1/sessions/{id}/dirs/{path}", sp+"/dirs/d/e", nil, nil); !bytes.Contains(b, []byte(`"created":true`)) {
+		t.Errorf("mkdir: %s", b)
+	}
+	b = h.must(200, "POST", "/v1/sessions/{id}/watch", sp+"/watch", []byte(`{"path":"d","recursive":true}`), js)
+	var w struct {
+		Watch string `json:"watch"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil || w.Watch == "" {
+		t.Fatalf("watch start: %s", b)
+	}
+	h.must(200, "PUT", "/v1/sessions/{id}/files/{path}", sp+"/files/d/e/f.txt", []byte("x"), nil)
+	time.Sleep(150 * time.Millisecond)
+	if b := h.must(200, "POST", "/v1/sessions/{id}/watch", sp+"/watch", []byte(`{"action":"poll","watch":"`+w.Watch+`"}`), js); !bytes.Contains(b, []byte(`{"name":"e/f.txt","type":"create"}`)) {
+		t.Errorf("watch poll: %s", b)
+	}
+	h.must(400, "POST", "/v1/sessions/{id}/watch", sp+"/watch", []byte(`{"action":"poll"}`), js)
+	if b := h.must(200, "GET", "/v1/sessions/{id}/stat/{path}", sp+"/stat/d/e/f.txt", nil, nil); !bytes.Contains(b, []byte(`"size":1`)) {
+		t.Errorf("stat: %s", b)
+	}
+	h.must(404, "GET", "/v1/sessions/{id}/stat/{path}", sp+"/stat/nope", nil, nil)
+	h.must(200, "DELETE", "/v1/sessions/{id}/files/{path}", sp+"/files/d", nil, nil)
+	h.must(404, "DELETE", "/v1/sessions/{id}/files/{path}", sp+"/files/d", nil, nil)
+	h.must(400, "PUT", "/v1/sessions/{id}/dirs/{path}", sp+"/dirs/..%2Fx", nil, nil)
 }

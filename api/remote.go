@@ -120,6 +120,25 @@ func (r *Remote) forward(ctx context.Context, req *Request, emit func(Event)) (*
 		return r.callJSON(ctx, sp(req.Op), req)
 	case OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt:
 		return r.call(ctx, http.MethodPost, sp(req.Op), nil, "")
+	case OpCommand:
+		if req.Stream && emit != nil {
+			return r.stream(ctx, sp("commands"), req, emit)
+		}
+		return r.callJSON(ctx, sp("commands"), req)
+	case OpInfo:
+		return r.call(ctx, http.MethodGet, sp(), nil, "")
+	case OpSetTimeout:
+		return r.callJSON(ctx, sp("timeout"), req)
+	case OpMetrics:
+		return r.call(ctx, http.MethodGet, sp("metrics"), nil, "")
+	case OpWatch:
+		return r.callJSON(ctx, sp("watch"), req)
+	case OpStat:
+		return r.call(ctx, http.MethodGet, sp("stat", escapeFilePath(req.Path)), nil, "")
+	case OpRemove:
+		return r.call(ctx, http.MethodDelete, sp("files", escapeFilePath(req.Path)), nil, "")
+	case OpMkdir:
+		return r.call(ctx, http.MethodPut, sp("dirs", escapeFilePath(req.Path)), nil, "")
 	}
 	return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf(
 		"op %q is not offered through the jailcell service's HTTP API; run it in a process of its own (--embedded, as root)", req.Op)}

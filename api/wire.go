@@ -59,9 +59,31 @@ const (
 	OpComplete   = "complete"
 	OpInspect    = "inspect"
 	OpIsComplete = "is_complete"
+	// OpCommand runs a shell command inside a session's sandbox (action
+	// "start", the default), or waits for or kills one started with
+	// "background": the response's "command".
+	OpCommand = "command"
+	// OpInfo answers a session's info as it is now (E2B's get_info).
+	OpInfo = "info"
+	// OpSetTimeout makes a session end "timeout_s" from now unless used
+	// again (E2B's set_timeout): refused past max_idle_ttl or its lifetime.
+	OpSetTimeout = "set_timeout"
+	// OpMetrics samples a session's CPU, memory and disk from the host's
+	// side of its cgroup and disk: the response's "metrics".
+	OpMetrics = "metrics"
+	// OpStat, OpRemove and OpMkdir: one path of the workspace described
+	// ("entry"), removed (with all below it), or made a directory
+	// ("created": false if it was one already).
+	OpStat   = "stat"
+	OpRemove = "remove"
+	OpMkdir  = "mkdir"
+	// OpWatch starts (action "start", "path", "recursive"), polls or stops
+	// ("watch") a directory watch: the response's "watch", "events" and
+	// "overflow".
+	OpWatch = "watch"
 )
 
-var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt, OpComplete, OpInspect, OpIsComplete}
+var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt, OpComplete, OpInspect, OpIsComplete, OpCommand, OpInfo, OpSetTimeout, OpMetrics, OpStat, OpRemove, OpMkdir, OpWatch}
 
 // allowedOps is the list bad requests quote.
 var allowedOps = strings.Join(ops, ", ")
@@ -132,6 +154,22 @@ type Request struct {
 	// DetailLevel is inspect's 0 (signature and docstring, default) or 1
 	// (with the source).
 	DetailLevel int `json:"detail_level,omitempty"`
+
+	// Cmd is a command's bash command line (command).
+	Cmd string `json:"cmd,omitempty"`
+	// Envs are environment variables: the session's (create), one cell's
+	// (exec), one command's (command).
+	Envs map[string]string `json:"envs,omitempty"`
+	// Cwd is a command's working directory, relative to /work.
+	Cwd string `json:"cwd,omitempty"`
+	// Background makes a command's start answer at once with its job.
+	Background bool `json:"background,omitempty"`
+	// Job names a background command to wait for or kill.
+	Job string `json:"job,omitempty"`
+	// Watch names a directory watch to poll or stop; Recursive makes a
+	// new one watch subdirectories too.
+	Watch     string `json:"watch,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
 }
 
 // Fix is an exec's fix-and-retry request.
@@ -197,6 +235,23 @@ type Response struct {
 	Completion   *session.Completion   `json:"completion,omitempty"`
 	Inspection   *session.Inspection   `json:"inspection,omitempty"`
 	Completeness *session.Completeness `json:"completeness,omitempty"`
+	// command
+	Command *session.CommandResult `json:"command,omitempty"`
+	// metrics
+	Metrics *session.SessionMetrics `json:"metrics,omitempty"`
+	// stat
+	Entry *session.Entry `json:"entry,omitempty"`
+	// mkdir: false if the directory was there already.
+	Created *bool `json:"created,omitempty"`
+	// watch: the watch's id, the changes since the last poll (non-nil for
+	// that op), and whether more happened than were listed.
+	Watch    string               `json:"watch,omitempty"`
+	Events   []session.WatchEvent `json:"events,omitzero"`
+	Overflow bool                 `json:"overflow,omitempty"`
+
+	// plainOK: an info answer that made nothing (info, set_timeout) is
+	// 200 over HTTP, not create's 201.
+	plainOK bool
 }
 
 // Event kinds.
@@ -284,6 +339,13 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	if detail != nil {
 		req.DetailLevel = *detail
 	}
+	d.str("cmd", &req.Cmd)
+	d.envs(&req.Envs)
+	d.str("cwd", &req.Cwd)
+	d.boolean("background", &req.Background)
+	d.str("job", &req.Job)
+	d.str("watch", &req.Watch)
+	d.boolean("recursive", &req.Recursive)
 	if d.err != nil {
 		return req, d.err
 	}
@@ -376,6 +438,40 @@ func (r *Request) Validate() *Error {
 			return badRequest(`field "detail_level" = %d: allowed 0 (default) or 1`, r.DetailLevel)
 		}
 		return nil
+	case OpCommand:
+		if err := need("session", "a session id", r.Session != ""); err != nil {
+			return err
+		}
+		switch r.Action {
+		case "", session.CommandStart:
+			return need("cmd", "a bash command line, a non-empty string", r.Cmd != "")
+		case session.CommandWait, session.CommandKill:
+			return need("job", "the job a background start answered", r.Job != "")
+		}
+		return badRequest(`field "action" = %q: allowed for op "command": "start" (default), "wait" or "kill"`, r.Action)
+	case OpInfo, OpMetrics:
+		return need("session", "a session id", r.Session != "")
+	case OpSetTimeout:
+		if err := need("session", "a session id", r.Session != ""); err != nil {
+			return err
+		}
+		return need("timeout_s", "seconds from now, > 0", r.TimeoutS > 0)
+	case OpStat, OpRemove, OpMkdir:
+		if err := need("session", "a session id", r.Session != ""); err != nil {
+			return err
+		}
+		return need("path", "a path relative to the working directory", r.Path != "")
+	case OpWatch:
+		if err := need("session", "a session id", r.Session != ""); err != nil {
+			return err
+		}
+		switch r.Action {
+		case "", session.WatchStart:
+			return nil
+		case session.WatchPoll, session.WatchStop:
+			return need("watch", "the id a watch start answered", r.Watch != "")
+		}
+		return badRequest(`field "action" = %q: allowed for op "watch": "start" (default), "poll" or "stop"`, r.Action)
 	case OpFailures:
 		if r.Action != "" && r.Action != "list" && r.Action != "clear" {
 			return badRequest(`field "action" = %q: allowed "list" (default) or "clear"`, r.Action)
@@ -487,6 +583,32 @@ func (d *decoder) strings(name string, dst *[]string) {
 			d.err = badRequest("field %q must be an array of strings, element %d is %s", name, i, jsonKind(it))
 			return
 		}
+	}
+	*dst = out
+}
+
+// envs decodes an object of string values; session.CheckEnvs bounds it.
+func (d *decoder) envs(dst *map[string]string) {
+	raw, ok := d.get("envs")
+	if !ok {
+		return
+	}
+	var obj map[string]json.RawMessage
+	if jsonKind(raw) != "object" || json.Unmarshal(raw, &obj) != nil {
+		d.wrongType("envs", "an object of environment variables, name to string value", raw)
+		return
+	}
+	if len(obj) == 0 {
+		return
+	}
+	out := make(map[string]string, len(obj))
+	for k, v := range obj {
+		var s string
+		if jsonKind(v) != "string" || json.Unmarshal(v, &s) != nil {
+			d.err = badRequest("field %q must map names to strings, %.64q is %s", "envs", k, jsonKind(v))
+			return
+		}
+		out[k] = s
 	}
 	*dst = out
 }

@@ -145,6 +145,19 @@ func (c *JSONL) read(r io.Reader) {
 
 // roundTrip sends one request and waits for its response.
 func (c *JSONL) roundTrip(ctx context.Context, req map[string]any, events *ExecOptions) (*response, error) {
+	raw, err := c.roundTripRaw(ctx, req, events)
+	if err != nil {
+		return nil, err
+	}
+	var r response
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("jailcell: decode response: %w", err)
+	}
+	return &r, checkResponse(0, &r)
+}
+
+// roundTripRaw sends one request and returns its response line.
+func (c *JSONL) roundTripRaw(ctx context.Context, req map[string]any, events *ExecOptions) (json.RawMessage, error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -182,11 +195,7 @@ func (c *JSONL) roundTrip(ctx context.Context, req map[string]any, events *ExecO
 			defer c.mu.Unlock()
 			return nil, c.err
 		}
-		var r response
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return nil, fmt.Errorf("jailcell: decode response: %w", err)
-		}
-		return &r, checkResponse(0, &r)
+		return raw, nil
 	case <-ctx.Done():
 		// The request runs on in jailcell; its answer is dropped.
 		c.forget(id)

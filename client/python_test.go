@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -560,4 +561,102 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestPythonE2B runs the E2B-shaped suite (test_e2b: commands, envs, files,
+// watches, info, timeout, metrics, connect) through both transports
+// against a real `jailcell serve` and real `jailcell json` processes.
+func TestPythonE2B(t *testing.T) {
+	python := installPython(t)
+	bin := testenv.Jailcell(t)
+	// The service also listens on loopback TCP with a bearer token, for
+	// the asyncio TCP transport.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	token := strings.Repeat("e2b-test-token-", 3)
+	svc := testenv.StartServe(t, testenv.Serve{
+		Bin:       bin,
+		CleanExit: true,
+		Config: func(dir string) string {
+			tokens := filepath.Join(dir, "tokens")
+			writeFile(t, tokens, token+" 0\n")
+			return pythonConfig(t, dir) + "listen: tcp://" + addr + "\nauth:\n  tokens_file: " + tokens + "\n"
+		},
+	})
+	work := t.TempDir()
+	if err := os.CopyFS(filepath.Join(work, "tests"), os.DirFS(filepath.Join("python", "tests"))); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "-m", "unittest", "-v", "test_e2b")
+	cmd.Dir, cmd.Env = filepath.Join(work, "tests"), pipEnv("JAILCELL_SOCKET="+svc.Sock, "JAILCELL_JSON_COMMAND="+jsonCommand(t, bin),
+		"JAILCELL_TCP_URL=tcp://"+addr, "JAILCELL_TCP_TOKEN="+token)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python -m unittest test_e2b: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "\nOK") || strings.Contains(string(out), "skipped") {
+		t.Fatalf("test_e2b did not run every test:\n%s", out)
+	}
+	t.Logf("%s", out)
+}
+
+// TestPythonE2BExample takes a program written for E2B's
+// e2b_code_interpreter, changes only its import line to jailcell's, runs
+// it against a real `jailcell serve` and compares its whole output with
+// the output expected of E2B.
+func TestPythonE2BExample(t *testing.T) {
+	python := installPython(t)
+	svc := testenv.StartServe(t, testenv.Serve{
+		Bin:       testenv.Jailcell(t),
+		CleanExit: true,
+		Config:    func(dir string) string { return serviceConfig(t, dir) },
+	})
+	src, err := os.ReadFile(filepath.Join("python", "tests", "e2b", "example.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const e2bImport = "from e2b_code_interpreter import Sandbox, CommandExitException\n"
+	if bytes.Count(src, []byte("import")) < 1 || !bytes.Contains(src, []byte(e2bImport)) {
+		t.Fatalf("example.py lacks its E2B import line %q", e2bImport)
+	}
+	ported := bytes.Replace(src, []byte(e2bImport), []byte("from jailcell import Sandbox, CommandExitException\n"), 1)
+	if diff := lineDiff(src, ported); diff != 1 {
+		t.Fatalf("the port changed %d lines, want only the import", diff)
+	}
+	prog := filepath.Join(t.TempDir(), "example.py")
+	writeFile(t, prog, string(ported))
+	want, err := os.ReadFile(filepath.Join("python", "tests", "e2b", "example.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, prog)
+	cmd.Dir, cmd.Env = filepath.Dir(prog), pipEnv("JAILCELL_SOCKET="+svc.Sock)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	got, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the ported E2B example failed: %v\nstdout:\n%s\nstderr:\n%s", err, got, stderr.String())
+	}
+	if string(got) != string(want) {
+		t.Errorf("the ported E2B example printed:\n%s\nwant:\n%s\nstderr:\n%s", got, want, stderr.String())
+	}
+}
+
+// lineDiff counts the lines that differ between two texts of as many lines.
+func lineDiff(a, b []byte) int {
+	al, bl := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")
+	if len(al) != len(bl) {
+		return max(len(al), len(bl))
+	}
+	n := 0
+	for i := range al {
+		if al[i] != bl[i] {
+			n++
+		}
+	}
+	return n
 }

@@ -96,6 +96,8 @@ type CreateOptions struct {
 	Persist string
 	// Requirements are pip requirements installed from the wheelhouse.
 	Requirements []string
+	// Envs is the session's environment, for every cell and command.
+	Envs map[string]string
 }
 
 // Limits tighten a session's policy; nil fields keep the policy's value.
@@ -143,6 +145,8 @@ type ExecOptions struct {
 	// RawANSI keeps the cell's text as written: by default ANSI escape
 	// sequences are removed and "\r\n" comes as "\n".
 	RawANSI bool
+	// Envs are set for this cell only, then put back.
+	Envs map[string]string
 }
 
 // File is a file handed to a cell.
@@ -396,32 +400,34 @@ func (o *ExecOptions) deliver(ev event) {
 
 // execBody is the exec fields of a request.
 type execBody struct {
-	Code     string  `json:"code"`
-	TimeoutS float64 `json:"timeout_s,omitempty"`
-	Files    []File  `json:"files,omitempty"`
-	Policy   string  `json:"policy,omitempty"`
-	Snapshot bool    `json:"snapshot,omitempty"`
-	RawANSI  bool    `json:"raw_ansi,omitempty"`
+	Code     string            `json:"code"`
+	TimeoutS float64           `json:"timeout_s,omitempty"`
+	Files    []File            `json:"files,omitempty"`
+	Policy   string            `json:"policy,omitempty"`
+	Snapshot bool              `json:"snapshot,omitempty"`
+	RawANSI  bool              `json:"raw_ansi,omitempty"`
+	Envs     map[string]string `json:"envs,omitempty"`
 }
 
 func newExecBody(code string, o *ExecOptions) execBody {
 	b := execBody{Code: code}
 	if o != nil {
-		b.TimeoutS, b.Files, b.Policy, b.Snapshot, b.RawANSI = o.Timeout.Seconds(), o.Files, o.Policy, o.Snapshot, o.RawANSI
+		b.TimeoutS, b.Files, b.Policy, b.Snapshot, b.RawANSI, b.Envs = o.Timeout.Seconds(), o.Files, o.Policy, o.Snapshot, o.RawANSI, o.Envs
 	}
 	return b
 }
 
 // createBody is the create fields of a request.
 type createBody struct {
-	TTLS         float64  `json:"ttl_s,omitempty"`
-	MaxLifetimeS float64  `json:"max_lifetime_s,omitempty"`
-	Policy       string   `json:"policy,omitempty"`
-	Limits       *Limits  `json:"limits,omitempty"`
-	Persist      string   `json:"persist,omitempty"`
-	Requirements []string `json:"requirements,omitempty"`
+	TTLS         float64           `json:"ttl_s,omitempty"`
+	MaxLifetimeS float64           `json:"max_lifetime_s,omitempty"`
+	Policy       string            `json:"policy,omitempty"`
+	Limits       *Limits           `json:"limits,omitempty"`
+	Persist      string            `json:"persist,omitempty"`
+	Requirements []string          `json:"requirements,omitempty"`
+	Envs         map[string]string `json:"envs,omitempty"`
 }
 
 func newCreateBody(o CreateOptions) createBody {
-	return createBody{TTLS: o.TTL.Seconds(), MaxLifetimeS: o.MaxLifetime.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements}
+	return createBody{TTLS: o.TTL.Seconds(), MaxLifetimeS: o.MaxLifetime.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements, Envs: o.Envs}
 }

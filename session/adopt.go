@@ -151,7 +151,7 @@ func (m *Manager) adopt(id string) (_ *Session, retErr error) {
 	s := &Session{
 		id: id, owner: meta.Owner, policy: meta.Policy, persist: meta.Persist, dir: dir, disk: disk,
 		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: now, info: meta.Info,
-		k: &kernel{sb: sb, conn: conn, listener: l}, cells: conn.Hello().Cells,
+		k: &kernel{sb: sb, conn: conn, listener: l, started: time.Now()}, cells: conn.Hello().Cells,
 	}
 	m.rescan(s)
 	return s, nil

@@ -68,6 +68,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	parent.mu.Lock()
 	child.ttl, child.maxLife = parent.ttl, parent.maxLife
 	child.info = Info{Policy: parent.info.Policy, Installed: parent.info.Installed, ForkedFrom: parent.id}
+	child.envs = parent.envs // never written in place: setEnvs and create replace the map
 	parent.mu.Unlock()
 
 	images := filepath.Join(child.dir, forkImagesName)

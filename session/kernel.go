@@ -60,6 +60,10 @@ type kernel struct {
 	sb       *isolate.Sandbox
 	conn     *runner.Conn
 	listener *net.UnixListener
+	// envSynced: the session's envs were given to this kernel (syncEnv).
+	envSynced bool
+	// started is when the host started (or restored) this kernel.
+	started time.Time
 }
 
 // close destroys the sandbox and the connection.
@@ -120,7 +124,7 @@ func (m *Manager) launchKernel(ctx context.Context, ctl string, p policy.Policy,
 	if err != nil {
 		return nil, fmt.Errorf("listen for kernel: %w", err)
 	}
-	k := &kernel{listener: l}
+	k := &kernel{listener: l, started: time.Now()}
 	defer func() {
 		if retErr != nil {
 			_ = k.close()

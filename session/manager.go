@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -578,12 +579,16 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 			return nil, fmt.Errorf("%w: persist name %q: want 1-64 of [A-Za-z0-9._-], not starting with '.'", ErrBadRequest, opt.Persist)
 		}
 	}
+	if err := CheckEnvs("envs", opt.Envs); err != nil {
+		return nil, err
+	}
 	releaseOwner, err := m.reserveOwner(opt.Owner)
 	if err != nil {
 		return nil, err
 	}
 	defer releaseOwner()
 	if info := m.takePooled(opt, ttl); info != nil {
+		m.setEnvs(info.ID, opt.Envs)
 		m.savePooledMeta(info)
 		return info, nil
 	}
@@ -594,6 +599,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 			return nil, err
 		}
 		if info := m.takePooled(opt, ttl); info != nil {
+			m.setEnvs(info.ID, opt.Envs)
 			m.savePooledMeta(info)
 			return info, nil
 		}
@@ -614,6 +620,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	}()
 	cl.Add(func() error { return m.destroy(s) })
 	s.ttl, s.persist, s.maxLife = ttl, opt.Persist, opt.MaxLifetime
+	s.envs = maps.Clone(opt.Envs)
 	s.info = Info{Policy: p.Name, Persist: opt.Persist}
 	if opt.Persist != "" {
 		restored, err := m.restorePersist(s)

@@ -55,6 +55,17 @@ type Session struct {
 	hibernated bool
 	hibTTL     time.Duration
 	info       Info
+	// envs is the session's environment (create's envs), given to every
+	// kernel it runs before its first cell or command (syncEnv).
+	envs map[string]string
+	// metricsK, metricsCPU and metricsAt are the previous metrics sample:
+	// its kernel, CPU time and time (cpu_used_pct is over the interval).
+	metricsK   *kernel
+	metricsCPU time.Duration
+	metricsAt  time.Time
+	// watches are the session's directory watches (watch.go).
+	watches  map[string]*watch
+	watchSeq int
 	// restarting is closed when the background start of a kernel that
 	// replaces a lost one ends; nil when none runs. stopRestart cancels it.
 	restarting  chan struct{}
@@ -133,13 +144,19 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if err := m.placeRequestFiles(s, req.Files); err != nil {
 		return nil, err
 	}
+	restoreEnv, err := m.cellEnv(ctx, s, c.k, req.Envs)
+	if err != nil {
+		return nil, err
+	}
 	c.id, c.before = m.nextCell(s)
 	var plain *plainOutput
 	if !req.RawANSI && req.OnOutput != nil {
 		plain = &plainOutput{next: req.OnOutput}
 		c.req.OnOutput = plain.onOutput
 	}
-	if err := m.sendCell(ctx, c); err != nil {
+	err = m.sendCell(ctx, c)
+	restoreEnv()
+	if err != nil {
 		return nil, err
 	}
 	if plain != nil {

@@ -229,6 +229,9 @@ type ExecRequest struct {
 	// and traceback are cleaned on the host (internal/termtext): ANSI
 	// escape sequences removed, "\r\n" as "\n"; a lone "\r" stays.
 	RawANSI bool
+	// Envs are set in the kernel's environment (os.environ) for this cell
+	// only, then put back to the session's (CheckEnvs bounds them).
+	Envs map[string]string
 
 	// setup marks the daemon's own cell (installing requirements at
 	// create): Timeout is then the configured bound for that work, not a
@@ -256,6 +259,9 @@ type CreateOptions struct {
 	// Requirements are pip requirement strings installed from the
 	// wheelhouse before the session is ready.
 	Requirements []string
+	// Envs is the session's environment, added to the kernel's for every
+	// cell and command (CheckEnvs bounds it).
+	Envs map[string]string
 }
 
 // Info describes a session.

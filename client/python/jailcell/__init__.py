@@ -8,13 +8,20 @@
 
 Sandbox(command=["jailcell", "json"]) speaks to a private `jailcell json`
 subprocess instead of the service; AsyncSandbox is the asyncio face of
-Sandbox; Client is the service's routes one to one, returning dicts.
+Sandbox, over asyncio streams (no threads); Client is the service's routes
+one to one, returning dicts. The names of E2B's SDK work the same
+(commands, envs, files.watch_dir, get_info, set_timeout, get_metrics,
+Sandbox.connect): README.md lists what differs.
 """
 
-from .aio import AsyncFiles, AsyncSandbox
+from .aio import AsyncCommandHandle, AsyncCommands, AsyncFiles, AsyncSandbox, AsyncWatchHandle
+from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTCPTransport, AsyncTransport,
+                            ThreadedTransport)
 from .charts import (BarChart, BoxAndWhiskerChart, Chart, ChartType, HistogramChart, LineChart, PieChart, ScaleType,
                      ScatterChart, SuperChart)
 from .client import Client, Session
+from .e2b import (CommandExitException, CommandHandle, CommandResult, Commands, FilesystemEvent, FilesystemEventType,
+                  SandboxInfo, SandboxMetrics, WatchHandle)
 from .errors import (BadRequestError, BusyError, ForbiddenError, InternalError, JailcellError, LimitError,
                      NotFoundError, UnavailableError)
 from .models import Attempt, EntryInfo, Execution, ExecutionError, FileChange, Logs, Result
@@ -24,7 +31,10 @@ from .transport import DEFAULT_SOCKET, JsonLinesTransport, SocketTransport, Tran
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "AsyncSandbox", "Files", "AsyncFiles",
+    "Sandbox", "AsyncSandbox", "Files", "AsyncFiles", "AsyncCommands", "AsyncCommandHandle", "AsyncWatchHandle",
+    "AsyncTransport", "AsyncSocketTransport", "AsyncTCPTransport", "AsyncJsonLinesTransport", "ThreadedTransport",
+    "Commands", "CommandResult", "CommandHandle", "CommandExitException", "SandboxInfo", "SandboxMetrics",
+    "FilesystemEvent", "FilesystemEventType", "WatchHandle",
     "Execution", "Result", "Logs", "ExecutionError", "FileChange", "EntryInfo", "Attempt",
     "Chart", "ChartType", "ScaleType", "LineChart", "ScatterChart", "BarChart", "PieChart", "HistogramChart",
     "BoxAndWhiskerChart", "SuperChart",

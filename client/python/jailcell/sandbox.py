@@ -4,8 +4,9 @@ SDK (run_code, files, kill), over either transport."""
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from .e2b import Commands, SandboxInfo, SandboxMetrics, WatchHandle, _check_envs
 from .errors import BadRequestError, NotFoundError
-from .models import EntryInfo, Execution, Result
+from .models import EntryInfo, Execution, ExecutionError, Result
 from .transport import DEFAULT_TIMEOUT, Transport, transport_for
 
 __all__ = ["Sandbox", "Files", "OutputHandler"]
@@ -24,10 +25,12 @@ def _bytes(data: Data) -> bytes:
 
 def _exec_fields(code: str, session: Optional[str], timeout: Optional[float], files: Optional[Dict[str, Data]],
                  fix_attempts: Optional[int], force: bool, snapshot: bool, policy: Optional[str],
-                 raw_ansi: bool = False) -> Dict[str, Any]:
+                 raw_ansi: bool = False, envs: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     if not isinstance(code, str) or not code:
         raise BadRequestError(0, "bad_request", "code must be a non-empty string of Python source")
     fields: Dict[str, Any] = {"code": code, "session": session}
+    if envs:
+        fields["envs"] = _check_envs(envs)
     if timeout is not None:
         fields["timeout_s"] = float(timeout)
     if files:
@@ -128,11 +131,33 @@ class Files:
         return out
 
     def exists(self, path: str) -> bool:
+        """Whether anything (a file, a directory) is at path."""
         try:
-            self._sbx._call("download", {"path": path})
+            self._sbx._call("stat", {"path": path})
             return True
         except NotFoundError:
             return False
+
+    def get_info(self, path: str) -> EntryInfo:
+        """What is at path (NotFoundError if nothing)."""
+        e = self._sbx._call("stat", {"path": path}).get("entry") or {}
+        p = str(e.get("path", path))
+        return EntryInfo(name=p.rsplit("/", 1)[-1], path=p, size=int(e.get("size", 0)), is_dir=bool(e.get("dir")),
+                         mtime=str(e.get("mtime", "")))
+
+    def remove(self, path: str) -> None:
+        """Remove a file, or a directory with everything in it."""
+        self._sbx._call("remove", {"path": path})
+
+    def make_dir(self, path: str) -> bool:
+        """Make a directory and its parents; False if it was there already."""
+        return bool(self._sbx._call("mkdir", {"path": path}).get("created"))
+
+    def watch_dir(self, path: str, recursive: bool = False) -> WatchHandle:
+        """Watch a directory of the workspace ("" for all of it); the
+        handle's get_new_events() answers the changes since its last call."""
+        resp = self._sbx._call("watch", {"action": "start", "path": path, "recursive": bool(recursive)})
+        return WatchHandle(self._sbx, str(resp.get("watch", "")))
 
 
 class Sandbox:
@@ -155,7 +180,20 @@ class Sandbox:
                  transport: Optional[Transport] = None, ttl: Optional[float] = None, policy: Optional[str] = None,
                  limits: Optional[Dict[str, Any]] = None, persist: Optional[str] = None,
                  requirements: Optional[List[str]] = None, max_lifetime: Optional[float] = None,
-                 request_timeout: float = DEFAULT_TIMEOUT) -> None:
+                 request_timeout: float = DEFAULT_TIMEOUT, envs: Optional[Dict[str, str]] = None,
+                 timeout: Optional[float] = None, metadata: Optional[Dict[str, str]] = None,
+                 template: Optional[str] = None, api_key: Optional[str] = None, domain: Optional[str] = None,
+                 _connect: Optional[str] = None) -> None:
+        # E2B's spelling: timeout is the seconds the sandbox lives unused
+        # (set_timeout renews it); template, api_key and domain name E2B's
+        # cloud and have no meaning here (a template is a policy).
+        if timeout is not None and ttl is not None:
+            raise BadRequestError(0, "bad_request", "give ttl or timeout (E2B's name for it), not both")
+        if template is not None:
+            raise BadRequestError(0, "bad_request", "template = %r: jailcell has no templates; name a configured "
+                                                    "policy with policy=" % (template,))
+        ttl = timeout if ttl is None else ttl
+        self.metadata: Dict[str, str] = dict(metadata or {})
         if transport is not None and (socket is not None or command is not None):
             raise BadRequestError(0, "bad_request", "give transport, or socket or command; not both")
         if transport is None:
@@ -166,19 +204,60 @@ class Sandbox:
         self._lock = threading.Lock()
         self._closed = False
         try:
-            self.info: Dict[str, Any] = transport.call("create", {
-                "ttl_s": ttl, "policy": policy, "limits": limits, "persist": persist,
-                "requirements": requirements, "max_lifetime_s": max_lifetime})
+            if _connect is not None:
+                self.info: Dict[str, Any] = transport.call("info", {"session": _connect})
+            else:
+                self.info = transport.call("create", {
+                    "ttl_s": ttl, "policy": policy, "limits": limits, "persist": persist,
+                    "requirements": requirements, "max_lifetime_s": max_lifetime, "envs": _check_envs(envs)})
         except BaseException:
             if self._owns_transport:
                 transport.close()
             raise
         self.files = Files(self)
+        self.commands = Commands(self)
 
     @classmethod
     def create(cls, *args: Any, **kwargs: Any) -> "Sandbox":
         """The same as Sandbox(...), E2B's spelling."""
         return cls(*args, **kwargs)
+
+    @classmethod
+    def connect(cls, sandbox_id: str, socket: Optional[str] = None, *, command: Optional[Sequence[str]] = None,
+                transport: Optional[Transport] = None, request_timeout: float = DEFAULT_TIMEOUT,
+                **ignored: Any) -> "Sandbox":
+        """Attach to a live session by its id (E2B's Sandbox.connect): the
+        same variables and files. NotFoundError if it ended or is another
+        user's. Over `jailcell json` only the same process's sessions can
+        be reached (command= starts a new one, with none)."""
+        if not isinstance(sandbox_id, str) or not sandbox_id:
+            raise BadRequestError(0, "bad_request", "sandbox_id must be a session id")
+        bad = set(ignored) - {"api_key", "domain", "timeout", "debug"}
+        if bad:
+            raise BadRequestError(0, "bad_request", "connect does not take %s" % ", ".join(sorted(bad)))
+        sbx = cls(socket, command=command, transport=transport, request_timeout=request_timeout, _connect=sandbox_id)
+        if ignored.get("timeout"):
+            sbx.set_timeout(float(ignored["timeout"]))
+        return sbx
+
+    def get_info(self) -> SandboxInfo:
+        """The session as it is now: state, started_at, end_at (when it ends
+        unless used), policy (E2B's get_info)."""
+        self.info = self._call("info", {})
+        return SandboxInfo.from_info(self.info, self.metadata)
+
+    def set_timeout(self, timeout: float) -> None:
+        """End the session timeout seconds from now unless it is used again
+        (E2B's set_timeout; every request renews it too). Past the server's
+        max_idle_ttl or the session's lifetime: BadRequestError saying the
+        limit."""
+        self.info = self._call("set_timeout", {"timeout_s": float(timeout)})
+
+    def get_metrics(self, start: Any = None, end: Any = None) -> List[SandboxMetrics]:
+        """The session's usage now, one sample in a list (E2B keeps a
+        history every 5 s; jailcell reads the cgroup when asked, so start
+        and end are accepted and ignored)."""
+        return [SandboxMetrics.from_wire(self._call("metrics", {}).get("metrics") or {})]
 
     @property
     def sandbox_id(self) -> str:
@@ -200,7 +279,9 @@ class Sandbox:
                  on_stderr: Optional[OutputHandler] = None, on_result: Optional[ResultHandler] = None,
                  timeout: Optional[float] = None, *, files: Optional[Dict[str, Data]] = None,
                  fix_attempts: Optional[int] = None, force: bool = False, snapshot: bool = False,
-                 raw_ansi: bool = False) -> Execution:
+                 raw_ansi: bool = False, envs: Optional[Dict[str, str]] = None, language: Optional[str] = None,
+                 on_error: Optional[Callable[[ExecutionError], Any]] = None,
+                 request_timeout: Optional[float] = None) -> Execution:
         """Run a cell in this sandbox's kernel; variables persist between
         calls. on_stdout/on_stderr get output as it is printed, on_result
         each figure or display() as it is shown and the last expression's
@@ -213,10 +294,18 @@ class Sandbox:
         sequences are removed and "\r\n" comes as "\n").
 
         An exception in the cell is Execution.error, not raised; errors of
-        jailcell itself (busy, not_found, ...) raise JailcellError."""
+        jailcell itself (busy, not_found, ...) raise JailcellError. envs
+        are set for this cell only; language may be "python" (the only one);
+        on_error gets the cell's exception, as E2B's."""
+        if language not in (None, "python", "py", "python3"):
+            raise BadRequestError(0, "bad_request", "language = %r: jailcell runs Python only" % (language,))
         c = _Collector(on_stdout, on_stderr, on_result)
-        fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None, raw_ansi)
-        return c.finish(self.transport.call("exec", fields, c.event))
+        fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None,
+                              raw_ansi=raw_ansi, envs=envs)
+        ex = c.finish(self.transport.call("exec", fields, c.event))
+        if on_error is not None and ex.error is not None:
+            on_error(ex.error)
+        return ex
 
     def kill(self) -> bool:
         """End the session now (a running cell is killed with it). True if

@@ -169,8 +169,34 @@ class SocketTransport(Transport):
             path = self._session_path(session, "exec") if session else "/v1/exec"
             fields.pop("stream", None)
             return self._exec(path, fields, on_event)
+        if op == "command":
+            fields.pop("stream", None)
+            if on_event is None:
+                return self._json("POST", self._session_path(session, "commands"), fields)
+            return self._exec(self._session_path(session, "commands"), fields, on_event)
+        if op == "info":
+            return self._json("GET", self._session_path(session))
+        if op == "set_timeout":
+            return self._json("POST", self._session_path(session, "timeout"), fields)
+        if op == "metrics":
+            return self._json("GET", self._session_path(session, "metrics"))
+        if op == "watch":
+            return self._json("POST", self._session_path(session, "watch"), fields)
+        if op == "stat":
+            return self._json("GET", self._path_of(session, "stat", fields.get("path")))
+        if op == "remove":
+            return self._json("DELETE", self._file_path(session, fields.get("path")))
+        if op == "mkdir":
+            return self._json("PUT", self._path_of(session, "dirs", fields.get("path")))
         raise BadRequest("op %r has no route on the service's socket; allowed: ping, sessions, create, close, "
-                         "exec, upload, download, files, %s" % (op, ", ".join(_LIFE_OPS)))
+                         "exec, upload, download, files, command, info, set_timeout, metrics, watch, stat, remove, "
+                         "mkdir, %s" % (op, ", ".join(_LIFE_OPS)))
+
+    @staticmethod
+    def _path_of(session: Any, kind: str, path: Any) -> str:
+        if not isinstance(path, str) or not path:
+            raise BadRequest("this op needs a path relative to the working directory")
+        return SocketTransport._session_path(session, kind, urllib.parse.quote(path))
 
     @staticmethod
     def _file_path(session: Any, path: Any) -> str:
@@ -349,7 +375,7 @@ class JsonLinesTransport(Transport):
         rid = next(self._ids)
         req = {k: v for k, v in fields.items() if v is not None}
         req["id"], req["op"] = rid, op
-        if op == "exec":
+        if op == "exec" or (op == "command" and on_event is not None):
             req["stream"] = True
         line = json.dumps(req, default=_encode).encode() + b"\n"
         p = _Pending()

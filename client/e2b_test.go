@@ -1,0 +1,154 @@
+package client
+
+import (
+	"context"
+	"os/exec"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/session"
+)
+
+// e2bAPI is what both transports offer for the E2B-shaped ops.
+type e2bAPI interface {
+	API
+	Command(ctx context.Context, id, cmd string, opts *CommandOptions) (*CommandResult, error)
+	Info(ctx context.Context, id string) (*Session, error)
+	SetTimeout(ctx context.Context, id string, d time.Duration) (*Session, error)
+	SessionMetrics(ctx context.Context, id string) (*SessionMetrics, error)
+	Stat(ctx context.Context, id, path string) (*Entry, error)
+	Remove(ctx context.Context, id, path string) error
+	MakeDir(ctx context.Context, id, path string) (bool, error)
+	Watch(ctx context.Context, id, action, path string, recursive bool, watch string) (*WatchResult, error)
+}
+
+var (
+	_ e2bAPI = (*HTTP)(nil)
+	_ e2bAPI = (*JSONL)(nil)
+)
+
+// e2bConformance drives every E2B-shaped op against a real service
+// through c: commands (streamed, background, killed), envs of the session,
+// the cell and the command, info, timeout, metrics, paths and a watch.
+func e2bConformance(t *testing.T, c e2bAPI) {
+	ctx := context.Background()
+	s, err := c.Create(ctx, CreateOptions{Envs: map[string]string{"SB": "sandbox"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseSession(ctx, s.ID)
+	var mu sync.Mutex
+	var out strings.Builder
+	r, err := c.Command(ctx, s.ID, `echo "$SB $CMD"; echo warn >&2; exit 5`, &CommandOptions{
+		Envs:     map[string]string{"CMD": "command"},
+		OnOutput: func(stream, text string) { mu.Lock(); out.WriteString(stream + ":" + text); mu.Unlock() },
+	})
+	if err != nil || !r.Done || r.ExitCode != 5 || r.Stdout != "sandbox command\n" || r.Stderr != "warn\n" {
+		t.Fatalf("command = %+v, %v", r, err)
+	}
+	if !strings.Contains(out.String(), "stdout:sandbox command") {
+		t.Errorf("streamed %q", out.String())
+	}
+	bg, err := c.Command(ctx, s.ID, "sleep 300", &CommandOptions{Background: true})
+	if err != nil || bg.Done {
+		t.Fatalf("background = %+v, %v", bg, err)
+	}
+	if r, err := c.Command(ctx, s.ID, "", &CommandOptions{Action: "kill", Job: bg.Job}); err != nil || !r.Done || r.ExitCode != -9 {
+		t.Errorf("kill = %+v, %v", r, err)
+	}
+	if _, err := c.Command(ctx, s.ID, "true", &CommandOptions{Cwd: "../etc"}); !IsCode(err, "bad_request") {
+		t.Errorf("cwd outside /work: %v, want bad_request", err)
+	}
+	res, err := c.Exec(ctx, s.ID, "import os; os.environ['SB'] + os.environ['CELL']", &ExecOptions{Envs: map[string]string{"CELL": "!"}})
+	if err != nil || res.Value["text/plain"] != "'sandbox!'" {
+		t.Errorf("cell envs: %+v, %v", res, err)
+	}
+	info, err := c.Info(ctx, s.ID)
+	if err != nil || info.ID != s.ID || info.State != "ready" {
+		t.Errorf("info = %+v, %v", info, err)
+	}
+	before := time.Now()
+	info, err = c.SetTimeout(ctx, s.ID, 100*time.Second)
+	if err != nil || info.ExpiresAt.Sub(before) < 99*time.Second || info.ExpiresAt.Sub(before) > 110*time.Second {
+		t.Errorf("set_timeout(100) = %+v, %v", info, err)
+	}
+	if _, err := c.SetTimeout(ctx, s.ID, 1000*time.Hour); !IsCode(err, "bad_request") {
+		t.Errorf("set_timeout past the ceiling: %v, want bad_request", err)
+	}
+	m, err := c.SessionMetrics(ctx, s.ID)
+	if err != nil || !m.Running || m.MemUsed <= 0 || m.MemTotal != 256<<20 || m.DiskTotal <= 0 {
+		t.Errorf("metrics = %+v, %v", m, err)
+	}
+	if created, err := c.MakeDir(ctx, s.ID, "d/e"); err != nil || !created {
+		t.Fatalf("mkdir = %v, %v", created, err)
+	}
+	w, err := c.Watch(ctx, s.ID, "start", "d", true, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Upload(ctx, s.ID, "d/e/x.txt", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	got, err := c.Watch(ctx, s.ID, "poll", "", false, w.Watch)
+	if err != nil || !slices.Contains(got.Events, WatchEvent{"e/x.txt", "create"}) {
+		t.Errorf("watch poll = %+v, %v", got, err)
+	}
+	if e, err := c.Stat(ctx, s.ID, "d/e/x.txt"); err != nil || e.Size != 1 {
+		t.Errorf("stat = %+v, %v", e, err)
+	}
+	if err := c.Remove(ctx, s.ID, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stat(ctx, s.ID, "d"); !IsCode(err, "not_found") {
+		t.Errorf("stat after remove: %v, want not_found", err)
+	}
+}
+
+func TestHTTPClientE2B(t *testing.T) {
+	svc := startService(t)
+	c := NewHTTP(svc.Sock)
+	defer c.CloseIdleConnections()
+	e2bConformance(t, c)
+}
+
+func TestJSONLClientE2B(t *testing.T) {
+	testenv.RequiresRoot(t)
+	bin := testenv.Jailcell(t)
+	dir := testenv.StateDir(t)
+	stderr := &testenv.LockedBuffer{}
+	cmd := exec.Command(bin, "json", "--config", testConfig(t, dir))
+	cmd.Env, cmd.Stderr = testenv.ChildEnv("JAILCELL_REVIEW_DIR="+dir+"/review"), stderr
+	c, err := StartJSONCmd(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("jailcell json log:\n%s", stderr.String())
+		}
+		c.Close()
+	}()
+	e2bConformance(t, c)
+}
+
+// TestE2BWireTypesMatch: the client's copies of the E2B-shaped ops' types
+// keep every JSON field of the originals.
+func TestE2BWireTypesMatch(t *testing.T) {
+	for _, tc := range []struct{ mine, theirs any }{
+		{CommandResult{}, session.CommandResult{}},
+		{SessionMetrics{}, session.SessionMetrics{}},
+		{WatchEvent{}, session.WatchEvent{}},
+		{WatchResult{}, session.WatchResult{}},
+	} {
+		mine, theirs := jsonFields(reflect.TypeOf(tc.mine)), jsonFields(reflect.TypeOf(tc.theirs))
+		if !reflect.DeepEqual(mine, theirs) {
+			t.Errorf("%T fields %v, %T's %v", tc.mine, mine, tc.theirs, theirs)
+		}
+	}
+}

@@ -1,0 +1,302 @@
+"""Tests of the E2B-shaped surface (sandbox.commands, envs, files.remove/
+make_dir/exists/watch_dir, get_info, set_timeout, get_metrics,
+Sandbox.connect) against the real jailcell, through both transports: a
+`jailcell serve` socket (JAILCELL_SOCKET) and a `jailcell json` subprocess
+(JAILCELL_JSON_COMMAND); AsyncSandbox also over the service's TCP listener
+(JAILCELL_TCP_URL, JAILCELL_TCP_TOKEN). Run by client/python_test.go
+(TestPythonE2B)."""
+
+import asyncio
+import json
+import os
+import threading
+import time
+import unittest
+from typing import Any, List, Optional
+
+from jailcell import (AsyncJsonLinesTransport, JailcellError, AsyncSandbox, AsyncSocketTransport, BadRequestError, BusyError,
+                      CommandExitException, CommandHandle, FilesystemEvent, FilesystemEventType, JsonLinesTransport,
+                      NotFoundError, Sandbox, SocketTransport, Transport)
+
+SOCKET = os.environ.get("JAILCELL_SOCKET")
+TCP_URL = os.environ.get("JAILCELL_TCP_URL")
+TCP_TOKEN = os.environ.get("JAILCELL_TCP_TOKEN")
+
+# A 401 for a wrong token: its class depends on the wire code the listener
+# answers with; every one is a JailcellError.
+ForbiddenOrAuth = JailcellError
+JSON_COMMAND: Optional[List[str]] = json.loads(os.environ["JAILCELL_JSON_COMMAND"]) if os.environ.get(
+    "JAILCELL_JSON_COMMAND") else None
+
+
+class _Cases:
+    assertEqual: Any
+    assertIn: Any
+    assertTrue: Any
+    assertFalse: Any
+    assertRaises: Any
+    assertGreater: Any
+    assertLessEqual: Any
+    assertIsInstance: Any
+
+    def transport(self) -> Transport:
+        raise NotImplementedError
+
+    def sandbox(self, **kw: Any) -> Sandbox:
+        sbx = Sandbox(transport=self.transport(), ttl=120, **kw)
+        self.addCleanup(sbx.kill)  # type: ignore[attr-defined]
+        return sbx
+
+    def test_commands_run(self) -> None:
+        sbx = self.sandbox(envs={"FROM_SANDBOX": "sb"})
+        out: List[str] = []
+        err: List[str] = []
+        r = sbx.commands.run('echo "$FROM_SANDBOX $FROM_CMD"; pwd; echo warn >&2', envs={"FROM_CMD": "cmd"},
+                             cwd="sub" if sbx.files.make_dir("sub") else None, on_stdout=out.append,
+                             on_stderr=err.append)
+        self.assertEqual((r.exit_code, r.stdout, r.stderr, r.error), (0, "sb cmd\n/work/sub\n", "warn\n", None))
+        self.assertEqual("".join(out), r.stdout)
+        self.assertEqual("".join(err), r.stderr)
+        # A non-zero exit raises, carrying the result, as E2B's does.
+        with self.assertRaises(CommandExitException) as cm:
+            sbx.commands.run("echo partial; exit 7")
+        self.assertEqual((cm.exception.exit_code, cm.exception.stdout), (7, "partial\n"))
+        # The timeout: interrupted, then killed; reported, not hung.
+        with self.assertRaises(CommandExitException) as cm:
+            sbx.commands.run("sleep 600", timeout=1)
+        self.assertTrue(cm.exception.result.timed_out)
+        # Bad input names what was wrong.
+        with self.assertRaises(BadRequestError) as bad:
+            sbx.commands.run("true", cwd="/etc")
+        self.assertIn("cwd", bad.exception.message)
+        with self.assertRaises(BadRequestError):
+            sbx.commands.run("true", envs={"A=B": "x"})
+        # The cell sees the sandbox's envs and its own, the latter only once.
+        self.assertEqual(sbx.run_code("import os; os.environ['FROM_SANDBOX'] + os.environ.get('CELL', '')",
+                                      envs={"CELL": "!"}).text, "'sb!'")
+        self.assertEqual(sbx.run_code("os.environ.get('CELL', 'unset')").text, "'unset'")
+
+    def test_background_command(self) -> None:
+        sbx = self.sandbox()
+        h = sbx.commands.run("for i in 1 2 3; do echo $i; sleep 0.1; done; echo fin > bg.txt", background=True)
+        self.assertIsInstance(h, CommandHandle)
+        self.assertGreater(h.pid, 0)
+        # The session is free while it runs: a cell reads what it made.
+        streamed: List[str] = []
+        r = h.wait(on_stdout=streamed.append)
+        self.assertEqual((r.exit_code, r.stdout), (0, "1\n2\n3\n"))
+        self.assertEqual("".join(streamed), "1\n2\n3\n")
+        self.assertEqual(sbx.files.read("bg.txt"), "fin\n")
+        # A server in the background, queried by a cell, then killed.
+        srv = sbx.commands.run("python3 -c \"import socket,time\ns=socket.socket(socket.AF_UNIX)\n"
+                               "s.bind('/work/srv.sock'); s.listen()\nc,_=s.accept(); c.sendall(b'pong')\n"
+                               "time.sleep(600)\"", background=True, timeout=0)
+        ex = sbx.run_code("import socket, time, os\nwhile not os.path.exists('/work/srv.sock'): time.sleep(0.05)\n"
+                          "c = socket.socket(socket.AF_UNIX); c.connect('/work/srv.sock'); c.recv(4)")
+        self.assertEqual(ex.text, "b'pong'")
+        self.assertTrue(srv.kill())
+        self.assertEqual(srv.exit_code, -9)
+        self.assertFalse(srv.kill())
+
+    def test_files_e2b(self) -> None:
+        sbx = self.sandbox()
+        self.assertTrue(sbx.files.make_dir("data/raw"))
+        self.assertFalse(sbx.files.make_dir("/work/data/raw"))
+        self.assertTrue(sbx.files.exists("data"))
+        self.assertFalse(sbx.files.exists("nope.txt"))
+        handle = sbx.files.watch_dir("data", recursive=True)
+        sbx.files.write("data/raw/a.csv", "1,2\n")
+        sbx.run_code("import os\nos.rename('data/raw/a.csv', 'data/a.csv')\nopen('data/b.txt', 'w').write('b')")
+        time.sleep(0.15)
+        events = handle.get_new_events()
+        self.assertIn(FilesystemEvent("a.csv", FilesystemEventType.CREATE), events)
+        self.assertIn(FilesystemEvent("b.txt", FilesystemEventType.WRITE), events)
+        info = sbx.files.get_info("data/a.csv")
+        self.assertEqual((info.size, info.is_dir), (4, False))
+        sbx.files.remove("data")
+        self.assertFalse(sbx.files.exists("data/a.csv"))
+        time.sleep(0.15)
+        self.assertIn(FilesystemEventType.REMOVE, [e.type for e in handle.get_new_events()])
+        handle.stop()
+        with self.assertRaises(NotFoundError):
+            sbx.files.remove("data")
+
+    def test_info_timeout_metrics_connect(self) -> None:
+        sbx = self.sandbox(metadata={"user": "me"})
+        sbx.run_code("x = 41\nblob = bytearray(32 << 20)")
+        info = sbx.get_info()
+        self.assertEqual((info.sandbox_id, info.state, info.metadata), (sbx.sandbox_id, "running", {"user": "me"}))
+        assert info.started_at is not None and info.end_at is not None
+        sbx.set_timeout(90)
+        end = sbx.get_info().end_at
+        assert end is not None
+        left = end.timestamp() - time.time()
+        self.assertTrue(80 < left <= 91, left)
+        with self.assertRaises(BadRequestError) as cm:
+            sbx.set_timeout(10 ** 7)
+        self.assertIn("max_idle_ttl", cm.exception.message)
+        m = sbx.get_metrics()
+        self.assertEqual(len(m), 1)
+        self.assertGreater(m[0].mem_used, 32 << 20)
+        self.assertLessEqual(m[0].mem_used, m[0].mem_total)
+        self.assertGreater(m[0].disk_total, 0)
+        # Reattach by id: the same kernel, its variables.
+        again = Sandbox.connect(sbx.sandbox_id, transport=self.transport())
+        self.assertEqual(again.run_code("x + 1").text, "42")
+        with self.assertRaises(NotFoundError):
+            Sandbox.connect("nope-0123", transport=self.transport())
+
+    def test_busy_while_command_waits(self) -> None:
+        sbx = self.sandbox()
+        done: List[Any] = []
+        th = threading.Thread(target=lambda: done.append(sbx.commands.run("sleep 3; echo ok")))
+        th.start()
+        # Once the command holds the session (its info says busy), a cell
+        # is refused at once rather than queued.
+        deadline = time.monotonic() + 20
+        while sbx.get_info().jailcell_state != "busy" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with self.assertRaises(BusyError):
+            sbx.run_code("1")
+        th.join()
+        self.assertEqual(done[0].stdout, "ok\n")
+
+
+@unittest.skipUnless(SOCKET, "JAILCELL_SOCKET is not set: no jailcell serve to test against")
+class SocketE2BTest(_Cases, unittest.TestCase):
+    def transport(self) -> Transport:
+        assert SOCKET is not None
+        return SocketTransport(SOCKET, timeout=120)
+
+
+@unittest.skipUnless(JSON_COMMAND, "JAILCELL_JSON_COMMAND is not set: no `jailcell json` to start")
+class JsonLinesE2BTest(_Cases, unittest.TestCase):
+    shared: JsonLinesTransport
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        assert JSON_COMMAND is not None
+        cls.shared = JsonLinesTransport(JSON_COMMAND, timeout=120)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.shared.close()
+
+    def transport(self) -> Transport:
+        return self.shared
+
+
+@unittest.skipUnless(SOCKET, "JAILCELL_SOCKET is not set: no jailcell serve to test against")
+class AsyncSocketE2BTest(unittest.TestCase):
+    """AsyncSandbox over asyncio streams on the socket: two sandboxes at
+    once, without a single thread beyond the loop's."""
+
+    def test_no_threads_two_sandboxes(self) -> None:
+        asyncio.run(self._two())
+
+    async def _two(self) -> None:
+        threads = threading.active_count()
+        a = await AsyncSandbox.create(SOCKET, ttl=120, envs={"WHO": "a"})
+        b = await AsyncSandbox.create(socket=SOCKET, ttl=120)
+        self.assertIsInstance(a.transport, AsyncSocketTransport)
+        try:
+            ready = asyncio.Event()
+            out_a: List[str] = []
+
+            async def on_a(text: str) -> None:
+                out_a.append(text)
+                ready.set()
+            a_task = asyncio.ensure_future(a.run_code(
+                "import os, time\nprint(os.environ['WHO'], flush=True)\nwhile True:\n    time.sleep(0.1)", on_stdout=on_a))
+            await asyncio.wait_for(ready.wait(), 60)
+            # a's cell runs on; b works meanwhile, streamed, on the same loop.
+            lines: List[str] = []
+            r = await b.commands.run("for i in 1 2 3; do echo $i; sleep 0.05; done", on_stdout=lines.append)
+            self.assertEqual((r.exit_code, "".join(lines)), (0, "1\n2\n3\n"))
+            self.assertTrue(await b.files.make_dir("d"))
+            seen: List[FilesystemEvent] = []
+            w = await b.files.watch_dir("d", on_event=seen.append, interval=0.1)
+            await b.files.write("d/x.txt", "x")
+            for _ in range(100):
+                if seen:
+                    break
+                await asyncio.sleep(0.05)
+            await w.stop()
+            self.assertIn(FilesystemEvent("x.txt", FilesystemEventType.CREATE), seen)
+            h = await b.commands.run("sleep 0.2; echo bg", background=True)
+            self.assertEqual((await h.wait()).stdout, "bg\n")
+            with self.assertRaises(CommandExitException):
+                await b.commands.run("exit 4")
+            info = await b.get_info()
+            self.assertEqual(info.state, "running")
+            await b.set_timeout(60)
+            self.assertGreater((await b.get_metrics())[0].mem_used, 0)
+            again = await AsyncSandbox.connect(b.sandbox_id, SOCKET)
+            self.assertEqual((await again.run_code("1 + 1")).text, "2")
+            self.assertFalse(a_task.done(), "a's cell ended before it was killed")
+            self.assertEqual(threading.active_count(), threads, "the asyncio transport started threads")
+            self.assertTrue(await a.kill())
+            ex = await asyncio.wait_for(a_task, 60)
+            self.assertIn(ex.status, ("killed", "error"))
+            self.assertEqual(out_a, ["a\n"])
+        finally:
+            await a.kill()
+            await b.kill()
+
+
+@unittest.skipUnless(TCP_URL and TCP_TOKEN, "JAILCELL_TCP_URL and JAILCELL_TCP_TOKEN are not set: no TCP listener")
+class AsyncTCPE2BTest(unittest.TestCase):
+    """AsyncSandbox over asyncio streams on a node's TCP listener, with
+    its bearer token; a wrong token is refused before anything runs."""
+
+    def test_tcp(self) -> None:
+        asyncio.run(self._go())
+
+    async def _go(self) -> None:
+        sbx = await AsyncSandbox.create(url=TCP_URL, token=TCP_TOKEN, ttl=120)
+        try:
+            out: List[str] = []
+            r = await sbx.commands.run("echo over tcp", on_stdout=out.append)
+            self.assertEqual((r.stdout, "".join(out)), ("over tcp\n", "over tcp\n"))
+            self.assertEqual((await sbx.run_code("6 * 7")).text, "42")
+            again = await AsyncSandbox.connect(sbx.sandbox_id, url=TCP_URL, token=TCP_TOKEN)
+            self.assertEqual((await again.get_info()).sandbox_id, sbx.sandbox_id)
+        finally:
+            await sbx.kill()
+        with self.assertRaises(ForbiddenOrAuth):
+            await AsyncSandbox.create(url=TCP_URL, token="x" * 40)
+
+
+@unittest.skipUnless(JSON_COMMAND, "JAILCELL_JSON_COMMAND is not set: no `jailcell json` to start")
+class AsyncJsonLinesE2BTest(unittest.TestCase):
+    def test_async_json_lines(self) -> None:
+        asyncio.run(self._go())
+
+    async def _go(self) -> None:
+        assert JSON_COMMAND is not None
+        sbx = await AsyncSandbox.create(command=JSON_COMMAND, ttl=120)
+        self.assertIsInstance(sbx.transport, AsyncJsonLinesTransport)
+        t = sbx.transport
+        other = await AsyncSandbox.create(transport=t, ttl=120)
+        try:
+            # Two sessions' cells at once over one child's pipes.
+            results = await asyncio.gather(sbx.run_code("import time; time.sleep(0.5); 6 * 7"),
+                                           other.run_code("import time; time.sleep(0.5); 'other'"))
+            self.assertEqual([r.text for r in results], ["42", "'other'"])
+            await other.kill()
+            await sbx.files.write("f.txt", "data")
+            out: List[str] = []
+
+            async def on_out(text: str) -> None:
+                out.append(text)
+            r = await sbx.commands.run("cat f.txt; echo", on_stdout=on_out)
+            self.assertEqual((r.stdout, "".join(out)), ("data\n", "data\n"))
+            self.assertEqual(await sbx.files.read("f.txt"), "data")
+        finally:
+            await sbx.kill()
+        assert isinstance(t, AsyncJsonLinesTransport)
+        self.assertEqual(t.returncode, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

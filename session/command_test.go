@@ -1,0 +1,256 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCommand: shell commands run inside a real session's sandbox (its
+// pid namespace, its workspace, its user), streamed, with exit codes, the
+// session's and the command's envs, a confined cwd, a background job
+// waited for and killed, a timeout on the host's clock, and the kernel's
+// variables kept throughout.
+func TestCommand(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000, Envs: map[string]string{"FROM_SANDBOX": "sb"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	if _, err := e.m.Exec(ctx, 1000, id, ExecRequest{Code: "import os\nos.makedirs('sub', exist_ok=True)\nkept = 5"}); err != nil {
+		t.Fatal(err)
+	}
+	var streamed strings.Builder
+	r, err := e.m.Command(ctx, 1000, id, CommandRequest{
+		Cmd:      `echo "$FROM_SANDBOX $FROM_CMD $(id -u) $$"; pwd; ls /proc | grep -c '^[0-9]'; echo err >&2; exit 4`,
+		Envs:     map[string]string{"FROM_CMD": "cmd"},
+		Cwd:      "sub",
+		OnOutput: func(stream, text string) { streamed.WriteString(stream + ":" + text) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(r.Stdout, "\n")
+	if !r.Done || r.ExitCode != 4 || len(lines) < 3 || !strings.HasPrefix(lines[0], "sb cmd 0 ") || lines[1] != "/work/sub" || r.Stderr != "err\n" {
+		t.Fatalf("command = %+v, want exit 4, both envs, root in its userns, cwd /work/sub", r)
+	}
+	// The sandbox's pid namespace: init, kernel, bash, ls, grep and little else.
+	if n := strings.TrimSpace(lines[2]); len(n) > 1 {
+		t.Errorf("%s processes visible: not the sandbox's pid namespace", n)
+	}
+	if !strings.Contains(streamed.String(), "stdout:sb cmd") || !strings.Contains(streamed.String(), "stderr:err") {
+		t.Errorf("streamed %q, want both streams", streamed.String())
+	}
+
+	// The cell sees the session's envs, and its own only for itself.
+	res, err := e.m.Exec(ctx, 1000, id, ExecRequest{Code: "os.environ.get('FROM_SANDBOX'), os.environ.get('ONLY_CELL')", Envs: map[string]string{"ONLY_CELL": "c"}})
+	if err != nil || res.Value == nil || res.Value["text/plain"] != "('sb', 'c')" {
+		t.Fatalf("cell envs: %+v, %v; want ('sb', 'c')", res, err)
+	}
+	res, err = e.m.Exec(ctx, 1000, id, ExecRequest{Code: "os.environ.get('ONLY_CELL', 'unset'), kept"})
+	if err != nil || res.Value == nil || res.Value["text/plain"] != "('unset', 5)" {
+		t.Fatalf("after the cell with envs: %+v, %v; want ('unset', 5)", res, err)
+	}
+
+	// Background: answered at once, waited for, killed.
+	r, err = e.m.Command(ctx, 1000, id, CommandRequest{Cmd: "sleep 0.3; echo bg > bg.txt; echo done", Background: true})
+	if err != nil || r.Done || r.Job == "" {
+		t.Fatalf("background start = %+v, %v", r, err)
+	}
+	r, err = e.m.Command(ctx, 1000, id, CommandRequest{Action: CommandWait, Job: r.Job, Timeout: 30 * time.Second})
+	if err != nil || !r.Done || r.ExitCode != 0 || r.Stdout != "done\n" {
+		t.Fatalf("wait = %+v, %v", r, err)
+	}
+	if dl, err := e.m.Download(ctx, 1000, id, "bg.txt"); err != nil || string(dl.Data) != "bg\n" {
+		t.Errorf("the background command's file: %v, %v", dl, err)
+	}
+	r, err = e.m.Command(ctx, 1000, id, CommandRequest{Cmd: "sleep 600", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = e.m.Command(ctx, 1000, id, CommandRequest{Action: CommandKill, Job: r.Job})
+	if err != nil || !r.Done || r.ExitCode != -9 {
+		t.Fatalf("kill = %+v, %v; want done, -9", r, err)
+	}
+
+	// A foreground timeout: interrupted then killed, on the host's clock.
+	start := time.Now()
+	r, err = e.m.Command(ctx, 1000, id, CommandRequest{Cmd: "trap '' INT; sleep 600", Timeout: time.Second})
+	if err != nil || !r.TimedOut || !r.Done || time.Since(start) > 30*time.Second {
+		t.Fatalf("timeout = %+v, %v (after %s); want timed out and killed", r, err, time.Since(start))
+	}
+
+	// A flood is kept to the policy's output bytes, and said to be cut.
+	r, err = e.m.Command(ctx, 1000, id, CommandRequest{Cmd: "head -c 10000000 /dev/zero | tr '\\0' x; echo done >&2"})
+	if err != nil || int64(len(r.Stdout)) != e.m.cfg.Policies["default"].OutputBytes || !r.StdoutTruncated || r.Stderr != "done\n" || r.ExitCode != 0 {
+		t.Errorf("flood: %d bytes, truncated %v, stderr %q, %v; want the policy's %d bytes", len(r.Stdout), r.StdoutTruncated, r.Stderr, err, e.m.cfg.Policies["default"].OutputBytes)
+	}
+
+	// Refusals name the field.
+	for _, c := range []struct {
+		req  CommandRequest
+		want string
+	}{
+		{CommandRequest{Cmd: "true", Cwd: "../etc"}, "cwd"},
+		{CommandRequest{Cmd: "true", Cwd: "/etc"}, "cwd"},
+		{CommandRequest{Cmd: "true", Envs: map[string]string{"A=B": "x"}}, "envs name"},
+		{CommandRequest{Cmd: "true", Envs: map[string]string{"A": "x\x00y"}}, "NUL"},
+		{CommandRequest{Cmd: ""}, "cmd"},
+		{CommandRequest{Action: CommandWait}, "job"},
+		{CommandRequest{Action: "exec", Cmd: "true"}, "action"},
+	} {
+		if _, err := e.m.Command(ctx, 1000, id, c.req); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want ErrBadRequest naming %s", c.req, err, c.want)
+		}
+	}
+	if _, err := e.m.Command(ctx, 1000, id, CommandRequest{Action: CommandWait, Job: "job-999"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("wait for an unknown job: %v, want ErrNotFound", err)
+	}
+	if _, err := e.m.Command(ctx, 1001, id, CommandRequest{Cmd: "true"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another owner: %v, want ErrNotFound", err)
+	}
+	res, err = e.m.Exec(ctx, 1000, id, ExecRequest{Code: "kept"})
+	if err != nil || res.Value["text/plain"] != "5" || res.ExecutionCount != 4 {
+		t.Errorf("after the commands: %+v, %v; want kept = 5 at cell 4 (commands are not cells)", res, err)
+	}
+}
+
+// TestCheckEnvs: the bounds of a client's environment.
+func TestCheckEnvs(t *testing.T) {
+	many := map[string]string{}
+	for i := range MaxEnvVars + 1 {
+		many["V"+strings.Repeat("x", i%5)+string(rune('a'+i%26))+strings.Repeat("_", i/26)] = "1"
+	}
+	for name, c := range map[string]struct {
+		envs map[string]string
+		ok   bool
+	}{
+		"fine":       {map[string]string{"A": "1", "_B2": "", "LD_PRELOAD": "/x.so"}, true},
+		"digit":      {map[string]string{"1A": "x"}, false},
+		"empty":      {map[string]string{"": "x"}, false},
+		"equals":     {map[string]string{"A=B": "x"}, false},
+		"nul":        {map[string]string{"A": "\x00"}, false},
+		"long value": {map[string]string{"A": strings.Repeat("v", MaxEnvValueBytes+1)}, false},
+		"long name":  {map[string]string{strings.Repeat("N", MaxEnvNameBytes+1): "x"}, false},
+		"too many":   {many, len(many) <= MaxEnvVars},
+	} {
+		err := CheckEnvs("envs", c.envs)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrBadRequest)) {
+			t.Errorf("%s: %v, want ok=%v", name, err, c.ok)
+		}
+	}
+}
+
+// TestCommandCallerGone: a caller that goes away mid-command costs the
+// session nothing: the command runs to its end, the kernel and its
+// variables stay.
+func TestCommandCallerGone(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "kept = 'yes'"}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := e.m.Command(cctx, 1000, info.ID, CommandRequest{Cmd: "sleep 1; echo done > done.txt"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("command whose caller left: %v, want the caller's deadline", err)
+	}
+	res, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "kept, open('done.txt').read()"})
+	if err != nil || res.Value["text/plain"] != `('yes', 'done\n')` || res.State != StateKept {
+		t.Errorf("after the caller left: %+v, %v; want the variables kept and the command run to its end", res, err)
+	}
+}
+
+// TestCommandInterrupt: the interrupt op reaches a foreground command
+// (SIGINT to its group, which its trap sees), not the kernel: the command
+// ends, the variables stay.
+func TestCommandInterrupt(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "kept = 3"}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	done := make(chan *CommandResult, 1)
+	go func() {
+		r, err := e.m.Command(ctx, 1000, info.ID, CommandRequest{
+			Cmd:     "trap 'echo got-int; exit 9' INT; echo ready; while :; do sleep 0.1; done",
+			Timeout: 60 * time.Second,
+			OnOutput: func(stream, text string) {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
+			},
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command never started")
+	}
+	if ran, err := e.m.Interrupt(ctx, 1000, info.ID); err != nil || !ran {
+		t.Fatalf("interrupt = %v, %v; want a running command interrupted", ran, err)
+	}
+	select {
+	case r := <-done:
+		if r == nil || !r.Done || r.ExitCode != 9 || !strings.Contains(r.Stdout, "got-int") || r.TimedOut {
+			t.Errorf("interrupted command = %+v, want its trap's exit 9", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the interrupted command did not end")
+	}
+	res, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "kept"})
+	if err != nil || res.Value["text/plain"] != "3" || res.State != StateKept {
+		t.Errorf("after the interrupt: %+v, %v; want the kernel and kept = 3", res, err)
+	}
+}
+
+// TestCommandSurvivesHibernate: a background command is a child of the
+// kernel, so a checkpoint takes it along: after hibernate and restore it
+// is still running, its output kept, and kill and wait reach it.
+func TestCommandSurvivesHibernate(t *testing.T) {
+	requiresCriu(t)
+	r := newRestartable(t)
+	ctx := context.Background()
+	m, id := criuDaemon(t, r, nil, "x = 42")
+	defer m.Shutdown(ctx)
+	bg, err := m.Command(ctx, 1000, id, CommandRequest{Cmd: "echo before; sleep 600", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Hibernate(ctx, 1000, id); err != nil {
+		t.Fatalf("Hibernate with a background command: %v", err)
+	}
+	if _, err := m.Restore(ctx, 1000, id); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	r2, err := m.Command(ctx, 1000, id, CommandRequest{Action: CommandWait, Job: bg.Job, Timeout: 200 * time.Millisecond})
+	if err != nil || r2.Done || r2.Stdout != "before\n" {
+		t.Fatalf("after restore: %+v, %v; want the job running with its output", r2, err)
+	}
+	r2, err = m.Command(ctx, 1000, id, CommandRequest{Action: CommandKill, Job: bg.Job})
+	if err != nil || !r2.Done || r2.ExitCode != -9 {
+		t.Errorf("kill after restore: %+v, %v", r2, err)
+	}
+	res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: "x"})
+	if err != nil || res.Value["text/plain"] != "42" {
+		t.Errorf("variables after restore: %+v, %v", res, err)
+	}
+}

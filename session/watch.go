@@ -1,0 +1,268 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/internal/confined"
+)
+
+// Watch actions.
+const (
+	WatchStart = "start"
+	WatchPoll  = "poll"
+	WatchStop  = "stop"
+)
+
+// Bounds of directory watches: each poll rescans the workspace (bounded
+// like every scan), so both their number and their rate are capped.
+const (
+	// MaxWatches is the most watches one session holds.
+	MaxWatches = 8
+	// MaxWatchEvents is the most events one poll returns; past it the
+	// poll says "overflow" and the watch starts again from what is there.
+	MaxWatchEvents = 1000
+	// watchMinInterval: a poll sooner than this after the last one of the
+	// same watch answers no events without scanning.
+	watchMinInterval = 100 * time.Millisecond
+)
+
+// Event types, E2B's names (its chmod is not reported).
+const (
+	EventCreate = "create"
+	EventWrite  = "write"
+	EventRemove = "remove"
+	EventRename = "rename"
+)
+
+// WatchEvent is one change seen in a watched directory. Name is the
+// path relative to that directory, as the sandbox named it: untrusted
+// text (any bytes but / and NUL), JSON-escaped on the wire.
+type WatchEvent struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// WatchResult answers a watch request.
+type WatchResult struct {
+	Watch  string       `json:"watch"`
+	Events []WatchEvent `json:"events"`
+	// Overflow: more changes than MaxWatchEvents (or a scan that could
+	// not complete) since the last poll; the events are only some of
+	// them.
+	Overflow bool `json:"overflow,omitempty"`
+}
+
+type watch struct {
+	mu        sync.Mutex // one poll at a time
+	dir       string     // relative to Workdir, "" for all of it
+	recursive bool
+	stamps    map[string]fileStamp
+	last      time.Time
+}
+
+// WatchRequest starts, polls or stops a directory watch.
+type WatchRequest struct {
+	Action    string
+	Path      string // start: the directory, relative to Workdir ("" for Workdir)
+	Recursive bool
+	Watch     string // poll, stop
+}
+
+// Watch watches a directory of session id's workspace by polling: start
+// takes a stamp of every entry below it (only its direct entries unless
+// Recursive), each poll compares the workspace with the last stamps and
+// answers what was created, written, removed or renamed (a removal and a
+// creation of the same inode) since. Host-side, from the upper layer,
+// with the bounds of every workspace scan; nothing runs in the sandbox.
+// Watches end with the session.
+func (m *Manager) Watch(ctx context.Context, owner int, id string, req WatchRequest) (*WatchResult, error) {
+	switch req.Action {
+	case "", WatchStart:
+		req.Action = WatchStart
+	case WatchPoll, WatchStop:
+		if req.Watch == "" {
+			return nil, fmt.Errorf("%w: %s needs watch, the id start answered", ErrBadRequest, req.Action)
+		}
+	default:
+		return nil, fmt.Errorf("%w: action %q: allowed %s, %s, %s", ErrBadRequest, req.Action, WatchStart, WatchPoll, WatchStop)
+	}
+	dir := ""
+	if req.Action == WatchStart {
+		if p := strings.TrimSuffix(req.Path, "/"); p != "" && p != Workdir && p != "." {
+			rel, err := cleanRel(p)
+			if err != nil {
+				return nil, err
+			}
+			dir = rel
+		}
+	}
+	s, err := m.lookup(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if req.Action == WatchStop {
+		s.mu.Lock()
+		_, ok := s.watches[req.Watch]
+		delete(s.watches, req.Watch)
+		s.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("%w: no watch %q in session %s", ErrNotFound, req.Watch, id)
+		}
+		return &WatchResult{Watch: req.Watch, Events: []WatchEvent{}}, nil
+	}
+	if req.Action == WatchStart {
+		if dir != "" {
+			ws, err := s.workspace()
+			if err != nil {
+				return nil, err
+			}
+			if ws == nil {
+				return nil, fmt.Errorf("%w: no directory %s in the workspace", ErrNotFound, dir)
+			}
+			st, err := lstat(ws, dir)
+			ws.Close()
+			if err != nil || !confined.IsType(&st, unix.S_IFDIR) {
+				return nil, fmt.Errorf("%w: no directory %s in the workspace", ErrNotFound, dir)
+			}
+		}
+		w := &watch{dir: dir, recursive: req.Recursive}
+		stamps, _ := m.watchScan(s, w)
+		w.stamps, w.last = stamps, time.Now()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.watches) >= MaxWatches {
+			return nil, fmt.Errorf("%w: session %s has %d watches, at most %d: stop one first", ErrLimit, id, len(s.watches), MaxWatches)
+		}
+		if s.watches == nil {
+			s.watches = map[string]*watch{}
+		}
+		s.watchSeq++
+		name := "watch-" + strconv.Itoa(s.watchSeq)
+		s.watches[name] = w
+		return &WatchResult{Watch: name, Events: []WatchEvent{}}, nil
+	}
+	s.mu.Lock()
+	w, ok := s.watches[req.Watch]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: no watch %q in session %s (watches end with their session)", ErrNotFound, req.Watch, id)
+	}
+	res := &WatchResult{Watch: req.Watch, Events: []WatchEvent{}}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if time.Since(w.last) < watchMinInterval {
+		return res, nil
+	}
+	now, complete := m.watchScan(s, w)
+	w.last = time.Now()
+	res.Events, res.Overflow = watchDiff(w.stamps, now)
+	if !complete {
+		// A partial scan's absences mean nothing: keep what it missed.
+		res.Overflow = true
+		for p, st := range w.stamps {
+			if _, ok := now[p]; !ok {
+				now[p] = st
+			}
+		}
+		res.Events = slicesDeleteRemoves(res.Events)
+	}
+	w.stamps = now
+	return res, nil
+}
+
+// watchScan stamps what w watches; complete is false if the scan was cut
+// short (a bound, a concurrent rename).
+func (m *Manager) watchScan(s *Session, w *watch) (map[string]fileStamp, bool) {
+	out := map[string]fileStamp{}
+	ws, err := s.workspace()
+	if err != nil || ws == nil {
+		return out, err == nil
+	}
+	defer ws.Close()
+	prefix := ""
+	if w.dir != "" {
+		prefix = w.dir + "/"
+	}
+	err = walk(ws, time.Now().Add(scanTimeout), func(p string, st *unix.Stat_t) {
+		if !strings.HasPrefix(p, prefix) {
+			return
+		}
+		name := p[len(prefix):]
+		if !w.recursive && strings.Contains(name, "/") {
+			return
+		}
+		out[name] = fileStamp{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino, dir: confined.IsType(st, unix.S_IFDIR)}
+	})
+	return out, err == nil || !(errors.Is(err, errScanChanged) || errors.Is(err, errScanLimit))
+}
+
+// watchDiff lists the changes from before to after, sorted by name, at
+// most MaxWatchEvents (overflow beyond).
+func watchDiff(before, after map[string]fileStamp) ([]WatchEvent, bool) {
+	var created, removed []string
+	var events []WatchEvent
+	for p, a := range after {
+		b, ok := before[p]
+		switch {
+		case !ok:
+			created = append(created, p)
+		case b.ino != a.ino:
+			events = append(events, WatchEvent{p, EventRemove}, WatchEvent{p, EventCreate})
+		case !a.dir && (b.size != a.size || b.mtime != a.mtime):
+			events = append(events, WatchEvent{p, EventWrite})
+		}
+	}
+	for p := range before {
+		if _, ok := after[p]; !ok {
+			removed = append(removed, p)
+		}
+	}
+	// A name gone and a new one with its inode: a rename, as inotify
+	// reports it (rename on the old name, create on the new).
+	byIno := map[uint64]string{}
+	for _, p := range created {
+		byIno[after[p].ino] = p
+	}
+	for _, p := range removed {
+		if _, ok := byIno[before[p].ino]; ok {
+			events = append(events, WatchEvent{p, EventRename})
+		} else {
+			events = append(events, WatchEvent{p, EventRemove})
+		}
+	}
+	for _, p := range created {
+		events = append(events, WatchEvent{p, EventCreate})
+		if after[p].size > 0 && !after[p].dir {
+			events = append(events, WatchEvent{p, EventWrite})
+		}
+	}
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Name < events[j].Name })
+	if len(events) > MaxWatchEvents {
+		return events[:MaxWatchEvents], true
+	}
+	if events == nil {
+		events = []WatchEvent{}
+	}
+	return events, false
+}
+
+// slicesDeleteRemoves drops removal events, which a partial scan cannot
+// vouch for.
+func slicesDeleteRemoves(evs []WatchEvent) []WatchEvent {
+	out := evs[:0]
+	for _, e := range evs {
+		if e.Type != EventRemove && e.Type != EventRename {
+			out = append(out, e)
+		}
+	}
+	return out
+}

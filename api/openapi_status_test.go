@@ -50,6 +50,9 @@ var sampleBodies = map[string]string{
 	"POST /v1/sessions/{id}/inspect":     `{"code":"x"}`,
 	"POST /v1/sessions/{id}/is_complete": `{"code":"x"}`,
 	"POST " + mcpPath:                    `{"jsonrpc":"2.0","id":1,"method":"ping"}`,
+	"POST /v1/sessions/{id}/commands":    `{"cmd":"true"}`,
+	"POST /v1/sessions/{id}/timeout":     `{"timeout_s":60}`,
+	"POST /v1/sessions/{id}/watch":       `{"path":"."}`,
 }
 
 // docOps lists every documented operation, with or without /mcp.
@@ -282,7 +285,9 @@ func TestOpenAPIExecMediaTypes(t *testing.T) {
 	serveOn(t, sock, HTTPOptions{})
 	c := unixClient(name)
 	for _, o := range docOps(t, s, false) {
-		streams := strings.HasSuffix(o.tmpl, "exec")
+		// Exec and commands stream (commands: a command's output as it
+		// comes, like a cell's).
+		streams := strings.HasSuffix(o.tmpl, "exec") || strings.HasSuffix(o.tmpl, "/commands")
 		for code, r := range o.op["responses"].(map[string]any) {
 			r = s.resolve(r)
 			content, _ := r.(map[string]any)["content"].(map[string]any)
@@ -305,6 +310,9 @@ func TestOpenAPIExecMediaTypes(t *testing.T) {
 			{`{"code":"1"}`, "application/x-ndjson", "application/x-ndjson"},
 			{`{"code":"1","stream":true}`, "", "application/x-ndjson"},
 		} {
+			if strings.HasSuffix(o.tmpl, "/commands") {
+				tc.body = strings.Replace(tc.body, `"code":"1"`, `"cmd":"true"`, 1)
+			}
 			req, _ := http.NewRequest(o.method, "http://jailcell"+o.path, strings.NewReader(tc.body))
 			req.Header.Set("Content-Type", "application/json")
 			if tc.accept != "" {

@@ -1,0 +1,27 @@
+// The Sandbox over `jailcell json` subprocesses: one shared by the cases,
+// and one a Sandbox starts for itself and ends with kill().
+import assert from "node:assert/strict";
+import { after, it } from "node:test";
+
+import { JsonLinesTransport, Sandbox, UnavailableError } from "../dist/index.js";
+import { cases, required } from "./cases.mjs";
+
+const command = JSON.parse(required("JAILCELL_JSON_COMMAND"));
+const shared = new JsonLinesTransport(command);
+after(() => shared.close());
+
+cases("jailcell json", () => ({ transport: shared }), { badRequestStatus: 0 });
+
+it("starts a private jailcell json for one sandbox and ends it with kill", async () => {
+  const sbx = await Sandbox.create({ command });
+  assert.equal((await sbx.runCode("6 * 7")).text, "42");
+  const t = sbx.transport;
+  assert.equal(await sbx.kill(), true);
+  await assert.rejects(t.call("ping", {}), (e) => e instanceof UnavailableError && /closed/.test(e.message));
+});
+
+it("says why the process is gone, with its log", async () => {
+  const t = new JsonLinesTransport(["sh", "-c", "echo 'jailcell: no state dir' >&2; exit 3"]);
+  await assert.rejects(t.call("ping", {}), (e) => e instanceof UnavailableError && /status 3/.test(e.message) && /no state dir/.test(e.message));
+  await t.close();
+});

@@ -3,7 +3,7 @@
  * JS SDK (Sandbox.create, runCode, files, kill), over any transport.
  */
 
-import { NotFoundError, badRequest } from "./errors.js";
+import { InternalError, NotFoundError, badRequest } from "./errors.js";
 import { EntryInfo, Execution, ExecutionError, OutputMessage, Result, WriteInfo } from "./models.js";
 import { type CallOptions, type Fields, type Transport, type TransportChoice, transportFor } from "./transport.js";
 import type { CreateFields, Limits, SessionInfo, WireEvent, WireResponse } from "./wire.js";
@@ -417,7 +417,7 @@ export class Sandbox {
 function sessionInfo(resp: WireResponse): SessionInfo {
   const { id: _id, ok: _ok, ...info } = resp;
   if (typeof info.session !== "string" || info.session === "") {
-    throw badRequest("the response names no session"); // unreachable with a conforming server
+    throw new InternalError(0, "internal", `the response names no session: ${JSON.stringify(resp).slice(0, 200)}`);
   }
   return info as unknown as SessionInfo;
 }

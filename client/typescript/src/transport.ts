@@ -420,14 +420,14 @@ export class HttpTransport implements Transport {
 async function readAll(res: http.IncomingMessage, max: number, status: number): Promise<Buffer> {
   const declared = Number(res.headers["content-length"] ?? -1);
   if (declared > max) {
-    throw new InternalError(status, "internal", `response body of ${declared} bytes is over the ${max}-byte bound`);
+    throw new InternalError(status, "internal", `response body of ${declared} bytes: over ${max} bytes (maxResponseBytes)`);
   }
   const parts: Buffer[] = [];
   let n = 0;
   for await (const chunk of res as AsyncIterable<Buffer>) {
     n += chunk.length;
     if (n > max) {
-      throw new InternalError(status, "internal", `response body over the ${max}-byte bound`);
+      throw new InternalError(status, "internal", `response body over ${max} bytes (maxResponseBytes)`);
     }
     parts.push(chunk);
   }
@@ -517,6 +517,7 @@ export class JsonLinesTransport implements Transport {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private dead: JailcellError | undefined;
+  private abandoned = false;
   private tail: Buffer[] = [];
   private tailLen = 0;
   private readonly exited: Promise<void>;
@@ -545,12 +546,14 @@ export class JsonLinesTransport implements Transport {
     });
     const lines = new LineSplitter(max);
     this.proc.stdout.on("data", (chunk: Buffer) => {
+      if (this.abandoned) {
+        return; // drained, so jailcell is never blocked writing
+      }
       let got: Buffer[];
       try {
         got = lines.push(chunk);
       } catch (e) {
-        this.fail(`jailcell json sent ${(e as Error).message}`);
-        this.proc.kill("SIGKILL"); // no way to find the next line
+        this.abandon(`jailcell json sent ${(e as Error).message}`);
         return;
       }
       for (const line of got) {
@@ -587,8 +590,7 @@ export class JsonLinesTransport implements Transport {
     try {
       msg = JSON.parse(s);
     } catch {
-      this.fail(`jailcell json sent a line that is not JSON: ${clip(s)}`);
-      this.proc.kill("SIGKILL");
+      this.abandon(`jailcell json sent a line that is not JSON: ${clip(s)}`);
       return;
     }
     const id = msg !== null && typeof msg === "object" ? (msg as Record<string, unknown>)["id"] : undefined;
@@ -626,6 +628,23 @@ export class JsonLinesTransport implements Transport {
       },
       () => {}, // a callback failed: already rejected
     );
+  }
+
+  /**
+   * Gives up on a child that broke the protocol: there is no way to find
+   * the next line. Its stdin is closed, so it ends its sessions and exits
+   * as on close() (a SIGKILL would leave its sandboxes behind); killed
+   * only if it has not within closeWaitMs.
+   */
+  private abandon(why: string): void {
+    this.abandoned = true;
+    this.fail(why);
+    this.proc.stdin.end();
+    setTimeout(() => {
+      if (this.proc.exitCode === null && this.proc.signalCode === null) {
+        this.proc.kill("SIGKILL");
+      }
+    }, this.closeWaitMs).unref();
   }
 
   private fail(why: string): void {

@@ -20,6 +20,14 @@ it("starts a private jailcell json for one sandbox and ends it with kill", async
   await assert.rejects(t.call("ping", {}), (e) => e instanceof UnavailableError && /closed/.test(e.message));
 });
 
+it("bounds a line from jailcell json: over maxLineBytes, the process is ended", async () => {
+  const t = new JsonLinesTransport(command, { maxLineBytes: 4096 });
+  const sbx = await Sandbox.create({ transport: t });
+  await assert.rejects(sbx.runCode("print('x' * 10000)"), (e) => e instanceof UnavailableError && /over 4096 bytes/.test(e.message));
+  await assert.rejects(t.call("ping", {}), UnavailableError);
+  await t.close();
+});
+
 it("says why the process is gone, with its log", async () => {
   const t = new JsonLinesTransport(["sh", "-c", "echo 'jailcell: no state dir' >&2; exit 3"]);
   await assert.rejects(t.call("ping", {}), (e) => e instanceof UnavailableError && /status 3/.test(e.message) && /no state dir/.test(e.message));

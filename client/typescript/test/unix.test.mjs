@@ -2,10 +2,11 @@
 import assert from "node:assert/strict";
 import { it } from "node:test";
 
-import { HttpTransport, Sandbox, UnavailableError } from "../dist/index.js";
+import { BusyError, HttpTransport, InternalError, JsonLinesTransport, Sandbox, TimeoutError, UnavailableError } from "../dist/index.js";
 import { cases, required } from "./cases.mjs";
 
 const socket = required("JAILCELL_SOCKET");
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 cases("unix socket", () => ({ socket }), { badRequestStatus: 400 }, (sandbox) => {
   // Once, here: a checkpoint is the slowest step of all (criu).
@@ -15,6 +16,41 @@ cases("unix socket", () => ({ socket }), { badRequestStatus: 400 }, (sandbox) =>
     assert.equal((await sbx.hibernate()).state, "hibernated");
     assert.equal((await sbx.resume()).state, "ready");
     assert.equal((await sbx.runCode("int(z.sum())")).text, "10");
+  });
+
+  it("gives up on a call past requestTimeoutMs or its abort signal, the cell left running", async () => {
+    const sbx = await sandbox();
+    // The abandoned cell runs on: interrupt it, then wait until the
+    // session takes cells again.
+    const settle = async () => {
+      while (!(await sbx.interrupt())) await sleep(50);
+      for (;;) {
+        try {
+          return await sbx.runCode("'after'");
+        } catch (e) {
+          if (!(e instanceof BusyError)) throw e;
+          await sleep(50);
+        }
+      }
+    };
+    await assert.rejects(sbx.runCode("import time\ntime.sleep(600)", { requestTimeoutMs: 300 }), (e) => {
+      assert.ok(e instanceof TimeoutError, String(e));
+      assert.equal(e.code, "timeout");
+      assert.match(e.message, /300 ms/);
+      return true;
+    });
+    assert.equal((await settle()).text, "'after'");
+    const ac = new AbortController();
+    const running = sbx.runCode("import time\nprint('go', flush=True)\ntime.sleep(600)", { signal: ac.signal, onStdout: () => ac.abort() });
+    await assert.rejects(running, (e) => e instanceof TimeoutError && e.code === "aborted");
+    assert.equal((await settle()).text, "'after'");
+  });
+
+  it("bounds what it reads: a response over maxResponseBytes is refused", async () => {
+    const small = new HttpTransport({ socketPath: socket, maxResponseBytes: 4096 });
+    const sbx = await sandbox({ transport: small, socket: undefined });
+    await assert.rejects(sbx.runCode("print('x' * 10000)"), (e) => e instanceof InternalError && /over 4096 bytes/.test(e.message));
+    assert.equal((await sbx.runCode("'small'")).text, "'small'");
   });
 });
 

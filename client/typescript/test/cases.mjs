@@ -5,7 +5,11 @@
 // the pinned typescript and starts the real service these talk to.
 
 import assert from "node:assert/strict";
-import { afterEach, describe, it } from "node:test";
+import { afterEach, describe, it as nodeIt } from "node:test";
+
+// A test that waits on a callback that never comes fails within a minute
+// instead of holding the run (node's default is no timeout).
+export const it = (name, fn) => nodeIt(name, { timeout: 60_000 }, fn);
 
 import {
   BadRequestError,

@@ -1,10 +1,10 @@
 // The Sandbox over `jailcell json` subprocesses: one shared by the cases,
 // and one a Sandbox starts for itself and ends with kill().
 import assert from "node:assert/strict";
-import { after, it } from "node:test";
+import { after } from "node:test";
 
 import { JsonLinesTransport, Sandbox, UnavailableError } from "../dist/index.js";
-import { cases, required } from "./cases.mjs";
+import { cases, it, required } from "./cases.mjs";
 
 const command = JSON.parse(required("JAILCELL_JSON_COMMAND"));
 const shared = new JsonLinesTransport(command);

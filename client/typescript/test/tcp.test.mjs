@@ -1,9 +1,8 @@
 // The Sandbox over the service's TCP listener with a bearer token.
 import assert from "node:assert/strict";
-import { it } from "node:test";
 
 import { ForbiddenError, Sandbox } from "../dist/index.js";
-import { cases, required } from "./cases.mjs";
+import { cases, it, required } from "./cases.mjs";
 
 const url = required("JAILCELL_URL");
 const token = required("JAILCELL_TOKEN");

@@ -373,7 +373,8 @@ export class Sandbox {
   /**
    * Send the running cell a KeyboardInterrupt, as Jupyter's interrupt: its
    * runCode resolves with error KeyboardInterrupt and the kernel's
-   * variables kept. True if a cell was running.
+   * variables kept. True if a cell was running. Best effort, as
+   * Jupyter's: a cell caught before its code started runs on.
    */
   async interrupt(): Promise<boolean> {
     return (await this.call("interrupt", {})).interrupted === true;

@@ -175,7 +175,10 @@ class Deadline {
       this.reject = reject;
     });
     this.promise.catch(() => {}); // observed by whoever races it
-    this.timer = setTimeout(() => this.fire(new TimeoutError(0, "timeout", `${what}: no answer within ${ms} ms`)), ms);
+    // setTimeout fires at once past 2^31-1 ms: Infinity means "no bound"
+    // only up to that (24 days).
+    const wait = Number.isFinite(ms) && ms >= 0 ? Math.min(ms, 2 ** 31 - 1) : 2 ** 31 - 1;
+    this.timer = setTimeout(() => this.fire(new TimeoutError(0, "timeout", `${what}: no answer within ${ms} ms`)), wait);
     this.onAbort = () => this.fire(new TimeoutError(0, "aborted", `${what}: aborted`));
     if (signal?.aborted) {
       this.onAbort();

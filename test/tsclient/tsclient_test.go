@@ -81,7 +81,7 @@ func tools(t *testing.T) string {
 // (a symlink).
 func stage(t *testing.T, modules, dir string) {
 	t.Helper()
-	for _, name := range []string{"package.json", "package-lock.json", "tsconfig.json", "src", "test"} {
+	for _, name := range []string{"package.json", "package-lock.json", "tsconfig.json", "example.mjs", "src", "test"} {
 		src := filepath.Join(pkg, name)
 		fi, err := os.Stat(src)
 		if err != nil {
@@ -312,6 +312,7 @@ func TestTypeScriptClient(t *testing.T) {
 			done <- outcome{file, err, out.String()}
 		}()
 	}
+	example(t, dir, []string{"JAILCELL_SOCKET=" + svc.Sock})
 	for range testFiles {
 		o := <-done
 		if o.err != nil {
@@ -328,6 +329,36 @@ func TestTypeScriptClient(t *testing.T) {
 			continue
 		}
 		t.Logf("node --test test/%s: %v\n%s", o.file, counts, durations(o.tap))
+	}
+}
+
+// example runs example.mjs (E2B's docs' style, only the import changed)
+// from a project that has the package installed as @jailcell/client (a
+// symlink to the built one, as npm install of a directory makes), against
+// the service's socket: its output, and the chart it wrote.
+func example(t *testing.T, pkgDir string, env []string) {
+	t.Helper()
+	proj := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(proj, "node_modules", "@jailcell"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(pkgDir, filepath.Join(proj, "node_modules", "@jailcell", "client")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(pkgDir, "example.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "example.mjs"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, proj, env, "node", "example.mjs")
+	if want := "2\nplotting\nchart.png written\nhello\n"; out != want {
+		t.Errorf("node example.mjs printed %q, want %q", out, want)
+	}
+	png, err := os.ReadFile(filepath.Join(proj, "chart.png"))
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("example.mjs's chart.png is not a PNG (%d bytes, %v)", len(png), err)
 	}
 }
 

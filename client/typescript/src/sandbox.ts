@@ -53,7 +53,11 @@ export interface RunCodeOpts {
   timeoutMs?: number;
   /** Bound on the call itself (default: the transport's, or timeoutMs + 60 s if more). */
   requestTimeoutMs?: number;
-  /** Aborts the call (the cell runs on: interrupt or kill the sandbox to stop it). */
+  /**
+   * Aborts the call. Over HTTP the connection closes and the service
+   * interrupts the cell, its variables kept; over
+   * `jailcell json` the cell runs on: interrupt() or kill() stops it.
+   */
   signal?: AbortSignal;
   /** Only "python" (E2B's option; jailcell runs Python). */
   language?: string;

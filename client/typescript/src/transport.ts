@@ -42,7 +42,10 @@ export interface CallOptions {
   onEvent?: OnEvent;
   /** Bound on this call (default: the transport's requestTimeoutMs). */
   timeoutMs?: number;
-  /** Aborts the call (the cell, if any, runs on: use Sandbox.interrupt or kill). */
+  /**
+   * Aborts the call. Over HTTP the connection closes and the service
+   * interrupts a running cell; over JSON lines the cell runs on.
+   */
   signal?: AbortSignal;
 }
 
@@ -427,18 +430,45 @@ async function readAll(res: http.IncomingMessage, max: number, status: number): 
   }
   const parts: Buffer[] = [];
   let n = 0;
-  for await (const chunk of res as AsyncIterable<Buffer>) {
-    n += chunk.length;
-    if (n > max) {
-      throw new InternalError(status, "internal", `response body over ${max} bytes (maxResponseBytes)`);
+  try {
+    for await (const chunk of res as AsyncIterable<Buffer>) {
+      n += chunk.length;
+      if (n > max) {
+        throw new InternalError(status, "internal", `response body over ${max} bytes (maxResponseBytes)`);
+      }
+      parts.push(chunk);
     }
-    parts.push(chunk);
+  } catch (e) {
+    throw readError(e, status, "the response");
   }
   return Buffer.concat(parts);
 }
 
+/** A failed read as a JailcellError: the connection broke mid-answer. */
+function readError(e: unknown, status: number, what: string): unknown {
+  if (e instanceof JailcellError) {
+    return e;
+  }
+  return new UnavailableError(status, "unavailable", `read ${what}: ${e instanceof Error ? e.message : String(e)}`);
+}
+
 /** Reads an NDJSON exec: events to onEvent, in order, then the response. */
 async function readStream(res: http.IncomingMessage, max: number, status: number, onEvent: OnEvent | undefined): Promise<WireResponse> {
+  // A callback's own error goes to the caller as it is; a broken
+  // connection becomes unavailable.
+  let inCallback = false;
+  try {
+    return await readLines(res, max, status, async (ev) => {
+      inCallback = true;
+      await onEvent?.(ev);
+      inCallback = false;
+    });
+  } catch (e) {
+    throw inCallback ? e : readError(e, status, "the streamed exec");
+  }
+}
+
+async function readLines(res: http.IncomingMessage, max: number, status: number, onEvent: OnEvent): Promise<WireResponse> {
   const lines = new LineSplitter(max);
   for await (const chunk of res as AsyncIterable<Buffer>) {
     let got: Buffer[];
@@ -453,7 +483,7 @@ async function readStream(res: http.IncomingMessage, max: number, status: number
         continue;
       }
       if (isEvent(msg)) {
-        await onEvent?.(msg);
+        await onEvent(msg);
         continue;
       }
       return checked(status, msg);

@@ -28,6 +28,12 @@ it("bounds a line from jailcell json: over maxLineBytes, the process is ended", 
   await t.close();
 });
 
+it("names a command it could not start", async () => {
+  const t = new JsonLinesTransport(["/nonexistent/jailcell", "json"]);
+  await assert.rejects(t.call("ping", {}), (e) => e instanceof UnavailableError && /\/nonexistent\/jailcell/.test(e.message) && /ENOENT/.test(e.message));
+  await t.close();
+});
+
 it("says why the process is gone, with its log", async () => {
   const t = new JsonLinesTransport(["sh", "-c", "echo 'jailcell: no state dir' >&2; exit 3"]);
   await assert.rejects(t.call("ping", {}), (e) => e instanceof UnavailableError && /status 3/.test(e.message) && /no state dir/.test(e.message));

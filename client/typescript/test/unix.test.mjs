@@ -17,12 +17,12 @@ cases("unix socket", () => ({ socket }), { badRequestStatus: 400 }, (sandbox) =>
     assert.equal((await sbx.runCode("int(z.sum())")).text, "10");
   });
 
-  it("gives up on a call past requestTimeoutMs or its abort signal, the cell left running", async () => {
+  it("gives up on a call past requestTimeoutMs or its abort signal", async () => {
     const sbx = await sandbox();
-    // The abandoned cell runs on: interrupt it until the session takes
-    // cells again. Again and again: the client gave up after 300 ms, so
-    // on a loaded machine the first interrupt may come before the kernel
-    // started the cell.
+    // The abandoned cell is interrupted by the service when the
+    // connection closes, or runs on if it had not started: interrupt until
+    // the session takes cells again (an interrupt that comes before the
+    // kernel started the cell does not stop it).
     const settle = async () => {
       for (;;) {
         await sbx.interrupt();
@@ -46,6 +46,25 @@ cases("unix socket", () => ({ socket }), { badRequestStatus: 400 }, (sandbox) =>
     const running = sbx.runCode("import time\nprint('go', flush=True)\ntime.sleep(600)", { signal: ac.signal, onStdout: () => ac.abort() });
     await assert.rejects(running, (e) => e instanceof TimeoutError && e.code === "aborted");
     assert.equal((await settle()).text, "'after'");
+  });
+
+  it("passes a callback's own error to the caller as it is", async () => {
+    const sbx = await sandbox();
+    await sbx.runCode("kept = 1");
+    const boom = new Error("callback failed");
+    const cell = "print('x', flush=True)\nimport time\ntime.sleep(0.5)";
+    await assert.rejects(sbx.runCode(cell, { onStdout: () => { throw boom; } }), (e) => e === boom);
+    // Giving up closed the connection: the service interrupts the cell,
+    // its variables kept.
+    for (;;) {
+      try {
+        assert.equal((await sbx.runCode("kept")).text, "1");
+        break;
+      } catch (e) {
+        if (!(e instanceof BusyError)) throw e;
+        await sleep(50);
+      }
+    }
   });
 
   it("bounds what it reads: a response over maxResponseBytes is refused", async () => {

@@ -7,6 +7,7 @@
 
 import type { components } from "./schema.js";
 import type * as W from "../src/wire.js";
+import type { ERROR_STATUS } from "../src/errors.js";
 
 type S = components["schemas"];
 
@@ -66,3 +67,5 @@ check<SameKeys<Omit<S["UploadResponse"], "id" | "ok">, Pick<W.WireResponse, "pat
 // is bytes here, base64 on the wire; stream is the transport's).
 check<SameKeys<Omit<S["CreateRequest"], "id">, W.CreateFields>>();
 check<SameKeys<Omit<S["ExecRequest"], "id" | "stream">, Omit<W.ExecFields, "session">>>();
+// Error classes: one per documented wire code, no more, no fewer.
+check<SameKeys<Record<S["Error"]["code"], 0>, typeof ERROR_STATUS>>();

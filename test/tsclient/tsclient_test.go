@@ -158,7 +158,9 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 
 // TestTypeScriptPackage: the package is what it says: ESM, typed, no
 // runtime dependencies, Node 18.18+; tsc --strict builds a .js and a .d.ts
-// of every source file.
+// of every source file; a strict user's code compiles against those
+// declarations, and misuse (test/consumer.ts's @ts-expect-error lines) does
+// not.
 func TestTypeScriptPackage(t *testing.T) {
 	nodeProbe(t)
 	dir := build(t, tools(t))
@@ -197,6 +199,9 @@ func TestTypeScriptPackage(t *testing.T) {
 			}
 		}
 	}
+	// A user's strict TypeScript compiles against the shipped .d.ts, and
+	// what the client refuses is a type error (test/consumer.ts).
+	run(t, dir, nil, "node_modules/.bin/tsc", "-p", "test/tsconfig.consumer.json")
 	// Only node's built-ins at run time.
 	js, _ := filepath.Glob(filepath.Join(dir, "dist", "*.js"))
 	imp := regexp.MustCompile(`(?m)^\s*import\b[^"']*["']([^"']+)["']`)

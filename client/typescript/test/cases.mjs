@@ -148,7 +148,7 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       const sbx = await sandbox();
       const calls = [];
       const ex = await sbx.runCode(
-        "import sys, time\nfor i in range(5):\n    print(i, flush=True)\n    time.sleep(0.02)\n" +
+        "import sys, time\nfor i in range(5):\n    print(i, flush=True)\n    time.sleep(0.05)\n" +
           "print('warn', file=sys.stderr, flush=True)\n'done'",
         {
           onStdout: (m) => calls.push(["out", m]),

@@ -11,8 +11,15 @@ package tsclient
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -288,8 +295,14 @@ func TestTypeScriptClient(t *testing.T) {
 				"listen: tcp://" + addr + "\nauth:\n  tokens_file: " + tokens + "\n"
 		},
 	})
-	env := []string{"JAILCELL_SOCKET=" + svc.Sock, "JAILCELL_URL=http://" + addr, "JAILCELL_TOKEN=" + token,
-		"JAILCELL_JSON_COMMAND=" + jsonCommand(t, bin)}
+	tlsEnv := startTLSServe(t, bin)
+	// Each file sees only its own service's variables.
+	envs := map[string][]string{
+		"unix.test.mjs": {"JAILCELL_SOCKET=" + svc.Sock},
+		"tcp.test.mjs":  {"JAILCELL_URL=http://" + addr, "JAILCELL_TOKEN=" + token},
+		"json.test.mjs": {"JAILCELL_JSON_COMMAND=" + jsonCommand(t, bin)},
+		"tls.test.mjs":  tlsEnv,
+	}
 	// One node per transport, all at once (node 18's runner has no
 	// file concurrency flag): most of each test is waiting on a kernel.
 	type outcome struct {
@@ -309,7 +322,7 @@ func TestTypeScriptClient(t *testing.T) {
 				done <- outcome{file, err, ""}
 				return
 			}
-			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home}, env...)
+			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home}, envs[file]...)
 			cmd.Env = append(cmd.Env, testenv.HermeticEnv()...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -373,6 +386,90 @@ var testFiles = map[string]int{
 	"unix.test.mjs": 11 + 6,
 	"tcp.test.mjs":  11 + 2,
 	"json.test.mjs": 11 + 4,
+	"tls.test.mjs":  11 + 2,
+}
+
+// startTLSServe starts a second service whose TCP listener takes mutual
+// TLS (tokens and client certificates are exclusive): a test CA, a server
+// certificate for 127.0.0.1, a client certificate whose common name is
+// the owner uid. It returns tls.test.mjs's environment: the URL and the
+// CA, client certificate and key files.
+func startTLSServe(t *testing.T, bin string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	ca, caKey := newCert(t, "jailcell tsclient test ca", nil, nil, true)
+	srvCert, srvKey := newCert(t, "127.0.0.1", ca, caKey, false)
+	cliCert, cliKey := newCert(t, "1000", ca, caKey, false)
+	files := map[string][]byte{
+		"ca.pem":  pemBlock("CERTIFICATE", ca.Raw),
+		"srv.pem": pemBlock("CERTIFICATE", srvCert.Raw), "srv.key": pemKey(t, srvKey),
+		"cli.pem": pemBlock("CERTIFICATE", cliCert.Raw), "cli.key": pemKey(t, cliKey),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	testenv.StartServe(t, testenv.Serve{
+		Bin:       bin,
+		CleanExit: true,
+		Config: func(d string) string {
+			return testenv.ServeConfig(d, "root", testenv.Rootfs(t).Root) + config + "listen: tcp://" + addr +
+				"\ntls:\n  cert: " + filepath.Join(dir, "srv.pem") + "\n  key: " + filepath.Join(dir, "srv.key") +
+				"\n  client_ca: " + filepath.Join(dir, "ca.pem") + "\n"
+		},
+	})
+	return []string{"JAILCELL_TLS_URL=https://" + addr, "JAILCELL_TLS_CA=" + filepath.Join(dir, "ca.pem"),
+		"JAILCELL_TLS_CERT=" + filepath.Join(dir, "cli.pem"), "JAILCELL_TLS_KEY=" + filepath.Join(dir, "cli.key")}
+}
+
+// newCert makes a certificate for cn (an IP also as its address), signed
+// by parent (nil: self-signed).
+func newCert(t *testing.T, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IsCA:        isCA, BasicConstraintsValid: true}
+	if ip := net.ParseIP(cn); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, key
+}
+
+func pemBlock(kind string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
+}
+
+func pemKey(t *testing.T, k *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pemBlock("PRIVATE KEY", der)
 }
 
 // durations lists each test of a TAP report with its time, one a line.

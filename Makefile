@@ -22,8 +22,9 @@ ROOTFS_PY_PKGS := python3-numpy python3-openpyxl python3-numexpr python3-scipy p
 APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certificates haproxy python3-matplotlib python3-pandas python3-ipython python3-ipykernel python3-jupyter-client python3-nbclient python3-nbformat python3-jupyter-kernel-test \
 	$(ROOTFS_PY_PKGS) \
 	python3 python3-pip python3-venv python3-setuptools python3-wheel python3-mypy curl systemd
-# Node for the MCP TypeScript client tests (test/mcpclient) and the OpenAPI
-# lint and TypeScript check (test/openapi; Redocly 1.34 needs node 18.17+,
+# Node for the MCP TypeScript client tests (test/mcpclient), the TypeScript
+# client's build and tests (test/tsclient, client/typescript; node 18.18+)
+# and the OpenAPI lint and TypeScript check (test/openapi; Redocly 1.34 needs node 18.17+,
 # Debian 12 has 18.19): Debian's
 # nodejs and npm, installed only when the commands are missing (a node
 # from elsewhere, with its own npm, conflicts with Debian's npm package).

@@ -27,6 +27,10 @@
 #   openapi-tools the linter and TypeScript tools test/openapi checks
 #             api/openapi.json with, installed by fetch-openapi-tools.sh from
 #             its committed lock into an empty cache and run (beside the rest)
+#   tsclient-tools the TypeScript client's build and test tools
+#             (client/typescript's devDependencies), installed by
+#             fetch-tsclient-tools.sh from its committed lock into an empty
+#             cache and run (beside the rest)
 #   versitygw the S3 test server's pinned module downloaded into an empty
 #             module cache and checked against the Go checksum database
 #             (fetch-versitygw.sh FETCH_ONLY=1, a few seconds)
@@ -113,6 +117,8 @@ fi
 background mcpclient env MCPCLIENT_DIR="$tmp/mcpclient" "$here/scripts/fetch-mcpclient.sh"
 what[openapi-tools]="openapi-tools: the pinned Redocly CLI, openapi-typescript and typescript installed from empty and run"
 background openapi-tools env OPENAPI_TOOLS_DIR="$tmp/openapi-tools" "$here/scripts/fetch-openapi-tools.sh"
+what[tsclient-tools]="tsclient-tools: the TypeScript client's pinned typescript, @types/node and openapi-typescript installed from empty and run"
+background tsclient-tools env TSCLIENT_TOOLS_DIR="$tmp/tsclient-tools" "$here/scripts/fetch-tsclient-tools.sh"
 
 # --- apt: private, empty lists from the system's own sources ----------------
 apt=$tmp/apt

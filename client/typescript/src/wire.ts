@@ -1,0 +1,224 @@
+/**
+ * The wire's types: what jailcell sends and takes (api/openapi.json,
+ * docs/service.md). A deliberate hand-written copy: test/drift.ts compiles
+ * them against the types openapi-typescript generates from api/openapi.json,
+ * so a field added, removed or retyped there fails the client's tests.
+ */
+
+/** Every representation of an object, keyed by MIME type; binary types base64. */
+export type MimeBundle = Record<string, unknown>;
+
+/** One traceback frame of a cell's exception. */
+export interface WireFrame {
+  file: string;
+  line: number;
+  name: string;
+  code?: string;
+}
+
+/** A Python exception a cell raised (or the host's verdict: Timeout, ...). */
+export interface WireCellError {
+  type: string;
+  message: string;
+  traceback: string;
+  frames?: WireFrame[];
+}
+
+/** A rich output: a figure, an object passed to display(), or pager text. */
+export interface WireDisplayItem {
+  mime: string;
+  data: string;
+  bundle?: MimeBundle;
+  pager?: boolean;
+}
+
+/** A file a cell created, modified or deleted; one-shot cells return its data (base64). */
+export interface WireFileChange {
+  path: string;
+  size: number;
+  change: string;
+  data?: string;
+  omitted?: boolean;
+}
+
+export interface WireRefusedAttempt {
+  addr?: string;
+  port?: number;
+  name?: string;
+  reason: string;
+  count: number;
+}
+
+export interface WireNetworkUsage {
+  sent_bytes: number;
+  received_bytes: number;
+  refused_count: number;
+  refused?: WireRefusedAttempt[];
+}
+
+/** What a cell cost, measured on the host. */
+export interface WireUsage {
+  wall_ms: number;
+  cpu_ms: number;
+  peak_memory_bytes: number;
+  peak_memory_scope?: "cell" | "session";
+  network?: WireNetworkUsage;
+}
+
+export type CellStatus = "ok" | "error" | "timeout" | "oom" | "killed" | "skipped";
+
+/** The outcome of one cell. */
+export interface WireResult {
+  status: CellStatus;
+  stdout: string;
+  stderr: string;
+  stdout_truncated: boolean;
+  stderr_truncated: boolean;
+  error?: WireCellError;
+  value?: MimeBundle;
+  display?: WireDisplayItem[];
+  files?: WireFileChange[];
+  usage: WireUsage;
+  state?: "kept" | "lost";
+  state_reason?: string;
+  limits?: ("memory" | "pids" | "disk" | "output" | "time")[];
+  execution_count?: number;
+}
+
+/** One run of a fix-and-retry loop (docs/workflow.md). */
+export interface WireAttempt {
+  attempt: number;
+  code: string;
+  status: string;
+  error?: WireCellError;
+  stdout?: string;
+  stderr?: string;
+}
+
+export interface WireFallback {
+  code: string;
+  error: string;
+  reason: string;
+  tried: string[] | null;
+}
+
+/** A remembered failure behind a "skipped" result. */
+export interface WireKnown {
+  fingerprint: string;
+  type: string;
+  message: string;
+  modules?: string[];
+  count: number;
+  last_seen: string;
+  policy?: string;
+  first_seen?: string;
+  force?: string;
+}
+
+/** A session. */
+export interface SessionInfo {
+  session: string;
+  state: "ready" | "busy" | "starting" | "hibernated" | "lost";
+  policy: string;
+  created_at: string;
+  expires_at: string;
+  cells: number;
+  persist?: string;
+  restored?: string[];
+  survives?: string;
+  installed?: string[];
+  forked_from?: string;
+  snapshot_at?: string;
+  state_reason?: string;
+  memory_bytes?: number;
+  start?: "template" | "import";
+  pooled?: boolean;
+}
+
+/** One file or directory of a session's workspace. */
+export interface WireEntry {
+  path: string;
+  size: number;
+  dir?: boolean;
+  mtime: string;
+}
+
+/** The isolation features of the host (ping). */
+export interface Features {
+  kernel: string;
+  cgroup_mode: string;
+  controllers: string[] | null;
+  swap_limit: boolean;
+  user_namespace: boolean;
+  overlay: boolean;
+  idmapped_mounts: boolean;
+  seccomp: boolean;
+  seccomp_version?: string;
+  problems?: string[];
+}
+
+export interface WireError {
+  code: "bad_request" | "not_found" | "limit" | "busy" | "unavailable" | "internal" | "forbidden";
+  message: string;
+  state?: "lost";
+}
+
+/** A streamed piece of a cell's output, before its final response. */
+export type WireEvent =
+  | { id: string | number; event: "stdout" | "stderr"; text: string; display?: undefined }
+  | { id: string | number; event: "display"; display: WireDisplayItem; text?: undefined };
+
+/** Tightens a session's policy; an unknown key is refused by the server. */
+export type Limits = Record<string, number | string | boolean | null>;
+
+/** The fields of a create. */
+export interface CreateFields {
+  ttl_s?: number;
+  max_lifetime_s?: number;
+  policy?: string;
+  limits?: Limits;
+  persist?: string;
+  requirements?: string[];
+}
+
+/** The fields of an exec; files' data is bytes here, base64 on the wire. */
+export interface ExecFields {
+  code: string;
+  session?: string;
+  timeout_s?: number;
+  snapshot?: boolean;
+  files?: { path: string; data: Uint8Array }[];
+  policy?: string;
+  fix?: { max_attempts: number };
+  force?: boolean;
+}
+
+/**
+ * A successful response, every op's fields optional: each op fills its own
+ * (create: the SessionInfo fields; exec: result...; download: data).
+ */
+export interface WireResponse extends Partial<SessionInfo> {
+  id?: string | number | null;
+  ok: true;
+  // ping
+  version?: string;
+  isolation?: Features;
+  // exec
+  result?: WireResult;
+  attempts?: WireAttempt[];
+  fallback?: WireFallback;
+  mode?: string;
+  known?: WireKnown;
+  // upload, download (data decoded to bytes by the transport)
+  path?: string;
+  size?: number;
+  data?: Uint8Array;
+  sha256?: string;
+  // files, sessions
+  files?: WireEntry[];
+  sessions?: SessionInfo[];
+  // interrupt
+  interrupted?: boolean;
+  // complete, inspect, is_complete, and fields of ops newer than this client
+  [field: string]: unknown;
+}

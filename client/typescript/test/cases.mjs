@@ -1,0 +1,255 @@
+// The cases every transport runs: run by unix.test.mjs (the service's Unix
+// socket), tcp.test.mjs (its TCP listener with a bearer token) and
+// json.test.mjs (`jailcell json` subprocesses), against the built package
+// (dist/), as a user gets it. test/tsclient/tsclient_test.go builds it with
+// the pinned typescript and starts the real service these talk to.
+
+import assert from "node:assert/strict";
+import { afterEach, describe, it as nodeIt } from "node:test";
+
+// A test that waits on a callback that never comes fails within a minute
+// instead of holding the run (node's default is no timeout).
+export const it = (name, fn) => nodeIt(name, { timeout: 60_000 }, fn);
+
+import {
+  BadRequestError,
+  BusyError,
+  Execution,
+  ExecutionError,
+  JailcellError,
+  NotFoundError,
+  OutputMessage,
+  Result,
+  Sandbox,
+} from "../dist/index.js";
+
+export const PNG_MAGIC = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
+// A session id: the node.id, "-", 128 random bits.
+export const SESSION_ID = /^[a-z0-9]{1,16}-[0-9a-f]{32}$/;
+
+const FIGURE =
+  "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n" +
+  "plt.plot([1, 2, 3], [1, 4, 9])\nplt.show()\n";
+
+/**
+ * cases registers the suite; opts() gives the Sandbox.create options that
+ * pick the transport; badRequestStatus is the HTTP status a bad_request
+ * carries through it (0 over JSON lines); more(sandbox) adds a
+ * transport's own cases, with the suite's sandbox maker.
+ */
+export function cases(name, opts, { badRequestStatus }, more = () => {}) {
+  describe(name, () => {
+    const live = [];
+    const sandbox = async (extra = {}) => {
+      const sbx = await Sandbox.create({ ...opts(), ttlMs: 120_000, ...extra });
+      live.push(sbx);
+      return sbx;
+    };
+    // Each test's sandboxes end with it: the service's session cap is shared.
+    afterEach(async () => {
+      for (const s of live.splice(0)) await s.kill().catch(() => {});
+    });
+
+    it("keeps state across cells", async () => {
+      const sbx = await sandbox();
+      assert.match(sbx.sandboxId, SESSION_ID);
+      assert.equal(sbx.id, sbx.sandboxId);
+      let ex = await sbx.runCode("x = 41");
+      assert.ok(ex instanceof Execution);
+      assert.deepEqual([ex.status, ex.error, ex.text, ex.results], ["ok", undefined, undefined, []]);
+      ex = await sbx.runCode("x + 1");
+      assert.equal(ex.text, "42");
+      assert.equal(ex.results.at(-1).isMainResult, true);
+      assert.deepEqual(ex.results.at(-1).formats(), ["text"]);
+      assert.equal(ex.state, "kept");
+      assert.equal(ex.executionCount, 2);
+      assert.equal(typeof ex.usage.wall_ms, "number");
+      assert.equal(await sbx.isRunning(), true);
+    });
+
+    it("gives an error's name, value and traceback, state kept", async () => {
+      const sbx = await sandbox();
+      const seen = [];
+      const ex = await sbx.runCode("def f():\n    return 1/0\nf()", { onError: (e) => seen.push(e) });
+      assert.equal(ex.status, "error");
+      assert.ok(ex.error instanceof ExecutionError);
+      assert.deepEqual([ex.error.name, ex.error.value], ["ZeroDivisionError", "division by zero"]);
+      assert.match(ex.error.traceback, /return 1\/0/);
+      assert.match(ex.error.traceback.trimEnd(), /ZeroDivisionError: division by zero$/);
+      assert.ok(ex.error.frames.some((fr) => fr.name === "f"), JSON.stringify(ex.error.frames));
+      assert.equal(String(ex.error), "ZeroDivisionError: division by zero");
+      assert.deepEqual(seen, [ex.error]);
+      assert.equal(ex.state, "kept");
+      assert.equal((await sbx.runCode("'still here'")).text, "'still here'");
+      assert.match(ex.toolText(), /^status: error\n/);
+    });
+
+    it("returns a matplotlib figure as PNG, displays in order, the value last", async () => {
+      const sbx = await sandbox();
+      const seen = [];
+      const ex = await sbx.runCode(FIGURE + "from IPython.display import HTML, display\ndisplay(HTML('<b>hi</b>'))\n6 * 7", {
+        onResult: (r) => seen.push(r),
+      });
+      assert.equal(ex.status, "ok", String(ex.error));
+      assert.equal(ex.results.length, 3);
+      const [fig, html, value] = ex.results;
+      assert.ok(fig instanceof Result);
+      assert.deepEqual([...fig.pngBytes().subarray(0, 8)], PNG_MAGIC);
+      assert.deepEqual([...Buffer.from(fig.png, "base64").subarray(0, 8)], PNG_MAGIC);
+      assert.ok(fig.formats().includes("png"));
+      assert.match(fig.text, /Figure/);
+      assert.equal(html.html, "<b>hi</b>");
+      assert.equal(value.isMainResult, true);
+      assert.equal(ex.text, "42");
+      // Each display reaches onResult once, as it is shown; the value last.
+      assert.deepEqual(seen.map((r) => r.formats()), ex.results.map((r) => r.formats()));
+      assert.equal(seen[0].png, fig.png);
+      assert.equal(seen.at(-1).isMainResult, true);
+    });
+
+    it("round-trips files: write, run, read, list, exists", async () => {
+      const sbx = await sandbox();
+      const all = Uint8Array.from({ length: 256 }, (_, i) => i);
+      const w = await sbx.files.write("dir/in put.bin", all);
+      assert.deepEqual(w, { name: "in put.bin", path: "dir/in put.bin", type: "file", size: 256 });
+      await sbx.files.write("note.txt", "héllo\n");
+      const ex = await sbx.runCode("open('out.bin','wb').write(open('dir/in put.bin','rb').read()[::-1])");
+      assert.equal(ex.status, "ok", String(ex.error));
+      assert.deepEqual(ex.files.map((f) => [f.path, f.change, f.size]), [["out.bin", "created", 256]]);
+      const back = await sbx.files.read("out.bin", { format: "bytes" });
+      assert.ok(back instanceof Uint8Array);
+      assert.deepEqual([...back], [...all].reverse());
+      assert.equal(await sbx.files.read("note.txt"), "héllo\n");
+      assert.equal(await (await sbx.files.read("note.txt", { format: "blob" })).text(), "héllo\n");
+      const entries = Object.fromEntries((await sbx.files.list()).map((e) => [e.path, e]));
+      assert.ok("out.bin" in entries, Object.keys(entries).join(","));
+      assert.equal(entries["dir"].type, "dir");
+      assert.equal(entries["dir/in put.bin"].size, 256);
+      assert.ok(entries["note.txt"].modifiedTime instanceof Date);
+      assert.deepEqual((await sbx.files.list("dir")).map((e) => e.path), ["dir", "dir/in put.bin"]);
+      assert.equal(await sbx.files.exists("note.txt"), true);
+      assert.equal(await sbx.files.exists("missing.txt"), false);
+      await assert.rejects(sbx.files.read("missing.txt"), (e) => e instanceof NotFoundError && /missing\.txt/.test(e.message));
+      await assert.rejects(sbx.files.read("../../etc/passwd"), (e) => e instanceof BadRequestError && e.message.includes(".."));
+      await assert.rejects(sbx.files.read("x", { format: "hex" }), BadRequestError);
+    });
+
+    it("ends a cell over its timeout with status timeout, state kept", async () => {
+      const sbx = await sandbox();
+      await sbx.runCode("y = 1");
+      const ex = await sbx.runCode("import time\ntime.sleep(30)", { timeoutMs: 1000 });
+      assert.equal(ex.status, "timeout");
+      assert.ok(ex.limits.includes("time"), JSON.stringify(ex.limits));
+      assert.equal(ex.state, "kept");
+      assert.equal((await sbx.runCode("y + 1")).text, "2");
+    });
+
+    it("streams stdout and stderr to callbacks in order, the value last", async () => {
+      const sbx = await sandbox();
+      const calls = [];
+      const ex = await sbx.runCode(
+        "import sys, time\nfor i in range(5):\n    print(i, flush=True)\n    time.sleep(0.05)\n" +
+          "print('warn', file=sys.stderr, flush=True)\n'done'",
+        {
+          onStdout: (m) => calls.push(["out", m]),
+          onStderr: (m) => calls.push(["err", m]),
+          onResult: (r) => calls.push(["result", r]),
+        },
+      );
+      assert.equal(ex.status, "ok");
+      const outs = calls.filter(([k]) => k === "out").map(([, m]) => m);
+      assert.ok(outs.every((m) => m instanceof OutputMessage && m.error === false));
+      assert.equal(outs.map(String).join(""), "0\n1\n2\n3\n4\n");
+      assert.ok(outs.length >= 2, `${outs.length} stdout chunks: the output was not streamed`);
+      assert.deepEqual(ex.logs.stdout, outs.map((m) => m.line)); // logs hold the chunks as they came
+      assert.equal(ex.logs.stderr.join(""), "warn\n");
+      const kinds = calls.map(([k]) => k);
+      assert.equal(kinds.at(-1), "result");
+      assert.equal(kinds.indexOf("err"), kinds.length - 2);
+      assert.equal(calls.at(-2)[1].error, true);
+      assert.equal(calls.at(-1)[1].text, "'done'");
+      const stamps = calls.slice(0, -1).map(([, m]) => m.timestamp);
+      assert.deepEqual(stamps, [...stamps].sort((a, b) => a - b));
+    });
+
+    it("answers a bad request with a typed error naming the problem", async () => {
+      await assert.rejects(Sandbox.create({ ...opts(), policy: "no-such-policy" }), (e) => {
+        assert.ok(e instanceof BadRequestError, String(e));
+        assert.ok(e instanceof JailcellError);
+        assert.equal(e.code, "bad_request");
+        assert.equal(e.status, badRequestStatus);
+        assert.match(e.message, /no-such-policy/);
+        return true;
+      });
+      await assert.rejects(Sandbox.create({ ...opts(), limits: { memry_bytes: 1 } }), (e) => e instanceof BadRequestError && /memry_bytes/.test(e.message));
+      const sbx = await sandbox();
+      await assert.rejects(sbx.runCode(""), (e) => e instanceof BadRequestError && e.status === 0);
+      await assert.rejects(sbx.runCode("1", { fixAttempts: 0 }), BadRequestError);
+      await assert.rejects(sbx.runCode("1", { language: "r" }), (e) => e instanceof BadRequestError && /python/.test(e.message));
+      await assert.rejects(sbx.runCode("1", { timeoutMs: -1 }), (e) => e instanceof BadRequestError && /timeoutMs/.test(e.message));
+      assert.equal(await sbx.kill(), true);
+      assert.equal(await sbx.kill(), false); // already ended
+      await assert.rejects(sbx.runCode("1"), (e) => e instanceof NotFoundError && e.code === "not_found");
+    });
+
+    it("interrupts a running cell, busy meanwhile, state kept", async () => {
+      const sbx = await sandbox();
+      await sbx.runCode("kept = 'yes'");
+      let started;
+      const ready = new Promise((r) => (started = r));
+      const running = sbx.runCode("import time\nprint('ready', flush=True)\ntime.sleep(600)", { onStdout: () => started() });
+      await ready;
+      await assert.rejects(sbx.runCode("1"), (e) => e instanceof BusyError && e.code === "busy");
+      assert.equal(await sbx.interrupt(), true);
+      const ex = await running;
+      assert.deepEqual([ex.status, ex.error?.name, ex.state], ["error", "KeyboardInterrupt", "kept"]);
+      assert.equal((await sbx.runCode("kept")).text, "'yes'");
+      assert.equal(await sbx.interrupt(), false); // nothing is running now
+    });
+
+    it("runs two sandboxes at once without one waiting for the other", async () => {
+      const [a, b] = await Promise.all([sandbox(), sandbox()]);
+      let started;
+      const ready = new Promise((r) => (started = r));
+      let aDone = false;
+      // a's cell runs until interrupted: b's must finish meanwhile.
+      const slow = a.runCode("import time\nprint('go', flush=True)\ntime.sleep(600)", { onStdout: () => started() }).then((ex) => {
+        aDone = true;
+        return ex;
+      });
+      await ready;
+      assert.equal((await b.runCode("'b'")).text, "'b'");
+      assert.equal(aDone, false, "a's cell ended before b's ran");
+      assert.equal(await a.interrupt(), true);
+      assert.equal((await slow).error?.name, "KeyboardInterrupt");
+    });
+
+    it("runs a one-shot cell that hands back its files", async () => {
+      const ex = await Sandbox.runOnce("open('o.txt','w').write(open('i.txt').read().upper())", {
+        ...opts(),
+        files: { "i.txt": "abc" },
+      });
+      assert.equal(ex.status, "ok", String(ex.error));
+      const o = ex.files.find((f) => f.path === "o.txt");
+      assert.equal(Buffer.from(o.data).toString(), "ABC");
+    });
+
+    it("ends the session on asyncDispose", async () => {
+      const sbx = await Sandbox.create({ ...opts(), ttlMs: 60_000 });
+      const other = await sandbox();
+      assert.equal((await sbx.runCode("1 + 1")).text, "2");
+      await sbx[Symbol.asyncDispose]();
+      assert.equal(await sbx.isRunning(), false);
+      const ids = (await other.transport.call("sessions", {})).sessions.map((s) => s.session);
+      assert.ok(!ids.includes(sbx.sandboxId), "the session outlived its dispose");
+    });
+
+    more(sandbox);
+  });
+}
+
+export function required(name) {
+  const v = process.env[name];
+  assert.ok(v, `${name} is not set: run through test/tsclient (go test), which starts the service`);
+  return v;
+}

@@ -1,0 +1,62 @@
+// A user's strict TypeScript against the shipped declarations (dist/*.d.ts):
+// test/tsclient compiles it (tsc -p test/tsconfig.consumer.json, no emit)
+// after the build. The @ts-expect-error lines must stay errors: the types
+// refuse what the client would refuse.
+
+import {
+  BadRequestError,
+  type EntryInfo,
+  type Execution,
+  HttpTransport,
+  JailcellError,
+  JsonLinesTransport,
+  type OutputMessage,
+  type Result,
+  Sandbox,
+  type SessionInfo,
+  type WireResult,
+} from "../dist/index.js";
+
+export async function use(): Promise<void> {
+  const sbx = await Sandbox.create({ socket: "/run/jailcell/jailcell.sock", ttlMs: 60_000, limits: { memory_bytes: 1 << 28 } });
+  const ex: Execution = await sbx.runCode("1 + 1", {
+    onStdout: (m: OutputMessage) => m.line.length,
+    onResult: async (r: Result) => r.pngBytes()?.byteLength,
+    timeoutMs: 1000,
+    files: { "a.txt": "text", "b.bin": new Uint8Array([1]) },
+  });
+  const text: string | undefined = ex.text;
+  const png: string | undefined = ex.results[0]?.png;
+  const raw: WireResult | undefined = ex.raw.result;
+  const s: string = await sbx.files.read("a.txt");
+  const b: Uint8Array = await sbx.files.read("b.bin", { format: "bytes" });
+  const blob: Blob = await sbx.files.read("b.bin", { format: "blob" });
+  const list: EntryInfo[] = await sbx.files.list();
+  const info: SessionInfo = await sbx.hibernate();
+  const killed: boolean = await sbx.kill();
+  void [text, png, raw, s, b, blob, list, info, killed];
+
+  await Sandbox.create({ url: "http://127.0.0.1:8080", token: "t" });
+  await Sandbox.create({ transport: new JsonLinesTransport(["jailcell", "json"]) });
+  await Sandbox.create({ transport: new HttpTransport({ socketPath: "/s" }) });
+  try {
+    await sbx.runCode("x");
+  } catch (e) {
+    if (e instanceof BadRequestError) {
+      const code: string = e.code;
+      const status: number = e.status;
+      void [code, status];
+    }
+    void (e instanceof JailcellError);
+  }
+
+  // @ts-expect-error code is a string
+  await sbx.runCode(42);
+  // @ts-expect-error no such format
+  await sbx.files.read("a", { format: "hex" });
+  // @ts-expect-error a text read is a string, not bytes
+  const wrong: Uint8Array = await sbx.files.read("a");
+  void wrong;
+  // @ts-expect-error milliseconds are numbers
+  await Sandbox.create({ ttlMs: "60" });
+}

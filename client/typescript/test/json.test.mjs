@@ -1,0 +1,41 @@
+// The Sandbox over `jailcell json` subprocesses: one shared by the cases,
+// and one a Sandbox starts for itself and ends with kill().
+import assert from "node:assert/strict";
+import { after } from "node:test";
+
+import { JsonLinesTransport, Sandbox, UnavailableError } from "../dist/index.js";
+import { cases, it, required } from "./cases.mjs";
+
+const command = JSON.parse(required("JAILCELL_JSON_COMMAND"));
+const shared = new JsonLinesTransport(command);
+after(() => shared.close());
+
+cases("jailcell json", () => ({ transport: shared }), { badRequestStatus: 0 });
+
+it("starts a private jailcell json for one sandbox and ends it with kill", async () => {
+  const sbx = await Sandbox.create({ command });
+  assert.equal((await sbx.runCode("6 * 7")).text, "42");
+  const t = sbx.transport;
+  assert.equal(await sbx.kill(), true);
+  await assert.rejects(t.call("ping", {}), (e) => e instanceof UnavailableError && /closed/.test(e.message));
+});
+
+it("bounds a line from jailcell json: over maxLineBytes, the process is ended", async () => {
+  const t = new JsonLinesTransport(command, { maxLineBytes: 4096 });
+  const sbx = await Sandbox.create({ transport: t });
+  await assert.rejects(sbx.runCode("print('x' * 10000)"), (e) => e instanceof UnavailableError && /over 4096 bytes/.test(e.message));
+  await assert.rejects(t.call("ping", {}), UnavailableError);
+  await t.close();
+});
+
+it("names a command it could not start", async () => {
+  const t = new JsonLinesTransport(["/nonexistent/jailcell", "json"]);
+  await assert.rejects(t.call("ping", {}), (e) => e instanceof UnavailableError && /\/nonexistent\/jailcell/.test(e.message) && /ENOENT/.test(e.message));
+  await t.close();
+});
+
+it("says why the process is gone, with its log", async () => {
+  const t = new JsonLinesTransport(["sh", "-c", "echo 'jailcell: no state dir' >&2; exit 3"]);
+  await assert.rejects(t.call("ping", {}), (e) => e instanceof UnavailableError && /status 3/.test(e.message) && /no state dir/.test(e.message));
+  await t.close();
+});

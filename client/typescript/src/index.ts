@@ -4,7 +4,27 @@
  */
 
 export { Sandbox, Files } from "./sandbox.js";
-export type { Data, OutputHandler, ResultHandler, ErrorHandler, RunCodeOpts, SandboxOpts } from "./sandbox.js";
+export type { ClearOutputHandler, Data, OutputHandler, ResultHandler, ErrorHandler, RunCodeOpts, SandboxOpts } from "./sandbox.js";
+export { ChartType, ScaleType } from "./charts.js";
+export type {
+  BarChart,
+  BarData,
+  BoxAndWhiskerChart,
+  BoxAndWhiskerData,
+  Chart,
+  Chart2D,
+  ChartTypes,
+  HistogramChart,
+  HistogramData,
+  LineChart,
+  PieChart,
+  PieData,
+  PointChart,
+  PointData,
+  ScatterChart,
+  SuperChart,
+  UnknownChart,
+} from "./charts.js";
 export { Execution, ExecutionError, OutputMessage, Result, MIME_FIELDS } from "./models.js";
 export type { Attempt, EntryInfo, FileChange, Logs, WriteInfo } from "./models.js";
 export {

@@ -6,7 +6,7 @@
 import { InternalError, NotFoundError, badRequest } from "./errors.js";
 import { EntryInfo, Execution, ExecutionError, OutputMessage, Result, WriteInfo } from "./models.js";
 import { type CallOptions, type Fields, type Transport, type TransportChoice, transportFor } from "./transport.js";
-import type { CreateFields, Limits, SessionInfo, WireEvent, WireResponse } from "./wire.js";
+import type { CreateFields, Envs, Limits, SessionInfo, WireEvent, WireResponse } from "./wire.js";
 
 /** What files.write and runCode's files take; strings are written as UTF-8. */
 export type Data = string | Uint8Array | ArrayBuffer | Blob;
@@ -14,6 +14,8 @@ export type Data = string | Uint8Array | ArrayBuffer | Blob;
 export type OutputHandler = (msg: OutputMessage) => unknown;
 export type ResultHandler = (result: Result) => unknown;
 export type ErrorHandler = (error: ExecutionError) => unknown;
+/** IPython's clear_output(wait): clear what was shown now, or (wait) when the next output comes. */
+export type ClearOutputHandler = (wait: boolean) => unknown;
 
 async function bytes(data: Data, what: string): Promise<Uint8Array> {
   if (typeof data === "string") {
@@ -29,6 +31,19 @@ async function bytes(data: Data, what: string): Promise<Uint8Array> {
     return new Uint8Array(await data.arrayBuffer());
   }
   throw badRequest(`${what} must be a string, Uint8Array, ArrayBuffer or Blob`);
+}
+
+/** envs checked client-side for its shape; the service checks names and sizes. */
+function envsField(envs: unknown, what: string): Envs {
+  if (envs === null || typeof envs !== "object" || Array.isArray(envs)) {
+    throw badRequest(`${what} must be an object of variable name to string value`);
+  }
+  for (const [k, v] of Object.entries(envs)) {
+    if (typeof v !== "string") {
+      throw badRequest(`${what}[${JSON.stringify(k)}] must be a string, got ${typeof v}`);
+    }
+  }
+  return envs as Envs;
 }
 
 function seconds(ms: number | undefined, what: string): number | undefined {
@@ -49,6 +64,17 @@ export interface RunCodeOpts {
   onResult?: ResultHandler;
   /** The cell's exception, once it ended with one. */
   onError?: ErrorHandler;
+  /**
+   * The cell called IPython's clear_output(wait) (a progress bar redrawing
+   * itself): a front end clears what it showed. Without this callback the
+   * event is ignored: logs and results keep everything, as the service's
+   * result does (it has no record of the clear).
+   */
+  onClearOutput?: ClearOutputHandler;
+  /** Keep the cell's text as written: ANSI escapes and "\r\n" (default: stripped, "\n"). */
+  rawAnsi?: boolean;
+  /** Environment variables for this cell only, put back after it. */
+  envs?: Envs;
   /** The cell's time limit (default: the policy's; clamped to its ceiling). A cell over it ends with status "timeout", its state kept. */
   timeoutMs?: number;
   /** Bound on the call itself (default: the transport's, or timeoutMs + 60 s if more). */
@@ -91,6 +117,8 @@ class Collector {
       const r = Result.fromDisplay(ev.display);
       this.shown.push(r);
       await this.o.onResult?.(r);
+    } else if (ev.event === "clear_output") {
+      await this.o.onClearOutput?.(ev.wait === true);
     }
     // Kinds a newer server sends are skipped.
   };
@@ -137,6 +165,8 @@ async function execFields(code: string, session: string | undefined, o: RunCodeO
   }
   if (o.force) f["force"] = true;
   if (o.snapshot) f["snapshot"] = true;
+  if (o.rawAnsi) f["raw_ansi"] = true;
+  if (o.envs !== undefined) f["envs"] = envsField(o.envs, "envs");
   return f;
 }
 
@@ -240,6 +270,8 @@ export interface SandboxOpts extends TransportChoice {
   persist?: string;
   /** pip requirements installed from the service's wheelhouse. */
   requirements?: string[];
+  /** Environment variables of every cell and command in the sandbox. */
+  envs?: Envs;
 }
 
 function createFields(o: SandboxOpts): CreateFields {
@@ -252,6 +284,7 @@ function createFields(o: SandboxOpts): CreateFields {
   if (o.limits !== undefined) f.limits = o.limits;
   if (o.persist !== undefined) f.persist = o.persist;
   if (o.requirements !== undefined) f.requirements = o.requirements;
+  if (o.envs !== undefined) f.envs = envsField(o.envs, "envs");
   return f;
 }
 

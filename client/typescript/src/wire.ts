@@ -22,6 +22,49 @@ export interface WireCellError {
   message: string;
   traceback: string;
   frames?: WireFrame[];
+  /** A failed shell command's exit status (!cmd, %pip), negative for the signal that killed it. */
+  exit_code?: number;
+}
+
+/** One series, bar, wedge, histogram or box of a chart; in a superchart, one subplot's chart. */
+export interface WireChartElement {
+  label?: string;
+  group?: string;
+  value?: number;
+  points?: [number, number][];
+  angle?: number;
+  radius?: number;
+  edges?: number[];
+  counts?: number[];
+  min?: number;
+  first_quartile?: number;
+  median?: number;
+  third_quartile?: number;
+  max?: number;
+  outliers?: number[];
+}
+
+export type WireChartType = "line" | "scatter" | "bar" | "pie" | "histogram" | "box_and_whisker" | "superchart" | "unknown";
+
+/** What a matplotlib figure plotted, beside its PNG (docs/notebook.md "Chart data beside each figure"). */
+export interface WireChart {
+  type: WireChartType;
+  title: string;
+  x_label?: string;
+  y_label?: string;
+  x_unit?: string;
+  y_unit?: string;
+  x_scale?: string;
+  y_scale?: string;
+  x_ticks?: number[];
+  x_tick_labels?: string[];
+  y_ticks?: number[];
+  y_tick_labels?: string[];
+  orientation?: "vertical" | "horizontal";
+  stacked?: boolean;
+  elements: WireChartElement[];
+  truncated?: boolean;
+  reason?: string;
 }
 
 /** A rich output: a figure, an object passed to display(), or pager text. */
@@ -30,6 +73,8 @@ export interface WireDisplayItem {
   data: string;
   bundle?: MimeBundle;
   pager?: boolean;
+  /** The figure's chart data (matplotlib figures only). */
+  chart?: WireChart;
 }
 
 /** A file a cell created, modified or deleted; one-shot cells return its data (base64). */
@@ -76,6 +121,8 @@ export interface WireResult {
   stderr_truncated: boolean;
   error?: WireCellError;
   value?: MimeBundle;
+  /** The chart data of value when the value is a matplotlib Figure. */
+  value_chart?: WireChart;
   display?: WireDisplayItem[];
   files?: WireFileChange[];
   usage: WireUsage;
@@ -163,10 +210,18 @@ export interface WireError {
   state?: "lost";
 }
 
-/** A streamed piece of a cell's output, before its final response. */
+/**
+ * A streamed piece of a cell's output, before its final response; a
+ * clear_output event is IPython's clear_output() (wait: when the next
+ * output comes, not now).
+ */
 export type WireEvent =
-  | { id: string | number; event: "stdout" | "stderr"; text: string; display?: undefined }
-  | { id: string | number; event: "display"; display: WireDisplayItem; text?: undefined };
+  | { id: string | number; event: "stdout" | "stderr"; text: string; display?: undefined; wait?: boolean }
+  | { id: string | number; event: "display"; display: WireDisplayItem; text?: undefined; wait?: boolean }
+  | { id: string | number; event: "clear_output"; wait?: boolean; text?: undefined; display?: undefined };
+
+/** Environment variables for processes inside the sandbox: name to value. */
+export type Envs = Record<string, string>;
 
 /** Tightens a session's policy; an unknown key is refused by the server. */
 export type Limits = Record<string, number | string | boolean | null>;
@@ -179,6 +234,7 @@ export interface CreateFields {
   limits?: Limits;
   persist?: string;
   requirements?: string[];
+  envs?: Envs;
 }
 
 /** The fields of an exec; files' data is bytes here, base64 on the wire. */
@@ -191,6 +247,10 @@ export interface ExecFields {
   policy?: string;
   fix?: { max_attempts: number };
   force?: boolean;
+  /** Keep ANSI escapes and "\r\n" in the cell's text (default: stripped, "\n"). */
+  raw_ansi?: boolean;
+  /** This cell's environment, put back after it. */
+  envs?: Envs;
 }
 
 /**

@@ -14,6 +14,7 @@ export const it = (name, fn) => nodeIt(name, { timeout: 60_000 }, fn);
 import {
   BadRequestError,
   BusyError,
+  ChartType,
   Execution,
   ExecutionError,
   JailcellError,
@@ -21,6 +22,7 @@ import {
   OutputMessage,
   Result,
   Sandbox,
+  ScaleType,
 } from "../dist/index.js";
 
 export const PNG_MAGIC = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
@@ -105,6 +107,65 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       assert.deepEqual(seen.map((r) => r.formats()), ex.results.map((r) => r.formats()));
       assert.equal(seen[0].png, fig.png);
       assert.equal(seen.at(-1).isMainResult, true);
+    });
+
+    it("gives each figure's chart data beside its PNG, typed as E2B's charts", async () => {
+      const sbx = await sandbox();
+      const seen = [];
+      const ex = await sbx.runCode(
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n" +
+          "plt.plot([1, 2, 3], [2.5, -1, 4], label='sales')\nplt.title('Q1')\nplt.xlabel('Month')\n" +
+          "plt.ylabel('Revenue (USD)')\nplt.show()\n" +
+          "plt.bar(['a', 'b'], [3, 4.5], label='kg')\nplt.show()\n" +
+          "plt.imshow([[0, 1], [1, 0]])\nplt.show()\n",
+        { onResult: (r) => seen.push(r) },
+      );
+      assert.equal(ex.status, "ok", String(ex.error));
+      const [line, bar, image] = ex.results.map((r) => r.chart);
+      assert.ok(ex.results[0].png && ex.results[0].formats().includes("chart"));
+      assert.deepEqual([line.type, line.title, line.x_label, line.y_label, line.y_unit, line.x_scale], [ChartType.LINE, "Q1", "Month", "Revenue (USD)", "USD", ScaleType.LINEAR]);
+      assert.deepEqual(line.elements.map((e) => [e.label, e.points]), [["sales", [[1, 2.5], [2, -1], [3, 4]]]]);
+      assert.deepEqual([bar.type, bar.orientation], ["bar", "vertical"]);
+      assert.deepEqual(bar.elements.map((e) => [e.label, e.group, e.value]), [["a", "kg", 3], ["b", "kg", 4.5]]);
+      assert.deepEqual([image.type, image.elements], ["unknown", []]);
+      assert.match(image.reason, /image/);
+      // The streamed display events carry the chart too.
+      assert.deepEqual(seen.map((r) => r.chart?.type), ["line", "bar", "unknown"]);
+      // A Figure as the cell's value: the main result's chart (value_chart).
+      const v = await sbx.runCode("fig, ax = plt.subplots()\nax.scatter([1], [2], label='one')\nfig");
+      assert.equal(v.results.at(-1).isMainResult, true);
+      assert.equal(v.valueChart, v.results.at(-1).chart);
+      assert.deepEqual([v.valueChart.type, v.valueChart.elements.map((e) => [e.label, e.points])], ["scatter", [["one", [[1, 2]]]]]);
+      const plain = await sbx.runCode("1");
+      assert.deepEqual([plain.valueChart, plain.results.at(-1).chart], [undefined, undefined]);
+    });
+
+    it("passes exit codes, raw ANSI text, envs and clear_output through", async () => {
+      const sbx = await sandbox({ envs: { SBX_VAR: "from create" } });
+      const ex = await sbx.runCode("!exit 3");
+      assert.deepEqual([ex.status, ex.error?.name, ex.error?.exitCode], ["error", "subprocess.CalledProcessError", 3]);
+      assert.equal((await sbx.runCode("1/0")).error.exitCode, undefined);
+      const code = "print('\\x1b[31mred\\x1b[0m', end='\\r\\n')";
+      assert.equal((await sbx.runCode(code)).logs.stdout.join(""), "red\n");
+      assert.equal((await sbx.runCode(code, { rawAnsi: true })).logs.stdout.join(""), "\x1b[31mred\x1b[0m\r\n");
+      // envs: the sandbox's from create, a cell's own only for that cell.
+      const env = "import os\n(os.environ.get('SBX_VAR'), os.environ.get('CELL_VAR'))";
+      assert.equal((await sbx.runCode(env, { envs: { CELL_VAR: "x y" } })).text, "('from create', 'x y')");
+      assert.equal((await sbx.runCode(env)).text, "('from create', None)");
+      await assert.rejects(sbx.runCode("1", { envs: { A: 1 } }), (e) => e instanceof BadRequestError && /envs\["A"\] must be a string/.test(e.message));
+      await assert.rejects(sbx.runCode("1", { envs: { "1BAD": "x" } }), (e) => e instanceof BadRequestError && /1BAD/.test(e.message));
+      // clear_output reaches onClearOutput in its place among the chunks;
+      // logs keep everything (the service's result has no record of it).
+      const order = [];
+      const c = await sbx.runCode(
+        "from IPython.display import clear_output\nprint('a', flush=True)\nclear_output(wait=True)\nprint('b', flush=True)\nclear_output()\n",
+        { onStdout: (m) => order.push(m.line), onClearOutput: (wait) => order.push(`clear wait=${wait}`) },
+      );
+      assert.equal(c.status, "ok", String(c.error));
+      assert.deepEqual(order, ["a\n", "clear wait=true", "b\n", "clear wait=false"]);
+      assert.equal(c.logs.stdout.join(""), "a\nb\n");
+      // Without the callback the event is ignored.
+      assert.equal((await sbx.runCode("from IPython.display import clear_output\nclear_output()\n'after'")).text, "'after'");
     });
 
     it("round-trips files: write, run, read, list, exists", async () => {

@@ -28,6 +28,13 @@ export async function use(): Promise<void> {
   const text: string | undefined = ex.text;
   const png: string | undefined = ex.results[0]?.png;
   const raw: WireResult | undefined = ex.raw.result;
+  // Charts narrow on type, as E2B's ChartTypes.
+  const chart = ex.results[0]?.chart;
+  const points: [number, number][] | undefined = chart?.type === "line" ? chart.elements[0]?.points : undefined;
+  const bars: number | undefined = chart?.type === "bar" ? chart.elements[0]?.value : undefined;
+  const exitCode: number | undefined = ex.error?.exitCode;
+  await sbx.runCode("print(1)", { rawAnsi: true, envs: { A: "1" }, onClearOutput: (wait: boolean) => wait });
+  void [points, bars, exitCode];
   const s: string = await sbx.files.read("a.txt");
   const b: Uint8Array = await sbx.files.read("b.bin", { format: "bytes" });
   const blob: Blob = await sbx.files.read("b.bin", { format: "blob" });
@@ -59,4 +66,6 @@ export async function use(): Promise<void> {
   void wrong;
   // @ts-expect-error milliseconds are numbers
   await Sandbox.create({ ttlMs: "60" });
+  // @ts-expect-error env values are strings
+  await Sandbox.create({ envs: { A: 1 } });
 }

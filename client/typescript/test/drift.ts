@@ -54,7 +54,12 @@ check<SameKeys<S["Features"], W.Features>>();
 check<Fits<S["Features"], W.Features>>();
 check<SameKeys<S["Error"], W.WireError>>();
 check<Fits<S["Error"], W.WireError>>();
+check<SameKeys<S["Chart"], W.WireChart>>();
+check<Fits<S["Chart"], W.WireChart>>();
+check<SameKeys<S["ChartElement"], W.WireChartElement>>();
+check<Fits<S["ChartElement"], W.WireChartElement>>();
 check<Fits<S["Event"], W.WireEvent>>();
+check<Fits<S["Envs"], W.Envs>>();
 check<Fits<S["MimeBundle"], W.MimeBundle>>();
 check<Fits<S["Limits"], W.Limits>>();
 // Responses: every field of each op's response is one the client reads.

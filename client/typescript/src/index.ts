@@ -3,8 +3,23 @@
  * TypeScript. ESM, Node 18.18+, no runtime dependencies.
  */
 
-export { Sandbox, Files } from "./sandbox.js";
-export type { ClearOutputHandler, Data, OutputHandler, ResultHandler, ErrorHandler, RunCodeOpts, SandboxOpts } from "./sandbox.js";
+export { Sandbox, Files, FilesystemEventType, WatchHandle } from "./sandbox.js";
+export type {
+  ClearOutputHandler,
+  ConnectOpts,
+  Data,
+  OutputHandler,
+  ResultHandler,
+  ErrorHandler,
+  FilesystemEvent,
+  RunCodeOpts,
+  SandboxInfo,
+  SandboxMetrics,
+  SandboxOpts,
+  WatchOpts,
+} from "./sandbox.js";
+export { CommandExitError, CommandHandle, Commands, DEFAULT_COMMAND_TIMEOUT_MS } from "./commands.js";
+export type { CommandOutputHandler, CommandResult, CommandStartOpts } from "./commands.js";
 export { ChartType, ScaleType } from "./charts.js";
 export type {
   BarChart,

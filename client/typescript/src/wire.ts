@@ -190,6 +190,41 @@ export interface WireEntry {
   mtime: string;
 }
 
+/** What a shell command run inside the sandbox did (op command). */
+export interface WireCommandResult {
+  job: string;
+  pid?: number;
+  /** exit_code is valid only when done. */
+  done: boolean;
+  /** Negative: the signal that ended it. */
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+  stdout_truncated?: boolean;
+  stderr_truncated?: boolean;
+  timed_out?: boolean;
+}
+
+/** The host's view of a session's cgroup and disk (op metrics). */
+export interface WireSessionMetrics {
+  timestamp: string;
+  cpu_used_pct: number;
+  cpu_count: number;
+  cpu_seconds: number;
+  mem_used: number;
+  mem_peak: number;
+  mem_total: number;
+  disk_used: number;
+  disk_total: number;
+  running: boolean;
+}
+
+/** A change a directory watch saw; name is relative to the watched directory and untrusted. */
+export interface WireWatchEvent {
+  name: string;
+  type: "create" | "write" | "remove" | "rename";
+}
+
 /** The isolation features of the host (ping). */
 export interface Features {
   kernel: string;
@@ -253,6 +288,30 @@ export interface ExecFields {
   envs?: Envs;
 }
 
+/** The fields of a command (run inside the sandbox, or wait for / kill a background one). */
+export interface CommandFields {
+  action?: "start" | "wait" | "kill";
+  cmd?: string;
+  envs?: Envs;
+  cwd?: string;
+  timeout_s?: number;
+  background?: boolean;
+  job?: string;
+}
+
+/** The fields of a set_timeout. */
+export interface TimeoutFields {
+  timeout_s: number;
+}
+
+/** The fields of a watch. */
+export interface WatchFields {
+  action?: "start" | "poll" | "stop";
+  path?: string;
+  recursive?: boolean;
+  watch?: string;
+}
+
 /**
  * A successful response, every op's fields optional: each op fills its own
  * (create: the SessionInfo fields; exec: result...; download: data).
@@ -279,6 +338,18 @@ export interface WireResponse extends Partial<SessionInfo> {
   sessions?: SessionInfo[];
   // interrupt
   interrupted?: boolean;
+  // command
+  command?: WireCommandResult;
+  // metrics
+  metrics?: WireSessionMetrics;
+  // stat
+  entry?: WireEntry;
+  // mkdir (path above)
+  created?: boolean;
+  // watch
+  watch?: string;
+  events?: WireWatchEvent[];
+  overflow?: boolean;
   // complete, inspect, is_complete, and fields of ops newer than this client
   [field: string]: unknown;
 }

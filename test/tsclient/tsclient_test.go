@@ -268,9 +268,12 @@ func TestTypeScriptWireTypesMatchOpenAPI(t *testing.T) {
 // TestTypeScriptClient runs the package's tests (node --test) against one
 // real service, through its Unix socket and its TCP listener with a bearer
 // token, and against `jailcell json` processes: state across cells, an
-// error's traceback, a PNG figure, files both ways, a timeout that keeps
+// error's traceback, a PNG figure and its chart data, exit codes, raw
+// ANSI text, envs, clear_output, files both ways, a timeout that keeps
 // state, streamed callbacks in order, typed errors, interrupt, two
-// sandboxes at once, hibernate and restore.
+// sandboxes at once, hibernate and restore; and E2B's names for the
+// server's commands (foreground, streamed, background), file ops and
+// watches, info, timeout, metrics and connect.
 func TestTypeScriptClient(t *testing.T) {
 	nodeProbe(t)
 	testenv.RequiresRoot(t)

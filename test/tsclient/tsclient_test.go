@@ -268,9 +268,12 @@ func TestTypeScriptWireTypesMatchOpenAPI(t *testing.T) {
 // TestTypeScriptClient runs the package's tests (node --test) against one
 // real service, through its Unix socket and its TCP listener with a bearer
 // token, and against `jailcell json` processes: state across cells, an
-// error's traceback, a PNG figure, files both ways, a timeout that keeps
+// error's traceback, a PNG figure and its chart data, exit codes, raw
+// ANSI text, envs, clear_output, files both ways, a timeout that keeps
 // state, streamed callbacks in order, typed errors, interrupt, two
-// sandboxes at once, hibernate and restore.
+// sandboxes at once, hibernate and restore; and E2B's names for the
+// server's commands (foreground, streamed, background), file ops and
+// watches, info, timeout, metrics and connect.
 func TestTypeScriptClient(t *testing.T) {
 	nodeProbe(t)
 	testenv.RequiresRoot(t)
@@ -381,12 +384,12 @@ func example(t *testing.T, pkgDir string, env []string) {
 }
 
 // testFiles are the package's test files, each with how many tests it
-// has at least: the 11 cases every transport runs, and its own.
+// has at least: the 17 cases every transport runs, and its own.
 var testFiles = map[string]int{
-	"unix.test.mjs": 11 + 6,
-	"tcp.test.mjs":  11 + 2,
-	"json.test.mjs": 11 + 4,
-	"tls.test.mjs":  11 + 2,
+	"unix.test.mjs": 17 + 6,
+	"tcp.test.mjs":  17 + 2,
+	"json.test.mjs": 17 + 4,
+	"tls.test.mjs":  17 + 2,
 }
 
 // startTLSServe starts a second service whose TCP listener takes mutual

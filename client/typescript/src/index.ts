@@ -3,8 +3,43 @@
  * TypeScript. ESM, Node 18.18+, no runtime dependencies.
  */
 
-export { Sandbox, Files } from "./sandbox.js";
-export type { Data, OutputHandler, ResultHandler, ErrorHandler, RunCodeOpts, SandboxOpts } from "./sandbox.js";
+export { Sandbox, Files, FilesystemEventType, WatchHandle } from "./sandbox.js";
+export type {
+  ClearOutputHandler,
+  ConnectOpts,
+  Data,
+  OutputHandler,
+  ResultHandler,
+  ErrorHandler,
+  FilesystemEvent,
+  RunCodeOpts,
+  SandboxInfo,
+  SandboxMetrics,
+  SandboxOpts,
+  WatchOpts,
+} from "./sandbox.js";
+export { CommandExitError, CommandHandle, Commands, DEFAULT_COMMAND_TIMEOUT_MS } from "./commands.js";
+export type { CommandOutputHandler, CommandResult, CommandStartOpts } from "./commands.js";
+export { ChartType, ScaleType } from "./charts.js";
+export type {
+  BarChart,
+  BarData,
+  BoxAndWhiskerChart,
+  BoxAndWhiskerData,
+  Chart,
+  Chart2D,
+  ChartTypes,
+  HistogramChart,
+  HistogramData,
+  LineChart,
+  PieChart,
+  PieData,
+  PointChart,
+  PointData,
+  ScatterChart,
+  SuperChart,
+  UnknownChart,
+} from "./charts.js";
 export { Execution, ExecutionError, OutputMessage, Result, MIME_FIELDS } from "./models.js";
 export type { Attempt, EntryInfo, FileChange, Logs, WriteInfo } from "./models.js";
 export {

@@ -5,6 +5,7 @@
  * the fix-and-retry attempts. Everything here is built from a wire result.
  */
 
+import { type ChartTypes, toChart } from "./charts.js";
 import type {
   CellStatus,
   MimeBundle,
@@ -15,6 +16,7 @@ import type {
   WireFallback,
   WireFrame,
   WireKnown,
+  WireChart,
   WireResponse,
   WireUsage,
 } from "./wire.js";
@@ -56,11 +58,16 @@ export class Result {
   extra: Record<string, unknown> = {};
   /** Text a magic sent to IPython's pager (%quickref, obj?): never part of stdout. */
   isPager = false;
+  /** What a matplotlib figure plotted, beside its png (E2B's Result.chart); undefined for anything else. */
+  chart?: ChartTypes;
 
   constructor(
     bundle: MimeBundle = {},
     readonly isMainResult = false,
+    chart?: WireChart,
   ) {
+    const c = toChart(chart);
+    if (c !== undefined) this.chart = c;
     for (const [mime, data] of Object.entries(bundle)) {
       const name = (MIME_FIELDS as Record<string, FieldName>)[mime];
       if (name === undefined) {
@@ -81,14 +88,15 @@ export class Result {
     if (typeof item.mime === "string" && !(item.mime in bundle)) {
       bundle[item.mime] = item.data;
     }
-    const r = new Result(bundle);
+    const r = new Result(bundle, false, item.chart);
     r.isPager = item.pager === true;
     return r;
   }
 
   /** The formats this result has: property names, then extra MIME types. */
   formats(): string[] {
-    const have = Object.values(MIME_FIELDS).filter((n) => this[n] !== undefined);
+    const have: string[] = Object.values(MIME_FIELDS).filter((n) => this[n] !== undefined);
+    if (this.chart !== undefined) have.push("chart");
     return [...have, ...Object.keys(this.extra)];
   }
 
@@ -135,13 +143,21 @@ export class ExecutionError {
     readonly value: string,
     readonly traceback: string,
     readonly frames: WireFrame[] = [],
+    /** A failed shell command's exit status (!cmd, %pip: name subprocess.CalledProcessError), negative for a signal; undefined otherwise. */
+    readonly exitCode?: number,
   ) {}
 
   static from(e: WireCellError | undefined): ExecutionError | undefined {
     if (e === undefined || e === null || typeof e !== "object") {
       return undefined;
     }
-    return new ExecutionError(String(e.type ?? ""), String(e.message ?? ""), String(e.traceback ?? ""), Array.isArray(e.frames) ? e.frames : []);
+    return new ExecutionError(
+      String(e.type ?? ""),
+      String(e.message ?? ""),
+      String(e.traceback ?? ""),
+      Array.isArray(e.frames) ? e.frames : [],
+      Number.isInteger(e.exit_code) ? e.exit_code : undefined,
+    );
   }
 
   toString(): string {
@@ -203,6 +219,11 @@ export class Execution {
     return this.results.find((r) => r.isMainResult)?.text;
   }
 
+  /** The chart of the last expression's value when it is a matplotlib Figure (the wire's value_chart). */
+  get valueChart(): ChartTypes | undefined {
+    return this.results.find((r) => r.isMainResult)?.chart;
+  }
+
   get ok(): boolean {
     return this.status === "ok";
   }
@@ -224,7 +245,7 @@ export class Execution {
     };
     ex.results = (res.display ?? []).filter((d) => d !== null && typeof d === "object").map((d) => Result.fromDisplay(d));
     if (res.value !== undefined && res.value !== null && Object.keys(res.value).length > 0) {
-      ex.results.push(new Result(res.value, true));
+      ex.results.push(new Result(res.value, true, res.value_chart));
     }
     ex.error = ExecutionError.from(res.error);
     if (typeof res.execution_count === "number") {

@@ -3,10 +3,11 @@
  * JS SDK (Sandbox.create, runCode, files, kill), over any transport.
  */
 
+import { Commands, checkEnvs } from "./commands.js";
 import { InternalError, NotFoundError, badRequest } from "./errors.js";
 import { EntryInfo, Execution, ExecutionError, OutputMessage, Result, WriteInfo } from "./models.js";
 import { type CallOptions, type Fields, type Transport, type TransportChoice, transportFor } from "./transport.js";
-import type { CreateFields, Limits, SessionInfo, WireEvent, WireResponse } from "./wire.js";
+import type { CreateFields, Envs, Limits, SessionInfo, WireEntry, WireEvent, WireResponse, WireSessionMetrics, WireWatchEvent } from "./wire.js";
 
 /** What files.write and runCode's files take; strings are written as UTF-8. */
 export type Data = string | Uint8Array | ArrayBuffer | Blob;
@@ -14,6 +15,8 @@ export type Data = string | Uint8Array | ArrayBuffer | Blob;
 export type OutputHandler = (msg: OutputMessage) => unknown;
 export type ResultHandler = (result: Result) => unknown;
 export type ErrorHandler = (error: ExecutionError) => unknown;
+/** IPython's clear_output(wait): clear what was shown now, or (wait) when the next output comes. */
+export type ClearOutputHandler = (wait: boolean) => unknown;
 
 async function bytes(data: Data, what: string): Promise<Uint8Array> {
   if (typeof data === "string") {
@@ -49,6 +52,17 @@ export interface RunCodeOpts {
   onResult?: ResultHandler;
   /** The cell's exception, once it ended with one. */
   onError?: ErrorHandler;
+  /**
+   * The cell called IPython's clear_output(wait) (a progress bar redrawing
+   * itself): a front end clears what it showed. Without this callback the
+   * event is ignored: logs and results keep everything, as the service's
+   * result does (it has no record of the clear).
+   */
+  onClearOutput?: ClearOutputHandler;
+  /** Keep the cell's text as written: ANSI escapes and "\r\n" (default: stripped, "\n"). */
+  rawAnsi?: boolean;
+  /** Environment variables for this cell only, put back after it. */
+  envs?: Envs;
   /** The cell's time limit (default: the policy's; clamped to its ceiling). A cell over it ends with status "timeout", its state kept. */
   timeoutMs?: number;
   /** Bound on the call itself (default: the transport's, or timeoutMs + 60 s if more). */
@@ -91,6 +105,8 @@ class Collector {
       const r = Result.fromDisplay(ev.display);
       this.shown.push(r);
       await this.o.onResult?.(r);
+    } else if (ev.event === "clear_output") {
+      await this.o.onClearOutput?.(ev.wait === true);
     }
     // Kinds a newer server sends are skipped.
   };
@@ -137,6 +153,8 @@ async function execFields(code: string, session: string | undefined, o: RunCodeO
   }
   if (o.force) f["force"] = true;
   if (o.snapshot) f["snapshot"] = true;
+  if (o.rawAnsi) f["raw_ansi"] = true;
+  if (o.envs !== undefined) f["envs"] = checkEnvs(o.envs);
   return f;
 }
 
@@ -213,14 +231,154 @@ export class Files {
     return out;
   }
 
-  /** Whether path exists (a file). */
+  /** Whether anything (a file or a directory) is at path. */
   async exists(path: string): Promise<boolean> {
     try {
-      await this.sbx.call("download", { path });
+      await this.sbx.call("stat", { path });
       return true;
     } catch (e) {
       if (e instanceof NotFoundError) return false;
       throw e;
+    }
+  }
+
+  /** What is at path: a file or a directory (NotFoundError if nothing). */
+  async getInfo(path: string): Promise<EntryInfo> {
+    const e = (await this.sbx.call("stat", { path })).entry;
+    return entryInfo(e, path);
+  }
+
+  /** Remove a file, or a directory with everything in it (NotFoundError if nothing is there). */
+  async remove(path: string): Promise<void> {
+    await this.sbx.call("remove", { path });
+  }
+
+  /** Make a directory and its parents; false if it was a directory already. */
+  async makeDir(path: string): Promise<boolean> {
+    return (await this.sbx.call("mkdir", { path })).created === true;
+  }
+
+  /**
+   * Watch a directory of the workspace ("" or "." for all of it): onEvent
+   * gets each change (create, write, remove, rename; names relative to the
+   * directory, as the sandbox wrote them). E2B streams these; jailcell
+   * polls from the host's side every pollMs (default 250 ms), so a file
+   * made and removed between two polls is not seen. onExit is called once
+   * when the watch ends by itself (the session ended, a poll failed) with
+   * the error; stop() ends it.
+   */
+  async watchDir(path: string, onEvent: (ev: FilesystemEvent) => unknown, opts: WatchOpts = {}): Promise<WatchHandle> {
+    if (typeof onEvent !== "function") {
+      throw badRequest("watchDir needs onEvent: a function that takes each FilesystemEvent");
+    }
+    const pollMs = opts.pollMs ?? 250;
+    if (typeof pollMs !== "number" || !Number.isFinite(pollMs) || pollMs < 100) {
+      throw badRequest(`pollMs = ${String(pollMs)}: must be a number of milliseconds >= 100 (the service answers nothing to closer polls)`);
+    }
+    const resp = await this.sbx.call("watch", { action: "start", path, recursive: opts.recursive === true });
+    if (typeof resp.watch !== "string" || resp.watch === "") {
+      throw new InternalError(0, "internal", "watch start answered no watch id");
+    }
+    return new WatchHandle(this.sbx, resp.watch, onEvent, pollMs, opts.onExit);
+  }
+}
+
+function entryInfo(e: WireEntry | undefined, fallback: string): EntryInfo {
+  const p = typeof e?.path === "string" ? e.path : fallback;
+  const t = typeof e?.mtime === "string" ? new Date(e.mtime) : undefined;
+  return {
+    name: p.split("/").pop() ?? p,
+    path: p,
+    type: e?.dir === true ? "dir" : "file",
+    size: typeof e?.size === "number" ? e.size : 0,
+    modifiedTime: t && !Number.isNaN(t.getTime()) ? t : undefined,
+  };
+}
+
+/** E2B's filesystem event types; jailcell reports no chmod. */
+export const FilesystemEventType = {
+  CHMOD: "chmod",
+  CREATE: "create",
+  REMOVE: "remove",
+  RENAME: "rename",
+  WRITE: "write",
+} as const;
+export type FilesystemEventType = (typeof FilesystemEventType)[keyof typeof FilesystemEventType];
+
+/** One change in a watched directory: E2B's FilesystemEvent. name is untrusted (the sandbox named it). */
+export interface FilesystemEvent {
+  name: string;
+  type: FilesystemEventType;
+}
+
+export interface WatchOpts {
+  /** Watch subdirectories too. */
+  recursive?: boolean;
+  /** How often to poll, in ms (default 250, at least 100). jailcell's own. */
+  pollMs?: number;
+  /** Called once if the watch ends by itself (the session ended, a poll failed), with the error. */
+  onExit?: (err?: Error) => unknown;
+}
+
+/**
+ * A directory watch (E2B's WatchHandle): polls the service until stop().
+ * Polls never overlap; a callback's promise is awaited before the next
+ * poll. overflow (more than 1000 changes between polls) is on the handle.
+ */
+export class WatchHandle {
+  private stopped = false;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> = Promise.resolve();
+  /** A poll saw more changes than the service reports at once: some were dropped. */
+  overflow = false;
+
+  constructor(
+    private readonly sbx: Sandbox,
+    /** The watch's id on the service. */
+    readonly id: string,
+    private readonly onEvent: (ev: FilesystemEvent) => unknown,
+    private readonly pollMs: number,
+    private readonly onExit: ((err?: Error) => unknown) | undefined,
+  ) {
+    this.schedule();
+  }
+
+  private schedule(): void {
+    this.timer = setTimeout(() => {
+      this.running = this.poll();
+    }, this.pollMs);
+  }
+
+  private async poll(): Promise<void> {
+    if (this.stopped) return;
+    try {
+      const resp = await this.sbx.call("watch", { action: "poll", watch: this.id });
+      if (resp.overflow === true) this.overflow = true;
+      for (const ev of resp.events ?? []) {
+        if (this.stopped) return;
+        if (ev !== null && typeof ev === "object" && typeof ev.name === "string") {
+          await this.onEvent({ name: ev.name, type: ev.type as WireWatchEvent["type"] });
+        }
+      }
+    } catch (e) {
+      if (this.stopped) return;
+      this.stopped = true;
+      await this.onExit?.(e as Error);
+      return;
+    }
+    if (!this.stopped) this.schedule();
+  }
+
+  /** Stop polling and end the watch on the service (a session already gone is fine). */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.running.catch(() => {});
+    try {
+      await this.sbx.call("watch", { action: "stop", watch: this.id });
+    } catch (e) {
+      if (!(e instanceof NotFoundError)) throw e;
     }
   }
 }
@@ -230,6 +388,10 @@ export interface SandboxOpts extends TransportChoice {
   transport?: Transport;
   /** Idle timeout: the session ends after this long without a call (default: the service's). */
   ttlMs?: number;
+  /** E2B's name for ttlMs (give one of them): the sandbox ends this long after its last use; setTimeout renews it. */
+  timeoutMs?: number;
+  /** Your own labels, kept by this client and given back in getInfo() (E2B's metadata; the service does not store them). */
+  metadata?: Record<string, string>;
   /** Ends the session this long after its creation however busy (default and ceiling: the service's max_lifetime). */
   maxLifetimeMs?: number;
   /** A configured policy's name. */
@@ -240,11 +402,16 @@ export interface SandboxOpts extends TransportChoice {
   persist?: string;
   /** pip requirements installed from the service's wheelhouse. */
   requirements?: string[];
+  /** Environment variables of every cell and command in the sandbox. */
+  envs?: Envs;
 }
 
 function createFields(o: SandboxOpts): CreateFields {
   const f: CreateFields = {};
-  const ttl = seconds(o.ttlMs, "ttlMs");
+  if (o.ttlMs !== undefined && o.timeoutMs !== undefined) {
+    throw badRequest("give ttlMs or timeoutMs (E2B's name for it), not both");
+  }
+  const ttl = o.timeoutMs !== undefined ? seconds(o.timeoutMs, "timeoutMs") : seconds(o.ttlMs, "ttlMs");
   const life = seconds(o.maxLifetimeMs, "maxLifetimeMs");
   if (ttl !== undefined) f.ttl_s = ttl;
   if (life !== undefined) f.max_lifetime_s = life;
@@ -252,6 +419,7 @@ function createFields(o: SandboxOpts): CreateFields {
   if (o.limits !== undefined) f.limits = o.limits;
   if (o.persist !== undefined) f.persist = o.persist;
   if (o.requirements !== undefined) f.requirements = o.requirements;
+  if (o.envs !== undefined) f.envs = checkEnvs(o.envs);
   return f;
 }
 
@@ -276,15 +444,22 @@ export class Sandbox {
   /** The session as last reported (create, hibernate, restore, snapshot, rollback). */
   info: SessionInfo;
   readonly files: Files;
+  /** Shell commands inside the sandbox (E2B's sandbox.commands). */
+  readonly commands: Commands;
+  /** The labels given to create or connect (kept here; E2B's metadata). */
+  readonly metadata: Record<string, string>;
   private closed = false;
 
   private constructor(
     readonly transport: Transport,
     private readonly ownsTransport: boolean,
     info: SessionInfo,
+    metadata: Record<string, string> = {},
   ) {
     this.info = info;
     this.files = new Files(this);
+    this.commands = new Commands(this);
+    this.metadata = { ...metadata };
   }
 
   /** A new session; resolves once its kernel is ready. */
@@ -293,11 +468,64 @@ export class Sandbox {
     const { transport, owned } = ownTransport(opts);
     try {
       const resp = await transport.call("create", fields as Fields);
-      return new Sandbox(transport, owned, sessionInfo(resp));
+      return new Sandbox(transport, owned, sessionInfo(resp), opts.metadata);
     } catch (e) {
       if (owned) await transport.close();
       throw e;
     }
+  }
+
+  /**
+   * Attach to a live session by its id (E2B's Sandbox.connect): the same
+   * variables and files. NotFoundError if it ended or is another user's.
+   * Over `jailcell json` only that process's sessions can be reached: pass
+   * its transport (a command starts a new process, which has none).
+   * timeoutMs, if given, is setTimeout's.
+   */
+  static async connect(sandboxId: string, opts: ConnectOpts = {}): Promise<Sandbox> {
+    if (typeof sandboxId !== "string" || sandboxId === "") {
+      throw badRequest("sandboxId must be a session id");
+    }
+    const { transport, owned } = ownTransport(opts);
+    try {
+      const sbx = new Sandbox(transport, owned, sessionInfo(await transport.call("info", { session: sandboxId })), opts.metadata);
+      if (opts.timeoutMs !== undefined) await sbx.setTimeout(opts.timeoutMs);
+      return sbx;
+    } catch (e) {
+      if (owned) await transport.close();
+      throw e;
+    }
+  }
+
+  /**
+   * End the session timeoutMs from now unless it is used again (E2B's
+   * setTimeout; every request renews it too). Past the service's
+   * max_idle_ttl or the session's lifetime: BadRequestError naming the limit.
+   */
+  async setTimeout(timeoutMs: number): Promise<void> {
+    if (typeof timeoutMs !== "number" || !Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+      throw badRequest(`timeoutMs = ${String(timeoutMs)}: must be a number of milliseconds > 0`);
+    }
+    this.info = sessionInfo(await this.call("set_timeout", { timeout_s: timeoutMs / 1000 }));
+  }
+
+  /** The sandbox as it is now (E2B's getInfo): state, startedAt, endAt (when it ends unless used). */
+  async getInfo(): Promise<SandboxInfo> {
+    this.info = sessionInfo(await this.call("info", {}));
+    return sandboxInfo(this.info, this.metadata);
+  }
+
+  /**
+   * The sandbox's usage now, one sample in a list (E2B keeps a history
+   * every 5 s; jailcell reads the session's cgroup and disk when asked, so
+   * start and end are accepted and ignored).
+   */
+  async getMetrics(_opts: { start?: Date | string | number; end?: Date | string | number } = {}): Promise<SandboxMetrics[]> {
+    const m = (await this.call("metrics", {})).metrics;
+    if (m === undefined || m === null || typeof m !== "object") {
+      throw new InternalError(0, "internal", "metrics answered no metrics");
+    }
+    return [sandboxMetrics(m)];
   }
 
   /**
@@ -370,8 +598,13 @@ export class Sandbox {
   /** Whether the session is still live. */
   async isRunning(): Promise<boolean> {
     if (this.closed) return false;
-    const resp = await this.transport.call("sessions", {});
-    return (resp.sessions ?? []).some((s) => s.session === this.sandboxId);
+    try {
+      await this.call("info", {});
+      return true;
+    } catch (e) {
+      if (e instanceof NotFoundError) return false;
+      throw e;
+    }
   }
 
   /**
@@ -417,6 +650,87 @@ export class Sandbox {
   toString(): string {
     return `Sandbox(${this.sandboxId} via ${this.transport.description})`;
   }
+}
+
+export interface ConnectOpts extends TransportChoice {
+  /** A transport shared with other sandboxes (not closed by kill); over `jailcell json`, the one the session was made on. */
+  transport?: Transport;
+  /** Renew the session's timeout on connect (setTimeout). */
+  timeoutMs?: number;
+  metadata?: Record<string, string>;
+}
+
+/** A sandbox as it is now: E2B's SandboxInfo, plus the session's own state, policy and cells. */
+export interface SandboxInfo {
+  sandboxId: string;
+  /** The session's policy (jailcell has no templates: a policy is the nearest thing). */
+  templateId: string;
+  name?: string;
+  metadata: Record<string, string>;
+  startedAt: Date | undefined;
+  /** When it ends unless used again. */
+  endAt: Date | undefined;
+  /** E2B's: "paused" when hibernated, else "running". */
+  state: "running" | "paused";
+  /** The session's own: ready, busy, starting, hibernated, lost. */
+  jailcellState: SessionInfo["state"];
+  policy: string;
+  cells: number;
+}
+
+function date(v: unknown): Date | undefined {
+  if (typeof v !== "string" || v === "") return undefined;
+  const d = new Date(v);
+  return Number.isNaN(d.getTime()) ? undefined : d;
+}
+
+function sandboxInfo(info: SessionInfo, metadata: Record<string, string>): SandboxInfo {
+  return {
+    sandboxId: info.session,
+    templateId: info.policy,
+    metadata: { ...metadata },
+    startedAt: date(info.created_at),
+    endAt: date(info.expires_at),
+    state: info.state === "hibernated" ? "paused" : "running",
+    jailcellState: info.state,
+    policy: info.policy,
+    cells: info.cells,
+  };
+}
+
+/** One sample of a sandbox's usage (E2B's SandboxMetrics), read by the host from the session's cgroup and disk. */
+export interface SandboxMetrics {
+  timestamp: Date | undefined;
+  cpuUsedPct: number;
+  cpuCount: number;
+  /** Bytes. */
+  memUsed: number;
+  memTotal: number;
+  diskUsed: number;
+  diskTotal: number;
+  // jailcell's own.
+  cpuSeconds: number;
+  memPeak: number;
+  running: boolean;
+}
+
+function num(v: unknown): number {
+  return typeof v === "number" && Number.isFinite(v) ? v : 0;
+}
+
+function sandboxMetrics(m: WireSessionMetrics): SandboxMetrics {
+  return {
+    timestamp: date(m.timestamp),
+    cpuUsedPct: num(m.cpu_used_pct),
+    cpuCount: num(m.cpu_count),
+    memUsed: num(m.mem_used),
+    memTotal: num(m.mem_total),
+    diskUsed: num(m.disk_used),
+    diskTotal: num(m.disk_total),
+    cpuSeconds: num(m.cpu_seconds),
+    memPeak: num(m.mem_peak),
+    running: m.running === true,
+  };
 }
 
 function sessionInfo(resp: WireResponse): SessionInfo {

@@ -38,7 +38,7 @@ export type Fields = Record<string, unknown>;
 export type OnEvent = (ev: WireEvent) => unknown;
 
 export interface CallOptions {
-  /** For an exec: receives its stdout, stderr and display events first (the call is then streamed). */
+  /** For an exec or a command: receives its stdout, stderr and display events first (the call is then streamed). */
   onEvent?: OnEvent;
   /** Bound on this call (default: the transport's requestTimeoutMs). */
   timeoutMs?: number;
@@ -223,7 +223,7 @@ interface Route {
   method: "GET" | "POST" | "PUT" | "DELETE";
   /** The URL path, from the session id and the fields. */
   path: (session: string | undefined, f: Fields) => string;
-  /** json: fields as a JSON body; none: no body; raw: data as the body; download: raw bytes back; exec: maybe streamed. */
+  /** json: fields as a JSON body; none: no body; raw: data as the body; download: raw bytes back; exec: a JSON body, streamed back when onEvent is given (exec, command). */
   body: "json" | "none" | "raw" | "download" | "exec";
 }
 
@@ -234,13 +234,17 @@ function sessionPath(session: string | undefined, ...rest: string[]): string {
   return ["/v1/sessions/" + encodeURIComponent(session), ...rest].join("/");
 }
 
-function filePath(session: string | undefined, f: Fields): string {
-  const p = f["path"];
-  if (typeof p !== "string" || p === "") {
-    throw badRequest("a file op needs a path relative to the working directory");
-  }
-  return sessionPath(session, "files", p.split("/").map(encodeURIComponent).join("/"));
-}
+/** The URL path of a path op under the session's segment (files, stat, dirs). */
+const pathIn =
+  (segment: string) =>
+  (session: string | undefined, f: Fields): string => {
+    const p = f["path"];
+    if (typeof p !== "string" || p === "") {
+      throw badRequest("a file op needs a path relative to the working directory");
+    }
+    return sessionPath(session, segment, p.split("/").map(encodeURIComponent).join("/"));
+  };
+const filePath = pathIn("files");
 
 const life = (op: string): Route => ({ method: "POST", path: (s) => sessionPath(s, op), body: "none" });
 const assist = (op: string): Route => ({ method: "POST", path: (s) => sessionPath(s, op), body: "json" });
@@ -267,6 +271,14 @@ const ROUTES: Record<string, Route> = {
   complete: assist("complete"),
   inspect: assist("inspect"),
   is_complete: assist("is_complete"),
+  command: { method: "POST", path: (s) => sessionPath(s, "commands"), body: "exec" },
+  info: { method: "GET", path: (s) => sessionPath(s), body: "none" },
+  set_timeout: assist("timeout"),
+  metrics: { method: "GET", path: (s) => sessionPath(s, "metrics"), body: "none" },
+  watch: assist("watch"),
+  stat: { method: "GET", path: pathIn("stat"), body: "none" },
+  mkdir: { method: "PUT", path: pathIn("dirs"), body: "none" },
+  remove: { method: "DELETE", path: filePath, body: "none" },
 };
 
 /**
@@ -706,7 +718,7 @@ export class JsonLinesTransport implements Transport {
     const req = toWire(fields) as Record<string, unknown>;
     req["id"] = id;
     req["op"] = op;
-    if (op === "exec") {
+    if (op === "exec" || (op === "command" && opts.onEvent)) {
       req["stream"] = true; // events are how output arrives in order
     }
     const line = JSON.stringify(req) + "\n";

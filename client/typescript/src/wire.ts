@@ -22,6 +22,49 @@ export interface WireCellError {
   message: string;
   traceback: string;
   frames?: WireFrame[];
+  /** A failed shell command's exit status (!cmd, %pip), negative for the signal that killed it. */
+  exit_code?: number;
+}
+
+/** One series, bar, wedge, histogram or box of a chart; in a superchart, one subplot's chart. */
+export interface WireChartElement {
+  label?: string;
+  group?: string;
+  value?: number;
+  points?: [number, number][];
+  angle?: number;
+  radius?: number;
+  edges?: number[];
+  counts?: number[];
+  min?: number;
+  first_quartile?: number;
+  median?: number;
+  third_quartile?: number;
+  max?: number;
+  outliers?: number[];
+}
+
+export type WireChartType = "line" | "scatter" | "bar" | "pie" | "histogram" | "box_and_whisker" | "superchart" | "unknown";
+
+/** What a matplotlib figure plotted, beside its PNG (docs/notebook.md "Chart data beside each figure"). */
+export interface WireChart {
+  type: WireChartType;
+  title: string;
+  x_label?: string;
+  y_label?: string;
+  x_unit?: string;
+  y_unit?: string;
+  x_scale?: string;
+  y_scale?: string;
+  x_ticks?: number[];
+  x_tick_labels?: string[];
+  y_ticks?: number[];
+  y_tick_labels?: string[];
+  orientation?: "vertical" | "horizontal";
+  stacked?: boolean;
+  elements: WireChartElement[];
+  truncated?: boolean;
+  reason?: string;
 }
 
 /** A rich output: a figure, an object passed to display(), or pager text. */
@@ -30,6 +73,8 @@ export interface WireDisplayItem {
   data: string;
   bundle?: MimeBundle;
   pager?: boolean;
+  /** The figure's chart data (matplotlib figures only). */
+  chart?: WireChart;
 }
 
 /** A file a cell created, modified or deleted; one-shot cells return its data (base64). */
@@ -76,6 +121,8 @@ export interface WireResult {
   stderr_truncated: boolean;
   error?: WireCellError;
   value?: MimeBundle;
+  /** The chart data of value when the value is a matplotlib Figure. */
+  value_chart?: WireChart;
   display?: WireDisplayItem[];
   files?: WireFileChange[];
   usage: WireUsage;
@@ -143,6 +190,41 @@ export interface WireEntry {
   mtime: string;
 }
 
+/** What a shell command run inside the sandbox did (op command). */
+export interface WireCommandResult {
+  job: string;
+  pid?: number;
+  /** exit_code is valid only when done. */
+  done: boolean;
+  /** Negative: the signal that ended it. */
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+  stdout_truncated?: boolean;
+  stderr_truncated?: boolean;
+  timed_out?: boolean;
+}
+
+/** The host's view of a session's cgroup and disk (op metrics). */
+export interface WireSessionMetrics {
+  timestamp: string;
+  cpu_used_pct: number;
+  cpu_count: number;
+  cpu_seconds: number;
+  mem_used: number;
+  mem_peak: number;
+  mem_total: number;
+  disk_used: number;
+  disk_total: number;
+  running: boolean;
+}
+
+/** A change a directory watch saw; name is relative to the watched directory and untrusted. */
+export interface WireWatchEvent {
+  name: string;
+  type: "create" | "write" | "remove" | "rename";
+}
+
 /** The isolation features of the host (ping). */
 export interface Features {
   kernel: string;
@@ -163,10 +245,18 @@ export interface WireError {
   state?: "lost";
 }
 
-/** A streamed piece of a cell's output, before its final response. */
+/**
+ * A streamed piece of a cell's output, before its final response; a
+ * clear_output event is IPython's clear_output() (wait: when the next
+ * output comes, not now).
+ */
 export type WireEvent =
-  | { id: string | number; event: "stdout" | "stderr"; text: string; display?: undefined }
-  | { id: string | number; event: "display"; display: WireDisplayItem; text?: undefined };
+  | { id: string | number; event: "stdout" | "stderr"; text: string; display?: undefined; wait?: boolean }
+  | { id: string | number; event: "display"; display: WireDisplayItem; text?: undefined; wait?: boolean }
+  | { id: string | number; event: "clear_output"; wait?: boolean; text?: undefined; display?: undefined };
+
+/** Environment variables for processes inside the sandbox: name to value. */
+export type Envs = Record<string, string>;
 
 /** Tightens a session's policy; an unknown key is refused by the server. */
 export type Limits = Record<string, number | string | boolean | null>;
@@ -179,6 +269,7 @@ export interface CreateFields {
   limits?: Limits;
   persist?: string;
   requirements?: string[];
+  envs?: Envs;
 }
 
 /** The fields of an exec; files' data is bytes here, base64 on the wire. */
@@ -191,6 +282,34 @@ export interface ExecFields {
   policy?: string;
   fix?: { max_attempts: number };
   force?: boolean;
+  /** Keep ANSI escapes and "\r\n" in the cell's text (default: stripped, "\n"). */
+  raw_ansi?: boolean;
+  /** This cell's environment, put back after it. */
+  envs?: Envs;
+}
+
+/** The fields of a command (run inside the sandbox, or wait for / kill a background one). */
+export interface CommandFields {
+  action?: "start" | "wait" | "kill";
+  cmd?: string;
+  envs?: Envs;
+  cwd?: string;
+  timeout_s?: number;
+  background?: boolean;
+  job?: string;
+}
+
+/** The fields of a set_timeout. */
+export interface TimeoutFields {
+  timeout_s: number;
+}
+
+/** The fields of a watch. */
+export interface WatchFields {
+  action?: "start" | "poll" | "stop";
+  path?: string;
+  recursive?: boolean;
+  watch?: string;
 }
 
 /**
@@ -219,6 +338,18 @@ export interface WireResponse extends Partial<SessionInfo> {
   sessions?: SessionInfo[];
   // interrupt
   interrupted?: boolean;
+  // command
+  command?: WireCommandResult;
+  // metrics
+  metrics?: WireSessionMetrics;
+  // stat
+  entry?: WireEntry;
+  // mkdir (path above)
+  created?: boolean;
+  // watch
+  watch?: string;
+  events?: WireWatchEvent[];
+  overflow?: boolean;
   // complete, inspect, is_complete, and fields of ops newer than this client
   [field: string]: unknown;
 }

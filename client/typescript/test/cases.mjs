@@ -14,6 +14,10 @@ export const it = (name, fn) => nodeIt(name, { timeout: 60_000 }, fn);
 import {
   BadRequestError,
   BusyError,
+  ChartType,
+  CommandExitError,
+  CommandHandle,
+  FilesystemEventType,
   Execution,
   ExecutionError,
   JailcellError,
@@ -21,6 +25,8 @@ import {
   OutputMessage,
   Result,
   Sandbox,
+  ScaleType,
+  WatchHandle,
 } from "../dist/index.js";
 
 export const PNG_MAGIC = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
@@ -105,6 +111,203 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       assert.deepEqual(seen.map((r) => r.formats()), ex.results.map((r) => r.formats()));
       assert.equal(seen[0].png, fig.png);
       assert.equal(seen.at(-1).isMainResult, true);
+    });
+
+    it("gives each figure's chart data beside its PNG, typed as E2B's charts", async () => {
+      const sbx = await sandbox();
+      const seen = [];
+      const ex = await sbx.runCode(
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n" +
+          "plt.plot([1, 2, 3], [2.5, -1, 4], label='sales')\nplt.title('Q1')\nplt.xlabel('Month')\n" +
+          "plt.ylabel('Revenue (USD)')\nplt.show()\n" +
+          "plt.bar(['a', 'b'], [3, 4.5], label='kg')\nplt.show()\n" +
+          "plt.imshow([[0, 1], [1, 0]])\nplt.show()\n",
+        { onResult: (r) => seen.push(r) },
+      );
+      assert.equal(ex.status, "ok", String(ex.error));
+      const [line, bar, image] = ex.results.map((r) => r.chart);
+      assert.ok(ex.results[0].png && ex.results[0].formats().includes("chart"));
+      assert.deepEqual([line.type, line.title, line.x_label, line.y_label, line.y_unit, line.x_scale], [ChartType.LINE, "Q1", "Month", "Revenue (USD)", "USD", ScaleType.LINEAR]);
+      assert.deepEqual(line.elements.map((e) => [e.label, e.points]), [["sales", [[1, 2.5], [2, -1], [3, 4]]]]);
+      assert.deepEqual([bar.type, bar.orientation], ["bar", "vertical"]);
+      assert.deepEqual(bar.elements.map((e) => [e.label, e.group, e.value]), [["a", "kg", 3], ["b", "kg", 4.5]]);
+      assert.deepEqual([image.type, image.elements], ["unknown", []]);
+      assert.match(image.reason, /image/);
+      // The streamed display events carry the chart too.
+      assert.deepEqual(seen.map((r) => r.chart?.type), ["line", "bar", "unknown"]);
+      // A Figure as the cell's value: the main result's chart (value_chart).
+      const v = await sbx.runCode("fig, ax = plt.subplots()\nax.scatter([1], [2], label='one')\nfig");
+      assert.equal(v.results.at(-1).isMainResult, true);
+      assert.equal(v.valueChart, v.results.at(-1).chart);
+      assert.deepEqual([v.valueChart.type, v.valueChart.elements.map((e) => [e.label, e.points])], ["scatter", [["one", [[1, 2]]]]]);
+      const plain = await sbx.runCode("1");
+      assert.deepEqual([plain.valueChart, plain.results.at(-1).chart], [undefined, undefined]);
+    });
+
+    it("passes exit codes, raw ANSI text, envs and clear_output through", async () => {
+      const sbx = await sandbox({ envs: { SBX_VAR: "from create" } });
+      const ex = await sbx.runCode("!exit 3");
+      assert.deepEqual([ex.status, ex.error?.name, ex.error?.exitCode], ["error", "subprocess.CalledProcessError", 3]);
+      assert.equal((await sbx.runCode("1/0")).error.exitCode, undefined);
+      const code = "print('\\x1b[31mred\\x1b[0m', end='\\r\\n')";
+      assert.equal((await sbx.runCode(code)).logs.stdout.join(""), "red\n");
+      assert.equal((await sbx.runCode(code, { rawAnsi: true })).logs.stdout.join(""), "\x1b[31mred\x1b[0m\r\n");
+      // envs: the sandbox's from create, a cell's own only for that cell.
+      const env = "import os\n(os.environ.get('SBX_VAR'), os.environ.get('CELL_VAR'))";
+      assert.equal((await sbx.runCode(env, { envs: { CELL_VAR: "x y" } })).text, "('from create', 'x y')");
+      assert.equal((await sbx.runCode(env)).text, "('from create', None)");
+      await assert.rejects(sbx.runCode("1", { envs: { A: 1 } }), (e) => e instanceof BadRequestError && /envs\["A"\] must be a string/.test(e.message));
+      await assert.rejects(sbx.runCode("1", { envs: { "1BAD": "x" } }), (e) => e instanceof BadRequestError && /1BAD/.test(e.message));
+      // clear_output reaches onClearOutput in its place among the chunks;
+      // logs keep everything (the service's result has no record of it).
+      const order = [];
+      const c = await sbx.runCode(
+        "from IPython.display import clear_output\nprint('a', flush=True)\nclear_output(wait=True)\nprint('b', flush=True)\nclear_output()\n",
+        { onStdout: (m) => order.push(m.line), onClearOutput: (wait) => order.push(`clear wait=${wait}`) },
+      );
+      assert.equal(c.status, "ok", String(c.error));
+      assert.deepEqual(order, ["a\n", "clear wait=true", "b\n", "clear wait=false"]);
+      assert.equal(c.logs.stdout.join(""), "a\nb\n");
+      // Without the callback the event is ignored.
+      assert.equal((await sbx.runCode("from IPython.display import clear_output\nclear_output()\n'after'")).text, "'after'");
+    });
+
+    it("runs commands: envs, cwd, streamed output, exit codes, timeouts (E2B's commands.run)", async () => {
+      const sbx = await sandbox({ envs: { FROM_SANDBOX: "sb" } });
+      assert.equal(await sbx.files.makeDir("sub"), true);
+      const out = [];
+      const err = [];
+      const r = await sbx.commands.run('echo "$FROM_SANDBOX $FROM_CMD"; pwd; echo warn >&2', {
+        envs: { FROM_CMD: "cmd" },
+        cwd: "sub",
+        onStdout: (d) => out.push(d),
+        onStderr: (d) => err.push(d),
+      });
+      assert.deepEqual([r.exitCode, r.stdout, r.stderr, r.error, r.timedOut], [0, "sb cmd\n/work/sub\n", "warn\n", undefined, false]);
+      assert.equal(out.join(""), r.stdout);
+      assert.equal(err.join(""), r.stderr);
+      // Output arrives as it is written: more than one chunk.
+      const chunks = [];
+      const s = await sbx.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", { onStdout: (d) => chunks.push(d) });
+      assert.equal(s.stdout, "1\n2\n3\n");
+      assert.equal(chunks.join(""), "1\n2\n3\n");
+      assert.ok(chunks.length >= 2, `one chunk: ${JSON.stringify(chunks)}`);
+      // A non-zero exit rejects with the result, as E2B's CommandExitError.
+      await assert.rejects(sbx.commands.run("echo partial; exit 7"), (e) => {
+        assert.ok(e instanceof CommandExitError && e instanceof JailcellError, String(e));
+        assert.deepEqual([e.exitCode, e.stdout, e.code, e.result.exitCode], [7, "partial\n", "command_exit", 7]);
+        return true;
+      });
+      // Past its timeout: interrupted, then killed; reported, not hung.
+      await assert.rejects(sbx.commands.run("sleep 600", { timeoutMs: 1000 }), (e) => e instanceof CommandExitError && e.timedOut && /timed out/.test(e.error));
+      // Bad input names what was wrong.
+      await assert.rejects(sbx.commands.run("true", { cwd: "/etc" }), (e) => e instanceof BadRequestError && /cwd/.test(e.message));
+      await assert.rejects(sbx.commands.run("true", { envs: { "A=B": "x" } }), (e) => e instanceof BadRequestError && /A=B/.test(e.message));
+      await assert.rejects(sbx.commands.run(""), (e) => e instanceof BadRequestError && /cmd/.test(e.message));
+      await assert.rejects(sbx.commands.run("true", { user: "nobody" }), (e) => e instanceof BadRequestError && /user/.test(e.message));
+      // The session is still the same kernel's.
+      assert.equal((await sbx.runCode("import os; os.environ['FROM_SANDBOX']")).text, "'sb'");
+    });
+
+    it("runs background commands: wait, kill, the session free meanwhile (E2B's CommandHandle)", async () => {
+      const sbx = await sandbox();
+      const streamed = [];
+      const h = await sbx.commands.run("for i in 1 2 3; do echo $i; sleep 0.1; done; echo fin > bg.txt", {
+        background: true,
+        onStdout: (d) => streamed.push(d),
+      });
+      assert.ok(h instanceof CommandHandle);
+      assert.ok(h.pid > 0, String(h.pid));
+      const r = await h.wait();
+      assert.deepEqual([r.exitCode, r.stdout, h.exitCode, h.stdout], [0, "1\n2\n3\n", 0, "1\n2\n3\n"]);
+      assert.equal(streamed.join(""), "1\n2\n3\n");
+      assert.equal(await sbx.files.read("bg.txt"), "fin\n");
+      // A server in the background, queried by a cell, then killed.
+      const srv = await sbx.commands.run(
+        'python3 -c "import socket,time\ns=socket.socket(socket.AF_UNIX)\ns.bind(\'/work/srv.sock\'); s.listen()\nc,_=s.accept(); c.sendall(b\'pong\')\ntime.sleep(600)"',
+        { background: true, timeoutMs: 0 },
+      );
+      assert.equal(srv.exitCode, undefined);
+      const ex = await sbx.runCode(
+        "import socket, time, os\nwhile not os.path.exists('/work/srv.sock'): time.sleep(0.05)\nc = socket.socket(socket.AF_UNIX); c.connect('/work/srv.sock'); c.recv(4)",
+      );
+      assert.equal(ex.text, "b'pong'");
+      assert.equal(await sbx.commands.kill(srv.pid), true);
+      assert.equal(srv.exitCode, -9);
+      assert.equal(await srv.kill(), false);
+      await assert.rejects(srv.wait(), (e) => e instanceof CommandExitError && e.exitCode === -9 && /signal 9/.test(e.error));
+      assert.equal(await sbx.commands.connect(h.pid), h);
+      await assert.rejects(sbx.commands.connect(1 << 30), NotFoundError);
+    });
+
+    it("makes, stats, removes and watches files (E2B's files.makeDir, exists, getInfo, remove, watchDir)", async () => {
+      const sbx = await sandbox();
+      assert.equal(await sbx.files.makeDir("data/raw"), true);
+      assert.equal(await sbx.files.makeDir("/work/data/raw"), false);
+      assert.equal(await sbx.files.exists("data"), true);
+      assert.equal(await sbx.files.exists("nope.txt"), false);
+      assert.deepEqual((({ name, path, type }) => ({ name, path, type }))(await sbx.files.getInfo("data/raw")), { name: "raw", path: "data/raw", type: "dir" });
+      const seen = [];
+      let exited = false;
+      const w = await sbx.files.watchDir("data", (ev) => seen.push(ev), { recursive: true, pollMs: 100, onExit: () => (exited = true) });
+      assert.ok(w instanceof WatchHandle);
+      await sbx.files.write("data/raw/a.csv", "1,2\n");
+      await sbx.runCode("import os\nos.rename('data/raw/a.csv', 'data/a.csv')\nopen('data/b.txt', 'w').write('b')");
+      const until = async (pred) => {
+        for (let i = 0; i < 100 && !pred(); i++) await new Promise((r) => setTimeout(r, 50));
+        return pred();
+      };
+      assert.ok(await until(() => seen.some((e) => e.name === "b.txt")), JSON.stringify(seen));
+      assert.ok(seen.some((e) => e.name === "a.csv" && e.type === FilesystemEventType.CREATE), JSON.stringify(seen));
+      assert.ok(seen.some((e) => e.name === "b.txt" && e.type === "write"), JSON.stringify(seen));
+      const info = await sbx.files.getInfo("data/a.csv");
+      assert.deepEqual([info.name, info.path, info.type, info.size], ["a.csv", "data/a.csv", "file", 4]);
+      assert.ok(info.modifiedTime instanceof Date);
+      await sbx.files.remove("data");
+      assert.equal(await sbx.files.exists("data/a.csv"), false);
+      assert.ok(await until(() => seen.some((e) => e.type === "remove")), JSON.stringify(seen));
+      await w.stop();
+      const n = seen.length;
+      await sbx.files.write("data/late.txt", "x");
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal(seen.length, n, "events after stop()");
+      assert.equal(exited, false);
+      await assert.rejects(sbx.files.remove("data/nope"), NotFoundError);
+      await assert.rejects(sbx.files.getInfo("nope"), (e) => e instanceof NotFoundError && /nope/.test(e.message));
+      await assert.rejects(sbx.files.makeDir("../x"), (e) => e instanceof BadRequestError && /\.\./.test(e.message));
+      // A watch whose session ends stops by itself and says why.
+      let why;
+      await sbx.files.watchDir("", () => {}, { pollMs: 100, onExit: (e) => (why = e) });
+      await sbx.kill();
+      assert.ok(await until(() => why !== undefined), "onExit not called after the session ended");
+      assert.ok(why instanceof JailcellError, String(why));
+    });
+
+    it("reports info, renews the timeout, samples metrics, reconnects by id", async () => {
+      const sbx = await sandbox({ metadata: { user: "me" } });
+      await sbx.runCode("x = 41\nblob = bytearray(32 << 20)");
+      const info = await sbx.getInfo();
+      assert.deepEqual([info.sandboxId, info.state, info.jailcellState, info.metadata, info.cells], [sbx.sandboxId, "running", "ready", { user: "me" }, 1]);
+      assert.ok(info.startedAt instanceof Date && info.endAt instanceof Date);
+      await sbx.setTimeout(90_000);
+      const left = (await sbx.getInfo()).endAt.getTime() - Date.now();
+      assert.ok(left > 80_000 && left <= 91_000, String(left));
+      await assert.rejects(sbx.setTimeout(1e10), (e) => e instanceof BadRequestError && /max_idle_ttl/.test(e.message));
+      await assert.rejects(sbx.setTimeout(0), BadRequestError);
+      const m = await sbx.getMetrics();
+      assert.equal(m.length, 1);
+      assert.ok(m[0].memUsed > 32 << 20, String(m[0].memUsed));
+      assert.ok(m[0].memUsed <= m[0].memTotal);
+      assert.ok(m[0].diskTotal > 0 && m[0].cpuCount > 0 && m[0].timestamp instanceof Date);
+      // Reattach by id: the same kernel, its variables.
+      const again = await Sandbox.connect(sbx.sandboxId, { ...opts(), timeoutMs: 60_000 });
+      assert.equal(again.sandboxId, sbx.sandboxId);
+      assert.equal((await again.runCode("x + 1")).text, "42");
+      await assert.rejects(Sandbox.connect("nope-0123", opts()), NotFoundError);
+      // Ending it through one ends it for both.
+      assert.equal(await again.kill(), true);
+      assert.equal(await sbx.isRunning(), false);
+      await assert.rejects(sbx.runCode("x"), NotFoundError);
     });
 
     it("round-trips files: write, run, read, list, exists", async () => {

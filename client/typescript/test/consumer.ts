@@ -5,7 +5,13 @@
 
 import {
   BadRequestError,
+  type CommandHandle,
+  type CommandResult,
   type EntryInfo,
+  type FilesystemEvent,
+  type SandboxInfo,
+  type SandboxMetrics,
+  type WatchHandle,
   type Execution,
   HttpTransport,
   JailcellError,
@@ -28,6 +34,24 @@ export async function use(): Promise<void> {
   const text: string | undefined = ex.text;
   const png: string | undefined = ex.results[0]?.png;
   const raw: WireResult | undefined = ex.raw.result;
+  // Charts narrow on type, as E2B's ChartTypes.
+  const chart = ex.results[0]?.chart;
+  const points: [number, number][] | undefined = chart?.type === "line" ? chart.elements[0]?.points : undefined;
+  const bars: number | undefined = chart?.type === "bar" ? chart.elements[0]?.value : undefined;
+  const exitCode: number | undefined = ex.error?.exitCode;
+  await sbx.runCode("print(1)", { rawAnsi: true, envs: { A: "1" }, onClearOutput: (wait: boolean) => wait });
+  void [points, bars, exitCode];
+  // commands.run's overloads: a result in the foreground, a handle in the background.
+  const cr: CommandResult = await sbx.commands.run("ls", { envs: { A: "1" }, cwd: "sub", timeoutMs: 5000, onStdout: (d: string) => d.length });
+  const ch: CommandHandle = await sbx.commands.run("sleep 1", { background: true });
+  const waited: CommandResult = await ch.wait();
+  const w: WatchHandle = await sbx.files.watchDir("d", (ev: FilesystemEvent) => ev.type === "create");
+  await w.stop();
+  const si: SandboxInfo = await sbx.getInfo();
+  const sm: SandboxMetrics[] = await sbx.getMetrics();
+  const again: Sandbox = await Sandbox.connect(sbx.sandboxId, { socket: "/s", timeoutMs: 1000 });
+  await sbx.setTimeout(60_000);
+  void [cr, waited, si, sm, again, await sbx.files.makeDir("d"), await sbx.files.remove("d"), await sbx.files.getInfo("d")];
   const s: string = await sbx.files.read("a.txt");
   const b: Uint8Array = await sbx.files.read("b.bin", { format: "bytes" });
   const blob: Blob = await sbx.files.read("b.bin", { format: "blob" });
@@ -59,4 +83,9 @@ export async function use(): Promise<void> {
   void wrong;
   // @ts-expect-error milliseconds are numbers
   await Sandbox.create({ ttlMs: "60" });
+  // @ts-expect-error env values are strings
+  await Sandbox.create({ envs: { A: 1 } });
+  // @ts-expect-error a foreground run gives a result, not a handle
+  const notHandle: CommandHandle = await sbx.commands.run("ls");
+  void notHandle;
 }

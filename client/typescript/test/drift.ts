@@ -54,7 +54,12 @@ check<SameKeys<S["Features"], W.Features>>();
 check<Fits<S["Features"], W.Features>>();
 check<SameKeys<S["Error"], W.WireError>>();
 check<Fits<S["Error"], W.WireError>>();
+check<SameKeys<S["Chart"], W.WireChart>>();
+check<Fits<S["Chart"], W.WireChart>>();
+check<SameKeys<S["ChartElement"], W.WireChartElement>>();
+check<Fits<S["ChartElement"], W.WireChartElement>>();
 check<Fits<S["Event"], W.WireEvent>>();
+check<Fits<S["Envs"], W.Envs>>();
 check<Fits<S["MimeBundle"], W.MimeBundle>>();
 check<Fits<S["Limits"], W.Limits>>();
 // Responses: every field of each op's response is one the client reads.
@@ -63,9 +68,31 @@ check<SameKeys<Omit<S["PingResponse"], "id" | "ok">, Pick<W.WireResponse, "versi
 check<SameKeys<Omit<S["SessionResponse"], "id" | "ok">, W.SessionInfo>>();
 check<SameKeys<Omit<S["InterruptResponse"], "id" | "ok">, Pick<W.WireResponse, "interrupted">>>();
 check<SameKeys<Omit<S["UploadResponse"], "id" | "ok">, Pick<W.WireResponse, "path" | "size">>>();
+check<SameKeys<S["CommandResult"], W.WireCommandResult>>();
+check<Fits<S["CommandResult"], W.WireCommandResult>>();
+check<SameKeys<S["SessionMetrics"], W.WireSessionMetrics>>();
+check<Fits<S["SessionMetrics"], W.WireSessionMetrics>>();
+check<SameKeys<S["WatchEvent"], W.WireWatchEvent>>();
+check<Fits<S["WatchEvent"], W.WireWatchEvent>>();
+check<SameKeys<Omit<S["CommandResponse"], "id" | "ok">, Pick<W.WireResponse, "command">>>();
+check<SameKeys<Omit<S["MetricsResponse"], "id" | "ok">, Pick<W.WireResponse, "metrics">>>();
+check<SameKeys<Omit<S["StatResponse"], "id" | "ok">, Pick<W.WireResponse, "entry">>>();
+check<SameKeys<Omit<S["RemoveResponse"], "id" | "ok">, Pick<W.WireResponse, "path">>>();
+check<SameKeys<Omit<S["MkdirResponse"], "id" | "ok">, Pick<W.WireResponse, "path" | "created">>>();
+check<SameKeys<Omit<S["WatchResponse"], "id" | "ok">, Pick<W.WireResponse, "watch" | "events" | "overflow">>>();
+check<Fits<Omit<S["CommandResponse"], "id" | "ok">, Pick<W.WireResponse, "command">>>();
+check<Fits<Omit<S["MetricsResponse"], "id" | "ok">, Pick<W.WireResponse, "metrics">>>();
+check<Fits<Omit<S["StatResponse"], "id" | "ok">, Pick<W.WireResponse, "entry">>>();
+check<Fits<Omit<S["MkdirResponse"], "id" | "ok">, Pick<W.WireResponse, "path" | "created">>>();
+check<Fits<Omit<S["WatchResponse"], "id" | "ok">, Pick<W.WireResponse, "watch" | "events" | "overflow">>>();
 // What the client sends: the same fields (the session is in the URL; data
 // is bytes here, base64 on the wire; stream is the transport's).
 check<SameKeys<Omit<S["CreateRequest"], "id">, W.CreateFields>>();
 check<SameKeys<Omit<S["ExecRequest"], "id" | "stream">, Omit<W.ExecFields, "session">>>();
+check<SameKeys<Omit<S["CommandRequest"], "id" | "stream">, W.CommandFields>>();
+check<Fits<Omit<S["CommandRequest"], "id" | "stream">, W.CommandFields>>();
+check<SameKeys<Omit<S["TimeoutRequest"], "id">, W.TimeoutFields>>();
+check<SameKeys<Omit<S["WatchRequest"], "id">, W.WatchFields>>();
+check<Fits<Omit<S["WatchRequest"], "id">, W.WatchFields>>();
 // Error classes: one per documented wire code, no more, no fewer.
 check<SameKeys<Record<S["Error"]["code"], 0>, typeof ERROR_STATUS>>();

@@ -16,6 +16,7 @@ set -uo pipefail
 }
 log=$1 bg=$2
 shift 3
+mkdir -p "$(dirname "$log")" # build/ is not in a fresh clone
 # setsid: BG leads its own process group, which the trap can end whole.
 setsid bash -c "$bg" >"$log" 2>&1 </dev/null &
 pid=$!

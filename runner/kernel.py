@@ -2780,12 +2780,15 @@ def _command_action(req, link):
             job.signal(signal.SIGKILL)
             job.wait(5)
     if req.wait > 0:
-        if req.stream:
-            job.listen(req.id)
         # While the host waits, its interrupt (SIGINT to the sandbox, which
         # PID 1 forwards here) goes to the command's group, not the kernel.
+        # Set before the output is streamed: the host may interrupt as soon
+        # as it sees some, and a SIGINT before this went to the kernel's
+        # idle handler and was lost (TestCommandInterrupt, under load).
         prev = signal.signal(signal.SIGINT, lambda signum, frame: job.signal(signal.SIGINT))
         try:
+            if req.stream:
+                job.listen(req.id)
             job.wait(req.wait)
         finally:
             signal.signal(signal.SIGINT, prev)

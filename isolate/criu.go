@@ -279,22 +279,22 @@ func (d *Disk) restore(imageDir string, spec Spec, wait bool) (*Sandbox, error) 
 	if err := writeCriuConfig(confPath, conf.String()); err != nil {
 		return nil, err
 	}
-	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, true, func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error) {
+	return d.build(spec, []string{criuConfigLabel + "=" + confPath}, true, func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, *os.Process, error) {
 		err := criuOpWait("restore of sandbox "+id, d.h.criuBound(spec.Policy.MemoryBytes), wait, func() error {
 			return c.Restore(p, criuOpts(imageDir, false))
 		})
 		if err != nil {
 			reapCriuZombies()
-			return nil, fmt.Errorf("restore sandbox %s: %w%s", id, err, criuLogTail(imageDir, "restore.log"))
+			return nil, nil, fmt.Errorf("restore sandbox %s: %w%s", id, err, criuLogTail(imageDir, "restore.log"))
 		}
 		// A restored container stays in libcontainer's "restored" state,
 		// which refuses a pause (a fork's freeze); loaded again from its
 		// state it is an ordinary running container.
 		lc, err := libcontainer.Load(d.h.containersDir(), id)
 		if err != nil {
-			return nil, fmt.Errorf("reload restored sandbox %s: %w", id, err)
+			return nil, nil, fmt.Errorf("reload restored sandbox %s: %w", id, err)
 		}
-		return lc, nil
+		return lc, nil, nil
 	})
 }
 

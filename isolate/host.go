@@ -81,6 +81,9 @@ type Host struct {
 	// seccompRefs: a cold start's filter programs per seccomp
 	// configuration (sha256 of its JSON), for the posture check.
 	seccompRefs map[[32]byte]filterSum
+	// seccompProgs: a cold start's filter program per seccomp
+	// configuration, for zygote forks (coldProgram).
+	seccompProgs map[[32]byte][]byte
 	userns      map[int]*os.File // host id of a slot -> its user namespace
 	egressCfg   Egress
 
@@ -212,7 +215,7 @@ func NewHost(cfg Config) (*Host, error) {
 		}
 	}
 	logrus.SetLevel(logrus.WarnLevel)
-	h := &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}, seccompRefs: map[[32]byte]filterSum{}, userns: map[int]*os.File{}}
+	h := &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}, seccompRefs: map[[32]byte]filterSum{}, seccompProgs: map[[32]byte][]byte{}, userns: map[int]*os.File{}}
 	h.criu.slot = make(chan struct{}, 1)
 	return h, nil
 }

@@ -78,7 +78,7 @@ type Sandbox struct {
 
 	disk      *Disk
 	container *libcontainer.Container
-	process   *libcontainer.Process
+	process   initProc
 	pid       int
 	cg        cgroupFiles
 	policy    policy.Policy // what it was built with (adopted: from AttachNetwork)
@@ -190,14 +190,26 @@ func (d *Disk) Destroy() error {
 	return errors.Join(errs...)
 }
 
+// initProc is a sandbox's init as the daemon, its parent, holds it: a
+// libcontainer process, or a zygote's fork (an *os.Process).
+type initProc interface {
+	Signal(os.Signal) error
+	Wait() (*os.ProcessState, error)
+}
+
+// startFunc brings up the init of container c, created for id: it returns
+// the container to keep (a restore's is reloaded) and, for an init that p
+// does not hold (a zygote's fork), the process.
+type startFunc func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, *os.Process, error)
+
 // Create builds and starts a sandbox on disk d. On any failure everything
 // done so far is undone (the disk stays).
 func (d *Disk) Create(spec Spec) (*Sandbox, error) {
-	return d.build(spec, nil, false, func(c *libcontainer.Container, p *libcontainer.Process, _ string) (*libcontainer.Container, error) {
+	return d.build(spec, nil, false, func(c *libcontainer.Container, p *libcontainer.Process, _ string) (*libcontainer.Container, *os.Process, error) {
 		if err := c.Run(p); err != nil {
-			return nil, fmt.Errorf("start sandbox: %w", err)
+			return nil, nil, fmt.Errorf("start sandbox: %w", err)
 		}
-		return c, nil
+		return c, nil, nil
 	})
 }
 
@@ -208,7 +220,7 @@ func (d *Disk) Create(spec Spec) (*Sandbox, error) {
 // A restored sandbox (every criu restore: hibernate, template, fork,
 // snapshot, rollback) passes the posture check before it is returned.
 // On failure everything done is undone; the disk stays.
-func (d *Disk) build(spec Spec, labels []string, restored bool, start func(c *libcontainer.Container, p *libcontainer.Process, id string) (*libcontainer.Container, error)) (_ *Sandbox, retErr error) {
+func (d *Disk) build(spec Spec, labels []string, restored bool, start startFunc) (_ *Sandbox, retErr error) {
 	if err := spec.Policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -285,8 +297,13 @@ func (d *Disk) build(spec Spec, labels []string, restored bool, start func(c *li
 		Stderr: spec.Log,
 		Init:   true,
 	}
-	if c, err = start(c, p, id); err != nil {
+	var init initProc = p
+	var forked *os.Process
+	if c, forked, err = start(c, p, id); err != nil {
 		return nil, err
+	}
+	if forked != nil {
+		init = forked
 	}
 	// From here a failure must end the init and reap it: it is our child
 	// (a restored one too, criu restores it as our sibling's child), and
@@ -298,12 +315,14 @@ func (d *Disk) build(spec Spec, labels []string, restored bool, start func(c *li
 			return nil
 		}
 		var err error
-		reaped, err = reapInit(p)
+		reaped, err = reapInit(init)
 		return err
 	}
 	cl.Add(reap)
-	pid, err := p.Pid()
-	if err != nil {
+	pid := 0
+	if forked != nil {
+		pid = forked.Pid
+	} else if pid, err = p.Pid(); err != nil {
 		return nil, fmt.Errorf("sandbox pid: %w", err)
 	}
 	st, err := c.State()
@@ -327,7 +346,7 @@ func (d *Disk) build(spec Spec, labels []string, restored bool, start func(c *li
 		cl.Add(gw.close)
 	}
 	s := &Sandbox{
-		ID: id, disk: d, container: c, process: p, pid: pid, net: gw, policy: spec.Policy,
+		ID: id, disk: d, container: c, process: init, pid: pid, net: gw, policy: spec.Policy,
 		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths, open: newOpenFiles()},
 		done: make(chan struct{}),
 	}
@@ -347,7 +366,7 @@ func (d *Disk) build(spec Spec, labels []string, restored bool, start func(c *li
 
 // reapInit kills a sandbox's init (and with it its pid namespace) and
 // waits for it, at most 10 s; it returns how the init ended.
-func reapInit(p *libcontainer.Process) (*os.ProcessState, error) {
+func reapInit(p initProc) (*os.ProcessState, error) {
 	_ = p.Signal(unix.SIGKILL)
 	type waited struct {
 		st  *os.ProcessState

@@ -54,6 +54,12 @@ const (
 	// to close.
 	seccompLoadArg = "__jailcell-internal-seccomp-load"
 
+	// seccompDumpArg makes the binary the program dumper: its one further
+	// argument is a thread id with exactly one filter, whose program it
+	// writes to stdout as raw struct sock_filter entries (a zygote's child
+	// loads the very program a cold start has; Zygote).
+	seccompDumpArg = "__jailcell-internal-seccomp-dump"
+
 	// helperTimeout bounds one helper run (a reader of a few hundred
 	// threads takes milliseconds).
 	helperTimeout = 10 * time.Second
@@ -77,6 +83,8 @@ func helperMain() {
 	switch os.Args[1] {
 	case seccompReadArg:
 		os.Exit(readFiltersMain(os.Args[2:]))
+	case seccompDumpArg:
+		os.Exit(dumpFilterMain(os.Args[2:]))
 	case seccompLoadArg:
 		os.Exit(loadFilterMain())
 	}
@@ -135,13 +143,21 @@ func ptrace(req, tid int, addr, data uintptr) (uintptr, error) {
 // threadFilters seizes thread tid, stops it, hashes its filter programs
 // and lets it go. ESRCH: the thread ended.
 func threadFilters(tid int) (filterSum, error) {
+	f, _, err := threadPrograms(tid, false)
+	return f, err
+}
+
+// threadPrograms is threadFilters that also returns the programs, newest
+// first, when keep is set.
+func threadPrograms(tid int, keep bool) (filterSum, [][]unix.SockFilter, error) {
+	var progs [][]unix.SockFilter
 	if _, err := ptrace(unix.PTRACE_SEIZE, tid, 0, 0); err != nil {
-		return filterSum{}, fmt.Errorf("seize: %w", err)
+		return filterSum{}, nil, fmt.Errorf("seize: %w", err)
 	}
 	sig := 0 // a signal whose delivery stop we took is given back
 	defer func() { _, _ = ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig)) }()
 	if _, err := ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0); err != nil {
-		return filterSum{}, fmt.Errorf("interrupt: %w", err)
+		return filterSum{}, nil, fmt.Errorf("interrupt: %w", err)
 	}
 	var ws unix.WaitStatus
 	for {
@@ -150,15 +166,15 @@ func threadFilters(tid int) (filterSum, error) {
 			continue
 		}
 		if err != nil {
-			return filterSum{}, fmt.Errorf("wait: %w", err)
+			return filterSum{}, nil, fmt.Errorf("wait: %w", err)
 		}
 		break
 	}
 	if ws.Exited() || ws.Signaled() {
-		return filterSum{}, unix.ESRCH
+		return filterSum{}, nil, unix.ESRCH
 	}
 	if !ws.Stopped() {
-		return filterSum{}, fmt.Errorf("wait: status %#x is no stop", uint32(ws))
+		return filterSum{}, nil, fmt.Errorf("wait: status %#x is no stop", uint32(ws))
 	}
 	if uint32(ws)>>16 == 0 {
 		// No ptrace event: a signal-delivery stop, taken before the
@@ -173,25 +189,28 @@ func threadFilters(tid int) (filterSum, error) {
 			break // past the oldest filter; EINVAL: no filter mode at all
 		}
 		if err != nil {
-			return filterSum{}, fmt.Errorf("get filter %d: %w", n, err)
+			return filterSum{}, nil, fmt.Errorf("get filter %d: %w", n, err)
 		}
 		if n >= maxFilters {
-			return filterSum{}, fmt.Errorf("more than %d filters", maxFilters)
+			return filterSum{}, nil, fmt.Errorf("more than %d filters", maxFilters)
 		}
 		if cnt == 0 || cnt > bpfMaxInsns {
-			return filterSum{}, fmt.Errorf("filter %d: %d instructions", n, cnt)
+			return filterSum{}, nil, fmt.Errorf("filter %d: %d instructions", n, cnt)
 		}
 		prog := make([]unix.SockFilter, cnt)
 		got, err := ptrace(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(n), uintptr(unsafe.Pointer(&prog[0])))
 		if err != nil {
-			return filterSum{}, fmt.Errorf("get filter %d: %w", n, err)
+			return filterSum{}, nil, fmt.Errorf("get filter %d: %w", n, err)
 		}
 		if got != cnt {
-			return filterSum{}, fmt.Errorf("filter %d: %d instructions, then %d", n, cnt, got)
+			return filterSum{}, nil, fmt.Errorf("filter %d: %d instructions, then %d", n, cnt, got)
 		}
 		hashProgram(h, prog)
+		if keep {
+			progs = append(progs, prog)
+		}
 	}
-	return filterSum{n: n, sum: hex.EncodeToString(h.Sum(nil))}, nil
+	return filterSum{n: n, sum: hex.EncodeToString(h.Sum(nil))}, progs, nil
 }
 
 // hashProgram adds one filter, length first so that two chains hash alike
@@ -321,51 +340,115 @@ func readFilters(tids []int) (map[int]filterSum, map[int]string, error) {
 	return sums, errs, nil
 }
 
-// coldFilters loads cfg into a fresh helper process exactly as
-// libcontainer's init does and reads its filter chain back: the programs
-// a cold start has.
-func coldFilters(cfg *configs.Seccomp) (filterSum, error) {
+// withReference loads cfg into a fresh helper process exactly as
+// libcontainer's init does and calls fn with the thread that holds it.
+func withReference(cfg *configs.Seccomp, fn func(tid int) error) error {
 	conf, err := json.Marshal(cfg)
 	if err != nil {
-		return filterSum{}, fmt.Errorf("encode seccomp configuration: %w", err)
+		return fmt.Errorf("encode seccomp configuration: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
 	defer cancel()
 	c := helperCmd(ctx, seccompLoadArg)
 	stdin, err := c.StdinPipe()
 	if err != nil {
-		return filterSum{}, err
+		return err
 	}
 	stdout, err := c.StdoutPipe()
 	if err != nil {
-		return filterSum{}, err
+		return err
 	}
 	stderr := &boundedBuffer{max: 4096}
 	c.Stderr = stderr
 	if err := c.Start(); err != nil {
-		return filterSum{}, fmt.Errorf("start the seccomp filter loader: %w", err)
+		return fmt.Errorf("start the seccomp filter loader: %w", err)
 	}
 	defer func() {
 		stdin.Close()
 		_ = c.Wait()
 	}()
 	if _, err := stdin.Write(conf); err != nil {
-		return filterSum{}, fmt.Errorf("send the seccomp filter loader its configuration: %w", err)
+		return fmt.Errorf("send the seccomp filter loader its configuration: %w", err)
 	}
 	line, err := bufio.NewReaderSize(io.LimitReader(stdout, 32), 32).ReadString('\n')
 	tid, aerr := strconv.Atoi(strings.TrimSpace(line))
 	if err != nil || aerr != nil {
-		return filterSum{}, fmt.Errorf("seccomp filter loader said %q: %v %s", line, err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("seccomp filter loader said %q: %v %s", line, err, strings.TrimSpace(stderr.String()))
 	}
-	sums, errs, err := readFilters([]int{tid})
+	return fn(tid)
+}
+
+// coldFilters is the filter chain a cold start of cfg has.
+func coldFilters(cfg *configs.Seccomp) (filterSum, error) {
+	var f filterSum
+	err := withReference(cfg, func(tid int) error {
+		sums, errs, err := readFilters([]int{tid})
+		if err != nil {
+			return err
+		}
+		var ok bool
+		if f, ok = sums[tid]; !ok {
+			return fmt.Errorf("read the reference seccomp filter: %s", errs[tid])
+		}
+		return nil
+	})
+	return f, err
+}
+
+// coldProgram is the one filter program a cold start of cfg loads, as raw
+// struct sock_filter entries.
+func coldProgram(cfg *configs.Seccomp) ([]byte, error) {
+	var prog []byte
+	err := withReference(cfg, func(tid int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
+		defer cancel()
+		c := helperCmd(ctx, seccompDumpArg, strconv.Itoa(tid))
+		out := &boundedBuffer{max: bpfMaxInsns * 8}
+		stderr := &boundedBuffer{max: 4096}
+		c.Stdout, c.Stderr = out, stderr
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("run the seccomp program dumper: %w: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		if out.over || out.Len() == 0 || out.Len()%8 != 0 {
+			return fmt.Errorf("seccomp program dumper wrote %d bytes", out.Len())
+		}
+		prog = out.Bytes()
+		return nil
+	})
+	return prog, err
+}
+
+// dumpFilterMain is the program dumper.
+func dumpFilterMain(args []string) int {
+	runtime.LockOSThread()
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "want one thread id")
+		return 2
+	}
+	tid, err := strconv.Atoi(args[0])
+	if err != nil || tid <= 0 {
+		fmt.Fprintf(os.Stderr, "thread id %q: want a positive integer\n", args[0])
+		return 2
+	}
+	f, progs, err := threadPrograms(tid, true)
 	if err != nil {
-		return filterSum{}, err
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	f, ok := sums[tid]
-	if !ok {
-		return filterSum{}, fmt.Errorf("read the reference seccomp filter: %s", errs[tid])
+	if f.n != 1 {
+		fmt.Fprintf(os.Stderr, "thread %d has %d filters, want 1\n", tid, f.n)
+		return 1
 	}
-	return f, nil
+	b := make([]byte, 0, 8*len(progs[0]))
+	for _, in := range progs[0] {
+		b = binary.LittleEndian.AppendUint16(b, in.Code)
+		b = append(b, in.Jt, in.Jf)
+		b = binary.LittleEndian.AppendUint32(b, in.K)
+	}
+	if _, err := os.Stdout.Write(b); err != nil {
+		return 1
+	}
+	return 0
 }
 
 // seccompReference is coldFilters(cfg), computed once per configuration

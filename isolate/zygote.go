@@ -1,0 +1,713 @@
+package isolate
+
+import (
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/internal/cleanup"
+	"github.com/jailcell/jailcell/policy"
+)
+
+// Zygotes (issue 27; the design of SOCK, Oakes et al., USENIX ATC 2018,
+// and Android's zygote): one confined Python process per policy that has
+// imported the preload once, and that a new sandbox is forked from
+// instead of started and made to import it. The fork is cloned straight
+// into fresh user, mount, pid, net, ipc and uts namespaces with
+// CLONE_PARENT, so the daemon is its parent as it is a cold start's init's.
+// The daemon gives it its own uid slot (its id maps), puts it in the
+// sandbox's own cgroup, and hands it the trees it mounts: the sandbox's
+// overlay root, its binds and the host's device nodes, each a detached
+// mount (open_tree) that names no host path inside. The child mounts its
+// own proc, sysfs, devpts, mqueue and tmpfs, pivots, drops every
+// capability and loads the seccomp program a cold start loads (read back
+// from a reference load, so the bytes are the same). Before the sandbox
+// is handed out, the host checks its posture against a cold start's of the
+// same configuration (checkPosture: namespaces, id maps, mounts, cgroup,
+// capabilities, no_new_privs, seccomp programs of every thread), as it
+// checks a restored one. It is then a libcontainer container like any
+// other (a state file written for it), so pause, signal, checkpoint,
+// adoption and destroy take the paths they take for a cold start.
+//
+// The zygote itself: a libcontainer sandbox in its own mount, net, ipc,
+// uts and cgroup namespaces, run as an unprivileged host uid of a slot of
+// its own with no capabilities and no_new_privs, over the read-only rootfs.
+// It shares the host's pid namespace on purpose: a fork's pid namespace is
+// then a child of the host's, as a cold start's is, and a zygote that dies
+// takes none of its sandboxes with it. It has no seccomp filter: a filter
+// of its own would be inherited by every fork and stacked under the
+// cold start's, and the zygote runs only this package's zygote.py and the
+// preload from the read-only rootfs, never a cell.
+
+//go:embed zygote.py
+var zygoteScript []byte
+
+// ZygoteSpec describes one zygote.
+type ZygoteSpec struct {
+	// Policy is the policy of every sandbox forked from it: its limits,
+	// seccomp program and rlimits are the zygote's children's.
+	Policy policy.Policy
+	// Python is the interpreter in the rootfs.
+	Python string
+	// Files are written into a directory the zygote sees read-only at
+	// Dir (the sandbox's control directory's place).
+	Dir   string
+	Files map[string][]byte
+	// Script is the program a fork runs (a path under Dir), as
+	// `Python Script ARGS...`: a fork's Spec.Args must be exactly that.
+	Script string
+	// Preload is imported once by the zygote.
+	Preload []string
+	// Env is the zygote's environment (a fork gets its Spec's).
+	Env []string
+	// StartTimeout bounds the zygote's start and preload.
+	StartTimeout time.Duration
+}
+
+// Zygote is one running zygote.
+type Zygote struct {
+	h         *Host
+	spec      ZygoteSpec
+	id        string
+	slot      int
+	dir       string
+	container *libcontainer.Container
+	process   *libcontainer.Process
+	ctl       *os.File // our end of the zygote's SOCK_SEQPACKET socket
+	log       *bytes.Buffer
+	logTailW  *lockedTail
+
+	mu     sync.Mutex // one fork request at a time on ctl
+	broken error      // set once a request failed in a way that leaves ctl unusable
+	done   chan struct{}
+}
+
+// zygoteForkTimeout bounds one fork request's answer (a fork takes
+// milliseconds) and a forked child's setup.
+const zygoteForkTimeout = 10 * time.Second
+
+// StartZygote builds and starts a zygote for spec and waits until it has
+// imported its preload.
+func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
+	p := spec.Policy
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if p.Network != policy.NetworkNone {
+		return nil, fmt.Errorf("%w: zygote for network %q (forks have loopback only)", ErrUnsupported, p.Network)
+	}
+	if err := h.passGate(); err != nil {
+		return nil, err
+	}
+	var cl cleanup.Stack
+	defer func() {
+		if retErr != nil {
+			_ = cl.Run()
+		}
+	}()
+	slot, err := h.takeSlot()
+	if err != nil {
+		return nil, err
+	}
+	cl.Add(func() error { h.freeSlot(slot); return nil })
+	uid := h.cfg.UIDBase + slot*idsPerSlot
+	sum := sha256.Sum256(fmt.Appendf(nil, "%d-%d", slot, time.Now().UnixNano()))
+	id := "zygote_" + hex.EncodeToString(sum[:6]) + "-1"
+	z := &Zygote{h: h, spec: spec, id: id, slot: slot, log: &bytes.Buffer{}, done: make(chan struct{})}
+	z.logTailW = &lockedTail{b: z.log, max: 8192}
+	z.dir = filepath.Join(h.cfg.StateDir, "zygotes", id)
+	if err := os.MkdirAll(z.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create zygote dir: %w", err)
+	}
+	cl.Add(func() error { return os.RemoveAll(z.dir) })
+	files := map[string][]byte{"zygote.py": zygoteScript}
+	for k, v := range spec.Files {
+		files[k] = v
+	}
+	for name, b := range files {
+		if strings.ContainsRune(name, '/') {
+			return nil, fmt.Errorf("zygote file %q: want a plain name", name)
+		}
+		if err := os.WriteFile(filepath.Join(z.dir, name), b, 0o644); err != nil {
+			return nil, fmt.Errorf("write zygote file: %w", err)
+		}
+	}
+	sec, err := h.seccomp(policy.Errnos[p.SeccompErrno])
+	if err != nil {
+		return nil, err
+	}
+	prog, err := h.coldProgram(sec)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := json.Marshal(map[string]any{
+		"seccomp": base64.StdEncoding.EncodeToString(prog),
+		"script":  spec.Script,
+		"preload": spec.Preload,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	cfg := h.zygoteConfig(spec, id)
+	c, err := libcontainer.Create(h.containersDir(), id, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create zygote container: %w", err)
+	}
+	cl.Add(func() error { return os.RemoveAll(filepath.Join(h.containersDir(), id)) })
+	cl.Add(c.Destroy)
+	cl.Add(func() error { return h.removeCgroup(id) })
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("zygote socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote"), os.NewFile(uintptr(fds[1]), "zygote-child")
+	defer theirs.Close()
+	cl.Add(ours.Close)
+	proc := &libcontainer.Process{
+		Args:       []string{spec.Python, filepath.Join(spec.Dir, "zygote.py")},
+		Env:        append(append([]string(nil), spec.Env...), "JAILCELL_ZYGOTE="+string(conf)),
+		Cwd:        "/",
+		UID:        uid,
+		GID:        uid,
+		Stdout:     z.logTailW,
+		Stderr:     z.logTailW,
+		ExtraFiles: []*os.File{theirs},
+		Init:       true,
+	}
+	if err := c.Run(proc); err != nil {
+		return nil, fmt.Errorf("start zygote: %w", err)
+	}
+	cl.Add(func() error { _, err := reapInit(proc); return err })
+	theirs.Close()
+	z.container, z.process, z.ctl = c, proc, ours
+	timeout := spec.StartTimeout
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	msg, _, err := z.recv(timeout)
+	if err != nil {
+		return nil, fmt.Errorf("zygote did not start: %w; its log: %s", err, z.logTail())
+	}
+	var ready struct{ Ready bool }
+	if json.Unmarshal(msg, &ready) != nil || !ready.Ready {
+		return nil, fmt.Errorf("zygote said %q at start, want ready", truncate(msg, 200))
+	}
+	go func() {
+		_, _ = proc.Wait()
+		close(z.done)
+	}()
+	cl.Release()
+	return z, nil
+}
+
+// zygoteConfig is the zygote's own libcontainer configuration.
+func (h *Host) zygoteConfig(spec ZygoteSpec, id string) *configs.Config {
+	p := spec.Policy
+	// The cold start's configuration, minus what the zygote must not
+	// have: a user namespace (it runs as an unprivileged host uid), a pid
+	// namespace (see the package comment), masked proc and sys paths (a
+	// fork can mount its own proc and sysfs only where a fully visible one
+	// is mounted) and the seccomp filter.
+	cfg := h.containerConfig(Spec{Policy: p}, id, h.cfg.Rootfs, 0, nil)
+	cfg.Readonlyfs = true
+	cfg.UIDMappings, cfg.GIDMappings = nil, nil
+	cfg.MaskPaths, cfg.ReadonlyPaths = nil, nil
+	cfg.Seccomp = nil
+	cfg.Hostname = "zygote"
+	var ns configs.Namespaces
+	for _, n := range cfg.Namespaces {
+		if n.Type != configs.NEWUSER && n.Type != configs.NEWPID {
+			ns = append(ns, n)
+		}
+	}
+	cfg.Namespaces = ns
+	cfg.Mounts = append(cfg.Mounts, &configs.Mount{Source: h.zygoteDir(id), Destination: spec.Dir, Device: "bind",
+		Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
+	return cfg
+}
+
+func (h *Host) zygoteDir(id string) string { return filepath.Join(h.cfg.StateDir, "zygotes", id) }
+
+// coldProgram is the seccomp program of cfg, computed once per
+// configuration.
+func (h *Host) coldProgram(cfg *configs.Seccomp) ([]byte, error) {
+	conf, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	key := sha256.Sum256(conf)
+	h.mu.Lock()
+	prog, ok := h.seccompProgs[key]
+	h.mu.Unlock()
+	if ok {
+		return prog, nil
+	}
+	if prog, err = coldProgram(cfg); err != nil {
+		return nil, fmt.Errorf("read a cold start's seccomp program: %w", err)
+	}
+	h.mu.Lock()
+	h.seccompProgs[key] = prog
+	h.mu.Unlock()
+	return prog, nil
+}
+
+// Done is closed when the zygote has exited.
+func (z *Zygote) Done() <-chan struct{} { return z.done }
+
+// Policy is the policy the zygote forks sandboxes of.
+func (z *Zygote) Policy() policy.Policy { return z.spec.Policy }
+
+// Close ends the zygote. Sandboxes forked from it live on.
+func (z *Zygote) Close() error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.broken == nil {
+		z.broken = errors.New("zygote closed")
+	}
+	_ = z.ctl.Close()
+	var errs []error
+	_ = z.process.Signal(unix.SIGKILL)
+	select {
+	case <-z.done:
+	case <-time.After(10 * time.Second):
+		errs = append(errs, errors.New("zygote not gone 10 s after SIGKILL"))
+	}
+	if err := z.container.Destroy(); err != nil {
+		errs = append(errs, fmt.Errorf("destroy zygote container: %w", err))
+	}
+	if err := z.h.removeCgroup(z.id); err != nil {
+		errs = append(errs, err)
+	}
+	_ = os.RemoveAll(filepath.Join(z.h.containersDir(), z.id))
+	_ = os.RemoveAll(z.dir)
+	z.h.freeSlot(z.slot)
+	return errors.Join(errs...)
+}
+
+func (z *Zygote) logTail() string {
+	z.logTailW.mu.Lock()
+	defer z.logTailW.mu.Unlock()
+	return strings.TrimSpace(z.log.String())
+}
+
+// recv reads one message from the zygote, at most timeout.
+func (z *Zygote) recv(timeout time.Duration) ([]byte, []int, error) {
+	return recvSeqpacket(z.ctl, timeout, 0)
+}
+
+// recvSeqpacket reads one message (at most 64 KiB) and at most maxFDs
+// descriptors from f, waiting at most timeout.
+func recvSeqpacket(f *os.File, timeout time.Duration, maxFDs int) ([]byte, []int, error) {
+	fd := int(f.Fd())
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil, fmt.Errorf("no answer in %s", timeout)
+		}
+		n, err := unix.Poll(pfd, int(left/time.Millisecond)+1)
+		if err == unix.EINTR || (err == nil && n == 0) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		break
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4*max(maxFDs, 1)))
+	n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+	if err != nil {
+		return nil, nil, err
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err == nil {
+			for _, m := range msgs {
+				if got, err := unix.ParseUnixRights(&m); err == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) > maxFDs {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, nil, errors.New("message too long")
+	}
+	if n == 0 {
+		return nil, nil, errors.New("connection closed")
+	}
+	return buf[:n], fds, nil
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
+
+// lockedTail keeps the first max bytes written to b.
+type lockedTail struct {
+	mu  sync.Mutex
+	b   *bytes.Buffer
+	max int
+}
+
+func (t *lockedTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if room := t.max - t.b.Len(); room > 0 {
+		t.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// forkPlan is what a fork is told to mount, in order (zygote.py _build).
+type forkPlan struct {
+	Root     int         `json:"root"`
+	Mounts   []forkMount `json:"mounts"`
+	Hostname string      `json:"hostname"`
+	Cwd      string      `json:"cwd"`
+	Env      []string    `json:"env"`
+	Args     []string    `json:"args"`
+}
+
+type forkMount struct {
+	Kind   string `json:"kind"`
+	Dest   string `json:"dest"`
+	Tree   int    `json:"tree,omitempty"`
+	Is     string `json:"is,omitempty"`
+	Source string `json:"source,omitempty"`
+	FSType string `json:"fstype,omitempty"`
+	Flags  int    `json:"flags,omitempty"`
+	Data   string `json:"data,omitempty"`
+	Target string `json:"target,omitempty"`
+}
+
+// cloneTree opens a detached copy of the mount at path with the flags
+// given (MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC).
+func cloneTree(path string, flags int, recursive bool) (int, error) {
+	how := unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC
+	if recursive {
+		how |= unix.AT_RECURSIVE
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, uint(how))
+	if err != nil {
+		return -1, fmt.Errorf("open_tree %s: %w", path, err)
+	}
+	var set uint64
+	for _, f := range []struct {
+		ms   int
+		attr uint64
+	}{{unix.MS_RDONLY, unix.MOUNT_ATTR_RDONLY}, {unix.MS_NOSUID, unix.MOUNT_ATTR_NOSUID},
+		{unix.MS_NODEV, unix.MOUNT_ATTR_NODEV}, {unix.MS_NOEXEC, unix.MOUNT_ATTR_NOEXEC}} {
+		if flags&f.ms != 0 {
+			set |= f.attr
+		}
+	}
+	if set != 0 {
+		at := unix.AT_EMPTY_PATH
+		if recursive {
+			at |= unix.AT_RECURSIVE
+		}
+		if err := unix.MountSetattr(fd, "", uint(at), &unix.MountAttr{Attr_set: set}); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("set attributes of %s: %w", path, err)
+		}
+	}
+	return fd, nil
+}
+
+// planOf is the fork plan that gives a fork cfg's mounts, and the trees
+// (descriptors) it refers to, the root first.
+func planOf(cfg *configs.Config, spec Spec) (forkPlan, []int, error) {
+	var trees []int
+	fail := func(err error) (forkPlan, []int, error) {
+		for _, fd := range trees {
+			unix.Close(fd)
+		}
+		return forkPlan{}, nil, err
+	}
+	root, err := cloneTree(cfg.Rootfs, 0, false)
+	if err != nil {
+		return fail(err)
+	}
+	trees = append(trees, root)
+	plan := forkPlan{Root: 0, Hostname: cfg.Hostname, Cwd: spec.Cwd, Env: spec.Env, Args: spec.Args[2:]}
+	for _, m := range cfg.Mounts {
+		if m.IsBind() {
+			fd, err := cloneTree(m.Source, m.Flags, m.Flags&unix.MS_REC != 0)
+			if err != nil {
+				return fail(err)
+			}
+			trees = append(trees, fd)
+			is := "dir"
+			if fi, err := os.Stat(m.Source); err == nil && !fi.IsDir() {
+				is = "file"
+			}
+			plan.Mounts = append(plan.Mounts, forkMount{Kind: "tree", Dest: m.Destination, Tree: len(trees) - 1, Is: is})
+			continue
+		}
+		plan.Mounts = append(plan.Mounts, forkMount{Kind: "fs", Dest: m.Destination, Source: m.Source,
+			FSType: m.Device, Flags: m.Flags, Data: m.Data})
+		if m.Destination == "/dev" {
+			// libcontainer's /dev in a user namespace: the host's nodes,
+			// bound, and its symlinks.
+			for _, d := range cfg.Devices {
+				if d.Path == "" {
+					continue
+				}
+				fd, err := cloneTree(d.Path, unix.MS_NOSUID|unix.MS_NOEXEC, false)
+				if err != nil {
+					return fail(err)
+				}
+				trees = append(trees, fd)
+				plan.Mounts = append(plan.Mounts, forkMount{Kind: "tree", Dest: d.Path, Tree: len(trees) - 1, Is: "file"})
+			}
+			for _, l := range [][2]string{{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
+				{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"}, {"pts/ptmx", "/dev/ptmx"}} {
+				plan.Mounts = append(plan.Mounts, forkMount{Kind: "symlink", Dest: l[1], Target: l[0]})
+			}
+		}
+	}
+	for _, p := range cfg.MaskPaths {
+		plan.Mounts = append(plan.Mounts, forkMount{Kind: "mask", Dest: p})
+	}
+	for _, p := range cfg.ReadonlyPaths {
+		plan.Mounts = append(plan.Mounts, forkMount{Kind: "readonly", Dest: p})
+	}
+	return plan, trees, nil
+}
+
+// Fork builds a sandbox on disk d forked from z. spec must ask for what
+// z was made for (its policy, `Python Script ...`); ErrUnsupported
+// otherwise, and the caller starts it cold. Like Create, on failure
+// everything done is undone (the disk stays).
+func (d *Disk) Fork(z *Zygote, spec Spec) (*Sandbox, error) {
+	if spec.Policy != z.spec.Policy {
+		return nil, fmt.Errorf("%w: fork of a zygote for another policy", ErrUnsupported)
+	}
+	if len(spec.Args) < 2 || spec.Args[0] != z.spec.Python || spec.Args[1] != z.spec.Script {
+		return nil, fmt.Errorf("%w: fork of a zygote to run %q", ErrUnsupported, spec.Args)
+	}
+	var log *os.File
+	switch w := spec.Log.(type) {
+	case nil:
+	case *os.File:
+		log = w
+	default:
+		return nil, fmt.Errorf("%w: fork with a log that is not a file", ErrUnsupported)
+	}
+	return d.build(spec, nil, true, func(c *libcontainer.Container, _ *libcontainer.Process, id string) (*libcontainer.Container, *os.Process, error) {
+		return z.fork(d, c, id, spec, log)
+	})
+}
+
+// fork asks z for a child that becomes container c's init, and sees it
+// through its setup. The posture check follows in build.
+func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, log *os.File) (_ *libcontainer.Container, _ *os.Process, retErr error) {
+	cfg := c.Config()
+	plan, trees, err := planOf(&cfg, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		for _, fd := range trees {
+			unix.Close(fd)
+		}
+	}()
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fork socket: %w", err)
+	}
+	sess := os.NewFile(uintptr(sp[0]), "fork")
+	defer sess.Close()
+	theirs := sp[1]
+	defer func() {
+		if theirs >= 0 {
+			unix.Close(theirs)
+		}
+	}()
+	logfd := -1
+	if log != nil {
+		logfd = int(log.Fd())
+	} else {
+		null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer null.Close()
+		logfd = int(null.Fd())
+	}
+	req, err := json.Marshal(map[string]any{"op": "fork", "plan": plan})
+	if err != nil {
+		return nil, nil, err
+	}
+	pid, err := z.request(req, append([]int{theirs, logfd}, trees...))
+	if err != nil {
+		return nil, nil, err
+	}
+	unix.Close(theirs)
+	theirs = -1
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return nil, nil, fmt.Errorf("find forked init %d: %w", pid, err)
+	}
+	defer func() {
+		if retErr != nil {
+			_, _ = reapInit(proc)
+		}
+	}()
+	// Its parent must be us (CLONE_PARENT): a zygote that answered with a
+	// stranger's pid gets no maps and no cgroup written for it.
+	if st, ok := readProcStat(pid); !ok || st.ppid != os.Getpid() {
+		return nil, nil, fmt.Errorf("zygote answered pid %d, which is not this daemon's child", pid)
+	}
+	idMap := fmt.Sprintf("0 %d %d\n", d.HostID(), idsPerSlot)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(idMap), 0); err != nil {
+			return nil, nil, fmt.Errorf("write %s of forked init: %w", f, err)
+		}
+	}
+	m, err := manager.New(cfg.Cgroups)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cgroup of forked sandbox: %w", err)
+	}
+	if err := m.Apply(pid); err != nil {
+		return nil, nil, fmt.Errorf("join cgroup of forked sandbox: %w", err)
+	}
+	if err := m.Set(cfg.Cgroups.Resources); err != nil {
+		return nil, nil, fmt.Errorf("set cgroup limits of forked sandbox: %w", err)
+	}
+	if _, err := sess.Write([]byte("G")); err != nil {
+		return nil, nil, fmt.Errorf("start forked init: %w", err)
+	}
+	msg, _, err := recvSeqpacket(sess, zygoteForkTimeout, 0)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("forked init's setup: %w", err)
+	case len(msg) > 0 && msg[0] == 'E':
+		return nil, nil, fmt.Errorf("forked init's setup failed: %s", truncate(msg[1:], 500))
+	case string(msg) != "R":
+		return nil, nil, fmt.Errorf("forked init said %q, want ready", truncate(msg, 100))
+	}
+	if err := writeForkState(z.h.containersDir(), id, pid, &cfg, m.GetPaths()); err != nil {
+		return nil, nil, err
+	}
+	lc, err := libcontainer.Load(z.h.containersDir(), id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load forked sandbox %s: %w", id, err)
+	}
+	return lc, proc, nil
+}
+
+// request sends one fork request with fds and returns the pid answered.
+func (z *Zygote) request(req []byte, fds []int) (int, error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.broken != nil {
+		return 0, fmt.Errorf("%w: zygote: %v", ErrUnsupported, z.broken)
+	}
+	if err := unix.Sendmsg(int(z.ctl.Fd()), req, unix.UnixRights(fds...), nil, 0); err != nil {
+		z.broken = err
+		return 0, fmt.Errorf("send fork request: %w", err)
+	}
+	msg, _, err := z.recv(zygoteForkTimeout)
+	if err != nil {
+		// The answer may still come: the next request would read it.
+		z.broken = err
+		return 0, fmt.Errorf("fork request: %w; zygote log: %s", err, z.logTail())
+	}
+	var rep struct {
+		Pid   int    `json:"pid"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(msg, &rep); err != nil || (rep.Pid <= 0 && rep.Error == "") {
+		z.broken = fmt.Errorf("answer %q", truncate(msg, 100))
+		return 0, fmt.Errorf("zygote answered %q", truncate(msg, 100))
+	}
+	if rep.Error != "" {
+		return 0, fmt.Errorf("zygote: %s", rep.Error)
+	}
+	return rep.Pid, nil
+}
+
+// writeForkState makes the forked init a libcontainer container: the
+// state file a start writes, so Load, and with it pause, signal,
+// checkpoint, adoption and destroy, see it as they see a cold start's.
+func writeForkState(root, id string, pid int, cfg *configs.Config, paths map[string]string) error {
+	start, err := procStartTime(pid)
+	if err != nil {
+		return err
+	}
+	st := libcontainer.State{
+		BaseState: libcontainer.BaseState{
+			ID: id, InitProcessPid: pid, InitProcessStartTime: start, Created: time.Now().UTC(), Config: *cfg,
+		},
+		CgroupPaths:    paths,
+		NamespacePaths: map[configs.NamespaceType]string{},
+	}
+	for _, ns := range cfg.Namespaces {
+		st.NamespacePaths[ns.Type] = ns.GetPath(pid)
+	}
+	for fd := 0; fd < 3; fd++ {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd))
+		if err != nil {
+			return fmt.Errorf("stdio of forked init: %w", err)
+		}
+		st.ExternalDescriptors = append(st.ExternalDescriptors, l)
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(root, id)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "state.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write state of forked sandbox: %w", err)
+	}
+	return os.Rename(tmp, filepath.Join(dir, "state.json"))
+}
+
+// procStartTime is pid's start time in clock ticks since boot (field 22
+// of /proc/PID/stat), as libcontainer records it.
+func procStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no comm", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}

@@ -84,8 +84,8 @@ type Host struct {
 	// seccompProgs: a cold start's filter program per seccomp
 	// configuration, for zygote forks (coldProgram).
 	seccompProgs map[[32]byte][]byte
-	userns      map[int]*os.File // host id of a slot -> its user namespace
-	egressCfg   Egress
+	userns       map[int]*os.File // host id of a slot -> its user namespace
+	egressCfg    Egress
 
 	gate atomic.Pointer[gate]
 

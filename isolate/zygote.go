@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,14 +64,15 @@ type ZygoteSpec struct {
 	// Policy is the policy of every sandbox forked from it: its limits,
 	// seccomp program and rlimits are the zygote's children's.
 	Policy policy.Policy
-	// Python is the interpreter in the rootfs.
-	Python string
+	// Interpreter is the command line before Script: the interpreter in
+	// the rootfs and its options (["python3", "-s"]).
+	Interpreter []string
 	// Files are written into a directory the zygote sees read-only at
 	// Dir (the sandbox's control directory's place).
 	Dir   string
 	Files map[string][]byte
 	// Script is the program a fork runs (a path under Dir), as
-	// `Python Script ARGS...`: a fork's Spec.Args must be exactly that.
+	// `Interpreter... Script ARGS...`: a fork's Spec.Args must be that.
 	Script string
 	// Preload is imported once by the zygote.
 	Preload []string
@@ -92,6 +94,9 @@ type Zygote struct {
 	ctl       *os.File // our end of the zygote's SOCK_SEQPACKET socket
 	log       *bytes.Buffer
 	logTailW  *lockedTail
+
+	closeOnce sync.Once
+	closeErr  error
 
 	mu     sync.Mutex // one fork request at a time on ctl
 	broken error      // set once a request failed in a way that leaves ctl unusable
@@ -181,7 +186,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	defer theirs.Close()
 	cl.Add(ours.Close)
 	proc := &libcontainer.Process{
-		Args:       []string{spec.Python, filepath.Join(spec.Dir, "zygote.py")},
+		Args:       append(append([]string(nil), spec.Interpreter...), filepath.Join(spec.Dir, "zygote.py")),
 		Env:        append(append([]string(nil), spec.Env...), "JAILCELL_ZYGOTE="+string(conf)),
 		Cwd:        "/",
 		UID:        uid,
@@ -274,8 +279,14 @@ func (z *Zygote) Done() <-chan struct{} { return z.done }
 // Policy is the policy the zygote forks sandboxes of.
 func (z *Zygote) Policy() policy.Policy { return z.spec.Policy }
 
-// Close ends the zygote. Sandboxes forked from it live on.
+// Close ends the zygote. Sandboxes forked from it live on. It is
+// idempotent.
 func (z *Zygote) Close() error {
+	z.closeOnce.Do(func() { z.closeErr = z.close() })
+	return z.closeErr
+}
+
+func (z *Zygote) close() error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.broken == nil {
@@ -442,7 +453,7 @@ func cloneTree(path string, flags int, recursive bool) (int, error) {
 
 // planOf is the fork plan that gives a fork cfg's mounts, and the trees
 // (descriptors) it refers to, the root first.
-func planOf(cfg *configs.Config, spec Spec) (forkPlan, []int, error) {
+func planOf(cfg *configs.Config, spec Spec, args []string) (forkPlan, []int, error) {
 	var trees []int
 	fail := func(err error) (forkPlan, []int, error) {
 		for _, fd := range trees {
@@ -455,7 +466,7 @@ func planOf(cfg *configs.Config, spec Spec) (forkPlan, []int, error) {
 		return fail(err)
 	}
 	trees = append(trees, root)
-	plan := forkPlan{Root: 0, Hostname: cfg.Hostname, Cwd: spec.Cwd, Env: spec.Env, Args: spec.Args[2:]}
+	plan := forkPlan{Root: 0, Hostname: cfg.Hostname, Cwd: spec.Cwd, Env: spec.Env, Args: args}
 	for _, m := range cfg.Mounts {
 		if m.IsBind() {
 			fd, err := cloneTree(m.Source, m.Flags, m.Flags&unix.MS_REC != 0)
@@ -509,7 +520,8 @@ func (d *Disk) Fork(z *Zygote, spec Spec) (*Sandbox, error) {
 	if spec.Policy != z.spec.Policy {
 		return nil, fmt.Errorf("%w: fork of a zygote for another policy", ErrUnsupported)
 	}
-	if len(spec.Args) < 2 || spec.Args[0] != z.spec.Python || spec.Args[1] != z.spec.Script {
+	n := len(z.spec.Interpreter)
+	if len(spec.Args) <= n || !slices.Equal(spec.Args[:n], z.spec.Interpreter) || spec.Args[n] != z.spec.Script {
 		return nil, fmt.Errorf("%w: fork of a zygote to run %q", ErrUnsupported, spec.Args)
 	}
 	var log *os.File
@@ -529,7 +541,7 @@ func (d *Disk) Fork(z *Zygote, spec Spec) (*Sandbox, error) {
 // through its setup. The posture check follows in build.
 func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, log *os.File) (_ *libcontainer.Container, _ *os.Process, retErr error) {
 	cfg := c.Config()
-	plan, trees, err := planOf(&cfg, spec)
+	plan, trees, err := planOf(&cfg, spec, spec.Args[len(z.spec.Interpreter)+1:])
 	if err != nil {
 		return nil, nil, err
 	}

@@ -33,13 +33,13 @@ time.sleep(600)
 func startTestZygote(t *testing.T, h *Host, p policy.Policy) *Zygote {
 	t.Helper()
 	z, err := h.StartZygote(ZygoteSpec{
-		Policy:  p,
-		Python:  "/usr/bin/python3",
-		Dir:     "/run/jailcell",
-		Files:   map[string][]byte{"probe.py": []byte(zygoteProbe)},
-		Script:  "/run/jailcell/probe.py",
-		Preload: []string{"json"},
-		Env:     []string{"PATH=/usr/bin:/bin", "OPENBLAS_NUM_THREADS=1"},
+		Policy:      p,
+		Interpreter: []string{"/usr/bin/python3", "-s"},
+		Dir:         "/run/jailcell",
+		Files:       map[string][]byte{"probe.py": []byte(zygoteProbe)},
+		Script:      "/run/jailcell/probe.py",
+		Preload:     []string{"json"},
+		Env:         []string{"PATH=/usr/bin:/bin", "OPENBLAS_NUM_THREADS=1"},
 	})
 	if err != nil {
 		t.Fatalf("StartZygote: %v", err)
@@ -69,7 +69,7 @@ func forkProbe(t *testing.T, h *Host, z *Zygote, p policy.Policy) (*Sandbox, map
 	}
 	sb, err := d.Fork(z, Spec{
 		Policy: p,
-		Args:   []string{"/usr/bin/python3", "/run/jailcell/probe.py", "/out/probe"},
+		Args:   []string{"/usr/bin/python3", "-s", "/run/jailcell/probe.py", "/out/probe"},
 		Env:    []string{"PATH=/usr/bin:/bin"},
 		Cwd:    "/work",
 		Binds:  []Bind{{Source: out, Dest: "/out", Writable: true}},

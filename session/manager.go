@@ -66,6 +66,11 @@ type Config struct {
 	// imports the preload itself. Default false: templates are used where
 	// criu works and Preload is not empty.
 	NoTemplate bool
+	// NoZygote turns zygotes off (zygote.go): no kernel is forked from a
+	// preloaded one. Default false: zygotes are used where the host can
+	// fork one (unprivileged user namespaces, detached mounts) and Preload
+	// is not empty.
+	NoZygote bool
 	// Wheelhouse is a host directory of wheels, mounted read-only at
 	// /opt/jailcell/wheelhouse for offline pip installs ("" = none).
 	Wheelhouse string
@@ -217,6 +222,7 @@ type Manager struct {
 	janitorDone chan struct{} // closed when the janitor has stopped
 	pool        *warmPool
 	tmpl        *templates
+	zyg         *zygotes
 	starts      chan struct{} // kernel starts in progress (admitStart)
 
 	// objects is Config.Store under the store quota (nil without a Store).
@@ -281,6 +287,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
 	m.chargeAdopted()
+	m.initZygotes()
 	m.initTemplates()
 	m.startPool()
 	go m.janitor()
@@ -1191,6 +1198,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	// Pool members hold reserved places: free them before waiting on those.
 	poolErr := m.drainPool()
 	m.closeTemplates()
+	m.closeZygotes()
 	// Let running cells finish until ctx is done.
 	for m.running() > 0 && ctx.Err() == nil {
 		select {

@@ -20,7 +20,8 @@ type Metrics struct {
 	// StartSeconds is the time from building a sandbox to its kernel's
 	// hello (every start: creates, one-shot cells, restarts after a loss).
 	StartSeconds prometheus.Histogram
-	// Starts counts kernel starts by path: StartTemplate or StartImport.
+	// Starts counts kernel starts by path: StartZygote, StartTemplate or
+	// StartImport.
 	Starts *prometheus.CounterVec
 }
 
@@ -44,11 +45,11 @@ func newMetrics() *Metrics {
 			Help: "Time from building a sandbox to its kernel being ready (creates, one-shot cells, restarts).", Buckets: LatencyBuckets}),
 	}
 	m.Starts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jailcell_kernel_starts_total",
-		Help: "Kernels started, by path: restored from the policy's template, or importing the preload."}, []string{"path"})
+		Help: "Kernels started, by path: forked from the policy's zygote, restored from its template, or importing the preload."}, []string{"path"})
 	for _, st := range CellStatuses {
 		m.Cells.WithLabelValues(st)
 	}
-	for _, p := range []string{StartTemplate, StartImport} {
+	for _, p := range []string{StartZygote, StartTemplate, StartImport} {
 		m.Starts.WithLabelValues(p)
 	}
 	return m
@@ -62,7 +63,8 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 func (m *Metrics) created() { m.Created.Inc() }
 func (m *Metrics) expired() { m.Expired.Inc() }
 
-// started counts a kernel start by path (StartTemplate, StartImport).
+// started counts a kernel start by path (StartZygote, StartTemplate,
+// StartImport).
 func (m *Metrics) started(path string) { m.Starts.WithLabelValues(path).Inc() }
 
 // cell counts one cell. A status outside CellStatuses counts as "other":

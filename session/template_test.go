@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// withTemplates is a config change: the preload, so templates are built.
-func withTemplates(c *Config) { c.Preload = testPreload }
+// withTemplates is a config change: the preload, so templates are built,
+// and no zygote, which creates would take first.
+func withTemplates(c *Config) { c.Preload = testPreload; c.NoZygote = true }
 
 // waitTemplate waits for the default policy's template build to end and
 // fails the test if it did not succeed.
@@ -109,10 +110,10 @@ except OSError as e:
     print("rootfs", e.strerror)
 `
 
-// TestTemplatePostureMatchesCold: a kernel restored from a template is
-// confined exactly as one started cold: identity, capabilities,
-// no_new_privs, its seccomp filter and what it refuses, mounts, network,
-// rlimits, and the cgroup limits the host set.
+// TestTemplatePostureMatchesCold: a kernel restored from a template, and
+// one forked from a zygote, are confined exactly as one started cold:
+// identity, capabilities, no_new_privs, its seccomp filter and what it
+// refuses, mounts, network, rlimits, and the cgroup limits the host set.
 func TestTemplatePostureMatchesCold(t *testing.T) {
 	requiresCriu(t)
 	seen := map[string]string{}
@@ -120,13 +121,17 @@ func TestTemplatePostureMatchesCold(t *testing.T) {
 		start string
 		mod   func(*Config)
 	}{
-		{StartImport, func(c *Config) { c.Preload = testPreload; c.NoTemplate = true }},
+		{StartImport, func(c *Config) { c.Preload = testPreload; c.NoTemplate = true; c.NoZygote = true }},
 		{StartTemplate, withTemplates},
+		{StartZygote, withZygotes},
 	} {
 		t.Run(c.start, func(t *testing.T) {
 			e := newEnv(t, c.mod)
-			if c.start == StartTemplate {
+			switch c.start {
+			case StartTemplate:
 				waitTemplate(t, e.m)
+			case StartZygote:
+				waitZygote(t, e.m)
 			}
 			id := createStarted(t, e.m, c.start)
 			got := cellStdout(t, e.m, id, posture)
@@ -146,16 +151,19 @@ func TestTemplatePostureMatchesCold(t *testing.T) {
 			seen[c.start] = got
 		})
 	}
-	if seen[StartImport] == "" || seen[StartTemplate] == "" {
-		return // a subtest failed and said why
-	}
-	cold, tmpl := strings.Split(seen[StartImport], "\n"), strings.Split(seen[StartTemplate], "\n")
-	if len(cold) != len(tmpl) {
-		t.Fatalf("posture differs:\ncold:\n%s\ntemplate:\n%s", seen[StartImport], seen[StartTemplate])
-	}
-	for i := range cold {
-		if cold[i] != tmpl[i] {
-			t.Errorf("posture differs:\n cold:     %s\n template: %s", cold[i], tmpl[i])
+	for _, other := range []string{StartTemplate, StartZygote} {
+		if seen[StartImport] == "" || seen[other] == "" {
+			continue // a subtest failed and said why
+		}
+		cold, got := strings.Split(seen[StartImport], "\n"), strings.Split(seen[other], "\n")
+		if len(cold) != len(got) {
+			t.Errorf("posture differs:\ncold:\n%s\n%s:\n%s", seen[StartImport], other, seen[other])
+			continue
+		}
+		for i := range cold {
+			if cold[i] != got[i] {
+				t.Errorf("posture differs:\n cold:     %s\n %s: %s", cold[i], other, got[i])
+			}
 		}
 	}
 }

@@ -279,8 +279,9 @@ type Info struct {
 	Restored []string `json:"restored,omitempty"`
 	// Survives says what a persisted session keeps across sessions.
 	Survives string `json:"survives,omitempty"`
-	// Start says how the session's kernel started: "template" (restored
-	// from its policy's checkpoint after the preload) or "import" (a new
+	// Start says how the session's kernel started: "zygote" (forked from
+	// its policy's preloaded zygote), "template" (restored from its
+	// policy's checkpoint after the preload) or "import" (a new
 	// interpreter imported the preload). Pooled: it was waiting ready in
 	// the warm pool when the create came.
 	Start  string `json:"start,omitempty"`

@@ -255,6 +255,14 @@ are capped on their own (each holds its images and files on disk).`},
 		doc: `jailcell serve only: hibernate every live session when the service
 stops (a drain, a reboot), for the next start to restore; a session
 that cannot be hibernated follows survive_restart.`},
+	{name: "sessions.zygote", def: true, dec: field[bool]{func(c *config) *bool { return &c.Zygote }, (*configLoader).boolean},
+		doc: `Start kernels by forking a zygote of their policy: one confined
+interpreter per policy that imported the preload once (milliseconds a
+create, its pages shared). Each fork gets its own namespaces, uid slot
+and cgroup and is checked against a cold start's confinement before
+use. Where the host cannot fork one, kernels start as with false. The
+sessions of one zygote share the str hash secret and the address-space
+layout (SECURITY.md).`},
 	{name: "sessions.template", def: true, dec: field[bool]{func(c *config) *bool { return &c.Template }, (*configLoader).boolean},
 		doc: `Start kernels by restoring a checkpoint of one that already imported the
 preload (one per policy, kept in state_dir, rebuilt when the rootfs,
@@ -382,6 +390,7 @@ type config struct {
 	LogFormat      string
 	PoolSize       int  // pool.size: warm sessions of the default policy (0 = none, poolAuto = sized from the machine)
 	Template       bool // sessions.template
+	Zygote         bool // sessions.zygote
 	Policies       map[string]policy.Policy
 	DrainGrace     time.Duration
 	// DrainNotice is how long a drain keeps listening, not ready, first.

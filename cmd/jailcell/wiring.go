@@ -244,6 +244,7 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	}
 	sc.Pool = map[string]int{"default": pool}
 	sc.NoTemplate = !cfg.Template
+	sc.NoZygote = !cfg.Zygote
 	// Sessions left running, or hibernated, for the next daemon to
 	// re-adopt: a service's choice only.
 	sc.KeepOnShutdown = f.survivable && sc.KeepOnShutdown

@@ -178,7 +178,7 @@ export interface SessionInfo {
   snapshot_at?: string;
   state_reason?: string;
   memory_bytes?: number;
-  start?: "template" | "import";
+  start?: "zygote" | "template" | "import";
   pooled?: boolean;
 }
 

@@ -1,0 +1,70 @@
+package session
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// withZygotes is a config change: the preload and no templates, so
+// creates fork from a zygote or import.
+func withZygotes(c *Config) { c.Preload = testPreload; c.NoTemplate = true }
+
+// waitZygote waits for the default policy's zygote to start and fails the
+// test if it did not.
+func waitZygote(t *testing.T, m *Manager) {
+	t.Helper()
+	e := m.zygoteFor(m.cfg.Policies["default"])
+	if e == nil {
+		t.Fatal("no zygote for the default policy although the preload is set")
+	}
+	select {
+	case <-e.ready:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("zygote not started in 2 min")
+	}
+	if !e.usable() {
+		t.Fatalf("zygote not usable: %v", e.err)
+	}
+}
+
+// TestZygoteSessionsKeepStateAndDoNotShareRandomness: a session forked
+// from the zygote has the preload imported, keeps its variables between
+// cells, and draws its own numbers from every generator seeded at import.
+func TestZygoteSessionsKeepStateAndDoNotShareRandomness(t *testing.T) {
+	e := newEnv(t, withZygotes)
+	waitZygote(t, e.m)
+	draw := `import random, sys, tempfile, numpy as np
+print(random.random(), np.random.rand(), next(tempfile._get_candidate_names()), sorted(m for m in ("numpy", "pandas", "matplotlib.pyplot") if m in sys.modules), hash("jailcell"))`
+	var outs [][]string
+	var ids []string
+	for range 2 {
+		id := createStarted(t, e.m, StartZygote)
+		ids = append(ids, id)
+		outs = append(outs, strings.Fields(cellStdout(t, e.m, id, draw)))
+	}
+	a, b := outs[0], outs[1]
+	if len(a) != 7 || len(b) != 7 {
+		t.Fatalf("unexpected output %q / %q", a, b)
+	}
+	for i, what := range []string{"random.random()", "numpy.random.rand()", "tempfile names"} {
+		if a[i] == b[i] {
+			t.Errorf("%s is the same in two sessions from one zygote: %s", what, a[i])
+		}
+	}
+	if got := strings.Join(a[3:6], " "); got != "['matplotlib.pyplot', 'numpy', 'pandas']" {
+		t.Errorf("preloaded modules in a zygote session: %s", got)
+	}
+	if a[6] != b[6] {
+		t.Errorf("str hash secret: SECURITY.md documents it as shared by the sessions of one zygote; update it")
+	}
+	cellStdout(t, e.m, ids[0], "x = 41\nopen('/work/f.txt', 'w').write('kept')")
+	if out := cellStdout(t, e.m, ids[0], "x += 1\nprint(x, open('/work/f.txt').read())"); strings.TrimSpace(out) != "42 kept" {
+		t.Errorf("state between cells of a zygote session: %q", out)
+	}
+	if out := cellStdout(t, e.m, ids[1], "print('x' in dir())"); strings.TrimSpace(out) != "False" {
+		t.Errorf("a sibling sees another session's variable: %q", out)
+	}
+	_ = context.Background()
+}

@@ -85,6 +85,8 @@ func helperMain() {
 		os.Exit(readFiltersMain(os.Args[2:]))
 	case seccompDumpArg:
 		os.Exit(dumpFilterMain(os.Args[2:]))
+	case zygoteMapperArg:
+		os.Exit(zygoteMapperMain())
 	case seccompLoadArg:
 		os.Exit(loadFilterMain())
 	}

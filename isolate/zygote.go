@@ -92,6 +92,7 @@ type Zygote struct {
 	container *libcontainer.Container
 	process   *libcontainer.Process
 	ctl       *os.File // our end of the zygote's SOCK_SEQPACKET socket
+	mapper    *mapper
 	log       *bytes.Buffer
 	logTailW  *lockedTail
 
@@ -131,7 +132,6 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 		return nil, err
 	}
 	cl.Add(func() error { h.freeSlot(slot); return nil })
-	uid := h.cfg.UIDBase + slot*idsPerSlot
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d-%d", slot, time.Now().UnixNano()))
 	id := "zygote_" + hex.EncodeToString(sum[:6]) + "-1"
 	z := &Zygote{h: h, spec: spec, id: id, slot: slot, log: &bytes.Buffer{}, done: make(chan struct{})}
@@ -170,7 +170,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 		return nil, err
 	}
 
-	cfg := h.zygoteConfig(spec, id)
+	cfg := h.zygoteConfig(spec, id, slot)
 	c, err := libcontainer.Create(h.containersDir(), id, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create zygote container: %w", err)
@@ -189,8 +189,10 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 		Args:       append(append([]string(nil), spec.Interpreter...), filepath.Join(spec.Dir, "zygote.py")),
 		Env:        append(append([]string(nil), spec.Env...), "JAILCELL_ZYGOTE="+string(conf)),
 		Cwd:        "/",
-		UID:        uid,
-		GID:        uid,
+		// Its slot's uid 1 (host UIDBase+slot*65536+1): not the root of
+		// any namespace (slot 0's first id is its namespace's root).
+		UID:        slot*idsPerSlot + 1,
+		GID:        slot*idsPerSlot + 1,
 		Stdout:     z.logTailW,
 		Stderr:     z.logTailW,
 		ExtraFiles: []*os.File{theirs},
@@ -214,6 +216,13 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	if json.Unmarshal(msg, &ready) != nil || !ready.Ready {
 		return nil, fmt.Errorf("zygote said %q at start, want ready", truncate(msg, 200))
 	}
+	zpid, err := proc.Pid()
+	if err != nil {
+		return nil, err
+	}
+	if z.mapper, err = startMapper(zpid); err != nil {
+		return nil, err
+	}
 	go func() {
 		_, _ = proc.Wait()
 		close(z.done)
@@ -222,27 +231,43 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	return z, nil
 }
 
-// zygoteConfig is the zygote's own libcontainer configuration.
-func (h *Host) zygoteConfig(spec ZygoteSpec, id string) *configs.Config {
-	p := spec.Policy
-	// The cold start's configuration, minus what the zygote must not
-	// have: a user namespace (it runs as an unprivileged host uid), a pid
-	// namespace (see the package comment), masked proc and sys paths (a
-	// fork can mount its own proc and sysfs only where a fully visible one
-	// is mounted) and the seccomp filter.
-	cfg := h.containerConfig(Spec{Policy: p}, id, h.cfg.Rootfs, 0, nil)
+// zygoteConfig is the zygote's own libcontainer configuration: the cold
+// start's, but for what a zygote must have otherwise.
+//
+//   - Its user namespace maps every slot's ids (the forks' namespaces
+//     nest in it, each mapped to its own slot), is owned by host root as a
+//     cold start's is (criu cannot read the rlimits of a process whose
+//     user namespace an unprivileged uid created), and the zygote runs in
+//     it as its own slot's first id, not its root: no capability anywhere.
+//   - No pid namespace: a fork's is then a child of the host's, as a cold
+//     start's is, and a zygote that dies takes none of its forks with it.
+//     Its /proc is the host's, bound: a fork can mount its own proc only
+//     where a fully visible one is mounted, and a uid without capabilities
+//     reads little there.
+//   - No masked or read-only paths (the same reason) and no seccomp filter
+//     (a fork would inherit it under its own, and the zygote runs only
+//     zygote.py and the preload, never a cell).
+func (h *Host) zygoteConfig(spec ZygoteSpec, id string, slot int) *configs.Config {
+	cfg := h.containerConfig(Spec{Policy: spec.Policy}, id, h.cfg.Rootfs, h.cfg.UIDBase, nil)
 	cfg.Readonlyfs = true
-	cfg.UIDMappings, cfg.GIDMappings = nil, nil
+	ids := []configs.IDMap{{ContainerID: 0, HostID: int64(h.cfg.UIDBase), Size: int64(h.cfg.Slots) * idsPerSlot}}
+	cfg.UIDMappings, cfg.GIDMappings = ids, ids
 	cfg.MaskPaths, cfg.ReadonlyPaths = nil, nil
 	cfg.Seccomp = nil
 	cfg.Hostname = "zygote"
 	var ns configs.Namespaces
 	for _, n := range cfg.Namespaces {
-		if n.Type != configs.NEWUSER && n.Type != configs.NEWPID {
+		if n.Type != configs.NEWPID {
 			ns = append(ns, n)
 		}
 	}
 	cfg.Namespaces = ns
+	for _, m := range cfg.Mounts {
+		if m.Destination == "/proc" {
+			*m = configs.Mount{Source: "/proc", Destination: "/proc", Device: "bind",
+				Flags: unix.MS_BIND | unix.MS_REC | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC}
+		}
+	}
 	cfg.Mounts = append(cfg.Mounts, &configs.Mount{Source: h.zygoteDir(id), Destination: spec.Dir, Device: "bind",
 		Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
 	return cfg
@@ -293,6 +318,7 @@ func (z *Zygote) close() error {
 		z.broken = errors.New("zygote closed")
 	}
 	_ = z.ctl.Close()
+	z.mapper.close()
 	var errs []error
 	_ = z.process.Signal(unix.SIGKILL)
 	select {
@@ -597,11 +623,8 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if st, ok := readProcStat(pid); !ok || st.ppid != os.Getpid() {
 		return nil, nil, fmt.Errorf("zygote answered pid %d, which is not this daemon's child", pid)
 	}
-	idMap := fmt.Sprintf("0 %d %d\n", d.HostID(), idsPerSlot)
-	for _, f := range []string{"uid_map", "gid_map"} {
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(idMap), 0); err != nil {
-			return nil, nil, fmt.Errorf("write %s of forked init: %w", f, err)
-		}
+	if err := z.mapper.mapIDs(pid, d.HostID()-z.h.cfg.UIDBase, zygoteForkTimeout); err != nil {
+		return nil, nil, fmt.Errorf("map the ids of forked init: %w", err)
 	}
 	m, err := manager.New(cfg.Cgroups)
 	if err != nil {

@@ -62,6 +62,7 @@ MNT_DETACH = 2
 AT_FDCWD = -100
 MOVE_MOUNT_F_EMPTY_PATH = 4
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 SECCOMP_SET_MODE_FILTER = 1
@@ -191,6 +192,9 @@ def _child(sock, log, trees, plan, prog, run):
     # cgroup, then says go.
     if sock.recv(16) != b"G":
         os._exit(121)
+    # Its own session, as libcontainer's init makes one: criu refuses to
+    # dump a tree whose session leader (the zygote) is outside it.
+    os.setsid()
     os.setgroups([])
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
@@ -216,6 +220,10 @@ def _child(sock, log, trees, plan, prog, run):
         k, _, v = kv.partition("=")
         os.environ[k] = v
     _drop_capabilities()
+    # The uid change made it undumpable (its /proc files root's: criu's
+    # prlimit and ptrace of it failed); a cold start's init is dumpable,
+    # its execve having reset the flag.
+    _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "set dumpable")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
     _load_seccomp(prog)
     sock.send(b"R")

@@ -68,3 +68,33 @@ print(random.random(), np.random.rand(), next(tempfile._get_candidate_names()), 
 	}
 	_ = context.Background()
 }
+
+// TestZygoteSessionHibernatesAndForks: a session forked from a zygote is
+// checkpointed and restored by criu like any other: hibernated with its
+// numpy array, DataFrame and open file and woken; forked (a criu fork of
+// it); and adopted by a restarted daemon.
+func TestZygoteSessionHibernatesAndForks(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	requiresCriu(t)
+	m := r.startWith(withZygotes)
+	waitZygote(t, m)
+	id := createStarted(t, m, StartZygote)
+	cellStdout(t, m, id, hibernateState)
+	if _, err := m.Hibernate(ctx, 1000, id); err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
+	fi, err := m.Fork(ctx, 1000, id)
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	if out := cellStdout(t, m, fi.ID, "print(a.sum(), len(df), thing.tag)"); strings.TrimSpace(out) != "499999500000.0 1000 kept" {
+		t.Errorf("criu fork of a zygote session: %q", out)
+	}
+	if out := cellStdout(t, m, id, hibernateCheck); strings.TrimSpace(out) != "499999500000.0 332833500 kept before after" {
+		t.Errorf("zygote session after hibernation: %q", out)
+	}
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -186,9 +186,9 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	defer theirs.Close()
 	cl.Add(ours.Close)
 	proc := &libcontainer.Process{
-		Args:       append(append([]string(nil), spec.Interpreter...), filepath.Join(spec.Dir, "zygote.py")),
-		Env:        append(append([]string(nil), spec.Env...), "JAILCELL_ZYGOTE="+string(conf)),
-		Cwd:        "/",
+		Args: append(append([]string(nil), spec.Interpreter...), filepath.Join(spec.Dir, "zygote.py")),
+		Env:  append(append([]string(nil), spec.Env...), "JAILCELL_ZYGOTE="+string(conf)),
+		Cwd:  "/",
 		// Its slot's uid 1 (host UIDBase+slot*65536+1): not the root of
 		// any namespace (slot 0's first id is its namespace's root).
 		UID:        slot*idsPerSlot + 1,

@@ -7,6 +7,8 @@ from .shell import _ensure_shell
 from .state import _State, _log
 
 
+# ---------------------------------------------------------------------------
+# Jupyter's complete, inspect and is_complete (the "assist" frame)
 #
 # {"t":"assist","id":..,"kind":"complete"|"inspect"|"is_complete","code":..,
 #  "cursor_pos":N,"detail_level":0|1} is answered with {"t":"assist","id":..}

@@ -9,6 +9,8 @@ from .capture import DEFAULT_MAX_OUTPUT, _Pump
 from .errors import _safe_str
 
 
+# ---------------------------------------------------------------------------
+# Commands and environment (the "command" and "env" frames)
 #
 # {"t":"command","id":..,"action":"start","cmd":..,"envs":{..},"cwd":..,
 #  "max_output":N,"wait_s":S,"timeout_s":T,"grace_s":G,"stream":bool}

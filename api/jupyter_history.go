@@ -12,7 +12,7 @@ import (
 // IPython's HistoryManager: the cells' inputs by execution count, and the
 // text/plain of each cell's execute_result. It lives in the kernel
 // process's memory, one history session per kernel: the sandbox keeps no
-// history database (kernel.py turns IPython's off), and a restart is a new
+// history database (the kernel turns IPython's off), and a restart is a new
 // kernel with a new history, where IPython's sqlite file outlives it.
 //
 // Inputs are what the client sent; outputs come from the sandbox and are

@@ -9,7 +9,7 @@ import (
 )
 
 // TestKernelAssist drives complete, inspect and is_complete against a real
-// kernel.py with the host's IPython (the rootfs has the same Debian
+// kernel with the host's IPython (the rootfs has the same Debian
 // package), between cells, on live objects of the namespace.
 func TestKernelAssist(t *testing.T) {
 	requireModule(t, "IPython")

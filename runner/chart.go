@@ -81,8 +81,8 @@ type ChartElement struct {
 	*Chart
 }
 
-// Caps of one chart, at or above what the kernel sends (kernel.py's
-// CHART_*). A chart past them is refused, never cut: what is kept must be
+// Caps of one chart, at or above what the kernel sends (the CHART_*
+// of jailcell_kernel/charts.py). A chart past them is refused, never cut: what is kept must be
 // what the figure drew.
 const (
 	maxChartJSON     = 2 << 20 // its JSON as the API encodes it

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// TestKernelCommand runs shell commands through a real kernel.py: exit
+// TestKernelCommand runs shell commands through a real kernel: exit
 // codes, streamed output, envs and cwd, a job in the background waited for
 // and killed, a timeout that interrupts then kills, and the output bound;
 // the kernel's namespace survives them all.

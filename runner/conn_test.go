@@ -295,7 +295,7 @@ func FuzzHandleFrame(f *testing.F) {
 }
 
 func TestArgv(t *testing.T) {
-	base := []string{"python3", "-s", "/run/jailcell/kernel.py", "--connect", "/run/jailcell/host.sock"}
+	base := []string{"python3", "-s", "-c", kernelBoot, "/run/jailcell", "--connect", "/run/jailcell/host.sock"}
 	cases := []struct {
 		name    string
 		ctl     string

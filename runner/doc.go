@@ -1,12 +1,13 @@
 // Package runner owns the Python kernel that runs inside each sandbox and the
 // host side of its wire protocol.
 //
-// The kernel (Script, embedded from kernel.py) is the sandbox's PID 1. It
-// connects to a Unix socket that the host listens on (Listen, Accept), says
-// hello, and runs the cells sent with Conn.Exec one at a time in one
-// persistent namespace, like a notebook. If the connection drops, the kernel
-// reconnects to the same path, so a restarted host can re-adopt it with its
-// variables intact.
+// The kernel (the Python package jailcell_kernel, embedded from the
+// directory of that name, written by WriteKernel, started by Argv) is the
+// sandbox's PID 1. It connects to a Unix socket that the host listens on
+// (Listen, Accept), says hello, and runs the cells sent with Conn.Exec one
+// at a time in one persistent namespace, like a notebook. If the connection
+// drops, the kernel reconnects to the same path, so a restarted host can
+// re-adopt it with its variables intact.
 //
 // Everything the kernel sends is untrusted: cell code runs inside the
 // kernel's process and can write any bytes to the socket. Conn bounds every

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/jailcell/jailcell/runner"
@@ -15,7 +13,7 @@ import (
 // listen, start the sandbox with runner.Argv as its command, then run cells.
 func Example() {
 	ctl := "/var/lib/jailcell/sessions/s1/ctl" // bind-mounted read-only at /run/jailcell
-	if err := os.WriteFile(filepath.Join(ctl, runner.ScriptName), runner.Script, 0o644); err != nil {
+	if err := runner.WriteKernel(ctl); err != nil {
 		log.Fatal(err)
 	}
 	l, err := runner.Listen(ctl)

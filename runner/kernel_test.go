@@ -19,7 +19,7 @@ import (
 	"time"
 )
 
-// These tests run kernel.py for real, with the host's Python 3.11, over a
+// These tests run the kernel package for real, with the host's Python 3.11, over a
 // real Unix socket. The kernel is not PID 1 of a pid namespace here, but it
 // still forks its init/kernel pair; the session package's integration tests
 // run it inside the real sandbox and rootfs.
@@ -86,7 +86,7 @@ func startKernel(t *testing.T, preload ...string) *testKernel {
 	t.Helper()
 	py := requirePython(t)
 	k := &testKernel{t: t, dir: t.TempDir(), exited: make(chan struct{})}
-	if err := os.WriteFile(filepath.Join(k.dir, ScriptName), Script, 0o644); err != nil {
+	if err := WriteKernel(k.dir); err != nil {
 		t.Fatal(err)
 	}
 	l, err := Listen(k.dir)
@@ -378,7 +378,7 @@ func TestKernelCells(t *testing.T) {
 					t.Errorf("traceback lacks %q:\n%s", s, e.Traceback)
 				}
 			}
-			if strings.Contains(e.Traceback, ScriptName) {
+			if strings.Contains(e.Traceback, PackageName) {
 				t.Errorf("traceback shows kernel frames:\n%s", e.Traceback)
 			}
 		}},
@@ -390,7 +390,7 @@ func TestKernelCells(t *testing.T) {
 		}},
 		{"chained exception", "try:\n    {}['k']\nexcept KeyError as e:\n    raise RuntimeError('wrapped') from e", func(t *testing.T, r *Result) {
 			e := requireError(t, r, "RuntimeError")
-			if !strings.Contains(e.Traceback, "KeyError: 'k'") || strings.Contains(e.Traceback, ScriptName) {
+			if !strings.Contains(e.Traceback, "KeyError: 'k'") || strings.Contains(e.Traceback, PackageName) {
 				t.Errorf("traceback:\n%s", e.Traceback)
 			}
 		}},
@@ -399,7 +399,7 @@ func TestKernelCells(t *testing.T) {
 			if e.Message == "" || len(e.Frames) != 1 || e.Frames[0].Line != 2 || !strings.HasPrefix(e.Frames[0].File, "<cell-") {
 				t.Errorf("error %+v", e)
 			}
-			if !strings.Contains(e.Traceback, "SyntaxError") || strings.Contains(e.Traceback, ScriptName) {
+			if !strings.Contains(e.Traceback, "SyntaxError") || strings.Contains(e.Traceback, PackageName) {
 				t.Errorf("traceback:\n%s", e.Traceback)
 			}
 		}},
@@ -629,7 +629,7 @@ func TestKernelOutputFlood(t *testing.T) {
 // forge is cell code that writes frames straight to the kernel's socket, as
 // hostile code can.
 const forge = `import sys, json, struct
-_sock = sys.modules['_jailcell_kernel']._KERNEL.link.sock
+_sock = sys.modules['jailcell_kernel.state']._State.kernel.link.sock
 def forge(obj=None, raw=None):
     data = raw if raw is not None else json.dumps(obj).encode()
     _sock.sendall(struct.pack('>I', len(data)) + data)

@@ -1,7 +1,9 @@
 package runner
 
 import (
-	_ "embed"
+	"crypto/sha256"
+	"embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,17 +12,24 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
-// Script is the kernel's source. The host writes it to ScriptName in the
-// session's control directory, which the sandbox sees read-only.
+// kernelFiles is the kernel, a Python package of one module per concern.
+// The host writes it into the session's control directory (WriteKernel),
+// which the sandbox sees read-only, and starts it with Argv.
 //
-//go:embed kernel.py
-var Script []byte
+// A pattern, not the directory: embedding a directory leaves out files whose
+// names start with "_", such as __init__.py.
+//
+//go:embed jailcell_kernel/*.py
+var kernelFiles embed.FS
 
 const (
-	// ScriptName is the file name the kernel script is run from.
-	ScriptName = "kernel.py"
+	// PackageName is the kernel package's directory in the control
+	// directory, and its import name: the one name the kernel adds to
+	// what a cell can import, chosen not to shadow a user's module.
+	PackageName = "jailcell_kernel"
 	// SocketName is the file name of the host's listening socket.
 	SocketName = "host.sock"
 	// DefaultMaxFrame is the frame size limit used when a caller passes a
@@ -95,14 +104,87 @@ func Listen(dir string) (*net.UnixListener, error) {
 	return l, nil
 }
 
+// WriteKernel writes the kernel package into ctlDir, as
+// ctlDir/PackageName/*.py (directory 0755, files 0644). ctlDir must be a
+// host-owned directory the sandbox cannot write, so writing by path there
+// cannot be redirected by a symlink planted from inside.
+func WriteKernel(ctlDir string) error {
+	dir := filepath.Join(ctlDir, PackageName)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		// A directory left by an earlier write is rewritten; anything else
+		// there (a symlink, a file) is not ours to write through.
+		fi, lerr := os.Lstat(dir)
+		if !errors.Is(err, fs.ErrExist) || lerr != nil || !fi.IsDir() {
+			return fmt.Errorf("write kernel: %w", err)
+		}
+	}
+	ents, err := kernelFiles.ReadDir(PackageName)
+	if err != nil {
+		return fmt.Errorf("write kernel: %w", err)
+	}
+	for _, e := range ents {
+		b, err := kernelFiles.ReadFile(path.Join(PackageName, e.Name()))
+		if err != nil {
+			return fmt.Errorf("write kernel: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			return fmt.Errorf("write kernel: %w", err)
+		}
+	}
+	return nil
+}
+
+// KernelDigest is a SHA-256 of the whole kernel package (every file's name
+// and content, in name order): it changes when any kernel file does, so a
+// checkpoint of an older kernel (session/template.go) is never restored.
+var KernelDigest = sync.OnceValue(func() []byte {
+	h := sha256.New()
+	ents, err := kernelFiles.ReadDir(PackageName)
+	if err != nil {
+		panic(fmt.Sprintf("read the embedded kernel: %v", err)) // cannot happen: go:embed checked it at build
+	}
+	for _, e := range ents { // ReadDir sorts by name
+		b, err := kernelFiles.ReadFile(path.Join(PackageName, e.Name()))
+		if err != nil {
+			panic(fmt.Sprintf("read the embedded kernel: %v", err))
+		}
+		// Lengths first, so that no two packages hash the same bytes.
+		var n [16]byte
+		binary.BigEndian.PutUint64(n[:8], uint64(len(e.Name())))
+		binary.BigEndian.PutUint64(n[8:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write([]byte(e.Name()))
+		h.Write(b)
+	}
+	return h.Sum(nil)
+})
+
+// kernelBoot is the program python3 -c runs: put the control directory
+// (argv[1]) first on sys.path, where a script run would have put the
+// script's directory, import the kernel from it and run it with the rest
+// of argv. The kernel's main puts "" back there for the cells, so the
+// control directory is never on a cell's sys.path: a cell sees only the
+// already imported jailcell_kernel.
+//
+// Why -s -c and not the alternatives:
+//   - -m would put the working directory (the user's, writable) first on
+//     sys.path while the kernel imports itself and the stdlib, so a cell's
+//     file named json.py, or a directory named jailcell_kernel, could
+//     replace kernel code at the next start; -c puts "" there, which this
+//     program replaces before its first import;
+//   - -I would also ignore the PYTHON* variables of the session's
+//     environment (PYTHONHASHSEED, PYTHONWARNINGS...), which the cells got
+//     when the kernel ran as a script with -s; -s alone keeps that.
+const kernelBoot = "import sys; sys.path[0] = sys.argv[1]; from " + PackageName + ".start import main; main(sys.argv[2:])"
+
 // Argv returns the kernel's command line inside the sandbox. ctlDir is where
 // the sandbox sees the control directory (e.g. "/run/jailcell"); preload
 // lists modules to import before hello, so that the first cell using them is
 // fast. Entries that are not dotted ASCII Python module names are skipped.
 func Argv(ctlDir string, preload []string) []string {
 	argv := []string{
-		"python3", "-s",
-		path.Join(ctlDir, ScriptName),
+		"python3", "-s", "-c", kernelBoot,
+		path.Clean(ctlDir),
 		"--connect", path.Join(ctlDir, SocketName),
 	}
 	var mods []string

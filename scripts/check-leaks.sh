@@ -18,10 +18,12 @@
 #              levels down (cgroup roots are absolute: /jailcell,
 #              /jailcell-test-<pkg>), systemd units (jailcell.service) aside
 #   processes  anything in such a cgroup, the Python kernel (an argument
-#              named kernel.py), a jailcell binary, a test binary re-run as
-#              a sandbox init (argument "init"), and anything run from
-#              /var/lib/jailcell (the criu of `make criu`). Zombies handed
-#              to PID 1 hold nothing and are listed as a note only.
+#              importing jailcell_kernel.start, or one named kernel.py as
+#              kernels before the package were started), a jailcell
+#              binary, a test binary re-run as a sandbox init (argument
+#              "init"), and anything run from /var/lib/jailcell (the criu
+#              of `make criu`). Zombies handed to PID 1 hold nothing and
+#              are listed as a note only.
 set -uo pipefail
 
 tmp=${TMPDIR:-/tmp}
@@ -84,7 +86,7 @@ for d in /proc/[0-9]*; do
 		why="in a jailcell cgroup"
 	fi
 	for a in "${argv[@]}"; do
-		[[ ${a##*/} == kernel.py ]] && why="the Python kernel"
+		[[ ${a##*/} == kernel.py || $a == *"jailcell_kernel.start import"* ]] && why="the Python kernel"
 	done
 	base=${exe##*/}
 	[[ $base == jailcell || $base == jailcell-* ]] && why="a jailcell binary"

@@ -216,8 +216,9 @@ func TestChartFallback(t *testing.T) {
 			}
 		})
 	}
-	// The cell swaps the kernel's chart reader for one that forges.
-	forge := "import sys\n_k = sys.modules['_jailcell_kernel']\n_real = _k._chart_of\n_k._chart_of = lambda fig: "
+	// The cell swaps the kernel's chart reader (as its display module
+	// calls it) for one that forges.
+	forge := "import sys\n_k = sys.modules['jailcell_kernel.display']\n_real = _k._chart_of\n_k._chart_of = lambda fig: "
 	for _, tc := range []struct{ name, chart, reason string }{
 		{"over the caps", "{'type': 'line', 'title': '', 'elements': [{'label': '', 'points': [[1, 2]] * 5000}] * 7}", "over 60000 numbers"},
 		{"wrong type", "{'type': 'sankey', 'title': '', 'elements': []}", `type "sankey" is not one of`},

@@ -336,7 +336,7 @@ func (m *Manager) rebuildDisk(meta sessionMeta, dir string) (*isolate.Disk, erro
 	if err != nil {
 		return nil, hostErr(ErrUnavailable, err)
 	}
-	if err := writeKernelScript(disk); err != nil {
+	if err := writeKernel(disk); err != nil {
 		_ = disk.Destroy()
 		return nil, err
 	}

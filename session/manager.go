@@ -521,7 +521,7 @@ func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr err
 	// bind mount shows no host path inside) holds the kernel and the
 	// socket: the sandbox may read the one and connect to the other, but
 	// replace neither.
-	if err := writeKernelScript(disk); err != nil {
+	if err := writeKernel(disk); err != nil {
 		return nil, err
 	}
 	cl.Release()
@@ -529,12 +529,9 @@ func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr err
 	return &Session{id: id, owner: owner, policy: p, dir: dir, disk: disk, created: now, lastUsed: now, stamps: fileStamps{}}, nil
 }
 
-// writeKernelScript puts the kernel into disk's control directory.
-func writeKernelScript(disk *isolate.Disk) error {
-	if err := os.WriteFile(filepath.Join(disk.CtlDir(), runner.ScriptName), runner.Script, 0o644); err != nil {
-		return fmt.Errorf("write kernel: %w", err)
-	}
-	return nil
+// writeKernel puts the kernel package into disk's control directory.
+func writeKernel(disk *isolate.Disk) error {
+	return runner.WriteKernel(disk.CtlDir())
 }
 
 // destroy tears a session down: kernel, sandbox, disk, directories.

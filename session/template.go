@@ -80,15 +80,15 @@ type template struct {
 // templateReady marks a template directory whose build completed.
 const templateReady = "template-ready"
 
-// templateKey names everything a template depends on: the kernel program,
-// the preload list, the policy, the wheelhouse mount, the rootfs and criu
+// templateKey names everything a template depends on: the kernel package
+// (runner.KernelDigest), the preload list, the policy, the wheelhouse mount, the rootfs and criu
 // (isolate.Host.CheckpointIdentity). A change to any of them makes a new
 // key, so the old template is never restored and is removed at the next
 // start.
 func (m *Manager) templateKey(p policy.Policy) (key, enc string) {
 	b, _ := json.Marshal(p)
 	h := sha256.New()
-	h.Write(runner.Script)
+	h.Write(runner.KernelDigest())
 	fmt.Fprintf(h, "\x00preload=%s\x00wheelhouse=%s\x00policy=%s\x00", strings.Join(m.cfg.Preload, ","), m.cfg.Wheelhouse, b)
 	h.Write([]byte(m.host.CheckpointIdentity()))
 	return hex.EncodeToString(h.Sum(nil))[:32], string(b)

@@ -19,7 +19,7 @@ import (
 // Python bytes expression that may use cid, the cell's id.
 func forgeResult(body string) string {
 	return `import sys, struct
-k = sys.modules['_jailcell_kernel']._KERNEL
+k = sys.modules['jailcell_kernel.state']._State.kernel
 cid = k.cell.req.id.encode()
 body = ` + body + `
 with k.link.lock:

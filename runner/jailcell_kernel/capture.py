@@ -1,0 +1,259 @@
+"""Output capture: fds 1 and 2 are pipes that one thread drains into
+stream frames for the running cell."""
+
+import codecs
+import fcntl
+import os
+import select
+import signal
+import struct
+import sys
+import termios
+import threading
+import time
+import traceback
+
+from .state import _State, _log
+
+STREAM_CHUNK = 64 << 10  # coalesce output up to this many characters a frame
+STREAM_INTERVAL = 0.010  # ... or for this long, whichever comes first
+PIPE_SIZE = 1 << 20  # the unprivileged maximum; fewer wake-ups under floods
+DEFAULT_MAX_OUTPUT = 1 << 20  # per stream, when the host does not say
+
+
+class _Capture:
+    """What one cell wrote to fds 1 and 2, as far as it was kept."""
+
+    def __init__(self, exec_id, limit):
+        self.id = exec_id
+        self.limit = limit
+        self.used = [0, 0]
+        self.truncated = [False, False]
+        # Incremental, so a multi-byte character split across reads survives.
+        self.decoders = [_UTF8Decoder("replace"), _UTF8Decoder("replace")]
+
+
+_UTF8Decoder = codecs.getincrementaldecoder("utf-8")
+
+
+class _Pump:
+    """Owns fds 1 and 2: they are pipes that one thread drains into stream
+    frames for the running cell, and discards between cells.
+
+    Capturing at the fd level (not just sys.stdout) catches C extensions and
+    child processes too. The pump never stops reading, so a flooding cell or
+    a leftover background process never blocks on a full pipe."""
+
+    NAMES = ("stdout", "stderr")
+
+    def __init__(self, link):
+        self.link = link
+        self.read_fds = []
+        self.write_fds = []
+        for _ in range(2):
+            r, w = os.pipe()  # both non-inheritable
+            os.set_blocking(r, False)
+            try:
+                fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+            except OSError:
+                pass  # a smaller pipe only means more wake-ups
+            self.read_fds.append(r)
+            self.write_fds.append(w)
+        st = [os.fstat(w) for w in self.write_fds]
+        self.write_inos = [(x.st_dev, x.st_ino) for x in st]
+        try:
+            _State.log_fd = os.dup(2)  # non-inheritable: cells never get it
+        except OSError:
+            _State.log_fd = -1
+        self.redirect()
+        self.capture = None
+        self.pending = []  # [stream index, text], in arrival order
+        self.pending_size = 0
+        self.pending_since = 0.0
+        self.lock = threading.Lock()
+
+    def redirect(self):
+        """Point fds 1 and 2 at the pipes again if a cell moved or closed them."""
+        for fd, w, ino in zip((1, 2), self.write_fds, self.write_inos):
+            try:
+                st = os.fstat(fd)
+                same = (st.st_dev, st.st_ino) == ino
+            except OSError:
+                same = False
+            if not same:
+                os.dup2(w, fd)  # inheritable: child processes write here too
+
+    def begin(self, exec_id, limit):
+        """Start capturing for a cell; what was written before is dropped."""
+        with self.lock:
+            self.capture = None  # what is in the pipes now predates the cell
+            self._drain_all()
+            self.pending = []
+            self.pending_size = 0
+            self.capture = _Capture(exec_id, limit)
+
+    def display(self, item):
+        """Send a display item of the running cell now, after the output the
+        cell wrote before it: the frame that shows a figure as it is made."""
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            _State.deferred_sigint = False  # one left by a raise in a finally below
+            _State.deferring = True
+        try:
+            with self.lock:
+                cap = self.capture
+                if cap is None:
+                    return
+                self._drain_all()
+                self._flush()
+                try:
+                    self.link.send({"t": "display", "id": cap.id, "item": item})
+                except (TypeError, ValueError, RecursionError):
+                    pass  # the result's display list still has it
+        finally:
+            if main:
+                _State.deferring = False
+                if _State.deferred_sigint:
+                    _State.deferred_sigint = False
+                    if _State.executing:
+                        _State.interrupted = True
+                        raise KeyboardInterrupt
+
+    def end(self):
+        """Forward everything written so far, then stop capturing.
+
+        Returns the capture. The caller flushed its buffers first, so once
+        this returns every byte the cell wrote is on the wire, ahead of the
+        result frame."""
+        with self.lock:
+            self._drain_all()
+            cap = self.capture
+            if cap is not None:
+                for i, dec in enumerate(cap.decoders):
+                    self._queue(i, dec.decode(b"", True))
+                self._flush()
+            self.capture = None
+            return cap
+
+    def _drain_all(self):
+        # Everything written before the call is already in the pipes; take
+        # exactly that much, so a writer that never stops (a background
+        # `yes`) cannot keep us here. The caller holds the lock.
+        for fd in self.read_fds:
+            self._drain(fd)
+
+    def run(self):
+        # The main thread's begin() and end() read the pipes too, directly
+        # and under the same lock: a cell's boundaries cost no thread
+        # handoff.
+        poller = select.poll()
+        for fd in self.read_fds:
+            poller.register(fd, select.POLLIN)
+        if _State.init_pipe is not None:
+            poller.register(_State.init_pipe, select.POLLIN)
+        while True:
+            timeout = None
+            if self.pending:
+                left = self.pending_since + STREAM_INTERVAL - time.monotonic()
+                timeout = max(0, int(left * 1000) + 1)
+            try:
+                events = poller.poll(timeout)
+            except InterruptedError:
+                continue
+            try:
+                with self.lock:
+                    for fd, _ in events:
+                        if fd == _State.init_pipe:
+                            os._exit(128 + signal.SIGKILL)  # the init is gone; so is the sandbox
+                        self._read(fd, None)
+                    if self.pending and (
+                        self.pending_size >= STREAM_CHUNK
+                        or time.monotonic() - self.pending_since >= STREAM_INTERVAL
+                    ):
+                        self._flush()
+            except Exception:
+                # Losing some output beats losing the pump: without it the
+                # cells block on full pipes and the main thread on end().
+                with self.lock:
+                    self.pending, self.pending_size = [], 0
+                _log("output pump: %s" % traceback.format_exc())
+
+    def _drain(self, fd):
+        try:
+            avail = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        except OSError:
+            # A stricter seccomp filter may refuse the ioctl: read until the
+            # pipe is empty instead, within a bound for endless writers.
+            avail = 4 * PIPE_SIZE
+        while avail > 0:
+            n = self._read(fd, avail)
+            if n <= 0:
+                break
+            avail -= n
+
+    def _read(self, fd, limit):
+        """Read one chunk from fd into the capture; returns the bytes read."""
+        try:
+            data = os.read(fd, min(limit or PIPE_SIZE, PIPE_SIZE))
+        except (BlockingIOError, InterruptedError):
+            return 0
+        n = len(data)
+        cap = self.capture
+        if cap is None:
+            return n  # between cells: discarded
+        idx = self.read_fds.index(fd)
+        room = cap.limit - cap.used[idx]
+        if n > room:
+            # Keep reading past the limit, only to throw it away: the cell
+            # must never block on a full pipe.
+            cap.truncated[idx] = True
+            data = data[: max(room, 0)]
+        if data:
+            cap.used[idx] += len(data)
+            self._queue(idx, cap.decoders[idx].decode(data))
+        return n
+
+    def _queue(self, idx, text):
+        if not text:
+            return
+        if not self.pending:
+            self.pending_since = time.monotonic()
+        if self.pending and self.pending[-1][0] == idx:
+            self.pending[-1][1] += text
+        else:
+            self.pending.append([idx, text])
+        self.pending_size += len(text)
+
+    def _flush(self):
+        cap = self.capture
+        pending, self.pending, self.pending_size = self.pending, [], 0
+        if cap is None:
+            return
+        for idx, text in pending:
+            for i in range(0, len(text), STREAM_CHUNK):
+                chunk = text[i : i + STREAM_CHUNK]
+                self.link.send({"t": "stream", "id": cap.id, "name": self.NAMES[idx], "text": chunk})
+
+
+def _text_stream(fd):
+    # Line-buffered like a terminal, so print() and os.system() output from
+    # one cell arrive in the order they were written.
+    return open(fd, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+
+
+_libc = None
+
+
+def _flush_c_stdio():
+    """Flush C stdio buffers too, but only if the cell could have filled them
+    through ctypes; loading ctypes otherwise would slow every cell."""
+    global _libc
+    ctypes = sys.modules.get("ctypes")
+    if ctypes is None:
+        return
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None)
+        _libc.fflush(None)
+    except Exception:
+        pass

@@ -1,0 +1,47 @@
+"""State the kernel's modules share: the flags its signal handler reads,
+the running kernel and shell, and the kernel's own log."""
+
+import os
+
+
+class _State:
+    # True only while a cell runs. The host sends SIGINT on a timeout; if it
+    # lands after the cell finished it must not kill an idle kernel.
+    executing = False
+    # Set when a SIGINT was turned into KeyboardInterrupt during this cell.
+    interrupted = False
+    # Read end of a pipe whose only writer is the init: it reports EOF when
+    # the init is gone.
+    init_pipe = None
+    # The sandbox's original stderr (the host's kernel log), kept for the
+    # kernel's own troubles once fd 2 belongs to the cells.
+    log_fd = 2
+    # True while the IPython shell is being built: its own imports must not
+    # start another.
+    shell_loading = False
+    # True while the main thread writes a display frame: a KeyboardInterrupt
+    # raised inside sendall would tear the frame and lose the connection, so
+    # a SIGINT then is only noted, and raised once the frame is whole.
+    deferring = False
+    deferred_sigint = False
+    # The running _Kernel, for display() and pyplot.show().
+    kernel = None
+    # IPython's InteractiveShell, once a cell needed it (see shell.py).
+    shell = None
+
+
+def _on_sigint(signum, frame):
+    if _State.executing:
+        if _State.deferring:
+            _State.deferred_sigint = True
+            return
+        _State.interrupted = True
+        raise KeyboardInterrupt
+
+
+def _log(text):
+    """Report a kernel fault to the host's log, never to a cell's output."""
+    try:
+        os.write(_State.log_fd, ("jailcell kernel: %s\n" % text.rstrip()).encode("utf-8", "replace"))
+    except OSError:
+        pass

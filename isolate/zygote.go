@@ -59,22 +59,40 @@ import (
 //go:embed zygote.py
 var zygoteScript []byte
 
+// zygoteScriptName is its name in the zygote's directory. Not one a
+// Prepare would write: a name no Python package takes.
+const zygoteScriptName = "jailcell-zygote.py"
+
+// interpreterOf is the interpreter and its options at the head of cmd:
+// everything before the first argument that is not an option, or before
+// -c (which takes the program as its own).
+func interpreterOf(cmd []string) []string {
+	for i, a := range cmd {
+		if i == 0 {
+			continue
+		}
+		if a == "-c" || !strings.HasPrefix(a, "-") {
+			return cmd[:i]
+		}
+	}
+	return cmd
+}
+
 // ZygoteSpec describes one zygote.
 type ZygoteSpec struct {
 	// Policy is the policy of every sandbox forked from it: its limits,
 	// seccomp program and rlimits are the zygote's children's.
 	Policy policy.Policy
-	// Interpreter is the command line before Script: the interpreter in
-	// the rootfs and its options (["python3", "-s"]).
-	Interpreter []string
-	// Files are written into a directory the zygote sees read-only at
-	// Dir (the sandbox's control directory's place).
-	Dir   string
-	Files map[string][]byte
-	// Script is the program a fork runs (a path under Dir), as
-	// `Interpreter... Script ARGS...`: a fork's Spec.Args must be that.
-	Script string
-	// Preload is imported once by the zygote.
+	// Command is what every fork runs, as `Command... ARGS...` (a fork's
+	// Spec.Args must start with it): an interpreter in the rootfs, its
+	// options, and a script path under Dir or -c and a program with its
+	// arguments. The zygote runs the interpreter with the same options.
+	Command []string
+	// Dir is where the zygote sees, read-only, a directory that Prepare
+	// fills (the sandbox's control directory's place: its kernel).
+	Dir     string
+	Prepare func(dir string) error
+	// Preload is imported once by the zygote (with Dir first on its path).
 	Preload []string
 	// Env is the zygote's environment (a fork gets its Spec's).
 	Env []string
@@ -141,17 +159,17 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 		return nil, fmt.Errorf("create zygote dir: %w", err)
 	}
 	cl.Add(func() error { return os.RemoveAll(z.dir) })
-	files := map[string][]byte{"zygote.py": zygoteScript}
-	for k, v := range spec.Files {
-		files[k] = v
+	if err := os.WriteFile(filepath.Join(z.dir, zygoteScriptName), zygoteScript, 0o644); err != nil {
+		return nil, fmt.Errorf("write zygote: %w", err)
 	}
-	for name, b := range files {
-		if strings.ContainsRune(name, '/') {
-			return nil, fmt.Errorf("zygote file %q: want a plain name", name)
+	if spec.Prepare != nil {
+		if err := spec.Prepare(z.dir); err != nil {
+			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(z.dir, name), b, 0o644); err != nil {
-			return nil, fmt.Errorf("write zygote file: %w", err)
-		}
+	}
+	interp := interpreterOf(spec.Command)
+	if len(interp) == 0 || len(interp) == len(spec.Command) {
+		return nil, fmt.Errorf("%w: zygote command %q: want an interpreter, its options and a program", ErrUnsupported, spec.Command)
 	}
 	sec, err := h.seccomp(policy.Errnos[p.SeccompErrno])
 	if err != nil {
@@ -163,7 +181,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	}
 	conf, err := json.Marshal(map[string]any{
 		"seccomp": base64.StdEncoding.EncodeToString(prog),
-		"script":  spec.Script,
+		"command": spec.Command[len(interp):],
 		"preload": spec.Preload,
 	})
 	if err != nil {
@@ -186,7 +204,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	defer theirs.Close()
 	cl.Add(ours.Close)
 	proc := &libcontainer.Process{
-		Args: append(append([]string(nil), spec.Interpreter...), filepath.Join(spec.Dir, "zygote.py")),
+		Args: append(append([]string(nil), interp...), filepath.Join(spec.Dir, zygoteScriptName)),
 		Env:  append(append([]string(nil), spec.Env...), "JAILCELL_ZYGOTE="+string(conf)),
 		Cwd:  "/",
 		// Its slot's uid 1 (host UIDBase+slot*65536+1): not the root of
@@ -546,8 +564,8 @@ func (d *Disk) Fork(z *Zygote, spec Spec) (*Sandbox, error) {
 	if spec.Policy != z.spec.Policy {
 		return nil, fmt.Errorf("%w: fork of a zygote for another policy", ErrUnsupported)
 	}
-	n := len(z.spec.Interpreter)
-	if len(spec.Args) <= n || !slices.Equal(spec.Args[:n], z.spec.Interpreter) || spec.Args[n] != z.spec.Script {
+	n := len(z.spec.Command)
+	if len(spec.Args) < n || !slices.Equal(spec.Args[:n], z.spec.Command) {
 		return nil, fmt.Errorf("%w: fork of a zygote to run %q", ErrUnsupported, spec.Args)
 	}
 	var log *os.File
@@ -567,7 +585,7 @@ func (d *Disk) Fork(z *Zygote, spec Spec) (*Sandbox, error) {
 // through its setup. The posture check follows in build.
 func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, log *os.File) (_ *libcontainer.Container, _ *os.Process, retErr error) {
 	cfg := c.Config()
-	plan, trees, err := planOf(&cfg, spec, spec.Args[len(z.spec.Interpreter)+1:])
+	plan, trees, err := planOf(&cfg, spec, spec.Args[len(z.spec.Command):])
 	if err != nil {
 		return nil, nil, err
 	}

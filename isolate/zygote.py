@@ -229,10 +229,11 @@ def _child(sock, log, trees, plan, prog, run):
     sock.send(b"R")
     sock.close()
     # The kernel, as `python3 SCRIPT ARGS...` would run it.
-    path, code = run
-    sys.argv = [path] + plan["args"]
+    argv0, code = run
+    sys.argv = argv0 + plan["args"]
     main = types.ModuleType("__main__")
-    main.__file__ = path
+    if argv0[0] != "-c":
+        main.__file__ = argv0[0]
     main.__builtins__ = __builtins__
     sys.modules["__main__"] = main
     exec(code, main.__dict__)
@@ -272,9 +273,16 @@ def main():
         sys.exit(2)
     conf = json.loads(os.environ.pop("JAILCELL_ZYGOTE", "{}"))
     prog = base64.b64decode(conf["seccomp"])
-    path = conf["script"]
-    with open(path, "rb") as f:
-        code = compile(f.read(), path, "exec")
+    # What a fork runs, as the interpreter would: `-c PROGRAM ARGS...`
+    # (argv ["-c", ARGS...]) or `SCRIPT ARGS...` (argv [SCRIPT, ARGS...]).
+    cmd = conf["command"]
+    if cmd[0] == "-c":
+        code = compile(cmd[1], "<string>", "exec")
+        argv0 = ["-c"] + cmd[2:]
+    else:
+        with open(cmd[0], "rb") as f:
+            code = compile(f.read(), cmd[0], "exec")
+        argv0 = cmd
     for name in conf.get("preload", []):
         importlib.import_module(name)
     # Collected objects would dirty shared pages in every child; what was
@@ -298,7 +306,7 @@ def main():
             req = json.loads(msg)
             if req.get("op") != "fork" or len(fds) < 3:
                 raise ValueError("want a fork request with a socket, a log and a root")
-            reply = _fork(req, fds, prog, (path, code))
+            reply = _fork(req, fds, prog, (argv0, code))
         except Exception as e:  # noqa: BLE001: said to the daemon
             for fd in fds:
                 try:

@@ -33,13 +33,14 @@ time.sleep(600)
 func startTestZygote(t *testing.T, h *Host, p policy.Policy) *Zygote {
 	t.Helper()
 	z, err := h.StartZygote(ZygoteSpec{
-		Policy:      p,
-		Interpreter: []string{"/usr/bin/python3", "-s"},
-		Dir:         "/run/jailcell",
-		Files:       map[string][]byte{"probe.py": []byte(zygoteProbe)},
-		Script:      "/run/jailcell/probe.py",
-		Preload:     []string{"json"},
-		Env:         []string{"PATH=/usr/bin:/bin", "OPENBLAS_NUM_THREADS=1"},
+		Policy:  p,
+		Command: []string{"/usr/bin/python3", "-s", "/run/jailcell/probe.py"},
+		Dir:     "/run/jailcell",
+		Prepare: func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "probe.py"), []byte(zygoteProbe), 0o644)
+		},
+		Preload: []string{"json"},
+		Env:     []string{"PATH=/usr/bin:/bin", "OPENBLAS_NUM_THREADS=1"},
 	})
 	if err != nil {
 		t.Fatalf("StartZygote: %v", err)

@@ -177,16 +177,35 @@ var KernelDigest = sync.OnceValue(func() []byte {
 //     when the kernel ran as a script with -s; -s alone keeps that.
 const kernelBoot = "import sys; sys.path[0] = sys.argv[1]; from " + PackageName + ".start import main; main(sys.argv[2:])"
 
+// Command is the part of the kernel's command line (Argv) that does not
+// depend on the session: the interpreter, its options and the boot
+// program with its directory. A zygote (isolate.Zygote) runs what follows
+// it in its forks.
+func Command(ctlDir string) []string {
+	return []string{"python3", "-s", "-c", kernelBoot, path.Clean(ctlDir)}
+}
+
+// Modules lists the kernel package's modules as Python imports them, for a
+// zygote to import before it forks.
+func Modules() []string {
+	ents, _ := kernelFiles.ReadDir(PackageName)
+	var mods []string
+	for _, e := range ents {
+		name := strings.TrimSuffix(e.Name(), ".py")
+		if name == "__init__" {
+			continue
+		}
+		mods = append(mods, PackageName+"."+name)
+	}
+	return mods
+}
+
 // Argv returns the kernel's command line inside the sandbox. ctlDir is where
 // the sandbox sees the control directory (e.g. "/run/jailcell"); preload
 // lists modules to import before hello, so that the first cell using them is
 // fast. Entries that are not dotted ASCII Python module names are skipped.
 func Argv(ctlDir string, preload []string) []string {
-	argv := []string{
-		"python3", "-s", "-c", kernelBoot,
-		path.Clean(ctlDir),
-		"--connect", path.Join(ctlDir, SocketName),
-	}
+	argv := append(Command(ctlDir), "--connect", path.Join(ctlDir, SocketName))
 	var mods []string
 	for _, m := range preload {
 		if isModuleName(m) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"sync"
 	"time"
 
@@ -149,14 +148,12 @@ func (m *Manager) zygoteFor(p policy.Policy) *zygoteEntry {
 // zygoteSpec is the zygote of policy p: the kernel program and preload
 // of a cold start, run as kernelSpec runs them.
 func (m *Manager) zygoteSpec(p policy.Policy) isolate.ZygoteSpec {
-	argv := runner.Argv(ctlMount, m.cfg.Preload)
 	return isolate.ZygoteSpec{
 		Policy:       p,
-		Interpreter:  argv[:2],
+		Command:      runner.Command(ctlMount),
 		Dir:          ctlMount,
-		Files:        map[string][]byte{runner.ScriptName: runner.Script},
-		Script:       path.Join(ctlMount, runner.ScriptName),
-		Preload:      m.cfg.Preload,
+		Prepare:      runner.WriteKernel,
+		Preload:      append(runner.Modules(), m.cfg.Preload...),
 		Env:          kernelEnv(p),
 		StartTimeout: m.cfg.StartTimeout,
 	}

@@ -129,7 +129,13 @@ func fatal(format string, args ...any) {
 	if tmpDir != "" {
 		_ = os.RemoveAll(tmpDir)
 	}
-	b, _ := json.Marshal(res.Raw)
+	finite := map[string]float64{}
+	for k, v := range res.Raw {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			finite[k] = v // json.Marshal refuses NaN, and would print nothing
+		}
+	}
+	b, _ := json.Marshal(finite)
 	log.Printf("measured so far: %s", b)
 	os.Exit(1)
 }
@@ -424,17 +430,39 @@ func (s *server) cgroupRoot() string {
 // charge, and its anonymous part (what the session itself holds; the rest
 // is shared page cache of the read-only rootfs).
 func (s *server) sessionMemory(id string) (total, anon float64, ok bool) {
-	cg := id + "-1"
+	d := s.sessionCgroupDir(id)
+	if d == "" {
+		return 0, 0, false
+	}
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		d := filepath.Join("/sys/fs/cgroup", s.cgroupRoot(), cg)
 		total = readNum(filepath.Join(d, "memory.current"))
 		anon = statField(filepath.Join(d, "memory.stat"), "anon")
 	} else {
-		d := filepath.Join("/sys/fs/cgroup/memory", s.cgroupRoot(), cg)
 		total = readNum(filepath.Join(d, "memory.usage_in_bytes"))
 		anon = statField(filepath.Join(d, "memory.stat"), "rss")
 	}
 	return total, anon, total > 0
+}
+
+// sessionCgroupDir is the session's sandbox cgroup on the memory
+// hierarchy (cgroup v2, or v1's memory controller), "" if there is none.
+// isolate names it after the session's disk (session.diskID: the id with
+// "-" made "_") and the sandbox's generation on that disk ("-1" for the
+// first), so the highest generation present is the live one.
+func (s *server) sessionCgroupDir(id string) string {
+	base := filepath.Join("/sys/fs/cgroup/memory", s.cgroupRoot())
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		base = filepath.Join("/sys/fs/cgroup", s.cgroupRoot())
+	}
+	prefix := strings.ReplaceAll(id, "-", "_") + "-"
+	ents, _ := os.ReadDir(base)
+	best, gen := "", 0
+	for _, e := range ents {
+		if g, err := strconv.Atoi(strings.TrimPrefix(e.Name(), prefix)); e.IsDir() && strings.HasPrefix(e.Name(), prefix) && err == nil && g > gen {
+			best, gen = filepath.Join(base, e.Name()), g
+		}
+	}
+	return best
 }
 
 func readNum(path string) float64 {

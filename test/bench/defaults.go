@@ -159,8 +159,14 @@ func pythonJSONL(dir string) float64 {
 	_ = os.MkdirAll(d, 0o755)
 	cfg := filepath.Join(d, "config.yaml")
 	writeConfig(cfg, nil, poolDefault)
+	return pythonJSONLWith(cfg, filepath.Join(d, "state"))
+}
+
+// pythonJSONLWith is pythonJSONL against a `jailcell json` with the
+// configuration file cfg on the state directory state.
+func pythonJSONLWith(cfg, state string) float64 {
 	cmd := exec.Command("/usr/bin/python3", "-c", strings.Replace(pythonJSONLScript, "ROUNDS", strconv.Itoa(n(1000, 100)), 1),
-		*binFlag, "json", "--config", cfg, "--state-dir", filepath.Join(d, "state"), "--rootfs", *rootfsFlag)
+		*binFlag, "json", "--config", cfg, "--state-dir", state, "--rootfs", *rootfsFlag)
 	child(cmd)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()

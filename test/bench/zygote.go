@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -356,6 +355,13 @@ func smapsRollup(pid string) (uss, pss float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	uss, pss = parseSmapsRollup(b)
+	return uss, pss, nil
+}
+
+// parseSmapsRollup sums Private_Clean and Private_Dirty (USS) and reads
+// Pss from smaps_rollup's text, in bytes.
+func parseSmapsRollup(b []byte) (uss, pss float64) {
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
@@ -372,7 +378,7 @@ func smapsRollup(pid string) (uss, pss float64, err error) {
 			pss += v * 1024
 		}
 	}
-	return uss, pss, nil
+	return uss, pss
 }
 
 // runcPeer runs `runc run python3 -c pass` one at a time, as benchRunc
@@ -523,13 +529,17 @@ func zygoteRows(add func(string, Row, bool, float64)) {
 	cfgNote := "a fresh install's configuration but " + zygoteKeys
 
 	runc := r["zygote_runc_pass_p50_ms"]
+	const forkClose = "a fork of the policy's preloaded zygote (issue 27 items 1-2): no criu restore filling 64 MB page by page, " +
+		"no import; a fork of the stack's process plus the namespaces took about 6.5 ms here"
 	add(sec, Row{Figure: "create to ready, cold, numpy+pandas+pyplot preloaded (the default), no pool, p50", Unit: "ms",
-		Jailcell: r["zygote_cold_create_p50_ms"], Target: fmt.Sprintf("<= 25 ms and <= peer = %.3g ms", runc),
+		Jailcell: r["zygote_cold_create_p50_ms"], Target: "<= 25 ms",
 		Peer: "runc run python3 -c pass, no preload, interleaved", PeerVal: runc,
-		Compares: "runc's bare interpreter / jailcell's kernel with the stack imported: the target is no slower",
-		Note:     cfgNote, Start: zyg.starts["zygote_cold_create"],
-		Close: "a fork of the policy's preloaded zygote (issue 27 items 1-2): no criu restore filling 64 MB page by page, " +
-			"no import; a fork of the stack's process plus the namespaces took about 6.5 ms here"}, true, math.Min(25, runc))
+		Compares: "runc's bare interpreter / jailcell's kernel with the stack imported",
+		Note:     cfgNote, Start: zyg.starts["zygote_cold_create"], Close: forkClose}, true, 25)
+	add(sec, Row{Figure: "  the same, no slower than its peer", Unit: "ms",
+		Jailcell: r["zygote_cold_create_p50_ms"], Target: fmt.Sprintf("<= peer = %.3g ms", runc),
+		Peer: "runc run python3 -c pass, no preload, interleaved", PeerVal: runc,
+		Compares: "runc's bare interpreter / jailcell's kernel with the stack imported", Close: forkClose}, true, runc)
 
 	k, peer := r["zygote_burst_n"], r["zygote_runc_burst_ms"]
 	burst := Row{Figure: fmt.Sprintf("%.0f sessions created at once, each until it answered 1+1, no pool", k), Unit: "ms",

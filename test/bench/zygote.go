@@ -174,19 +174,19 @@ func benchZygote(dir string) {
 
 // waitSettled waits until a daemon has prepared its start path (a
 // template, a zygote, or none) so that no sample pays for that build or
-// races it for the CPUs: until it logs that a template is ready or will
-// not be (done), or else until the daemon and its sandboxes (the cgroup
-// root) have used under 5% of a CPU for two seconds in a row; at most
-// 5 min, then it goes on and says so.
+// races it for the CPUs: until the daemon and its sandboxes (the cgroup
+// root) have used under 5% of a CPU for two seconds in a row, once it has
+// logged that a template is ready or will not be (done), or, with no such
+// line, once 10 s have passed (a daemon that reuses an earlier template
+// logs nothing). A zygote still being built after a template's line keeps
+// it busy, so the wait covers that too. At most 5 min, then it goes on and
+// says so.
 func waitSettled(done <-chan struct{}, pid int, cgRoot, who string) {
-	deadline := time.Now().Add(5 * time.Minute)
+	start := time.Now()
+	deadline := start.Add(5 * time.Minute)
 	last, quiet := cpuSeconds(pid, cgRoot), 0
 	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			return
-		case <-time.After(time.Second):
-		}
+		time.Sleep(time.Second)
 		now := cpuSeconds(pid, cgRoot)
 		if now-last < 0.05 {
 			quiet++
@@ -194,7 +194,14 @@ func waitSettled(done <-chan struct{}, pid int, cgRoot, who string) {
 			quiet = 0
 		}
 		last = now
-		if quiet >= 2 {
+		said := false
+		select {
+		case <-done:
+			said = true
+		default:
+		}
+		if quiet >= 2 && (said || time.Since(start) >= 10*time.Second) {
+			log.Printf("%s: settled after %.0f s", who, time.Since(start).Seconds())
 			return
 		}
 	}

@@ -159,6 +159,7 @@ test-unit:
 
 # The benchmark against the peers (docs/performance.md): root, a few
 # minutes, a table on stdout, test/bench/out/results.json and test/bench/out/bench.png.
+# BENCH_SECTIONS=zygote (comma-separated) runs only those sections.
 # The peers come from Debian's packages, installed only when missing.
 BENCH_PKGS := python3-ipykernel python3-jupyter-client runc bubblewrap
 bench: rootfs
@@ -170,7 +171,7 @@ bench: rootfs
 		apt-get update -qq -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 $$missing >/dev/null; \
 	fi
 	$(GO) build -o bin/jailcell-bench ./test/bench
-	bin/jailcell-bench -bin $(BIN) -rootfs $(ROOTFS_BASE) -out test/bench/out
+	bin/jailcell-bench -bin $(BIN) -rootfs $(ROOTFS_BASE) -out test/bench/out $(if $(BENCH_SECTIONS),-sections $(BENCH_SECTIONS))
 
 # The Python client as a wheel in WHEEL_DIR, built from a copy of
 # client/python so that the checkout (root's, after a clone as root) is

@@ -2,7 +2,11 @@
 // side in one run: cell round trips over JSON-lines and the Unix socket,
 // session creates from the warm pool and cold, concurrency, throughput,
 // memory, hibernation (checkpoint, restore, image size), and the same work
-// on a Jupyter kernel, runc, bwrap and a bare chroot. It prints a table and
+// on a Jupyter kernel, runc, bwrap and a bare chroot; and the "zygote"
+// section, issue 27's targets (a preloaded cold create, 100 sessions at
+// once, idle memory with 100 alive, round trips from Python and Go), each
+// beside its peer with no pool, naming the start path each create took.
+// It prints a table and
 // writes out/results.json and out/bench.png (drawn by the rootfs's
 // matplotlib through `jailcell run`).
 //

@@ -30,11 +30,12 @@ import (
 )
 
 var (
-	binFlag    = flag.String("bin", "bin/jailcell", "jailcell binary")
-	outFlag    = flag.String("out", "test/bench/out", "output directory")
-	rootfsFlag = flag.String("rootfs", "/var/lib/jailcell/rootfs", "jailcell rootfs base directory")
-	quick      = flag.Bool("quick", false, "fewer samples (a smoke run)")
-	only       = flag.String("sections", "", "comma-separated sections to run, of "+strings.Join(sectionNames, ", ")+
+	binFlag      = flag.String("bin", "bin/jailcell", "jailcell binary")
+	outFlag      = flag.String("out", "test/bench/out", "output directory")
+	rootfsFlag   = flag.String("rootfs", "/var/lib/jailcell/rootfs", "jailcell rootfs base directory")
+	quick        = flag.Bool("quick", false, "fewer samples (a smoke run)")
+	pyClientFlag = flag.String("pyclient", "client/python", "the repo's Python client (the directory holding the jailcell package)")
+	only         = flag.String("sections", "", "comma-separated sections to run, of "+strings.Join(sectionNames, ", ")+
 		" (default all; a partial run prints and writes only their rows, and draws no chart)")
 )
 
@@ -49,6 +50,7 @@ var sections = []struct {
 	{"cold", benchCold},
 	{"hibernation", benchHibernate},
 	{"defaults", benchDefaults},
+	{"zygote", benchZygote},
 	{"peers", benchPeers},
 }
 
@@ -80,6 +82,11 @@ type Row struct {
 	Ratio    float64 `json:"ratio,omitempty"`
 	Compares string  `json:"compares,omitempty"`
 	Note     string  `json:"note,omitempty"`
+	// Start says which start path the row's creates took, as their create
+	// responses named it ("start: zygote 0, template 20, import 0").
+	Start string `json:"start,omitempty"`
+	// Close says, for a missed target, what would close it.
+	Close string `json:"close,omitempty"`
 	// Failed says why a figure could not be measured; its jailcell value
 	// is then null, never a number.
 	Failed string `json:"failed,omitempty"`
@@ -129,7 +136,13 @@ func fatal(format string, args ...any) {
 	if tmpDir != "" {
 		_ = os.RemoveAll(tmpDir)
 	}
-	b, _ := json.Marshal(res.Raw)
+	finite := map[string]float64{}
+	for k, v := range res.Raw {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			finite[k] = v // json.Marshal refuses NaN, and would print nothing
+		}
+	}
+	b, _ := json.Marshal(finite)
 	log.Printf("measured so far: %s", b)
 	os.Exit(1)
 }
@@ -242,7 +255,10 @@ type server struct {
 	sock     string
 	hc       *http.Client
 	poolFull chan struct{} // one value per "warm pool full" log line
-	done     chan struct{}
+	// templateDone is closed at the first log line saying how kernels
+	// will start (templateLine); only seen at log level info or below.
+	templateDone chan struct{}
+	done         chan struct{}
 }
 
 func startServer(dir, name string, preload []string, pool int) *server {
@@ -252,11 +268,19 @@ func startServer(dir, name string, preload []string, pool int) *server {
 	}
 	cfg := filepath.Join(d, "config.yaml")
 	writeConfig(cfg, preload, pool)
-	s := &server{state: filepath.Join(d, "state"), sock: filepath.Join(d, "sock", "jc.sock"), poolFull: make(chan struct{}, 1024), done: make(chan struct{})}
 	level := "warn"
 	if pool > 0 || pool == poolDefault {
 		level = "debug" // the "warm pool full" line
 	}
+	return startServerConfig(d, name, cfg, level)
+}
+
+// startServerConfig starts `jailcell serve` with the configuration file cfg
+// on the state directory and socket below d, logging at level.
+func startServerConfig(d, name, cfg, level string) *server {
+	s := &server{state: filepath.Join(d, "state"), sock: filepath.Join(d, "sock", "jc.sock"), poolFull: make(chan struct{}, 1024),
+		templateDone: make(chan struct{}), done: make(chan struct{})}
+	var templateOnce sync.Once
 	s.cmd = exec.Command(*binFlag, "serve", "--config", cfg, "--state-dir", s.state, "--rootfs", *rootfsFlag,
 		"--socket", s.sock, "--socket-group", "root", "--log-format", "json", "--log-level", level)
 	child(s.cmd)
@@ -275,12 +299,16 @@ func startServer(dir, name string, preload []string, pool int) *server {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
+			if templateLine(line) {
+				templateOnce.Do(func() { close(s.templateDone) })
+			}
 			if strings.Contains(line, `"warm pool full"`) {
 				s.poolFull <- struct{}{}
 			} else if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
 				log.Printf("%s: %s", name, line)
 			}
 		}
+		_, _ = io.Copy(io.Discard, stderr) // a line over 1 MiB: never block the daemon on its stderr
 		_ = s.cmd.Wait()
 		close(s.done)
 	}()
@@ -415,8 +443,11 @@ func (s *server) rss() float64 {
 }
 
 // cgroupRoot mirrors cmd/jailcell's cgroupRootFor for a private state dir.
-func (s *server) cgroupRoot() string {
-	sum := sha256.Sum256([]byte(filepath.Clean(s.state)))
+func (s *server) cgroupRoot() string { return cgroupRootFor(s.state) }
+
+// cgroupRootFor is the cgroup root of a daemon on the state directory state.
+func cgroupRootFor(state string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(state)))
 	return "/jailcell-" + hex.EncodeToString(sum[:6])
 }
 
@@ -424,17 +455,39 @@ func (s *server) cgroupRoot() string {
 // charge, and its anonymous part (what the session itself holds; the rest
 // is shared page cache of the read-only rootfs).
 func (s *server) sessionMemory(id string) (total, anon float64, ok bool) {
-	cg := id + "-1"
+	d := s.sessionCgroupDir(id)
+	if d == "" {
+		return 0, 0, false
+	}
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		d := filepath.Join("/sys/fs/cgroup", s.cgroupRoot(), cg)
 		total = readNum(filepath.Join(d, "memory.current"))
 		anon = statField(filepath.Join(d, "memory.stat"), "anon")
 	} else {
-		d := filepath.Join("/sys/fs/cgroup/memory", s.cgroupRoot(), cg)
 		total = readNum(filepath.Join(d, "memory.usage_in_bytes"))
 		anon = statField(filepath.Join(d, "memory.stat"), "rss")
 	}
 	return total, anon, total > 0
+}
+
+// sessionCgroupDir is the session's sandbox cgroup on the memory
+// hierarchy (cgroup v2, or v1's memory controller), "" if there is none.
+// isolate names it after the session's disk (session.diskID: the id with
+// "-" made "_") and the sandbox's generation on that disk ("-1" for the
+// first), so the highest generation present is the live one.
+func (s *server) sessionCgroupDir(id string) string {
+	base := filepath.Join("/sys/fs/cgroup/memory", s.cgroupRoot())
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		base = filepath.Join("/sys/fs/cgroup", s.cgroupRoot())
+	}
+	prefix := strings.ReplaceAll(id, "-", "_") + "-"
+	ents, _ := os.ReadDir(base)
+	best, gen := "", 0
+	for _, e := range ents {
+		if g, err := strconv.Atoi(strings.TrimPrefix(e.Name(), prefix)); e.IsDir() && strings.HasPrefix(e.Name(), prefix) && err == nil && g > gen {
+			best, gen = filepath.Join(base, e.Name()), g
+		}
+	}
+	return best
 }
 
 func readNum(path string) float64 {
@@ -965,7 +1018,15 @@ func benchPeers(dir string) {
 	})
 	res.Raw["runc_pass_ms"] = benchRunc(dir, root, k)
 
-	cmd := exec.Command("/usr/bin/python3", "-c", fmt.Sprintf(jupyterScript, n(500, 50)))
+	for k, v := range jupyter(n(500, 50)) {
+		res.Raw["jupyter_"+k] = v
+	}
+}
+
+// jupyter runs jupyterScript with rounds round trips: an ipykernel's start,
+// x += 1 round trips (p50, p99) and the stack's import, in ms.
+func jupyter(rounds int) map[string]float64 {
+	cmd := exec.Command("/usr/bin/python3", "-c", fmt.Sprintf(jupyterScript, rounds))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -976,9 +1037,7 @@ func benchPeers(dir string) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &j); err != nil {
 		fatal("jupyter output %q: %v", out, err)
 	}
-	for k, v := range j {
-		res.Raw["jupyter_"+k] = v
-	}
+	return j
 }
 
 // benchRunc times `runc run` of python3 -c pass on the same rootfs,
@@ -1131,6 +1190,9 @@ func buildRows() {
 	if ran["hibernation"] {
 		hibernationRows(add)
 	}
+	if ran["zygote"] {
+		zygoteRows(add)
+	}
 }
 
 // hibernationRows adds the hibernation section's rows. 80 MB, the image
@@ -1176,6 +1238,9 @@ func printTable(w io.Writer) {
 		if r.Note != "" {
 			fig += " (" + r.Note + ")"
 		}
+		if r.Start != "" {
+			fig += " (" + r.Start + ")"
+		}
 		val := fmtVal(r.Jailcell, r.Unit)
 		if r.Failed != "" {
 			fig += " (" + r.Failed + ")"
@@ -1185,6 +1250,13 @@ func printTable(w io.Writer) {
 			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", fig, val, target, met, peer, pv, ratio)
+	}
+	head := "\nMissed, and what would close it:\n"
+	for _, r := range res.Rows {
+		if r.Met != nil && !*r.Met && r.Close != "" {
+			fmt.Fprintf(w, "%s- %s: %s\n", head, strings.TrimSpace(r.Figure), r.Close)
+			head = ""
+		}
 	}
 	fmt.Fprintf(w, "\n%.0f s in all.\n", res.Seconds)
 }

@@ -286,6 +286,24 @@ func (h *Host) zygoteConfig(spec ZygoteSpec, id string, slot int) *configs.Confi
 				Flags: unix.MS_BIND | unix.MS_REC | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC}
 		}
 	}
+	// No process limit of its own: each fork's user namespace nests in the
+	// zygote's uid, and the kernel counts every task of every fork against
+	// the limit the zygote had when it forked (RLIMIT_NPROC), and every
+	// fork in flight (forked, not yet moved to its own cgroup) against the
+	// zygote's pids cgroup. A fork sets the policy's limit on itself.
+	// The daemon's own limit: in its user namespace the zygote's init
+	// cannot raise a hard limit past it.
+	var nproc unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &nproc); err != nil {
+		nproc = unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
+	}
+	for i, r := range cfg.Rlimits {
+		if r.Type == unix.RLIMIT_NPROC {
+			cfg.Rlimits[i].Hard, cfg.Rlimits[i].Soft = nproc.Max, nproc.Max
+		}
+	}
+	noPidsLimit := int64(-1)
+	cfg.Cgroups.Resources.PidsLimit = &noPidsLimit
 	cfg.Mounts = append(cfg.Mounts, &configs.Mount{Source: h.zygoteDir(id), Destination: spec.Dir, Device: "bind",
 		Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
 	return cfg
@@ -447,6 +465,8 @@ type forkPlan struct {
 	Cwd      string      `json:"cwd"`
 	Env      []string    `json:"env"`
 	Args     []string    `json:"args"`
+	// Rlimits are set by the fork on itself: [resource, soft, hard].
+	Rlimits [][3]uint64 `json:"rlimits"`
 }
 
 type forkMount struct {
@@ -511,6 +531,9 @@ func planOf(cfg *configs.Config, spec Spec, args []string) (forkPlan, []int, err
 	}
 	trees = append(trees, root)
 	plan := forkPlan{Root: 0, Hostname: cfg.Hostname, Cwd: spec.Cwd, Env: spec.Env, Args: args}
+	for _, r := range cfg.Rlimits {
+		plan.Rlimits = append(plan.Rlimits, [3]uint64{uint64(r.Type), r.Soft, r.Hard})
+	}
 	for _, m := range cfg.Mounts {
 		if m.IsBind() {
 			fd, err := cloneTree(m.Source, m.Flags, m.Flags&unix.MS_REC != 0)

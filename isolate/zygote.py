@@ -203,6 +203,10 @@ def _child(sock, log, trees, plan, prog, run):
     name = plan["hostname"].encode()
     _check(_libc.sethostname(name, len(name)), "sethostname")
     _loopback_up()
+    import resource
+    for res, soft, hard in plan["rlimits"]:
+        inf = resource.RLIM_INFINITY
+        resource.setrlimit(res, (inf if soft >= 1 << 63 else soft, inf if hard >= 1 << 63 else hard))
     for fd in trees:
         os.close(fd)
     null = os.open("/dev/null", os.O_RDWR)

@@ -24,6 +24,26 @@ with open("/proc/self/status") as f:
         if l.split(":")[0] in ("CapEff", "CapBnd", "NoNewPrivs", "Seccomp", "Seccomp_filters"):
             lines.append(l.strip().replace("\t", " "))
 lines.append("fds " + " ".join(sorted(os.listdir("/proc/self/fd"))))
+# Each further argument is a host pid (the zygote's, a sibling's) this
+# sandbox must not reach: signal, ptrace, its memory, its root.
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+for pid in sys.argv[2:]:
+    res = []
+    try:
+        os.kill(int(pid), 0)
+        res.append("kill:ok")
+    except OSError as e:
+        res.append("kill:" + errno.errorcode[e.errno])
+    r = libc.ptrace(16, int(pid), None, None)  # PTRACE_ATTACH
+    res.append("ptrace:" + ("ok" if r == 0 else errno.errorcode[ctypes.get_errno()]))
+    for what in ("mem", "root/"):
+        try:
+            open("/proc/%s/%s" % (pid, what), "rb").close() if what == "mem" else os.listdir("/proc/%s/root" % pid)
+            res.append(what + ":ok")
+        except OSError as e:
+            res.append(what + ":" + errno.errorcode[e.errno])
+    lines.append("target%s %s" % (pid, " ".join(res)))
 with open(out + ".tmp", "w") as f:
     f.write("\n".join(lines) + "\n")
 os.rename(out + ".tmp", out)
@@ -53,7 +73,7 @@ func startTestZygote(t *testing.T, h *Host, p policy.Policy) *Zygote {
 	return z
 }
 
-func forkProbe(t *testing.T, h *Host, z *Zygote, p policy.Policy) (*Sandbox, map[string]string) {
+func forkProbe(t *testing.T, h *Host, z *Zygote, p policy.Policy, targets ...int) (*Sandbox, map[string]string) {
 	t.Helper()
 	d, err := h.NewDisk("zyg"+strconv.Itoa(time.Now().Nanosecond()), p)
 	if err != nil {
@@ -70,7 +90,7 @@ func forkProbe(t *testing.T, h *Host, z *Zygote, p policy.Policy) (*Sandbox, map
 	}
 	sb, err := d.Fork(z, Spec{
 		Policy: p,
-		Args:   []string{"/usr/bin/python3", "-s", "/run/jailcell/probe.py", "/out/probe"},
+		Args:   append([]string{"/usr/bin/python3", "-s", "/run/jailcell/probe.py", "/out/probe"}, pidArgs(targets)...),
 		Env:    []string{"PATH=/usr/bin:/bin"},
 		Cwd:    "/work",
 		Binds:  []Bind{{Source: out, Dest: "/out", Writable: true}},
@@ -121,4 +141,66 @@ func TestZygoteForkPassesPosture(t *testing.T) {
 	if err := h.verifyPosture(sb, &cfg); err != nil {
 		t.Errorf("posture: %v", err)
 	}
+}
+
+func pidArgs(pids []int) []string {
+	var out []string
+	for _, p := range pids {
+		out = append(out, strconv.Itoa(p))
+	}
+	return out
+}
+
+// TestZygoteForksReachNeitherZygoteNorSibling: a fork cannot signal,
+// ptrace, read the memory of or enter the root of the zygote it came from
+// or a sibling forked before it; it shares no namespace with either, runs
+// as its own host uid, and holds none of their descriptors.
+func TestZygoteForksReachNeitherZygoteNorSibling(t *testing.T) {
+	h := newTestHost(t)
+	p := policy.Default()
+	z := startTestZygote(t, h, p)
+	zpid, err := z.process.Pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sib, _ := forkProbe(t, h, z, p)
+	sb, view := forkProbe(t, h, z, p, zpid, sib.Pid())
+	for _, target := range []int{zpid, sib.Pid()} {
+		// ptrace is refused by the seccomp filter (EPERM) before the pid
+		// namespace would say ESRCH.
+		got := view["target"+strconv.Itoa(target)]
+		if got != "kill:ESRCH ptrace:EPERM mem:ENOENT root/:ENOENT" && got != "kill:ESRCH ptrace:ESRCH mem:ENOENT root/:ENOENT" {
+			t.Errorf("fork reaching pid %d: %q, want every attempt refused", target, got)
+		}
+	}
+	if view["fds"] != "0 1 2 3" {
+		t.Errorf("fork's descriptors: %q, want its stdio only (3 is the listing's own)", view["fds"])
+	}
+	for _, other := range []struct {
+		name string
+		pid  int
+	}{{"zygote", zpid}, {"sibling", sib.Pid()}} {
+		mine, theirs := nsInodes(strconv.Itoa(sb.Pid())), nsInodes(strconv.Itoa(other.pid))
+		for _, ns := range postureNamespaces {
+			if mine[ns] == "" || mine[ns] == theirs[ns] {
+				t.Errorf("fork shares its %s namespace with the %s (%s)", ns, other.name, mine[ns])
+			}
+		}
+		if a, b := procUID(t, sb.Pid()), procUID(t, other.pid); a == b {
+			t.Errorf("fork runs as the %s's host uid %d", other.name, a)
+		}
+	}
+}
+
+func procUID(t *testing.T, pid int) int {
+	t.Helper()
+	st, err := readStatus(strconv.Itoa(pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, err := strconv.Atoi(strings.Fields(st["Uid"])[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uid
 }

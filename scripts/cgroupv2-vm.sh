@@ -171,8 +171,8 @@ fi
 default_plan() {
 	cat <<'EOF'
 test/cgroupv2 ^(TestMemoryMaxOOMKillCountedInMemoryEvents|TestPidsMaxForkRefusedCountedInPidsEvents|TestCPUMaxThrottlesCountedInCPUStat|TestIDMappedOverlayCopyUpInUserNamespace)$ 2m
-isolate ^(TestPosture|TestDestroyLeavesNothing|TestDelegateMovesIntoLeaf)$ 2m
-session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells|TestPeakMemoryIsPerCell)$ 4m
+isolate ^(TestPosture|TestDestroyLeavesNothing|TestDelegateMovesIntoLeaf|TestZygote.*)$ 2m
+session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells|TestPeakMemoryIsPerCell|TestZygoteLimitsBite)$ 4m
 EOF
 }
 

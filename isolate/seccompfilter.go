@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -112,6 +113,32 @@ func readFiltersMain(args []string) int {
 	// must come from it.
 	runtime.LockOSThread()
 	out := bufio.NewWriter(os.Stdout)
+	if len(args) == 1 && args[0] == "-" {
+		// Serving: one request per line of thread ids, each answered by
+		// its lines and a line ".".
+		in := bufio.NewScanner(os.Stdin)
+		in.Buffer(make([]byte, 64<<10), 1<<20)
+		for in.Scan() {
+			if rc := readFilterLines(out, strings.Fields(in.Text())); rc != 0 {
+				return rc
+			}
+			fmt.Fprintln(out, ".")
+			if err := out.Flush(); err != nil {
+				return 1
+			}
+		}
+		return 0
+	}
+	if rc := readFilterLines(out, args); rc != 0 {
+		return rc
+	}
+	if err := out.Flush(); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func readFilterLines(out io.Writer, args []string) int {
 	for _, a := range args {
 		tid, err := strconv.Atoi(a)
 		if err != nil || tid <= 0 {
@@ -128,10 +155,90 @@ func readFiltersMain(args []string) int {
 			fmt.Fprintf(out, "%d %d %s\n", tid, f.n, f.sum)
 		}
 	}
-	if err := out.Flush(); err != nil {
-		return 1
-	}
 	return 0
+}
+
+// filterReader is the reader helper kept running: a posture check (every
+// restore and zygote fork) then costs the ptrace reads, not a process
+// start of this binary (about 15 ms of a fork's 60). It is started on
+// first use and again after any failure; it ends when the daemon does
+// (its stdin closes).
+var filterReader struct {
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+// queryFilterReader asks the reader about tids and returns its answer
+// lines (without the final "."), bounded in time and size.
+func queryFilterReader(args []string) ([]string, error) {
+	r := &filterReader
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		c := exec.Command("/proc/self/exe", seccompReadArg, "-")
+		c.Args[0] = "jailcell-seccomp-helper"
+		c.Env = []string{}
+		in, err := c.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		out, err := c.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Start(); err != nil {
+			return nil, fmt.Errorf("start the seccomp filter reader: %w", err)
+		}
+		r.cmd, r.in, r.out = c, in, bufio.NewReaderSize(out, helperLineMax+1)
+	}
+	stop := func() {
+		_ = r.cmd.Process.Kill()
+		_ = r.in.Close()
+		_ = r.cmd.Wait()
+		r.cmd = nil
+	}
+	type answer struct {
+		lines []string
+		err   error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		var a answer
+		if _, a.err = io.WriteString(r.in, strings.Join(args, " ")+"\n"); a.err != nil {
+			ch <- a
+			return
+		}
+		for len(a.lines) <= len(args) {
+			line, err := r.out.ReadSlice('\n')
+			if err != nil {
+				a.err = fmt.Errorf("seccomp filter reader: %w", err)
+				break
+			}
+			l := strings.TrimSuffix(string(line), "\n")
+			if l == "." {
+				ch <- a
+				return
+			}
+			a.lines = append(a.lines, l)
+		}
+		if a.err == nil {
+			a.err = errors.New("seccomp filter reader said too much")
+		}
+		ch <- a
+	}()
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			stop()
+		}
+		return a.lines, a.err
+	case <-time.After(helperTimeout):
+		stop()
+		<-ch
+		return nil, fmt.Errorf("seccomp filter reader: no answer in %s", helperTimeout)
+	}
 }
 
 func ptrace(req, tid int, addr, data uintptr) (uintptr, error) {
@@ -297,27 +404,19 @@ func readFilters(tids []int) (map[int]filterSum, map[int]string, error) {
 	if len(tids) == 0 {
 		return sums, errs, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
-	defer cancel()
 	args := make([]string, len(tids))
 	for i, t := range tids {
 		args[i] = strconv.Itoa(t)
 	}
-	c := helperCmd(ctx, seccompReadArg, args...)
-	out := &boundedBuffer{max: len(tids)*helperLineMax + helperLineMax}
-	stderr := &boundedBuffer{max: 4096}
-	c.Stdout, c.Stderr = out, stderr
-	if err := c.Run(); err != nil {
-		return nil, nil, fmt.Errorf("run the seccomp filter reader: %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	if out.over {
-		return nil, nil, fmt.Errorf("seccomp filter reader said over %d bytes", out.max)
+	lines, err := queryFilterReader(args)
+	if err != nil {
+		return nil, nil, err
 	}
 	want := map[int]bool{}
 	for _, t := range tids {
 		want[t] = true
 	}
-	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+	for _, line := range lines {
 		f := strings.SplitN(line, " ", 3)
 		tid, err := strconv.Atoi(f[0])
 		if err != nil || !want[tid] || len(f) < 2 || len(line) > helperLineMax {

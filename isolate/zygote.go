@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -92,6 +93,11 @@ type ZygoteSpec struct {
 	// fills (the sandbox's control directory's place: its kernel).
 	Dir     string
 	Prepare func(dir string) error
+	// Warm, if set, is "module:function" the zygote calls once, after the
+	// preload, with WarmArgs: the program's own start-up that needs no
+	// thread and no descriptor.
+	Warm     string
+	WarmArgs []any
 	// Preload is imported once by the zygote (with Dir first on its path).
 	Preload []string
 	// Env is the zygote's environment (a fork gets its Spec's).
@@ -183,6 +189,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 		"seccomp": base64.StdEncoding.EncodeToString(prog),
 		"command": spec.Command[len(interp):],
 		"preload": spec.Preload,
+		"warm":    map[string]any{"call": spec.Warm, "args": spec.WarmArgs},
 	})
 	if err != nil {
 		return nil, err
@@ -644,6 +651,29 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if err != nil {
 		return nil, nil, err
 	}
+	// The sandbox's cgroup is made and given its limits while the zygote
+	// forks (on a v1 host, a dozen hierarchies: the largest part of a fork);
+	// the child joins it once it exists.
+	type made struct {
+		m   cgroups.Manager
+		err error
+	}
+	cgc := make(chan made, 1)
+	go func() {
+		m, err := manager.New(cfg.Cgroups)
+		if err == nil {
+			if err = m.Apply(-1); err == nil {
+				err = m.Set(cfg.Cgroups.Resources)
+			}
+		}
+		cgc <- made{m, err}
+	}()
+	cg := func() made {
+		r := <-cgc
+		cgc <- r
+		return r
+	}
+	defer cg() // never leave it running past a failed fork
 	pid, err := z.request(req, append([]int{theirs, logfd}, trees...))
 	if err != nil {
 		return nil, nil, err
@@ -667,15 +697,13 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if err := z.mapper.mapIDs(pid, d.HostID()-z.h.cfg.UIDBase, zygoteForkTimeout); err != nil {
 		return nil, nil, fmt.Errorf("map the ids of forked init: %w", err)
 	}
-	m, err := manager.New(cfg.Cgroups)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cgroup of forked sandbox: %w", err)
+	mc := cg()
+	if mc.err != nil {
+		return nil, nil, fmt.Errorf("cgroup of forked sandbox: %w", mc.err)
 	}
+	m := mc.m
 	if err := m.Apply(pid); err != nil {
 		return nil, nil, fmt.Errorf("join cgroup of forked sandbox: %w", err)
-	}
-	if err := m.Set(cfg.Cgroups.Resources); err != nil {
-		return nil, nil, fmt.Errorf("set cgroup limits of forked sandbox: %w", err)
 	}
 	if _, err := sess.Write([]byte("G")); err != nil {
 		return nil, nil, fmt.Errorf("start forked init: %w", err)

@@ -289,6 +289,18 @@ def main():
         argv0 = cmd
     for name in conf.get("preload", []):
         importlib.import_module(name)
+    # The program's own warm-up, "module:function" called with its
+    # arguments (the kernel's hooks, preload and first figure).
+    warm = conf.get("warm")
+    if warm and warm.get("call"):
+        mod, _, fn = warm["call"].partition(":")
+        getattr(importlib.import_module(mod), fn)(*warm.get("args", []))
+    import threading
+    if threading.active_count() != 1:
+        # A fork copies only the thread that forks: a lock another held
+        # would stay held in every fork.
+        print("zygote: %d threads after the preload; a zygote must have one" % threading.active_count(), file=sys.stderr)
+        sys.exit(3)
     # Collected objects would dirty shared pages in every child; what was
     # imported is kept for good.
     gc.collect()

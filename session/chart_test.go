@@ -34,13 +34,31 @@ func fptr(v float64) *float64 { return &v }
 // TestChartData draws each chart type in a real sandbox with the real
 // rootfs's matplotlib and checks that the numbers, labels and title come
 // back exactly, next to the PNG.
-func TestChartData(t *testing.T) {
+func TestChartData(t *testing.T) { chartData(t, nil, "") }
+
+// TestChartDataZygote: a session forked from a zygote that imported pyplot
+// before any cell has the kernel's show() and chart recorders all the same
+// (the zygote runs the kernel's hooks before its preload).
+func TestChartDataZygote(t *testing.T) { chartData(t, withZygotes, StartZygote) }
+
+func chartData(t *testing.T, mod func(*Config), start string) {
 	e := newEnv(t, func(c *Config) {
 		p := c.Policies["default"]
 		p.MemoryBytes = 512 << 20
 		c.Policies["default"] = p
+		if mod != nil {
+			mod(c)
+		}
 	})
+	if start == StartZygote {
+		waitZygote(t, e.m)
+	}
 	id := e.create(t, CreateOptions{})
+	if start != "" {
+		if s, err := e.m.get(0, id); err != nil || s.info.Start != start {
+			t.Fatalf("session started by %q, want %q (%v)", s.info.Start, start, err)
+		}
+	}
 	wantStatus(t, e.exec(t, id, "import matplotlib.pyplot as plt\nimport numpy as np", 2*time.Minute), StatusOK)
 
 	cases := []struct {

@@ -149,11 +149,15 @@ func (m *Manager) zygoteFor(p policy.Policy) *zygoteEntry {
 // of a cold start, run as kernelSpec runs them.
 func (m *Manager) zygoteSpec(p policy.Policy) isolate.ZygoteSpec {
 	return isolate.ZygoteSpec{
-		Policy:       p,
-		Command:      runner.Command(ctlMount),
-		Dir:          ctlMount,
-		Prepare:      runner.WriteKernel,
-		Preload:      append(runner.Modules(), m.cfg.Preload...),
+		Policy:   p,
+		Command:  runner.Command(ctlMount),
+		Dir:      ctlMount,
+		Prepare:  runner.WriteKernel,
+		Warm:     runner.PackageName + ".start:prepare",
+		WarmArgs: []any{m.cfg.Preload},
+		// The kernel's own modules only: the configured preload is imported
+		// by its prepare, after the import hooks that patch pyplot are in.
+		Preload:      runner.Modules(),
 		Env:          kernelEnv(p),
 		StartTimeout: m.cfg.StartTimeout,
 	}

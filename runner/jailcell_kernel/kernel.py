@@ -92,6 +92,27 @@ class _Cell:
         self.value_chart = chart if chart is not None and self._charge(chart) else None
 
 
+def _preload(names):
+    """Import names (errors are left to the cell that needs the module) and,
+    with pyplot among them, draw one figure."""
+    for name in names:
+        try:
+            __import__(name)
+        except BaseException:
+            pass  # the cell that needs it will see the error itself
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        # Font and renderer setup costs the first figure a lot; pay it
+        # here, before hello, not in the user's first plotting cell.
+        try:
+            fig = plt.figure()
+            fig.add_subplot().plot([0, 1])
+            fig.canvas.draw()
+            plt.close(fig)
+        except Exception:
+            pass
+
+
 class _Kernel:
     def __init__(self, sock_path):
         self.pid = os.getpid()
@@ -182,22 +203,7 @@ class _Kernel:
                     pass
 
     def preload(self, names):
-        for name in names:
-            try:
-                __import__(name)
-            except BaseException:
-                pass  # the cell that needs it will see the error itself
-        plt = sys.modules.get("matplotlib.pyplot")
-        if plt is not None:
-            # Font and renderer setup costs the first figure a lot; pay it
-            # here, before hello, not in the user's first plotting cell.
-            try:
-                fig = plt.figure()
-                fig.add_subplot().plot([0, 1])
-                fig.canvas.draw()
-                plt.close(fig)
-            except Exception:
-                pass
+        _preload(names)
 
     def serve(self):
         while True:

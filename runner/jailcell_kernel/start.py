@@ -100,15 +100,33 @@ def main(argv):
     _run(argv)
 
 
+def prepare(preload):
+    """What the kernel does before it serves that needs no thread, no
+    descriptor and no host: the import hooks (before anything they patch
+    is imported), the preload and its warm-up. A zygote runs it once
+    before it forks (isolate/zygote.py), so that each fork starts with it
+    done; a kernel whose process did it already skips it."""
+    if _State.prepared:
+        return
+    from .charts import _PyplotHook
+    from .kernel import _preload
+    from .shell import _IPythonHook
+
+    # Headless; the deployment sets it too, this keeps a bare run the same.
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.meta_path.insert(0, _PyplotHook())
+    sys.meta_path.insert(0, _IPythonHook())
+    _preload(preload)
+    _State.prepared = True
+
+
 def _run(argv):
     # From here on only the kernel process runs: the kernel's modules are
     # imported now, not before the fork.
     import threading
     import traceback
 
-    from .charts import _PyplotHook
     from .kernel import _Kernel
-    from .shell import _IPythonHook
 
     path, preload = _parse_args(argv)
     # Notebook conventions: the working directory is importable, no argv.
@@ -117,14 +135,13 @@ def _run(argv):
         sys.path[0] = ""
     else:
         sys.path.insert(0, "")
-    # Headless; the deployment sets it too, this keeps a bare run the same.
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    sys.meta_path.insert(0, _PyplotHook())
-    sys.meta_path.insert(0, _IPythonHook())
     try:
+        # First, as before the split: the hooks are in before the kernel
+        # imports anything. What the preload prints goes to the kernel's
+        # log (no cell runs yet).
+        prepare(preload)
         _State.kernel = _Kernel(path)
         threading.Thread(target=_State.kernel.pump.run, name="jailcell-pump", daemon=True).start()
-        _State.kernel.preload(preload)
         # Connecting only now makes hello mean "ready": preload is done.
         threading.Thread(target=_State.kernel.link.run, name="jailcell-link", daemon=True).start()
         _State.kernel.serve()

@@ -24,6 +24,9 @@ class _State:
     # a SIGINT then is only noted, and raised once the frame is whole.
     deferring = False
     deferred_sigint = False
+    # True once prepare() has run (in this process or in the zygote it was
+    # forked from): the import hooks are in, the preload imported.
+    prepared = False
     # The running _Kernel, for display() and pyplot.show().
     kernel = None
     # IPython's InteractiveShell, once a cell needed it (see shell.py).

@@ -341,6 +341,10 @@ func (h *Host) coldProgram(cfg *configs.Seccomp) ([]byte, error) {
 	return prog, nil
 }
 
+// Kill ends the zygote's process (not its forks) and nothing else; Close
+// still has to be called. For tests of a zygote that dies.
+func (z *Zygote) Kill() error { return z.process.Signal(unix.SIGKILL) }
+
 // Done is closed when the zygote has exited.
 func (z *Zygote) Done() <-chan struct{} { return z.done }
 

@@ -131,3 +131,49 @@ for k in kids: os.kill(k, 9); os.waitpid(k, 0)
 		t.Fatalf("fork bomb in a zygote session not stopped by the pids limit: %q", res.Stdout)
 	}
 }
+
+// TestZygoteSessionSurvivesRestartAndZygoteDeath: a zygote session keeps
+// its variables when its zygote dies (it is in no namespace of the
+// zygote's), the next create gets a new zygote (or the next path while it
+// starts, said in start), and a restarted daemon re-adopts the session
+// with its state.
+func TestZygoteSessionSurvivesRestartAndZygoteDeath(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	keep := func(c *Config) { withZygotes(c); c.KeepOnShutdown = true }
+	m1 := r.startWith(keep)
+	waitZygote(t, m1)
+	id := createStarted(t, m1, StartZygote)
+	cellStdout(t, m1, id, "import numpy as np\na = np.arange(5)")
+
+	e := m1.zygoteFor(m1.cfg.Policies["default"])
+	if err := e.z.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.z.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("zygote not gone 10 s after SIGKILL")
+	}
+	if out := cellStdout(t, m1, id, "print(a.sum())"); strings.TrimSpace(out) != "10" {
+		t.Fatalf("zygote session after its zygote died: %q", out)
+	}
+	info, err := m1.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatalf("create after the zygote died: %v", err)
+	}
+	if info.Start == "" {
+		t.Fatal("create after the zygote died says no start path")
+	}
+	waitZygote(t, m1)
+	createStarted(t, m1, StartZygote)
+
+	if err := m1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m2 := r.startWith(keep)
+	defer m2.Shutdown(ctx)
+	if out := cellStdout(t, m2, id, "print(a.sum() + 1)"); strings.TrimSpace(out) != "11" {
+		t.Fatalf("zygote session after a daemon restart: %q", out)
+	}
+}

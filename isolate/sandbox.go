@@ -220,7 +220,15 @@ func (d *Disk) Create(spec Spec) (*Sandbox, error) {
 // A restored sandbox (every criu restore: hibernate, template, fork,
 // snapshot, rollback) passes the posture check before it is returned.
 // On failure everything done is undone; the disk stays.
-func (d *Disk) build(spec Spec, labels []string, restored bool, start startFunc) (_ *Sandbox, retErr error) {
+func (d *Disk) build(spec Spec, labels []string, restored bool, start startFunc) (*Sandbox, error) {
+	return d.buildEarly(spec, labels, restored, nil, start)
+}
+
+// buildEarly is build with early, if set, called with the sandbox's
+// configuration before its root is mounted, to start what does not need it
+// (a fork's cgroup); the wait it returns is called before the cleanup of a
+// failed build removes the cgroup.
+func (d *Disk) buildEarly(spec Spec, labels []string, restored bool, early func(cfg *configs.Config) (wait func()), start startFunc) (_ *Sandbox, retErr error) {
 	if err := spec.Policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -248,6 +256,16 @@ func (d *Disk) build(spec Spec, labels []string, restored bool, start startFunc)
 	}()
 
 	lower, root := filepath.Join(d.dir, "lower"), d.RootDir()
+	sec, err := h.seccomp(policy.Errnos[spec.Policy.SeccompErrno])
+	if err != nil {
+		return nil, err
+	}
+	cfg := h.containerConfig(spec, id, root, d.HostID(), sec)
+	cfg.Labels = append(cfg.Labels, labels...)
+	if early != nil {
+		wait := early(cfg)
+		cl.Add(func() error { wait(); return h.removeCgroup(id) })
+	}
 	for _, p := range []string{lower, root} {
 		if err := os.Mkdir(p, 0o711); err != nil && !os.IsExist(err) {
 			return nil, fmt.Errorf("create sandbox dir: %w", err)
@@ -273,12 +291,6 @@ func (d *Disk) build(spec Spec, labels []string, restored bool, start startFunc)
 	if err := h.prepareNetwork(spec.Policy, root); err != nil {
 		return nil, err
 	}
-	sec, err := h.seccomp(policy.Errnos[spec.Policy.SeccompErrno])
-	if err != nil {
-		return nil, err
-	}
-	cfg := h.containerConfig(spec, id, root, d.HostID(), sec)
-	cfg.Labels = append(cfg.Labels, labels...)
 	c, err := libcontainer.Create(h.containersDir(), id, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)

@@ -610,14 +610,43 @@ func (d *Disk) Fork(z *Zygote, spec Spec) (*Sandbox, error) {
 	default:
 		return nil, fmt.Errorf("%w: fork with a log that is not a file", ErrUnsupported)
 	}
-	return d.build(spec, nil, true, func(c *libcontainer.Container, _ *libcontainer.Process, id string) (*libcontainer.Container, *os.Process, error) {
-		return z.fork(d, c, id, spec, log)
+	// The sandbox's cgroup is made and given its limits while its root is
+	// mounted and the zygote forks (on a v1 host, a dozen hierarchies: the
+	// largest part of a fork); the child joins it once it exists.
+	var cg chan madeCgroup
+	var waitCgroup func() madeCgroup
+	early := func(cfg *configs.Config) func() {
+		cg = make(chan madeCgroup, 1)
+		go func() {
+			m, err := manager.New(cfg.Cgroups)
+			if err == nil {
+				if err = m.Apply(-1); err == nil {
+					err = m.Set(cfg.Cgroups.Resources)
+				}
+			}
+			cg <- madeCgroup{m, err}
+		}()
+		return func() { waitCgroup() }
+	}
+	waitCgroup = func() madeCgroup {
+		r := <-cg
+		cg <- r
+		return r
+	}
+	return d.buildEarly(spec, nil, true, early, func(c *libcontainer.Container, _ *libcontainer.Process, id string) (*libcontainer.Container, *os.Process, error) {
+		return z.fork(d, c, id, spec, log, waitCgroup)
 	})
+}
+
+// madeCgroup is a fork's cgroup, made (or not) before the fork joins it.
+type madeCgroup struct {
+	m   cgroups.Manager
+	err error
 }
 
 // fork asks z for a child that becomes container c's init, and sees it
 // through its setup. The posture check follows in build.
-func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, log *os.File) (_ *libcontainer.Container, _ *os.Process, retErr error) {
+func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, log *os.File, waitCgroup func() madeCgroup) (_ *libcontainer.Container, _ *os.Process, retErr error) {
 	cfg := c.Config()
 	plan, trees, err := planOf(&cfg, spec, spec.Args[len(z.spec.Command):])
 	if err != nil {
@@ -655,29 +684,6 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if err != nil {
 		return nil, nil, err
 	}
-	// The sandbox's cgroup is made and given its limits while the zygote
-	// forks (on a v1 host, a dozen hierarchies: the largest part of a fork);
-	// the child joins it once it exists.
-	type made struct {
-		m   cgroups.Manager
-		err error
-	}
-	cgc := make(chan made, 1)
-	go func() {
-		m, err := manager.New(cfg.Cgroups)
-		if err == nil {
-			if err = m.Apply(-1); err == nil {
-				err = m.Set(cfg.Cgroups.Resources)
-			}
-		}
-		cgc <- made{m, err}
-	}()
-	cg := func() made {
-		r := <-cgc
-		cgc <- r
-		return r
-	}
-	defer cg() // never leave it running past a failed fork
 	pid, err := z.request(req, append([]int{theirs, logfd}, trees...))
 	if err != nil {
 		return nil, nil, err
@@ -701,7 +707,7 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if err := z.mapper.mapIDs(pid, d.HostID()-z.h.cfg.UIDBase, zygoteForkTimeout); err != nil {
 		return nil, nil, fmt.Errorf("map the ids of forked init: %w", err)
 	}
-	mc := cg()
+	mc := waitCgroup()
 	if mc.err != nil {
 		return nil, nil, fmt.Errorf("cgroup of forked sandbox: %w", mc.err)
 	}

@@ -165,7 +165,9 @@ func childrenOf(t *testing.T, pid int) []string {
 				f[k] = strings.TrimSpace(v)
 			}
 		}
-		if f["PPid"] == strconv.Itoa(pid) {
+		// The seccomp filter reader stays running on purpose, one for the
+		// process (seccompfilter.go), and is no sandbox's leftover.
+		if f["PPid"] == strconv.Itoa(pid) && e.Name() != strconv.Itoa(filterReaderPid()) {
 			out = append(out, e.Name()+" "+f["State"]+" "+f["Name"])
 		}
 	}

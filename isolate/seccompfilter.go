@@ -170,6 +170,17 @@ var filterReader struct {
 	out *bufio.Reader
 }
 
+// filterReaderPid is the running reader's pid, 0 if none.
+func filterReaderPid() int {
+	r := &filterReader
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
 // queryFilterReader asks the reader about tids and returns its answer
 // lines (without the final "."), bounded in time and size.
 func queryFilterReader(args []string) ([]string, error) {

@@ -244,7 +244,9 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	}
 	sc.Pool = map[string]int{"default": pool}
 	sc.NoTemplate = !cfg.Template
-	sc.NoZygote = !cfg.Zygote
+	// run answers one cell and leaves: a zygote importing the preload
+	// beside its one kernel would only take CPU from it.
+	sc.NoZygote = !cfg.Zygote || f.cmd.Name() == "run"
 	// Sessions left running, or hibernated, for the next daemon to
 	// re-adopt: a service's choice only.
 	sc.KeepOnShutdown = f.survivable && sc.KeepOnShutdown

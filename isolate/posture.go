@@ -117,6 +117,12 @@ type posture struct {
 	gidMap     string
 	cgroupPath string
 	mounts     map[string]wantMount
+	// rlimits: "Max open files" and the like, as /proc/PID/limits names
+	// them, to "soft hard" in its units.
+	rlimits map[string]string
+	// ifaces are the network interfaces the sandbox may have ("lo", and
+	// "eth0" with an egress allowlist).
+	ifaces map[string]bool
 	// filters is every thread's seccomp filter chain as a cold start of
 	// the same configuration loads it (nil: not compared).
 	filters *filterSum
@@ -147,6 +153,13 @@ func coldPostureOf(cfg *configs.Config) (posture, error) {
 		p.status["NoNewPrivs"] = "1"
 	}
 	p.uidMap, p.gidMap = idMapText(cfg.UIDMappings), idMapText(cfg.GIDMappings)
+	p.rlimits = map[string]string{}
+	for _, r := range cfg.Rlimits {
+		if name, ok := rlimitNames[r.Type]; ok {
+			p.rlimits[name] = limitText(r.Soft) + " " + limitText(r.Hard)
+		}
+	}
+	p.ifaces = map[string]bool{"lo": true}
 	p.cgroupPath = cfg.Cgroups.Path
 
 	rootDev, err := devOf(cfg.Rootfs)
@@ -183,6 +196,64 @@ func coldPostureOf(cfg *configs.Config) (posture, error) {
 		}
 	}
 	return p, nil
+}
+
+// rlimitNames are /proc/PID/limits' names of the limits a configuration
+// sets.
+var rlimitNames = map[int]string{
+	unix.RLIMIT_NOFILE: "Max open files",
+	unix.RLIMIT_CORE:   "Max core file size",
+	unix.RLIMIT_FSIZE:  "Max file size",
+	unix.RLIMIT_NPROC:  "Max processes",
+}
+
+func limitText(v uint64) string {
+	if v == unix.RLIM_INFINITY {
+		return "unlimited"
+	}
+	return strconv.FormatUint(v, 10)
+}
+
+// checkRlimits: the init's limits are the configuration's.
+func checkRlimits(pid string, want map[string]string, d *diffs) {
+	b, err := readProc("/proc/" + pid + "/limits")
+	if err != nil {
+		d.addf("read limits: %v", err)
+		return
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		for name := range want {
+			if rest, ok := strings.CutPrefix(l, name); ok {
+				f := strings.Fields(rest)
+				if len(f) >= 2 {
+					got[name] = f[0] + " " + f[1]
+				}
+			}
+		}
+	}
+	for name, w := range want {
+		if got[name] != w {
+			d.addf("%s %q, want %q", name, got[name], w)
+		}
+	}
+}
+
+// checkIfaces: the init's network namespace has only the interfaces a
+// cold start's has.
+func checkIfaces(pid string, want map[string]bool, d *diffs) {
+	b, err := readProc("/proc/" + pid + "/net/dev")
+	if err != nil {
+		d.addf("read net/dev: %v", err)
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for _, l := range lines[min(2, len(lines)):] {
+		name, _, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !want[name] {
+			d.addf("network interface %q that a cold start lacks", name)
+		}
+	}
 }
 
 func idMapText(ms []configs.IDMap) string {
@@ -239,6 +310,8 @@ func checkPosture(pid int, cgDirs map[string]string, want posture) error {
 	checkNamespaces(init, &d)
 	checkIDMaps(init, want, &d)
 	checkMounts(init, want.mounts, &d)
+	checkRlimits(init, want.rlimits, &d)
+	checkIfaces(init, want.ifaces, &d)
 	// Every thread of every process of the sandbox: one restored task with
 	// its filter off is enough to escape. Its processes are those in its
 	// cgroup and the init's descendants (an image can place a task in
@@ -493,6 +566,9 @@ func (h *Host) verifyPosture(s *Sandbox, cfg *configs.Config) error {
 	want, err := h.coldPosture(cfg)
 	if err != nil {
 		return err
+	}
+	if s.net != nil {
+		want.ifaces["eth0"] = true // the egress gateway's veth (net.go)
 	}
 	return checkPosture(s.pid, s.cgDirs(), want)
 }

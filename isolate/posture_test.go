@@ -409,6 +409,8 @@ func TestPostureCheckNamesDifferences(t *testing.T) {
 		{"seccomp filter program", "seccomp filter 1 filter(s) sha256 ", func(p *posture) { p.filters = &filterSum{n: 1, sum: strings.Repeat("0", 64)} }},
 		{"seccomp filter count", "want 2 filter(s) sha256", func(p *posture) { f := *p.filters; f.n = 2; p.filters = &f }},
 		{"read-only", "mount /tmp lacks ro", func(p *posture) { m := p.mounts["/tmp"]; m.flags |= unix.MS_RDONLY; p.mounts["/tmp"] = m }},
+		{"rlimit", "Max open files", func(p *posture) { p.rlimits["Max open files"] = "1 1" }},
+		{"interface", `network interface "lo" that a cold start lacks`, func(p *posture) { delete(p.ifaces, "lo") }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -194,7 +194,7 @@ func TestTemplateSurvivesRestartAndRefreshes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m3 := r.startWith(func(c *Config) { c.Preload = []string{"numpy"} })
+	m3 := r.startWith(func(c *Config) { c.Preload = []string{"numpy"}; c.NoZygote = true })
 	defer m3.Shutdown(context.Background())
 	waitTemplate(t, m3)
 	if _, err := os.Stat(first); !os.IsNotExist(err) {

@@ -125,6 +125,8 @@ def _no_breakpoint(*args, **kwargs):
 
 def _install_no_stdin():
     builtins.input = _no_input
+    if any(isinstance(f, _StdinHook) for f in sys.meta_path):
+        return  # prepare() did the rest (start.py)
     sys.breakpointhook = _no_breakpoint
     # getpass and pdb are patched when first imported, not imported here:
     # a kernel start pays for neither.

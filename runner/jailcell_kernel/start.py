@@ -108,14 +108,21 @@ def prepare(preload):
     done; a kernel whose process did it already skips it."""
     if _State.prepared:
         return
+    import builtins
+
     from .charts import _PyplotHook
+    from .jupyter import _install_no_stdin
     from .kernel import _preload
-    from .shell import _IPythonHook
+    from .shell import _get_ipython, _IPythonHook
 
     # Headless; the deployment sets it too, this keeps a bare run the same.
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.meta_path.insert(0, _PyplotHook())
     sys.meta_path.insert(0, _IPythonHook())
+    # What libraries look at when imported: pandas sizes its tables for a
+    # notebook (display.max_columns 20) only if get_ipython() answers then.
+    builtins.get_ipython = _get_ipython
+    _install_no_stdin()
     _preload(preload)
     _State.prepared = True
 
@@ -136,9 +143,9 @@ def _run(argv):
     else:
         sys.path.insert(0, "")
     try:
-        # First, as before the split: the hooks are in before the kernel
-        # imports anything. What the preload prints goes to the kernel's
-        # log (no cell runs yet).
+        # The hooks and what libraries see at import first, then the
+        # preload (its output goes to the kernel's log: no cell runs yet),
+        # then the kernel.
         prepare(preload)
         _State.kernel = _Kernel(path)
         threading.Thread(target=_State.kernel.pump.run, name="jailcell-pump", daemon=True).start()

@@ -536,8 +536,11 @@ func zygoteRows(add func(string, Row, bool, float64)) {
 	cfgNote := "a fresh install's configuration but " + zygoteKeys
 
 	runc := r["zygote_runc_pass_p50_ms"]
-	const forkClose = "a fork of the policy's preloaded zygote (issue 27 items 1-2): no criu restore filling 64 MB page by page, " +
-		"no import; a fork of the stack's process plus the namespaces took about 6.5 ms here"
+	const forkClose = "creates are forks of the zygote since issue 27; what a fork still spends, by phase on this host: the " +
+		"sandbox's cgroup on a v1/hybrid host, a dozen hierarchies (10-20 ms, made while the root is mounted and the zygote " +
+		"forks), the idmapped root and overlay (3-6 ms), the fork's own mounts, made in Python (5-7 ms), libcontainer's state " +
+		"file and the posture check (5-10 ms); closing it: cgroups and roots made ahead of demand, the fork's mounts made in " +
+		"C, and a pure cgroup v2 host"
 	add(sec, Row{Figure: "create to ready, cold, numpy+pandas+pyplot preloaded (the default), no pool, p50", Unit: "ms",
 		Jailcell: r["zygote_cold_create_p50_ms"], Target: "<= 25 ms",
 		Peer: "runc run python3 -c pass, no preload, interleaved", PeerVal: runc,
@@ -554,8 +557,8 @@ func zygoteRows(add func(string, Row, bool, float64)) {
 		Peer: fmt.Sprintf("%.0f runc run at once importing numpy+pandas+pyplot, same rootfs", k), PeerVal: peer,
 		Compares: "like for like: both start the sandboxes with the stack imported and run a line",
 		Note:     cfgNote, Start: zyg.starts["zygote_burst"],
-		Close: "forks of one zygote: each session then costs a fork, its namespaces and its cgroup, not 0.5 CPU-s " +
-			"of import or a 64 MB restore, so 2 cores stop being the bound"}
+		Close: "each create still builds its cgroup and root and checks its posture (see the cold create's row), two " +
+			"at a time on 2 cores"}
 	if f := r["zygote_burst_failed"]; f > 0 {
 		burst.Note += fmt.Sprintf("; %.0f of %.0f failed, timed all the same", f, k)
 		if f == k {
@@ -569,8 +572,8 @@ func zygoteRows(add func(string, Row, bool, float64)) {
 		Note: fmt.Sprintf("MB = 10^6 bytes; %s; anonymous part %.1f MB; %.0f sessions measured",
 			chargeFile(), r["zygote_idle_anon_mb"], r["zygote_idle_measured"]),
 		Start: zyg.starts["zygote_burst"],
-		Close: "sessions forked from a zygote whose shared pages are charged to the zygote's cgroup (issue 27 item 3): " +
-			"a session is charged what it writes, not its own copy of the interpreter and the stack"}
+		Close: "what a fork writes at start: PID 1's bare interpreter (about 3.4 MB, an exec so that checkpoints do not " +
+			"carry the stack twice) and the kernel's own start-up and first cells"}
 	if why := zyg.failed["memory"]; why != "" {
 		mem.Failed = why
 	}

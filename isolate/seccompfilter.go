@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -114,20 +113,8 @@ func readFiltersMain(args []string) int {
 	runtime.LockOSThread()
 	out := bufio.NewWriter(os.Stdout)
 	if len(args) == 1 && args[0] == "-" {
-		// Serving: one request per line of thread ids, each answered by
-		// its lines and a line ".".
-		in := bufio.NewScanner(os.Stdin)
-		in.Buffer(make([]byte, 64<<10), 1<<20)
-		for in.Scan() {
-			if rc := readFilterLines(out, strings.Fields(in.Text())); rc != 0 {
-				return rc
-			}
-			fmt.Fprintln(out, ".")
-			if err := out.Flush(); err != nil {
-				return 1
-			}
-		}
-		return 0
+		// Serving: one request per line of thread ids (filterReader).
+		return serveLines(os.Stdin, out, func(tids []string, w io.Writer) int { return readFilterLines(w, tids) })
 	}
 	if rc := readFilterLines(out, args); rc != 0 {
 		return rc
@@ -160,97 +147,11 @@ func readFilterLines(out io.Writer, args []string) int {
 
 // filterReader is the reader helper kept running: a posture check (every
 // restore and zygote fork) then costs the ptrace reads, not a process
-// start of this binary (about 15 ms of a fork's 60). It is started on
-// first use and again after any failure; it ends when the daemon does
-// (its stdin closes).
-var filterReader struct {
-	mu  sync.Mutex
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Reader
-}
+// start of this binary (about 15 ms of a fork's 60).
+var filterReader = &lineHelper{name: "seccomp filter reader", args: []string{seccompReadArg, "-"}, restart: true}
 
 // filterReaderPid is the running reader's pid, 0 if none.
-func filterReaderPid() int {
-	r := &filterReader
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return 0
-	}
-	return r.cmd.Process.Pid
-}
-
-// queryFilterReader asks the reader about tids and returns its answer
-// lines (without the final "."), bounded in time and size.
-func queryFilterReader(args []string) ([]string, error) {
-	r := &filterReader
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		c := exec.Command("/proc/self/exe", seccompReadArg, "-")
-		c.Args[0] = "jailcell-seccomp-helper"
-		c.Env = []string{}
-		in, err := c.StdinPipe()
-		if err != nil {
-			return nil, err
-		}
-		out, err := c.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := c.Start(); err != nil {
-			return nil, fmt.Errorf("start the seccomp filter reader: %w", err)
-		}
-		r.cmd, r.in, r.out = c, in, bufio.NewReaderSize(out, helperLineMax+1)
-	}
-	stop := func() {
-		_ = r.cmd.Process.Kill()
-		_ = r.in.Close()
-		_ = r.cmd.Wait()
-		r.cmd = nil
-	}
-	type answer struct {
-		lines []string
-		err   error
-	}
-	ch := make(chan answer, 1)
-	go func() {
-		var a answer
-		if _, a.err = io.WriteString(r.in, strings.Join(args, " ")+"\n"); a.err != nil {
-			ch <- a
-			return
-		}
-		for len(a.lines) <= len(args) {
-			line, err := r.out.ReadSlice('\n')
-			if err != nil {
-				a.err = fmt.Errorf("seccomp filter reader: %w", err)
-				break
-			}
-			l := strings.TrimSuffix(string(line), "\n")
-			if l == "." {
-				ch <- a
-				return
-			}
-			a.lines = append(a.lines, l)
-		}
-		if a.err == nil {
-			a.err = errors.New("seccomp filter reader said too much")
-		}
-		ch <- a
-	}()
-	select {
-	case a := <-ch:
-		if a.err != nil {
-			stop()
-		}
-		return a.lines, a.err
-	case <-time.After(helperTimeout):
-		stop()
-		<-ch
-		return nil, fmt.Errorf("seccomp filter reader: no answer in %s", helperTimeout)
-	}
-}
+func filterReaderPid() int { return filterReader.pid() }
 
 func ptrace(req, tid int, addr, data uintptr) (uintptr, error) {
 	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, data, 0, 0)
@@ -419,7 +320,7 @@ func readFilters(tids []int) (map[int]filterSum, map[int]string, error) {
 	for i, t := range tids {
 		args[i] = strconv.Itoa(t)
 	}
-	lines, err := queryFilterReader(args)
+	lines, err := filterReader.ask(strings.Join(args, " "), len(args), helperTimeout)
 	if err != nil {
 		return nil, nil, err
 	}

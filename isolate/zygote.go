@@ -116,7 +116,7 @@ type Zygote struct {
 	container *libcontainer.Container
 	process   *libcontainer.Process
 	ctl       *os.File // our end of the zygote's SOCK_SEQPACKET socket
-	mapper    *mapper
+	mapper    *lineHelper
 	log       *bytes.Buffer
 	logTailW  *lockedTail
 
@@ -704,7 +704,7 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if st, ok := readProcStat(pid); !ok || st.ppid != os.Getpid() {
 		return nil, nil, fmt.Errorf("zygote answered pid %d, which is not this daemon's child", pid)
 	}
-	if err := z.mapper.mapIDs(pid, d.HostID()-z.h.cfg.UIDBase, zygoteForkTimeout); err != nil {
+	if err := mapIDs(z.mapper, pid, d.HostID()-z.h.cfg.UIDBase, zygoteForkTimeout); err != nil {
 		return nil, nil, fmt.Errorf("map the ids of forked init: %w", err)
 	}
 	mc := waitCgroup()

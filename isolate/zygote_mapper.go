@@ -35,10 +35,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -49,15 +47,13 @@ import (
 const zygoteMapperArg = "__jailcell-internal-zygote-mapper"
 
 func zygoteMapperMain() int {
-	in := bufio.NewScanner(io.LimitReader(os.Stdin, 1<<30))
 	out := bufio.NewWriter(os.Stdout)
-	for in.Scan() {
-		f := strings.Fields(in.Text())
+	return serveLines(os.Stdin, out, func(f []string, w io.Writer) int {
 		var err error
 		pid, perr := 0, error(nil)
 		id := 0
 		if len(f) != 2 {
-			err = fmt.Errorf("want PID ID, got %q", in.Text())
+			err = fmt.Errorf("want PID ID, got %q", strings.Join(f, " "))
 		} else if pid, perr = strconv.Atoi(f[0]); perr != nil || pid <= 0 {
 			err = fmt.Errorf("pid %q", f[0])
 		} else if id, perr = strconv.Atoi(f[1]); perr != nil || id < 0 {
@@ -72,86 +68,34 @@ func zygoteMapperMain() int {
 			}
 		}
 		if err != nil {
-			fmt.Fprintf(out, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			fmt.Fprintf(w, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		} else {
-			fmt.Fprintln(out, "ok")
+			fmt.Fprintln(w, "ok")
 		}
-		if out.Flush() != nil {
-			return 1
-		}
-	}
-	return 0
+		return 0
+	})
 }
 
-// mapper is a running id mapper.
-type mapper struct {
-	mu  sync.Mutex
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Reader
-}
-
-// startMapper starts the id mapper in the user namespace of pid.
-func startMapper(pid int) (*mapper, error) {
-	c := exec.Command("/proc/self/exe", zygoteMapperArg, fmt.Sprintf("/proc/%d/ns/user", pid))
-	c.Args[0] = "jailcell-zygote-mapper"
-	c.Env = []string{}
-	stderr := &boundedBuffer{max: 4096}
-	c.Stderr = stderr
-	in, err := c.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := c.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Start(); err != nil {
-		return nil, fmt.Errorf("start the zygote's id mapper: %w", err)
-	}
-	return &mapper{cmd: c, in: in, out: bufio.NewReaderSize(io.LimitReader(out, 1<<30), 512)}, nil
+// startMapper starts the id mapper in the user namespace of pid. It is
+// not restarted: a mapper that failed leaves its zygote unusable (the
+// next create takes another path).
+func startMapper(pid int) (*lineHelper, error) {
+	m := &lineHelper{name: "zygote's id mapper", args: []string{zygoteMapperArg, fmt.Sprintf("/proc/%d/ns/user", pid)}}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m, m.start()
 }
 
 // mapIDs gives pid's user namespace the uid and gid map 0 -> id (id
-// relative to the zygote's namespace), waiting at most timeout.
-func (m *mapper) mapIDs(pid, id int, timeout time.Duration) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, err := fmt.Fprintf(m.in, "%d %d\n", pid, id); err != nil {
-		return fmt.Errorf("id mapper: %w", err)
+// relative to the zygote's namespace) through mapper m, waiting at most
+// timeout.
+func mapIDs(m *lineHelper, pid, id int, timeout time.Duration) error {
+	lines, err := m.ask(fmt.Sprintf("%d %d", pid, id), 1, timeout)
+	if err != nil {
+		return err
 	}
-	type answer struct {
-		line string
-		err  error
+	if len(lines) != 1 || lines[0] != "ok" {
+		return fmt.Errorf("id mapper: %s", truncate([]byte(strings.Join(lines, " ")), 300))
 	}
-	ch := make(chan answer, 1)
-	go func() {
-		l, err := m.out.ReadString('\n')
-		ch <- answer{l, err}
-	}()
-	select {
-	case a := <-ch:
-		if a.err != nil {
-			return fmt.Errorf("id mapper: %w", a.err)
-		}
-		if l := strings.TrimSpace(a.line); l != "ok" {
-			return fmt.Errorf("id mapper: %s", truncate([]byte(l), 300))
-		}
-		return nil
-	case <-time.After(timeout):
-		_ = m.cmd.Process.Kill()
-		return fmt.Errorf("id mapper: no answer in %s", timeout)
-	}
-}
-
-func (m *mapper) close() {
-	_ = m.in.Close()
-	done := make(chan struct{})
-	go func() { _ = m.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-done
-	}
+	return nil
 }

@@ -299,8 +299,14 @@ func TestKernelSuicideReportsLost(t *testing.T) {
 
 func TestMemoryLimitGivesOOM(t *testing.T) {
 	e := newEnv(t, nil)
-	id := e.create(t, CreateOptions{})
-	res := e.exec(t, id, "b = bytearray(8 << 30)\nb[::4096] = b'x' * (len(b) // 4096)", 30*time.Second)
+	wantOOM(t, e, e.create(t, CreateOptions{}))
+}
+
+// wantOOM: a cell of session id that writes past the memory limit gets
+// an oom verdict (or a MemoryError), and the session lives on.
+func wantOOM(t *testing.T, e *env, id string) {
+	t.Helper()
+	res := e.exec(t, id, "b = bytearray(8 << 30)\nb[::4096] = b'x' * (len(b) // 4096)", 60*time.Second)
 	if res.Status != StatusOOM && !(res.Status == StatusError && res.Error != nil && res.Error.Type == "MemoryError") {
 		t.Fatalf("status = %q error=%+v, want oom (or MemoryError)", res.Status, res.Error)
 	}
@@ -309,7 +315,13 @@ func TestMemoryLimitGivesOOM(t *testing.T) {
 
 func TestPidsLimitBites(t *testing.T) {
 	e := newEnv(t, nil)
-	id := e.create(t, CreateOptions{})
+	wantForkBombStopped(t, e, e.create(t, CreateOptions{}))
+}
+
+// wantForkBombStopped: a fork bomb in session id stops at the pids limit,
+// said in the cell's limits.
+func wantForkBombStopped(t *testing.T, e *env, id string) {
+	t.Helper()
 	res := e.exec(t, id, `
 import os, time
 kids, err = [], None

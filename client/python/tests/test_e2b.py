@@ -195,7 +195,9 @@ class AsyncSocketE2BTest(unittest.TestCase):
         asyncio.run(self._two())
 
     async def _two(self) -> None:
-        threads = threading.active_count()
+        # The threads alive before, by identity: one an earlier test left
+        # may end meanwhile, which a count would take for a change.
+        before = set(threading.enumerate())
         a = await AsyncSandbox.create(SOCKET, ttl=120, envs={"WHO": "a"})
         b = await AsyncSandbox.create(socket=SOCKET, ttl=120)
         self.assertIsInstance(a.transport, AsyncSocketTransport)
@@ -234,7 +236,8 @@ class AsyncSocketE2BTest(unittest.TestCase):
             again = await AsyncSandbox.connect(b.sandbox_id, SOCKET)
             self.assertEqual((await again.run_code("1 + 1")).text, "2")
             self.assertFalse(a_task.done(), "a's cell ended before it was killed")
-            self.assertEqual(threading.active_count(), threads, "the asyncio transport started threads")
+            started = [t.name for t in threading.enumerate() if t not in before]
+            self.assertEqual(started, [], "the asyncio transport started threads")
             self.assertTrue(await a.kill())
             ex = await asyncio.wait_for(a_task, 60)
             self.assertIn(ex.status, ("killed", "error"))

@@ -78,14 +78,14 @@ func (p *countingProxy) counts() (accepted, live int) {
 	return p.accepted, p.live
 }
 
-// TestPythonSocketReuse runs tests/socket_reuse.py: SocketTransport keeps
-// its connections alive. Through a proxy that counts connections it
+// TestPythonSocketReuse runs tests/socket_reuse.py: SocketTransport and
+// AsyncSocketTransport keep their connections alive. Through a proxy that counts connections it
 // proves that sequential calls (streamed execs included) share one
 // connection, that threads sharing a transport get their own answers on
 // at most one connection each, and that after a service restart a stale
 // connection is either noticed before sending or, for a POST, refused
 // with an error rather than sent again (the cell runs once), while a GET
-// is sent again on a new connection.
+// is sent again on a new connection. Six real restarts, three for each.
 func TestPythonSocketReuse(t *testing.T) {
 	python := installPython(t)
 	bin := testenv.Jailcell(t)

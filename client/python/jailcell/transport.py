@@ -99,20 +99,24 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = s
 
     def stale(self) -> bool:
-        """Whether an idle kept-alive connection cannot take a request: the
-        service closed it (EOF) or sent something unasked. poll, not recv:
-        a socket with a timeout waits in recv even with MSG_DONTWAIT."""
-        if self.sock is None:
-            return True
-        try:
-            if hasattr(select, "poll"):
-                p = select.poll()
-                p.register(self.sock, select.POLLIN | select.POLLPRI)
-                return bool(p.poll(0))
-            r, _, _ = select.select([self.sock], [], [], 0)
-            return bool(r)
-        except (OSError, ValueError):
-            return True
+        """Whether an idle kept-alive connection cannot take a request."""
+        return self.sock is None or _readable(self.sock)
+
+
+def _readable(sock: Any) -> bool:
+    """Whether an idle connection has something to read: the service closed
+    it (EOF) or sent something unasked; either way it cannot take the next
+    request. poll, not recv: a socket with a timeout waits in recv even
+    with MSG_DONTWAIT."""
+    try:
+        if hasattr(select, "poll"):
+            p = select.poll()
+            p.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+            return bool(p.poll(0))
+        r, _, _ = select.select([sock.fileno()], [], [], 0)
+        return bool(r)
+    except (OSError, ValueError):
+        return True
 
 
 # Ops with a route of their own and no body: POST /v1/sessions/{id}/<op>.
@@ -177,14 +181,16 @@ class SocketTransport(Transport):
         if conn.sock is None or resp.will_close or not resp.isclosed():
             conn.close()
             return
-        now, old = time.monotonic(), []
+        now, drop, kept = time.monotonic(), [], False
         with self._lock:
             while self._idle and now - self._idle[0][1] > IDLE_AGE:
-                old.append(self._idle.pop(0)[0])
+                drop.append(self._idle.pop(0)[0])
             if len(self._idle) < MAX_IDLE:
                 self._idle.append((conn, now))
-                conn = None  # type: ignore[assignment]
-        for c in old + ([conn] if conn is not None else []):
+                kept = True
+        if not kept:
+            drop.append(conn)
+        for c in drop:
             c.close()
 
     def _drop_idle(self) -> None:

@@ -8,11 +8,12 @@ service and start it again, its sessions kept); "@@done" says every step
 ran. Any failure is an exception and a non-zero exit.
 """
 
+import asyncio
 import sys
 import threading
 from typing import Any, Dict, List
 
-from jailcell import SocketTransport, UnavailableError
+from jailcell import AsyncSocketTransport, SocketTransport, UnavailableError
 from jailcell import transport as transport_mod
 
 
@@ -140,9 +141,81 @@ def main() -> None:
     before = count()
     t.call("ping", {})
     check("connections after close()", count() - before, 1)
+
+    asyncio.run(async_main(sys.argv[1], sids))
     for s in [sid] + sids:
         t.call("close", {"session": s})
     print("@@done", flush=True)
+
+
+async def arun(t: AsyncSocketTransport, sid: str, code: str, **kw: Any) -> Dict[str, Any]:
+    resp = await t.call("exec", {"session": sid, "code": code}, **kw)
+    res: Dict[str, Any] = resp["result"]
+    if res.get("status") != "ok":
+        raise AssertionError("%r: %r" % (code, res))
+    return res
+
+
+async def async_main(sock: str, sids: List[str]) -> None:
+    """The same for AsyncSocketTransport (ask() blocks the loop on purpose:
+    nothing else runs meanwhile, so a closed connection is still unseen
+    by asyncio when the next call takes it)."""
+    t = AsyncSocketTransport(sock, timeout=120)
+    sid = sids[0]
+    before = count()
+    await t.call("ping", {})
+    await arun(t, sid, "y = 0")
+    for _ in range(5):
+        await arun(t, sid, "y += 1")
+    events: List[Dict[str, Any]] = []
+    res = await arun(t, sid, "for i in range(3):\n    print(i, flush=True)", on_event=events.append)
+    check("async streamed stdout events", "".join(e.get("text", "") for e in events if e.get("event") == "stdout"),
+          "0\n1\n2\n")
+    check("async y", (await arun(t, sid, "print(y)"))["stdout"].strip(), "5")
+    await t.call("info", {"session": sid})
+    check("async connections for 10 sequential calls", count() - before, 1)
+
+    # Tasks at once, each with its own session: their own answers, and no
+    # more connections than tasks.
+    before = count()
+    outs = await asyncio.gather(*[arun(t, s, "print(%d)" % n) for n, s in enumerate(sids)])
+    check("async concurrent answers", [o["stdout"].strip() for o in outs], [str(n) for n in range(len(sids))])
+    outs = await asyncio.gather(*[arun(t, s, "print(%d)" % (n + 10)) for n, s in enumerate(sids)])
+    check("async concurrent answers again", [o["stdout"].strip() for o in outs],
+          [str(n + 10) for n in range(len(sids))])
+    opened = count() - before
+    if opened > len(sids) - 1:
+        raise AssertionError("%d tasks x 2 opened %d connections, want at most %d more" % (len(sids), opened, len(sids) - 1))
+    print("ok: %d tasks x 2 calls opened %d more connections" % (len(sids), opened), flush=True)
+
+    # A restart: the stale connections are seen by poll before sending.
+    await arun(t, sid, "m = 0")
+    check("restart", ask("restart"), "ok")
+    before = count()
+    await arun(t, sid, "m += 1")
+    check("async m after one exec across a restart", (await arun(t, sid, "print(m)"))["stdout"].strip(), "1")
+    check("async connections after the restart", count() - before, 1)
+
+    # Stale connections sent on: a POST is not sent again, a GET is.
+    real_stale = AsyncSocketTransport.__dict__["_stale"]  # the staticmethod itself
+    AsyncSocketTransport._stale = staticmethod(lambda r, w: False)  # type: ignore[assignment]
+    try:
+        check("restart", ask("restart"), "ok")
+        try:
+            await arun(t, sid, "m += 1")
+            raise AssertionError("an async exec on a connection the service closed succeeded: it was sent again")
+        except UnavailableError as e:
+            if "not sent again" not in str(e):
+                raise AssertionError("the error does not say the POST was not re-sent: %s" % e)
+            print("ok: async exec on a closed connection: %s" % e, flush=True)
+        check("async m after an exec refused", (await arun(t, sid, "print(m)"))["stdout"].strip(), "1")
+        check("restart", ask("restart"), "ok")
+        before = count()
+        check("async ping retried", (await t.call("ping", {}))["ok"], True)
+        check("async connections for a retried GET", count() - before, 1)
+    finally:
+        setattr(AsyncSocketTransport, "_stale", real_stale)
+    await t.close()
 
 
 if __name__ == "__main__":

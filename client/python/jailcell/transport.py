@@ -163,6 +163,14 @@ class SocketTransport(Transport):
         for conn, _ in idle:
             conn.close()
 
+    def __del__(self) -> None:
+        # The idle connections are the transport's own: closed with it, not
+        # left to the garbage collector (a ResourceWarning each).
+        try:
+            self.close()
+        except Exception:
+            pass
+
     def _take(self) -> Tuple[_UnixConnection, bool]:
         """A connection for one request, and whether it was reused."""
         while True:

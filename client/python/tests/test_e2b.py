@@ -195,7 +195,9 @@ class AsyncSocketE2BTest(unittest.TestCase):
         asyncio.run(self._two())
 
     async def _two(self) -> None:
-        threads = threading.active_count()
+        # Threads that were there before may end meanwhile (the waitpid
+        # thread of an earlier test's asyncio subprocess): only new ones count.
+        threads = set(threading.enumerate())
         a = await AsyncSandbox.create(SOCKET, ttl=120, envs={"WHO": "a"})
         b = await AsyncSandbox.create(socket=SOCKET, ttl=120)
         self.assertIsInstance(a.transport, AsyncSocketTransport)
@@ -234,7 +236,7 @@ class AsyncSocketE2BTest(unittest.TestCase):
             again = await AsyncSandbox.connect(b.sandbox_id, SOCKET)
             self.assertEqual((await again.run_code("1 + 1")).text, "2")
             self.assertFalse(a_task.done(), "a's cell ended before it was killed")
-            self.assertEqual(threading.active_count(), threads, "the asyncio transport started threads")
+            self.assertEqual(set(threading.enumerate()) - threads, set(), "the asyncio transport started threads")
             self.assertTrue(await a.kill())
             ex = await asyncio.wait_for(a_task, 60)
             self.assertIn(ex.status, ("killed", "error"))

@@ -482,8 +482,8 @@ func goJSONLRoundTrip(cfg, state string) float64 {
 }
 
 // pyClientScript times x += 1 through the repo's Python client
-// (jailcell.Client: HTTP on the Unix socket, a connection per call, as it
-// makes them).
+// (jailcell.Client: HTTP on the Unix socket, its connection kept alive
+// between calls, as it makes them).
 const pyClientScript = `
 import json, sys, time
 from jailcell import Client
@@ -590,10 +590,10 @@ func zygoteRows(add func(string, Row, bool, float64)) {
 	const jupPeer = "Jupyter execute p50 (jupyter_client against ipykernel, no sandbox)"
 	const rtClose = "one frame per cell instead of two (drop `started`: about 44 us) and the cell run on the kernel's link " +
 		"thread when none is running (about 34 us); the host's HTTP or JSON-lines handling on top"
-	py := Row{Figure: "cell round trip x += 1, the repo's Python client (jailcell.Client: HTTP on the Unix socket, a connection per call), p50",
+	py := Row{Figure: "cell round trip x += 1, the repo's Python client (jailcell.Client: HTTP on the Unix socket, connection kept alive), p50",
 		Unit: "ms", Jailcell: r["zygote_py_client_rt_p50_ms"], Target: fmt.Sprintf("<= Jupyter / 10 = %.3g ms", jup/10),
 		Peer: jupPeer, PeerVal: jup, Compares: "like for like: both from a Python client",
-		Close: "the client keeping its connection (it opens one per call), and " + rtClose}
+		Close: "the client's HTTP handling (http.client, a request head and a JSON body each way), and " + rtClose}
 	if why := zyg.failed["py_client"]; why != "" {
 		py.Failed = why
 	}

@@ -1,5 +1,5 @@
 """asyncio transports: the service's Unix socket spoken over asyncio streams
-(HTTP/1.1, one connection per call) and a `jailcell json` child spoken to
+(HTTP/1.1, connections kept alive between calls) and a `jailcell json` child spoken to
 through asyncio's subprocess pipes. No thread is involved: many sandboxes
 and calls wait at once on one event loop.
 
@@ -13,11 +13,13 @@ import inspect
 import itertools
 import json
 import ssl
+import time
 import urllib.parse
 from typing import Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import InternalError, UnavailableError
-from .transport import DEFAULT_TIMEOUT, MAX_LINE, BadRequest, Transport, _checked, _decode, _encode
+from .transport import (_IDEMPOTENT, DEFAULT_TIMEOUT, IDLE_AGE, MAX_IDLE, MAX_LINE, BadRequest, Transport, _checked,
+                        _decode, _encode, _readable)
 
 __all__ = ["AsyncTransport", "AsyncSocketTransport", "AsyncTCPTransport", "AsyncJsonLinesTransport", "ThreadedTransport"]
 
@@ -99,7 +101,9 @@ def route(op: str, fields: Dict[str, Any], streamed: bool) -> Tuple[str, str, Op
     if op == "download":
         return "GET", _file(session, "files", fields.get("path")), None, "", "raw"
     if op == "exec":
-        return js("POST", _path(session, "exec") if session else "/v1/exec", fields, "stream")
+        # Nothing to stream to: a plain JSON answer (the service streams
+        # only when the Accept header or "stream" asks).
+        return js("POST", _path(session, "exec") if session else "/v1/exec", fields, "stream" if streamed else "json")
     if op == "command":
         return js("POST", _path(session, "commands"), fields, "stream" if streamed else "json")
     if op == "set_timeout":
@@ -129,6 +133,9 @@ class _Body:
         if self.left is not None and self.left > max_bytes:
             raise InternalError(0, "internal", "response body of %d bytes is over %d" % (self.left, max_bytes))
         self.read_bytes = 0
+        # Read to its end as framed (chunked or by length): the connection
+        # may carry the next request.
+        self.done = False
 
     def _count(self, n: int) -> None:
         self.read_bytes += n
@@ -144,6 +151,7 @@ class _Body:
                 size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
                 if size == 0:
                     await self.r.readuntil(b"\r\n")  # the trailer's end (jailcell sends none)
+                    self.done = True
                     return
                 self._count(size)
                 data = await self.r.readexactly(size)
@@ -157,6 +165,7 @@ class _Body:
                 self.left -= len(data)
                 self._count(len(data))
                 yield data
+            self.done = True
         else:
             while True:
                 data = await self.r.read(1 << 20)
@@ -181,22 +190,73 @@ class _Body:
             yield buf
 
 
+def _close_quietly(writer: asyncio.StreamWriter) -> None:
+    try:
+        writer.close()
+    except (OSError, RuntimeError):  # RuntimeError: its event loop is closed
+        pass
+
+
 class AsyncSocketTransport(AsyncTransport):
-    """`jailcell serve` on its Unix socket, over asyncio streams: each call
-    opens its own connection, so one transport serves many tasks."""
+    """`jailcell serve` on its Unix socket, over asyncio streams: connections
+    are kept alive and reused (at most MAX_IDLE idle, each for IDLE_AGE
+    seconds, on the event loop that opened it), each call on one of its
+    own, so one transport serves many tasks. close() closes the idle ones;
+    a later call opens a new one."""
+
+    # Whether connections are kept between calls (AsyncTCPTransport's are
+    # not: a fleet's proxy has its own idle timeouts).
+    _keep_alive = True
 
     def __init__(self, socket_path: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
+        # (reader, writer, idle since, its event loop), newest last; only
+        # touched from event-loop code, which does not await in between.
+        self._idle: List[Tuple[asyncio.StreamReader, asyncio.StreamWriter, float, asyncio.AbstractEventLoop]] = []
 
     def __repr__(self) -> str:
         return "AsyncSocketTransport(%r)" % self.socket_path
+
+    async def close(self) -> None:
+        """Close the idle connections; calls still running keep theirs."""
+        idle, self._idle = self._idle, []
+        for _, w, _, _ in idle:
+            _close_quietly(w)
 
     async def _open(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:
             return await asyncio.open_unix_connection(self.socket_path, limit=MAX_HEAD)
         except OSError as e:
             raise UnavailableError(0, "unavailable", "connect to %s: %s" % (self.socket_path, e)) from e
+
+    async def _take(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        """A connection for one request, and whether it was reused."""
+        loop = asyncio.get_running_loop()
+        while self._idle:
+            r, w, since, on = self._idle.pop()
+            if on is loop and time.monotonic() - since <= IDLE_AGE and not self._stale(r, w):
+                return r, w, True
+            _close_quietly(w)
+        r, w = await self._open()
+        return r, w, False
+
+    @staticmethod
+    def _stale(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
+        """The service closed an idle connection, or sent something unasked."""
+        if w.is_closing() or r.at_eof() or len(getattr(r, "_buffer", b"")) > 0:
+            return True
+        sock = w.get_extra_info("socket")
+        return sock is None or _readable(sock)
+
+    def _give(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        now = time.monotonic()
+        while self._idle and now - self._idle[0][2] > IDLE_AGE:
+            _close_quietly(self._idle.pop(0)[1])
+        if len(self._idle) < MAX_IDLE and not w.is_closing():
+            self._idle.append((r, w, now, asyncio.get_running_loop()))
+        else:
+            _close_quietly(w)
 
     def _auth(self) -> List[str]:
         return []
@@ -207,64 +267,101 @@ class AsyncSocketTransport(AsyncTransport):
 
     async def _exchange(self, op: str, fields: Dict[str, Any], method: str, path: str, body: Optional[bytes],
                         ctype: str, kind: str, on_event: Optional[AsyncOnEvent]) -> Dict[str, Any]:
-        reader, writer = await self._open()
-        try:
-            head = ["%s %s HTTP/1.1" % (method, path), "Host: jailcell", "Connection: close"] + self._auth()
-            if ctype:
-                head.append("Content-Type: " + ctype)
-            if kind == "stream":
-                head.append("Accept: application/x-ndjson")
-            head.append("Content-Length: %d" % len(body or b""))
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b""))
-            await writer.drain()
+        head = ["%s %s HTTP/1.1" % (method, path), "Host: jailcell"] + self._auth()
+        if not self._keep_alive:
+            head.append("Connection: close")
+        if ctype:
+            head.append("Content-Type: " + ctype)
+        if kind == "stream":
+            head.append("Accept: application/x-ndjson")
+        head.append("Content-Length: %d" % len(body or b""))
+        req = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")
+        retried = False
+        while True:
+            if self._keep_alive and not retried:
+                reader, writer, reused = await self._take()
+            else:  # a retry takes a new connection: any idle one may be stale too
+                (reader, writer), reused = await self._open(), False
+            keep = False
             try:
-                raw = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.LimitOverrunError:
-                raise InternalError(0, "internal", "response head over %d bytes" % MAX_HEAD)
-            except asyncio.IncompleteReadError as e:
-                raise UnavailableError(0, "unavailable", "%s closed the connection before answering" % self.socket_path) from e
-            lines = raw.decode("latin-1").split("\r\n")
-            parts = lines[0].split(" ", 2)
-            if len(parts) < 2 or not parts[1].isdigit():
-                raise InternalError(0, "internal", "not an HTTP status line: %r" % lines[0][:100])
-            status = int(parts[1])
-            headers: Dict[str, str] = {}
-            for ln in lines[1:]:
-                if ":" in ln:
-                    k, v = ln.split(":", 1)
-                    headers[k.strip().lower()] = v.strip()
-            b = _Body(reader, headers, MAX_LINE)
-            if kind == "raw":
-                data = await b.all()
-                if status != 200:
-                    _decode(status, data)
-                    raise InternalError(status, "internal", "download answered %d without an error" % status)
-                return {"ok": True, "path": fields.get("path"), "data": data, "size": len(data),
-                        "sha256": headers.get("x-jailcell-sha256", "")}
-            if not headers.get("content-type", "").startswith("application/x-ndjson"):
-                return _decode(status, await b.all())
-            async for line in b.lines():
-                if not line.strip():
-                    continue
-                msg = json.loads(line)
-                if isinstance(msg, dict) and "event" in msg:
-                    await _deliver(on_event, msg)
-                    continue
-                return _decode(status, line)
-            raise InternalError(status, "internal", "stream ended before the result")
-        finally:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except OSError:
-                pass
+                try:
+                    writer.write(req)
+                    await writer.drain()
+                    raw = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.LimitOverrunError:
+                    raise InternalError(0, "internal", "response head over %d bytes" % MAX_HEAD)
+                except (ConnectionError, asyncio.IncompleteReadError) as e:
+                    if not reused:
+                        raise UnavailableError(0, "unavailable", "%s closed the connection before answering"
+                                               % self.socket_path) from e
+                    # The service closed a kept connection (a restart, its
+                    # idle timeout): the other idle ones are likely gone too.
+                    await self.close()
+                    if method in _IDEMPOTENT and not retried:
+                        retried = True
+                        continue
+                    # Not re-sent: the request may have reached the service,
+                    # and a POST sent twice could run a cell (or create a
+                    # session) twice.
+                    raise UnavailableError(0, "unavailable", "%s closed the kept-alive connection under %s %s (%s); "
+                                           "not sent again, since it may have arrived"
+                                           % (self.socket_path, method, path, str(e) or type(e).__name__)) from e
+                lines = raw.decode("latin-1").split("\r\n")
+                parts = lines[0].split(" ", 2)
+                if len(parts) < 2 or not parts[1].isdigit():
+                    raise InternalError(0, "internal", "not an HTTP status line: %r" % lines[0][:100])
+                status = int(parts[1])
+                headers: Dict[str, str] = {}
+                for ln in lines[1:]:
+                    if ":" in ln:
+                        k, v = ln.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                b = _Body(reader, headers, MAX_LINE)
+                reusable = self._keep_alive and "close" not in headers.get("connection", "").lower()
+                if kind == "raw":
+                    data = await b.all()
+                    keep = reusable and b.done
+                    if status != 200:
+                        _decode(status, data)
+                        raise InternalError(status, "internal", "download answered %d without an error" % status)
+                    return {"ok": True, "path": fields.get("path"), "data": data, "size": len(data),
+                            "sha256": headers.get("x-jailcell-sha256", "")}
+                if not headers.get("content-type", "").startswith("application/x-ndjson"):
+                    data = await b.all()
+                    keep = reusable and b.done
+                    return _decode(status, data)
+                it = b.lines()
+                async for line in it:
+                    if not line.strip():
+                        continue
+                    msg = json.loads(line)
+                    if isinstance(msg, dict) and "event" in msg:
+                        await _deliver(on_event, msg)
+                        continue
+                    # The result is the last line: read the body's end so
+                    # that the connection can carry the next request.
+                    async for _ in it:
+                        pass
+                    keep = reusable and b.done
+                    return _decode(status, line)
+                raise InternalError(status, "internal", "stream ended before the result")
+            finally:
+                if keep:
+                    self._give(reader, writer)
+                else:
+                    _close_quietly(writer)
+                    try:
+                        await writer.wait_closed()
+                    except (OSError, RuntimeError):
+                        pass
 
 
 class AsyncTCPTransport(AsyncSocketTransport):
     """`jailcell serve --listen tcp://HOST:PORT` (a fleet node, or behind
     its proxy), over asyncio streams: each request carries the bearer
     token (Authorization: Bearer), and with ssl_context the connection is
-    TLS (a client certificate in the context is mutual TLS).
+    TLS (a client certificate in the context is mutual TLS). Each call
+    opens its own connection.
 
         t = AsyncTCPTransport("tcp://127.0.0.1:7070", token=os.environ["JAILCELL_TOKEN"])
     """

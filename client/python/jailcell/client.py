@@ -46,8 +46,9 @@ def _files(files: Optional[Files]) -> Optional[List[Dict[str, str]]]:
 
 
 class Client:
-    """A client of one jailcell service. Each call uses its own connection,
-    so a Client may be shared between threads."""
+    """A client of one jailcell service. Calls reuse kept-alive connections
+    (SocketTransport's), each call on one of its own, so a Client may be
+    shared between threads."""
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = 900) -> None:
         # timeout (seconds) bounds each socket operation; keep it above the

@@ -14,12 +14,13 @@ import itertools
 import json
 import os
 import queue
+import select
 import socket
 import subprocess
 import threading
 import time
 import urllib.parse
-from typing import IO, Any, Callable, Deque, Dict, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import InternalError, JailcellError, UnavailableError, error_for
 
@@ -97,35 +98,159 @@ class _UnixConnection(http.client.HTTPConnection):
             raise UnavailableError(0, "unavailable", "connect to %s: %s" % (self._path, e)) from e
         self.sock = s
 
+    def stale(self) -> bool:
+        """Whether an idle kept-alive connection cannot take a request."""
+        return self.sock is None or _readable(self.sock)
+
+
+def _readable(sock: Any) -> bool:
+    """Whether an idle connection has something to read: the service closed
+    it (EOF) or sent something unasked; either way it cannot take the next
+    request. poll, not recv: a socket with a timeout waits in recv even
+    with MSG_DONTWAIT."""
+    try:
+        if hasattr(select, "poll"):
+            p = select.poll()
+            p.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+            return bool(p.poll(0))
+        r, _, _ = select.select([sock.fileno()], [], [], 0)
+        return bool(r)
+    except (OSError, ValueError):
+        return True
+
 
 # Ops with a route of their own and no body: POST /v1/sessions/{id}/<op>.
 _LIFE_OPS = ("hibernate", "restore", "fork", "snapshot", "rollback", "interrupt")
 
+# Methods that may be sent again when a kept-alive connection turns out to
+# have been closed by the service under the request (a restart, its idle
+# timeout). A POST never is: it may have arrived, and a create or an exec
+# sent twice makes two sessions or runs a cell twice.
+_IDEMPOTENT = frozenset(("GET", "HEAD", "DELETE", "PUT"))
+
+# The pool of idle connections: at most MAX_IDLE kept, each for at most
+# IDLE_AGE seconds, well under the service's http.idle_timeout (2 min by
+# default), so the service seldom closes one just as it is reused.
+MAX_IDLE = 4
+IDLE_AGE = 30.0
+
+# What a connection closed under a request raises: a send on a Unix socket
+# whose peer is gone fails with EPIPE, a read with no answer is
+# RemoteDisconnected (a ConnectionResetError) or a reset.
+_CLOSED = (ConnectionError,)
+
 
 class SocketTransport(Transport):
-    """`jailcell serve` on its Unix socket. Each call uses its own
-    connection, so one transport may be shared between threads."""
+    """`jailcell serve` on its Unix socket. Connections are kept alive and
+    reused: a call takes an idle one (or opens one) and gives it back once
+    its answer is read to the end, so one transport may be shared between
+    threads, each call on a connection of its own. close() closes the idle
+    ones; a later call opens a new one."""
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
+        self._lock = threading.Lock()  # guards _idle
+        self._idle: List[Tuple[_UnixConnection, float]] = []  # (connection, idle since), newest last
 
     def __repr__(self) -> str:
         return "SocketTransport(%r)" % self.socket_path
 
+    def close(self) -> None:
+        """Close the idle connections; calls still running keep theirs."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            conn.close()
+
+    def __del__(self) -> None:
+        # The idle connections are the transport's own: closed with it, not
+        # left to the garbage collector (a ResourceWarning each).
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _take(self) -> Tuple[_UnixConnection, bool]:
+        """A connection for one request, and whether it was reused."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                conn, since = self._idle.pop()
+            if time.monotonic() - since <= IDLE_AGE and not conn.stale():
+                return conn, True
+            conn.close()
+        return _UnixConnection(self.socket_path, self.timeout), False
+
+    def _give(self, conn: _UnixConnection, resp: http.client.HTTPResponse) -> None:
+        """Keep conn for the next request if its answer was read to the end
+        and neither side asked to close it; otherwise close it."""
+        if conn.sock is None or resp.will_close or not resp.isclosed():
+            conn.close()
+            return
+        now, drop, kept = time.monotonic(), [], False
+        with self._lock:
+            while self._idle and now - self._idle[0][1] > IDLE_AGE:
+                drop.append(self._idle.pop(0)[0])
+            if len(self._idle) < MAX_IDLE:
+                self._idle.append((conn, now))
+                kept = True
+        if not kept:
+            drop.append(conn)
+        for c in drop:
+            c.close()
+
+    def _drop_idle(self) -> None:
+        """One kept connection was found closed: the service probably
+        restarted, so the others are closed too."""
+        self.close()
+
+    def _send(self, method: str, path: str, body: Optional[bytes],
+              headers: Dict[str, str]) -> Tuple[_UnixConnection, http.client.HTTPResponse]:
+        """Send one request and read its response head; the caller reads the
+        body and gives the connection back (or closes it)."""
+        retried = False
+        while True:
+            if retried:  # on a new connection: any idle one may be stale too
+                conn, reused = _UnixConnection(self.socket_path, self.timeout), False
+            else:
+                conn, reused = self._take()
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                return conn, conn.getresponse()
+            except _CLOSED as e:
+                conn.close()
+                if not reused:
+                    raise UnavailableError(0, "unavailable", "%s closed the connection before answering %s %s: %s"
+                                           % (self.socket_path, method, path, str(e) or type(e).__name__)) from e
+                self._drop_idle()
+                if method in _IDEMPOTENT and not retried:
+                    retried = True
+                    continue
+                # Not re-sent: the request may have reached the service, and
+                # a POST sent twice could run a cell (or create a session) twice.
+                raise UnavailableError(0, "unavailable", "%s closed the kept-alive connection under %s %s (%s); "
+                                       "not sent again, since it may have arrived"
+                                       % (self.socket_path, method, path, str(e) or type(e).__name__)) from e
+            except BaseException:
+                conn.close()
+                raise
+
     def request(self, method: str, path: str, body: Optional[bytes] = None,
                 headers: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, str], bytes]:
         """One raw HTTP exchange: status, headers (lower-case names), body."""
-        conn = _UnixConnection(self.socket_path, self.timeout)
+        conn, resp = self._send(method, path, body, headers or {})
         try:
-            conn.request(method, path, body=body, headers=headers or {})
-            resp = conn.getresponse()
             data = resp.read(MAX_LINE + 1)
             if len(data) > MAX_LINE:
                 raise InternalError(resp.status, "internal", "response body over %d bytes" % MAX_LINE)
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
-        finally:
+            out = resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+        except BaseException:
             conn.close()
+            raise
+        self._give(conn, resp)
+        return out
 
     @staticmethod
     def _session_path(session: Any, *rest: str) -> str:
@@ -213,31 +338,47 @@ class SocketTransport(Transport):
         return _decode(status, data)
 
     def _exec(self, path: str, payload: Dict[str, Any], on_event: Optional[OnEvent]) -> Dict[str, Any]:
+        if on_event is None:
+            # Nothing to stream to: a plain JSON answer (the service streams
+            # only when the Accept header or "stream" asks).
+            return self._json("POST", path, payload)
         body = json.dumps(payload, default=_encode).encode()
-        conn = _UnixConnection(self.socket_path, self.timeout)
+        conn, resp = self._send("POST", path, body, {
+            "Content-Type": "application/json", "Accept": "application/x-ndjson"})
         try:
-            conn.request("POST", path, body=body, headers={
-                "Content-Type": "application/json", "Accept": "application/x-ndjson"})
-            resp = conn.getresponse()
             if not (resp.getheader("Content-Type") or "").startswith("application/x-ndjson"):
                 # Refused before any output: a plain JSON error (or answer).
-                return _decode(resp.status, resp.read(MAX_LINE))
-            while True:
-                line = resp.readline(MAX_LINE + 1)
-                if not line:
-                    raise InternalError(resp.status, "internal", "stream ended before the result")
-                if len(line) > MAX_LINE and not line.endswith(b"\n"):
-                    raise InternalError(resp.status, "internal", "streamed line over %d bytes" % MAX_LINE)
-                if not line.strip():
-                    continue
-                msg = json.loads(line)
-                if isinstance(msg, dict) and "event" in msg:
-                    if on_event is not None:
-                        on_event(msg)
-                    continue
-                return _decode(resp.status, line)
-        finally:
+                line = resp.read(MAX_LINE + 1)
+                if len(line) > MAX_LINE:
+                    raise InternalError(resp.status, "internal", "response body over %d bytes" % MAX_LINE)
+            else:
+                line = self._read_stream(resp, on_event)
+                # The result is the last line: read the body's end so that
+                # the connection can carry the next request (_give closes
+                # it if more than that was left).
+                resp.read(64 << 10)
+        except BaseException:
             conn.close()
+            raise
+        self._give(conn, resp)
+        return _decode(resp.status, line)
+
+    @staticmethod
+    def _read_stream(resp: http.client.HTTPResponse, on_event: OnEvent) -> bytes:
+        """Hand the streamed events to on_event; the result's line."""
+        while True:
+            line = resp.readline(MAX_LINE + 1)
+            if not line:
+                raise InternalError(resp.status, "internal", "stream ended before the result")
+            if len(line) > MAX_LINE and not line.endswith(b"\n"):
+                raise InternalError(resp.status, "internal", "streamed line over %d bytes" % MAX_LINE)
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            if isinstance(msg, dict) and "event" in msg:
+                on_event(msg)
+                continue
+            return line
 
 
 def BadRequest(message: str) -> JailcellError:

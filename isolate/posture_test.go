@@ -49,15 +49,7 @@ func newTestHost(t testing.TB) *Host {
 // outside.
 func startSleeper(t *testing.T, h *Host, p policy.Policy) *Sandbox {
 	t.Helper()
-	d, err := h.NewDisk("posture"+strconv.Itoa(time.Now().Nanosecond()), p)
-	if err != nil {
-		t.Fatalf("NewDisk: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Destroy(); err != nil {
-			t.Errorf("destroy disk: %v", err)
-		}
-	})
+	d := testDisk(t, h, p, "posture")
 	sb, err := d.Create(Spec{
 		Policy: p,
 		Args:   []string{"/usr/bin/python3", "-c", "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: None)\ntime.sleep(60)"},
@@ -433,4 +425,19 @@ func exeSize(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// testDisk is a new disk of policy p, destroyed when the test ends.
+func testDisk(t *testing.T, h *Host, p policy.Policy, prefix string) *Disk {
+	t.Helper()
+	d, err := h.NewDisk(prefix+strconv.Itoa(time.Now().Nanosecond()), p)
+	if err != nil {
+		t.Fatalf("NewDisk: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Destroy(); err != nil {
+			t.Errorf("destroy disk: %v", err)
+		}
+	})
+	return d
 }

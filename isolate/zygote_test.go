@@ -75,15 +75,7 @@ func startTestZygote(t *testing.T, h *Host, p policy.Policy) *Zygote {
 
 func forkProbe(t *testing.T, h *Host, z *Zygote, p policy.Policy, targets ...int) (*Sandbox, map[string]string) {
 	t.Helper()
-	d, err := h.NewDisk("zyg"+strconv.Itoa(time.Now().Nanosecond()), p)
-	if err != nil {
-		t.Fatalf("NewDisk: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Destroy(); err != nil {
-			t.Errorf("destroy disk: %v", err)
-		}
-	})
+	d := testDisk(t, h, p, "zyg")
 	out := t.TempDir()
 	if err := os.Chmod(out, 0o777); err != nil {
 		t.Fatal(err)

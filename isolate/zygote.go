@@ -195,7 +195,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 		return nil, err
 	}
 
-	cfg := h.zygoteConfig(spec, id, slot)
+	cfg := h.zygoteConfig(spec, id)
 	c, err := libcontainer.Create(h.containersDir(), id, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create zygote container: %w", err)
@@ -263,7 +263,8 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 //     nest in it, each mapped to its own slot), is owned by host root as a
 //     cold start's is (criu cannot read the rlimits of a process whose
 //     user namespace an unprivileged uid created), and the zygote runs in
-//     it as its own slot's first id, not its root: no capability anywhere.
+//     it as uid 1 of a slot of its own, no namespace's root: no capability
+//     anywhere.
 //   - No pid namespace: a fork's is then a child of the host's, as a cold
 //     start's is, and a zygote that dies takes none of its forks with it.
 //     Its /proc is the host's, bound: a fork can mount its own proc only
@@ -272,7 +273,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 //   - No masked or read-only paths (the same reason) and no seccomp filter
 //     (a fork would inherit it under its own, and the zygote runs only
 //     zygote.py and the preload, never a cell).
-func (h *Host) zygoteConfig(spec ZygoteSpec, id string, slot int) *configs.Config {
+func (h *Host) zygoteConfig(spec ZygoteSpec, id string) *configs.Config {
 	cfg := h.containerConfig(Spec{Policy: spec.Policy}, id, h.cfg.Rootfs, h.cfg.UIDBase, nil)
 	cfg.Readonlyfs = true
 	ids := []configs.IDMap{{ContainerID: 0, HostID: int64(h.cfg.UIDBase), Size: int64(h.cfg.Slots) * idsPerSlot}}
@@ -293,13 +294,14 @@ func (h *Host) zygoteConfig(spec ZygoteSpec, id string, slot int) *configs.Confi
 				Flags: unix.MS_BIND | unix.MS_REC | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC}
 		}
 	}
-	// No process limit of its own: each fork's user namespace nests in the
-	// zygote's uid, and the kernel counts every task of every fork against
-	// the limit the zygote had when it forked (RLIMIT_NPROC), and every
-	// fork in flight (forked, not yet moved to its own cgroup) against the
-	// zygote's pids cgroup. A fork sets the policy's limit on itself.
-	// The daemon's own limit: in its user namespace the zygote's init
-	// cannot raise a hard limit past it.
+	// Process limits sized for all its forks: each fork's user namespace
+	// nests in the zygote's uid, and the kernel counts every task of every
+	// fork against the RLIMIT_NPROC the zygote had when it forked (here the
+	// daemon's own: in its user namespace the zygote's init cannot raise a
+	// hard limit past it), and every fork in flight (forked, not yet moved
+	// to its own cgroup) against the zygote's pids cgroup (one per slot
+	// the host has, and the policy's own). A fork sets the policy's
+	// rlimits on itself.
 	var nproc unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &nproc); err != nil {
 		nproc = unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
@@ -309,8 +311,8 @@ func (h *Host) zygoteConfig(spec ZygoteSpec, id string, slot int) *configs.Confi
 			cfg.Rlimits[i].Hard, cfg.Rlimits[i].Soft = nproc.Max, nproc.Max
 		}
 	}
-	noPidsLimit := int64(-1)
-	cfg.Cgroups.Resources.PidsLimit = &noPidsLimit
+	pids := int64(h.cfg.Slots) + spec.Policy.Pids
+	cfg.Cgroups.Resources.PidsLimit = &pids
 	cfg.Mounts = append(cfg.Mounts, &configs.Mount{Source: h.zygoteDir(id), Destination: spec.Dir, Device: "bind",
 		Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV})
 	return cfg

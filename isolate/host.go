@@ -322,6 +322,14 @@ func (h *Host) Reconcile(keep func(diskID string) bool) ([]string, error) {
 			removed[diskOf(id)] = true
 		}
 	}
+	// A zygote's directory (its kernel files) goes with its container: a
+	// live zygote has one, a previous daemon's was destroyed above.
+	zygotes, _ := os.ReadDir(filepath.Join(h.cfg.StateDir, "zygotes"))
+	for _, e := range zygotes {
+		if _, err := os.Stat(filepath.Join(h.containersDir(), e.Name())); err != nil {
+			_ = os.RemoveAll(h.zygoteDir(e.Name()))
+		}
+	}
 	disks, _ := os.ReadDir(filepath.Join(h.cfg.StateDir, "sandboxes"))
 	for _, e := range disks {
 		if kept(e.Name()) {

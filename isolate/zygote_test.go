@@ -196,3 +196,36 @@ func procUID(t *testing.T, pid int) int {
 	}
 	return uid
 }
+
+// TestDeadDaemonsZygoteEndsAndIsReconciled: a zygote ends when its
+// daemon's end of the socket closes (the daemon died), and the next
+// daemon's Reconcile removes its container, cgroup and directory.
+func TestDeadDaemonsZygoteEndsAndIsReconciled(t *testing.T) {
+	h := newTestHost(t)
+	z := startTestZygote(t, h, policy.Default())
+	// As the daemon's death would: its end of the socket closes.
+	_ = z.ctl.Close()
+	select {
+	case <-z.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the zygote outlived its daemon's socket by 20 s")
+	}
+	h2, err := NewHost(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	if _, err := h2.Reconcile(nil); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	for _, p := range []string{filepath.Join(h.containersDir(), z.id), z.dir} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after Reconcile: %v", p, err)
+		}
+	}
+	for _, id := range h2.cgroupIDs() {
+		if id == z.id {
+			t.Errorf("zygote cgroup %s left after Reconcile", id)
+		}
+	}
+}

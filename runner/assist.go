@@ -87,55 +87,21 @@ func (c *Conn) Assist(ctx context.Context, req AssistRequest) (*AssistReply, err
 		return nil, fmt.Errorf("assist: cursor_pos %d: must be within the code's %d characters", req.CursorPos, points)
 	}
 	what := req.Kind + " " + req.ID
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%s: %w", what, context.Cause(ctx))
-	}
-	defer func() { <-c.sem }()
-	if err := c.broken(); err != nil {
+	b, err := c.request(ctx, what, map[string]any{
+		"t": "assist", "id": req.ID, "kind": req.Kind, "code": req.Code,
+		"cursor_pos": req.CursorPos, "detail_level": req.DetailLevel,
+	}, "assist", nil)
+	if err != nil {
 		return nil, err
 	}
-	frame := struct {
-		T           string `json:"t"`
-		ID          string `json:"id"`
-		Kind        string `json:"kind"`
-		Code        string `json:"code"`
-		CursorPos   int    `json:"cursor_pos"`
-		DetailLevel int    `json:"detail_level"`
-	}{"assist", req.ID, req.Kind, req.Code, req.CursorPos, req.DetailLevel}
-	if err := WriteFrame(c.nc, frame); err != nil {
-		if errors.Is(err, ErrFrameTooLarge) {
-			return nil, fmt.Errorf("%s: %w", what, err) // nothing was written
+	obj, _, _, err := frameHead(b)
+	if err == nil {
+		var r *AssistReply
+		if r, err = decodeAssist(obj, req.Kind, points); err == nil {
+			return r, nil
 		}
-		return nil, c.fail(fmt.Errorf("%s: %w", what, err))
 	}
-	stop := watchDeadline(ctx, c.nc.SetDeadline)
-	defer stop()
-	failed := func(err error) error {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
-		}
-		return c.fail(fmt.Errorf("%s: %w", what, err))
-	}
-	for {
-		b, err := ReadFrame(c.r, c.maxFrame)
-		if err != nil {
-			return nil, failed(err)
-		}
-		obj, t, id, err := frameHead(b)
-		if err != nil {
-			return nil, failed(err)
-		}
-		if !stringIs(t, "assist") || !stringIs(id, req.ID) {
-			continue // a stray frame of an orphaned cell, or a forged one
-		}
-		r, err := decodeAssist(obj, req.Kind, points)
-		if err != nil {
-			return nil, failed(err)
-		}
-		return r, nil
-	}
+	return nil, c.fail(fmt.Errorf("%s: %w", what, err))
 }
 
 // decodeAssist reads the fields of want (a kind) out of a reply within the bounds

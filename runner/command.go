@@ -131,7 +131,8 @@ func (c *Conn) SetEnv(ctx context.Context, id string, set map[string]string, uns
 
 // request writes frame and reads frames until the one of type t with the
 // frame's id, handing the others with that id to other (nil: skip them).
-// It holds the Conn like Assist and breaks it on any failure.
+// It holds the Conn, waiting for a running Exec as a Ping does, and breaks
+// it on any failure: an unanswered request leaves the stream out of step.
 func (c *Conn) request(ctx context.Context, what string, frame map[string]any, t string, other func([]byte) error) ([]byte, error) {
 	id, _ := frame["id"].(string)
 	select {

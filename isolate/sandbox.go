@@ -213,22 +213,23 @@ func (d *Disk) Create(spec Spec) (*Sandbox, error) {
 	})
 }
 
-// build is every way a sandbox comes up on d (a fresh start, a restore):
-// claim the disk, mount its root, create the container, let start bring
-// up the init, and watch it; start returns the container to keep (a
-// restore's is reloaded). labels go to the container's configuration.
-// A restored sandbox (every criu restore: hibernate, template, fork,
-// snapshot, rollback) passes the posture check before it is returned.
-// On failure everything done is undone; the disk stays.
-func (d *Disk) build(spec Spec, labels []string, restored bool, start startFunc) (*Sandbox, error) {
-	return d.buildEarly(spec, labels, restored, nil, start)
+// build is every way a sandbox comes up on d (a fresh start, a restore,
+// a zygote's fork): claim the disk, mount its root, create the container,
+// let start bring up the init, and watch it; start returns the container
+// to keep (a restore's is reloaded). labels go to the container's
+// configuration. With verify (every criu restore: hibernate, template,
+// fork, snapshot, rollback; every zygote fork), the sandbox passes the
+// posture check before it is returned. On failure everything done is
+// undone; the disk stays.
+func (d *Disk) build(spec Spec, labels []string, verify bool, start startFunc) (*Sandbox, error) {
+	return d.buildEarly(spec, labels, verify, nil, start)
 }
 
 // buildEarly is build with early, if set, called with the sandbox's
 // configuration before its root is mounted, to start what does not need it
 // (a fork's cgroup); the wait it returns is called before the cleanup of a
 // failed build removes the cgroup.
-func (d *Disk) buildEarly(spec Spec, labels []string, restored bool, early func(cfg *configs.Config) (wait func()), start startFunc) (_ *Sandbox, retErr error) {
+func (d *Disk) buildEarly(spec Spec, labels []string, verify bool, early func(cfg *configs.Config) (wait func()), start startFunc) (_ *Sandbox, retErr error) {
 	if err := spec.Policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -362,13 +363,13 @@ func (d *Disk) buildEarly(spec Spec, labels []string, restored bool, early func(
 		cg:   cgroupFiles{v2: cgroups.IsCgroup2UnifiedMode(), paths: st.CgroupPaths, open: newOpenFiles()},
 		done: make(chan struct{}),
 	}
-	if restored {
-		// Whatever criu's images said, the sandbox is handed out only with a
-		// cold start's confinement (issue 24: an image edited to turn
-		// seccomp off and raise capabilities). The cleanup above destroys it
-		// otherwise.
+	if verify {
+		// Whatever criu's images or a fork's setup did, the sandbox is
+		// handed out only with a cold start's confinement (issue 24: an
+		// image edited to turn seccomp off and raise capabilities). The
+		// cleanup above destroys it otherwise.
 		if err := h.verifyPosture(s, cfg); err != nil {
-			return nil, fmt.Errorf("restore sandbox %s: %w", id, err)
+			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
 	}
 	go s.wait()

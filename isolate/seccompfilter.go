@@ -468,22 +468,30 @@ func dumpFilterMain(args []string) int {
 // for the host's life: the programs depend only on the configuration,
 // this binary's libseccomp and the kernel.
 func (h *Host) seccompReference(cfg *configs.Seccomp) (filterSum, error) {
+	return seccompCached(h, h.seccompRefs, cfg, coldFilters, "compute a cold start's seccomp filter")
+}
+
+// seccompCached is compute(cfg), kept in cache under cfg's digest for the
+// host's life (h.mu guards cache): what a cold start's filter is depends
+// only on the configuration, this binary's libseccomp and the kernel.
+func seccompCached[T any](h *Host, cache map[[32]byte]T, cfg *configs.Seccomp, compute func(*configs.Seccomp) (T, error), what string) (T, error) {
+	var zero T
 	conf, err := json.Marshal(cfg)
 	if err != nil {
-		return filterSum{}, fmt.Errorf("encode seccomp configuration: %w", err)
+		return zero, fmt.Errorf("encode seccomp configuration: %w", err)
 	}
 	key := sha256.Sum256(conf)
 	h.mu.Lock()
-	f, ok := h.seccompRefs[key]
+	v, ok := cache[key]
 	h.mu.Unlock()
 	if ok {
-		return f, nil
+		return v, nil
 	}
-	if f, err = coldFilters(cfg); err != nil {
-		return filterSum{}, fmt.Errorf("compute a cold start's seccomp filter: %w", err)
+	if v, err = compute(cfg); err != nil {
+		return zero, fmt.Errorf("%s: %w", what, err)
 	}
 	h.mu.Lock()
-	h.seccompRefs[key] = f
+	cache[key] = v
 	h.mu.Unlock()
-	return f, nil
+	return v, nil
 }

@@ -323,24 +323,7 @@ func (h *Host) zygoteDir(id string) string { return filepath.Join(h.cfg.StateDir
 // coldProgram is the seccomp program of cfg, computed once per
 // configuration.
 func (h *Host) coldProgram(cfg *configs.Seccomp) ([]byte, error) {
-	conf, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
-	key := sha256.Sum256(conf)
-	h.mu.Lock()
-	prog, ok := h.seccompProgs[key]
-	h.mu.Unlock()
-	if ok {
-		return prog, nil
-	}
-	if prog, err = coldProgram(cfg); err != nil {
-		return nil, fmt.Errorf("read a cold start's seccomp program: %w", err)
-	}
-	h.mu.Lock()
-	h.seccompProgs[key] = prog
-	h.mu.Unlock()
-	return prog, nil
+	return seccompCached(h, h.seccompProgs, cfg, coldProgram, "read a cold start's seccomp program")
 }
 
 // Kill ends the zygote's process (not its forks) and nothing else; Close

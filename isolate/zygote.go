@@ -117,8 +117,7 @@ type Zygote struct {
 	process   *libcontainer.Process
 	ctl       *os.File // our end of the zygote's SOCK_SEQPACKET socket
 	mapper    *lineHelper
-	log       *bytes.Buffer
-	logTailW  *lockedTail
+	log       *lockedBuffer // its stdout and stderr, the first 8 KiB
 
 	closeOnce sync.Once
 	closeErr  error
@@ -158,8 +157,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	cl.Add(func() error { h.freeSlot(slot); return nil })
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d-%d", slot, time.Now().UnixNano()))
 	id := "zygote_" + hex.EncodeToString(sum[:6]) + "-1"
-	z := &Zygote{h: h, spec: spec, id: id, slot: slot, log: &bytes.Buffer{}, done: make(chan struct{})}
-	z.logTailW = &lockedTail{b: z.log, max: 8192}
+	z := &Zygote{h: h, spec: spec, id: id, slot: slot, log: &lockedBuffer{b: boundedBuffer{max: 8192}}, done: make(chan struct{})}
 	z.dir = filepath.Join(h.cfg.StateDir, "zygotes", id)
 	if err := os.MkdirAll(z.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create zygote dir: %w", err)
@@ -218,8 +216,8 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 		// any namespace (slot 0's first id is its namespace's root).
 		UID:        slot*idsPerSlot + 1,
 		GID:        slot*idsPerSlot + 1,
-		Stdout:     z.logTailW,
-		Stderr:     z.logTailW,
+		Stdout:     z.log,
+		Stderr:     z.log,
 		ExtraFiles: []*os.File{theirs},
 		Init:       true,
 	}
@@ -371,9 +369,9 @@ func (z *Zygote) close() error {
 }
 
 func (z *Zygote) logTail() string {
-	z.logTailW.mu.Lock()
-	defer z.logTailW.mu.Unlock()
-	return strings.TrimSpace(z.log.String())
+	z.log.mu.Lock()
+	defer z.log.mu.Unlock()
+	return strings.TrimSpace(z.log.b.String())
 }
 
 // recv reads one message from the zygote, at most timeout.
@@ -437,20 +435,17 @@ func truncate(b []byte, n int) string {
 	return string(b)
 }
 
-// lockedTail keeps the first max bytes written to b.
-type lockedTail struct {
-	mu  sync.Mutex
-	b   *bytes.Buffer
-	max int
+// lockedBuffer is a boundedBuffer that two writers share (libcontainer
+// copies stdout and stderr on goroutines of their own).
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  boundedBuffer
 }
 
-func (t *lockedTail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if room := t.max - t.b.Len(); room > 0 {
-		t.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
 }
 
 // forkPlan is what a fork is told to mount, in order (zygote.py _build).

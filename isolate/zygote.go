@@ -231,7 +231,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
-	msg, _, err := z.recv(timeout)
+	msg, err := recvSeqpacket(z.ctl, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("zygote did not start: %w; its log: %s", err, z.logTail())
 	}
@@ -374,36 +374,32 @@ func (z *Zygote) logTail() string {
 	return strings.TrimSpace(z.log.b.String())
 }
 
-// recv reads one message from the zygote, at most timeout.
-func (z *Zygote) recv(timeout time.Duration) ([]byte, []int, error) {
-	return recvSeqpacket(z.ctl, timeout, 0)
-}
-
-// recvSeqpacket reads one message (at most 64 KiB) and at most maxFDs
-// descriptors from f, waiting at most timeout.
-func recvSeqpacket(f *os.File, timeout time.Duration, maxFDs int) ([]byte, []int, error) {
+// recvSeqpacket reads one message (at most 64 KiB) from f, waiting at most
+// timeout. The zygote and its forks send no descriptors: any that come are
+// closed and the message refused.
+func recvSeqpacket(f *os.File, timeout time.Duration) ([]byte, error) {
 	fd := int(f.Fd())
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	deadline := time.Now().Add(timeout)
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil, nil, fmt.Errorf("no answer in %s", timeout)
+			return nil, fmt.Errorf("no answer in %s", timeout)
 		}
 		n, err := unix.Poll(pfd, int(left/time.Millisecond)+1)
 		if err == unix.EINTR || (err == nil && n == 0) {
 			continue
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		break
 	}
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4*max(maxFDs, 1)))
+	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var fds []int
 	if oobn > 0 {
@@ -416,16 +412,16 @@ func recvSeqpacket(f *os.File, timeout time.Duration, maxFDs int) ([]byte, []int
 			}
 		}
 	}
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) > maxFDs {
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) > 0 {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return nil, nil, errors.New("message too long")
+		return nil, errors.New("message too long, or with descriptors")
 	}
 	if n == 0 {
-		return nil, nil, errors.New("connection closed")
+		return nil, errors.New("connection closed")
 	}
-	return buf[:n], fds, nil
+	return buf[:n], nil
 }
 
 func truncate(b []byte, n int) string {
@@ -698,7 +694,7 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if _, err := sess.Write([]byte("G")); err != nil {
 		return nil, nil, fmt.Errorf("start forked init: %w", err)
 	}
-	msg, _, err := recvSeqpacket(sess, zygoteForkTimeout, 0)
+	msg, err := recvSeqpacket(sess, zygoteForkTimeout)
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("forked init's setup: %w", err)
@@ -728,7 +724,7 @@ func (z *Zygote) request(req []byte, fds []int) (int, error) {
 		z.broken = err
 		return 0, fmt.Errorf("send fork request: %w", err)
 	}
-	msg, _, err := z.recv(zygoteForkTimeout)
+	msg, err := recvSeqpacket(z.ctl, zygoteForkTimeout)
 	if err != nil {
 		// The answer may still come: the next request would read it.
 		z.broken = err

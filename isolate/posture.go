@@ -201,10 +201,13 @@ func coldPostureOf(cfg *configs.Config) (posture, error) {
 // rlimitNames are /proc/PID/limits' names of the limits a configuration
 // sets.
 var rlimitNames = map[int]string{
-	unix.RLIMIT_NOFILE: "Max open files",
-	unix.RLIMIT_CORE:   "Max core file size",
-	unix.RLIMIT_FSIZE:  "Max file size",
-	unix.RLIMIT_NPROC:  "Max processes",
+	unix.RLIMIT_NOFILE:     "Max open files",
+	unix.RLIMIT_CORE:       "Max core file size",
+	unix.RLIMIT_FSIZE:      "Max file size",
+	unix.RLIMIT_NPROC:      "Max processes",
+	unix.RLIMIT_SIGPENDING: "Max pending signals",
+	unix.RLIMIT_MSGQUEUE:   "Max msgqueue size",
+	unix.RLIMIT_MEMLOCK:    "Max locked memory",
 }
 
 func limitText(v uint64) string {

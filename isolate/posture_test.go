@@ -157,6 +157,8 @@ func TestPosture(t *testing.T) {
 		want := map[string]string{
 			"Max open files": "256", "Max core file size": "0",
 			"Max file size": strconv.FormatInt(p.DiskBytes, 10), "Max processes": "100",
+			"Max pending signals": strconv.Itoa(SigpendingShare), "Max msgqueue size": strconv.Itoa(MsgqueueShare),
+			"Max locked memory": strconv.Itoa(MemlockShare),
 		}
 		for _, l := range strings.Split(string(b), "\n") {
 			for k, v := range want {

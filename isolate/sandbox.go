@@ -368,6 +368,12 @@ func (d *Disk) buildEarly(spec Spec, labels []string, verify bool, early func(cf
 		// handed out only with a cold start's confinement (issue 24: an
 		// image edited to turn seccomp off and raise capabilities). The
 		// cleanup above destroys it otherwise.
+		// A checkpoint taken before the kernel-count shares existed
+		// carries looser limits; lowering them is always allowed, so an
+		// upgrade tightens the session instead of losing it.
+		if err := tightenRlimits(s, cfg); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+		}
 		if err := h.verifyPosture(s, cfg); err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
@@ -624,6 +630,15 @@ func (h *Host) containerConfig(spec Spec, id, root string, hostID int, sec *conf
 			{Type: unix.RLIMIT_FSIZE, Hard: uint64(p.DiskBytes), Soft: uint64(p.DiskBytes)},
 			// A backstop only: the pids cgroup bites first and counts it.
 			{Type: unix.RLIMIT_NPROC, Hard: uint64(2 * p.Pids), Soft: uint64(2 * p.Pids)},
+			// Counts the kernel also charges to the user that created the
+			// sandbox's user namespace (host root): a cell that held all
+			// of one would starve the host and every other session of
+			// real-time signals, POSIX message queues or locked shared
+			// memory. Each sandbox gets a small share of its own; see
+			// SECURITY.md, "Kernel counts".
+			{Type: unix.RLIMIT_SIGPENDING, Hard: SigpendingShare, Soft: SigpendingShare},
+			{Type: unix.RLIMIT_MSGQUEUE, Hard: MsgqueueShare, Soft: MsgqueueShare},
+			{Type: unix.RLIMIT_MEMLOCK, Hard: MemlockShare, Soft: MemlockShare},
 		},
 		OomScoreAdj:     &oomAdj,
 		Seccomp:         sec,

@@ -30,6 +30,18 @@ var denied = []string{
 	"keyctl",            // kernel keyring is not namespaced
 	"add_key",           //
 	"request_key",       //
+	// inotify instances and watches are counted per user namespace up to
+	// host root's (a sandbox's namespace is root's), against one limit
+	// for the whole host user (fs.inotify.max_user_instances, 128): a
+	// cell holding them starved host root and every other session of
+	// inotify (systemd, udev, editors). Sessions' watches are the host's
+	// polling (session/watch.go), never inotify in the sandbox.
+	"inotify_init",  //
+	"inotify_init1", //
+	// fanotify groups and marks: counted the same way. Docker's profile
+	// refuses it without CAP_SYS_ADMIN already; named here so that a
+	// profile that ever allows it does not bring the hole back.
+	"fanotify_init", //
 }
 
 // Deliberately still refused, as by Docker without CAP_SYS_NICE: mbind,

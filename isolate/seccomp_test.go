@@ -37,6 +37,8 @@ var deliberate = map[string]difference{
 	"process_vm_readv":  {nil, "cross-process memory access"},
 	"process_vm_writev": {nil, "cross-process memory access"},
 	"personality":       {nil, "READ_IMPLIES_EXEC and other legacy execution domains"},
+	"inotify_init":      {nil, "inotify instances are charged up to host root's uid: a cell holding them starves the host and other sessions"},
+	"inotify_init1":     {nil, "inotify instances are charged up to host root's uid: a cell holding them starves the host and other sessions"},
 	"socket": {func(a []uint64) bool {
 		return a[0] == unix.AF_NETLINK && (a[2] == unix.NETLINK_AUDIT || a[2] >= maxNetlinkProtocol)
 	},

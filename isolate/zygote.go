@@ -299,14 +299,19 @@ func (h *Host) zygoteConfig(spec ZygoteSpec, id string) *configs.Config {
 	// hard limit past it), and every fork in flight (forked, not yet moved
 	// to its own cgroup) against the zygote's pids cgroup (one per slot
 	// the host has, and the policy's own). A fork sets the policy's
-	// rlimits on itself.
-	var nproc unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &nproc); err != nil {
-		nproc = unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
-	}
+	// rlimits on itself. The same holds for the counts the kernel charges
+	// per user namespace (pending signals, message queue bytes, locked
+	// memory): every fork's charge is also the zygote's uid's, limited by
+	// what the zygote had when it forked, so a zygote with one session's
+	// share would let one fork starve all its siblings.
 	for i, r := range cfg.Rlimits {
-		if r.Type == unix.RLIMIT_NPROC {
-			cfg.Rlimits[i].Hard, cfg.Rlimits[i].Soft = nproc.Max, nproc.Max
+		switch r.Type {
+		case unix.RLIMIT_NPROC, unix.RLIMIT_SIGPENDING, unix.RLIMIT_MSGQUEUE, unix.RLIMIT_MEMLOCK:
+			var own unix.Rlimit
+			if err := unix.Getrlimit(r.Type, &own); err != nil {
+				own = unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
+			}
+			cfg.Rlimits[i].Hard, cfg.Rlimits[i].Soft = own.Max, own.Max
 		}
 	}
 	pids := int64(h.cfg.Slots) + spec.Policy.Pids

@@ -172,7 +172,7 @@ default_plan() {
 	cat <<'EOF'
 test/cgroupv2 ^(TestMemoryMaxOOMKillCountedInMemoryEvents|TestPidsMaxForkRefusedCountedInPidsEvents|TestCPUMaxThrottlesCountedInCPUStat|TestIDMappedOverlayCopyUpInUserNamespace)$ 2m
 isolate ^(TestPosture|TestDestroyLeavesNothing|TestDelegateMovesIntoLeaf|TestZygote.*)$ 2m
-session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells|TestPeakMemoryIsPerCell|TestZygoteLimitsBite)$ 4m
+session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells|TestPeakMemoryIsPerCell|TestZygoteLimitsBite|TestHostileKernelCountsStayPerSession)$ 4m
 EOF
 }
 

@@ -1,0 +1,194 @@
+package session
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate"
+)
+
+// The kernel charges some counts to every user namespace up to the
+// initial one, so what a cell holds is also held by host root's uid (a
+// sandbox's namespace is root's) and, for a zygote's forks, by the
+// zygote's uid, shared by its siblings. countsCell takes as much of each
+// as the sandbox can, keeps it (the kernel's own process holds the
+// queued signals, the queues and the locked segments) and prints a line
+// per count: "NAME got ERRNO".
+const countsCell = `
+import ctypes, ctypes.util, errno, os, signal
+libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+rt = ctypes.CDLL(ctypes.util.find_library("rt"), use_errno=True)
+def err():
+    return errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+MAX = int(os.environ.get("COUNTS_MAX", "100000"))
+
+# Queued real-time signals: blocked, so they stay pending.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN})
+n, e = 0, "none"
+while n < MAX:
+    if libc.sigqueue(os.getpid(), int(signal.SIGRTMIN), ctypes.c_void_p(0)) != 0:
+        e = err(); break
+    n += 1
+print("sigpending", n, e)
+
+# POSIX message queues, the smallest there are.
+class Attr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long), ("cur", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+rt.mq_open.restype = ctypes.c_int
+attr = Attr(0, 1, 1024, 0)
+HELD_MQ = []
+n, e = 0, "none"
+while n < MAX:
+    fd = rt.mq_open(("/held%d" % n).encode(), os.O_CREAT | os.O_RDWR, 0o600, ctypes.byref(attr))
+    if fd < 0:
+        e = err(); break
+    HELD_MQ.append(fd); n += 1
+print("msgqueue", n, e)
+
+# SysV shared memory locked with SHM_LOCK (charged as locked memory).
+IPC_PRIVATE, SHM_LOCK = 0, 11
+HELD_SHM = []
+n, e = 0, "none"
+while n < MAX:
+    sid = libc.shmget(IPC_PRIVATE, 4096, 0o600 | 0o1000)
+    if sid < 0:
+        e = err(); break
+    HELD_SHM.append(sid)
+    if libc.shmctl(sid, SHM_LOCK, None) != 0:
+        e = err(); break
+    n += 1
+print("memlock", n, e)
+
+# inotify and fanotify: refused by the filter, so nothing is held.
+print("inotify", libc.inotify_init1(0), err())
+print("fanotify", libc.fanotify_init(0, 0), err())
+# New namespaces (each kind is a count of its own): refused too.
+CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWIPC = 0x10000000, 0x00020000, 0x08000000
+if "COUNTS_MAX" not in os.environ:
+    for name, flag in (("userns", CLONE_NEWUSER), ("mntns", CLONE_NEWNS), ("ipcns", CLONE_NEWIPC)):
+        print(name, libc.unshare(flag), err())
+else:
+    # On the host: leave nothing behind in its IPC namespace.
+    for i in range(len(HELD_MQ)):
+        rt.mq_unlink(("/held%d" % i).encode())
+    for sid in HELD_SHM:
+        libc.shmctl(sid, 0, None)  # IPC_RMID
+`
+
+// countsOf parses countsCell's output.
+func countsOf(t *testing.T, out string) map[string][2]string {
+	t.Helper()
+	got := map[string][2]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			t.Fatalf("counts cell printed %q:\n%s", l, out)
+		}
+		got[f[0]] = [2]string{f[1], f[2]}
+	}
+	return got
+}
+
+// wantShares: each rlimit count stopped at the sandbox's own share (n
+// taken, then the errno a full count gives), and every refused call was
+// refused.
+func wantShares(t *testing.T, who string, got map[string][2]string) {
+	t.Helper()
+	for name, want := range map[string]struct {
+		max   int
+		errno string
+	}{
+		"sigpending": {isolate.SigpendingShare, "EAGAIN"},
+		// 1 message of 1 KiB costs a little over 1 KiB.
+		"msgqueue": {isolate.MsgqueueShare / 1024, "EMFILE"},
+		"memlock":  {isolate.MemlockShare / 4096, "ENOMEM"},
+	} {
+		g := got[name]
+		var n int
+		fmt.Sscan(g[0], &n)
+		if n < 1 || n > want.max || g[1] != want.errno {
+			t.Errorf("%s: %s took %s then %s; want 1..%d then %s", who, name, g[0], g[1], want.max, want.errno)
+		}
+	}
+	for _, name := range []string{"inotify", "fanotify", "userns", "mntns", "ipcns"} {
+		if g := got[name]; g[0] != "-1" || g[1] != "EPERM" {
+			t.Errorf("%s: %s returned %s (%s); want -1 EPERM (refused)", who, name, g[0], g[1])
+		}
+	}
+}
+
+// TestHostileKernelCountsStayPerSession: a cell takes every count the
+// kernel charges up the user namespaces and keeps it; another session
+// still gets its own share, and a root process on the host still gets
+// each. Before the shares, one cell took 96,367 queued signals and
+// 128 inotify instances from host root. Cold starts and zygote forks
+// (whose charges also meet at the zygote's uid) alike.
+func TestHostileKernelCountsStayPerSession(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		wait bool
+	}{
+		{"cold", nil, false},
+		{"zygote", func(c *Config) { c.Preload = []string{"json"}; c.NoTemplate = true }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.mod)
+			start := ""
+			if tc.wait {
+				waitZygote(t, e.m)
+				start = StartZygote
+			}
+			mk := func() string {
+				if start != "" {
+					return createStarted(t, e.m, start)
+				}
+				return e.create(t, CreateOptions{})
+			}
+			a, b := mk(), mk()
+			resA := e.exec(t, a, countsCell, 120*time.Second)
+			wantStatus(t, resA, StatusOK)
+			wantShares(t, "session A", countsOf(t, resA.Stdout))
+
+			// While A holds its shares: another session gets its own, and
+			// host root gets one of each.
+			resB := e.exec(t, b, countsCell, 120*time.Second)
+			wantStatus(t, resB, StatusOK)
+			wantShares(t, "session B", countsOf(t, resB.Stdout))
+			h := countsOf(t, string(hostCountsOne(t)))
+			for _, name := range []string{"sigpending", "msgqueue", "memlock", "inotify"} {
+				if h[name][0] == "0" || h[name][0] == "-1" {
+					t.Errorf("host root got no %s while sessions held theirs: %v", name, h[name])
+				}
+			}
+
+			// A still holds what it took (the counts were kept, not given
+			// back at the end of the cell).
+			res := e.exec(t, a, `print(len(HELD_MQ), signal.sigpending() == {signal.SIGRTMIN})`, 0)
+			wantStatus(t, res, StatusOK)
+			if f := strings.Fields(res.Stdout); len(f) != 2 || f[0] == "0" || f[1] != "True" {
+				t.Errorf("session A gave its counts back: %q", res.Stdout)
+			}
+		})
+	}
+}
+
+// hostCountsOne runs countsCell on the host as root, taking one of each
+// count (COUNTS_MAX=1) and giving it back, so that the host is left as it
+// was; namespaces are not tried there.
+func hostCountsOne(t *testing.T) []byte {
+	t.Helper()
+	// The rootfs's python, chrooted: a host root process still (same
+	// namespaces, uid 0), and there in the cgroup v2 guest too.
+	cmd := exec.Command("chroot", testenv.Rootfs(t).Root, "python3", "-c", countsCell)
+	cmd.Env = []string{"COUNTS_MAX=1", "PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("host root's counts: %v\n%s", err, out)
+	}
+	return out
+}

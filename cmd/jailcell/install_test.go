@@ -149,6 +149,14 @@ func TestFrontDoorsUnreadableDaemonConfig(t *testing.T) {
 	}{
 		{name: "json connects where told", args: []string{"json", "--connect=" + nowhere}, code: 1,
 			want: []string{"--connect", nowhere}},
+		// The form an MCP client's args array takes: the value as the
+		// next argument.
+		{name: "mcp --connect PATH", args: []string{"mcp", "--connect", nowhere}, code: 1,
+			want: []string{"--connect: no jailcell service answers on " + nowhere}},
+		{name: "json --connect PATH", args: []string{"json", "--connect", nowhere}, code: 1,
+			want: []string{"--connect: no jailcell service answers on " + nowhere}},
+		{name: "mcp --connect NOT-A-SOCKET says how to write it", args: []string{"mcp", "--connect", "/nonexistent/x"}, code: 1,
+			want: []string{"write --connect=/nonexistent/x"}},
 		{name: "json, socket from JAILCELL_SOCKET", env: []string{"JAILCELL_SOCKET=" + nowhere}, args: []string{"json"}, code: 1,
 			want: []string{"no jailcell service answers on " + nowhere, "needs root"}},
 		{name: "mcp", env: []string{"JAILCELL_SOCKET=" + nowhere}, args: []string{"mcp"}, code: 1,

@@ -24,6 +24,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newRootfsCmd(), newRunCmd(), newJSONCmd(), newDoctorCmd(), newMCPCmd(), newReviewCmd(), newServeCmd(), newConfigCmd(), newKernelCmd(), newKernelspecCmd())
+	root.SetArgs(joinConnectValue(os.Args[1:]))
 	if err := root.Execute(); err != nil {
 		// An exitError carries a cell's status; what went wrong was
 		// already shown.

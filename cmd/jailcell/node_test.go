@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -133,4 +134,18 @@ func FuzzParseTokens(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestJoinConnectValue(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"mcp", "--connect", "/run/jailcell/jailcell.sock"}, []string{"mcp", "--connect=/run/jailcell/jailcell.sock"}},
+		{[]string{"mcp", "--connect"}, []string{"mcp", "--connect"}},
+		{[]string{"run", "--connect", "cell.py"}, []string{"run", "--connect", "cell.py"}},
+		{[]string{"json", "--connect", "--policy", "x"}, []string{"json", "--connect", "--policy", "x"}},
+		{[]string{"run", "--", "--connect", "a.sock"}, []string{"run", "--", "--connect", "a.sock"}},
+	} {
+		if got := joinConnectValue(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("joinConnectValue(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
 }

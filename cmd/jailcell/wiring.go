@@ -345,6 +345,41 @@ const connectConfigured = "configured"
 // connectProbe bounds the wait for a service's first answer.
 const connectProbe = 5 * time.Second
 
+// joinConnectValue rewrites "--connect PATH" as "--connect=PATH" where
+// PATH is a socket: --connect's value is optional, so the flag parser
+// would take PATH for a command (an MCP client's args array naturally
+// writes ["mcp", "--connect", "/run/jailcell/jailcell.sock"]). PATH counts
+// as a socket when it is one, or when its name ends in ".sock"; anything
+// else stays an argument, so "run --connect cell.py" still runs cell.py
+// on the configured socket.
+func joinConnectValue(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if a == "--connect" && i+1 < len(args) && isSocketArg(args[i+1]) {
+			out = append(out, "--connect="+args[i+1])
+			i++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func isSocketArg(a string) bool {
+	if a == "" || strings.HasPrefix(a, "-") {
+		return false
+	}
+	if strings.HasSuffix(a, ".sock") {
+		return true
+	}
+	fi, err := os.Stat(a)
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
 func addConnectFlags(cmd *cobra.Command, hf *hostFlags) *connectFlags {
 	hf.client = true
 	c := &connectFlags{}
@@ -353,6 +388,17 @@ func addConnectFlags(cmd *cobra.Command, hf *hostFlags) *connectFlags {
 		"use the running service on this socket; --connect alone: the configured socket (key socket, default "+defaultSocket+
 			"). Without --connect or --embedded a service answering on the configured socket is used if there is one")
 	fs.Lookup("connect").NoOptDefVal = connectConfigured
+	// A command that takes no arguments got one after a bare --connect:
+	// say how the value is written rather than "unknown command".
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(cmd *cobra.Command, a []string) error {
+			err := args(cmd, a)
+			if err != nil && c.connect == connectConfigured && len(a) > 0 {
+				return fmt.Errorf("%w; if %q is the service's socket, write --connect=%s (or a path ending in .sock)", err, a[0], a[0])
+			}
+			return err
+		}
+	}
 	fs.BoolVar(&c.embedded, "embedded", false, "run the sandboxes in this process (needs root and the state directory) even when a service is running")
 	cmd.MarkFlagsMutuallyExclusive("connect", "embedded")
 	return c

@@ -1,4 +1,3 @@
-// Package docs holds checks on the repository's documentation.
 package docs
 
 import (

@@ -1,0 +1,3 @@
+// Package kubernetes holds the fleet's Kubernetes manifests (docs/fleet.md)
+// and the test that checks them without a cluster.
+package kubernetes

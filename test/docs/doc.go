@@ -1,0 +1,2 @@
+// Package docs holds checks on the repository's documentation.
+package docs

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 // umask reads this process's umask from /proc (Linux 4.7+) without
@@ -246,4 +248,13 @@ func pyList(items []string) string {
 		q[i] = "'" + s + "'"
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// TestKernelPackageHasNoImportCycle: the kernel's modules import one way;
+// one that needs a module above it reaches it through state (as display and
+// jupyter reach the shell), never by an import hidden in a function.
+func TestKernelPackageHasNoImportCycle(t *testing.T) {
+	if c := testenv.PythonImportCycles(t, "jailcell_kernel"); len(c) > 0 {
+		t.Fatalf("import cycles in the kernel package:\n%s", strings.Join(c, "\n"))
+	}
 }

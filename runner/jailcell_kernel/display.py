@@ -7,7 +7,7 @@ import json
 import sys
 
 from .charts import _chart_of
-from .state import _State
+from .state import _ensure_shell, _State
 
 TEXT_PLAIN_LIMIT = 64 << 10  # bytes of repr() kept in text/plain
 MIME_LIMIT = 16 << 20  # larger entries of a rich bundle are left out
@@ -174,8 +174,6 @@ def _pretty(obj):
     if shell is None:
         if _pretty_is_repr(obj):
             return _plain(obj, lines=True)
-        from .shell import _ensure_shell  # here: the shell imports this module
-
         shell = _ensure_shell()
     if shell is not None:
         try:

@@ -6,7 +6,7 @@ import sys
 
 from .display import TEXT_PLAIN_LIMIT, _cut_utf8, _put
 from .hooks import _spec_then
-from .state import _State
+from .state import _ensure_shell, _State
 
 
 # ---------------------------------------------------------------------------
@@ -46,8 +46,6 @@ class ZMQInteractiveShell:
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)  # copy, pickle and hasattr probes
-        from .shell import _ensure_shell  # here: the shell imports this module
-
         shell = _ensure_shell()
         if shell is None:
             raise AttributeError(name)
@@ -161,8 +159,6 @@ def _patch_pdb(pdb):
 
     def set_trace(*args, **kwargs):
         frame = kwargs.pop("frame", None) or (args[0] if args else None) or sys._getframe().f_back
-        from .shell import _ensure_shell  # here: the shell imports this module
-
         if _ensure_shell() is None or getattr(pdb.set_trace, "_jailcell", False):
             return stdlib_set_trace(*args, **kwargs)
         return pdb.set_trace(frame)

@@ -68,6 +68,9 @@ def _ensure_shell():
         _State.shell_loading = False
 
 
+_State.shell_loader = _ensure_shell
+
+
 def _make_shell():
     from traitlets.config import Config
     from IPython.core.displaypub import DisplayPublisher

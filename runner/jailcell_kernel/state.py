@@ -31,6 +31,17 @@ class _State:
     kernel = None
     # IPython's InteractiveShell, once a cell needed it (see shell.py).
     shell = None
+    # shell.py's _ensure_shell, set when that module is imported: display and
+    # jupyter need the shell, and the shell needs them, so they reach it
+    # through here instead of importing it (no import cycle).
+    shell_loader = None
+
+
+def _ensure_shell():
+    """The shell, built on first use (None without IPython, or before the
+    shell module is loaded)."""
+    load = _State.shell_loader
+    return load() if load is not None else _State.shell
 
 
 def _on_sigint(signum, frame):

@@ -660,3 +660,12 @@ func lineDiff(a, b []byte) int {
 	}
 	return n
 }
+
+// TestPythonClientHasNoImportCycle: the client's modules import one way
+// (commands and watches reach their sandbox through a protocol, not by
+// importing it).
+func TestPythonClientHasNoImportCycle(t *testing.T) {
+	if c := testenv.PythonImportCycles(t, filepath.Join("python", "jailcell")); len(c) > 0 {
+		t.Fatalf("import cycles in the Python client:\n%s", strings.Join(c, "\n"))
+	}
+}

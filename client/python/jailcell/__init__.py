@@ -20,13 +20,14 @@ from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, Async
 from .charts import (BarChart, BoxAndWhiskerChart, Chart, ChartType, HistogramChart, LineChart, PieChart, ScaleType,
                      ScatterChart, SuperChart)
 from .client import Client, Session
-from .e2b import (CommandExitException, CommandHandle, CommandResult, Commands, FilesystemEvent, FilesystemEventType,
-                  SandboxInfo, SandboxMetrics, WatchHandle)
+from .commands import CommandExitException, CommandHandle, CommandResult, Commands
 from .errors import (BadRequestError, BusyError, ForbiddenError, InternalError, JailcellError, LimitError,
                      NotFoundError, UnavailableError)
+from .info import SandboxInfo, SandboxMetrics
 from .models import Attempt, EntryInfo, Execution, ExecutionError, FileChange, Logs, Result
 from .sandbox import Files, Sandbox
 from .transport import DEFAULT_SOCKET, JsonLinesTransport, SocketTransport, Transport
+from .watch import FilesystemEvent, FilesystemEventType, WatchHandle
 
 __version__ = "0.1.0"
 

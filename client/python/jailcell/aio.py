@@ -17,12 +17,13 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Uni
 
 from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTCPTransport, AsyncTransport,
                             ThreadedTransport)
-from .e2b import (DEFAULT_COMMAND_TIMEOUT, CommandExitException, CommandResult, FilesystemEvent, SandboxInfo,
-                  SandboxMetrics, _check_envs, _fs_events, _result)
+from .commands import DEFAULT_COMMAND_TIMEOUT, CommandExitException, CommandResult, _check_envs, _result
+from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, NotFoundError
 from .models import EntryInfo, Execution, ExecutionError, Result
 from .sandbox import Data, _bytes, _Collector, _exec_fields
 from .transport import DEFAULT_TIMEOUT, Transport, _env_socket
+from .watch import FilesystemEvent, _fs_events
 
 __all__ = ["AsyncSandbox", "AsyncFiles", "AsyncCommands", "AsyncCommandHandle", "AsyncWatchHandle"]
 

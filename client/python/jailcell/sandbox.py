@@ -4,10 +4,12 @@ SDK (run_code, files, kill), over either transport."""
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from .e2b import Commands, SandboxInfo, SandboxMetrics, WatchHandle, _check_envs
+from .commands import Commands, _check_envs
+from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, NotFoundError
 from .models import EntryInfo, Execution, ExecutionError, Result
 from .transport import DEFAULT_TIMEOUT, Transport, transport_for
+from .watch import WatchHandle
 
 __all__ = ["Sandbox", "Files", "OutputHandler"]
 

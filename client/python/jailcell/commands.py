@@ -1,24 +1,25 @@
-"""The parts of E2B's SDK surface that are not cells: sandbox.commands,
-command results and handles, sandbox info and metrics, filesystem watch
-events. Names and fields follow E2B's (e2b / e2b_code_interpreter), so code
-written for it keeps working after `from jailcell import Sandbox`; the
-client's README lists what differs."""
+"""sandbox.commands: shell commands run inside a session's sandbox, their
+results and handles. Names and fields follow E2B's SDK (CommandResult,
+CommandHandle, CommandExitException), so code written for it keeps working;
+the client's README lists what differs."""
 
-import datetime
-import enum
 import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Protocol
 
 from .errors import BadRequestError, JailcellError, NotFoundError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .sandbox import Sandbox
+__all__ = ["CommandResult", "CommandExitException", "CommandHandle", "Commands"]
 
-__all__ = [
-    "CommandResult", "CommandExitException", "CommandHandle", "Commands", "SandboxInfo", "SandboxMetrics",
-    "FilesystemEvent", "FilesystemEventType", "WatchHandle",
-]
+
+class _Caller(Protocol):
+    """What commands and watches need of their sandbox: one request of the
+    session (Sandbox._call). A protocol, so that this module need not import
+    the sandbox that imports it."""
+
+    def _call(self, op: str, fields: Dict[str, Any],
+              on_event: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]: ...
+
 
 OutputHandler = Callable[[str], Any]
 
@@ -96,7 +97,7 @@ class CommandHandle:
     requests; while wait() waits, the session is busy (a cell then is
     refused: BusyError)."""
 
-    def __init__(self, sandbox: "Sandbox", job: str, pid: int, timeout: Optional[float],
+    def __init__(self, sandbox: "_Caller", job: str, pid: int, timeout: Optional[float],
                  on_stdout: Optional[OutputHandler], on_stderr: Optional[OutputHandler]) -> None:
         self._sbx, self._job, self.pid = sandbox, job, pid
         self._timeout = timeout
@@ -175,7 +176,7 @@ class Commands:
     """sandbox.commands: shell commands run inside the session's sandbox
     (bash -c, as a child of its kernel, cwd under /work)."""
 
-    def __init__(self, sandbox: "Sandbox") -> None:
+    def __init__(self, sandbox: "_Caller") -> None:
         self._sbx = sandbox
         self._handles: Dict[int, CommandHandle] = {}
 
@@ -222,134 +223,3 @@ class Commands:
         if h is None:
             raise NotFoundError(0, "not_found", "no background command with pid %d started through this sandbox" % pid)
         return h
-
-
-def _time(v: Any) -> Optional[datetime.datetime]:
-    if not isinstance(v, str) or not v:
-        return None
-    s = v.replace("Z", "+00:00")
-    # Python 3.10's fromisoformat takes at most 6 fractional digits.
-    if "." in s:
-        head, _, tail = s.partition(".")
-        digits = "".join(ch for ch in tail if ch.isdigit())
-        rest = tail[len(digits):]
-        s = head + "." + digits[:6].ljust(6, "0") + rest
-    try:
-        return datetime.datetime.fromisoformat(s)
-    except ValueError:
-        return None
-
-
-@dataclass
-class SandboxInfo:
-    """A sandbox as it is now (E2B's SandboxInfo). state is E2B's
-    "running" or "paused" (hibernated); jailcell_state is the session's own
-    (ready, busy, starting, hibernated)."""
-
-    sandbox_id: str
-    started_at: Optional[datetime.datetime]
-    end_at: Optional[datetime.datetime]
-    state: str
-    jailcell_state: str
-    policy: str
-    cells: int
-    metadata: Dict[str, str] = field(default_factory=dict)
-    template_id: Optional[str] = None
-    name: Optional[str] = None
-
-    @classmethod
-    def from_info(cls, info: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> "SandboxInfo":
-        st = str(info.get("state", ""))
-        return cls(sandbox_id=str(info.get("session", "")), started_at=_time(info.get("created_at")),
-                   end_at=_time(info.get("expires_at")), state="paused" if st == "hibernated" else "running",
-                   jailcell_state=st, policy=str(info.get("policy", "")), cells=int(info.get("cells", 0)),
-                   metadata=dict(metadata or {}), template_id=str(info.get("policy", "")) or None)
-
-
-@dataclass
-class SandboxMetrics:
-    """One sample of a sandbox's usage (E2B's SandboxMetrics), read by the
-    host from the session's cgroup and disk."""
-
-    timestamp: Optional[datetime.datetime]
-    cpu_used_pct: float
-    cpu_count: float
-    mem_used: int
-    mem_total: int
-    disk_used: int
-    disk_total: int
-    cpu_seconds: float = 0.0
-    mem_peak: int = 0
-    running: bool = True
-
-    @classmethod
-    def from_wire(cls, m: Dict[str, Any]) -> "SandboxMetrics":
-        return cls(timestamp=_time(m.get("timestamp")), cpu_used_pct=float(m.get("cpu_used_pct", 0)),
-                   cpu_count=float(m.get("cpu_count", 0)), mem_used=int(m.get("mem_used", 0)),
-                   mem_total=int(m.get("mem_total", 0)), disk_used=int(m.get("disk_used", 0)),
-                   disk_total=int(m.get("disk_total", 0)), cpu_seconds=float(m.get("cpu_seconds", 0)),
-                   mem_peak=int(m.get("mem_peak", 0)), running=bool(m.get("running")))
-
-
-class FilesystemEventType(str, enum.Enum):
-    """E2B's event types; jailcell does not report chmod."""
-
-    CHMOD = "chmod"
-    CREATE = "create"
-    REMOVE = "remove"
-    RENAME = "rename"
-    WRITE = "write"
-
-
-@dataclass
-class FilesystemEvent:
-    """One change in a watched directory. name is relative to it, as the
-    sandbox wrote it: untrusted text."""
-
-    name: str
-    type: FilesystemEventType
-
-
-def _fs_events(resp: Dict[str, Any]) -> List[FilesystemEvent]:
-    out = []
-    for e in resp.get("events") or []:
-        if not isinstance(e, dict):
-            continue
-        try:
-            t = FilesystemEventType(e.get("type"))
-        except ValueError:
-            continue  # a newer server's kind
-        out.append(FilesystemEvent(name=str(e.get("name", "")), type=t))
-    return out
-
-
-class WatchHandle:
-    """A directory watch (E2B's WatchHandle): get_new_events() answers the
-    changes since the last call; stop() ends it. The server polls the
-    workspace for it: at most 8 per sandbox, 1000 events per call
-    (overflowed says when more happened), calls closer than 100 ms answer
-    nothing new."""
-
-    def __init__(self, sandbox: "Sandbox", watch: str) -> None:
-        self._sbx, self._watch = sandbox, watch
-        self._stopped = False
-        self.overflowed = False
-
-    def get_new_events(self) -> List[FilesystemEvent]:
-        if self._stopped:
-            raise BadRequestError(0, "bad_request", "the watch was stopped")
-        resp = self._sbx._call("watch", {"action": "poll", "watch": self._watch})
-        self.overflowed = self.overflowed or bool(resp.get("overflow"))
-        return _fs_events(resp)
-
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        try:
-            self._sbx._call("watch", {"action": "stop", "watch": self._watch})
-        except NotFoundError:
-            pass  # the session (and its watches) already ended
-
-    close = stop
-

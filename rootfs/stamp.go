@@ -30,11 +30,11 @@ import (
 // full hash means the content is what that hash read. A write through a
 // writable shared mapping moves the times only at its first write to each
 // page: no stamp is written or trusted while any file of the tree is open
-// for writing (writers.go). What the stamp does not see:
-// writes to the block device under the file system, bit rot, and a root
-// user who sets the clock back before editing; a full hash still runs once
-// the stamp is older than the caller's bound, and `jailcell rootfs verify`
-// and doctor always hash.
+// for writing (writers.go). What the stamp does not see: writes to the
+// block device under the file system, bit rot, writes by another kernel
+// (a network or shared file system), and a root user who sets the clock
+// back before editing; a full hash still runs once the stamp is older than
+// the caller's bound, and `jailcell rootfs verify` and doctor always hash.
 
 // stampVersion changes when what the stamp compares changes.
 const stampVersion = 2

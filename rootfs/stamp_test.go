@@ -326,3 +326,75 @@ func TestVerifyStampedWriterCheckFailsClosed(t *testing.T) {
 		t.Fatalf("treeWriter with a file it cannot lease = %q; want it to say it cannot rule one out", why)
 	}
 }
+
+// mapsSeeds are /proc/PID/maps lines; want says whether each is a writable
+// shared mapping of device fd:01, inode 1234.
+var mapsSeeds = []struct {
+	line string
+	want bool
+}{
+	{"7f0000000000-7f0000001000 rw-s 00000000 fd:01 1234                       /r/usr/bin/su\n", true},
+	{"7f0000000000-7f0000001000 rw-s 00000000 fd:01 1234                       /r/usr/bin/su (deleted)\n", true},
+	{"7f0000000000-7f0000001000 -w-s 00000000 fd:01 1234 /a path with spaces\n", true},
+	{"7f0000000000-7f0000001000 rw-p 00000000 fd:01 1234 /r/usr/bin/su\n", false},
+	{"7f0000000000-7f0000001000 r--s 00000000 fd:01 1234 /r/usr/bin/su\n", false},
+	{"7f0000000000-7f0000001000 rw-s 00000000 fd:02 1234 /r/usr/bin/su\n", false},
+	{"7f0000000000-7f0000001000 rw-s 00000000 fd:01 12345 /r/usr/bin/su\n", false},
+	{"7f0000000000-7f0000001000 rw-s 00000000 00:01 1234 /dev/zero (deleted)\n", false},
+	{"7f0000000000-7f0000001000 rw-s 00000000 fd01 1234\n", false},
+	{"7f0000000000-7f0000001000 rw-s 00000000 fd:01\n", false},
+	{"rw-s\n", false},
+	{"", false},
+}
+
+func TestSharedWritable(t *testing.T) {
+	dev := unix.Mkdev(0xfd, 0x01)
+	for _, tt := range mapsSeeds {
+		if got := sharedWritable([]byte(tt.line), dev, 1234); got != tt.want {
+			t.Errorf("sharedWritable(%q) = %v, want %v", tt.line, got, tt.want)
+		}
+	}
+}
+
+func FuzzSharedWritable(f *testing.F) {
+	for _, tt := range mapsSeeds {
+		f.Add([]byte(tt.line))
+	}
+	dev := unix.Mkdev(0xfd, 0x01)
+	f.Fuzz(func(t *testing.T, line []byte) {
+		sharedWritable(line, dev, 1234)
+	})
+}
+
+// The search of /proc that names a mapping's holder stops at its bounds and
+// then names none; the file is reported all the same.
+func TestHolderBounded(t *testing.T) {
+	r, _, later := stamped(t)
+	mapShared(t, r.Root, "etc/pip.conf")
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(r.Root, "etc/pip.conf"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if h := procMaps.holder(st.Dev, st.Ino); h != fmt.Sprintf("pid %d (%s)", os.Getpid(), procComm(t)) {
+		t.Fatalf("holder = %q, want this process", h)
+	}
+	for _, b := range []procScan{{proc: "/proc", maxProcs: 0, maxLines: 1 << 20}, {proc: "/proc", maxProcs: 1 << 16, maxLines: 0}} {
+		if h := b.holder(st.Dev, st.Ino); h != "" {
+			t.Errorf("holder with bounds %+v = %q, want none", b, h)
+		}
+	}
+	defer func(old procScan) { procMaps = old }(procMaps)
+	procMaps.maxLines = 0
+	res, err := r.VerifyStamped(filepath.Join(t.TempDir(), "s.json"), time.Hour, later)
+	if err != nil || !strings.Contains(res.Unstamped, "etc/pip.conf is open for writing: no process in /proc maps it writable") {
+		t.Fatalf("VerifyStamped with the holder search bounded to nothing = %+v, %v", res, err)
+	}
+}
+
+func procComm(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -35,7 +35,7 @@ type node struct {
 	size int64
 
 	// Not hashed: what the verification stamp compares (stamp.go).
-	ino          uint64
+	dev, ino     uint64
 	mtime, ctime int64 // ns since the epoch
 }
 
@@ -126,6 +126,7 @@ func scan(dir string) ([]node, error) {
 			uid:   st.Uid,
 			gid:   st.Gid,
 			size:  st.Size,
+			dev:   st.Dev,
 			ino:   st.Ino,
 			mtime: st.Mtim.Nano(),
 			ctime: st.Ctim.Nano(),

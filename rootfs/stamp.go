@@ -14,25 +14,30 @@ import (
 	"sort"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A service rehashes its rootfs against the manifest before it builds a
 // sandbox. Natively that is 2-4 s; on an emulated or slow host it is
-// minutes at every start (110 s under QEMU's TCG here, issue 25), though
-// nothing changed. The verification stamp lets a restart skip the content
-// hash when the tree's metadata is exactly what it was at the last full
-// hash: every entry's path, type, mode, owner, size, inode, link target,
+// minutes at every start (110 s under QEMU's TCG here), though nothing
+// changed. The verification stamp lets a restart skip the content hash
+// when the tree's metadata is exactly what it was at the last full hash:
+// every entry's path, type, mode, owner, size, device, inode, link target,
 // mtime and ctime. Changing a file's content through any file system call
 // moves its ctime to the current time, which nobody can set back by a file
 // system call, so an unchanged scan with every ctime older than the last
-// full hash means the content is what that hash read. What the stamp does
-// not see: writes to the block device under the file system, bit rot, and a
-// root user who sets the clock back before editing; a full hash still runs
-// once the stamp is older than the caller's bound, and `jailcell rootfs
-// verify` and doctor always hash.
+// full hash means the content is what that hash read. A write through a
+// writable shared mapping moves the times only at its first write to each
+// page: no stamp is written or trusted while any file of the tree is open
+// for writing (writers.go). What the stamp does not see: writes to the
+// block device under the file system, bit rot, writes by another kernel
+// (a network or shared file system), and a root user who sets the clock
+// back before editing; a full hash still runs once the stamp is older than
+// the caller's bound, and `jailcell rootfs verify` and doctor always hash.
 
 // stampVersion changes when what the stamp compares changes.
-const stampVersion = 1
+const stampVersion = 2
 
 // racyMargin is far more than a tick of the kernel's coarse clock, which
 // file times come from.
@@ -45,6 +50,9 @@ type verifyStamp struct {
 	Version     int    `json:"version"`
 	Root        string `json:"root"`
 	ContentHash string `json:"content_hash"`
+	// Dev is the tree's st_dev: the same inodes and times on another
+	// file system say nothing about its content.
+	Dev uint64 `json:"dev"`
 	// StatDigest is the sha256 of the scan before the full hash.
 	StatDigest string `json:"stat_digest"`
 	// HashedAt is when the full hash started: every ctime of the tree
@@ -58,8 +66,14 @@ type VerifyResult struct {
 	// an earlier full hash matched the tree's metadata.
 	Hashed bool
 	// Why says why it was hashed (no stamp, metadata changed, stamp too
-	// old...), or when the matching stamp's hash ran.
+	// old, a file open for writing...), or when the matching stamp's
+	// hash ran.
 	Why string
+	// Unstamped says why a successful full hash recorded no stamp (an
+	// entry changed too recently, a file of the tree open for writing,
+	// as a writable shared mapping holds it...); empty when it did, or
+	// when the stamp vouched.
+	Unstamped string
 }
 
 // VerifyStamped is Verify that skips the content hash when the stamp at
@@ -74,6 +88,12 @@ func (r *Rootfs) VerifyStamped(stampPath string, maxAge time.Duration, now time.
 		return VerifyResult{Hashed: true}, fmt.Errorf("verify rootfs %s: %w", r.Dir, err)
 	}
 	digest, newest := statDigest(nodes)
+	dev := nodes[0].dev // scan's first entry is the tree itself
+	// After the stat scan, before the content hash (writers.go).
+	var writer string
+	if maxAge > 0 {
+		writer = treeWriter(r.Root, nodes)
+	}
 	why := "no earlier hash recorded"
 	if maxAge <= 0 {
 		why = "hashed at every start (rootfs_rehash_after: 0)"
@@ -85,10 +105,15 @@ func (r *Rootfs) VerifyStamped(stampPath string, maxAge time.Duration, now time.
 		switch {
 		case st.Version != stampVersion || st.Root != r.Root || st.ContentHash != r.Manifest.ContentHash:
 			why = "stamp is for another tree"
+		case st.Dev != dev:
+			why = fmt.Sprintf("the tree is on another device (st_dev %d:%d, was %d:%d)",
+				unix.Major(dev), unix.Minor(dev), unix.Major(st.Dev), unix.Minor(st.Dev))
 		case st.HashedAt.After(now):
 			why = "stamp is from the future (clock set back?)"
 		case now.Sub(st.HashedAt) >= maxAge:
 			why = fmt.Sprintf("last full hash %s ago, rehashed every %s", now.Sub(st.HashedAt).Round(time.Second), maxAge)
+		case writer != "":
+			why = writer
 		case st.StatDigest != digest:
 			why = "the tree's metadata changed since the last full hash"
 		case newest >= st.HashedAt.UnixNano():
@@ -98,24 +123,49 @@ func (r *Rootfs) VerifyStamped(stampPath string, maxAge time.Duration, now time.
 		}
 	}
 	_ = os.Remove(stampPath)
+	res := VerifyResult{Hashed: true, Why: why}
 	got, _, _, err := hashNodes(r.Root, nodes)
 	if err != nil {
-		return VerifyResult{Hashed: true, Why: why}, fmt.Errorf("verify rootfs %s: %w", r.Dir, err)
+		return res, fmt.Errorf("verify rootfs %s: %w", r.Dir, err)
 	}
 	if got != r.Manifest.ContentHash {
-		return VerifyResult{Hashed: true, Why: why}, fmt.Errorf("verify rootfs %s: %w: tree hashes to %s, manifest says %s",
+		return res, fmt.Errorf("verify rootfs %s: %w: tree hashes to %s, manifest says %s",
 			r.Dir, ErrCorrupt, got, r.Manifest.ContentHash)
 	}
-	// Two changes within one tick of the file system's coarse clock leave
-	// one ctime ("racy git"): a tree with an entry changed in the last
-	// racyMargin before the scan gets no stamp; the next start hashes.
-	if maxAge > 0 && newest < now.Add(-racyMargin).UnixNano() {
+	switch {
+	case maxAge <= 0:
+	case writer != "":
+		res.Unstamped = writer
+	case newest >= now.Add(-racyMargin).UnixNano():
+		// Two changes within one tick of the file system's coarse clock
+		// leave one ctime ("racy git"): a tree with an entry changed in
+		// the last racyMargin before the scan gets no stamp.
+		res.Unstamped = fmt.Sprintf("an entry changed less than %s before the scan", racyMargin)
+	default:
 		if err := writeStamp(stampPath, verifyStamp{Version: stampVersion, Root: r.Root,
-			ContentHash: got, StatDigest: digest, HashedAt: now}); err != nil {
-			return VerifyResult{Hashed: true, Why: why}, fmt.Errorf("verify rootfs %s: record the hash: %w", r.Dir, err)
+			ContentHash: got, Dev: dev, StatDigest: digest, HashedAt: now}); err != nil {
+			return res, fmt.Errorf("verify rootfs %s: record the hash: %w", r.Dir, err)
 		}
 	}
-	return VerifyResult{Hashed: true, Why: why}, nil
+	return res, nil
+}
+
+// treeWriter says which file of the tree is open for writing, and by
+// whom if /proc shows a writable shared mapping of it, or why that cannot
+// be ruled out; empty if no file is.
+func treeWriter(root string, nodes []node) string {
+	n, err := openForWrite(root, nodes)
+	switch {
+	case err != nil:
+		return "cannot rule out a writable mapping of the tree: " + err.Error()
+	case n == nil:
+		return ""
+	}
+	by := "no process in /proc maps it writable: a descriptor open for writing, or a process out of its sight"
+	if h := procMaps.holder(n.dev, n.ino); h != "" {
+		by = "writable shared mapping by " + h
+	}
+	return fmt.Sprintf("%s is open for writing: %s", n.rel, by)
 }
 
 // statDigest hashes what a scan saw, and returns the newest ctime.
@@ -141,6 +191,7 @@ func statDigest(nodes []node) (string, int64) {
 		put(uint64(n.uid))
 		put(uint64(n.gid))
 		put(uint64(n.size))
+		put(n.dev)
 		put(n.ino)
 		put(uint64(n.mtime))
 		put(uint64(n.ctime))

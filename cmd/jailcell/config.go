@@ -138,12 +138,14 @@ is /var/lib/jailcell/rootfs-minimal (` + "`make rootfs ROOTFS_PROFILE=minimal`" 
 	{name: "rootfs_rehash_after", def: 24 * time.Hour, dec: durKey(func(c *config) *time.Duration { return &c.RootfsRehashAfter }),
 		doc: `serve checks the rootfs against its manifest before it builds a
 sandbox. It hashes the whole tree (2-4 s on a fast host; minutes on an
-emulated or slow one) when the last full hash is older than this, or
-when any entry's path, type, mode, owner, size, inode, mtime or ctime
-changed since; otherwise that earlier hash stands (a stamp in state_dir).
-The stamp does not see writes under the file system (the block device)
-or bit rot; jailcell rootfs verify and doctor always hash. 0: hash at
-every start.`},
+emulated or slow one) when the last full hash is older than this, when
+any entry's path, type, mode, owner, size, device, inode, mtime or ctime
+changed since, or while a file of the tree is open for writing (as a
+writable shared mapping holds it, whose writes need not move a time);
+otherwise that earlier hash stands (a stamp in state_dir). The stamp
+does not see writes under the file system (the block device) or bit
+rot; jailcell rootfs verify and doctor always hash. 0: hash at every
+start.`},
 	{name: "store.url", def: store.DefaultURL, dec: strKey(func(c *config) *string { return &c.Store.URL }),
 		doc: `Where persisted workspaces ("persist" at create) are kept, and hibernated
 sessions when the store is shared: file:///ABSOLUTE/DIR, or

@@ -219,8 +219,12 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 				log.Error("rootfs content check failed: no sandbox will be built (rebuild it: make rootfs)", "rootfs", r.Dir, "why", res.Why, "err", err)
 				return fmt.Errorf("%w (rebuild it: make rootfs)", err)
 			}
-			log.Info("rootfs content matches its manifest", "rootfs", r.Dir, "hashed", res.Hashed, "why", res.Why,
-				"verify_ms", time.Since(start).Milliseconds())
+			args := []any{"rootfs", r.Dir, "hashed", res.Hashed, "why", res.Why, "verify_ms", time.Since(start).Milliseconds()}
+			if res.Unstamped != "" {
+				// The next start hashes again: say why.
+				args = append(args, "unstamped", res.Unstamped)
+			}
+			log.Info("rootfs content matches its manifest", args...)
 			return nil
 		})
 	}

@@ -26,6 +26,10 @@ const (
 	statusOK   = "ok"
 	statusFail = "FAIL"
 	statusWarn = "warn"
+	// statusNote: the service is not installed or not running here.
+	// Nothing about whether this host can run sandboxes: a development
+	// host that builds and runs jailcell without installing it passes.
+	statusNote = "note"
 )
 
 // check is one line of the doctor's report.
@@ -100,9 +104,11 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 		printCheck(out, stc)
 		svc = serviceChecks(cfg)
 	}
+	svcFailed, noted := false, false
 	for _, c := range svc {
 		printCheck(out, c)
-		failed = failed || c.status == statusFail
+		svcFailed = svcFailed || c.status == statusFail
+		noted = noted || c.status == statusNote
 	}
 
 	// The final word: build a real sandbox with the same code path as
@@ -123,12 +129,16 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 	switch {
 	case failed:
 		fmt.Fprintln(out, "\nsome checks FAILED: jailcell cannot run sandboxes here until they are fixed")
+	case svcFailed:
+		fmt.Fprintln(out, "\nthis host runs sandboxes, but the service's checks FAILED: its clients cannot use it until they are fixed")
 	case warned:
 		fmt.Fprintln(out, "\nno check failed; read the warn lines above")
+	case noted:
+		fmt.Fprintln(out, "\nall checks passed; the service is not installed or not running here (note lines)")
 	default:
 		fmt.Fprintln(out, "\nall checks passed")
 	}
-	return !failed
+	return !failed && !svcFailed
 }
 
 // placeProblems attributes every problem the probe found to the check

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -48,13 +49,36 @@ func serviceChecks(cfg *config) []*check {
 			}
 		}
 	}
-	return []*check{
+	checks := []*check{
 		checkSocketDir(filepath.Dir(cfg.Socket), gid, gidErr, group),
 		checkSocket(cfg.Socket, gid, gidErr, group),
 		checkReach(cfg.Socket, group),
-		checkClientConfig(cfg),
-		checkUnits(systemdUnitDir, systemdRunning()),
 	}
+	if !serviceListening(cfg.Socket) {
+		// No service here (none installed, or stopped): what these found
+		// says nothing about this host's sandboxes, and serve sets the
+		// socket directory's owner and mode itself when it starts (a
+		// directory left 0700 by a daemon's uid claims included).
+		for _, c := range checks {
+			if c.status != statusOK {
+				c.status = statusNote
+			}
+		}
+	}
+	return append(checks, checkClientConfig(cfg), checkUnits(systemdUnitDir, systemdRunning()))
+}
+
+// serviceListening reports whether a service may be listening on sock:
+// false only when nothing is there to connect to (no socket, or a socket
+// file nobody listens on). A socket this user may not reach counts as
+// listening: that is the service's problem to report.
+func serviceListening(sock string) bool {
+	c, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err == nil {
+		c.Close()
+		return true
+	}
+	return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // groupName is gid's name, or the number if it has none.
@@ -200,7 +224,8 @@ func checkUnits(dir string, systemd bool) *check {
 		}
 	}
 	if len(missing) > 0 {
-		c.status, c.found, c.fix = statusWarn, fmt.Sprintf("%v not in %s", missing, dir), "make install"
+		// Not installed: a development host, or another supervisor.
+		c.status, c.found, c.fix = statusNote, fmt.Sprintf("%v not in %s: the service is not installed here", missing, dir), "make install, to run it as a service"
 		return c
 	}
 	enabled := ""

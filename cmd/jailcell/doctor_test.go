@@ -1,9 +1,13 @@
 package main
 
 import (
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/store"
 )
@@ -48,5 +52,41 @@ func TestDoctorStoreSigned(t *testing.T) {
 	c = doctorStore(store.Options{URL: "file://" + t.TempDir(), Shared: true})
 	if c.status != statusWarn || !strings.Contains(c.found, "store.key_file") {
 		t.Fatalf("shared store without a key: %s %s", c.status, c.found)
+	}
+}
+
+// TestDoctorServiceNotHereIsANote: with no service listening (its socket
+// directory left 0700 by a daemon's uid claims, no socket), the service's
+// lines are notes, not failures; the same directory in front of a
+// listening service is a failure its clients would hit.
+func TestDoctorServiceNotHereIsANote(t *testing.T) {
+	testenv.RequiresRoot(t)
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := os.MkdirAll(filepath.Join(dir, "claims"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config{Socket: filepath.Join(dir, "j.sock"), SocketGroup: "root", sources: map[string]string{}}
+	for _, c := range serviceChecks(cfg) {
+		if c.status == statusFail || c.status == statusWarn && c.name != "systemd units" {
+			t.Errorf("no service here: %s is %s (%s)", c.name, c.status, c.found)
+		}
+		if c.name == "socket dir" && c.status != statusNote {
+			t.Errorf("no service here: socket dir is %s, want note", c.status)
+		}
+	}
+	l, err := net.Listen("unix", cfg.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := map[string]string{}
+	for _, c := range serviceChecks(cfg) {
+		got[c.name] = c.status
+	}
+	if got["socket dir"] != statusFail {
+		t.Errorf("a listening service behind a 0700 directory: socket dir is %s, want FAIL", got["socket dir"])
 	}
 }

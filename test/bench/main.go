@@ -50,6 +50,7 @@ var sections = []struct {
 	{"cold", benchCold},
 	{"hibernation", benchHibernate},
 	{"defaults", benchDefaults},
+	{"restart", benchRestart},
 	{"zygote", benchZygote},
 	{"peers", benchPeers},
 }
@@ -1193,6 +1194,7 @@ func buildRows() {
 	if ran["zygote"] {
 		zygoteRows(add)
 	}
+	restartRows(add)
 }
 
 // hibernationRows adds the hibernation section's rows. 80 MB, the image

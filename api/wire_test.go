@@ -328,6 +328,7 @@ func TestErrorFor(t *testing.T) {
 		{fmt.Errorf("exec: %w: path escapes", session.ErrBadRequest), CodeBadRequest},
 		{fmt.Errorf("create: %w", fmt.Errorf("%w: pids = 1", policy.ErrInvalid)), CodeBadRequest},
 		{fmt.Errorf("%w: abc expired at 12:00", session.ErrNotFound), CodeNotFound},
+		{fmt.Errorf("exec: session abc %w: max_lifetime 14s reached at 12:00", session.ErrExpired), CodeExpired},
 		{session.ErrLimit, CodeLimit},
 		{isolate.ErrExhausted, CodeLimit},
 		{fmt.Errorf("checkpoint of session x: %w: 64 MiB more would pass state_quota_bytes = 1024 MiB", session.ErrStateQuota), CodeLimit},

@@ -78,10 +78,11 @@ func (s *Session) ctlDir() string { return s.disk.CtlDir() }
 func (s *Session) expiry(maxLife time.Duration) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.hibernated {
-		return s.lastUsed.Add(s.hibTTL)
-	}
 	idle := s.lastUsed.Add(s.ttl)
+	if s.hibernated {
+		idle = s.lastUsed.Add(s.hibTTL)
+	}
+	// Hibernated too: a checkpoint does not stretch the lifetime.
 	if life := s.created.Add(maxLife); life.Before(idle) {
 		return life
 	}
@@ -192,9 +193,12 @@ type cell struct {
 	s       *Session
 	req     ExecRequest
 	timeout time.Duration
-	k       *kernel
-	woke    string // why waking the session lost its state ("" if not)
-	died    string // how a kernel found gone before the cell went ("" if none)
+	// lifetime is the session's max lifetime when the timeout was cut to
+	// what was left of it (capToLife), else 0.
+	lifetime time.Duration
+	k        *kernel
+	woke     string // why waking the session lost its state ("" if not)
+	died     string // how a kernel found gone before the cell went ("" if none)
 
 	id     string
 	before fileStamps // the workspace before the cell
@@ -242,6 +246,10 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 			return nil, fmt.Errorf("%s and a new one could not be started (the cell did not run): %w", c.died, err)
 		}
 	default:
+	}
+	// Last, once waking and starting have spent their share of it.
+	if err := m.capToLife(c); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -350,6 +358,7 @@ func (m *Manager) measure(c *cell) (measured, Usage) {
 	}
 	meas := measured{
 		timeout:     c.timeout,
+		lifetime:    c.lifetime,
 		memoryBytes: s.policy.MemoryBytes,
 		timedOut:    o.timedOut,
 		canceled:    o.canceled,

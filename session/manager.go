@@ -212,8 +212,11 @@ type Manager struct {
 	tombOrder  []string
 	// lost marks the tombstones of sessions lost, not ended (ErrLost);
 	// expired those of sessions ended at their max lifetime (ErrExpired).
-	lost     map[string]bool
-	expired  map[string]bool
+	lost    map[string]bool
+	expired map[string]bool
+	// closed is every session this node ended while it shared a store,
+	// kept on disk (tombstone.go): a take from the store refuses them.
+	closed   *closedSet
 	oneshots map[string]*Session // one-shot cells running now
 	shutdown bool
 
@@ -281,6 +284,11 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 			return nil, fmt.Errorf("store %s is shared but not signed: open it with a fleet key (store.key_file)", cfg.Store.Name())
 		}
 	}
+	closed, err := loadClosed(filepath.Join(cfg.StateDir, closedName), maxClosed, cfg.HibernatedTTL)
+	if err != nil {
+		return nil, err
+	}
+	m.closed = closed
 	m.initQuotas()
 	if cfg.Store != nil {
 		m.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
@@ -1013,6 +1021,14 @@ func (m *Manager) endAs(s *Session, why string, kind error) error {
 	delete(m.sessions, s.id)
 	m.tombLocked(s.id, why, kind)
 	m.mu.Unlock()
+	if m.shared() {
+		// Before its objects leave the store (destroy): a writer of the
+		// store who puts them back finds the id refused here.
+		if err := m.closed.add(s.id, time.Now()); err != nil {
+			m.log().Error("closed session not recorded on disk: after a restart this node could restore it if its objects were put back in the store",
+				"session", s.id, "err", err)
+		}
+	}
 	// Kill a running cell, and cancel a kernel start after a lost one, so
 	// that the run lock is released promptly.
 	s.mu.Lock()

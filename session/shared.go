@@ -435,6 +435,12 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	if err := m.heldHere(id); err != nil {
 		return err
 	}
+	if at, ok := m.closed.has(id, time.Now()); ok {
+		// Whatever the store says now: its objects may have been put back.
+		m.log().Warn("a request names a session this node closed: not taken from the store, whatever it holds",
+			"session", id, "store", m.objects.Name(), "closed_at", at.Format(time.RFC3339))
+		return fmt.Errorf("%w: session %s was closed on this node at %s", ErrNotFound, id, at.Format(time.RFC3339))
+	}
 	st := m.objects
 	l, ver, err := m.readLease(ctx, id)
 	if err != nil {
@@ -457,6 +463,15 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 		// files are still in the store.
 		return fmt.Errorf("%w: session %s was live on node %q since %s and is not hibernated in store %s: lost if that node is down (its persisted files remain), else ask that node",
 			ErrLost, id, l.Node, l.At.Format(time.RFC3339), st.Name())
+	}
+	if now := time.Now(); now.Sub(l.At) > m.cfg.HibernatedTTL {
+		// What sweepStored would expire: never restored, whichever node
+		// sweeps first (a lease put back after its removal is one).
+		if err := m.expireStored(ctx, l, ver, now); err != nil && !errors.Is(err, store.ErrConflict) {
+			m.log().Warn("expire session in the store", "session", id, "store", st.Name(), "err", err)
+		}
+		return fmt.Errorf("%w: session %s expired in store %s: hibernated there since %s, longer than sessions.hibernated_ttl (%s)",
+			ErrNotFound, id, st.Name(), l.At.Format(time.RFC3339), m.cfg.HibernatedTTL)
 	}
 	if n := m.hibernatedCount(); n >= m.cfg.MaxHibernated {
 		return fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)

@@ -63,9 +63,17 @@ type Session struct {
 	metricsK   *kernel
 	metricsCPU time.Duration
 	metricsAt  time.Time
-	// watches are the session's directory watches (watch.go).
-	watches  map[string]*watch
-	watchSeq int
+	// watches are the session's directory watches (watch.go);
+	// watchStarting counts starts scanning now, each holding a place under
+	// MaxWatches; watchTokens (at watchTokensAt) is what is left of the
+	// session's budget of starts; watchScans counts the scans of the
+	// session's watches (starts and polls), which those bounds bound.
+	watches       map[string]*watch
+	watchSeq      int
+	watchStarting int
+	watchTokens   float64
+	watchTokensAt time.Time
+	watchScans    int
 	// restarting is closed when the background start of a kernel that
 	// replaces a lost one ends; nil when none runs. stopRestart cancels it.
 	restarting  chan struct{}

@@ -88,7 +88,8 @@ func TestTombstoneRecordBounded(t *testing.T) {
 // TestHostileTombstoneClosedStaysClosed: the owner closes a session that
 // lives in the shared store; a writer of the store then puts its earlier,
 // validly signed objects back. The node that closed it refuses the id and
-// leaves the objects alone, also after a restart on the same state dir.
+// leaves the objects alone, also after a restart on the same state dir;
+// another node refuses them once older than sessions.hibernated_ttl.
 func TestHostileTombstoneClosedStaysClosed(t *testing.T) {
 	fx := fileFixture(t)
 	ctx := context.Background()
@@ -147,4 +148,19 @@ func TestHostileTombstoneClosedStaysClosed(t *testing.T) {
 	mA2 := fx.ra.startWith(cfgA)
 	defer mA2.Shutdown(ctx)
 	refused(mA2, "after a restart")
+
+	// A node that never saw the close is not protected by the record, but
+	// a put-back lease older than sessions.hibernated_ttl is refused there
+	// too (and expired in the store), as the sweep would: what bounds the
+	// record's own TTL.
+	mB := fx.rb.startWith(func(c *Config) { fx.cfg("nb")(c); c.HibernatedTTL = time.Second })
+	defer mB.Shutdown(ctx)
+	time.Sleep(time.Second)
+	res, err := mB.Exec(ctx, 1000, id, ExecRequest{Code: "print(x)"})
+	if err == nil || !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "hibernated_ttl") {
+		t.Fatalf("node B, lease older than hibernated_ttl: %v %+v, want not found naming hibernated_ttl", err, res)
+	}
+	if _, err := os.Stat(lease); !os.IsNotExist(err) {
+		t.Errorf("the old lease was left in the store: %v", err)
+	}
 }

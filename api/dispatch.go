@@ -334,6 +334,7 @@ var errorCodes = []struct {
 	{workflow.ErrNoFixer, CodeBadRequest},
 	{policy.ErrInvalid, CodeBadRequest},
 	{session.ErrNotFound, CodeNotFound},
+	{session.ErrExpired, CodeExpired},
 	{session.ErrLimit, CodeLimit}, // ErrStateQuota, ErrStoreQuota: the message names the quota's key
 	{session.ErrBusy, CodeBusy},
 	{session.ErrUnavailable, CodeUnavailable},

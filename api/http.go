@@ -895,6 +895,8 @@ func httpStatus(resp *Response) int {
 		return http.StatusForbidden
 	case CodeNotFound:
 		return http.StatusNotFound
+	case CodeExpired:
+		return http.StatusGone
 	case CodeLimit:
 		return http.StatusTooManyRequests
 	case CodeBusy:

@@ -409,10 +409,10 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 	// Raw: Jupyter frontends render ANSI colours and "\r" themselves, as
 	// ipykernel sends them.
 	resp := k.call(ctx, &Request{Op: OpExec, Session: k.sid(), Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS, RawANSI: true}, emit)
-	if resp.Error != nil && resp.Error.Code == CodeNotFound && k.renew(ctx) {
-		// The session ended under an idle notebook (its TTL, an
-		// operator's close): as a restarted kernel, the cell runs in a new
-		// one, and says so.
+	if resp.Error != nil && (resp.Error.Code == CodeNotFound || resp.Error.Code == CodeExpired) && k.renew(ctx) {
+		// The session ended under a notebook (its TTL, its max lifetime,
+		// an operator's close): as a restarted kernel, the cell runs in a
+		// new one, and says so.
 		k.publish(m, "stream", map[string]any{"name": "stderr", "text": "jailcell: " + resp.Error.Message +
 			"; the cell runs in a new session (variables are gone, as after a kernel restart)\n"})
 		resp = k.call(ctx, &Request{Op: OpExec, Session: k.sid(), Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS, RawANSI: true}, emit)

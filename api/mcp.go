@@ -326,8 +326,9 @@ func (c *mcpConn) runPython(ctx context.Context, req *mcp.CallToolRequest, in ru
 			return errorResult(e, nil), runPythonOut{}, nil
 		}
 		resp := c.handleStream(ctx, &Request{Op: OpExec, Session: id, Code: in.Code, TimeoutS: in.TimeoutS}, emit)
-		if resp.Error != nil && resp.Error.Code == CodeNotFound && try == 0 {
-			// The session expired: start a new one, and say so.
+		if resp.Error != nil && (resp.Error.Code == CodeNotFound || resp.Error.Code == CodeExpired) && try == 0 {
+			// The session ended (its idle TTL or its max lifetime): start
+			// a new one, and say so.
 			c.forget(id)
 			note = "note: the previous session had ended (" + resp.Error.Message + "); this ran in a new session, earlier variables and files are gone\n"
 			continue

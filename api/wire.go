@@ -17,8 +17,11 @@ import (
 
 // Wire error codes.
 const (
-	CodeBadRequest  = "bad_request"
-	CodeNotFound    = "not_found"
+	CodeBadRequest = "bad_request"
+	CodeNotFound   = "not_found"
+	// CodeExpired: the session reached its max lifetime and was ended
+	// however busy; the message names the limit and when.
+	CodeExpired     = "expired"
 	CodeLimit       = "limit"
 	CodeBusy        = "busy"
 	CodeUnavailable = "unavailable"

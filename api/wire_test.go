@@ -328,6 +328,7 @@ func TestErrorFor(t *testing.T) {
 		{fmt.Errorf("exec: %w: path escapes", session.ErrBadRequest), CodeBadRequest},
 		{fmt.Errorf("create: %w", fmt.Errorf("%w: pids = 1", policy.ErrInvalid)), CodeBadRequest},
 		{fmt.Errorf("%w: abc expired at 12:00", session.ErrNotFound), CodeNotFound},
+		{fmt.Errorf("exec: session abc %w: max_lifetime 14s reached at 12:00", session.ErrExpired), CodeExpired},
 		{session.ErrLimit, CodeLimit},
 		{isolate.ErrExhausted, CodeLimit},
 		{fmt.Errorf("checkpoint of session x: %w: 64 MiB more would pass state_quota_bytes = 1024 MiB", session.ErrStateQuota), CodeLimit},
@@ -383,5 +384,18 @@ func TestResponseShape(t *testing.T) {
 				t.Errorf("got  %s\nwant %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestHTTPStatusOfCodes: each wire code answers the HTTP status the
+// document names for it (openapi.json's ErrorResponse).
+func TestHTTPStatusOfCodes(t *testing.T) {
+	for code, want := range map[string]int{
+		CodeBadRequest: 400, CodeForbidden: 403, CodeNotFound: 404, CodeExpired: 410,
+		CodeBusy: 409, CodeLimit: 429, CodeInternal: 500, CodeUnavailable: 503,
+	} {
+		if got := httpStatus(&Response{Error: &Error{Code: code}}); got != want {
+			t.Errorf("%s answers %d, want %d", code, got, want)
+		}
 	}
 }

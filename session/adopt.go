@@ -161,14 +161,7 @@ func (m *Manager) adopt(id string) (_ *Session, retErr error) {
 func (m *Manager) tombstone(id, why string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.tombstones[id] = why
-	m.lost[id] = true
-	m.tombOrder = append(m.tombOrder, id)
-	if len(m.tombOrder) > maxTombstones {
-		delete(m.tombstones, m.tombOrder[0])
-		delete(m.lost, m.tombOrder[0])
-		m.tombOrder = m.tombOrder[1:]
-	}
+	m.tombLocked(id, why, ErrLost)
 }
 
 // release lets go of s without stopping its kernel, for a daemon that exits

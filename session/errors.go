@@ -16,7 +16,7 @@ func Probe() Features { return isolate.Probe() }
 
 // sentinels are the session sentinels (types.go), in the order Sentinel
 // tries them.
-var sentinels = []error{ErrBadRequest, ErrNotFound, ErrLimit, ErrBusy, ErrUnavailable, ErrShutdown}
+var sentinels = []error{ErrBadRequest, ErrNotFound, ErrExpired, ErrLimit, ErrBusy, ErrUnavailable, ErrShutdown}
 
 // Sentinels returns the session sentinels every error of a session
 // operation is one of (an ErrStateQuota is an ErrLimit), or an internal

@@ -94,6 +94,7 @@ var sessionSentinels = map[string]error{
 	"ErrStateQuota":  ErrStateQuota,
 	"ErrStoreQuota":  ErrStoreQuota,
 	"ErrLost":        ErrLost, // an ErrNotFound that says the session was lost
+	"ErrExpired":     ErrExpired,
 }
 
 // oneSentinel says which session sentinels err is, and fails t unless it

@@ -66,7 +66,13 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 		}
 	}()
 	parent.mu.Lock()
-	child.ttl, child.maxLife = parent.ttl, parent.maxLife
+	child.ttl = parent.ttl
+	parent.mu.Unlock()
+	// A fork is a copy of the parent's state, so it ends when the parent
+	// would: a fork must not renew a lifetime.
+	_, end := m.lifeEnd(parent)
+	parent.mu.Lock()
+	child.maxLife = max(time.Until(end), time.Nanosecond)
 	child.info = Info{Policy: parent.info.Policy, Installed: parent.info.Installed, ForkedFrom: parent.id}
 	child.envs = parent.envs // never written in place: setEnvs and create replace the map
 	parent.mu.Unlock()

@@ -205,6 +205,11 @@ func (m *Manager) wake(ctx context.Context, s *Session) (string, error) {
 	if !hib {
 		return "", nil
 	}
+	// Never woken past its lifetime (its checkpoint does not stretch it):
+	// the janitor removes its images and ends it.
+	if err := m.pastLife(s, time.Now()); err != nil {
+		return "", err
+	}
 	// A hibernated session does not count toward MaxSessions; a woken one
 	// does.
 	releaseOwner, err := m.reserveOwner(owner)
@@ -279,6 +284,9 @@ func (m *Manager) hibernateIdle(now time.Time) {
 	}
 	m.mu.Unlock()
 	for _, s := range idle {
+		if m.pastLife(s, now) != nil {
+			continue // the janitor ends it: no checkpoint to write and remove
+		}
 		if !s.run.TryLock() {
 			continue
 		}

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"os"
+	"time"
 )
 
 // Interrupt sends the cell running in session id a KeyboardInterrupt, as
@@ -19,6 +20,9 @@ import (
 func (m *Manager) Interrupt(ctx context.Context, owner int, id string) (bool, error) {
 	s, err := m.get(owner, id)
 	if err != nil {
+		return false, err
+	}
+	if err := m.pastLife(s, time.Now()); err != nil {
 		return false, err
 	}
 	s.mu.Lock()

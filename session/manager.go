@@ -210,8 +210,13 @@ type Manager struct {
 	starting   map[int]int
 	tombstones map[string]string
 	tombOrder  []string
-	// lost marks the tombstones of sessions lost, not ended (ErrLost).
-	lost     map[string]bool
+	// lost marks the tombstones of sessions lost, not ended (ErrLost);
+	// expired those of sessions ended at their max lifetime (ErrExpired).
+	lost    map[string]bool
+	expired map[string]bool
+	// closed is every session this node ended while it shared a store,
+	// kept on disk (tombstone.go): a take from the store refuses them.
+	closed   *closedSet
 	oneshots map[string]*Session // one-shot cells running now
 	shutdown bool
 
@@ -268,7 +273,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, host: host, metrics: newMetrics(),
-		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, oneshots: map[string]*Session{}, starting: map[int]int{},
+		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, expired: map[string]bool{}, oneshots: map[string]*Session{}, starting: map[int]int{},
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
@@ -279,6 +284,11 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 			return nil, fmt.Errorf("store %s is shared but not signed: open it with a fleet key (store.key_file)", cfg.Store.Name())
 		}
 	}
+	closed, err := loadClosed(filepath.Join(cfg.StateDir, closedName), maxClosed, cfg.HibernatedTTL)
+	if err != nil {
+		return nil, err
+	}
+	m.closed = closed
 	m.initQuotas()
 	if cfg.Store != nil {
 		m.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
@@ -754,6 +764,9 @@ func (m *Manager) get(owner int, id string) (*Session, error) {
 			if m.lost[id] {
 				return nil, fmt.Errorf("%w: session %s %s", ErrLost, id, why)
 			}
+			if m.expired[id] {
+				return nil, expiredErr(id, why)
+			}
 			return nil, fmt.Errorf("%w: session %s %s", ErrNotFound, id, why)
 		}
 		return nil, fmt.Errorf("session %q %w", id, ErrNotFound)
@@ -790,7 +803,7 @@ func (m *Manager) Exec(ctx context.Context, owner int, id string, req ExecReques
 		s.mu.Unlock()
 	}()
 	res, err := m.exec(ctx, s, req)
-	if err == nil && res.State == StateLost {
+	if err == nil && res.State == StateLost && m.pastLife(s, time.Now()) == nil {
 		handedOff = m.restartInBackground(s)
 	}
 	return res, err
@@ -984,7 +997,9 @@ func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, err
 
 // Close ends a session now.
 func (m *Manager) Close(ctx context.Context, owner int, id string) error {
-	s, err := m.lookup(ctx, owner, id)
+	// find, not lookup: closing a session past its lifetime that the
+	// janitor has not ended yet is what its owner wants done.
+	s, err := m.find(ctx, owner, id)
 	if err != nil {
 		return err
 	}
@@ -993,21 +1008,27 @@ func (m *Manager) Close(ctx context.Context, owner int, id string) error {
 
 // end removes s from the live set, remembers why, and destroys it. A cell
 // running in it is killed with its sandbox.
-func (m *Manager) end(s *Session, why string) error {
+func (m *Manager) end(s *Session, why string) error { return m.endAs(s, why, nil) }
+
+// endAs is end, the id answering kind afterwards: ErrExpired, or nil for
+// not found.
+func (m *Manager) endAs(s *Session, why string, kind error) error {
 	m.mu.Lock()
 	if _, ok := m.sessions[s.id]; !ok {
 		m.mu.Unlock()
 		return fmt.Errorf("%w: session %s already ended", ErrNotFound, s.id)
 	}
 	delete(m.sessions, s.id)
-	m.tombstones[s.id] = why
-	m.tombOrder = append(m.tombOrder, s.id)
-	if len(m.tombOrder) > maxTombstones {
-		delete(m.tombstones, m.tombOrder[0])
-		delete(m.lost, m.tombOrder[0])
-		m.tombOrder = m.tombOrder[1:]
-	}
+	m.tombLocked(s.id, why, kind)
 	m.mu.Unlock()
+	if m.shared() {
+		// Before its objects leave the store (destroy): a writer of the
+		// store who puts them back finds the id refused here.
+		if err := m.closed.add(s.id, time.Now()); err != nil {
+			m.log().Error("closed session not recorded on disk: after a restart this node could restore it if its objects were put back in the store",
+				"session", s.id, "err", err)
+		}
+	}
 	// Kill a running cell, and cancel a kernel start after a lost one, so
 	// that the run lock is released promptly.
 	s.mu.Lock()
@@ -1040,6 +1061,30 @@ func (m *Manager) end(s *Session, why string) error {
 	err := m.destroy(s)
 	m.log().Info("session ended", "session", s.id, "why", why)
 	return err
+}
+
+// tombLocked remembers why session id is gone, and as what (kind:
+// ErrLost, ErrExpired or nil), for the last maxTombstones ids. The caller
+// holds m.mu.
+func (m *Manager) tombLocked(id, why string, kind error) {
+	if _, ok := m.tombstones[id]; !ok {
+		m.tombOrder = append(m.tombOrder, id)
+	}
+	m.tombstones[id] = why
+	delete(m.lost, id)
+	delete(m.expired, id)
+	switch kind {
+	case ErrLost:
+		m.lost[id] = true
+	case ErrExpired:
+		m.expired[id] = true
+	}
+	if len(m.tombOrder) > maxTombstones {
+		delete(m.tombstones, m.tombOrder[0])
+		delete(m.lost, m.tombOrder[0])
+		delete(m.expired, m.tombOrder[0])
+		m.tombOrder = m.tombOrder[1:]
+	}
 }
 
 // endLockWait bounds how long end waits for a session's run lock once its
@@ -1125,25 +1170,42 @@ func (m *Manager) janitor() {
 			default:
 			}
 		}
+		type expiry struct {
+			s    *Session
+			why  string
+			kind error
+		}
 		m.mu.Lock()
-		var expired []*Session
+		var expired []expiry
 		for _, s := range m.sessions {
 			s.mu.Lock()
 			busy := s.busy
 			s.mu.Unlock()
-			if !busy && now.After(s.expiry(m.maxLifeOf(s))) {
-				expired = append(expired, s)
+			life, end := m.lifeEnd(s)
+			switch {
+			case !now.Before(end):
+				// Past its lifetime however busy. A busy one's cell had
+				// its timeout cut to the lifetime (capToLife): the host
+				// interrupts it, then kills it after the grace, and its
+				// result says why; only a cell still going after that is
+				// killed here, with the session.
+				if busy && now.Before(end.Add(s.policy.InterruptGrace+lifeSlack)) {
+					continue
+				}
+				expired = append(expired, expiry{s, lifeWhy(life, end), ErrExpired})
+			case !busy && now.After(s.expiry(life)):
+				expired = append(expired, expiry{s, "expired at " + s.expiry(life).UTC().Format(time.RFC3339), nil})
 			}
 		}
 		m.mu.Unlock()
 		// Each expiry on its own: a session stuck for endLockWait delays
 		// neither the others nor the next sweep.
-		for _, s := range expired {
+		for _, e := range expired {
+			s := e.s
 			ending.Add(1)
 			go func() {
 				defer ending.Done()
-				at := s.expiry(m.maxLifeOf(s)).UTC().Format(time.RFC3339)
-				err := m.end(s, "expired at "+at)
+				err := m.endAs(s, e.why, e.kind)
 				if errors.Is(err, ErrNotFound) {
 					return // ended meanwhile (closed, or by an earlier sweep)
 				}

@@ -63,9 +63,17 @@ type Session struct {
 	metricsK   *kernel
 	metricsCPU time.Duration
 	metricsAt  time.Time
-	// watches are the session's directory watches (watch.go).
-	watches  map[string]*watch
-	watchSeq int
+	// watches are the session's directory watches (watch.go);
+	// watchStarting counts starts scanning now, each holding a place under
+	// MaxWatches; watchTokens (at watchTokensAt) is what is left of the
+	// session's budget of starts; watchScans counts the scans of the
+	// session's watches (starts and polls), which those bounds bound.
+	watches       map[string]*watch
+	watchSeq      int
+	watchStarting int
+	watchTokens   float64
+	watchTokensAt time.Time
+	watchScans    int
 	// restarting is closed when the background start of a kernel that
 	// replaces a lost one ends; nil when none runs. stopRestart cancels it.
 	restarting  chan struct{}
@@ -78,10 +86,11 @@ func (s *Session) ctlDir() string { return s.disk.CtlDir() }
 func (s *Session) expiry(maxLife time.Duration) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.hibernated {
-		return s.lastUsed.Add(s.hibTTL)
-	}
 	idle := s.lastUsed.Add(s.ttl)
+	if s.hibernated {
+		idle = s.lastUsed.Add(s.hibTTL)
+	}
+	// Hibernated too: a checkpoint does not stretch the lifetime.
 	if life := s.created.Add(maxLife); life.Before(idle) {
 		return life
 	}
@@ -192,9 +201,12 @@ type cell struct {
 	s       *Session
 	req     ExecRequest
 	timeout time.Duration
-	k       *kernel
-	woke    string // why waking the session lost its state ("" if not)
-	died    string // how a kernel found gone before the cell went ("" if none)
+	// lifetime is the session's max lifetime when the timeout was cut to
+	// what was left of it (capToLife), else 0.
+	lifetime time.Duration
+	k        *kernel
+	woke     string // why waking the session lost its state ("" if not)
+	died     string // how a kernel found gone before the cell went ("" if none)
 
 	id     string
 	before fileStamps // the workspace before the cell
@@ -242,6 +254,10 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 			return nil, fmt.Errorf("%s and a new one could not be started (the cell did not run): %w", c.died, err)
 		}
 	default:
+	}
+	// Last, once waking and starting have spent their share of it.
+	if err := m.capToLife(c); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -350,6 +366,7 @@ func (m *Manager) measure(c *cell) (measured, Usage) {
 	}
 	meas := measured{
 		timeout:     c.timeout,
+		lifetime:    c.lifetime,
 		memoryBytes: s.policy.MemoryBytes,
 		timedOut:    o.timedOut,
 		canceled:    o.canceled,

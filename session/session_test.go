@@ -505,8 +505,8 @@ func TestMaxLifetimePerSession(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if last == nil || !strings.Contains(last.Error(), "expired at") {
-		t.Fatalf("a session past its lifetime still runs cells: %v", last)
+	if !errors.Is(last, ErrExpired) || !strings.Contains(last.Error(), "max_lifetime 1.5s reached at") {
+		t.Fatalf("a session past its lifetime still runs cells: %v, want expired naming the limit", last)
 	}
 	if len(e.m.List(context.Background(), 0)) != 1 {
 		t.Fatalf("sessions: %+v, want only the long-lived one", e.m.List(context.Background(), 0))

@@ -393,8 +393,21 @@ func (m *Manager) Lookup(ctx context.Context, owner int, id string) (*Info, erro
 	return &info, nil
 }
 
-// lookup is get, falling back to the shared store.
+// lookup is find, refusing a session past its max lifetime (ErrExpired):
+// no request runs on one, whether the janitor ended it yet or not.
 func (m *Manager) lookup(ctx context.Context, owner int, id string) (*Session, error) {
+	s, err := m.find(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.pastLife(s, time.Now()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// find is get, falling back to the shared store.
+func (m *Manager) find(ctx context.Context, owner int, id string) (*Session, error) {
 	s, err := m.get(owner, id)
 	if err == nil || !errors.Is(err, ErrNotFound) || !m.shared() {
 		return s, err
@@ -422,6 +435,12 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	if err := m.heldHere(id); err != nil {
 		return err
 	}
+	if at, ok := m.closed.has(id, time.Now()); ok {
+		// Whatever the store says now: its objects may have been put back.
+		m.log().Warn("a request names a session this node closed: not taken from the store, whatever it holds",
+			"session", id, "store", m.objects.Name(), "closed_at", at.Format(time.RFC3339))
+		return fmt.Errorf("%w: session %s was closed on this node at %s", ErrNotFound, id, at.Format(time.RFC3339))
+	}
 	st := m.objects
 	l, ver, err := m.readLease(ctx, id)
 	if err != nil {
@@ -445,6 +464,15 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 		return fmt.Errorf("%w: session %s was live on node %q since %s and is not hibernated in store %s: lost if that node is down (its persisted files remain), else ask that node",
 			ErrLost, id, l.Node, l.At.Format(time.RFC3339), st.Name())
 	}
+	if now := time.Now(); now.Sub(l.At) > m.cfg.HibernatedTTL {
+		// What sweepStored would expire: never restored, whichever node
+		// sweeps first (a lease put back after its removal is one).
+		if err := m.expireStored(ctx, l, ver, now); err != nil && !errors.Is(err, store.ErrConflict) {
+			m.log().Warn("expire session in the store", "session", id, "store", st.Name(), "err", err)
+		}
+		return fmt.Errorf("%w: session %s expired in store %s: hibernated there since %s, longer than sessions.hibernated_ttl (%s)",
+			ErrNotFound, id, st.Name(), l.At.Format(time.RFC3339), m.cfg.HibernatedTTL)
+	}
 	if n := m.hibernatedCount(); n >= m.cfg.MaxHibernated {
 		return fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
 	}
@@ -463,6 +491,20 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 		return storeErr(fmt.Sprintf("take session %s from store %s", id, st.Name()), err)
 	}
 	s, err := m.importStored(ctx, l)
+	if errors.Is(err, ErrExpired) {
+		// Past its max lifetime: never restored, and removed from the
+		// store (this node holds its lease now); the id answers expired.
+		var ee *expiredError
+		if errors.As(err, &ee) {
+			m.mu.Lock()
+			m.tombLocked(id, ee.why, ErrExpired)
+			m.mu.Unlock()
+		}
+		m.log().Info("session past its max lifetime in the store: not restored, removed", "session", id, "store", st.Name(), "err", err)
+		m.dropStored(id)
+		m.metrics.expired()
+		return err
+	}
 	if err != nil {
 		// Give it back for another node (or a later try).
 		lb, _ := json.Marshal(l)
@@ -578,6 +620,11 @@ func (m *Manager) importStored(ctx context.Context, l lease) (_ *Session, retErr
 	}
 	if meta.Owner < 0 {
 		return nil, fmt.Errorf("%w: %s: owner %d", ErrUnavailable, what, meta.Owner)
+	}
+	// Before any image is downloaded: a session past its lifetime is
+	// never restored (hibernation does not stretch it).
+	if err := m.metaPastLife(meta, time.Now()); err != nil {
+		return nil, err
 	}
 	if err := m.storedPolicyOK(meta.Policy); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, what, err)

@@ -40,6 +40,11 @@ var (
 	// holding it); an ErrNotFound whose message says why. Its persisted
 	// files are not lost: they stay in the store.
 	ErrLost = fmt.Errorf("%w: lost", ErrNotFound)
+	// ErrExpired: the session reached its max lifetime (create's
+	// max_lifetime_s, capped by sessions.max_lifetime) and was ended
+	// however busy; the message names the limit and when it was reached.
+	// Not an ErrNotFound: the id existed and retrying it cannot help.
+	ErrExpired = errors.New("expired")
 )
 
 // Status values of a cell result.

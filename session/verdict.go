@@ -15,8 +15,11 @@ type measured struct {
 	// only "ok" or "error" as its status.
 	claim *Result
 
-	timeout     time.Duration // the cell's timeout, for the message
-	memoryBytes int64         // the policy's memory limit, for the message
+	timeout time.Duration // the cell's timeout, for the message
+	// lifetime is the session's max lifetime when the timeout was cut to
+	// it: a timeout then ends the session too, whatever the kernel kept.
+	lifetime    time.Duration
+	memoryBytes int64 // the policy's memory limit, for the message
 
 	timedOut   bool   // the host clock passed the timeout; the kernel got SIGINT
 	canceled   bool   // the request was cancelled mid-cell; the kernel got SIGINT
@@ -71,6 +74,9 @@ func judge(m measured) verdict {
 		v.Status = StatusTimeout
 		v.Limits = append(v.Limits, "time")
 		msg := fmt.Sprintf("cell exceeded its %s timeout", m.timeout)
+		if m.lifetime > 0 {
+			msg = fmt.Sprintf("the session reached its max_lifetime (%s) while the cell ran", m.lifetime)
+		}
 		if v.Error == nil || v.Error.Type != "KeyboardInterrupt" {
 			v.Error = &CellError{Type: "Timeout", Message: msg}
 		} else {
@@ -105,6 +111,8 @@ func judge(m measured) verdict {
 		v.Limits = append(v.Limits, "disk")
 	}
 	switch {
+	case m.timedOut && m.lifetime > 0:
+		v.State, v.StateReason = StateLost, fmt.Sprintf("the session reached its max_lifetime (%s) and is ended (variables and files are gone); a request for it answers expired", m.lifetime)
 	case v.Lost:
 		v.State = StateLost
 		switch {

@@ -46,6 +46,14 @@ func TestJudge(t *testing.T) {
 			m:      measured{timedOut: true, killed: true, linkLost: true, oom: true, timeout: 2 * sec},
 			status: StatusTimeout, state: StateLost, errType: "Timeout", limits: []string{"time", "memory"}, lost: true,
 			reason: "did not stop after its interrupt"},
+		{name: "lifetime reached, interrupted: the session ends anyway",
+			m:      measured{claim: pyErr("KeyboardInterrupt"), timedOut: true, timeout: 800 * time.Millisecond, lifetime: 3 * sec},
+			status: StatusTimeout, state: StateLost, errType: "KeyboardInterrupt", limits: []string{"time"},
+			reason: "reached its max_lifetime (3s) and is ended", message: "the session reached its max_lifetime (3s) while the cell ran and was interrupted"},
+		{name: "lifetime reached, killed after grace",
+			m:      measured{timedOut: true, killed: true, linkLost: true, timeout: 800 * time.Millisecond, lifetime: 3 * sec, exit: "was killed by signal 9"},
+			status: StatusTimeout, state: StateLost, errType: "Timeout", limits: []string{"time"}, lost: true,
+			reason: "reached its max_lifetime (3s) and is ended", message: "the session reached its max_lifetime (3s) while the cell ran"},
 
 		// The request's cancellation.
 		{name: "cancelled, interrupted",

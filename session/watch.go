@@ -33,6 +33,12 @@ const (
 	// watchMinInterval: a poll sooner than this after the last one of the
 	// same watch answers no events without scanning.
 	watchMinInterval = 100 * time.Millisecond
+	// watchStartBurst and watchStartEvery bound a session's watch starts,
+	// each a full scan of the workspace: at most watchStartBurst at once,
+	// then one per watchStartEvery. Starting and stopping watches in a
+	// loop would otherwise scan without end.
+	watchStartBurst = MaxWatches
+	watchStartEvery = 250 * time.Millisecond
 )
 
 // Event types, E2B's names (its chmod is not reported).
@@ -134,14 +140,15 @@ func (m *Manager) Watch(ctx context.Context, owner int, id string, req WatchRequ
 				return nil, fmt.Errorf("%w: no directory %s in the workspace", ErrNotFound, dir)
 			}
 		}
+		if err := admitWatch(s, time.Now()); err != nil {
+			return nil, err
+		}
 		w := &watch{dir: dir, recursive: req.Recursive}
 		stamps, _ := m.watchScan(s, w)
 		w.stamps, w.last = stamps, time.Now()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if len(s.watches) >= MaxWatches {
-			return nil, fmt.Errorf("%w: session %s has %d watches, at most %d: stop one first", ErrLimit, id, len(s.watches), MaxWatches)
-		}
+		s.watchStarting--
 		if s.watches == nil {
 			s.watches = map[string]*watch{}
 		}
@@ -179,10 +186,39 @@ func (m *Manager) Watch(ctx context.Context, owner int, id string, req WatchRequ
 	return res, nil
 }
 
+// admitWatch takes a place under MaxWatches and one of the session's
+// watch starts before the start scans anything: a start past either limit
+// used to be refused only after its full scan of the workspace. The
+// caller gives the place back (watchStarting) once the watch is in.
+func admitWatch(s *Session, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.watches) + s.watchStarting; n >= MaxWatches {
+		return fmt.Errorf("%w: session %s has %d watches, at most %d: stop one first", ErrLimit, s.id, n, MaxWatches)
+	}
+	if s.watchTokensAt.IsZero() {
+		s.watchTokens = watchStartBurst
+	} else {
+		s.watchTokens = min(watchStartBurst, s.watchTokens+float64(now.Sub(s.watchTokensAt))/float64(watchStartEvery))
+	}
+	s.watchTokensAt = now
+	if s.watchTokens < 1 {
+		wait := time.Duration((1 - s.watchTokens) * float64(watchStartEvery)).Round(time.Millisecond)
+		return fmt.Errorf("%w: session %s started watches too fast: at most %d at once, then one every %s (each start scans the workspace); try again in %s",
+			ErrLimit, s.id, watchStartBurst, watchStartEvery, max(wait, time.Millisecond))
+	}
+	s.watchTokens--
+	s.watchStarting++
+	return nil
+}
+
 // watchScan stamps what w watches; complete is false if the scan was cut
 // short (a bound, a concurrent rename).
 func (m *Manager) watchScan(s *Session, w *watch) (map[string]fileStamp, bool) {
 	out := map[string]fileStamp{}
+	s.mu.Lock()
+	s.watchScans++
+	s.mu.Unlock()
 	ws, err := s.workspace()
 	if err != nil || ws == nil {
 		return out, err == nil

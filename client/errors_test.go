@@ -10,7 +10,7 @@ import (
 // other, also when wrapped, and errors.As gives its message.
 func TestErrorsIsAndAs(t *testing.T) {
 	sentinels := map[string]error{
-		"bad_request": ErrBadRequest, "not_found": ErrNotFound, "limit": ErrLimit, "busy": ErrBusy,
+		"bad_request": ErrBadRequest, "not_found": ErrNotFound, "expired": ErrExpired, "limit": ErrLimit, "busy": ErrBusy,
 		"unavailable": ErrUnavailable, "internal": ErrInternal, "forbidden": ErrForbidden,
 	}
 	for code := range sentinels {

@@ -47,7 +47,7 @@ type API interface {
 type Error struct {
 	// Status is the HTTP status (0 over JSON lines).
 	Status int
-	// Code is the wire code: bad_request, not_found, limit, busy,
+	// Code is the wire code: bad_request, not_found, expired, limit, busy,
 	// unavailable, internal, or forbidden (HTTP only).
 	Code    string
 	Message string
@@ -65,8 +65,11 @@ func (e *Error) Is(target error) bool {
 // Sentinels for errors.Is, one per wire code. Use errors.As with *Error for
 // the message and the HTTP status.
 var (
-	ErrBadRequest  = &Error{Code: "bad_request"}
-	ErrNotFound    = &Error{Code: "not_found"}
+	ErrBadRequest = &Error{Code: "bad_request"}
+	ErrNotFound   = &Error{Code: "not_found"}
+	// ErrExpired: the session reached its max_lifetime and was ended
+	// (HTTP 410); its variables and files are gone.
+	ErrExpired     = &Error{Code: "expired"}
 	ErrLimit       = &Error{Code: "limit"}
 	ErrBusy        = &Error{Code: "busy"}
 	ErrUnavailable = &Error{Code: "unavailable"}

@@ -21,7 +21,7 @@ from .charts import (BarChart, BoxAndWhiskerChart, Chart, ChartType, HistogramCh
                      ScatterChart, SuperChart)
 from .client import Client, Session
 from .commands import CommandExitException, CommandHandle, CommandResult, Commands
-from .errors import (BadRequestError, BusyError, ForbiddenError, InternalError, JailcellError, LimitError,
+from .errors import (BadRequestError, BusyError, ExpiredError, ForbiddenError, InternalError, JailcellError, LimitError,
                      NotFoundError, UnavailableError)
 from .info import SandboxInfo, SandboxMetrics
 from .models import Attempt, EntryInfo, Execution, ExecutionError, FileChange, Logs, Result
@@ -41,6 +41,6 @@ __all__ = [
     "BoxAndWhiskerChart", "SuperChart",
     "Transport", "SocketTransport", "JsonLinesTransport", "DEFAULT_SOCKET",
     "Client", "Session",
-    "JailcellError", "BadRequestError", "NotFoundError", "LimitError", "BusyError", "UnavailableError",
+    "JailcellError", "BadRequestError", "NotFoundError", "ExpiredError", "LimitError", "BusyError", "UnavailableError",
     "InternalError", "ForbiddenError",
 ]

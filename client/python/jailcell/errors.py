@@ -44,6 +44,14 @@ class NotFoundError(JailcellError):
     code = "not_found"
 
 
+class ExpiredError(NotFoundError):
+    """expired: the session reached its max_lifetime and was ended; its
+    variables and files are gone. A NotFoundError too, so code that treats
+    a vanished session as not found keeps working."""
+
+    code = "expired"
+
+
 class LimitError(JailcellError):
     """limit: a configured ceiling (live sessions, sizes) was reached."""
 
@@ -77,7 +85,7 @@ class ForbiddenError(JailcellError):
 
 _BY_CODE: Dict[str, Type[JailcellError]] = {
     c.code: c
-    for c in (BadRequestError, NotFoundError, LimitError, BusyError, UnavailableError, InternalError, ForbiddenError)
+    for c in (BadRequestError, NotFoundError, ExpiredError, LimitError, BusyError, UnavailableError, InternalError, ForbiddenError)
 }
 
 

@@ -11,6 +11,7 @@ export const ERROR_STATUS = {
   forbidden: 403, // HTTP only; 401 on TCP without valid credentials
   not_found: 404,
   busy: 409,
+  expired: 410,
   limit: 429, // 413 for a body over the transport's size limit
   internal: 500,
   unavailable: 503,
@@ -43,6 +44,11 @@ export class JailcellError extends Error {
 export class BadRequestError extends JailcellError {}
 /** not_found: no such session (closed, expired, another user's) or file. */
 export class NotFoundError extends JailcellError {}
+/**
+ * expired: the session reached its max_lifetime and was ended; its
+ * variables and files are gone. A NotFoundError too.
+ */
+export class ExpiredError extends NotFoundError {}
 /** limit: a configured ceiling (live sessions, sizes) was reached. */
 export class LimitError extends JailcellError {}
 /** busy: the session is running another cell (cells never queue). */
@@ -70,6 +76,7 @@ export class TimeoutError extends JailcellError {}
 const byCode: Record<string, new (status: number, code: string, message: string, state?: string) => JailcellError> = {
   bad_request: BadRequestError,
   not_found: NotFoundError,
+  expired: ExpiredError,
   limit: LimitError,
   busy: BusyError,
   unavailable: UnavailableError,

@@ -55,6 +55,7 @@ export {
   BadRequestError,
   BusyError,
   ERROR_STATUS,
+  ExpiredError,
   ForbiddenError,
   InternalError,
   JailcellError,

@@ -240,7 +240,7 @@ export interface Features {
 }
 
 export interface WireError {
-  code: "bad_request" | "not_found" | "limit" | "busy" | "unavailable" | "internal" | "forbidden";
+  code: "bad_request" | "not_found" | "expired" | "limit" | "busy" | "unavailable" | "internal" | "forbidden";
   message: string;
   state?: "lost";
 }

@@ -88,9 +88,9 @@ func (c *Conn) Assist(ctx context.Context, req AssistRequest) (*AssistReply, err
 	}
 	what := req.Kind + " " + req.ID
 	b, err := c.request(ctx, what, map[string]any{
-		"t": "assist", "id": req.ID, "kind": req.Kind, "code": req.Code,
+		"t": frameAssist, "id": req.ID, "kind": req.Kind, "code": req.Code,
 		"cursor_pos": req.CursorPos, "detail_level": req.DetailLevel,
-	}, "assist", nil)
+	}, frameAssist, nil)
 	if err != nil {
 		return nil, err
 	}

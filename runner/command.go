@@ -85,7 +85,7 @@ func (c *Conn) Command(ctx context.Context, req CommandRequest, onStream func(na
 		return nil, fmt.Errorf("command %s: max output %d: must not be negative", req.ID, req.MaxOutput)
 	}
 	frame := map[string]any{
-		"t": "command", "id": req.ID, "action": req.Action, "max_output": req.MaxOutput,
+		"t": frameCommand, "id": req.ID, "action": req.Action, "max_output": req.MaxOutput,
 		"wait_s": req.WaitS, "timeout_s": req.TimeoutS, "grace_s": req.GraceS, "stream": req.Stream,
 	}
 	switch req.Action {
@@ -102,7 +102,7 @@ func (c *Conn) Command(ctx context.Context, req CommandRequest, onStream func(na
 	// One state for the whole request: its count caps what is streamed
 	// at MaxOutput per stream, however many frames a forged kernel sends.
 	st := newExecState(ExecRequest{ID: req.ID, MaxOutput: req.MaxOutput}, onStream)
-	b, err := c.request(ctx, what, frame, "command", func(b []byte) error {
+	b, err := c.request(ctx, what, frame, frameCommand, func(b []byte) error {
 		_, err := st.handle(b)
 		return err
 	})
@@ -125,7 +125,7 @@ func (c *Conn) SetEnv(ctx context.Context, id string, set map[string]string, uns
 	if unset == nil {
 		unset = []string{}
 	}
-	_, err := c.request(ctx, "env "+id, map[string]any{"t": "env", "id": id, "set": set, "unset": unset}, "env", nil)
+	_, err := c.request(ctx, "env "+id, map[string]any{"t": frameEnv, "id": id, "set": set, "unset": unset}, frameEnv, nil)
 	return err
 }
 
@@ -133,7 +133,7 @@ func (c *Conn) SetEnv(ctx context.Context, id string, set map[string]string, uns
 // frame's id, handing the others with that id to other (nil: skip them).
 // It holds the Conn, waiting for a running Exec as a Ping does, and breaks
 // it on any failure: an unanswered request leaves the stream out of step.
-func (c *Conn) request(ctx context.Context, what string, frame map[string]any, t string, other func([]byte) error) ([]byte, error) {
+func (c *Conn) request(ctx context.Context, what string, frame map[string]any, t frameType, other func([]byte) error) ([]byte, error) {
 	id, _ := frame["id"].(string)
 	select {
 	case c.sem <- struct{}{}:
@@ -170,7 +170,7 @@ func (c *Conn) request(ctx context.Context, what string, frame map[string]any, t
 		if !stringIs(fid, id) {
 			continue // a stray frame of an orphaned cell, or a forged one
 		}
-		if stringIs(ft, t) {
+		if ft == t {
 			return b, nil
 		}
 		if other != nil {

@@ -258,7 +258,7 @@ func decodeHello(b []byte) (Hello, error) {
 	if err != nil {
 		return h, fmt.Errorf("decode hello: %w", err)
 	}
-	if !stringIs(t, "hello") {
+	if t != frameHello {
 		return h, fmt.Errorf("first frame is not a hello: %w", ErrProtocol)
 	}
 	err = eachMember(obj, func(k, v []byte) error {
@@ -359,11 +359,11 @@ func (c *Conn) Exec(req ExecRequest, onStream func(name, text string)) (*Result,
 		return nil, fmt.Errorf("%w (%w)", err, ErrNotStarted)
 	}
 	frame := struct {
-		T         string `json:"t"`
-		ID        string `json:"id"`
-		Code      string `json:"code"`
-		MaxOutput int64  `json:"max_output"`
-	}{"exec", req.ID, req.Code, req.MaxOutput}
+		T         frameType `json:"t"`
+		ID        string    `json:"id"`
+		Code      string    `json:"code"`
+		MaxOutput int64     `json:"max_output"`
+	}{frameExec, req.ID, req.Code, req.MaxOutput}
 	if err := WriteFrame(c.nc, frame); err != nil {
 		if errors.Is(err, ErrFrameTooLarge) {
 			return nil, fmt.Errorf("exec %s: %w", req.ID, err) // nothing was written
@@ -433,7 +433,7 @@ func (c *Conn) ping(ctx context.Context, what string, extra map[string]any) erro
 		}
 		return c.fail(fmt.Errorf("%s: %w", what, err))
 	}
-	frame := map[string]any{"t": "ping", "id": id}
+	frame := map[string]any{"t": framePing, "id": id}
 	for k, v := range extra {
 		frame[k] = v
 	}
@@ -449,29 +449,31 @@ func (c *Conn) ping(ctx context.Context, what string, extra map[string]any) erro
 		if err != nil {
 			return failed(err)
 		}
-		if stringIs(t, "pong") && stringIs(gotID, id) {
+		if t == framePong && stringIs(gotID, id) {
 			return nil
 		}
 	}
 }
 
-// frameHead checks that b is a JSON object and finds its type and id, raw
-// (nil if absent). err is set only if the frame is not a JSON object at all.
-func frameHead(b []byte) (obj, t, id []byte, err error) {
+// frameHead checks that b is a JSON object and finds its type (one of the
+// kernel's in frameTypes, or "" for any other or none) and its id, raw (nil
+// if absent). err is set only if the frame is not a JSON object at all.
+func frameHead(b []byte) (obj []byte, t frameType, id []byte, err error) {
 	obj, err = validObject(b)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, "", nil, err
 	}
+	var raw []byte
 	eachMember(obj, func(k, v []byte) error {
 		switch string(k) {
 		case `"t"`:
-			t = v
+			raw = v
 		case `"id"`:
 			id = v
 		}
 		return nil
 	})
-	return obj, t, id, nil
+	return obj, receivedType(raw), id, nil
 }
 
 // Budgets of one result, in bytes of its JSON as the API encodes it
@@ -568,16 +570,20 @@ func (s *execState) handle(b []byte) (*Result, error) {
 	if !stringIs(id, s.req.ID) {
 		return nil, nil // stale, forged or meant for another request
 	}
+	// Any frame of the cell counts as started, not only "started": a
+	// kernel does not stream for a cell it has not started.
 	s.started = true
-	switch {
-	case stringIs(t, "stream"):
+	switch t {
+	case frameStarted:
+		return nil, nil
+	case frameStream:
 		return nil, s.stream(obj)
-	case stringIs(t, "display"):
+	case frameDisplay:
 		return nil, s.display(obj)
-	case stringIs(t, "result"):
+	case frameResult:
 		return s.result(obj)
 	}
-	return nil, nil
+	return nil, nil // a type the host does not know: ignored
 }
 
 // display passes on one display frame's item, {"t":"display","id":...,

@@ -16,6 +16,11 @@
 // timeouts, exits and kills belong to the caller, which watches the sandbox
 // from outside.
 //
+// FRAMES.md, beside this file, is the protocol's contract: every frame
+// type, its direction, fields and bounds, and the framing and ordering
+// rules. TestFramesContract checks it against frameTypes (protocol.go), the
+// constants it quotes and the kernel's source.
+//
 // runner must never import isolate (or any other jailcell package): it knows
 // nothing of how the sandbox is built, only what runs inside it.
 package runner

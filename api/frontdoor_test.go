@@ -89,7 +89,7 @@ func mcpConnect(ctx context.Context, base, tok string) (*mcp.ClientSession, erro
 	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: tokenClient(tok), MaxRetries: -1}, nil)
 }
 
-// TestHostileMCPInitializeFlood (issue 24 row 6: 3,000 initialize requests
+// TestHostileMCPInitializeFlood (attack: 3,000 initialize requests
 // from one uid were all accepted and each held for an hour): an owner's
 // MCP sessions are capped, the one over the cap is refused naming the cap
 // and its key, another owner is still served up to the node's cap, and
@@ -165,7 +165,7 @@ func TestHostileMCPInitializeFlood(t *testing.T) {
 	csB.Close()
 }
 
-// TestHostileMCPIdleSessionsExpire (issue 24 row 6, the hour each was
+// TestHostileMCPIdleSessionsExpire (attack: the hour each was
 // held): an MCP session unused for mcp.idle_timeout ends and its place
 // comes back; one in use stays.
 func TestHostileMCPIdleSessionsExpire(t *testing.T) {
@@ -227,7 +227,7 @@ func slowBody(t *testing.T, addr, method, path, tok string, size int) net.Conn {
 	return c
 }
 
-// TestHostileMCPSlowLargeBodies (issue 24 row 7: 12 slow 30 MiB bodies to
+// TestHostileMCPSlowLargeBodies (attack: 12 slow 30 MiB bodies to
 // /mcp were all read while /v1/sessions stopped at its budget): /mcp
 // bodies are weighed in the same in-flight budget, capped in size and cut
 // at the body deadline; a REST call of another caller is answered
@@ -282,7 +282,7 @@ func TestHostileMCPSlowLargeBodies(t *testing.T) {
 	})
 }
 
-// TestHostileOneOwnerCannotStallAnother (issue 24: "no front door lets one
+// TestHostileOneOwnerCannotStallAnother (before the fix: "no front door lets one
 // caller ... stall another caller"): one owner's slow large bodies hold
 // only its share of the in-flight budget, so another owner's body is read
 // and answered at once instead of waiting for the first owner's body
@@ -421,7 +421,7 @@ func untilIdle(t *testing.T, srv *HTTPServer, what string) {
 	}
 }
 
-// TestHostileStreamedExecClientStopsReading (issue 24 row 8: a streamed
+// TestHostileStreamedExecClientStopsReading (attack: a streamed
 // exec over TCP whose client stopped reading kept its session busy after
 // the cell ended, a DELETE answered 500 after 10 s, and the slot was held
 // until the client read again): the cell never waits for the client, so
@@ -523,7 +523,7 @@ func mcpPost(t *testing.T, base, sid, msg string) (int, string, string) {
 	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), string(b)
 }
 
-// TestHostileMCPToolCallClientStopsReading (issue 24 row 8, the MCP
+// TestHostileMCPToolCallClientStopsReading (attack: the MCP
 // streaming path): a run_python whose client stops reading its event
 // stream (progress, then a large result) does not hold the jailcell
 // session, and its request's place is freed within the stream grace once

@@ -659,7 +659,7 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 // status is 200 once an event has gone out; a request that fails before
 // any output gets its error's status instead.
 //
-// A client that stops reading must not hold the session (issue 24: a
+// A client that stops reading must not hold the session (before the fix: a
 // streamed exec whose client stopped reading kept its session busy after
 // the cell ended, a DELETE of it answered 500, and its slot was held until
 // the client read again). So the cell never writes to the client: its

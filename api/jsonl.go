@@ -255,7 +255,7 @@ func encodeLine(v any) ([]byte, error) {
 // every handler does, and waits in no order. Over HTTP each owner (a uid,
 // or a token's owner) may also hold only its share of either bound, so one
 // caller's slow bodies or unread responses cannot stall every other
-// caller (issue 24: twelve slow 30 MiB bodies from one uid used to hold
+// caller (before the fix: twelve slow 30 MiB bodies from one uid used to hold
 // the whole budget for the body timeout).
 type budget struct {
 	mu        sync.Mutex

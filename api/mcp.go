@@ -648,7 +648,7 @@ type mcpReservationKey struct{}
 // stallWriter bounds each write of an MCP response by the stream grace:
 // the SDK writes a tool's progress and result from the goroutines that
 // make them, so a client that stops reading would otherwise hold them,
-// and the request's place, until it reads again (issue 24).
+// and the request's place, until it reads again.
 type stallWriter struct {
 	http.ResponseWriter
 	rc    *http.ResponseController

@@ -17,7 +17,7 @@ import (
 // Posture check. A restore (hibernate, template, fork, snapshot, rollback)
 // runs whatever criu's images say: seccomp mode and filters, capability
 // sets, no_new_privs and mounts are all fields of those images, and an
-// image edited in the store (issue 24: core-*.img with seccomp off, every
+// image edited in the store (before the fix: core-*.img with seccomp off, every
 // capability and no_new_privs 0, checksums recomputed) came back with
 // "Seccomp: 0" and "CapEff: 000001ffffffffff". So a restored sandbox is
 // not handed out until the host has read its confinement from /proc and

@@ -113,7 +113,7 @@ func allowAllSum() string {
 // two 32-bit words: /proc shows it as 000001ffffffffff.
 var allCaps = []uint32{0xffffffff, 0x1ff}
 
-// TestRestoreRefusesEditedImagePosture: issue 24, row 2. A checkpoint's
+// TestRestoreRefusesEditedImagePosture: a checkpoint's
 // core-*.img edited (as a store writer would) to turn seccomp off, to give
 // every capability, or to clear no_new_privs, is restored by the real criu,
 // and the posture check refuses it: the restore answers ErrPosture naming

@@ -365,7 +365,7 @@ func (d *Disk) buildEarly(spec Spec, labels []string, verify bool, early func(cf
 	}
 	if verify {
 		// Whatever criu's images or a fork's setup did, the sandbox is
-		// handed out only with a cold start's confinement (issue 24: an
+		// handed out only with a cold start's confinement (before the fix: an
 		// image edited to turn seccomp off and raise capabilities). The
 		// cleanup above destroys it otherwise.
 		// A checkpoint taken before the kernel-count shares existed

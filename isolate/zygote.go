@@ -27,7 +27,7 @@ import (
 	"github.com/jailcell/jailcell/policy"
 )
 
-// Zygotes (issue 27; the design of SOCK, Oakes et al., USENIX ATC 2018,
+// Zygotes (the design of SOCK, Oakes et al., USENIX ATC 2018,
 // and Android's zygote): one confined Python process per policy that has
 // imported the preload once, and that a new sandbox is forked from
 // instead of started and made to import it. The fork is cloned straight

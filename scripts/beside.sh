@@ -6,7 +6,7 @@
 # of them failed. A failing FG step ends BG (its whole process group) at
 # once, so no guest outlives a failed `make test`.
 #
-# make test runs the systemd guest (7-8 min of emulation, issue 25) beside
+# make test runs the systemd guest (7-8 min of emulation) beside
 # the cgroup v2 guest and the fuzzers instead of after them: a few minutes
 # less in all, and the Go tests, which are sensitive to load, run alone.
 set -uo pipefail

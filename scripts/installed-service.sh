@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make test runs its Go tests beside a jailcell service laid out as
-# `make install` leaves one (issue 25): /etc/jailcell/config.yaml 0640
+# `make install` leaves one: /etc/jailcell/config.yaml 0640
 # root:root from the example, `jailcell serve --config` on the default
 # socket with the default state dir, started the documented way without
 # systemd (docs/service.md, start-stop-daemon). Every test must stay

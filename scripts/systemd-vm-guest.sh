@@ -51,7 +51,7 @@ ag() { timeout 300 setpriv --reuid=agent --regid=agent --init-groups --reset-env
 # (default: home).
 as_agent() { ag bash -c "cd ${2:-~} && $1"; }
 # as_root 'LINE': a README line for root; this guest, like many hosts, has
-# no sudo, so a leading "sudo " is dropped (issue 25).
+# no sudo, so a leading "sudo " is dropped.
 as_root() { (cd "$checkout" && USER=agent bash -c "${1#sudo }"); }
 want() { # want NEEDLE TEXT: TEXT contains NEEDLE, or say what it was
 	[[ $2 == *"$1"* ]] && return 0

@@ -20,7 +20,7 @@
 # 1500), VM_OUT (logs; default ./build/vm-systemd: console.log, steps.log,
 # guest/<step>.log), VM_GUEST (the guest script; default
 # scripts/systemd-vm-guest.sh). VM_WORKAROUNDS=1 applies the guest-side
-# workarounds for the known bugs of issue 25 (each printed as WORKAROUND in
+# workarounds for the guest's known bugs (each printed as WORKAROUND in
 # the steps), to see what lies beyond them; make test never sets it.
 # FETCH_ONLY=1: resolve and download the guest's kernel (apt checks its
 # hash) and resolve the guest's package list (mmdebstrap --simulate), then

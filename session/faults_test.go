@@ -317,7 +317,7 @@ func tail80(s string) string {
 	return s
 }
 
-// TestKernelStartBoundBeginsAfterHostGate (issue 25): a create queued
+// TestKernelStartBoundBeginsAfterHostGate: a create queued
 // behind the host's gate (serve's rootfs check: minutes under emulation)
 // gets its whole StartTimeout once the gate passes. It used to time out
 // the moment the gate passed ("kernel did not connect").

@@ -383,7 +383,7 @@ func (m *Manager) hibernatedSession(meta sessionMeta, dir string, disk *isolate.
 
 // clampMeta bounds the lifetimes in stored metadata by this node's
 // configuration, as a create's are: metadata comes from a state directory
-// or a shared store, and issue 24 had a stored ten-year TTL kept whole
+// or a shared store, and an attack had a stored ten-year TTL kept whole
 // although sessions.max_idle_ttl was an hour. A creation time in the
 // future (which would stretch max_lifetime) is taken as now.
 func (m *Manager) clampMeta(meta sessionMeta, now time.Time) sessionMeta {

@@ -114,7 +114,7 @@ func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl strin
 func (m *Manager) launchKernel(ctx context.Context, ctl string, p policy.Policy, timeout time.Duration, build func(isolate.Spec) (*isolate.Sandbox, error)) (_ *kernel, retErr error) {
 	// The start bound begins when a sandbox can be built: a pool member
 	// queued behind serve's rootfs check used to time out the moment the
-	// check passed (issue 25, under emulation).
+	// check passed (minutes under emulation).
 	if err := m.host.WaitReady(ctx); err != nil {
 		return nil, err
 	}

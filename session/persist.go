@@ -33,7 +33,7 @@ var persistNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
 // allowed in a persist name, so no name can stand for an owner's directory
 // or one of an older layout's flat entries. The name is checked here, where
 // it is used, whoever gave it (a request, or metadata from a store), and
-// every step is taken inside an os.Root of the store: issue 24 had a
+// every step is taken inside an os.Root of the store: an attack had a
 // stored persist name of "../../<abs path>" make a cell write as root
 // outside the store.
 func (m *Manager) storeRoot(owner int, name string) (*os.Root, error) {

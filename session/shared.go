@@ -540,7 +540,7 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 
 // heldHere refuses to take session id from the store if this node's table
 // has it under any owner. A store record is never an order to replace a
-// session this node runs: issue 24 had owner B rewrite A's live lease as
+// session this node runs: an attack had owner B rewrite A's live lease as
 // B's and ask for A's id; the take replaced A's table entry (and removed
 // its directory), and A's sandbox ran on with no session holding it. The
 // requester sees what any other owner's id looks like (not found); the
@@ -612,7 +612,7 @@ func (m *Manager) importStored(ctx context.Context, l lease) (_ *Session, retErr
 		return nil, fmt.Errorf("%w: %s: its metadata is of another layout or session", ErrUnavailable, what)
 	}
 	// Every stored field is input: the persist name goes through a
-	// request's check (issue 24: "../../<abs path>" made cells write as
+	// request's check (before the fix: "../../<abs path>" made cells write as
 	// root outside the store); the lifetimes are clamped by
 	// hibernatedSession.
 	if meta.Persist != "" && !persistNameRE.MatchString(meta.Persist) {

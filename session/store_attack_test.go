@@ -30,7 +30,7 @@ func fleetKeys(t testing.TB) *store.Keyring {
 	return k
 }
 
-// storeAttacker writes to a shared store as issue 24's attacker did: with
+// storeAttacker writes to a shared store as the store attacker did: with
 // the store's credentials (or root on the box serving it), recomputing
 // the store's own checksums, but without the fleet key.
 type storeAttacker struct {
@@ -130,7 +130,7 @@ func fileFixture(t *testing.T) storeFixture {
 	return storeFixture{ra: ra, rb: rb, cfg: cfg, atk: fileAttacker(t, dir), dir: dir}
 }
 
-// TestStoreAttacksRefused runs issue 24's store rows against S3 (a real
+// TestStoreAttacksRefused runs the store attacks against S3 (a real
 // versitygw) and a shared file store: every object the attacker changes
 // (with the store's checksums recomputed, without the fleet key) is
 // refused naming it, nothing of it reaches the host, and what a node
@@ -186,7 +186,7 @@ func storeAttacks(top *testing.T, fx storeFixture) {
 		return out
 	}
 	// forgeMeta writes meta.json edited by f and a manifest that pins its
-	// new sha256, as issue 24's attacker did; sign: with the fleet key (a
+	// new sha256, as the store attacker did; sign: with the fleet key (a
 	// node that holds it), else without.
 	forgeMeta := func(f func(map[string]any), sign bool) {
 		meta := editJSON(body(gen+"meta.json"), f)
@@ -339,7 +339,7 @@ func storeAttacks(top *testing.T, fx storeFixture) {
 	}
 }
 
-// TestStoreRow3LiveLeaseNotReplaced: issue 24 row 3. Owner 1001 reads
+// TestStoreRow3LiveLeaseNotReplaced: owner 1001 reads
 // owner 1000's live lease from the store, rewrites it as 1001's and
 // hibernated, and asks the node running the session for its id. The
 // rewrite is refused for its signature; and even signed (a node holding

@@ -13,7 +13,7 @@ import (
 	"github.com/jailcell/jailcell/runner"
 )
 
-// Zygotes (isolate.Zygote; issue 27): the first way a kernel starts. One
+// Zygotes (isolate.Zygote): the first way a kernel starts. One
 // zygote per configured policy imports the preload once; a new session's
 // sandbox is forked from it (milliseconds, the imported pages shared
 // copy-on-write) and checked against a cold start's posture before it is

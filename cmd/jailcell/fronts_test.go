@@ -127,7 +127,7 @@ func sessionsOf(t *testing.T, base, tok string) int {
 	return len(w.Sessions)
 }
 
-// TestServeHostileMCPInitializeFlood (issue 24 row 6) against serve:
+// TestServeHostileMCPInitializeFlood against serve:
 // mcp.max_sessions_per_owner refuses one owner's flood naming the key,
 // another owner is served (a real MCP client whose run_python makes a
 // jailcell session) up to mcp.max_sessions, and mcp.idle_timeout ends
@@ -181,7 +181,7 @@ func TestServeHostileMCPInitializeFlood(t *testing.T) {
 	}
 }
 
-// TestServeHostileStreamedExecClientStopsReading (issue 24 row 8)
+// TestServeHostileStreamedExecClientStopsReading
 // against serve: a streamed exec whose client stops reading leaves the
 // session free when its cell ends, with its state, and DELETE answers 200.
 func TestServeHostileStreamedExecClientStopsReading(t *testing.T) {

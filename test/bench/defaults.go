@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// The "defaults" section: what a user who changed nothing gets (issue 19):
+// The "defaults" section: what a user who changed nothing gets:
 // a server with an empty configuration (pool "auto", the template where
 // criu works, the default preload), against the peers that do the same
 // work, measured in this run.

@@ -3,7 +3,7 @@
 // session creates from the warm pool and cold, concurrency, throughput,
 // memory, hibernation (checkpoint, restore, image size), and the same work
 // on a Jupyter kernel, runc, bwrap and a bare chroot; and the "zygote"
-// section, issue 27's targets (a preloaded cold create, 100 sessions at
+// section, the zygote's targets (a preloaded cold create, 100 sessions at
 // once, idle memory with 100 alive, round trips from Python and Go), each
 // beside its peer with no pool, naming the start path each create took.
 // It prints a table and

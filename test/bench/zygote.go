@@ -19,7 +19,7 @@ import (
 	"github.com/jailcell/jailcell/client"
 )
 
-// The "zygote" section: issue 27's targets (item 5), each measured beside
+// The "zygote" section: the zygote's targets, each measured beside
 // its peer in this run, with a fresh install's configuration and no pool.
 // Sessions forked from a preloaded zygote are what should meet them; until
 // that start path exists, kernels start from the criu template or import
@@ -528,7 +528,7 @@ func pyClientRoundTrip(sock string) float64 {
 	return v["rt_p50_ms"]
 }
 
-// zygoteRows adds the zygote section's rows: issue 27's targets, each
+// zygoteRows adds the zygote section's rows: the zygote's targets, each
 // beside its peer from this run.
 func zygoteRows(add func(string, Row, bool, float64)) {
 	const sec = "zygote"

@@ -133,7 +133,7 @@ func newFleet(t *testing.T, ids ...string) *fleet {
 		nodes: map[string]*node{}, client: &http.Client{Timeout: 3 * time.Minute}}
 	// The nodes' shared store: S3 on a versitygw on loopback.
 	srv := testenv.StartS3(t)
-	// The fleet key (store.key_file) every node shares: issue 24, a shared
+	// The fleet key (store.key_file) every node shares: a shared
 	// store is refused without one.
 	storeKey := filepath.Join(f.dir, "store.keys")
 	if err := os.WriteFile(storeKey, []byte("fleet-test "+base64.StdEncoding.EncodeToString([]byte(strings.Repeat("f", 32)))+"\n"), 0o600); err != nil {
@@ -486,7 +486,7 @@ func TestFleet(t *testing.T) {
 	if got, want := strings.Count(n1.svc.Log.String(), `msg="session hibernated" session=n1-`), len(perNode["n1"]); got != want {
 		t.Errorf("n1 logged %d sessions hibernated at shutdown, want %d:\n%s", got, want, n1.svc.Log.String())
 	}
-	// MIGRATION (issue 17 item 2, the store helper's branch): each of n1's
+	// MIGRATION: each of n1's
 	// sessions answering its next cell from another node with its
 	// variables intact needs the shared store's cross-node restore; see
 	// migrateDrained below, called once that has landed.

@@ -448,7 +448,7 @@ const attackerUID = 64145
 
 var attacker = &syscall.Credential{Uid: attackerUID, Gid: attackerUID}
 
-// TestIOPubSlowSubscriberDropped (issue 24, a local user subscribes to
+// TestIOPubSlowSubscriberDropped (attack: a local user subscribes to
 // iopub and never reads): while a subscriber that never reads is
 // connected, a real client still gets every byte of 40 cells that print
 // 512 KiB each and every idle status; the slow subscriber is dropped and
@@ -620,7 +620,7 @@ func (f *fixture) otherUIDSubscribes(t *testing.T, transport string, probe func(
 	return run
 }
 
-// TestIOPubOtherUIDRefusedTCP (issue 24, a local user without the key
+// TestIOPubOtherUIDRefusedTCP (attack: a local user without the key
 // subscribes to iopub and reads every cell's code and output): on TCP, a
 // subscriber whose socket belongs to another uid is refused at accept,
 // gets nothing, and the refusal is logged.

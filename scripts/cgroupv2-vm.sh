@@ -171,8 +171,9 @@ fi
 default_plan() {
 	cat <<'EOF'
 test/cgroupv2 ^(TestMemoryMaxOOMKillCountedInMemoryEvents|TestPidsMaxForkRefusedCountedInPidsEvents|TestCPUMaxThrottlesCountedInCPUStat|TestIDMappedOverlayCopyUpInUserNamespace)$ 2m
-isolate ^(TestPosture|TestDestroyLeavesNothing|TestDelegateMovesIntoLeaf|TestZygote.*)$ 2m
-session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells|TestPeakMemoryIsPerCell|TestZygoteLimitsBite|TestHostileKernelCountsStayPerSession)$ 4m
+isolate ^(TestPosture|TestDestroyLeavesNothing|TestDelegateMovesIntoLeaf|TestZygote.*|TestTightenRlimitsLowersOnlyLooserLimits)$ 2m
+session ^(TestMemoryLimitGivesOOM|TestPidsLimitBites|TestCPULimitThrottles|TestTimeoutKeepsState|TestSessionStatePersistsAcrossCells|TestPeakMemoryIsPerCell|TestZygoteLimitsBite|TestHostileKernelCountsStayPerSession|TestHostileLifetimeEndsBusySession|TestHostileLifetimeEndsLongCell|TestHostileWatchLimitBeforeScan)$ 4m
+rootfs ^(TestVerifyStampedWritableMappingAttack|TestVerifyStampedHashesWhileOpenForWriting)$ 1m
 EOF
 }
 

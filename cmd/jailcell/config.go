@@ -119,9 +119,16 @@ the host name (its letters and digits, lower case, at most 16).`},
 of 65536 from here (2^28 uids). A multiple of 65536. Several daemons on
 one host each need their own range (e.g. 1073741824, 1342177280,
 1610612736): a daemon refuses to start on a range a live one has
-claimed (/run/jailcell/claims). One left on this default beside another
-(a front door run embedded next to the service) takes the highest free
-range instead, and logs which.`},
+claimed (sandbox.claim_dir). A state_dir keeps the range of its first
+use (recorded in it, so that sessions kept across a restart can be
+adopted): left on this default, a daemon starts on its state_dir's
+range, and refuses to start, naming the holder's pid, if another daemon
+holds it. At a state_dir's first use, this default taken by another
+daemon moves it to the highest free range, and it logs which.`},
+	{name: "sandbox.claim_dir", def: isolate.DefaultClaimDir, dec: strKey(func(c *config) *string { return &c.ClaimDir }),
+		doc: `Directory where the daemons on this host claim their uid ranges, each
+with a file it holds locked while it lives. Every daemon on one host must
+use the same one; a test or a private daemon may use its own.`},
 	{name: "sandbox.cgroup_root", def: "", dec: strKey(func(c *config) *string { return &c.CgroupRoot }),
 		doc: `Absolute cgroup path sandboxes are created under (on every controller).
 "": /jailcell for the default state_dir, /jailcell-<hash of state_dir>
@@ -378,6 +385,8 @@ type config struct {
 	TLSClientCA string
 	// UIDBase is the host's first sandbox uid (isolate.Config.UIDBase).
 	UIDBase int
+	// ClaimDir is where daemons claim uid ranges (isolate.ClaimUIDRange).
+	ClaimDir string
 	// CgroupRoot is the sandboxes' cgroup parent ("" derived from StateDir).
 	CgroupRoot string
 	// Criu is the criu binary for hibernate, restore, fork and snapshots
@@ -1104,6 +1113,7 @@ var configChecks = []func(c *config) error{
 		return nil
 	},
 	func(c *config) error { return absOrEmpty("state_dir", c.StateDir, false) },
+	func(c *config) error { return absOrEmpty("sandbox.claim_dir", c.ClaimDir, false) },
 	checkNodeID,
 	checkListen,
 	func(c *config) error { return absOrEmpty("auth.tokens_file", c.TokensFile, true) },

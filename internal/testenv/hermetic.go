@@ -49,10 +49,17 @@ func HermeticConfig() string {
 	return hermeticFile
 }
 
+// TestClaimDir is where the tests' daemons claim their uid ranges: never
+// the host's (/run/jailcell/claims), but one for every test process on
+// the host, so that test daemons started in parallel by different
+// packages still keep off each other's uids (per-uid limits, egress link
+// names). A test that must not see the others' claims sets its own.
+var TestClaimDir = filepath.Join(os.TempDir(), "jailcell-test-claims")
+
 // HermeticEnv is what a jailcell child's environment must hold for it to
 // be hermetic; ChildEnv includes it, an environment built by hand adds it.
 func HermeticEnv() []string {
-	return []string{"JAILCELL_CONFIG=" + HermeticConfig()}
+	return []string{"JAILCELL_CONFIG=" + HermeticConfig(), "JAILCELL_SANDBOX_CLAIM_DIR=" + TestClaimDir}
 }
 
 // Hermetic makes this test process's own jailcell code hermetic too (a
@@ -61,6 +68,9 @@ func HermeticEnv() []string {
 func Hermetic() {
 	if os.Getenv("JAILCELL_CONFIG") == "" {
 		os.Setenv("JAILCELL_CONFIG", HermeticConfig())
+	}
+	if os.Getenv("JAILCELL_SANDBOX_CLAIM_DIR") == "" {
+		os.Setenv("JAILCELL_SANDBOX_CLAIM_DIR", TestClaimDir)
 	}
 }
 

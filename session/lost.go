@@ -119,12 +119,15 @@ func (m *Manager) saveLost() error {
 	return nil
 }
 
-// checkHibernateOnShutdown refuses a HibernateOnShutdown that the state
-// quota cannot hold even once (every hibernation at shutdown would fail,
-// ending or stranding the sessions it promised to keep), naming the key;
-// the service's default (HibernateIfAble) falls back to keeping sessions
-// running instead.
-func (m *Manager) checkHibernateOnShutdown() error {
+// checkHibernateOnShutdown refuses a HibernateOnShutdown that a configured
+// state quota cannot hold even once (every hibernation at shutdown would
+// fail, ending or stranding the sessions it promised to keep), naming the
+// key. The service's default (HibernateIfAble), or a quota sized
+// automatically from a small filesystem (autoQuota), falls back to
+// keeping sessions running instead: an installed config that sets every
+// key to its default must not stop the service from starting on a small
+// disk.
+func (m *Manager) checkHibernateOnShutdown(autoQuota bool) error {
 	if !m.cfg.HibernateOnShutdown {
 		return nil
 	}
@@ -138,7 +141,7 @@ func (m *Manager) checkHibernateOnShutdown() error {
 	if m.stateQuota.limit >= need {
 		return nil
 	}
-	if m.cfg.HibernateIfAble {
+	if m.cfg.HibernateIfAble || autoQuota {
 		m.cfg.HibernateOnShutdown = false
 		m.log().Warn("sessions are not hibernated at shutdown: state_quota_bytes is below one hibernation's reservation; they are kept running for the next start instead",
 			"state_quota_mib", m.stateQuota.limit>>20, "needs_mib", mib(need), "policy", name)

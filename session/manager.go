@@ -248,6 +248,7 @@ type Manager struct {
 
 // New makes a manager and reconciles what a previous run left behind.
 func New(cfg Config, host *isolate.Host) (*Manager, error) {
+	autoQuota := cfg.StateQuota == 0
 	cfg.defaults()
 	if !filepath.IsAbs(cfg.StateDir) {
 		return nil, fmt.Errorf("state dir %q must be absolute", cfg.StateDir)
@@ -290,7 +291,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		}
 	}
 	m.initQuotas()
-	if err := m.checkHibernateOnShutdown(); err != nil {
+	if err := m.checkHibernateOnShutdown(autoQuota); err != nil {
 		return nil, err
 	}
 	if cfg.Store != nil {

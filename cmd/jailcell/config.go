@@ -241,12 +241,13 @@ own ttl_s up to max_idle_ttl.`},
 		doc: `Ceiling of a session's idle timeout.`},
 	{name: "sessions.max_lifetime", def: 24 * time.Hour, dec: durKey(func(c *config) *time.Duration { return &c.Session.MaxLifetime }),
 		doc: `A session ends this long after its creation, however busy.`},
-	{name: "sessions.survive_restart", def: false, dec: boolKey(func(c *config) *bool { return &c.Session.KeepOnShutdown }),
+	{name: "sessions.survive_restart", def: true, dec: boolKey(func(c *config) *bool { return &c.Session.KeepOnShutdown }),
 		doc: `jailcell serve only: leave live sessions (kernels, variables, files)
 running when the service stops, by a drain or a crash, for the next
-start to re-adopt; what cannot be re-adopted is reported as lost.
-false tears every sandbox down on SIGTERM. jailcell json always tears
-down at EOF.`},
+start to re-adopt (one not hibernated by hibernate_on_shutdown); what
+cannot be re-adopted answers "lost", saying when and why. false tears
+every sandbox down on SIGTERM, and those sessions answer "lost" too.
+jailcell json always tears down at EOF.`},
 	{name: "sessions.hibernate_after", def: time.Duration(0), dec: durKey(func(c *config) *time.Duration { return &c.Session.HibernateAfter }),
 		doc: `Checkpoint a session idle this long to disk with CRIU (make criu) and
 release its memory; the next exec restores it with every variable,
@@ -258,10 +259,14 @@ also survives a restart and a reboot. 0s: never.`},
 	{name: "sessions.max_hibernated", def: 1024, dec: intKey(func(c *config) *int { return &c.Session.MaxHibernated }, 1, 1<<20),
 		doc: `Hibernated sessions hold no sandbox and do not count toward max; they
 are capped on their own (each holds its images and files on disk).`},
-	{name: "sessions.hibernate_on_shutdown", def: false, dec: boolKey(func(c *config) *bool { return &c.Session.HibernateOnShutdown }),
+	{name: "sessions.hibernate_on_shutdown", def: true, dec: boolKey(func(c *config) *bool { return &c.Session.HibernateOnShutdown }),
 		doc: `jailcell serve only: hibernate every live session when the service
 stops (a drain, a reboot), for the next start to restore; a session
-that cannot be hibernated follows survive_restart.`},
+that cannot be hibernated follows survive_restart. Where criu does not
+work, or state_quota_bytes is below one hibernation's reservation
+(memory_bytes + 32 MiB of the largest policy), sessions are only kept
+running, with a log line; start is refused instead, naming the key, if
+this key is set true and state_quota_bytes is set to such a number.`},
 	{name: "sessions.zygote", def: true, dec: field[bool]{func(c *config) *bool { return &c.Zygote }, (*configLoader).boolean},
 		doc: `Start kernels by forking a zygote of their policy: one confined
 interpreter per policy that imported the preload once (milliseconds a

@@ -257,6 +257,7 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	// re-adopt: a service's choice only.
 	sc.KeepOnShutdown = f.survivable && sc.KeepOnShutdown
 	sc.HibernateOnShutdown = f.survivable && sc.HibernateOnShutdown
+	sc.HibernateIfAble = cfg.sources["sessions.hibernate_on_shutdown"] == "default"
 	m, err := session.New(sc, host)
 	if err != nil {
 		return nil, fmt.Errorf("start session manager: %w", err)

@@ -218,12 +218,12 @@ type Manager struct {
 	tombstones map[string]string
 	tombOrder  []string
 	// lost marks the tombstones of sessions lost, not ended (ErrLost).
-	lost     map[string]bool
+	lost map[string]bool
 	// lostUntil is when each lost session's id stops answering ErrLost
 	// (lost.go), kept across restarts in the state dir.
 	lostUntil map[string]time.Time
-	oneshots map[string]*Session // one-shot cells running now
-	shutdown bool
+	oneshots  map[string]*Session // one-shot cells running now
+	shutdown  bool
 
 	// nonce prefixes cell ids, so ids never repeat across daemon restarts.
 	nonce string

@@ -648,8 +648,12 @@ func loadConfigFor(flags *pflag.FlagSet, client bool) (*config, error) {
 }
 
 // clientKeys are the keys a front door that connects to a running
-// service uses itself; every other key configures sandboxes built here.
-var clientKeys = map[string]bool{"socket": true, "log.level": true, "log.format": true}
+// service uses itself, or that configure no sandbox of a front door: where
+// daemons claim uid ranges (host bookkeeping; a service has its own) and
+// what serve alone does at a stop. Every other key configures sandboxes
+// built here.
+var clientKeys = map[string]bool{"socket": true, "log.level": true, "log.format": true,
+	"sandbox.claim_dir": true, "sessions.survive_restart": true, "sessions.hibernate_on_shutdown": true}
 
 // engineSettings names the sandbox settings this command was given, each
 // with where it came from (flag --rootfs, env JAILCELL_STATE_DIR, file

@@ -1,6 +1,8 @@
 package isolate
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +47,9 @@ type UIDClaim struct {
 	// Overlaps names live claims overlapping this one that were allowed
 	// (ClaimUIDRange with shareable); empty otherwise.
 	Overlaps []string
+	// Recorded is the base the state directory had recorded before this
+	// claim (ClaimStateRange); 0 at its first use.
+	Recorded int
 }
 
 // Close lets the range go.
@@ -63,6 +68,14 @@ func (c *UIDClaim) Close() error {
 // which), and if none is free, base itself with the overlap reported in
 // Overlaps.
 func ClaimUIDRange(dir string, base, n int, shareable bool) (*UIDClaim, error) {
+	return claimRange(dir, base, n, shareable, "")
+}
+
+// claimRange is ClaimUIDRange for stateDir ("" none): the range claimed is
+// left reserved for stateDir in dir after the claim is released, and a
+// shareable claim avoids the ranges other state directories reserved, so
+// a daemon down for a restart finds its range still free.
+func claimRange(dir string, base, n int, shareable bool, stateDir string) (*UIDClaim, error) {
 	if base <= 0 || n <= 0 || base%idsPerSlot != 0 || uint64(base)+uint64(n) > 1<<32-1 {
 		return nil, fmt.Errorf("uid range %d+%d: want a positive base, a multiple of %d, ending below 2^32-1", base, n, idsPerSlot)
 	}
@@ -85,32 +98,47 @@ func ClaimUIDRange(dir string, base, n int, shareable bool) (*UIDClaim, error) {
 	}
 	type held struct {
 		lo, hi int
-		pid    string
+		who    string // "pid N", or "state dir D" for a reservation
 	}
-	var live []held
+	var live, reserved []held
+	var ours []string
 	for _, e := range ents {
+		path := filepath.Join(dir, e.Name())
+		if lo, hi, holder, ok := readReservation(path); ok {
+			switch rec, _ := RecordedUIDBase(holder); {
+			case holder == stateDir:
+				ours = append(ours, path)
+			case rec != lo:
+				_ = os.Remove(path) // its state dir is gone or moved
+			default:
+				reserved = append(reserved, held{lo, hi, "state dir " + holder})
+			}
+			continue
+		}
 		lo, hi, ok := parseClaim(e.Name())
 		if !ok {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
 		alive, pid := claimLive(path)
 		if !alive {
 			_ = os.Remove(path) // its holder died
 			continue
 		}
-		live = append(live, held{lo, hi, pid})
+		live = append(live, held{lo, hi, "pid " + pid})
 	}
-	overlapping := func(base int) []string {
+	overlapping := func(base int, also ...held) []string {
 		var out []string
-		for _, h := range live {
+		for _, h := range append(live, also...) {
 			if h.lo < base+n && base < h.hi {
-				out = append(out, fmt.Sprintf("uids %d..%d (pid %s)", h.lo, h.hi-1, h.pid))
+				out = append(out, fmt.Sprintf("uids %d..%d (%s)", h.lo, h.hi-1, h.who))
 			}
 		}
 		return out
 	}
 	overlaps := overlapping(base)
+	if len(overlaps) == 0 && shareable && len(overlapping(base, reserved...)) > 0 {
+		overlaps = overlapping(base, reserved...)
+	}
 	if len(overlaps) > 0 && !shareable {
 		return nil, fmt.Errorf("%w: %d..%d overlaps %s; give each daemon on this host its own sandbox.uid_base, %d apart",
 			ErrUIDRangeTaken, base, base+n-1, overlaps[0], n)
@@ -127,11 +155,18 @@ func ClaimUIDRange(dir string, base, n int, shareable bool) (*UIDClaim, error) {
 		for uint64(top)+2*uint64(n) <= 1<<32-1 {
 			top += n
 		}
-		for b := top; b > base; b -= n {
-			if len(overlapping(b)) == 0 {
-				base, overlaps = b, nil
-				break
+		// A range another state directory reserved is taken only when
+		// every other one is live.
+		moved := false
+		for _, also := range [][]held{reserved, nil} {
+			for b := top; b > base && !moved; b -= n {
+				if len(overlapping(b, also...)) == 0 {
+					base, overlaps, moved = b, nil, true
+				}
 			}
+		}
+		if !moved {
+			overlaps = overlapping(base)
 		}
 	}
 	end := base + n
@@ -145,7 +180,45 @@ func ClaimUIDRange(dir string, base, n int, shareable bool) (*UIDClaim, error) {
 		return nil, fmt.Errorf("lock claim %s: %w", path, err)
 	}
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	if stateDir != "" {
+		for _, o := range ours {
+			_ = os.Remove(o)
+		}
+		resv := filepath.Join(dir, fmt.Sprintf("state-%d-%d.%s", base, end, pathHash(stateDir)))
+		if err := os.WriteFile(resv, []byte(stateDir+"\n"), 0o600); err != nil {
+			_ = os.Remove(path)
+			f.Close()
+			return nil, fmt.Errorf("reserve uid range %d..%d for %s: %w", base, end-1, stateDir, err)
+		}
+	}
 	return &UIDClaim{f: f, path: path, Base: base, Overlaps: overlaps}, nil
+}
+
+// readReservation reads a "state-LO-HI.HASH" file: the range a state
+// directory keeps while its daemon is down.
+func readReservation(path string) (lo, hi int, stateDir string, ok bool) {
+	rest, ok := strings.CutPrefix(filepath.Base(path), "state-")
+	if !ok {
+		return 0, 0, "", false
+	}
+	lo, hi, ok = parseClaim("uids-" + rest)
+	if !ok {
+		return 0, 0, "", false
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return 0, 0, "", false
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 4096))
+	stateDir = strings.TrimSpace(string(b))
+	return lo, hi, stateDir, filepath.IsAbs(stateDir)
+}
+
+// pathHash names a state directory in a file name.
+func pathHash(p string) string {
+	sum := sha256.Sum256([]byte(p))
+	return hex.EncodeToString(sum[:8])
 }
 
 // claimSeq tells apart the claims of one process (tests).
@@ -181,4 +254,75 @@ func claimLive(path string) (bool, string) {
 		return errors.Is(err, unix.EWOULDBLOCK), pid
 	}
 	return false, pid
+}
+
+// uidRangeFile, in a state directory, records the first uid its sandboxes
+// are mapped to. Sessions kept across a restart (left running or
+// hibernated) have their files owned by uids of that range, so a daemon
+// restarted on another range could adopt none of them: the range is the
+// state directory's own from its first use on.
+const uidRangeFile = "uid-range"
+
+// RecordedUIDBase is the uid base recorded in stateDir, or 0 if none is.
+func RecordedUIDBase(stateDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, uidRangeFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read uid range of %s: %w", stateDir, err)
+	}
+	base, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || base <= 0 || base%idsPerSlot != 0 {
+		return 0, fmt.Errorf("read uid range of %s: %q is not a uid base", stateDir, strings.TrimSpace(string(b)))
+	}
+	return base, nil
+}
+
+// ClaimStateRange claims the uid range of stateDir's sandboxes in claimDir:
+// the range recorded there if there is one and base is not configured,
+// else base (a default base may move to a free range, as ClaimUIDRange
+// with shareable). The range claimed is recorded for the next start. A
+// recorded range that a live daemon holds is ErrUIDRangeTaken naming its
+// pid: moving would strand every session the state directory keeps.
+func ClaimStateRange(claimDir, stateDir string, base, n int, configured bool) (*UIDClaim, error) {
+	recorded, err := RecordedUIDBase(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	shareable := !configured
+	if recorded != 0 && !configured {
+		base, shareable = recorded, false
+	}
+	c, err := claimRange(claimDir, base, n, shareable, stateDir)
+	if err != nil {
+		if recorded == base && errors.Is(err, ErrUIDRangeTaken) {
+			return nil, fmt.Errorf("%s keeps its sandboxes on uids %d..%d (recorded in %s): %w",
+				stateDir, base, base+n-1, filepath.Join(stateDir, uidRangeFile), err)
+		}
+		return nil, err
+	}
+	c.Recorded = recorded
+	if recorded != c.Base {
+		if err := writeRecord(stateDir, c.Base); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// writeRecord replaces stateDir's uid range record whole, so a crash leaves
+// the old one or the new one.
+func writeRecord(stateDir string, base int) error {
+	path := filepath.Join(stateDir, uidRangeFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(base)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("record uid range of %s: %w", stateDir, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("record uid range of %s: %w", stateDir, err)
+	}
+	return nil
 }

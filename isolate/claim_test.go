@@ -2,6 +2,7 @@ package isolate
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,5 +77,76 @@ func TestClaimUIDRange(t *testing.T) {
 		if _, err := ClaimUIDRange(dir, bad[0], bad[1], false); err == nil {
 			t.Errorf("range %#x+%d accepted", bad[0], bad[1])
 		}
+	}
+}
+
+// TestClaimStateRange: a state directory keeps the uid range of its first
+// use across restarts; another daemon's first use avoids it while its own
+// daemon is down; a live daemon on it is an error naming its pid, never a
+// move; a configured base replaces the record; a reservation whose state
+// directory is gone is dropped.
+func TestClaimStateRange(t *testing.T) {
+	claims, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+	n := RangeSize(0)
+	const def = 0x40000000
+	ca, err := ClaimStateRange(claims, a, def, n, false)
+	if err != nil || ca.Base != def || ca.Recorded != 0 {
+		t.Fatalf("first use: %v, %+v; want the default range, nothing recorded before", err, ca)
+	}
+	if rec, err := RecordedUIDBase(a); err != nil || rec != def {
+		t.Fatalf("recorded range: %d, %v; want %d", rec, err, def)
+	}
+	ca.Close()
+	// a's daemon is down (a restart): b's first use leaves its range alone.
+	cb, err := ClaimStateRange(claims, b, def, n, false)
+	if err != nil || cb.Base == def {
+		t.Fatalf("first use beside a reserved range: %v, %+v; want another range", err, cb)
+	}
+	ca2, err := ClaimStateRange(claims, a, def, n, false)
+	if err != nil || ca2.Base != def || ca2.Recorded != def {
+		t.Fatalf("restart: %v, %+v; want the recorded range %d", err, ca2, def)
+	}
+	ca2.Close()
+	cb.Close()
+	// A live daemon holding the recorded range: an error naming its pid.
+	other, err := ClaimUIDRange(claims, def, n, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ClaimStateRange(claims, a, def, n, false)
+	if !errors.Is(err, ErrUIDRangeTaken) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) || !strings.Contains(err.Error(), a) {
+		t.Fatalf("restart onto a live daemon's range: %v; want ErrUIDRangeTaken naming pid %d and %s", err, os.Getpid(), a)
+	}
+	if rec, _ := RecordedUIDBase(a); rec != def {
+		t.Fatalf("a refused start moved the record to %d", rec)
+	}
+	other.Close()
+	// The operator's own base wins, and is the state dir's from then on.
+	c, err := ClaimStateRange(claims, a, 0x50000000, n, true)
+	if err != nil || c.Base != 0x50000000 || c.Recorded != def {
+		t.Fatalf("configured base: %v, %+v", err, c)
+	}
+	c.Close()
+	if rec, _ := RecordedUIDBase(a); rec != 0x50000000 {
+		t.Fatalf("configured base not recorded: %d", rec)
+	}
+	// b's state dir is gone: its reservation goes at the next claim.
+	if err := os.RemoveAll(b); err != nil {
+		t.Fatal(err)
+	}
+	d, err := ClaimUIDRange(claims, 0x60000000, n, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	left, _ := filepath.Glob(filepath.Join(claims, "state-*"))
+	if len(left) != 1 {
+		t.Errorf("reservations left: %v; want a's only", left)
+	}
+	if err := os.WriteFile(filepath.Join(a, uidRangeFile), []byte("12\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ClaimStateRange(claims, a, def, n, false); err == nil || !strings.Contains(err.Error(), "not a uid base") {
+		t.Errorf("corrupt record: %v; want an error naming it", err)
 	}
 }

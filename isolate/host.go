@@ -307,8 +307,8 @@ func (h *Host) Reconcile(keep func(diskID string) bool) ([]string, error) {
 			continue
 		}
 		if c, err := libcontainer.Load(h.containersDir(), e.Name()); err == nil {
-			if err := c.Destroy(); err != nil {
-				errs = append(errs, err)
+			if err := destroyLeftover(c); err != nil {
+				errs = append(errs, fmt.Errorf("remove leftover sandbox %s: %w", e.Name(), err))
 			}
 		}
 		_ = os.RemoveAll(filepath.Join(h.containersDir(), e.Name()))
@@ -346,6 +346,28 @@ func (h *Host) Reconcile(keep func(diskID string) bool) ([]string, error) {
 		out = append(out, id)
 	}
 	return out, errors.Join(errs...)
+}
+
+// destroyLeftover destroys a previous daemon's container, running or not.
+// libcontainer refuses to destroy one it sees running, and its init is not
+// our child to reap: it is killed (with the whole pid namespace; a frozen
+// one is thawed by Signal) and watched until gone, bounded.
+func destroyLeftover(c *libcontainer.Container) error {
+	if st, err := c.Status(); err == nil && st != libcontainer.Stopped {
+		if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+			return fmt.Errorf("kill: %w", err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if st, err := c.Status(); err != nil || st == libcontainer.Stopped {
+				break
+			}
+			if time.Now().After(deadline) {
+				return errors.New("init not gone 10 s after SIGKILL")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return c.Destroy()
 }
 
 // diskOf maps a container id ("<disk>-<generation>") to its disk id.

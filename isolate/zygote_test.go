@@ -229,3 +229,35 @@ func TestDeadDaemonsZygoteEndsAndIsReconciled(t *testing.T) {
 		}
 	}
 }
+
+// TestReconcileKillsRunningLeftover: a previous daemon's sandbox still
+// running (its daemon died, nothing adopts it) is killed and removed by
+// the next daemon's Reconcile, not left running behind "container still
+// running".
+func TestReconcileKillsRunningLeftover(t *testing.T) {
+	h := newTestHost(t)
+	sb := startSleeper(t, h, policy.Default())
+	pid := sb.Pid()
+	sb.Release() // as a daemon that exits leaving it for the next one
+	h2, err := NewHost(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	if _, err := h2.Reconcile(nil); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	select {
+	case <-sb.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("leftover init %d still running after Reconcile", pid)
+	}
+	if _, err := os.Stat(filepath.Join(h.containersDir(), sb.ID)); !os.IsNotExist(err) {
+		t.Errorf("leftover container left after Reconcile: %v", err)
+	}
+	for _, id := range h2.cgroupIDs() {
+		if id == sb.ID {
+			t.Errorf("leftover cgroup %s left after Reconcile", id)
+		}
+	}
+}

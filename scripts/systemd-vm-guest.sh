@@ -215,13 +215,19 @@ out = nb.cells[1].outputs
 print(out)
 assert out and out[0].get("text", "").strip() == "42", out'
 }
-# systemctl stop, start with the shipped config (survive_restart and
-# hibernate_on_shutdown false): the stop drains and tears every sandbox
-# down, the unit's cgroup goes with it, the old session is not_found, and
-# a "persist" workspace comes back in a new session of that name
-# (config.example.yaml, docs/service.md, docs/store.md).
+# systemctl stop, start with sessions opted out of surviving it
+# (survive_restart and hibernate_on_shutdown false; both are on in the
+# shipped config): the stop drains and tears every sandbox down, the unit's
+# cgroup goes with it, the old session answers not_found with state "lost"
+# saying why, and a "persist" workspace comes back in a new session of that
+# name (config.example.yaml, docs/service.md, docs/store.md). The defaults
+# are put back at the end.
 stop_start() {
 	local sid out cg=/sys/fs/cgroup/system.slice/jailcell.service
+	sed -i -e 's/^\([[:space:]]*\)survive_restart: true/\1survive_restart: false/' \
+		-e 's/^\([[:space:]]*\)hibernate_on_shutdown: true/\1hibernate_on_shutdown: false/' /etc/jailcell/config.yaml
+	want false "$(jailcell config --config /etc/jailcell/config.yaml | grep survive_restart)" || return 1
+	systemctl restart jailcell.service && ready || return 1
 	sid=$(new_session files) || return 1
 	exec_in "$sid" "open('kept.txt', 'w').write('kept'); x = 41" || return 1
 	echo "sandbox cgroups: $(cd "$cg/sandboxes" && ls -d -- */)"
@@ -234,10 +240,13 @@ stop_start() {
 	ready || return 1
 	out=$(api POST "/v1/sessions/$sid/exec" '{"code": "x"}')
 	echo "old session after restart: $out"
-	jq -e '.ok == false and .error.code == "not_found"' <<<"$out" >/dev/null || return 1
+	jq -e '.ok == false and .error.code == "not_found" and .error.state == "lost"' <<<"$out" >/dev/null || return 1
 	sid=$(new_session files) || return 1
 	want kept "$(exec_in "$sid" "print(open('kept.txt').read())")" || return 1
 	api DELETE "/v1/sessions/$sid"
+	sed -i -e 's/^\([[:space:]]*\)survive_restart: false/\1survive_restart: true/' \
+		-e 's/^\([[:space:]]*\)hibernate_on_shutdown: false/\1hibernate_on_shutdown: true/' /etc/jailcell/config.yaml
+	systemctl restart jailcell.service && ready
 }
 # sessions.hibernate_on_shutdown: true (docs/hibernate.md): a stop
 # hibernates the live session, the next start restores it on its next cell,

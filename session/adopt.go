@@ -67,11 +67,17 @@ func (m *Manager) adoptAll() map[string]bool {
 		id := e.Name()
 		s, err := m.adopt(id)
 		if err != nil {
-			why := fmt.Sprintf("was lost when jailcell restarted at %s: %v", time.Now().UTC().Format(time.RFC3339), err)
-			if _, statErr := os.Stat(filepath.Join(m.cfg.StateDir, "sessions", id, metaName)); statErr == nil {
+			now := time.Now()
+			why := fmt.Sprintf("was lost when jailcell restarted at %s: %v", now.UTC().Format(time.RFC3339), err)
+			until := now.Add(m.cfg.IdleTTL)
+			if b, rerr := os.ReadFile(filepath.Join(m.cfg.StateDir, "sessions", id, metaName)); rerr == nil {
 				m.log().Warn("session lost on restart; persisted files are kept", "session", id, "err", err)
+				var meta sessionMeta
+				if json.Unmarshal(b, &meta) == nil {
+					until = m.idEnd(meta.Created, now, meta.TTL, meta.MaxLife)
+				}
 			}
-			m.tombstone(id, why)
+			m.markLost(id, why, LostRestart, until)
 			continue
 		}
 		m.mu.Lock()

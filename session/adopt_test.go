@@ -2,11 +2,15 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
@@ -194,6 +198,9 @@ func TestUnadoptableSessionIsReportedLost(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "lost when jailcell restarted") || !errors.Is(err, ErrLost) || !errors.Is(err, ErrNotFound) {
 		t.Fatalf("exec on a lost session: %v, want ErrLost (an ErrNotFound) saying why", err)
 	}
+	if got := lostCount(t, m2, LostRestart); got != 1 {
+		t.Errorf("jailcell_sessions_lost_total{reason=restart} = %v, want 1", got)
+	}
 	closed, err := m2.Create(ctx, CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -223,4 +230,117 @@ func itoa(n int) string {
 		n /= 10
 	}
 	return string(b)
+}
+
+// TestSessionEndedAtShutdownAnswersLost: a session a shutdown did not keep
+// (KeepOnShutdown off) answers ErrLost saying when and why, not a bare
+// not_found, after the restart and after the one after it (the list is in
+// the state dir), until its id would have expired; each loss is counted
+// by reason.
+func TestSessionEndedAtShutdownAnswersLost(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	m1 := r.startWith(func(c *Config) { c.IdleTTL = time.Hour })
+	info, err := m1.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := lostCount(t, m1, LostShutdown); got != 1 {
+		t.Errorf("jailcell_sessions_lost_total{reason=shutdown} = %v, want 1", got)
+	}
+	for i := 0; i < 2; i++ {
+		m := r.start(false)
+		_, err = m.Exec(ctx, 0, info.ID, ExecRequest{Code: "1"})
+		if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "ended when jailcell shut down at") || !strings.Contains(err.Error(), "sessions.survive_restart is off") {
+			t.Fatalf("restart %d: exec on a session the shutdown ended: %v, want ErrLost saying when and why", i+1, err)
+		}
+		if err := m.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Past the time its id would have lived, it is an unknown id again.
+	path := filepath.Join(r.state, "sessions", lostName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []lostEntry
+	if err := json.Unmarshal(b, &entries); err != nil || len(entries) != 1 || entries[0].ID != info.ID ||
+		entries[0].Until.Before(time.Now().Add(50*time.Minute)) || entries[0].Until.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("lost list %s: %v %+v; want the session until about an hour after its last use", b, err, entries)
+	}
+	entries[0].Until = time.Now().Add(-time.Second)
+	b, _ = json.Marshal(entries)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := r.start(false)
+	if _, err = m.Exec(ctx, 0, info.ID, ExecRequest{Code: "1"}); !errors.Is(err, ErrNotFound) || errors.Is(err, ErrLost) {
+		t.Fatalf("exec on a lost session past its lifetime: %v, want a plain ErrNotFound", err)
+	}
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("an empty lost list left in place: %v", err)
+	}
+	assertNothingLeft(t, r.state)
+	for _, h := range r.hosts {
+		h.Close()
+	}
+}
+
+// lostCount reads jailcell_sessions_lost_total{reason} of m.
+func lostCount(t *testing.T, m *Manager, reason string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Metrics().Lost)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// TestHibernateOnShutdownNeedsStateQuota: a hibernate_on_shutdown that the
+// state quota cannot hold once is refused at start naming
+// state_quota_bytes; as the service's default it falls back to keeping
+// sessions running.
+func TestHibernateOnShutdownNeedsStateQuota(t *testing.T) {
+	r := newRestartable(t)
+	h, err := isolate.NewHost(r.isoConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.hosts = append(r.hosts, h)
+	cfg := Config{StateDir: filepath.Join(r.state, "sessions"), HibernateOnShutdown: true, KeepOnShutdown: true, StateQuota: 64 << 20}
+	if _, err := New(cfg, h); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "state_quota_bytes = 64 MiB") || !strings.Contains(err.Error(), "hibernate_on_shutdown") {
+		t.Fatalf("hibernate_on_shutdown with a 64 MiB state quota: %v, want a refusal naming state_quota_bytes", err)
+	}
+	cfg.HibernateIfAble = true
+	m, err := New(cfg, h)
+	if err != nil {
+		t.Fatalf("the default hibernate_on_shutdown with a 64 MiB state quota: %v, want a start that keeps sessions running", err)
+	}
+	if m.cfg.HibernateOnShutdown || !m.cfg.KeepOnShutdown {
+		t.Errorf("fallback: hibernate %v keep %v, want false, true", m.cfg.HibernateOnShutdown, m.cfg.KeepOnShutdown)
+	}
+	if err := m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range r.hosts {
+		h.Close()
+	}
 }

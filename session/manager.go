@@ -118,6 +118,13 @@ type Config struct {
 	// session that cannot be hibernated (no criu, a dump that fails) is
 	// kept running if KeepOnShutdown, else ended. Default false.
 	HibernateOnShutdown bool
+	// HibernateIfAble: HibernateOnShutdown was not asked for but is the
+	// service's default. Where it cannot work (criu does not, or
+	// StateQuota is below one hibernation's reservation) sessions are kept
+	// running (KeepOnShutdown) instead, with one log line, where an asked
+	// for HibernateOnShutdown refuses to start (the quota) or warns for
+	// each session (criu).
+	HibernateIfAble bool
 	// StateQuota caps what StateDir holds for checkpoint images and copies
 	// of workspaces (hibernation, snapshots, forks), in allocated bytes; a
 	// hibernate, snapshot or fork that would pass it fails with
@@ -214,6 +221,9 @@ type Manager struct {
 	// expired those of sessions ended at their max lifetime (ErrExpired).
 	lost    map[string]bool
 	expired map[string]bool
+	// lostUntil is when each lost session's id stops answering ErrLost
+	// (lost.go), kept across restarts in the state dir.
+	lostUntil map[string]time.Time
 	// closed is every session this node ended while it shared a store,
 	// kept on disk (tombstone.go): a take from the store refuses them.
 	closed   *closedSet
@@ -243,6 +253,7 @@ type Manager struct {
 
 // New makes a manager and reconciles what a previous run left behind.
 func New(cfg Config, host *isolate.Host) (*Manager, error) {
+	autoQuota := cfg.StateQuota == 0
 	cfg.defaults()
 	if !filepath.IsAbs(cfg.StateDir) {
 		return nil, fmt.Errorf("state dir %q must be absolute", cfg.StateDir)
@@ -273,7 +284,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, host: host, metrics: newMetrics(),
-		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, expired: map[string]bool{}, oneshots: map[string]*Session{}, starting: map[int]int{},
+		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, expired: map[string]bool{}, lostUntil: map[string]time.Time{}, oneshots: map[string]*Session{}, starting: map[int]int{},
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
@@ -290,11 +301,18 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	}
 	m.closed = closed
 	m.initQuotas()
+	if err := m.checkHibernateOnShutdown(autoQuota); err != nil {
+		return nil, err
+	}
 	if cfg.Store != nil {
 		m.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
 	}
+	m.loadLost()
 	if err := m.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
+	}
+	if err := m.saveLost(); err != nil {
+		cfg.Logger.Warn("lost sessions not recorded: after the next restart their ids answer not_found", "err", err)
 	}
 	m.chargeAdopted()
 	m.initZygotes()
@@ -1285,17 +1303,26 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Unlock()
 	errs := []error{poolErr}
 	var toEnd []*Session
+	hibernateAll := m.cfg.HibernateOnShutdown
+	if hibernateAll && m.cfg.HibernateIfAble && len(all) > 0 {
+		if err := m.host.CriuCheck(); err != nil {
+			hibernateAll = false
+			m.log().Info("sessions not hibernated at shutdown: checkpoints do not work here", "err", err, "kept_running", m.cfg.KeepOnShutdown)
+		}
+	}
+	notKept := map[string]string{}
 	for _, s := range all {
 		// A hibernated session is only files on disk: it waits for the next
 		// daemon whatever KeepOnShutdown says.
 		s.mu.Lock()
 		hib := s.hibernated
 		s.mu.Unlock()
-		if !hib && m.cfg.HibernateOnShutdown && s.run.TryLock() {
+		if !hib && hibernateAll && s.run.TryLock() {
 			err := m.hibernate(s)
 			s.run.Unlock()
 			if err != nil {
 				m.log().Warn("session not hibernated at shutdown", "session", s.id, "err", err)
+				notKept[s.id] = fmt.Sprintf("could not be hibernated (%v) and sessions.survive_restart is off", err)
 			}
 			hib = err == nil
 		}
@@ -1318,20 +1345,34 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var emu sync.Mutex
 	sem := make(chan struct{}, 8)
+	now := time.Now()
 	for _, s := range toEnd {
+		why := notKept[s.id]
+		if why == "" {
+			why = "sessions.survive_restart is off"
+		}
+		why = fmt.Sprintf("was lost: it ended when jailcell shut down at %s: %s", now.UTC().Format(time.RFC3339), why)
+		s.mu.Lock()
+		until := m.idEnd(s.created, s.lastUsed, s.ttl, s.maxLife)
+		s.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if err := m.end(s, "ended when jailcell shut down"); err != nil && !errors.Is(err, ErrNotFound) {
+			if err := m.end(s, why); err != nil && !errors.Is(err, ErrNotFound) {
 				emu.Lock()
 				errs = append(errs, err)
 				emu.Unlock()
+				return
 			}
+			m.markLost(s.id, why, LostShutdown, until)
 		}()
 	}
 	wg.Wait()
+	if err := m.saveLost(); err != nil {
+		errs = append(errs, err)
+	}
 	// Wait for killed one-shots (and creates in flight) to clean up.
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -23,6 +23,9 @@ type Metrics struct {
 	// Starts counts kernel starts by path: StartZygote, StartTemplate or
 	// StartImport.
 	Starts *prometheus.CounterVec
+	// Lost counts sessions the service could not keep, by reason
+	// (LostShutdown, LostRestart).
+	Lost *prometheus.CounterVec
 }
 
 // LatencyBuckets suit both a sandbox start (about a second) and cells
@@ -52,16 +55,24 @@ func newMetrics() *Metrics {
 	for _, p := range []string{StartZygote, StartTemplate, StartImport} {
 		m.Starts.WithLabelValues(p)
 	}
+	m.Lost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jailcell_sessions_lost_total",
+		Help: "Sessions the service could not keep, by reason: ended at a shutdown that kept none, or not re-adoptable at a restart."}, []string{"reason"})
+	for _, r := range []string{LostShutdown, LostRestart} {
+		m.Lost.WithLabelValues(r)
+	}
 	return m
 }
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Created, m.Expired, m.Cells, m.CellSeconds, m.StartSeconds, m.Starts}
+	return []prometheus.Collector{m.Created, m.Expired, m.Cells, m.CellSeconds, m.StartSeconds, m.Starts, m.Lost}
 }
 
 func (m *Metrics) created() { m.Created.Inc() }
 func (m *Metrics) expired() { m.Expired.Inc() }
+
+// lost counts a session lost for reason (LostShutdown, LostRestart).
+func (m *Metrics) lost(reason string) { m.Lost.WithLabelValues(reason).Inc() }
 
 // started counts a kernel start by path (StartZygote, StartTemplate,
 // StartImport).

@@ -119,9 +119,16 @@ the host name (its letters and digits, lower case, at most 16).`},
 of 65536 from here (2^28 uids). A multiple of 65536. Several daemons on
 one host each need their own range (e.g. 1073741824, 1342177280,
 1610612736): a daemon refuses to start on a range a live one has
-claimed (/run/jailcell/claims). One left on this default beside another
-(a front door run embedded next to the service) takes the highest free
-range instead, and logs which.`},
+claimed (sandbox.claim_dir). A state_dir keeps the range of its first
+use (recorded in it, so that sessions kept across a restart can be
+adopted): left on this default, a daemon starts on its state_dir's
+range, and refuses to start, naming the holder's pid, if another daemon
+holds it. At a state_dir's first use, this default taken by another
+daemon moves it to the highest free range, and it logs which.`},
+	{name: "sandbox.claim_dir", def: isolate.DefaultClaimDir, dec: strKey(func(c *config) *string { return &c.ClaimDir }),
+		doc: `Directory where the daemons on this host claim their uid ranges, each
+with a file it holds locked while it lives. Every daemon on one host must
+use the same one; a test or a private daemon may use its own.`},
 	{name: "sandbox.cgroup_root", def: "", dec: strKey(func(c *config) *string { return &c.CgroupRoot }),
 		doc: `Absolute cgroup path sandboxes are created under (on every controller).
 "": /jailcell for the default state_dir, /jailcell-<hash of state_dir>
@@ -236,12 +243,13 @@ own ttl_s up to max_idle_ttl.`},
 		doc: `Ceiling of a session's idle timeout.`},
 	{name: "sessions.max_lifetime", def: 24 * time.Hour, dec: durKey(func(c *config) *time.Duration { return &c.Session.MaxLifetime }),
 		doc: `A session ends this long after its creation, however busy.`},
-	{name: "sessions.survive_restart", def: false, dec: boolKey(func(c *config) *bool { return &c.Session.KeepOnShutdown }),
+	{name: "sessions.survive_restart", def: true, dec: boolKey(func(c *config) *bool { return &c.Session.KeepOnShutdown }),
 		doc: `jailcell serve only: leave live sessions (kernels, variables, files)
 running when the service stops, by a drain or a crash, for the next
-start to re-adopt; what cannot be re-adopted is reported as lost.
-false tears every sandbox down on SIGTERM. jailcell json always tears
-down at EOF.`},
+start to re-adopt (one not hibernated by hibernate_on_shutdown); what
+cannot be re-adopted answers "lost", saying when and why. false tears
+every sandbox down on SIGTERM, and those sessions answer "lost" too.
+jailcell json always tears down at EOF.`},
 	{name: "sessions.hibernate_after", def: time.Duration(0), dec: durKey(func(c *config) *time.Duration { return &c.Session.HibernateAfter }),
 		doc: `Checkpoint a session idle this long to disk with CRIU (make criu) and
 release its memory; the next exec restores it with every variable,
@@ -253,10 +261,14 @@ also survives a restart and a reboot. 0s: never.`},
 	{name: "sessions.max_hibernated", def: 1024, dec: intKey(func(c *config) *int { return &c.Session.MaxHibernated }, 1, 1<<20),
 		doc: `Hibernated sessions hold no sandbox and do not count toward max; they
 are capped on their own (each holds its images and files on disk).`},
-	{name: "sessions.hibernate_on_shutdown", def: false, dec: boolKey(func(c *config) *bool { return &c.Session.HibernateOnShutdown }),
+	{name: "sessions.hibernate_on_shutdown", def: true, dec: boolKey(func(c *config) *bool { return &c.Session.HibernateOnShutdown }),
 		doc: `jailcell serve only: hibernate every live session when the service
 stops (a drain, a reboot), for the next start to restore; a session
-that cannot be hibernated follows survive_restart.`},
+that cannot be hibernated follows survive_restart. Where criu does not
+work, or state_quota_bytes is below one hibernation's reservation
+(memory_bytes + 32 MiB of the largest policy), sessions are only kept
+running, with a log line; start is refused instead, naming the key, if
+this key is set true and state_quota_bytes is set to such a number.`},
 	{name: "sessions.zygote", def: true, dec: field[bool]{func(c *config) *bool { return &c.Zygote }, (*configLoader).boolean},
 		doc: `Start kernels by forking a zygote of their policy: one confined
 interpreter per policy that imported the preload once (milliseconds a
@@ -380,6 +392,8 @@ type config struct {
 	TLSClientCA string
 	// UIDBase is the host's first sandbox uid (isolate.Config.UIDBase).
 	UIDBase int
+	// ClaimDir is where daemons claim uid ranges (isolate.ClaimUIDRange).
+	ClaimDir string
 	// CgroupRoot is the sandboxes' cgroup parent ("" derived from StateDir).
 	CgroupRoot string
 	// Criu is the criu binary for hibernate, restore, fork and snapshots
@@ -636,8 +650,12 @@ func loadConfigFor(flags *pflag.FlagSet, client bool) (*config, error) {
 }
 
 // clientKeys are the keys a front door that connects to a running
-// service uses itself; every other key configures sandboxes built here.
-var clientKeys = map[string]bool{"socket": true, "log.level": true, "log.format": true}
+// service uses itself, or that configure no sandbox of a front door: where
+// daemons claim uid ranges (host bookkeeping; a service has its own) and
+// what serve alone does at a stop. Every other key configures sandboxes
+// built here.
+var clientKeys = map[string]bool{"socket": true, "log.level": true, "log.format": true,
+	"sandbox.claim_dir": true, "sessions.survive_restart": true, "sessions.hibernate_on_shutdown": true}
 
 // engineSettings names the sandbox settings this command was given, each
 // with where it came from (flag --rootfs, env JAILCELL_STATE_DIR, file
@@ -1106,6 +1124,7 @@ var configChecks = []func(c *config) error{
 		return nil
 	},
 	func(c *config) error { return absOrEmpty("state_dir", c.StateDir, false) },
+	func(c *config) error { return absOrEmpty("sandbox.claim_dir", c.ClaimDir, false) },
 	checkNodeID,
 	checkListen,
 	func(c *config) error { return absOrEmpty("auth.tokens_file", c.TokensFile, true) },

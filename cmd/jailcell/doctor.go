@@ -131,12 +131,15 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 		fmt.Fprintln(out, "\nsome checks FAILED: jailcell cannot run sandboxes here until they are fixed")
 	case svcFailed:
 		fmt.Fprintln(out, "\nthis host runs sandboxes, but the service's checks FAILED: its clients cannot use it until they are fixed")
-	case warned:
-		fmt.Fprintln(out, "\nno check failed; read the warn lines above")
-	case noted:
-		fmt.Fprintln(out, "\nall checks passed; the service is not installed or not running here (note lines)")
 	default:
-		fmt.Fprintln(out, "\nall checks passed")
+		msg := "\nall checks passed"
+		if warned {
+			msg = "\nno check failed; read the warn lines above"
+		}
+		if noted {
+			msg += "; the service is not installed or not running here (note lines)"
+		}
+		fmt.Fprintln(out, msg)
 	}
 	return !failed && !svcFailed
 }

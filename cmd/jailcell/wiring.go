@@ -158,11 +158,13 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		}
 	}()
 	// Several daemons on one host must not map sandboxes onto the same
-	// host uids. One on the default range beside another (a front door run
-	// embedded next to the service, a test next to an installed one) moves
-	// to a free range; an explicit range that overlaps a live one is
-	// refused.
-	claim, err := isolate.ClaimUIDRange(isolate.DefaultClaimDir, cfg.UIDBase, isolate.RangeSize(0), cfg.sources["sandbox.uid_base"] == "default")
+	// host uids. A state directory keeps the range of its first use (its
+	// kept sessions' files are owned by those uids): a live daemon holding
+	// it is an error naming its pid. At first use, one on the default
+	// range beside another (a front door run embedded next to the service,
+	// a test next to an installed one) moves to a free range; an explicit
+	// range that overlaps a live one is refused.
+	claim, err := isolate.ClaimStateRange(cfg.ClaimDir, stateDir, cfg.UIDBase, isolate.RangeSize(0), cfg.sources["sandbox.uid_base"] != "default")
 	if err != nil {
 		return nil, fmt.Errorf("sandbox.uid_base: %w", err)
 	}
@@ -175,11 +177,15 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 		log.Warn("another jailcell on this host maps sandboxes to the same uids, and no other range is free; give each its own sandbox.uid_base",
 			"uid_base", cfg.UIDBase, "overlaps", claim.Overlaps)
 	}
-	if claim.Base != cfg.UIDBase {
-		log.Info("the default uid range is another jailcell's on this host: this one maps its sandboxes to the next free range",
+	switch {
+	case claim.Recorded != 0 && claim.Base != claim.Recorded:
+		log.Warn("sandbox.uid_base moves this state dir's sandboxes to another uid range: sessions kept on the old one cannot be adopted",
+			"uid_base", claim.Base, "was", claim.Recorded)
+	case claim.Recorded == 0 && claim.Base != cfg.UIDBase:
+		log.Info("the default uid range is another jailcell's on this host: this state dir's sandboxes take the next free range, from now on",
 			"uid_base", claim.Base, "default", cfg.UIDBase)
-		cfg.UIDBase = claim.Base
 	}
+	cfg.UIDBase = claim.Base
 	cgRoot := cgroupRootFor(stateDir)
 	if cfg.CgroupRoot != "" {
 		cgRoot = cfg.CgroupRoot
@@ -255,6 +261,7 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	// re-adopt: a service's choice only.
 	sc.KeepOnShutdown = f.survivable && sc.KeepOnShutdown
 	sc.HibernateOnShutdown = f.survivable && sc.HibernateOnShutdown
+	sc.HibernateIfAble = cfg.sources["sessions.hibernate_on_shutdown"] == "default"
 	m, err := session.New(sc, host)
 	if err != nil {
 		return nil, fmt.Errorf("start session manager: %w", err)
@@ -276,8 +283,10 @@ func (s *stack) shutdownContext(ctx context.Context) error {
 	if err == nil {
 		err = s.host.Close()
 	}
-	s.lock.Close()
+	// The claim goes first: whoever takes the state dir next finds its
+	// range free.
 	s.claim.Close()
+	s.lock.Close()
 	if err != nil {
 		return fmt.Errorf("shut down sessions: %w", err)
 	}

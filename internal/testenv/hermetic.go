@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -49,10 +50,24 @@ func HermeticConfig() string {
 	return hermeticFile
 }
 
+// TestClaimDir is where the tests' daemons claim their uid ranges: never
+// the host's (/run/jailcell/claims), but one for every test process on
+// the host, so that test daemons started in parallel by different
+// packages still keep off each other's uids (per-uid limits, egress link
+// names). A test that must not see the others' claims sets its own.
+var TestClaimDir = filepath.Join(os.TempDir(), "jailcell-test-claims")
+
+// KeepNothingEnv opts a test's serve out of keeping sessions across a
+// stop (sessions.survive_restart and hibernate_on_shutdown, on by
+// default): a test that stops its service leaves no kernel, mount or
+// cgroup behind (scripts/check-leaks.sh). A test of keeping them sets
+// either key again, after this (the last value of a variable wins).
+var KeepNothingEnv = []string{"JAILCELL_SESSIONS_SURVIVE_RESTART=false", "JAILCELL_SESSIONS_HIBERNATE_ON_SHUTDOWN=false"}
+
 // HermeticEnv is what a jailcell child's environment must hold for it to
 // be hermetic; ChildEnv includes it, an environment built by hand adds it.
 func HermeticEnv() []string {
-	return []string{"JAILCELL_CONFIG=" + HermeticConfig()}
+	return append([]string{"JAILCELL_CONFIG=" + HermeticConfig(), "JAILCELL_SANDBOX_CLAIM_DIR=" + TestClaimDir}, KeepNothingEnv...)
 }
 
 // Hermetic makes this test process's own jailcell code hermetic too (a
@@ -61,6 +76,12 @@ func HermeticEnv() []string {
 func Hermetic() {
 	if os.Getenv("JAILCELL_CONFIG") == "" {
 		os.Setenv("JAILCELL_CONFIG", HermeticConfig())
+	}
+	for _, kv := range HermeticEnv()[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		if os.Getenv(k) == "" {
+			os.Setenv(k, v)
+		}
 	}
 }
 

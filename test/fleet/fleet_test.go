@@ -147,8 +147,10 @@ func newFleet(t *testing.T, ids ...string) *fleet {
 	for _, id := range ids {
 		n := &node{id: id, addr: freePort(t)}
 		n.svc = testenv.StartServe(t, testenv.Serve{
-			Bin:      bin,
-			Env:      srv.Env(),
+			Bin: bin,
+			// A drain hibernates into the store (set after the tests'
+			// opt-out, which it overrides).
+			Env:      append(srv.Env(), "JAILCELL_SESSIONS_HIBERNATE_ON_SHUTDOWN=true"),
 			StopWait: 3 * time.Minute,
 			Config: func(dir string) string {
 				return testenv.ServeConfig(dir, "root", r.Root) + fmt.Sprintf(`listen: tcp://%s
@@ -172,7 +174,6 @@ pool:
 sessions:
   max: 40
   template: false
-  hibernate_on_shutdown: true
 drain_notice: 5s
 drain_grace: 60s
 policies:

@@ -248,6 +248,19 @@ stop_start() {
 		-e 's/^\([[:space:]]*\)hibernate_on_shutdown: false/\1hibernate_on_shutdown: true/' /etc/jailcell/config.yaml
 	systemctl restart jailcell.service && ready
 }
+# The shipped configuration keeps sessions across a restart (what
+# systemctl restart, a package upgrade and a reboot send): a live session's
+# variable and file answer after `systemctl restart`, nothing configured.
+restart_keeps() {
+	local sid
+	want true "$(jailcell config --config /etc/jailcell/config.yaml | grep survive_restart)" || return 1
+	want true "$(jailcell config --config /etc/jailcell/config.yaml | grep hibernate_on_shutdown)" || return 1
+	sid=$(new_session) || return 1
+	exec_in "$sid" "x = 41; open('kept.txt', 'w').write('kept')" || return 1
+	systemctl restart jailcell.service && ready || return 1
+	want "42 kept" "$(exec_in "$sid" "print(x + 1, open('kept.txt').read())")" || return 1
+	api DELETE "/v1/sessions/$sid"
+}
 # sessions.hibernate_on_shutdown: true (docs/hibernate.md): a stop
 # hibernates the live session, the next start restores it on its next cell,
 # variables intact.
@@ -311,6 +324,7 @@ if [[ $phase == 1 ]]; then
 	step python-client python_client
 	step kernelspec-nbclient notebook
 	step stop-start stop_start
+	step restart-keeps-sessions restart_keeps
 	step hibernate-stop-start hibernate_stop_start
 	journalctl -b --no-pager -u jailcell.service -u jailcell.socket >"$logs/journal-boot1.log" 2>&1
 	echo 2 >"$state/phase"

@@ -296,8 +296,14 @@ func TestSessionEndedAtShutdownAnswersLost(t *testing.T) {
 // lostCount reads jailcell_sessions_lost_total{reason} of m.
 func lostCount(t *testing.T, m *Manager, reason string) float64 {
 	t.Helper()
+	return counterOf(t, m.Metrics().Lost, "reason", reason)
+}
+
+// counterOf reads the counter of c whose label name is value (-1: none).
+func counterOf(t *testing.T, c *prometheus.CounterVec, name, value string) float64 {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(m.Metrics().Lost)
+	reg.MustRegister(c)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +311,7 @@ func lostCount(t *testing.T, m *Manager, reason string) float64 {
 	for _, f := range fams {
 		for _, mt := range f.GetMetric() {
 			for _, l := range mt.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
+				if l.GetName() == name && l.GetValue() == value {
 					return mt.GetCounter().GetValue()
 				}
 			}

@@ -23,6 +23,9 @@ type Metrics struct {
 	// Starts counts kernel starts by path: StartZygote, StartTemplate or
 	// StartImport.
 	Starts *prometheus.CounterVec
+	// Fallbacks counts starts that fell back from a configured path
+	// (StartZygote, StartTemplate) to the next.
+	Fallbacks *prometheus.CounterVec
 	// Lost counts sessions the service could not keep, by reason
 	// (LostShutdown, LostRestart).
 	Lost *prometheus.CounterVec
@@ -55,6 +58,11 @@ func newMetrics() *Metrics {
 	for _, p := range []string{StartZygote, StartTemplate, StartImport} {
 		m.Starts.WithLabelValues(p)
 	}
+	m.Fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jailcell_kernel_start_fallbacks_total",
+		Help: "Kernel starts that could not take a path they were configured for and took the next, by the path that failed (zygote, template); each is also a warning naming its cause."}, []string{"from"})
+	for _, p := range []string{StartZygote, StartTemplate} {
+		m.Fallbacks.WithLabelValues(p)
+	}
 	m.Lost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jailcell_sessions_lost_total",
 		Help: "Sessions the service could not keep, by reason: ended at a shutdown that kept none, or not re-adoptable at a restart."}, []string{"reason"})
 	for _, r := range []string{LostShutdown, LostRestart} {
@@ -65,11 +73,14 @@ func newMetrics() *Metrics {
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Created, m.Expired, m.Cells, m.CellSeconds, m.StartSeconds, m.Starts, m.Lost}
+	return []prometheus.Collector{m.Created, m.Expired, m.Cells, m.CellSeconds, m.StartSeconds, m.Starts, m.Fallbacks, m.Lost}
 }
 
 func (m *Metrics) created() { m.Created.Inc() }
-func (m *Metrics) expired() { m.Expired.Inc() }
+
+// fellBack counts a start that could not take path and took the next.
+func (m *Metrics) fellBack(path string) { m.Fallbacks.WithLabelValues(path).Inc() }
+func (m *Metrics) expired()             { m.Expired.Inc() }
 
 // lost counts a session lost for reason (LostShutdown, LostRestart).
 func (m *Metrics) lost(reason string) { m.Lost.WithLabelValues(reason).Inc() }

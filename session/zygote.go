@@ -184,12 +184,47 @@ func (e *zygoteEntry) usable() bool {
 	return !e.retired
 }
 
+// unusable says why e cannot fork now (nil: it can).
+func (e *zygoteEntry) unusable() error {
+	if e.usable() {
+		return nil
+	}
+	select {
+	case <-e.ready:
+	default:
+		return errors.New("the zygote is still starting")
+	}
+	if e.z == nil {
+		return fmt.Errorf("the zygote did not start: %w", e.err)
+	}
+	select {
+	case <-e.z.Done():
+		return errors.New("the zygote ended")
+	default:
+	}
+	return errors.New("the zygote was retired after failed forks")
+}
+
 // startFromZygote forks s's kernel from its policy's zygote and reseeds
-// it. (nil, nil): there is no ready zygote; the caller takes the next path.
+// it. (nil, nil): the policy has no zygote (none configured, an egress
+// policy, an override); the caller takes the next path. A zygote still
+// starting (the first creates after a start) is waited for, at most the
+// kernel start bound, rather than silently importing the preload: an
+// error says why there was no fork, and the caller counts the fallback.
 func (m *Manager) startFromZygote(ctx context.Context, s *Session) (*kernel, error) {
 	e := m.zygoteFor(s.policy)
-	if e == nil || !e.usable() {
+	if e == nil {
 		return nil, nil
+	}
+	wait := time.NewTimer(m.cfg.StartTimeout)
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+	case <-wait.C:
+	}
+	wait.Stop()
+	if err := e.unusable(); err != nil {
+		return nil, err
 	}
 	t0 := time.Now()
 	k, err := m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {

@@ -306,6 +306,9 @@ func (h *Host) Reconcile(keep func(diskID string) bool) ([]string, error) {
 		if kept(disk) {
 			continue
 		}
+		if err := detachMountsIn(filepath.Join(h.containersDir(), e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("remove leftover sandbox %s: %w", e.Name(), err))
+		}
 		if c, err := libcontainer.Load(h.containersDir(), e.Name()); err == nil {
 			if err := destroyLeftover(c); err != nil {
 				errs = append(errs, fmt.Errorf("remove leftover sandbox %s: %w", e.Name(), err))

@@ -116,6 +116,26 @@ func unmount(dst string) error {
 	return fmt.Errorf("unmount %s: %w", dst, err)
 }
 
+// detachMountsIn detaches every mount inside a container's state
+// directory, before libcontainer removes it: its restore binds the
+// sandbox's root at criu-root there and only detaches it when the restore
+// returns, so a daemon that died during a restore left it mounted, and
+// the directory's removal then failed on it (EBUSY) for good, leaving the
+// mount with no session or daemon to own it.
+func detachMountsIn(dir string) error {
+	mps, err := mountsUnder(dir)
+	if err != nil {
+		return fmt.Errorf("list mounts under %s: %w", dir, err)
+	}
+	var errs []error
+	for _, mp := range mps {
+		if err := unmount(mp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // mountsUnder lists mount points at or below dir, deepest first, from
 // /proc/self/mountinfo.
 func mountsUnder(dir string) ([]string, error) {

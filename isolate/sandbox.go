@@ -523,6 +523,9 @@ func (s *Sandbox) Destroy() error {
 				errs = append(errs, fmt.Errorf("sandbox %s: init did not exit", s.ID))
 			}
 		}
+		if err := detachMountsIn(filepath.Join(s.disk.h.containersDir(), s.ID)); err != nil {
+			errs = append(errs, err)
+		}
 		if s.container != nil {
 			if err := s.container.Destroy(); err != nil {
 				errs = append(errs, fmt.Errorf("destroy container %s: %w", s.ID, err))

@@ -459,3 +459,33 @@ func TestHibernatedSessionsDoNotCountTowardMax(t *testing.T) {
 		t.Fatalf("waking with a place free: %v %+v", err, res)
 	}
 }
+
+// TestShutdownHibernationIsBounded: a shutdown spends at most its
+// hibernation budget on checkpoints (one criu at a time, so a host with
+// many sessions would pass its supervisor's stop timeout); the sessions it
+// did not reach are kept running, and the next daemon re-adopts them with
+// their state.
+func TestShutdownHibernationIsBounded(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	bounded := func(c *Config) {
+		c.HibernateOnShutdown, c.KeepOnShutdown = true, true
+		c.ShutdownHibernateBudget = time.Nanosecond
+	}
+	m1, id := criuDaemon(t, r, bounded, "v = 41")
+	if err := m1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(sessionCgroups(id)) == 0 {
+		t.Fatal("the session past the budget was neither hibernated nor kept running")
+	}
+	m2 := r.startWith(bounded)
+	defer m2.Shutdown(ctx)
+	if ls := m2.List(ctx, 1000); len(ls) != 1 || ls[0].State == "hibernated" {
+		t.Fatalf("sessions after restart: %+v (want the kept one, re-adopted, not hibernated)", ls)
+	}
+	res, err := m2.Exec(ctx, 1000, id, ExecRequest{Code: "print(v + 1)"})
+	if err != nil || strings.TrimSpace(res.Stdout) != "42" {
+		t.Fatalf("after restart: %v %+v", err, res)
+	}
+}

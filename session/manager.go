@@ -125,6 +125,12 @@ type Config struct {
 	// for HibernateOnShutdown refuses to start (the quota) or warns for
 	// each session (criu).
 	HibernateIfAble bool
+	// ShutdownHibernateBudget bounds how long Shutdown spends hibernating
+	// sessions (one criu at a time): past it, the rest are kept running
+	// (KeepOnShutdown) or ended, and the log says how many and why, so a
+	// stop stays inside its supervisor's stop timeout (systemd's 90 s for
+	// the shipped unit, drain_grace included). Default 45 s.
+	ShutdownHibernateBudget time.Duration
 	// StateQuota caps what StateDir holds for checkpoint images and copies
 	// of workspaces (hibernation, snapshots, forks), in allocated bytes; a
 	// hibernate, snapshot or fork that would pass it fails with
@@ -166,6 +172,9 @@ func (c *Config) defaults() {
 	}
 	if c.StartTimeout == 0 {
 		c.StartTimeout = 60 * time.Second
+	}
+	if c.ShutdownHibernateBudget == 0 {
+		c.ShutdownHibernateBudget = 45 * time.Second
 	}
 	if c.RequirementsTimeout == 0 {
 		c.RequirementsTimeout = 5 * time.Minute
@@ -1311,13 +1320,19 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		}
 	}
 	notKept := map[string]string{}
+	hibStart := time.Now()
+	budgetEnd := hibStart.Add(m.cfg.ShutdownHibernateBudget)
+	hibernated, overBudget := 0, 0
 	for _, s := range all {
 		// A hibernated session is only files on disk: it waits for the next
 		// daemon whatever KeepOnShutdown says.
 		s.mu.Lock()
 		hib := s.hibernated
 		s.mu.Unlock()
-		if !hib && hibernateAll && s.run.TryLock() {
+		if !hib && hibernateAll && !time.Now().Before(budgetEnd) {
+			overBudget++
+			notKept[s.id] = fmt.Sprintf("the shutdown's hibernation budget (%s) ran out before it and sessions.survive_restart is off", m.cfg.ShutdownHibernateBudget)
+		} else if !hib && hibernateAll && s.run.TryLock() {
 			err := m.hibernate(s)
 			s.run.Unlock()
 			if err != nil {
@@ -1325,6 +1340,9 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 				notKept[s.id] = fmt.Sprintf("could not be hibernated (%v) and sessions.survive_restart is off", err)
 			}
 			hib = err == nil
+			if hib {
+				hibernated++
+			}
 		}
 		m.mu.Lock()
 		_, here := m.sessions[s.id]
@@ -1339,6 +1357,14 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			continue
 		}
 		toEnd = append(toEnd, s)
+	}
+	if hibernateAll && len(all) > 0 {
+		m.log().Info("sessions hibernated at shutdown", "hibernated", hibernated, "sessions", len(all),
+			"seconds", time.Since(hibStart).Seconds())
+	}
+	if overBudget > 0 {
+		m.log().Warn("sessions not hibernated at shutdown: the hibernation budget ran out", "sessions", overBudget,
+			"budget", m.cfg.ShutdownHibernateBudget, "kept_running", m.cfg.KeepOnShutdown)
 	}
 	// Side by side, a few at a time: a stuck session costs one endLockWait
 	// in all, not one each.

@@ -95,7 +95,7 @@ the caller's owner. Excludes auth.tokens_file.`},
 		doc: `This node's name in a fleet, 1-16 of [a-z0-9]; every new session id is
 "<node.id>-<32 hex digits>" so a proxy routes by it. "": derived from
 the host name (its letters and digits, lower case, at most 16).`},
-	{name: "sandbox.uid_base", def: 0x40000000, dec: intKey(func(c *config) *int { return &c.UIDBase }, 1<<20, 1<<32-1<<28-1),
+	{name: "sandbox.uid_base", def: isolate.DefaultUIDBase, dec: intKey(func(c *config) *int { return &c.UIDBase }, 1<<20, 1<<32-1<<28-1),
 		doc: `First host uid (and gid) sandboxes are mapped to; they take 4096 ranges
 of 65536 from here (2^28 uids). A multiple of 65536. Several daemons on
 one host each need their own range (e.g. 1073741824, 1342177280,

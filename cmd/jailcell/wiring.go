@@ -28,7 +28,7 @@ import (
 
 const (
 	defaultStateDir   = "/var/lib/jailcell/state"
-	defaultCgroupRoot = "/jailcell"
+	defaultCgroupRoot = isolate.DefaultCgroupRoot
 	lockName          = "jailcell.lock"
 )
 

@@ -209,7 +209,7 @@ unavailable with the reason, and sessions work as without them.`},
 code. The default is warn for run, json, mcp and doctor.`},
 	{name: "log.format", def: "text", flag: "log-format", dec: strKey(func(c *config) *string { return &c.LogFormat }),
 		doc: `text or json, on stderr (journald under systemd) (flag --log-format).`},
-	{name: "sessions.max", def: 64, dec: intKey(func(c *config) *int { return &c.Session.MaxSessions }, 1, 4096),
+	{name: "sessions.max", def: session.DefaultMaxSessions, dec: intKey(func(c *config) *int { return &c.Session.MaxSessions }, 1, 4096),
 		doc: `Live sessions at most; one-shot cells count while they run (1..4096).`},
 	{name: "sessions.max_per_owner", def: 0, dec: intKey(func(c *config) *int { return &c.Session.MaxPerOwner }, 0, 4096),
 		doc: `Live sessions one owner (a uid, or a token's owner) may hold at once,
@@ -217,12 +217,12 @@ creates under way and one-shot cells included, so one caller cannot
 take every place under sessions.max; one more create is refused with
 code limit naming this key (0..sessions.max; 0: sessions.max). Set it
 on a host shared by callers who must not starve each other.`},
-	{name: "sessions.idle_ttl", def: 30 * time.Minute, dec: durKey(func(c *config) *time.Duration { return &c.Session.IdleTTL }),
+	{name: "sessions.idle_ttl", def: session.DefaultIdleTTL, dec: durKey(func(c *config) *time.Duration { return &c.Session.IdleTTL }),
 		doc: `Idle timeout of a session, reset by each cell; a create may ask for its
 own ttl_s up to max_idle_ttl.`},
-	{name: "sessions.max_idle_ttl", def: 24 * time.Hour, dec: durKey(func(c *config) *time.Duration { return &c.Session.MaxIdleTTL }),
+	{name: "sessions.max_idle_ttl", def: session.DefaultMaxIdleTTL, dec: durKey(func(c *config) *time.Duration { return &c.Session.MaxIdleTTL }),
 		doc: `Ceiling of a session's idle timeout.`},
-	{name: "sessions.max_lifetime", def: 24 * time.Hour, dec: durKey(func(c *config) *time.Duration { return &c.Session.MaxLifetime }),
+	{name: "sessions.max_lifetime", def: session.DefaultMaxLifetime, dec: durKey(func(c *config) *time.Duration { return &c.Session.MaxLifetime }),
 		doc: `A session ends this long after its creation, however busy.`},
 	{name: "sessions.survive_restart", def: true, dec: boolKey(func(c *config) *bool { return &c.Session.KeepOnShutdown }),
 		doc: `jailcell serve only: leave live sessions (kernels, variables, files)
@@ -237,9 +237,9 @@ release its memory; the next exec restores it with every variable,
 import and open file. Its images and a copy of its files are kept in
 state_dir (about 80 MB for a numpy+pandas+matplotlib kernel), so it
 also survives a restart and a reboot. 0s: never.`},
-	{name: "sessions.hibernated_ttl", def: 7 * 24 * time.Hour, dec: durKey(func(c *config) *time.Duration { return &c.Session.HibernatedTTL }),
+	{name: "sessions.hibernated_ttl", def: session.DefaultHibernatedTTL, dec: durKey(func(c *config) *time.Duration { return &c.Session.HibernatedTTL }),
 		doc: `A hibernated session unused this long is ended.`},
-	{name: "sessions.max_hibernated", def: 1024, dec: intKey(func(c *config) *int { return &c.Session.MaxHibernated }, 1, 1<<20),
+	{name: "sessions.max_hibernated", def: session.DefaultMaxHibernated, dec: intKey(func(c *config) *int { return &c.Session.MaxHibernated }, 1, 1<<20),
 		doc: `Hibernated sessions hold no sandbox and do not count toward max; they
 are capped on their own (each holds its images and files on disk).`},
 	{name: "sessions.hibernate_on_shutdown", def: true, dec: boolKey(func(c *config) *bool { return &c.Session.HibernateOnShutdown }),

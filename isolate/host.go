@@ -162,21 +162,35 @@ func (h *Host) WaitReady(ctx context.Context) error {
 	return nil
 }
 
+// The defaults of the Config fields that are also configuration keys or
+// derived by the service (cmd/jailcell quotes these rather than repeat them).
+const (
+	// DefaultCgroupRoot is CgroupRoot's default.
+	DefaultCgroupRoot = "/jailcell"
+	// DefaultUIDBase is UIDBase's default (sandbox.uid_base).
+	DefaultUIDBase = 0x40000000
+)
+
+// defaults fills the zero fields of c that have a default.
+func (c *Config) defaults() {
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = DefaultUIDBase
+	}
+	if c.Slots == 0 {
+		c.Slots = 4096
+	}
+	if c.Criu == "" {
+		c.Criu = DefaultCriu
+	}
+}
+
 // NewHost checks cfg, the host's features (failing closed on anything a
 // sandbox needs) and prepares the state directories.
 func NewHost(cfg Config) (*Host, error) {
-	if cfg.CgroupRoot == "" {
-		cfg.CgroupRoot = "/jailcell"
-	}
-	if cfg.UIDBase == 0 {
-		cfg.UIDBase = 0x40000000
-	}
-	if cfg.Slots == 0 {
-		cfg.Slots = 4096
-	}
-	if cfg.Criu == "" {
-		cfg.Criu = DefaultCriu
-	}
+	cfg.defaults()
 	if !filepath.IsAbs(cfg.Criu) {
 		return nil, fmt.Errorf("criu %q must be an absolute path", cfg.Criu)
 	}

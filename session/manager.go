@@ -145,6 +145,26 @@ type Config struct {
 	StoreQuota int64
 }
 
+// The defaults of the Config fields that are also configuration keys
+// (cmd/jailcell's key table quotes these, so the service and a library
+// caller get the same values).
+const (
+	// DefaultIdleTTL is IdleTTL's default (sessions.idle_ttl).
+	DefaultIdleTTL = 30 * time.Minute
+	// DefaultMaxIdleTTL is MaxIdleTTL's default (sessions.max_idle_ttl).
+	DefaultMaxIdleTTL = 24 * time.Hour
+	// DefaultMaxLifetime is MaxLifetime's default (sessions.max_lifetime).
+	DefaultMaxLifetime = 24 * time.Hour
+	// DefaultMaxSessions is MaxSessions' default (sessions.max).
+	DefaultMaxSessions = 64
+	// DefaultHibernatedTTL is HibernatedTTL's default
+	// (sessions.hibernated_ttl).
+	DefaultHibernatedTTL = 7 * 24 * time.Hour
+	// DefaultMaxHibernated is MaxHibernated's default
+	// (sessions.max_hibernated).
+	DefaultMaxHibernated = 1024
+)
+
 func (c *Config) defaults() {
 	if c.Policies == nil {
 		c.Policies = map[string]policy.Policy{}
@@ -153,16 +173,16 @@ func (c *Config) defaults() {
 		c.Policies["default"] = policy.Default()
 	}
 	if c.IdleTTL == 0 {
-		c.IdleTTL = 30 * time.Minute
+		c.IdleTTL = DefaultIdleTTL
 	}
 	if c.MaxIdleTTL == 0 {
-		c.MaxIdleTTL = 24 * time.Hour
+		c.MaxIdleTTL = DefaultMaxIdleTTL
 	}
 	if c.MaxLifetime == 0 {
-		c.MaxLifetime = 24 * time.Hour
+		c.MaxLifetime = DefaultMaxLifetime
 	}
 	if c.MaxSessions == 0 {
-		c.MaxSessions = 64
+		c.MaxSessions = DefaultMaxSessions
 	}
 	if c.MaxPerOwner >= c.MaxSessions {
 		c.MaxPerOwner = 0 // MaxSessions says it, naming its own key
@@ -180,13 +200,13 @@ func (c *Config) defaults() {
 		c.RequirementsTimeout = 5 * time.Minute
 	}
 	if c.HibernatedTTL == 0 {
-		c.HibernatedTTL = 7 * 24 * time.Hour
+		c.HibernatedTTL = DefaultHibernatedTTL
 	}
 	if c.StoreSweepInterval == 0 {
 		c.StoreSweepInterval = 10 * time.Minute
 	}
 	if c.MaxHibernated == 0 {
-		c.MaxHibernated = 1024
+		c.MaxHibernated = DefaultMaxHibernated
 	}
 	if c.StateQuota == 0 {
 		c.StateQuota = defaultQuota(c.StateDir)

@@ -81,7 +81,7 @@ func yamlValue(v any) string {
 
 const exampleHeader = `# jailcell configuration: /etc/jailcell/config.yaml (or --config PATH, or
 # JAILCELL_CONFIG). Every key is shown with its default; this file as
-# shipped changes nothing. Generated from configKeys (cmd/jailcell/config.go):
+# shipped changes nothing. Generated from configKeys (cmd/jailcell/config_keys.go):
 # go test ./cmd/jailcell -run TestConfigExampleGenerated -update
 #
 # Precedence, lowest to highest: defaults, this file, JAILCELL_* environment

@@ -3,7 +3,7 @@
 //
 // # Configuration
 //
-// Every configuration key is one row of configKeys (config.go): its name,
+// Every configuration key is one row of configKeys (config_keys.go): its name,
 // default, flag, whether SIGHUP applies it (reload), its documentation and
 // its decoder, which reads the value straight into the typed configuration
 // of the component that uses it (config.Session is session.Config,

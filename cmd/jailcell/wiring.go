@@ -28,7 +28,7 @@ import (
 
 const (
 	defaultStateDir   = "/var/lib/jailcell/state"
-	defaultCgroupRoot = "/jailcell"
+	defaultCgroupRoot = isolate.DefaultCgroupRoot
 	lockName          = "jailcell.lock"
 )
 
@@ -36,7 +36,7 @@ const (
 var errStateBusy = errors.New("state directory in use")
 
 // hostFlags are the flags every command that builds sandboxes shares, and
-// the configuration they feed (config.go): flags win over JAILCELL_*
+// the configuration they feed (config_keys.go): flags win over JAILCELL_*
 // variables, which win over the config file, which wins over defaults.
 type hostFlags struct {
 	// Flag targets; once the configuration is loaded they hold the

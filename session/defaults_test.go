@@ -1,0 +1,26 @@
+package session
+
+import "testing"
+
+// TestConfigDefaults: a zero Config takes the exported defaults, the
+// values cmd/jailcell's key table quotes (TestKeyDefaultsMatchComponentDefaults
+// there), so a library caller and the service agree.
+func TestConfigDefaults(t *testing.T) {
+	c := Config{StateDir: t.TempDir()}
+	c.defaults()
+	for _, d := range []struct {
+		field     string
+		got, want any
+	}{
+		{"IdleTTL", c.IdleTTL, DefaultIdleTTL},
+		{"MaxIdleTTL", c.MaxIdleTTL, DefaultMaxIdleTTL},
+		{"MaxLifetime", c.MaxLifetime, DefaultMaxLifetime},
+		{"MaxSessions", c.MaxSessions, DefaultMaxSessions},
+		{"HibernatedTTL", c.HibernatedTTL, DefaultHibernatedTTL},
+		{"MaxHibernated", c.MaxHibernated, DefaultMaxHibernated},
+	} {
+		if d.got != d.want {
+			t.Errorf("zero Config's %s = %v after defaults, want %v", d.field, d.got, d.want)
+		}
+	}
+}

@@ -18,7 +18,7 @@ import (
 	"github.com/jailcell/jailcell/policy"
 )
 
-// Issue 24's front-door rows, tried as an attacker would: over a real TCP
+// The front-door attacks, tried as an attacker would: over a real TCP
 // listener with bearer tokens, raw HTTP and the Go MCP SDK's client.
 
 var (

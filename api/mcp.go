@@ -532,7 +532,7 @@ type mcpMount struct {
 	live mcpLive
 }
 
-// mcpLive counts the live MCP sessions, per owner and in all. Issue 24:
+// mcpLive counts the live MCP sessions, per owner and in all. Before it:
 // 3,000 initialize requests from one uid were all accepted and each held
 // for an hour (+591 MiB in the daemon); now an owner's sessions and all
 // sessions are capped, and an idle one ends (HTTPOptions.MCP*).
@@ -730,7 +730,7 @@ func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer)
 		return
 	}
 	if r.Method == http.MethodPost {
-		// Issue 24: MCP bodies were admitted with weight 0 and no deadline,
+		// Before the fix MCP bodies were admitted with weight 0 and no deadline,
 		// so slow large ones were all read while REST bodies waited at the
 		// budget. A body here is read as a REST body is: its size in the
 		// in-flight budget, at most MaxBodyBytes, within BodyTimeout; the

@@ -318,7 +318,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
 	if cfg.Store != nil && cfg.Store.Shared() {
-		// Issue 24: others write a shared store; unsigned, its records
+		// Store attack: others write a shared store; unsigned, its records
 		// would name owners, host paths and confinement for this node.
 		if _, ok := store.Signer(cfg.Store); !ok {
 			return nil, fmt.Errorf("store %s is shared but not signed: open it with a fleet key (store.key_file)", cfg.Store.Name())

@@ -70,7 +70,7 @@ func Open(opts Options) (Store, error) {
 	}
 	if keys == nil {
 		if st.Shared() {
-			// Issue 24: a shared store that is trusted unsigned lets anyone
+			// Store attack: a shared store that is trusted unsigned lets anyone
 			// with its credentials forge sessions, owners and host paths.
 			return nil, fmt.Errorf("store %s is shared (other nodes, and anyone with its credentials, write it): set store.key_file to the fleet key file so every object is signed and checked (docs/store.md, \"The fleet key\")", st.Name())
 		}

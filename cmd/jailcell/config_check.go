@@ -187,7 +187,7 @@ func checkStore(c *config) error {
 		return err
 	}
 	if shared := strings.HasPrefix(c.Store.URL, "s3://") || c.Store.Shared; shared && c.Store.KeyFile == "" {
-		// Issue 24: unsigned, a shared store hands any writer of it host
+		// Store attack: unsigned, a shared store hands any writer of it host
 		// paths, owners and confinement.
 		return fmt.Errorf("store.url = %q is a shared store (S3, or store.shared): set store.key_file to the fleet key file; objects from a shared store are used only when signed with it (docs/store.md)", c.Store.URL)
 	}

@@ -208,7 +208,7 @@ func TestConfigInvalid(t *testing.T) {
 		{"store scheme", "store:\n  url: ftp://x/y\n", nil, []string{`store.url = "ftp://x/y"`, "s3://BUCKET/PREFIX"}},
 		{"s3 without endpoint", "store:\n  url: s3://bucket/p\n", nil, []string{`store.url = "s3://bucket/p" needs store.s3.endpoint`}},
 		{"store timeout", "store:\n  timeout: 2h\n", nil, []string{"store.timeout = 2h0m0s", "allowed 1s..1h0m0s"}},
-		// Issue 24: a shared store is never trusted unsigned.
+		// Store attack: a shared store is never trusted unsigned.
 		{"s3 without key_file", "store:\n  url: s3://bucket/p\n  s3:\n    endpoint: http://127.0.0.1:1\n", nil, []string{`store.url = "s3://bucket/p" is a shared store`, "store.key_file"}},
 		{"shared file store without key_file", "store:\n  url: file:///srv/s\n  shared: true\n", nil, []string{`store.url = "file:///srv/s" is a shared store`, "store.key_file"}},
 		{"relative key_file", "store:\n  url: s3://bucket/p\n  key_file: keys\n  s3:\n    endpoint: http://127.0.0.1:1\n", nil, []string{`store.key_file = "keys"`, "absolute path"}},

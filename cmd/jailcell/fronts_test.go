@@ -17,7 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Issue 24's front-door rows against the real `jailcell serve`, its TCP
+// The front-door attacks against the real `jailcell serve`, its TCP
 // listener and bearer tokens, with the bounds set by the config keys.
 
 var (

@@ -227,7 +227,7 @@ func TestFleetWiring(t *testing.T) {
 			t.Errorf("Secret jailcell-store lacks %s", k)
 		}
 	}
-	// Issue 24: the shared store is signed with a fleet key that comes
+	// Store attack: the shared store is signed with a fleet key that comes
 	// from its own Secret, mounted where store.key_file points, 0400.
 	kf := str(cfg, "store", "key_file")
 	if kf == "" {

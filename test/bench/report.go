@@ -95,7 +95,7 @@ func buildRows() {
 	const like = "like for like"
 	const warm = "warm pool vs a cold start: not like for like"
 
-	// Issue 19's targets, each with the configuration a fresh install has.
+	// The defaults section's targets, each with the configuration a fresh install has.
 	d := both("defaults", "peers")
 	add(d, Row{Figure: "create + first cell `1`, sequential, 0.3 s apart, defaults, p50", Unit: "ms", Jailcell: r["defaults_create_first_cell_p50_ms"],
 		Target: fmt.Sprintf("<= Jupyter start / 50 = %.3g", r["jupyter_start_ms"]/50), Peer: "Jupyter kernel start", PeerVal: r["jupyter_start_ms"],

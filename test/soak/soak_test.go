@@ -437,7 +437,7 @@ func TestSoak(t *testing.T) {
 		if len(kl) > 0 {
 			p99 := kl[min(len(kl)-1, int(0.99*float64(len(kl))))]
 			parts = append(parts, fmt.Sprintf("(latency p50=%s p99=%s max=%s)", kl[len(kl)/2].Round(time.Millisecond), p99.Round(time.Millisecond), kl[len(kl)-1].Round(time.Millisecond)))
-			// Issue 19: a hostile cell's verdict comes within its own
+			// A hostile cell's verdict comes within its own
 			// timeout and 1 s, not after its kernel's restart. Reported,
 			// not asserted: a measurement on a shared machine.
 			if limit, ok := verdictTimeout(k); ok {

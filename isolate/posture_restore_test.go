@@ -151,7 +151,7 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 			zero := uint32(0)
 			tc.Creds.NoNewPrivs = &zero
 		}, nil, []string{"NoNewPrivs 0, want 1"}},
-		{"all three (issue 24)", func(tc *criucore.ThreadCoreEntry) {
+		{"all three at once", func(tc *criucore.ThreadCoreEntry) {
 			zero := uint32(0)
 			tc.SeccompMode = criucore.SeccompMode_disabled.Enum()
 			tc.SeccompFilter = nil

@@ -536,7 +536,7 @@ func zygoteRows(add func(string, Row, bool, float64)) {
 	cfgNote := "a fresh install's configuration but " + zygoteKeys
 
 	runc := r["zygote_runc_pass_p50_ms"]
-	const forkClose = "creates are forks of the zygote since issue 27; what a fork still spends, by phase on this host: the " +
+	const forkClose = "creates are forks of the zygote; what a fork still spends, by phase on this host: the " +
 		"sandbox's cgroup on a v1/hybrid host, a dozen hierarchies (10-20 ms, made while the root is mounted and the zygote " +
 		"forks), the idmapped root and overlay (3-6 ms), the fork's own mounts, made in Python (5-7 ms), libcontainer's state " +
 		"file and the posture check (5-10 ms); closing it: cgroups and roots made ahead of demand, the fork's mounts made in " +

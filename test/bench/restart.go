@@ -52,7 +52,7 @@ func benchRestart(dir string) {
 			switch {
 			case err != nil:
 				errs[i] = err.Error()
-			case status(out) != "ok" || strings.TrimSpace(fmt.Sprint(out["stdout"])) != want:
+			case status(out) != "ok" || strings.TrimSpace(fmt.Sprint(stdout(out))) != want:
 				errs[i] = fmt.Sprintf("%v", out)
 			}
 		}()
@@ -84,4 +84,12 @@ func restartRows(add func(string, Row, bool, float64)) {
 	kept := r["restart_lost"] == 0
 	add("restart", Row{Figure: "restart: sessions lost", Unit: "sessions", Jailcell: r["restart_lost"], Note: note,
 		Target: "0", Met: &kept}, true, 0)
+}
+
+// stdout is an exec answer's stdout.
+func stdout(out map[string]any) any {
+	if r, ok := out["result"].(map[string]any); ok {
+		return r["stdout"]
+	}
+	return out["stdout"]
 }

@@ -2,7 +2,9 @@ package session
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,8 +17,13 @@ import (
 // lived, and across restarts, since a client learns of the loss only at its
 // next call. The list lives in the state dir, bounded like the tombstones.
 
-// lostName is the list of lost sessions in the state dir.
-const lostName = "lost.json"
+const (
+	// lostName is the list of lost sessions in the state dir.
+	lostName = "lost.json"
+	// maxLostFile bounds reading it: at most maxTombstones entries, each
+	// an id, a time and a one-line why.
+	maxLostFile = maxTombstones * 1024
+)
 
 // Reasons a session was lost (the reason label of jailcell_sessions_lost_total).
 const (
@@ -35,11 +42,16 @@ type lostEntry struct {
 // markLost remembers that session id was lost, why and until when its id
 // answers so, and counts it by reason.
 func (m *Manager) markLost(id, why, reason string, until time.Time) {
+	m.rememberLost(id, why, until)
+	m.metrics.lost(reason)
+}
+
+// rememberLost makes id answer ErrLost with why until until.
+func (m *Manager) rememberLost(id, why string, until time.Time) {
 	m.tombstone(id, why)
 	m.mu.Lock()
 	m.lostUntil[id] = until
 	m.mu.Unlock()
-	m.metrics.lost(reason)
 }
 
 // idEnd is when a session idle since lastUsed would have ended: its idle
@@ -61,8 +73,11 @@ func (m *Manager) idEnd(created, lastUsed time.Time, ttl, maxLife time.Duration)
 // loadLost reads the lost sessions an earlier daemon listed whose ids
 // still answer.
 func (m *Manager) loadLost() {
-	b, err := os.ReadFile(filepath.Join(m.cfg.StateDir, lostName))
+	b, err := readStateFile(filepath.Join(m.cfg.StateDir, lostName), maxLostFile)
 	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			m.log().Warn("lost sessions list unreadable: their ids answer not_found", "err", err)
+		}
 		return
 	}
 	var entries []lostEntry
@@ -75,10 +90,7 @@ func (m *Manager) loadLost() {
 		if e.ID == "" || !e.Until.After(now) {
 			continue
 		}
-		m.tombstone(e.ID, e.Why)
-		m.mu.Lock()
-		m.lostUntil[e.ID] = e.Until
-		m.mu.Unlock()
+		m.rememberLost(e.ID, e.Why, e.Until)
 	}
 }
 
@@ -109,11 +121,7 @@ func (m *Manager) saveLost() error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write lost sessions list: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := writeStateFile(path, b); err != nil {
 		return fmt.Errorf("write lost sessions list: %w", err)
 	}
 	return nil

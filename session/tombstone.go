@@ -4,10 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -58,20 +55,15 @@ type closedSet struct {
 // cannot be read is an error: starting without it would forget closes.
 func loadClosed(path string, max int, ttl time.Duration) (*closedSet, error) {
 	c := &closedSet{path: path, max: max, ttl: ttl, at: map[string]time.Time{}}
-	f, err := os.Open(path)
+	b, err := readStateFile(path, maxClosedFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
 	}
+	if errors.Is(err, errStateFileTooLarge) {
+		return nil, fmt.Errorf("read closed sessions %s: %w; it is this node's own record, written bounded: check it, or remove it to forget every close", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read closed sessions %s: %w", path, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxClosedFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("read closed sessions %s: %w", path, err)
-	}
-	if len(b) > maxClosedFile {
-		return nil, fmt.Errorf("read closed sessions %s: more than %d bytes; it is this node's own record, written bounded: check it, or remove it to forget every close", path, maxClosedFile)
 	}
 	var cf closedFile
 	if err := json.Unmarshal(b, &cf); err != nil || cf.Version != closedVersion {
@@ -138,28 +130,8 @@ func (c *closedSet) writeLocked() error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(c.path)
-	tmp, err := os.CreateTemp(dir, closedName+".*")
-	if err != nil {
-		return fmt.Errorf("write closed sessions: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after a rename: nothing
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), c.path)
-	}
-	if err != nil {
+	if err := writeStateFile(c.path, b); err != nil {
 		return fmt.Errorf("write closed sessions %s: %w", c.path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -164,7 +164,16 @@ func scan(dir string) ([]node, error) {
 // as many goroutines as there are CPUs: the tree is mostly small files, so
 // the time goes to syscalls as much as to sha256.
 func sumFiles(dir string, nodes []node) error {
-	workers := min(runtime.GOMAXPROCS(0), 8)
+	return forEachFile(nodes, func() func(*node) error {
+		buf := make([]byte, 256<<10)
+		return func(n *node) error { return sumFile(filepath.Join(dir, filepath.FromSlash(n.rel)), n, buf) }
+	})
+}
+
+// forEachFile runs a worker made by newWorker (each with its own state)
+// on every regular file of nodes, on up to 8 goroutines, and stops at the
+// first error, which it returns.
+func forEachFile(nodes []node, newWorker func() func(*node) error) error {
 	work := make(chan int, 256)
 	var (
 		wg       sync.WaitGroup
@@ -172,17 +181,16 @@ func sumFiles(dir string, nodes []node) error {
 		errOnce  sync.Once
 		firstErr error
 	)
-	for range workers {
+	for range min(runtime.GOMAXPROCS(0), 8) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, 256<<10)
+			do := newWorker()
 			for i := range work {
 				if failed.Load() {
 					continue
 				}
-				n := &nodes[i]
-				if err := sumFile(filepath.Join(dir, filepath.FromSlash(n.rel)), n, buf); err != nil {
+				if err := do(&nodes[i]); err != nil {
 					errOnce.Do(func() { firstErr = err })
 					failed.Store(true)
 				}
@@ -190,6 +198,9 @@ func sumFiles(dir string, nodes []node) error {
 		}()
 	}
 	for i := range nodes {
+		if failed.Load() {
+			break
+		}
 		if nodes[i].kind == 'f' {
 			work <- i
 		}

@@ -8,11 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,47 +36,28 @@ import (
 // open for writing, nil if none. An error means it cannot tell: a file it
 // cannot open or lease (a file system without leases, fs.leases-enable=0).
 func openForWrite(root string, nodes []node) (*node, error) {
-	var (
-		next  atomic.Int64
-		mu    sync.Mutex
-		found *node
-		first error
-		wg    sync.WaitGroup
-	)
 	// Four syscalls a file, about as many as the stat scan: on as many
 	// goroutines as sumFiles.
-	for range min(runtime.GOMAXPROCS(0), 8) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < len(nodes); i = int(next.Add(1)) - 1 {
-				n := &nodes[i]
-				if n.kind != 'f' {
-					continue
-				}
-				busy, err := hasWriter(filepath.Join(root, filepath.FromSlash(n.rel)))
-				if !busy && err == nil {
-					continue
-				}
-				mu.Lock()
-				if busy && found == nil {
-					found = n
-				}
-				if err != nil && first == nil {
-					first = err
-				}
-				mu.Unlock()
-				next.Store(int64(len(nodes))) // the others stop
-				return
+	err := forEachFile(nodes, func() func(*node) error {
+		return func(n *node) error {
+			busy, err := hasWriter(filepath.Join(root, filepath.FromSlash(n.rel)))
+			if busy {
+				return writerFound{n}
 			}
-		}()
+			return err
+		}
+	})
+	var w writerFound
+	if errors.As(err, &w) {
+		return w.n, nil
 	}
-	wg.Wait()
-	if found != nil {
-		return found, nil
-	}
-	return nil, first
+	return nil, err
 }
+
+// writerFound stops forEachFile at a file open for writing.
+type writerFound struct{ n *node }
+
+func (w writerFound) Error() string { return w.n.rel + " is open for writing" }
 
 // hasWriter takes and drops a read lease on p. A writer that opens p while
 // the lease is held waits for its release, a few microseconds.

@@ -205,14 +205,24 @@ func readReservation(path string) (lo, hi int, stateDir string, ok bool) {
 	if !ok {
 		return 0, 0, "", false
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	b, err := readSmall(path)
 	if err != nil {
 		return 0, 0, "", false
 	}
-	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, 4096))
 	stateDir = strings.TrimSpace(string(b))
 	return lo, hi, stateDir, filepath.IsAbs(stateDir)
+}
+
+// readSmall reads at most 4 KiB of the regular file at path, never through
+// a symlink and never blocking on a FIFO: the claim records are a line
+// each.
+func readSmall(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 4096))
 }
 
 // pathHash names a state directory in a file name.
@@ -265,7 +275,7 @@ const uidRangeFile = "uid-range"
 
 // RecordedUIDBase is the uid base recorded in stateDir, or 0 if none is.
 func RecordedUIDBase(stateDir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(stateDir, uidRangeFile))
+	b, err := readSmall(filepath.Join(stateDir, uidRangeFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}

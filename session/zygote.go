@@ -216,13 +216,17 @@ func (m *Manager) startFromZygote(ctx context.Context, s *Session) (*kernel, err
 	if e == nil {
 		return nil, nil
 	}
-	wait := time.NewTimer(m.cfg.StartTimeout)
 	select {
-	case <-e.ready:
-	case <-ctx.Done():
-	case <-wait.C:
+	case <-e.ready: // the usual case: no timer on the create path
+	default:
+		wait := time.NewTimer(m.cfg.StartTimeout)
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+		case <-wait.C:
+		}
+		wait.Stop()
 	}
-	wait.Stop()
 	if err := e.unusable(); err != nil {
 		return nil, err
 	}

@@ -1165,11 +1165,19 @@ func (m *Manager) visible(owner int) []*Session {
 	return ss
 }
 
-// List returns the live sessions owner may see (root sees all).
+// List returns the live sessions owner may see (root sees all), leaving
+// out those past their lifetime.
 func (m *Manager) List(ctx context.Context, owner int) []Info {
 	ss := m.visible(owner)
 	out := make([]Info, 0, len(ss))
+	now := time.Now()
 	for _, s := range ss {
+		// A session past its lifetime answers expired to every request
+		// (lookup) however soon the janitor ends it, so a list does not
+		// offer it as live either.
+		if m.pastLife(s, now) != nil {
+			continue
+		}
 		info := m.infoOf(s)
 		s.mu.Lock()
 		k := s.k

@@ -220,60 +220,6 @@ func (s *HTTPServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown
 // Close closes every listener and connection at once.
 func (s *HTTPServer) Close() error { return s.srv.Close() }
 
-// Routes. Paths are split on their escaped form, so "%2F" inside a
-// segment never moves a route boundary, and nothing is cleaned or
-// redirected: a file path goes to the manager as sent, which confines it.
-const (
-	routeHealthz  = "healthz"
-	routeReadyz   = "readyz"
-	routeMetrics  = "metrics"
-	routeSessions = "sessions"        // /v1/sessions
-	routeSession  = "session"         // /v1/sessions/{id}
-	routeExec     = "session_exec"    // /v1/sessions/{id}/exec
-	routeOneShot  = "exec"            // /v1/exec
-	routeFiles    = "files"           // /v1/sessions/{id}/files
-	routeFile     = "file"            // /v1/sessions/{id}/files/{path...}
-	routeLife     = "session_op"      // /v1/sessions/{id}/{hibernate,restore,fork,snapshot,rollback,interrupt}
-	routeAssist   = "session_assist"  // /v1/sessions/{id}/{complete,inspect,is_complete}
-	routeCommand  = "session_command" // /v1/sessions/{id}/commands
-	routeTimeout  = "session_timeout" // /v1/sessions/{id}/timeout
-	routeMetricsS = "session_metrics" // /v1/sessions/{id}/metrics
-	routeWatch    = "session_watch"   // /v1/sessions/{id}/watch
-	routeStat     = "stat"            // /v1/sessions/{id}/stat/{path...}
-	routeDir      = "dir"             // /v1/sessions/{id}/dirs/{path...}
-	routeOpenAPI  = "openapi"         // /v1/openapi.json
-	routeUnknown  = "unknown"
-)
-
-// routeMethods lists the methods each route answers.
-var routeMethods = map[string][]string{
-	routeHealthz:  {http.MethodGet, http.MethodHead},
-	routeReadyz:   {http.MethodGet, http.MethodHead},
-	routeMetrics:  {http.MethodGet, http.MethodHead},
-	routeSessions: {http.MethodGet, http.MethodHead, http.MethodPost},
-	routeSession:  {http.MethodGet, http.MethodDelete},
-	routeExec:     {http.MethodPost},
-	routeOneShot:  {http.MethodPost},
-	routeFiles:    {http.MethodGet, http.MethodHead},
-	routeFile:     {http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete},
-	routeLife:     {http.MethodPost},
-	routeAssist:   {http.MethodPost},
-	routeCommand:  {http.MethodPost},
-	routeTimeout:  {http.MethodPost},
-	routeMetricsS: {http.MethodGet},
-	routeWatch:    {http.MethodPost},
-	routeStat:     {http.MethodGet},
-	routeDir:      {http.MethodPut},
-	routeOpenAPI:  {http.MethodGet, http.MethodHead},
-}
-
-// lifeOps are the session operations with a route of their own, no body.
-var lifeOps = map[string]string{"hibernate": OpHibernate, "restore": OpRestore, "fork": OpFork, "snapshot": OpSnapshot, "rollback": OpRollback, "interrupt": OpInterrupt}
-
-// assistOps are Jupyter's editing helpers, each with a route of its own
-// and a JSON body (code, cursor_pos, detail_level).
-var assistOps = map[string]string{"complete": OpComplete, "inspect": OpInspect, "is_complete": OpIsComplete}
-
 type route struct {
 	name    string
 	session string

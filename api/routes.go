@@ -36,6 +36,10 @@ type RouteSpec struct {
 	Methods []string // the methods answered; others get 405 with Allow
 	Name    string   // route name in metrics and logs
 	Op      string   // the op a one-op route runs (lifecycle and assist routes)
+	// Ops names the JSON-lines op each method runs, which is how the
+	// clients map an op to this path; a method absent here (HEAD, a
+	// probe) runs no op of its own.
+	Ops map[string]string
 }
 
 // Routes is the one table of the HTTP transport's paths. The mux reads
@@ -43,31 +47,31 @@ type RouteSpec struct {
 // the clients' route tables against it: adding a path starts here (see
 // the "adding an op" recipe in doc.go).
 var Routes = []RouteSpec{
-	{Path: "/healthz", Methods: []string{http.MethodGet, http.MethodHead}, Name: routeHealthz},
+	{Path: "/healthz", Methods: []string{http.MethodGet, http.MethodHead}, Name: routeHealthz, Ops: map[string]string{http.MethodGet: OpPing}},
 	{Path: "/readyz", Methods: []string{http.MethodGet, http.MethodHead}, Name: routeReadyz},
 	{Path: "/metrics", Methods: []string{http.MethodGet, http.MethodHead}, Name: routeMetrics},
 	{Path: "/v1/openapi.json", Methods: []string{http.MethodGet, http.MethodHead}, Name: routeOpenAPI},
-	{Path: "/v1/exec", Methods: []string{http.MethodPost}, Name: routeOneShot},
-	{Path: "/v1/sessions", Methods: []string{http.MethodGet, http.MethodHead, http.MethodPost}, Name: routeSessions},
-	{Path: "/v1/sessions/{id}", Methods: []string{http.MethodGet, http.MethodDelete}, Name: routeSession},
-	{Path: "/v1/sessions/{id}/exec", Methods: []string{http.MethodPost}, Name: routeExec},
-	{Path: "/v1/sessions/{id}/files", Methods: []string{http.MethodGet, http.MethodHead}, Name: routeFiles},
-	{Path: "/v1/sessions/{id}/files/{path}", Methods: []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete}, Name: routeFile},
-	{Path: "/v1/sessions/{id}/hibernate", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpHibernate},
-	{Path: "/v1/sessions/{id}/restore", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpRestore},
-	{Path: "/v1/sessions/{id}/fork", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpFork},
-	{Path: "/v1/sessions/{id}/snapshot", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpSnapshot},
-	{Path: "/v1/sessions/{id}/rollback", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpRollback},
-	{Path: "/v1/sessions/{id}/interrupt", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpInterrupt},
-	{Path: "/v1/sessions/{id}/complete", Methods: []string{http.MethodPost}, Name: routeAssist, Op: OpComplete},
-	{Path: "/v1/sessions/{id}/inspect", Methods: []string{http.MethodPost}, Name: routeAssist, Op: OpInspect},
-	{Path: "/v1/sessions/{id}/is_complete", Methods: []string{http.MethodPost}, Name: routeAssist, Op: OpIsComplete},
-	{Path: "/v1/sessions/{id}/commands", Methods: []string{http.MethodPost}, Name: routeCommand},
-	{Path: "/v1/sessions/{id}/timeout", Methods: []string{http.MethodPost}, Name: routeTimeout},
-	{Path: "/v1/sessions/{id}/metrics", Methods: []string{http.MethodGet}, Name: routeMetricsS},
-	{Path: "/v1/sessions/{id}/watch", Methods: []string{http.MethodPost}, Name: routeWatch},
-	{Path: "/v1/sessions/{id}/stat/{path}", Methods: []string{http.MethodGet}, Name: routeStat},
-	{Path: "/v1/sessions/{id}/dirs/{path}", Methods: []string{http.MethodPut}, Name: routeDir},
+	{Path: "/v1/exec", Methods: []string{http.MethodPost}, Name: routeOneShot, Ops: map[string]string{http.MethodPost: OpExec}},
+	{Path: "/v1/sessions", Methods: []string{http.MethodGet, http.MethodHead, http.MethodPost}, Name: routeSessions, Ops: map[string]string{http.MethodGet: OpSessions, http.MethodPost: OpCreate}},
+	{Path: "/v1/sessions/{id}", Methods: []string{http.MethodGet, http.MethodDelete}, Name: routeSession, Ops: map[string]string{http.MethodGet: OpInfo, http.MethodDelete: OpClose}},
+	{Path: "/v1/sessions/{id}/exec", Methods: []string{http.MethodPost}, Name: routeExec, Ops: map[string]string{http.MethodPost: OpExec}},
+	{Path: "/v1/sessions/{id}/files", Methods: []string{http.MethodGet, http.MethodHead}, Name: routeFiles, Ops: map[string]string{http.MethodGet: OpFiles}},
+	{Path: "/v1/sessions/{id}/files/{path}", Methods: []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete}, Name: routeFile, Ops: map[string]string{http.MethodGet: OpDownload, http.MethodPut: OpUpload, http.MethodDelete: OpRemove}},
+	{Path: "/v1/sessions/{id}/hibernate", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpHibernate, Ops: map[string]string{http.MethodPost: OpHibernate}},
+	{Path: "/v1/sessions/{id}/restore", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpRestore, Ops: map[string]string{http.MethodPost: OpRestore}},
+	{Path: "/v1/sessions/{id}/fork", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpFork, Ops: map[string]string{http.MethodPost: OpFork}},
+	{Path: "/v1/sessions/{id}/snapshot", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpSnapshot, Ops: map[string]string{http.MethodPost: OpSnapshot}},
+	{Path: "/v1/sessions/{id}/rollback", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpRollback, Ops: map[string]string{http.MethodPost: OpRollback}},
+	{Path: "/v1/sessions/{id}/interrupt", Methods: []string{http.MethodPost}, Name: routeLife, Op: OpInterrupt, Ops: map[string]string{http.MethodPost: OpInterrupt}},
+	{Path: "/v1/sessions/{id}/complete", Methods: []string{http.MethodPost}, Name: routeAssist, Op: OpComplete, Ops: map[string]string{http.MethodPost: OpComplete}},
+	{Path: "/v1/sessions/{id}/inspect", Methods: []string{http.MethodPost}, Name: routeAssist, Op: OpInspect, Ops: map[string]string{http.MethodPost: OpInspect}},
+	{Path: "/v1/sessions/{id}/is_complete", Methods: []string{http.MethodPost}, Name: routeAssist, Op: OpIsComplete, Ops: map[string]string{http.MethodPost: OpIsComplete}},
+	{Path: "/v1/sessions/{id}/commands", Methods: []string{http.MethodPost}, Name: routeCommand, Ops: map[string]string{http.MethodPost: OpCommand}},
+	{Path: "/v1/sessions/{id}/timeout", Methods: []string{http.MethodPost}, Name: routeTimeout, Ops: map[string]string{http.MethodPost: OpSetTimeout}},
+	{Path: "/v1/sessions/{id}/metrics", Methods: []string{http.MethodGet}, Name: routeMetricsS, Ops: map[string]string{http.MethodGet: OpMetrics}},
+	{Path: "/v1/sessions/{id}/watch", Methods: []string{http.MethodPost}, Name: routeWatch, Ops: map[string]string{http.MethodPost: OpWatch}},
+	{Path: "/v1/sessions/{id}/stat/{path}", Methods: []string{http.MethodGet}, Name: routeStat, Ops: map[string]string{http.MethodGet: OpStat}},
+	{Path: "/v1/sessions/{id}/dirs/{path}", Methods: []string{http.MethodPut}, Name: routeDir, Ops: map[string]string{http.MethodPut: OpMkdir}},
 	{Path: mcpPath, Methods: mcpMethods, Name: routeMCP},
 }
 

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -126,5 +128,88 @@ func TestRouteTableMatchesTypeScriptClient(t *testing.T) {
 	slices.Sort(got)
 	if want := tableRoutes(); !slices.Equal(got, want) {
 		t.Errorf("transport.ts ROUTES differ from the route table:\n got %q\nwant %q", got, want)
+	}
+}
+
+// pythonRouteScript calls each op given on the Python client's socket
+// transport with its request replaced by a recorder, and prints what it
+// would send: "op METHOD path", or "op -" when the op has no route there.
+const pythonRouteScript = `
+import json, sys
+from jailcell.errors import BadRequestError
+from jailcell.transport import SocketTransport
+sent = []
+class Recorder(SocketTransport):
+    def request(self, method, path, body=None, headers=None):
+        sent.append((method, path))
+        return 200, {}, b'{"ok": true}'
+t = Recorder("/nonexistent")
+for op in json.loads(sys.argv[1]):
+    for session in (("s1", None) if op == "exec" else ("s1",)):
+        del sent[:]
+        try:
+            t.call(op, {"session": session, "path": "dir/a.txt", "code": "x"})
+        except BadRequestError as e:
+            if "has no route" not in str(e):
+                raise
+            print(op, "-")
+            continue
+        for m, p in sent:
+            print(op, m, p)
+`
+
+// pythonUnrouted are the ops the Python socket transport deliberately
+// leaves to the JSON-lines transport; any other op in the route table
+// must be routed there as the table says.
+var pythonUnrouted = []string{OpComplete, OpInspect, OpIsComplete}
+
+// TestRouteTableMatchesPythonClient: the Python client's socket transport
+// sends each op to the method and path the route table gives it.
+func TestRouteTableMatchesPythonClient(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed; the Python client's routes are not checked")
+	}
+	var ops []string
+	for _, r := range Routes {
+		for _, op := range r.Ops {
+			if !slices.Contains(ops, op) {
+				ops = append(ops, op)
+			}
+		}
+	}
+	arg, _ := json.Marshal(ops)
+	cmd := exec.Command(py, "-c", pythonRouteScript, string(arg))
+	cmd.Env = append(os.Environ(), "PYTHONPATH=../client/python")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3: %v\n%s", err, out)
+	}
+	toPattern := strings.NewReplacer("/v1/sessions/s1", "/v1/sessions/{id}", "dir/a.txt", "{path}")
+	var got, unrouted []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[1] == "-":
+			unrouted = append(unrouted, f[0])
+		case len(f) == 3:
+			got = append(got, f[0]+" "+f[1]+" "+toPattern.Replace(f[2]))
+		default:
+			t.Fatalf("python3: unexpected line %q", line)
+		}
+	}
+	var want []string
+	for _, r := range tableRoutes() {
+		if op, _, _ := strings.Cut(r, " "); !slices.Contains(pythonUnrouted, op) {
+			want = append(want, r)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(unrouted)
+	if !slices.Equal(got, want) {
+		t.Errorf("the Python client's routes differ from the route table:\n got %q\nwant %q", got, want)
+	}
+	if wantUn := slices.Sorted(slices.Values(pythonUnrouted)); !slices.Equal(unrouted, wantUn) {
+		t.Errorf("the Python client leaves %q unrouted, want %q", unrouted, wantUn)
 	}
 }

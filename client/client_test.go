@@ -317,16 +317,18 @@ func TestWireTypesMatch(t *testing.T) {
 	}
 }
 
-// jsonFields maps JSON names to a coarse kind (struct types by kind only).
+// jsonFields maps JSON names to a coarse kind (struct types by kind only)
+// and the tag's options, so that "code" drifting to "code,omitempty" on
+// one side fails too.
 func jsonFields(t reflect.Type) map[string]string {
 	out := map[string]string{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "" || name == "-" {
 			continue
 		}
-		out[name] = f.Type.Kind().String()
+		out[name] = "(" + opts + ") " + f.Type.Kind().String()
 		if f.Type.Kind() == reflect.Slice || f.Type.Kind() == reflect.Pointer {
 			out[name] += " of " + f.Type.Elem().Kind().String()
 		}

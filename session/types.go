@@ -171,7 +171,12 @@ type RefusedAttempt struct {
 	Count  int64  `json:"count"`
 }
 
-// Result is the outcome of one cell.
+// Result is the outcome of one cell, and the one declaration of the cell
+// result on the wire (HTTP, JSON lines, the workflow's steps). Its copies
+// are guarded: client.Result by the client's TestWireTypesMatch,
+// runner.Result (the kernel's report) by TestKernelResultMatchesWire, and
+// MCP's runPythonOut (a text view) by TestMCPResultMatchesWire; see the
+// api package's "adding a result field" recipe.
 type Result struct {
 	// Status is ok | error | timeout | oom | killed. Timeout, oom and killed
 	// are decided on the host (clock, cgroup counters, wait status), never

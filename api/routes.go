@@ -45,7 +45,7 @@ type RouteSpec struct {
 // Routes is the one table of the HTTP transport's paths. The mux reads
 // its methods and per-path ops from it, and tests check openapi.json and
 // the clients' route tables against it: adding a path starts here (see
-// the "adding an op" recipe in doc.go).
+// the "adding an op" recipe in docs/recipes.md).
 var Routes = []RouteSpec{
 	{Path: "/healthz", Methods: []string{http.MethodGet, http.MethodHead}, Name: routeHealthz, Ops: map[string]string{http.MethodGet: OpPing}},
 	{Path: "/readyz", Methods: []string{http.MethodGet, http.MethodHead}, Name: routeReadyz},

@@ -1,12 +1,17 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -211,5 +216,57 @@ func TestRouteTableMatchesPythonClient(t *testing.T) {
 	}
 	if wantUn := slices.Sorted(slices.Values(pythonUnrouted)); !slices.Equal(unrouted, wantUn) {
 		t.Errorf("the Python client leaves %q unrouted, want %q", unrouted, wantUn)
+	}
+}
+
+// TestRouteTableMatchesRemote: the fleet's forwarding (Remote) sends each
+// op to the method and path the route table gives it.
+func TestRouteTableMatchesRemote(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var sent []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.Method+" "+r.URL.EscapedPath())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	rm := NewRemote(sock)
+	defer rm.Close()
+	toPattern := strings.NewReplacer("/v1/sessions/s1", "/v1/sessions/{id}", "dir/a.txt", "{path}")
+	var got []string
+	for _, r := range Routes {
+		for _, op := range r.Ops {
+			session := "s1"
+			if r.Path == "/v1/exec" {
+				session = ""
+			}
+			req := &Request{Op: op, Session: session, Path: "dir/a.txt", Code: "x", Cmd: "true", Data: []byte("x"), TimeoutS: 1, Action: "start"}
+			if err := req.Validate(); err != nil {
+				t.Fatalf("op %s: the test's request is not valid: %v", op, err)
+			}
+			mu.Lock()
+			sent = nil
+			mu.Unlock()
+			rm.Handle(context.Background(), 0, req, nil)
+			mu.Lock()
+			for _, s := range sent {
+				verb, path, _ := strings.Cut(s, " ")
+				got = append(got, op+" "+verb+" "+toPattern.Replace(path))
+			}
+			mu.Unlock()
+		}
+	}
+	slices.Sort(got)
+	got = slices.Compact(got)
+	if want := tableRoutes(); !slices.Equal(got, want) {
+		t.Errorf("Remote's routes differ from the route table:\n got %q\nwant %q", got, want)
 	}
 }

@@ -6,6 +6,11 @@ import (
 	"sync"
 )
 
+const (
+	defaultMaxInFlight      = DefaultMaxInFlight
+	defaultMaxInFlightBytes = DefaultMaxInFlightBytes
+)
+
 // budget bounds the number and summed weight of running requests: their
 // request bytes, and their response bytes until written. In JSON-lines
 // only the read loop acquires, so there is no fairness to keep; over HTTP

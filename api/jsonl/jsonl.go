@@ -1,20 +1,21 @@
-package api
+package jsonl
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"sync"
+
+	"github.com/jailcell/jailcell/api"
 )
 
-// JSONLOptions tune ServeJSONL. Zero fields take the documented defaults.
-type JSONLOptions struct {
+// Options tune Serve. Zero fields take the documented defaults.
+type Options struct {
 	// MaxLineBytes bounds one request line (without its newline). A longer
 	// line is discarded unread and answered with a bad_request whose id is
 	// null. Default 32 MiB.
@@ -32,28 +33,22 @@ type JSONLOptions struct {
 	Logger *slog.Logger
 }
 
-const (
-	defaultMaxLineBytes     = 32 << 20
-	defaultMaxInFlight      = DefaultMaxInFlight
-	defaultMaxInFlightBytes = DefaultMaxInFlightBytes
-)
-
-// ServeJSONL speaks the JSON-lines protocol: one request object per line of
+// Serve speaks the JSON-lines protocol: one request object per line of
 // r, one response (and, for streaming execs, events before it) per line of
 // w. Each request runs in its own goroutine on behalf of this process's uid;
 // each line is written whole under one lock. A line that is not a valid
 // request is answered at once, in order, and reading goes on.
 //
-// ServeJSONL returns nil at EOF on r once every request read has been
+// Serve returns nil at EOF on r once every request read has been
 // answered; the caller then shuts the manager down. If ctx ends first, or a
 // write to w fails, it stops reading, waits for the running requests (whose
 // context is cancelled) and returns the cause; a read already blocked on r
 // is left to return on its own.
-func ServeJSONL(ctx context.Context, r io.Reader, w io.Writer, d Handler, opts JSONLOptions) error {
+func Serve(ctx context.Context, r io.Reader, w io.Writer, d api.Handler, opts Options) error {
 	if opts.MaxLineBytes <= 0 {
-		opts.MaxLineBytes = defaultMaxLineBytes
+		opts.MaxLineBytes = api.DefaultMaxLineBytes
 	}
-	lim, log := transport(opts.MaxInFlight, opts.MaxInFlightBytes, opts.Logger)
+	lim, log := api.NewBudget(opts.MaxInFlight, opts.MaxInFlightBytes, opts.Logger)
 	owner := os.Getuid()
 
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -84,30 +79,30 @@ func ServeJSONL(ctx context.Context, r io.Reader, w io.Writer, d Handler, opts J
 			}
 			return fmt.Errorf("read requests: %w", ln.err)
 		case ln.oversized:
-			out.response(fail(nullID, badRequest("request line of %d bytes is over the %d-byte limit; it was discarded", ln.n, opts.MaxLineBytes)))
+			out.response(api.Fail(nil, api.BadRequest("request line of %d bytes is over the %d-byte limit; it was discarded", ln.n, opts.MaxLineBytes)))
 			continue
 		case len(bytes.TrimSpace(ln.data)) == 0:
 			// Blank lines (a trailing "\n\n", keep-alives) are not requests.
 			continue
 		}
 
-		req, derr := DecodeRequest(ln.data)
+		req, derr := api.DecodeRequest(ln.data)
 		if derr != nil {
 			// Answered here, before the next line is read, so a bad line's
 			// response keeps its place in the stream.
-			out.response(fail(req.ID, derr))
+			out.response(api.Fail(req.ID, derr))
 			continue
 		}
-		pl, err := lim.take(ctx, noOwner, int64(len(ln.data)))
+		pl, err := lim.Take(ctx, int64(len(ln.data)))
 		if err != nil {
-			out.response(fail(req.ID, &Error{Code: CodeUnavailable, Message: "shutting down: " + context.Cause(ctx).Error()}))
+			out.response(api.Fail(req.ID, &api.Error{Code: api.CodeUnavailable, Message: "shutting down: " + context.Cause(ctx).Error()}))
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer pl.release()
-			var emit func(Event)
+			defer pl.Release()
+			var emit func(api.Event)
 			if req.Stream {
 				emit = out.event
 			}
@@ -116,7 +111,7 @@ func ServeJSONL(ctx context.Context, r io.Reader, w io.Writer, d Handler, opts J
 			// a client that sends downloads and does not read the answers
 			// stops the reading of new requests instead of piling up
 			// responses in the daemon.
-			pl.grow(int64(len(b)))
+			pl.Grow(int64(len(b)))
 			out.write(b)
 		}()
 	}
@@ -201,22 +196,22 @@ type lineWriter struct {
 	err  error
 }
 
-func (lw *lineWriter) response(r *Response) { lw.write(lw.encode(r)) }
+func (lw *lineWriter) response(r *api.Response) { lw.write(lw.encode(r)) }
 
 // encode is a response's line.
-func (lw *lineWriter) encode(r *Response) []byte {
-	b, err := encodeLine(r)
+func (lw *lineWriter) encode(r *api.Response) []byte {
+	b, err := api.EncodeLine(r)
 	if err != nil {
 		// E.g. a value the sandbox produced that JSON cannot carry; the
 		// request still gets its one response.
 		lw.log.Error("encode response", "err", err)
-		b, _ = encodeLine(fail(r.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()}))
+		b, _ = api.EncodeLine(api.Fail(r.ID, &api.Error{Code: api.CodeInternal, Message: "encode response: " + err.Error()}))
 	}
 	return b
 }
 
-func (lw *lineWriter) event(ev Event) {
-	b, err := encodeLine(ev)
+func (lw *lineWriter) event(ev api.Event) {
+	b, err := api.EncodeLine(ev)
 	if err != nil {
 		lw.log.Error("encode event", "err", err)
 		return
@@ -235,16 +230,4 @@ func (lw *lineWriter) write(b []byte) {
 		lw.log.Error("write response", "err", err)
 		lw.fail(lw.err)
 	}
-}
-
-// encodeLine is JSON plus a newline, without HTML escaping: outputs are
-// code and its output, where "<" is common and \u003c only noise.
-func encodeLine(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }

@@ -122,7 +122,7 @@ test-hostile: rootfs
 
 # Every fuzz target for a bounded time each (FUZZTIME), seeds included.
 FUZZTIME ?= 5s
-FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest ./api:FuzzZMTPGuard ./api:FuzzHistoryGlob \
+FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest ./api/jupyter:FuzzZMTPGuard ./api/jupyter:FuzzHistoryGlob \
 	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./runner:FuzzScanString ./runner:FuzzDecodeChart ./internal/confined:FuzzCheck \
 	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery \
 	./isolate:FuzzDecodeUserns ./store:FuzzCheckKey ./store:FuzzParseKeyring ./store:FuzzSigHeader ./session:FuzzUntarTree ./cmd/jailcell:FuzzParseTokens \

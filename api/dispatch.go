@@ -13,6 +13,15 @@ import (
 	"github.com/jailcell/jailcell/workflow"
 )
 
+// Handler carries out wire requests: the Dispatcher in this process, or a
+// Remote that hands them to a running service. The JSON-lines and MCP
+// transports take either, so they behave the same in both places.
+type Handler interface {
+	Handle(ctx context.Context, owner int, req *Request, emit func(Event)) *Response
+}
+
+var _ Handler = (*Dispatcher)(nil)
+
 // Dispatcher carries out requests. It is the only place requests turn into
 // manager calls, so every transport behaves the same. Safe for concurrent
 // use.

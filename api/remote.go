@@ -18,18 +18,6 @@ import (
 	"github.com/jailcell/jailcell/session"
 )
 
-// Handler carries out wire requests: the Dispatcher in this process, or a
-// Remote that hands them to a running service. The JSON-lines and MCP
-// transports take either, so they behave the same in both places.
-type Handler interface {
-	Handle(ctx context.Context, owner int, req *Request, emit func(Event)) *Response
-}
-
-var (
-	_ Handler = (*Dispatcher)(nil)
-	_ Handler = (*Remote)(nil)
-)
-
 // Remote forwards wire requests to a `jailcell serve` over its Unix socket,
 // through the same HTTP routes any client uses. The service knows the
 // caller from the socket's peer credentials, so the owner passed to Handle
@@ -374,3 +362,5 @@ func (s *Scoped) CloseAll(ctx context.Context, owner int) {
 		s.Handle(ctx, owner, &Request{ID: json.RawMessage(`"close"`), Op: OpClose, Session: id}, nil)
 	}
 }
+
+var _ Handler = (*Remote)(nil)

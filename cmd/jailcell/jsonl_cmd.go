@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/jsonl"
 )
 
 // newJSONCmd is `jailcell json`: the JSON-lines protocol on stdin/stdout,
@@ -49,7 +50,7 @@ which needs root.
 				}()
 				h = sc
 			}
-			return api.ServeJSONL(ctx, os.Stdin, os.Stdout, h, api.JSONLOptions{MaxLineBytes: maxLine, Logger: log})
+			return jsonl.Serve(ctx, os.Stdin, os.Stdout, h, jsonl.Options{MaxLineBytes: maxLine, Logger: log})
 		})
 	}
 	return cmd

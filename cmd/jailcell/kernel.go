@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/jupyter"
 )
 
 // newKernelCmd is `jailcell kernel -f CONNECTION_FILE`: a Jupyter kernel
@@ -58,7 +59,7 @@ subscriber that falls 8 MiB behind, or takes nothing for 10 s, is dropped.`,
 		if ttl < 0 {
 			return fmt.Errorf("--ttl %g: must be >= 0 seconds (0: the service's default)", ttl)
 		}
-		c, err := api.ReadJupyterConnection(connFile)
+		c, err := jupyter.ReadConnection(connFile)
 		if err != nil {
 			return err
 		}
@@ -73,7 +74,7 @@ subscriber that falls 8 MiB behind, or takes nothing for 10 s, is dropped.`,
 			if pid, err := strconv.Atoi(os.Getenv("JPY_PARENT_PID")); err == nil {
 				go watchParent(ctx, cancel, pid, time.Second)
 			}
-			err := api.ServeJupyter(ctx, h, c, api.JupyterOptions{Owner: os.Getuid(), Policy: policyName, TimeoutS: timeout, TTLS: ttl, Version: version, Logger: log})
+			err := jupyter.Serve(ctx, h, c, jupyter.Options{Owner: os.Getuid(), Policy: policyName, TimeoutS: timeout, TTLS: ttl, Version: version, Logger: log})
 			if errors.Is(err, errParentGone) {
 				log.Warn("the Jupyter client that started this kernel is gone: its session is closed and the kernel ends", "err", err)
 				return nil

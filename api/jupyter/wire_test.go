@@ -1,4 +1,4 @@
-package api
+package jupyter
 
 import (
 	"bytes"
@@ -81,14 +81,14 @@ func TestReadJupyterConnection(t *testing.T) {
 		}
 		return p
 	}
-	if c, err := ReadJupyterConnection(write(nil)); err != nil || c.endpoint("jailcell-tcp", c.ShellPort) != "jailcell-tcp://127.0.0.1:5001" {
+	if c, err := ReadConnection(write(nil)); err != nil || c.endpoint("jailcell-tcp", c.ShellPort) != "jailcell-tcp://127.0.0.1:5001" {
 		t.Fatalf("good file: %+v, %v", c, err)
 	}
-	if _, err := ReadJupyterConnection(write(map[string]any{"ip": "::1"})); err != nil {
+	if _, err := ReadConnection(write(map[string]any{"ip": "::1"})); err != nil {
 		t.Errorf("::1: %v", err)
 	}
 	// Jupyter's ipc: the ip is a path prefix, the sockets IP-PORT.
-	if c, err := ReadJupyterConnection(write(map[string]any{"transport": "ipc", "ip": "/run/user/1/jupyter/kernel-1-ipc", "shell_port": 1})); err != nil || c.endpoint("x", 1) != "x:///run/user/1/jupyter/kernel-1-ipc-1" {
+	if c, err := ReadConnection(write(map[string]any{"transport": "ipc", "ip": "/run/user/1/jupyter/kernel-1-ipc", "shell_port": 1})); err != nil || c.endpoint("x", 1) != "x:///run/user/1/jupyter/kernel-1-ipc-1" {
 		t.Errorf("ipc: %+v, %v", c, err)
 	}
 	for _, tc := range []struct {
@@ -104,7 +104,7 @@ func TestReadJupyterConnection(t *testing.T) {
 		{map[string]any{"hb_port": 0}, "hb_port 0: must be a port (tcp) or socket number (ipc), 1-65535"},
 		{map[string]any{"shell_port": "5001"}, "is not a Jupyter connection file"},
 	} {
-		_, err := ReadJupyterConnection(write(tc.change))
+		_, err := ReadConnection(write(tc.change))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.change, err, tc.want)
 		}
@@ -113,7 +113,7 @@ func TestReadJupyterConnection(t *testing.T) {
 	if err := os.WriteFile(big, bytes.Repeat([]byte(" "), maxConnectionFile+1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadJupyterConnection(big); err == nil || !strings.Contains(err.Error(), "over") {
+	if _, err := ReadConnection(big); err == nil || !strings.Contains(err.Error(), "over") {
 		t.Errorf("oversized file: %v", err)
 	}
 }

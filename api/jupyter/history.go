@@ -1,4 +1,4 @@
-package api
+package jupyter
 
 import (
 	"encoding/json"
@@ -354,4 +354,12 @@ func (g glob) match(s string) bool {
 		pi++
 	}
 	return pi == len(g)
+}
+
+// clip shortens s to n bytes for an error message (the HTTP door has its own).
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

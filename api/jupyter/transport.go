@@ -1,4 +1,4 @@
-package api
+package jupyter
 
 import (
 	"bufio"
@@ -75,7 +75,7 @@ var transportSeq atomic.Int64
 
 // registerTransports registers the transports of one kernel speaking
 // conn's transport ("tcp" or "ipc").
-func registerTransports(conn *JupyterConnection, log *slog.Logger) (kernelTransports, error) {
+func registerTransports(conn *Connection, log *slog.Logger) (kernelTransports, error) {
 	network := "tcp"
 	if conn.Transport == "ipc" {
 		network = "unix"

@@ -1,4 +1,4 @@
-package api
+package jupyter
 
 import (
 	"crypto/hmac"
@@ -19,7 +19,7 @@ import (
 // Jupyter's wire protocol (messaging spec 5.3) over ZMQ: the connection
 // file, the signed multipart message, and the frame guard that bounds what
 // a peer may make this process allocate (the transports that use it are in
-// jupyter_transport.go).
+// transport.go).
 
 // JupyterProtocolVersion is the messaging protocol this kernel speaks.
 const JupyterProtocolVersion = "5.3"
@@ -39,8 +39,8 @@ const (
 	maxConnectionFile = 64 << 10
 )
 
-// JupyterConnection is a kernel's connection file, as Jupyter writes it.
-type JupyterConnection struct {
+// Connection is a kernel's connection file, as Jupyter writes it.
+type Connection struct {
 	Transport       string `json:"transport"`
 	IP              string `json:"ip"`
 	ShellPort       int    `json:"shell_port"`
@@ -53,11 +53,11 @@ type JupyterConnection struct {
 	KernelName      string `json:"kernel_name,omitempty"`
 }
 
-// ReadJupyterConnection reads and checks a connection file. The kernel
+// ReadConnection reads and checks a connection file. The kernel
 // refuses to run unauthenticated (an empty key: any local user could run
 // cells in this user's session) and listens on loopback only (tcp) or on
 // Unix sockets (ipc, Jupyter's "transport": "ipc").
-func ReadJupyterConnection(path string) (*JupyterConnection, error) {
+func ReadConnection(path string) (*Connection, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read connection file: %w", err)
@@ -70,7 +70,7 @@ func ReadJupyterConnection(path string) (*JupyterConnection, error) {
 	if len(b) > maxConnectionFile {
 		return nil, fmt.Errorf("connection file %s is over %d bytes", path, maxConnectionFile)
 	}
-	var c JupyterConnection
+	var c Connection
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("connection file %s is not a Jupyter connection file: %w", path, err)
 	}
@@ -80,7 +80,7 @@ func ReadJupyterConnection(path string) (*JupyterConnection, error) {
 	return &c, nil
 }
 
-func (c *JupyterConnection) check() error {
+func (c *Connection) check() error {
 	switch c.Transport {
 	case "tcp":
 		ip, err := netip.ParseAddr(c.IP)
@@ -114,7 +114,7 @@ func (c *JupyterConnection) check() error {
 
 // endpoint is the ZMQ endpoint of port through the transport registered
 // as name: host:port for tcp, Jupyter's IP-PORT path for ipc.
-func (c *JupyterConnection) endpoint(name string, port int) string {
+func (c *Connection) endpoint(name string, port int) string {
 	if c.Transport == "ipc" {
 		return name + "://" + c.IP + "-" + strconv.Itoa(port)
 	}

@@ -1,4 +1,4 @@
-package api
+package jsonl
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
@@ -19,9 +20,9 @@ import (
 
 // A cgroup root of its own: starting a manager sweeps its root, and the
 // session package's tests may run at the same time.
-const integrationCgroupRoot = "/jailcell-test-api"
+const integrationCgroupRoot = "/jailcell-test-api-jsonl"
 
-// jsonlClient talks to a live ServeJSONL over pipes, one line at a time.
+// jsonlClient talks to a live Serve over pipes, one line at a time.
 type jsonlClient struct {
 	t     *testing.T
 	w     io.WriteCloser
@@ -34,7 +35,7 @@ type liveLine struct {
 	OK        *bool             `json:"ok"`
 	Event     string            `json:"event"`
 	Text      string            `json:"text"`
-	Error     *Error            `json:"error"`
+	Error     *api.Error        `json:"error"`
 	Version   string            `json:"version"`
 	Isolation *session.Features `json:"isolation"`
 	Result    *session.Result   `json:"result"`
@@ -42,12 +43,12 @@ type liveLine struct {
 	ExpiresAt time.Time         `json:"expires_at"`
 }
 
-func startJSONL(t *testing.T, d *Dispatcher) *jsonlClient {
+func startJSONL(t *testing.T, d *api.Dispatcher) *jsonlClient {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	c := &jsonlClient{t: t, w: inW, lines: make(chan string, 64), done: make(chan error, 1)}
 	go func() {
-		err := ServeJSONL(context.Background(), inR, outW, d, JSONLOptions{})
+		err := Serve(context.Background(), inR, outW, d, Options{})
 		outW.Close()
 		c.done <- err
 	}()
@@ -130,7 +131,7 @@ func TestJSONLIntegration(t *testing.T) {
 			m.Shutdown(context.Background())
 		}
 	})
-	c := startJSONL(t, &Dispatcher{Manager: m, Version: "itest", Logger: log})
+	c := startJSONL(t, &api.Dispatcher{Manager: m, Version: "itest", Logger: log})
 
 	// ping reports the real host's isolation.
 	v := c.mustOK(`{"id":"1","op":"ping"}`)
@@ -146,11 +147,11 @@ func TestJSONLIntegration(t *testing.T) {
 
 	// A bad line, then a bad timeout: precise errors, and the stream goes on.
 	v, raw := c.call(`this is not json`)
-	if string(v.ID) != "null" || v.Error == nil || v.Error.Code != CodeBadRequest {
+	if string(v.ID) != "null" || v.Error == nil || v.Error.Code != api.CodeBadRequest {
 		t.Errorf("bad line: %s", raw)
 	}
 	v, raw = c.call(`{"id":"3","op":"exec","code":"print(1)","timeout_s":-1}`)
-	if string(v.ID) != `"3"` || v.Error == nil || v.Error.Code != CodeBadRequest || !strings.Contains(v.Error.Message, "timeout_s") {
+	if string(v.ID) != `"3"` || v.Error == nil || v.Error.Code != api.CodeBadRequest || !strings.Contains(v.Error.Message, "timeout_s") {
 		t.Errorf("negative timeout: %s", raw)
 	}
 
@@ -170,7 +171,7 @@ func TestJSONLIntegration(t *testing.T) {
 	}
 	c.mustOK(`{"id":"7","op":"close","session":` + string(sid) + `}`)
 	v, raw = c.call(`{"id":"8","op":"exec","session":` + string(sid) + `,"code":"print(x)"}`)
-	if v.Error == nil || v.Error.Code != CodeNotFound {
+	if v.Error == nil || v.Error.Code != api.CodeNotFound {
 		t.Errorf("exec after close: %s", raw)
 	}
 
@@ -206,10 +207,10 @@ func TestJSONLIntegration(t *testing.T) {
 	select {
 	case err := <-c.done:
 		if err != nil {
-			t.Fatalf("ServeJSONL at EOF: %v", err)
+			t.Fatalf("Serve at EOF: %v", err)
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("ServeJSONL did not return at EOF")
+		t.Fatal("Serve did not return at EOF")
 	}
 	shut = true
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,4 +1,4 @@
-package api
+package jupyter
 
 import (
 	"context"
@@ -15,11 +15,12 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/session"
 )
 
-// JupyterOptions configure ServeJupyter.
-type JupyterOptions struct {
+// Options configure Serve.
+type Options struct {
 	// Owner is the uid the session belongs to (ignored by a Remote, which
 	// is known to the service by its socket's credentials).
 	Owner int
@@ -37,7 +38,7 @@ type JupyterOptions struct {
 	Logger *slog.Logger
 }
 
-// ServeJupyter is a Jupyter kernel (messaging protocol 5.3) whose cells run
+// Serve is a Jupyter kernel (messaging protocol 5.3) whose cells run
 // in one jailcell session made through h: created here, closed at
 // shutdown or when ctx ends. It decodes, calls h and encodes; like every
 // transport it makes no decision of its own about a cell. It returns nil
@@ -49,9 +50,9 @@ type JupyterOptions struct {
 // the connection's key, checked in constant time; others are logged and
 // dropped unanswered. Every outgoing message is signed. Outgoing messages
 // are not secret to whoever connects, so only peers of this process's
-// uid are admitted (jupyter_transport.go), and iopub never waits for a
+// uid are admitted (transport.go), and iopub never waits for a
 // subscriber.
-func ServeJupyter(ctx context.Context, h Handler, conn *JupyterConnection, opt JupyterOptions) error {
+func Serve(ctx context.Context, h api.Handler, conn *Connection, opt Options) error {
 	if err := conn.check(); err != nil {
 		return err
 	}
@@ -160,8 +161,8 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 
 // jkernel is one running kernel.
 type jkernel struct {
-	h       Handler
-	opt     JupyterOptions
+	h       api.Handler
+	opt     Options
 	sig     signer
 	id      string // the kernel's own Jupyter session id
 	log     *slog.Logger
@@ -187,13 +188,13 @@ func newUUID() string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-func (k *jkernel) call(ctx context.Context, req *Request, emit func(Event)) *Response {
+func (k *jkernel) call(ctx context.Context, req *api.Request, emit func(api.Event)) *api.Response {
 	req.ID = json.RawMessage(fmt.Sprintf(`"jupyter-%d"`, k.reqs.Add(1)))
 	return k.h.Handle(ctx, k.opt.Owner, req, emit)
 }
 
 func (k *jkernel) createSession(ctx context.Context) error {
-	resp := k.h.Handle(ctx, k.opt.Owner, &Request{ID: json.RawMessage(`"jupyter-create"`), Op: OpCreate, Policy: k.opt.Policy, TTLS: k.opt.TTLS}, nil)
+	resp := k.h.Handle(ctx, k.opt.Owner, &api.Request{ID: json.RawMessage(`"jupyter-create"`), Op: api.OpCreate, Policy: k.opt.Policy, TTLS: k.opt.TTLS}, nil)
 	if resp.Error != nil {
 		return fmt.Errorf("create the kernel's jailcell session: %s", resp.Error.Error())
 	}
@@ -231,7 +232,7 @@ func (k *jkernel) renew(ctx context.Context) bool {
 	k.mu.Unlock()
 	if closed {
 		// A shutdown came while it was made: it must not outlive the kernel.
-		k.h.Handle(context.WithoutCancel(ctx), k.opt.Owner, &Request{ID: json.RawMessage(`"jupyter-close"`), Op: OpClose, Session: id}, nil)
+		k.h.Handle(context.WithoutCancel(ctx), k.opt.Owner, &api.Request{ID: json.RawMessage(`"jupyter-close"`), Op: api.OpClose, Session: id}, nil)
 		return false
 	}
 	k.log.Info("jupyter: the session had ended; made a new one", "session", id)
@@ -239,7 +240,7 @@ func (k *jkernel) renew(ctx context.Context) bool {
 }
 
 // closeSession closes the session once, whichever of shutdown and the
-// end of ServeJupyter comes first.
+// end of Serve comes first.
 func (k *jkernel) closeSession() { k.closeOnce.Do(k.closeSessionNow) }
 
 func (k *jkernel) closeSessionNow() {
@@ -249,7 +250,7 @@ func (k *jkernel) closeSessionNow() {
 	k.closed = true
 	id := k.session
 	k.mu.Unlock()
-	if resp := k.h.Handle(ctx, k.opt.Owner, &Request{ID: json.RawMessage(`"jupyter-close"`), Op: OpClose, Session: id}, nil); resp.Error != nil {
+	if resp := k.h.Handle(ctx, k.opt.Owner, &api.Request{ID: json.RawMessage(`"jupyter-close"`), Op: api.OpClose, Session: id}, nil); resp.Error != nil {
 		k.log.Warn("jupyter: close the kernel's session", "session", id, "err", resp.Error.Error())
 	}
 }
@@ -303,7 +304,7 @@ func (k *jkernel) handle(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 	case "complete_request", "inspect_request", "is_complete_request":
 		k.assist(ctx, sock, m)
 	case "interrupt_request":
-		resp := k.call(ctx, &Request{Op: OpInterrupt, Session: k.sid()}, nil)
+		resp := k.call(ctx, &api.Request{Op: api.OpInterrupt, Session: k.sid()}, nil)
 		k.reply(sock, m, "interrupt_reply", statusOf(resp))
 	case "shutdown_request":
 		var c struct {
@@ -335,7 +336,7 @@ func (k *jkernel) handle(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 	}
 }
 
-func statusOf(resp *Response) map[string]any {
+func statusOf(resp *api.Response) map[string]any {
 	if resp.Error != nil {
 		return map[string]any{"status": "error", "ename": "jailcell." + resp.Error.Code, "evalue": resp.Error.Message, "traceback": []string{resp.Error.Message}}
 	}
@@ -392,30 +393,30 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 	if recorded {
 		k.hist.add(n, c.Code)
 	}
-	emit := func(ev Event) {
+	emit := func(ev api.Event) {
 		switch ev.Event {
-		case EventStdout, EventStderr:
+		case api.EventStdout, api.EventStderr:
 			k.publish(m, "stream", map[string]any{"name": ev.Event, "text": ev.Text})
-		case EventDisplay:
+		case api.EventDisplay:
 			// Pager text is not a display: it goes into the reply's
 			// payload below, as ipykernel sends it.
 			if ev.Display != nil && !ev.Display.Pager {
 				k.publish(m, "display_data", map[string]any{"data": bundleOf(*ev.Display), "metadata": map[string]any{}, "transient": map[string]any{}})
 			}
-		case EventClearOutput:
+		case api.EventClearOutput:
 			k.publish(m, "clear_output", map[string]any{"wait": ev.Wait})
 		}
 	}
 	// Raw: Jupyter frontends render ANSI colours and "\r" themselves, as
 	// ipykernel sends them.
-	resp := k.call(ctx, &Request{Op: OpExec, Session: k.sid(), Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS, RawANSI: true}, emit)
-	if resp.Error != nil && (resp.Error.Code == CodeNotFound || resp.Error.Code == CodeExpired) && k.renew(ctx) {
+	resp := k.call(ctx, &api.Request{Op: api.OpExec, Session: k.sid(), Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS, RawANSI: true}, emit)
+	if resp.Error != nil && (resp.Error.Code == api.CodeNotFound || resp.Error.Code == api.CodeExpired) && k.renew(ctx) {
 		// The session ended under a notebook (its TTL, its max lifetime,
 		// an operator's close): as a restarted kernel, the cell runs in a
 		// new one, and says so.
 		k.publish(m, "stream", map[string]any{"name": "stderr", "text": "jailcell: " + resp.Error.Message +
 			"; the cell runs in a new session (variables are gone, as after a kernel restart)\n"})
-		resp = k.call(ctx, &Request{Op: OpExec, Session: k.sid(), Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS, RawANSI: true}, emit)
+		resp = k.call(ctx, &api.Request{Op: api.OpExec, Session: k.sid(), Code: c.Code, Stream: true, TimeoutS: k.opt.TimeoutS, RawANSI: true}, emit)
 	}
 	var ename, evalue string
 	var tb []string
@@ -459,7 +460,7 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 }
 
 // history answers a history_request from the kernel's history
-// (jupyter_history.go); bad content gets an error reply naming it.
+// (history.go); bad content gets an error reply naming it.
 func (k *jkernel) history(sock zmq4.Socket, m *jmsg) {
 	h, err := k.hist.query(m.content)
 	if err != nil {
@@ -527,21 +528,21 @@ func (k *jkernel) assist(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 		k.reply(sock, m, replyType, map[string]any{"status": "error", "ename": "BadRequest", "evalue": err.Error(), "traceback": []string{}})
 		return
 	}
-	op := map[string]string{"complete": OpComplete, "inspect": OpInspect, "is_complete": OpIsComplete}[t]
-	if op == OpIsComplete {
+	op := map[string]string{"complete": api.OpComplete, "inspect": api.OpInspect, "is_complete": api.OpIsComplete}[t]
+	if op == api.OpIsComplete {
 		c.CursorPos = nil
 	}
 	if c.DetailLevel != 1 {
 		c.DetailLevel = 0
 	}
-	resp := k.call(ctx, &Request{Op: op, Session: k.sid(), Code: c.Code, CursorPos: c.CursorPos, DetailLevel: c.DetailLevel}, nil)
+	resp := k.call(ctx, &api.Request{Op: op, Session: k.sid(), Code: c.Code, CursorPos: c.CursorPos, DetailLevel: c.DetailLevel}, nil)
 	if resp.Error != nil {
 		// A frontend asks these while typing: an empty answer, not an error
 		// dialog, when the kernel is busy.
 		k.log.Debug("jupyter: "+t, "err", resp.Error.Error())
 	}
 	switch op {
-	case OpComplete:
+	case api.OpComplete:
 		cur := len([]rune(c.Code))
 		if c.CursorPos != nil {
 			cur = *c.CursorPos
@@ -551,7 +552,7 @@ func (k *jkernel) assist(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 			out["matches"], out["cursor_start"], out["cursor_end"] = resp.Completion.Matches, resp.Completion.CursorStart, resp.Completion.CursorEnd
 		}
 		k.reply(sock, m, replyType, out)
-	case OpInspect:
+	case api.OpInspect:
 		out := map[string]any{"status": "ok", "found": false, "data": map[string]any{}, "metadata": map[string]any{}}
 		if resp.Inspection != nil {
 			out["found"], out["data"] = resp.Inspection.Found, resp.Inspection.Data

@@ -1,4 +1,4 @@
-package api
+package jsonl
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/session"
@@ -23,11 +24,11 @@ import (
 // ping answers from an injected features func, every other op that passes
 // validation answers "unavailable". No root, no sandbox.
 
-func testDispatcher(features func() session.Features) *Dispatcher {
+func testDispatcher(features func() session.Features) *api.Dispatcher {
 	if features == nil {
 		features = func() session.Features { return session.Features{Kernel: "test", CgroupMode: "v2"} }
 	}
-	return &Dispatcher{Version: "test-1", Features: features}
+	return &api.Dispatcher{Version: "test-1", Features: features}
 }
 
 type wireLine struct {
@@ -35,21 +36,21 @@ type wireLine struct {
 	OK    *bool           `json:"ok"`
 	Event string          `json:"event"`
 	Text  string          `json:"text"`
-	Error *Error          `json:"error"`
+	Error *api.Error      `json:"error"`
 
 	Version   string            `json:"version"`
 	Isolation *session.Features `json:"isolation"`
 	raw       string
 }
 
-// serve runs ServeJSONL over in and returns every output line, parsed.
-func serve(t *testing.T, d *Dispatcher, opts JSONLOptions, in string) []wireLine {
+// serve runs Serve over in and returns every output line, parsed.
+func serve(t *testing.T, d *api.Dispatcher, opts Options, in string) []wireLine {
 	t.Helper()
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := ServeJSONL(ctx, strings.NewReader(in), &out, d, opts); err != nil {
-		t.Fatalf("ServeJSONL: %v", err)
+	if err := Serve(ctx, strings.NewReader(in), &out, d, opts); err != nil {
+		t.Fatalf("Serve: %v", err)
 	}
 	return parseLines(t, out.String())
 }
@@ -75,7 +76,7 @@ func parseLines(t *testing.T, s string) []wireLine {
 }
 
 func TestServeJSONLPing(t *testing.T) {
-	got := serve(t, testDispatcher(nil), JSONLOptions{}, `{"id":"1","op":"ping"}`+"\n")
+	got := serve(t, testDispatcher(nil), Options{}, `{"id":"1","op":"ping"}`+"\n")
 	if len(got) != 1 {
 		t.Fatalf("got %d lines, want 1", len(got))
 	}
@@ -103,7 +104,7 @@ func TestServeJSONLBadLines(t *testing.T) {
 		`{"id":7,"op":"files"}`,
 		`{"id":8,"op":"ping"}`,
 	}, "\n") + "\n"
-	got := serve(t, testDispatcher(nil), JSONLOptions{}, in)
+	got := serve(t, testDispatcher(nil), Options{}, in)
 	want := []struct{ id, msg string }{
 		{"null", "not valid UTF-8"},
 		{"null", "not valid JSON"},
@@ -130,7 +131,7 @@ func TestServeJSONLBadLines(t *testing.T) {
 			}
 			continue
 		}
-		if g.OK == nil || *g.OK || g.Error == nil || g.Error.Code != CodeBadRequest || !strings.Contains(g.Error.Message, w.msg) {
+		if g.OK == nil || *g.OK || g.Error == nil || g.Error.Code != api.CodeBadRequest || !strings.Contains(g.Error.Message, w.msg) {
 			t.Errorf("line %d: want bad_request containing %q, got %s", i, w.msg, g.raw)
 		}
 	}
@@ -143,11 +144,11 @@ func TestServeJSONLOversized(t *testing.T) {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			big := `{"id":"big","op":"exec","code":"` + strings.Repeat("x", size) + `"}`
 			in := big + "\n" + `{"id":"after","op":"ping"}` + "\n"
-			got := serve(t, testDispatcher(nil), JSONLOptions{MaxLineBytes: 100}, in)
+			got := serve(t, testDispatcher(nil), Options{MaxLineBytes: 100}, in)
 			if len(got) != 2 {
 				t.Fatalf("got %d lines, want 2", len(got))
 			}
-			if string(got[0].ID) != "null" || got[0].Error == nil || got[0].Error.Code != CodeBadRequest ||
+			if string(got[0].ID) != "null" || got[0].Error == nil || got[0].Error.Code != api.CodeBadRequest ||
 				!strings.Contains(got[0].Error.Message, "over the 100-byte limit") ||
 				!strings.Contains(got[0].Error.Message, fmt.Sprintf("line of %d bytes", len(big))) {
 				t.Errorf("oversized answer: %s", got[0].raw)
@@ -161,7 +162,7 @@ func TestServeJSONLOversized(t *testing.T) {
 
 func TestServeJSONLLineLimitExact(t *testing.T) {
 	line := `{"id":1,"op":"ping"}`
-	got := serve(t, testDispatcher(nil), JSONLOptions{MaxLineBytes: len(line)}, line+"\r\n"+line+" \n")
+	got := serve(t, testDispatcher(nil), Options{MaxLineBytes: len(line)}, line+"\r\n"+line+" \n")
 	// The bad line is answered at once, the ping in its goroutine: either
 	// order is right.
 	var ok, bad int
@@ -181,11 +182,11 @@ func TestServeJSONLLineLimitExact(t *testing.T) {
 // TestServeJSONLEOF: the last line needs no newline, blank lines are not
 // requests, and EOF returns nil once everything is answered.
 func TestServeJSONLEOF(t *testing.T) {
-	got := serve(t, testDispatcher(nil), JSONLOptions{}, "\n  \n\r\n"+`{"id":1,"op":"ping"}`)
+	got := serve(t, testDispatcher(nil), Options{}, "\n  \n\r\n"+`{"id":1,"op":"ping"}`)
 	if len(got) != 1 || string(got[0].ID) != "1" {
 		t.Fatalf("got %v", got)
 	}
-	if got := serve(t, testDispatcher(nil), JSONLOptions{}, ""); len(got) != 0 {
+	if got := serve(t, testDispatcher(nil), Options{}, ""); len(got) != 0 {
 		t.Fatalf("empty input gave %v", got)
 	}
 }
@@ -207,7 +208,7 @@ func TestServeJSONLConcurrent(t *testing.T) {
 	for range n {
 		in.WriteString(`{"id":"same","op":"ping"}` + "\n")
 	}
-	got := serve(t, d, JSONLOptions{}, in.String())
+	got := serve(t, d, Options{}, in.String())
 	if len(got) != n {
 		t.Fatalf("got %d responses, want %d", len(got), n)
 	}
@@ -234,7 +235,7 @@ func TestServeJSONLMaxInFlight(t *testing.T) {
 		mu.Unlock()
 		return session.Features{}
 	})
-	got := serve(t, d, JSONLOptions{MaxInFlight: 1}, strings.Repeat(`{"id":1,"op":"ping"}`+"\n", 4))
+	got := serve(t, d, Options{MaxInFlight: 1}, strings.Repeat(`{"id":1,"op":"ping"}`+"\n", 4))
 	if len(got) != 4 || peak != 1 {
 		t.Fatalf("got %d responses, peak concurrency %d; want 4 and 1", len(got), peak)
 	}
@@ -255,11 +256,11 @@ func TestServeJSONLPanic(t *testing.T) {
 		return session.Features{}
 	})
 	d.Logger = discardLogger()
-	got := serve(t, d, JSONLOptions{MaxInFlight: 1}, `{"id":1,"op":"ping"}`+"\n"+`{"id":2,"op":"ping"}`+"\n")
+	got := serve(t, d, Options{MaxInFlight: 1}, `{"id":1,"op":"ping"}`+"\n"+`{"id":2,"op":"ping"}`+"\n")
 	if len(got) != 2 {
 		t.Fatalf("got %v", got)
 	}
-	if got[0].Error == nil || got[0].Error.Code != CodeInternal || !strings.Contains(got[0].Error.Message, "boom") {
+	if got[0].Error == nil || got[0].Error.Code != api.CodeInternal || !strings.Contains(got[0].Error.Message, "boom") {
 		t.Errorf("panic answer: %s", got[0].raw)
 	}
 	if got[1].OK == nil || !*got[1].OK {
@@ -269,9 +270,9 @@ func TestServeJSONLPanic(t *testing.T) {
 
 // TestServeJSONLNoManager: ops that need sandboxes say so.
 func TestServeJSONLNoManager(t *testing.T) {
-	got := serve(t, testDispatcher(nil), JSONLOptions{}, `{"id":1,"op":"exec","code":"1"}`+"\n"+`{"id":2,"op":"sessions"}`+"\n")
+	got := serve(t, testDispatcher(nil), Options{}, `{"id":1,"op":"exec","code":"1"}`+"\n"+`{"id":2,"op":"sessions"}`+"\n")
 	for _, g := range got {
-		if g.Error == nil || g.Error.Code != CodeUnavailable {
+		if g.Error == nil || g.Error.Code != api.CodeUnavailable {
 			t.Errorf("want unavailable, got %s", g.raw)
 		}
 	}
@@ -284,7 +285,7 @@ func TestServeJSONLCancel(t *testing.T) {
 	var out testenv.LockedBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeJSONL(ctx, pr, &out, testDispatcher(nil), JSONLOptions{}) }()
+	go func() { done <- Serve(ctx, pr, &out, testDispatcher(nil), Options{}) }()
 	if _, err := io.WriteString(pw, `{"id":1,"op":"ping"}`+"\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -293,14 +294,14 @@ func TestServeJSONLCancel(t *testing.T) {
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("ServeJSONL = %v, want context.Canceled", err)
+			t.Fatalf("Serve = %v, want context.Canceled", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("ServeJSONL did not return after cancel")
+		t.Fatal("Serve did not return after cancel")
 	}
 }
 
-// TestServeJSONLWriteError: with nobody reading, ServeJSONL stops and says
+// TestServeJSONLWriteError: with nobody reading, Serve stops and says
 // why rather than spinning.
 func TestServeJSONLWriteError(t *testing.T) {
 	pr, pw := io.Pipe()
@@ -314,10 +315,10 @@ func TestServeJSONLWriteError(t *testing.T) {
 	}()
 	w := failWriter{}
 	d := testDispatcher(nil)
-	err := ServeJSONL(context.Background(), pr, w, d, JSONLOptions{Logger: discardLogger()})
+	err := Serve(context.Background(), pr, w, d, Options{Logger: discardLogger()})
 	pr.Close()
 	if err == nil || !strings.Contains(err.Error(), "write response") {
-		t.Fatalf("ServeJSONL = %v, want a write error", err)
+		t.Fatalf("Serve = %v, want a write error", err)
 	}
 }
 

@@ -1,0 +1,28 @@
+package api
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestCoreImportsNoDoorLibrary keeps each front door's library inside its
+// own package: api core is linked by every door and by the service, so a
+// door's protocol library imported here would ride along into all of them.
+func TestCoreImportsNoDoorLibrary(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool on PATH to list api's dependencies: %v", err)
+	}
+	out, err := exec.Command(goTool, "list", "-tags", "seccomp", "-deps", "github.com/jailcell/jailcell/api").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps api: %v\n%s", err, out)
+	}
+	// Only the Jupyter door's ZMQ has left so far; the MCP go-sdk still
+	// serves the MCP door from api itself.
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "github.com/go-zeromq/") {
+			t.Errorf("api imports %s: ZMQ belongs to api/jupyter alone", p)
+		}
+	}
+}

@@ -201,6 +201,12 @@ func (s *Service) launch(t testing.TB, o Serve, env []string) *Service {
 	s.Cmd = exec.Command(o.Bin, "serve", "--config", s.Config)
 	s.Cmd.Env = ChildEnv(append(append([]string{"JAILCELL_REVIEW_DIR=" + s.Dir + "/review"}, o.Env...), env...)...)
 	s.Cmd.Stderr = s.Log
+	// A restart finds the previous run's socket file until the new
+	// process replaces it: only a socket file that was not there before
+	// this start says the new process listens. A CI run once took a
+	// connect for readiness and had its first request refused before the
+	// new process listened.
+	stale := socketID(s.Sock)
 	if err := s.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -217,9 +223,11 @@ func (s *Service) launch(t testing.TB, o Serve, env []string) *Service {
 		}
 	})
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		if c, err := net.Dial("unix", s.Sock); err == nil {
-			c.Close()
-			return s
+		if id := socketID(s.Sock); id != "" && id != stale {
+			if c, err := net.Dial("unix", s.Sock); err == nil {
+				c.Close()
+				return s
+			}
 		}
 		select {
 		case <-s.done:
@@ -230,6 +238,16 @@ func (s *Service) launch(t testing.TB, o Serve, env []string) *Service {
 			t.Fatalf("serve did not listen within 60s:\n%s", s.Log.String())
 		}
 	}
+}
+
+// socketID names the file at path by inode and change time ("" if there
+// is none), so a replaced socket differs even when its inode is reused.
+func socketID(path string) string {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d.%d", st.Ino, st.Ctim.Sec, st.Ctim.Nsec)
 }
 
 // WriteConfig replaces the configuration file (for a reload or restart).

@@ -234,7 +234,9 @@ const maxTombstones = 10000
 // caller's ctx, whether or not it can block today; only the accessors of
 // in-memory state (Metrics, Features, PoolReady) do not.
 type Manager struct {
-	cfg     Config
+	cfg Config
+	// ws is the workspace part: the host's file ops and watches (workspace.go).
+	ws      workspace
 	host    *isolate.Host
 	metrics *Metrics
 
@@ -317,6 +319,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
+	m.ws.host = m
 	if cfg.Store != nil && cfg.Store.Shared() {
 		// Store attack: others write a shared store; unsigned, its records
 		// would name owners, host paths and confinement for this node.

@@ -234,11 +234,11 @@ const maxTombstones = 10000
 // caller's ctx, whether or not it can block today; only the accessors of
 // in-memory state (Metrics, Features, PoolReady) do not.
 type Manager struct {
-	cfg Config
-	// ws is the workspace part: the host's file ops and watches (workspace.go).
-	ws      workspace
+	cfg     Config
 	host    *isolate.Host
 	metrics *Metrics
+	// ws is the workspace part: the host's file ops and watches (workspace.go).
+	ws workspace
 
 	mu       sync.Mutex
 	sessions map[string]*Session

@@ -27,12 +27,12 @@ func workspacePath(p string) (string, error) {
 
 // Stat describes path in session id's workspace without following a link
 // (ErrNotFound if nothing is there): what files.exists asks.
-func (m *Manager) Stat(ctx context.Context, owner int, id, path string) (*Entry, error) {
+func (wk *workspace) stat(ctx context.Context, owner int, id, path string) (*Entry, error) {
 	rel, err := workspacePath(path)
 	if err != nil {
 		return nil, err
 	}
-	s, err := m.lookup(ctx, owner, id)
+	s, err := wk.host.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -85,12 +85,12 @@ func lstat(root *os.Root, rel string) (unix.Stat_t, error) {
 // holds. It goes through the mounted overlay while a kernel runs, through
 // a root-confined os.Root either way: a symlink the cell planted is
 // removed, never followed (Judge0 CVE-2024-28185 class).
-func (m *Manager) Remove(ctx context.Context, owner int, id, path string) error {
+func (wk *workspace) remove(ctx context.Context, owner int, id, path string) error {
 	rel, err := workspacePath(path)
 	if err != nil {
 		return err
 	}
-	s, err := m.claim(ctx, owner, id)
+	s, err := wk.host.claim(ctx, owner, id)
 	if err != nil {
 		return err
 	}
@@ -108,19 +108,19 @@ func (m *Manager) Remove(ctx context.Context, owner int, id, path string) error 
 	if err := ws.RemoveAll(rel); err != nil {
 		return fmt.Errorf("remove %s: %w", rel, err)
 	}
-	m.afterWrite(s)
+	wk.afterWrite(s)
 	return nil
 }
 
 // MakeDir makes directory path (and its parents) in session id's
 // workspace, owned by the sandbox's root; created is false if it was
 // there already. Anything but a directory in the way is ErrBadRequest.
-func (m *Manager) MakeDir(ctx context.Context, owner int, id, path string) (created bool, _ error) {
+func (wk *workspace) makeDir(ctx context.Context, owner int, id, path string) (created bool, _ error) {
 	rel, err := workspacePath(path)
 	if err != nil {
 		return false, err
 	}
-	s, err := m.claim(ctx, owner, id)
+	s, err := wk.host.claim(ctx, owner, id)
 	if err != nil {
 		return false, err
 	}
@@ -168,21 +168,21 @@ func (m *Manager) MakeDir(ctx context.Context, owner int, id, path string) (crea
 			return false, fmt.Errorf("chown %s: %w", rel, err)
 		}
 	}
-	m.afterWrite(s)
+	wk.afterWrite(s)
 	return created, nil
 }
 
 // afterWrite records a change the host made to the workspace, as Upload
 // does: not the next cell's doing, and saved with a hibernated session.
-func (m *Manager) afterWrite(s *Session) {
-	m.rescan(s)
+func (wk *workspace) afterWrite(s *Session) {
+	wk.host.rescan(s)
 	s.mu.Lock()
 	hib := s.hibernated
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
 	if hib {
-		if err := m.saveUpper(s); err != nil {
-			m.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
+		if err := wk.host.saveUpper(s); err != nil {
+			wk.host.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
 		}
 	}
 }

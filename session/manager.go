@@ -237,6 +237,10 @@ type Manager struct {
 	cfg     Config
 	host    *isolate.Host
 	metrics *Metrics
+	// warm is the warm-start part: templates and zygotes (warmstarts.go).
+	warm warmStarts
+	// ws is the workspace part: the host's file ops and watches (workspace.go).
+	ws workspace
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -265,8 +269,6 @@ type Manager struct {
 	stop        chan struct{}
 	janitorDone chan struct{} // closed when the janitor has stopped
 	pool        *warmPool
-	tmpl        *templates
-	zyg         *zygotes
 	starts      chan struct{} // kernel starts in progress (admitStart)
 
 	// objects is Config.Store under the store quota (nil without a Store).
@@ -317,6 +319,8 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
+	m.warm = warmStarts{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m}
+	m.ws.host = m
 	if cfg.Store != nil && cfg.Store.Shared() {
 		// Store attack: others write a shared store; unsigned, its records
 		// would name owners, host paths and confinement for this node.
@@ -344,8 +348,9 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		cfg.Logger.Warn("lost sessions not recorded: after the next restart their ids answer not_found", "err", err)
 	}
 	m.chargeAdopted()
-	m.initZygotes()
-	m.initTemplates()
+	m.warm.stateQuota = m.stateQuota
+	m.warm.initZygotes()
+	m.warm.initTemplates()
 	m.startPool()
 	go m.janitor()
 	return m, nil
@@ -1311,8 +1316,8 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	<-m.janitorDone
 	// Pool members hold reserved places: free them before waiting on those.
 	poolErr := m.drainPool()
-	m.closeTemplates()
-	m.closeZygotes()
+	m.warm.closeTemplates()
+	m.warm.closeZygotes()
 	// Let running cells finish until ctx is done.
 	for m.running() > 0 && ctx.Err() == nil {
 		select {

@@ -91,7 +91,7 @@ func (m *Manager) fillPool(names []string) {
 	// Members come from the template once it is there: building them by
 	// import meanwhile would cost what the template saves and slow its build.
 	for _, name := range names {
-		if t := m.templateFor(m.cfg.Policies[name]); t != nil {
+		if t := m.warm.templateFor(m.cfg.Policies[name]); t != nil {
 			t.wait(p.ctx)
 		}
 	}

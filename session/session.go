@@ -526,14 +526,14 @@ func (m *Manager) ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 		return k, nil
 	}
 	path := StartZygote
-	k, err := m.startFromZygote(ctx, s)
+	k, err := m.warm.startFromZygote(ctx, s)
 	if err != nil {
 		m.metrics.fellBack(StartZygote)
 		m.log().Warn("session not forked from its zygote; taking the next start path", "session", s.id, "err", err)
 	}
 	if k == nil {
 		path = StartTemplate
-		k, err = m.startFromTemplate(ctx, s)
+		k, err = m.warm.startFromTemplate(ctx, s)
 		if err != nil {
 			m.metrics.fellBack(StartTemplate)
 			m.log().Warn("session template not used; importing the preload instead", "session", s.id, "err", err)

@@ -85,7 +85,7 @@ const templateReady = "template-ready"
 // (isolate.Host.CheckpointIdentity). A change to any of them makes a new
 // key, so the old template is never restored and is removed at the next
 // start.
-func (m *Manager) templateKey(p policy.Policy) (key, enc string) {
+func (m *warmStarts) templateKey(p policy.Policy) (key, enc string) {
 	b, _ := json.Marshal(p)
 	h := sha256.New()
 	h.Write(runner.KernelDigest())
@@ -97,7 +97,7 @@ func (m *Manager) templateKey(p policy.Policy) (key, enc string) {
 // initTemplates keeps the templates an earlier daemon built that still
 // match, removes the others, and, if templates can work here, starts
 // building the missing ones for the default policy and each pooled one.
-func (m *Manager) initTemplates() {
+func (m *warmStarts) initTemplates() {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.tmpl = &templates{byName: map[string]*template{}, ctx: ctx, cancel: cancel}
 	dir := filepath.Join(m.cfg.StateDir, templatesName)
@@ -154,7 +154,7 @@ func (m *Manager) initTemplates() {
 // templateFor returns p's template, starting its build if there is none;
 // nil if p cannot have one (templates off, or p is not a configured policy
 // as configured: an override).
-func (m *Manager) templateFor(p policy.Policy) *template {
+func (m *warmStarts) templateFor(p policy.Policy) *template {
 	ts := m.tmpl
 	if ts == nil || !ts.enabled {
 		return nil
@@ -221,18 +221,18 @@ func (t *template) wait(ctx context.Context) {
 
 // buildTemplate starts a kernel of policy p that imports the preload, and
 // checkpoints it into images, ending it. The kernel runs no cell.
-func (m *Manager) buildTemplate(ctx context.Context, p policy.Policy, images string) (retErr error) {
-	release, err := m.admitStart(ctx)
+func (m *warmStarts) buildTemplate(ctx context.Context, p policy.Policy, images string) (retErr error) {
+	release, err := m.mgr.admitStart(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
-	s, err := m.newSession(0, p)
+	s, err := m.mgr.newSession(0, p)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = m.destroy(s) }()
-	k, err := m.startKernel(ctx, s.disk, s.ctlDir(), p)
+	defer func() { _ = m.mgr.destroy(s) }()
+	k, err := m.mgr.startKernel(ctx, s.disk, s.ctlDir(), p)
 	if err != nil {
 		return err
 	}
@@ -274,7 +274,7 @@ func (m *Manager) buildTemplate(ctx context.Context, p policy.Policy, images str
 // It returns (nil, nil) when there is no ready template to use, or when
 // another checkpoint or restore is running (criu runs one at a time per
 // daemon: see isolate.Disk.RestoreIfIdle); the caller imports then.
-func (m *Manager) startFromTemplate(ctx context.Context, s *Session) (*kernel, error) {
+func (m *warmStarts) startFromTemplate(ctx context.Context, s *Session) (*kernel, error) {
 	t := m.templateFor(s.policy)
 	if t == nil || !t.usable() {
 		return nil, nil
@@ -290,7 +290,7 @@ func (m *Manager) startFromTemplate(ctx context.Context, s *Session) (*kernel, e
 	var k *kernel
 	if err == nil {
 		t1 = time.Now()
-		k, err = m.restoreKernelIfIdle(ctx, s, images)
+		k, err = m.mgr.restoreKernelIfIdle(ctx, s, images)
 		if errors.Is(err, isolate.ErrBusy) {
 			// criu restores one at a time: rather than queue behind
 			// another (a burst of creates, the restarts of a soak), this
@@ -328,7 +328,7 @@ func (m *Manager) startFromTemplate(ctx context.Context, s *Session) (*kernel, e
 
 // copyTemplate makes dir a restorable copy of t's images: pages linked,
 // the rest (well under 1 MB) copied and charged to the state quota.
-func (m *Manager) copyTemplate(t *template, dir string) error {
+func (m *warmStarts) copyTemplate(t *template, dir string) error {
 	n, err := isolate.LinkImages(t.images, dir)
 	if cerr := m.stateQuota.charge(dir, n); err == nil {
 		err = cerr
@@ -338,7 +338,7 @@ func (m *Manager) copyTemplate(t *template, dir string) error {
 
 // closeTemplates stops the builds in flight. Built templates stay for the
 // next daemon (initTemplates decides whether they still match).
-func (m *Manager) closeTemplates() {
+func (m *warmStarts) closeTemplates() {
 	ts := m.tmpl
 	if ts == nil {
 		return

@@ -18,7 +18,7 @@ func withTemplates(c *Config) { c.Preload = testPreload; c.NoZygote = true }
 // fails the test if it did not succeed.
 func waitTemplate(t *testing.T, m *Manager) {
 	t.Helper()
-	tp := m.templateFor(m.cfg.Policies["default"])
+	tp := m.warm.templateFor(m.cfg.Policies["default"])
 	if tp == nil {
 		t.Fatal("no template for the default policy although criu works and the preload is set")
 	}
@@ -176,13 +176,13 @@ func TestTemplateSurvivesRestartAndRefreshes(t *testing.T) {
 	r := newRestartable(t)
 	m1 := r.startWith(withTemplates)
 	waitTemplate(t, m1)
-	first := m1.templateFor(m1.cfg.Policies["default"]).images
+	first := m1.warm.templateFor(m1.cfg.Policies["default"]).images
 	if err := m1.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
 	m2 := r.startWith(withTemplates)
-	tp := m2.templateFor(m2.cfg.Policies["default"])
+	tp := m2.warm.templateFor(m2.cfg.Policies["default"])
 	if tp.images != first || !tp.usable() {
 		t.Fatalf("second daemon did not reuse the template at %s (has %s, usable %v)", first, tp.images, tp.usable())
 	}
@@ -217,7 +217,7 @@ func BenchmarkTemplateStart(b *testing.B) {
 		b.Run(path, func(b *testing.B) {
 			e := newEnv(b, func(c *Config) { withTemplates(c); c.NoTemplate = path == StartImport })
 			if path == StartTemplate {
-				tp := e.m.templateFor(e.m.cfg.Policies["default"])
+				tp := e.m.warm.templateFor(e.m.cfg.Policies["default"])
 				tp.wait(context.Background())
 				if !tp.usable() {
 					b.Fatalf("template: %v", tp.err)
@@ -251,7 +251,7 @@ func BenchmarkTemplateBurst20(b *testing.B) {
 		b.Run(path, func(b *testing.B) {
 			e := newEnv(b, func(c *Config) { withTemplates(c); c.MaxSessions = 32; c.NoTemplate = path == StartImport })
 			if path == StartTemplate {
-				tp := e.m.templateFor(e.m.cfg.Policies["default"])
+				tp := e.m.warm.templateFor(e.m.cfg.Policies["default"])
 				tp.wait(context.Background())
 				if !tp.usable() {
 					b.Fatalf("template: %v", tp.err)

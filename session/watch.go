@@ -90,7 +90,7 @@ type WatchRequest struct {
 // creation of the same inode) since. Host-side, from the upper layer,
 // with the bounds of every workspace scan; nothing runs in the sandbox.
 // Watches end with the session.
-func (m *Manager) Watch(ctx context.Context, owner int, id string, req WatchRequest) (*WatchResult, error) {
+func (wk *workspace) watch(ctx context.Context, owner int, id string, req WatchRequest) (*WatchResult, error) {
 	switch req.Action {
 	case "", WatchStart:
 		req.Action = WatchStart
@@ -111,7 +111,7 @@ func (m *Manager) Watch(ctx context.Context, owner int, id string, req WatchRequ
 			dir = rel
 		}
 	}
-	s, err := m.lookup(ctx, owner, id)
+	s, err := wk.host.lookup(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (m *Manager) Watch(ctx context.Context, owner int, id string, req WatchRequ
 			return nil, err
 		}
 		w := &watch{dir: dir, recursive: req.Recursive}
-		stamps, _ := m.watchScan(s, w)
+		stamps, _ := wk.watchScan(s, w)
 		w.stamps, w.last = stamps, time.Now()
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -169,7 +169,7 @@ func (m *Manager) Watch(ctx context.Context, owner int, id string, req WatchRequ
 	if time.Since(w.last) < watchMinInterval {
 		return res, nil
 	}
-	now, complete := m.watchScan(s, w)
+	now, complete := wk.watchScan(s, w)
 	w.last = time.Now()
 	res.Events, res.Overflow = watchDiff(w.stamps, now)
 	if !complete {
@@ -214,7 +214,7 @@ func admitWatch(s *Session, now time.Time) error {
 
 // watchScan stamps what w watches; complete is false if the scan was cut
 // short (a bound, a concurrent rename).
-func (m *Manager) watchScan(s *Session, w *watch) (map[string]fileStamp, bool) {
+func (wk *workspace) watchScan(s *Session, w *watch) (map[string]fileStamp, bool) {
 	out := map[string]fileStamp{}
 	s.mu.Lock()
 	s.watchScans++

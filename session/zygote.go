@@ -59,7 +59,7 @@ type zygoteEntry struct {
 
 // initZygotes starts the zygotes of the default policy and of each pooled
 // one, in the background.
-func (m *Manager) initZygotes() {
+func (m *warmStarts) initZygotes() {
 	m.zyg = &zygotes{byName: map[string]*zygoteEntry{}, encs: map[string]string{}}
 	if m.cfg.NoZygote || len(m.cfg.Preload) == 0 {
 		return
@@ -84,7 +84,7 @@ func (m *Manager) initZygotes() {
 
 // zygoteFor returns p's zygote entry, starting one if there is none or
 // the last one died; nil if p cannot have one.
-func (m *Manager) zygoteFor(p policy.Policy) *zygoteEntry {
+func (m *warmStarts) zygoteFor(p policy.Policy) *zygoteEntry {
 	zs := m.zyg
 	if zs == nil || !zs.enabled || p.Network != policy.NetworkNone {
 		return nil
@@ -147,7 +147,7 @@ func (m *Manager) zygoteFor(p policy.Policy) *zygoteEntry {
 
 // zygoteSpec is the zygote of policy p: the kernel program and preload
 // of a cold start, run as kernelSpec runs them.
-func (m *Manager) zygoteSpec(p policy.Policy) isolate.ZygoteSpec {
+func (m *warmStarts) zygoteSpec(p policy.Policy) isolate.ZygoteSpec {
 	return isolate.ZygoteSpec{
 		Policy:   p,
 		Command:  runner.Command(ctlMount),
@@ -211,7 +211,7 @@ func (e *zygoteEntry) unusable() error {
 // starting (the first creates after a start) is waited for, at most the
 // kernel start bound, rather than silently importing the preload: an
 // error says why there was no fork, and the caller counts the fallback.
-func (m *Manager) startFromZygote(ctx context.Context, s *Session) (*kernel, error) {
+func (m *warmStarts) startFromZygote(ctx context.Context, s *Session) (*kernel, error) {
 	e := m.zygoteFor(s.policy)
 	if e == nil {
 		return nil, nil
@@ -231,7 +231,7 @@ func (m *Manager) startFromZygote(ctx context.Context, s *Session) (*kernel, err
 		return nil, err
 	}
 	t0 := time.Now()
-	k, err := m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+	k, err := m.mgr.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
 		return s.disk.Fork(e.z, spec)
 	})
 	if err == nil {
@@ -265,7 +265,7 @@ func (m *Manager) startFromZygote(ctx context.Context, s *Session) (*kernel, err
 
 // closeZygotes ends the zygotes (their forks live on) and waits for the
 // starts in flight.
-func (m *Manager) closeZygotes() {
+func (m *warmStarts) closeZygotes() {
 	zs := m.zyg
 	if zs == nil {
 		return

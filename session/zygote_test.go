@@ -15,7 +15,7 @@ func withZygotes(c *Config) { c.Preload = testPreload; c.NoTemplate = true }
 // test if it did not.
 func waitZygote(t *testing.T, m *Manager) {
 	t.Helper()
-	e := m.zygoteFor(m.cfg.Policies["default"])
+	e := m.warm.zygoteFor(m.cfg.Policies["default"])
 	if e == nil {
 		t.Fatal("no zygote for the default policy although the preload is set")
 	}
@@ -125,7 +125,7 @@ func TestZygoteSessionSurvivesRestartAndZygoteDeath(t *testing.T) {
 	id := createStarted(t, m1, StartZygote)
 	cellStdout(t, m1, id, "import numpy as np\na = np.arange(5)")
 
-	e := m1.zygoteFor(m1.cfg.Policies["default"])
+	e := m1.warm.zygoteFor(m1.cfg.Policies["default"])
 	if err := e.z.Kill(); err != nil {
 		t.Fatal(err)
 	}

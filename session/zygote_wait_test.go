@@ -26,7 +26,7 @@ func TestFirstCreateWaitsForTheZygote(t *testing.T) {
 func TestZygoteFallbackIsCounted(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.Preload = []string{"json"}; c.NoTemplate = true })
 	waitZygote(t, e.m)
-	z := e.m.zygoteFor(e.m.cfg.Policies["default"])
+	z := e.m.warm.zygoteFor(e.m.cfg.Policies["default"])
 	z.mu.Lock()
 	z.retired = true
 	z.mu.Unlock()

@@ -1,5 +1,7 @@
 // Command jailcell runs Python cells in OS-isolated sandboxes. This package
-// only wires flags and configuration to the packages that do the work.
+// only wires flags and configuration to the packages that do the work; it
+// must never do that work itself, and viper must never reach below it: the
+// packages take typed configuration.
 //
 // # Configuration
 //

@@ -4,5 +4,6 @@
 // started by Debian's jupyter_client and nbclient as a user who is not
 // root but is admitted by the service's group. Notebooks executed by
 // nbclient on the jailcell kernel are compared with the same run on
-// ipykernel.
+// ipykernel. It must never touch the user's own Jupyter directories:
+// every kernelspec goes under a temporary HOME or data directory.
 package jupyter

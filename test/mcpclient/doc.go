@@ -5,4 +5,6 @@
 // the MCP ones from the official MCP TypeScript client
 // (@modelcontextprotocol/sdk on node, installed once by
 // scripts/fetch-mcpclient.sh from the committed package-lock.json).
+// It must never reach the host's installed service: it starts its own on
+// a socket of its own.
 package mcpclient

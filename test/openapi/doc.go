@@ -5,4 +5,6 @@
 // pinned by the committed package-lock.json and installed once by
 // scripts/fetch-openapi-tools.sh. That the document is true to the server
 // is api's TestOpenAPIRoutes, TestOpenAPIContract and TestOpenAPIStatuses.
+// It must never write api/openapi.json: its altered documents are copies
+// in temporary directories.
 package openapi

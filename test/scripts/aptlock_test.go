@@ -1,4 +1,3 @@
-// Package scripts holds checks on the repository's shell scripts and Makefile.
 package scripts
 
 import (

@@ -5,5 +5,6 @@
 // runner against a real `jailcell serve` (its Unix socket, and its TCP
 // listener with a bearer token) and real `jailcell json` processes. The
 // tools are pinned by client/typescript's committed package-lock.json and
-// installed once by scripts/fetch-tsclient-tools.sh.
+// installed once by scripts/fetch-tsclient-tools.sh. It must never write
+// into client/typescript: it builds a staged copy.
 package tsclient

@@ -8,7 +8,7 @@ TAGS := seccomp
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/jailcell
-# The rootfs profile (scripts/build-rootfs.sh): default (the data-science
+# The rootfs profile (runtime/build-rootfs.sh): default (the data-science
 # stack) or minimal; each lives in its own base.
 ROOTFS_PROFILE ?= default
 ROOTFS_BASE ?= /var/lib/jailcell/rootfs$(if $(filter-out default,$(ROOTFS_PROFILE)),-$(ROOTFS_PROFILE))
@@ -59,13 +59,13 @@ build: deps
 # The read-only Python rootfs: cached by version, rebuilt only when the
 # script or its package list changes.
 rootfs: build
-	JAILCELL=$(CURDIR)/$(BIN) PROFILE=$(ROOTFS_PROFILE) ./scripts/build-rootfs.sh $(ROOTFS_BASE)
+	JAILCELL=$(CURDIR)/$(BIN) PROFILE=$(ROOTFS_PROFILE) ./runtime/build-rootfs.sh $(ROOTFS_BASE)
 
 # criu 4.x for session hibernation (docs/hibernate.md): built once from Debian
 # trixie's source, pinned by sha256, into CRIU_PREFIX; cached afterwards.
 CRIU_PREFIX ?= /var/lib/jailcell/criu
 criu:
-	PREFIX=$(CRIU_PREFIX) ./scripts/build-criu.sh
+	PREFIX=$(CRIU_PREFIX) ./runtime/build-criu.sh
 
 # versitygw, the S3 server the store tests start on loopback (docs/store.md):
 # built once (pinned v1.8.0, about 3 min cold) into VERSITYGW_DIR.
@@ -77,7 +77,7 @@ versitygw:
 # The demo: a sales workbook in, monthly totals and a trend chart out.
 demo: rootfs
 	@rm -rf demo-out
-	$(BIN) run --file testdata/sales.xlsx --out demo-out testdata/demo/monthly_sales.py
+	$(BIN) run --file examples/demo/sales.xlsx --out demo-out examples/demo/monthly_sales.py
 	@echo "chart saved on the host: $(CURDIR)/demo-out/monthly_sales.png"
 
 # The Go tests run beside a service laid out as `make install` leaves one

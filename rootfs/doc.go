@@ -8,7 +8,7 @@
 //	<base>/<version>/manifest.json  written last, beside the tree
 //	<base>/current -> <version>     relative symlink, repointed atomically
 //
-// A base holds one build profile (scripts/build-rootfs.sh: "default" with
+// A base holds one build profile (runtime/build-rootfs.sh: "default" with
 // the data-science stack, "minimal"); the manifest records the profile and
 // the packages it asked for, and a host picks a profile by the base it
 // opens.

@@ -69,7 +69,7 @@ var (
 // profile names about 30.
 const maxProfilePackages = 1000
 
-// Profile is the package set a rootfs was built from (scripts/build-rootfs.sh):
+// Profile is the package set a rootfs was built from (runtime/build-rootfs.sh):
 // "default" with the data-science stack, "minimal" for small hosts.
 type Profile struct {
 	// Name is the profile's name, e.g. "default" or "minimal".

@@ -88,7 +88,7 @@ background() {
 # through mmdebstrap --simulate, which fetches its own lists and installs
 # nothing.
 rootfs_simulate() {
-	local profile=$1 script=$here/scripts/build-rootfs.sh variant sources f
+	local profile=$1 script=$here/runtime/build-rootfs.sh variant sources f
 	local -a packages
 	variant=$(grep -o -m1 -- '--variant=[a-z]*' "$script")
 	[[ -n $variant ]] || { echo "no variant in $script"; return 1; }
@@ -108,7 +108,7 @@ rootfs_simulate() {
 declare -A what=([mcpclient]="mcpclient: the pinned MCP TypeScript client installed from empty and loaded")
 if ((!full)); then
 	# Each profile beside the others: each waits on the mirror for its own lists.
-	for profile in $("$here/scripts/build-rootfs.sh" --profiles); do
+	for profile in $("$here/runtime/build-rootfs.sh" --profiles); do
 		background "rootfs-$profile" rootfs_simulate "$profile"
 		what[rootfs-$profile]="rootfs: profile $profile's package list resolves (mmdebstrap --simulate)"
 	done
@@ -151,9 +151,9 @@ fi
 # The host runs the conformance suite's ipykernel with the rootfs's
 # libraries: every package of every profile must be one make deps installs.
 if [[ -n ${APT_PKGS:-} ]]; then
-	for profile in $("$here/scripts/build-rootfs.sh" --profiles); do
+	for profile in $("$here/runtime/build-rootfs.sh" --profiles); do
 		# shellcheck disable=SC2086
-		missing=$(comm -23 <("$here/scripts/build-rootfs.sh" --packages "$profile" | sort -u) <(printf '%s\n' $APT_PKGS | sort -u) | tr '\n' ' ')
+		missing=$(comm -23 <("$here/runtime/build-rootfs.sh" --packages "$profile" | sort -u) <(printf '%s\n' $APT_PKGS | sort -u) | tr '\n' ' ')
 		[[ -z $missing ]] || fail "rootfs profile $profile has packages the host does not get from make deps (add them to the Makefile's ROOTFS_PY_PKGS): $missing"
 	done
 	step "apt: every rootfs profile's packages are among make deps' packages"
@@ -161,11 +161,11 @@ fi
 
 # --- criu ---------------------------------------------------------------------
 if ((full)); then
-	PREFIX=$tmp/criu BUILD_DIR=$tmp/criu-build "$here/scripts/build-criu.sh" || fail "criu from empty"
+	PREFIX=$tmp/criu BUILD_DIR=$tmp/criu-build "$here/runtime/build-criu.sh" || fail "criu from empty"
 	"$tmp/criu/bin/criu" --version >/dev/null || fail "the criu built from empty does not run"
 	step "criu: built from empty"
 else
-	FETCH_ONLY=1 PREFIX=$tmp/criu BUILD_DIR=$tmp/criu-build "$here/scripts/build-criu.sh" || fail "criu lookup and download from empty"
+	FETCH_ONLY=1 PREFIX=$tmp/criu BUILD_DIR=$tmp/criu-build "$here/runtime/build-criu.sh" || fail "criu lookup and download from empty"
 	[[ ! -e $tmp/criu/bin/criu ]] || fail "FETCH_ONLY built criu"
 	step "criu: source looked up and downloaded with its sha256"
 fi
@@ -184,7 +184,7 @@ fi
 # --- rootfs -------------------------------------------------------------------
 if ((full)); then
 	jc=${JAILCELL:-$here/bin/jailcell}
-	JAILCELL=$jc "$here/scripts/build-rootfs.sh" "$tmp/rootfs" || fail "rootfs from empty"
+	JAILCELL=$jc "$here/runtime/build-rootfs.sh" "$tmp/rootfs" || fail "rootfs from empty"
 	[[ -e $tmp/rootfs/current/manifest.json ]] || fail "the rootfs built from empty has no manifest"
 	step "rootfs: built from empty and sealed"
 fi

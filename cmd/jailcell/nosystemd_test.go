@@ -17,7 +17,7 @@ import (
 )
 
 // The group of the test service's socket and its allowed group: numbers
-// only, no host group is made (as in client/python_notroot_test.go).
+// only, no host group is made (as in test/pyclient/python_notroot_test.go).
 const installGID = 64137
 
 // member is a user who is not root and is in the service's group, as the

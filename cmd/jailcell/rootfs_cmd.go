@@ -24,7 +24,7 @@ func newRootfsCmd() *cobra.Command {
 		Use:   "rootfs",
 		Short: "Manage the read-only Python rootfs that sandboxes run on",
 		Long: "Manage the read-only Python rootfs that sandboxes run on.\n\n" +
-			"Build it with `make rootfs` (scripts/build-rootfs.sh; the default profile, or\n" +
+			"Build it with `make rootfs` (runtime/build-rootfs.sh; the default profile, or\n" +
 			"`make rootfs ROOTFS_PROFILE=minimal` into /var/lib/jailcell/rootfs-minimal);\n" +
 			"move it to a machine without network access with\n" +
 			"`jailcell rootfs export | jailcell rootfs import -`.",

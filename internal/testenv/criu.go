@@ -10,7 +10,7 @@ import (
 // HangingCriu writes a criu wrapper named "criu" that runs real, except in
 // the modes (criu's first argument: check, dump, restore, swrk) hang names
 // at any time later, where it hangs the way criu dumps hung on a host
-// before scripts/criu-patches/0002 (its sleeps are its descendants). It
+// before runtime/criu-patches/0002 (its sleeps are its descendants). It
 // puts the wrapper's directory first in PATH for the test (libcontainer
 // runs criu from PATH) and returns the wrapper's path.
 func HangingCriu(t testing.TB, real string) (criu string, hang func(modes ...string)) {

@@ -1,7 +1,7 @@
 """SocketTransport's kept-alive connections against a real `jailcell serve`,
 reached through a proxy that counts the connections it accepts.
 
-Run by client/python_test.go (TestPythonSocketReuse) with the proxy's
+Run by test/pyclient/python_test.go (TestPythonSocketReuse) with the proxy's
 socket as argv[1]. It asks the test on stdout and reads the answer on
 stdin: "@@count" (connections accepted so far) and "@@restart" (stop the
 service and start it again, its sessions kept); "@@done" says every step

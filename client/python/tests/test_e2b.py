@@ -3,7 +3,7 @@ make_dir/exists/watch_dir, get_info, set_timeout, get_metrics,
 Sandbox.connect) against the real jailcell, through both transports: a
 `jailcell serve` socket (JAILCELL_SOCKET) and a `jailcell json` subprocess
 (JAILCELL_JSON_COMMAND); AsyncSandbox also over the service's TCP listener
-(JAILCELL_TCP_URL, JAILCELL_TCP_TOKEN). Run by client/python_test.go
+(JAILCELL_TCP_URL, JAILCELL_TCP_TOKEN). Run by test/pyclient/python_test.go
 (TestPythonE2B)."""
 
 import asyncio

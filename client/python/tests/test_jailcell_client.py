@@ -1,6 +1,6 @@
 """Tests of jailcell_client against a real `jailcell serve`.
 
-Run by client/python_test.go with JAILCELL_SOCKET set; by hand:
+Run by test/pyclient/python_test.go with JAILCELL_SOCKET set; by hand:
 
     JAILCELL_SOCKET=/run/jailcell/jailcell.sock python3 -m unittest -v test_jailcell_client
 """

@@ -2,7 +2,7 @@
 transports: a `jailcell serve` socket (JAILCELL_SOCKET) and a `jailcell json`
 subprocess (JAILCELL_JSON_COMMAND, a JSON array: the command line).
 
-Run by client/python_test.go after installing the package into a venv; by
+Run by test/pyclient/python_test.go after installing the package into a venv; by
 hand, as root:
 
     JAILCELL_SOCKET=/tmp/jc.sock JAILCELL_JSON_COMMAND='["sh", "-c", "exec jailcell json \\

@@ -1,6 +1,6 @@
 # An E2B code-interpreter program, written against E2B's SDK
 # (e2b-code-interpreter 1.x/2.x) and using only what jailcell also has.
-# client/python_test.go (TestPythonE2BExample) runs it on jailcell after
+# test/pyclient/python_test.go (TestPythonE2BExample) runs it on jailcell after
 # replacing only the import line below, and compares its output with
 # example.out.
 from e2b_code_interpreter import Sandbox, CommandExitException

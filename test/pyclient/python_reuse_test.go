@@ -1,4 +1,4 @@
-package client
+package pyclient
 
 import (
 	"bufio"
@@ -97,7 +97,7 @@ func TestPythonSocketReuse(t *testing.T) {
 	})
 	proxy := startCountingProxy(t, filepath.Join(t.TempDir(), "proxy.sock"), svc.Sock)
 
-	script, err := filepath.Abs(filepath.Join("python", "tests", "socket_reuse.py"))
+	script, err := filepath.Abs(filepath.Join(pyDir, "tests", "socket_reuse.py"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-"""Generate testdata/sales.xlsx, the demo workbook, deterministically.
+"""Generate examples/demo/sales.xlsx, the demo workbook, deterministically.
 
 Run with the rootfs's own Python and openpyxl, e.g. in an overlay of the tree:
     python3 make_sales.py sales.xlsx

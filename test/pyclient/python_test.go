@@ -1,4 +1,4 @@
-package client
+package pyclient
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ import (
 // pythonConfig is a test jailcell's configuration with the test fixer
 // (fix-and-retry needs one).
 func pythonConfig(t *testing.T, dir string) string {
-	fixer, err := filepath.Abs(filepath.Join("..", "testdata", "fixer", "fix_name_error.py"))
+	fixer, err := filepath.Abs(filepath.Join("..", "..", "testdata", "fixer", "fix_name_error.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func installPythonFor(t *testing.T, shared bool) string {
 		dir = testenv.StateDir(t) // 0711: others pass through, read only what is theirs to read
 	}
 	src := filepath.Join(dir, "src")
-	if err := os.CopyFS(src, os.DirFS("python")); err != nil {
+	if err := os.CopyFS(src, os.DirFS(pyDir)); err != nil {
 		t.Fatalf("copy client/python: %v", err)
 	}
 	for _, junk := range []string{"build", "jailcell.egg-info"} {
@@ -126,10 +126,10 @@ func TestPythonClient(t *testing.T) {
 	// The tests run from a directory without the package, so what they
 	// import is the installed copy.
 	work := t.TempDir()
-	if err := os.CopyFS(filepath.Join(work, "tests"), os.DirFS(filepath.Join("python", "tests"))); err != nil {
+	if err := os.CopyFS(filepath.Join(work, "tests"), os.DirFS(filepath.Join(pyDir, "tests"))); err != nil {
 		t.Fatal(err)
 	}
-	example, err := filepath.Abs(filepath.Join("python", "example.py"))
+	example, err := filepath.Abs(filepath.Join(pyDir, "example.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestPythonClient(t *testing.T) {
 }
 
 // quickstartDir is examples/quickstarts, from this package's directory.
-const quickstartDir = "../examples/quickstarts"
+const quickstartDir = "../../examples/quickstarts"
 
 // fakeModel is a chat server on 127.0.0.1 that replays a scripted
 // conversation: it asks to run code twice (the second call reads a
@@ -477,7 +477,7 @@ func fileExists(p string) bool {
 func TestPythonReadsEveryResultField(t *testing.T) {
 	var src strings.Builder
 	for _, f := range []string{"models.py", "sandbox.py"} {
-		b, err := os.ReadFile(filepath.Join("python", "jailcell", f))
+		b, err := os.ReadFile(filepath.Join(pyDir, "jailcell", f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -533,7 +533,7 @@ async def use_async(sbx: AsyncSandbox) -> bytes:
 def use(sbx: Sandbox) -> int:
     return sbx.run_code("1").text
 `)
-	src, err := filepath.Abs(filepath.Join("python", "jailcell"))
+	src, err := filepath.Abs(filepath.Join(pyDir, "jailcell"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,7 +588,7 @@ func TestPythonE2B(t *testing.T) {
 		},
 	})
 	work := t.TempDir()
-	if err := os.CopyFS(filepath.Join(work, "tests"), os.DirFS(filepath.Join("python", "tests"))); err != nil {
+	if err := os.CopyFS(filepath.Join(work, "tests"), os.DirFS(filepath.Join(pyDir, "tests"))); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(python, "-m", "unittest", "-v", "test_e2b")
@@ -615,7 +615,7 @@ func TestPythonE2BExample(t *testing.T) {
 		CleanExit: true,
 		Config:    func(dir string) string { return serviceConfig(t, dir) },
 	})
-	src, err := os.ReadFile(filepath.Join("python", "tests", "e2b", "example.py"))
+	src, err := os.ReadFile(filepath.Join(pyDir, "tests", "e2b", "example.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,7 +629,7 @@ func TestPythonE2BExample(t *testing.T) {
 	}
 	prog := filepath.Join(t.TempDir(), "example.py")
 	writeFile(t, prog, string(ported))
-	want, err := os.ReadFile(filepath.Join("python", "tests", "e2b", "example.out"))
+	want, err := os.ReadFile(filepath.Join(pyDir, "tests", "e2b", "example.out"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -665,7 +665,7 @@ func lineDiff(a, b []byte) int {
 // (commands and watches reach their sandbox through a protocol, not by
 // importing it).
 func TestPythonClientHasNoImportCycle(t *testing.T) {
-	if c := testenv.PythonImportCycles(t, filepath.Join("python", "jailcell")); len(c) > 0 {
+	if c := testenv.PythonImportCycles(t, filepath.Join(pyDir, "jailcell")); len(c) > 0 {
 		t.Fatalf("import cycles in the Python client:\n%s", strings.Join(c, "\n"))
 	}
 }

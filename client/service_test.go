@@ -13,28 +13,12 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// serviceConfig is a test service's configuration: in dir, small limits,
-// info logs.
-func serviceConfig(t *testing.T, dir string) string {
-	return testenv.ServeConfig(dir, "root", testenv.Rootfs(t).Root) + `log:
-  level: info
-sessions:
-  max: 8
-drain_grace: 20s
-policies:
-  default:
-    memory_bytes: 256MiB
-    pids: 64
-    disk_bytes: 64MiB
-`
-}
-
 // testConfig writes the configuration of a service rooted in dir and
 // returns its path.
 func testConfig(t *testing.T, dir string) string {
 	t.Helper()
 	p := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(p, []byte(serviceConfig(t, dir)), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(testenv.ClientServeConfig(t, dir)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -47,6 +31,6 @@ func startService(t *testing.T) *testenv.Service {
 	return testenv.StartServe(t, testenv.Serve{
 		Bin:       testenv.Jailcell(t),
 		CleanExit: true,
-		Config:    func(dir string) string { return serviceConfig(t, dir) },
+		Config:    func(dir string) string { return testenv.ClientServeConfig(t, dir) },
 	})
 }

@@ -124,6 +124,22 @@ const DefaultPolicy = `  default:
     interrupt_grace: 1s
 `
 
+// ClientServeConfig is a client test's service configuration: in dir,
+// small limits, info logs; the Go and Python clients' tests share it.
+func ClientServeConfig(t testing.TB, dir string) string {
+	return ServeConfig(dir, "root", Rootfs(t).Root) + `log:
+  level: info
+sessions:
+  max: 8
+drain_grace: 20s
+policies:
+  default:
+    memory_bytes: 256MiB
+    pids: 64
+    disk_bytes: 64MiB
+`
+}
+
 // ServeConfig is the part of a test service's configuration that says
 // where it lives: the socket and state under dir, the built rootfs. The
 // rest (logs, sessions, policies) is the caller's.

@@ -67,7 +67,7 @@ func startNotRootService(t *testing.T) *testenv.Service {
 		Bin:       testenv.Jailcell(t),
 		CleanExit: true,
 		Config: func(d string) string {
-			cfg := serviceConfig(t, d)
+			cfg := testenv.ClientServeConfig(t, d)
 			if !strings.Contains(cfg, "socket_group: root\n") {
 				t.Fatalf("the test service's configuration changed: no socket_group to replace in\n%s", cfg)
 			}

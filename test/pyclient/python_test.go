@@ -40,7 +40,7 @@ func pythonConfig(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serviceConfig(t, dir) + "fixer:\n  command: /usr/bin/python3 " + fixer + "\n"
+	return testenv.ClientServeConfig(t, dir) + "fixer:\n  command: /usr/bin/python3 " + fixer + "\n"
 }
 
 // installPython makes a venv that sees Debian's packages, installs the
@@ -613,7 +613,7 @@ func TestPythonE2BExample(t *testing.T) {
 	svc := testenv.StartServe(t, testenv.Serve{
 		Bin:       testenv.Jailcell(t),
 		CleanExit: true,
-		Config:    func(dir string) string { return serviceConfig(t, dir) },
+		Config:    func(dir string) string { return testenv.ClientServeConfig(t, dir) },
 	})
 	src, err := os.ReadFile(filepath.Join(pyDir, "tests", "e2b", "example.py"))
 	if err != nil {

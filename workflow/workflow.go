@@ -139,12 +139,12 @@ func (req Request) usesMemory() bool { return req.MaxAttempts > 1 || req.Memory 
 
 // Attempt is one run of the loop.
 type Attempt struct {
-	Attempt int                `json:"attempt"`
-	Code    string             `json:"code"`
-	Status  string             `json:"status"`
+	Attempt int             `json:"attempt"`
+	Code    string          `json:"code"`
+	Status  string          `json:"status"`
 	Error   *seam.CellError `json:"error,omitempty"`
-	Stdout  string             `json:"stdout,omitempty"`
-	Stderr  string             `json:"stderr,omitempty"`
+	Stdout  string          `json:"stdout,omitempty"`
+	Stderr  string          `json:"stderr,omitempty"`
 }
 
 // Fallback is what a person needs when the loop could not make the cell work.

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/session/seam"
 )
@@ -157,3 +159,8 @@ func init() {
 	}
 	seam.Register(hs, isolate.Probe)
 }
+
+// Collectors are the Manager's Prometheus metrics, for the API's /metrics,
+// which reaches the Manager through an interface and so cannot name
+// Metrics.
+func (m *Manager) Collectors() []prometheus.Collector { return m.Metrics().Collectors() }

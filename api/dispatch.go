@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 	"github.com/jailcell/jailcell/workflow"
 )
 
@@ -28,12 +28,12 @@ var _ Handler = (*Dispatcher)(nil)
 type Dispatcher struct {
 	// Manager runs the cells. Nil answers every op but ping with
 	// "unavailable" (tests, and a front end started before its host).
-	Manager *session.Manager
+	Manager Sessions
 	// Version is reported by ping.
 	Version string
 	// Features, if set, answers ping's "isolation"; default the manager's,
-	// or a fresh session.Probe without a manager.
-	Features func() session.Features
+	// or a fresh seam.Probe without a manager.
+	Features func() seam.Features
 	// Logger receives handler panics (default slog.Default()).
 	Logger *slog.Logger
 	// Workflow, if set, runs every exec: fix-and-retry, fallback, degraded
@@ -96,25 +96,25 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 
 // sessionOps are the ops on one session that answer with its info (fork:
 // the new session's).
-var sessionOps = map[string]func(m *session.Manager, ctx context.Context, owner int, id string) (*session.Info, error){
-	OpHibernate: (*session.Manager).Hibernate,
-	OpRestore:   (*session.Manager).Restore,
-	OpFork:      (*session.Manager).Fork,
-	OpSnapshot:  (*session.Manager).Snapshot,
-	OpRollback:  (*session.Manager).Rollback,
+var sessionOps = map[string]func(m Sessions, ctx context.Context, owner int, id string) (*seam.Info, error){
+	OpHibernate: Sessions.Hibernate,
+	OpRestore:   Sessions.Restore,
+	OpFork:      Sessions.Fork,
+	OpSnapshot:  Sessions.Snapshot,
+	OpRollback:  Sessions.Rollback,
 }
 
 func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(Event)) (*Response, error) {
 	m := d.Manager
 	switch req.Op {
 	case OpExec:
-		if err := session.CheckEnvs("envs", req.Envs); err != nil {
+		if err := seam.CheckEnvs("envs", req.Envs); err != nil {
 			return nil, err
 		}
-		er := session.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot, RawANSI: req.RawANSI, Envs: req.Envs}
+		er := seam.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot, RawANSI: req.RawANSI, Envs: req.Envs}
 		if req.Stream {
 			er.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
-			er.OnDisplay = func(item session.DisplayItem) { send(Event{ID: req.ID, Event: EventDisplay, Display: &item}) }
+			er.OnDisplay = func(item seam.DisplayItem) { send(Event{ID: req.ID, Event: EventDisplay, Display: &item}) }
 			er.OnClearOutput = func(wait bool) { send(Event{ID: req.ID, Event: EventClearOutput, Wait: wait}) }
 		}
 		if d.Workflow != nil {
@@ -123,7 +123,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		if req.Fix != nil {
 			return nil, badRequest("%s", workflow.ErrorForMissingFixer())
 		}
-		var res *session.Result
+		var res *seam.Result
 		var err error
 		if req.Session != "" {
 			res, err = m.Exec(ctx, owner, req.Session, er)
@@ -135,7 +135,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Result: res}, nil
 	case OpCreate:
-		info, err := m.Create(ctx, session.CreateOptions{
+		info, err := m.Create(ctx, seam.CreateOptions{
 			Owner:        owner,
 			TTL:          duration(req.TTLS),
 			MaxLifetime:  duration(req.MaxLifetimeS),
@@ -171,7 +171,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 			return nil, err
 		}
 		if entries == nil {
-			entries = []session.Entry{}
+			entries = []seam.Entry{}
 		}
 		return &Response{Files: entries}, nil
 	case OpClose:
@@ -189,13 +189,13 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Interrupted: &ran}, nil
 	case OpComplete, OpInspect, OpIsComplete:
-		a, err := m.Assist(ctx, owner, req.Session, session.AssistRequest{Kind: req.Op, Code: req.Code, CursorPos: req.CursorPos, DetailLevel: req.DetailLevel})
+		a, err := m.Assist(ctx, owner, req.Session, seam.AssistRequest{Kind: req.Op, Code: req.Code, CursorPos: req.CursorPos, DetailLevel: req.DetailLevel})
 		if err != nil {
 			return nil, err
 		}
 		return &Response{Completion: a.Completion, Inspection: a.Inspection, Completeness: a.Completeness}, nil
 	case OpCommand:
-		cr := session.CommandRequest{Action: req.Action, Cmd: req.Cmd, Envs: req.Envs, Cwd: req.Cwd, Timeout: duration(req.TimeoutS), Background: req.Background, Job: req.Job}
+		cr := seam.CommandRequest{Action: req.Action, Cmd: req.Cmd, Envs: req.Envs, Cwd: req.Cwd, Timeout: duration(req.TimeoutS), Background: req.Background, Job: req.Job}
 		if req.Stream {
 			cr.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
 		}
@@ -240,7 +240,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Path: req.Path, Created: &created}, nil
 	case OpWatch:
-		w, err := m.Watch(ctx, owner, req.Session, session.WatchRequest{Action: req.Action, Path: req.Path, Recursive: req.Recursive, Watch: req.Watch})
+		w, err := m.Watch(ctx, owner, req.Session, seam.WatchRequest{Action: req.Action, Path: req.Path, Recursive: req.Recursive, Watch: req.Watch})
 		if err != nil {
 			return nil, err
 		}
@@ -250,7 +250,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 	case OpSessions:
 		list := m.List(ctx, owner)
 		if list == nil {
-			list = []session.Info{}
+			list = []seam.Info{}
 		}
 		return &Response{Sessions: list}, nil
 	}
@@ -260,7 +260,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 
 // execWorkflow runs an exec through the workflow. A sandbox that could not
 // be had is still an error response, with the fallback block beside it.
-func (d *Dispatcher) execWorkflow(ctx context.Context, owner int, req *Request, er session.ExecRequest) (*Response, error) {
+func (d *Dispatcher) execWorkflow(ctx context.Context, owner int, req *Request, er seam.ExecRequest) (*Response, error) {
 	wr := workflow.Request{Owner: owner, Session: req.Session, Policy: req.Policy, Exec: er, Memory: req.Memory, Force: req.Force}
 	if req.Fix != nil {
 		if !d.Workflow.HasFixer() {
@@ -308,14 +308,14 @@ func (d *Dispatcher) failures(owner int, req *Request) (*Response, error) {
 	return &Response{Failures: list}, nil
 }
 
-func (d *Dispatcher) features() session.Features {
+func (d *Dispatcher) features() seam.Features {
 	switch {
 	case d.Features != nil:
 		return d.Features()
 	case d.Manager != nil:
 		return d.Manager.Features()
 	}
-	return session.Probe()
+	return seam.Probe()
 }
 
 func (d *Dispatcher) logger() *slog.Logger {
@@ -339,15 +339,15 @@ var errorCodes = []struct {
 	err  error
 	code string
 }{
-	{session.ErrBadRequest, CodeBadRequest},
+	{seam.ErrBadRequest, CodeBadRequest},
 	{workflow.ErrNoFixer, CodeBadRequest},
 	{policy.ErrInvalid, CodeBadRequest},
-	{session.ErrNotFound, CodeNotFound},
-	{session.ErrExpired, CodeExpired},
-	{session.ErrLimit, CodeLimit}, // ErrStateQuota, ErrStoreQuota: the message names the quota's key
-	{session.ErrBusy, CodeBusy},
-	{session.ErrUnavailable, CodeUnavailable},
-	{session.ErrShutdown, CodeUnavailable},
+	{seam.ErrNotFound, CodeNotFound},
+	{seam.ErrExpired, CodeExpired},
+	{seam.ErrLimit, CodeLimit}, // ErrStateQuota, ErrStoreQuota: the message names the quota's key
+	{seam.ErrBusy, CodeBusy},
+	{seam.ErrUnavailable, CodeUnavailable},
+	{seam.ErrShutdown, CodeUnavailable},
 }
 
 func errorFor(err error) *Error {
@@ -357,12 +357,12 @@ func errorFor(err error) *Error {
 	}
 	// An error from below that session passed on unwrapped is classed by
 	// session (Sentinel): api knows no isolate sentinel.
-	is := session.Sentinel(err)
+	is := seam.Sentinel(err)
 	for _, m := range errorCodes {
 		if errors.Is(err, m.err) || is == m.err {
 			e := &Error{Code: m.code, Message: err.Error()}
-			if errors.Is(err, session.ErrLost) {
-				e.State = session.StateLost
+			if errors.Is(err, seam.ErrLost) {
+				e.State = seam.StateLost
 			}
 			return e
 		}

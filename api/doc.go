@@ -8,5 +8,8 @@
 // no root beside the service). All validation lives in DecodeRequest and
 // Request.Validate so no transport can skip it. api must never touch a
 // sandbox or a session's files itself: it goes through session.Manager,
-// which owns confinement; and it never imports a door's package.
+// which owns confinement; and it never imports a door's package. It
+// reaches the Manager through Sessions and speaks session/seam's types: it
+// must never import session or isolate, so that a front door links no
+// libcontainer or libseccomp.
 package api

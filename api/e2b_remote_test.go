@@ -14,7 +14,7 @@ import (
 
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // TestRemoteE2BOps sends the E2B-shaped ops through a Remote (what `jailcell
@@ -75,7 +75,7 @@ func TestRemoteE2BOps(t *testing.T) {
 	w := ok(&Request{Op: OpWatch, Session: id, Path: "d", Recursive: true}, nil).Watch
 	ok(&Request{Op: OpUpload, Session: id, Path: "d/e/f.txt", Data: []byte("f")}, nil)
 	time.Sleep(150 * time.Millisecond)
-	if resp := ok(&Request{Op: OpWatch, Session: id, Action: session.WatchPoll, Watch: w}, nil); !slices.Contains(resp.Events, session.WatchEvent{Name: "e/f.txt", Type: session.EventCreate}) {
+	if resp := ok(&Request{Op: OpWatch, Session: id, Action: seam.WatchPoll, Watch: w}, nil); !slices.Contains(resp.Events, seam.WatchEvent{Name: "e/f.txt", Type: seam.EventCreate}) {
 		t.Errorf("watch poll: %+v", resp.Events)
 	}
 	if resp := ok(&Request{Op: OpStat, Session: id, Path: "d/e/f.txt"}, nil); resp.Entry == nil || resp.Entry.Size != 1 {

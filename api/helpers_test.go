@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // Test helpers shared by api's tests (the JSON-lines door keeps its own
@@ -17,9 +17,9 @@ import (
 
 // testDispatcher has no manager: ping answers from features, every other
 // op that passes validation answers "unavailable". No root, no sandbox.
-func testDispatcher(features func() session.Features) *Dispatcher {
+func testDispatcher(features func() seam.Features) *Dispatcher {
 	if features == nil {
-		features = func() session.Features { return session.Features{Kernel: "test", CgroupMode: "v2"} }
+		features = func() seam.Features { return seam.Features{Kernel: "test", CgroupMode: "v2"} }
 	}
 	return &Dispatcher{Version: "test-1", Features: features}
 }
@@ -62,16 +62,16 @@ type jsonlClient struct {
 }
 
 type liveLine struct {
-	ID        json.RawMessage   `json:"id"`
-	OK        *bool             `json:"ok"`
-	Event     string            `json:"event"`
-	Text      string            `json:"text"`
-	Error     *Error            `json:"error"`
-	Version   string            `json:"version"`
-	Isolation *session.Features `json:"isolation"`
-	Result    *session.Result   `json:"result"`
-	Session   string            `json:"session"`
-	ExpiresAt time.Time         `json:"expires_at"`
+	ID        json.RawMessage `json:"id"`
+	OK        *bool           `json:"ok"`
+	Event     string          `json:"event"`
+	Text      string          `json:"text"`
+	Error     *Error          `json:"error"`
+	Version   string          `json:"version"`
+	Isolation *seam.Features  `json:"isolation"`
+	Result    *seam.Result    `json:"result"`
+	Session   string          `json:"session"`
+	ExpiresAt time.Time       `json:"expires_at"`
 }
 
 func startJSONL(t *testing.T, d *Dispatcher) *jsonlClient {

@@ -18,7 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // CodeForbidden is the HTTP transport's one code of its own: the caller's
@@ -36,7 +36,7 @@ type HTTPOptions struct {
 	// 413 with code "limit". Default 32 MiB, the JSON-lines line limit.
 	MaxBodyBytes int64
 	// MaxUploadBytes bounds a raw file upload (PUT); a longer one is
-	// answered 413. Default and ceiling session.MaxFileBytes.
+	// answered 413. Default and ceiling seam.MaxFileBytes.
 	MaxUploadBytes int64
 	// MaxHeaderBytes bounds the request line and headers. Default 16 KiB.
 	MaxHeaderBytes int
@@ -139,8 +139,8 @@ func NewHTTPServer(d *Dispatcher, opts HTTPOptions) *HTTPServer {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = defaultMaxBodyBytes
 	}
-	if opts.MaxUploadBytes <= 0 || opts.MaxUploadBytes > session.MaxFileBytes {
-		opts.MaxUploadBytes = session.MaxFileBytes
+	if opts.MaxUploadBytes <= 0 || opts.MaxUploadBytes > seam.MaxFileBytes {
+		opts.MaxUploadBytes = seam.MaxFileBytes
 	}
 	if opts.MaxHeaderBytes <= 0 {
 		opts.MaxHeaderBytes = defaultMaxHeaderBytes

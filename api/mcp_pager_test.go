@@ -5,13 +5,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // TestMCPPagerText: text a magic sent to IPython's pager reaches an MCP
 // client marked [pager], after the cell's stdout, never as part of it.
 func TestMCPPagerText(t *testing.T) {
-	res := &session.Result{Status: "ok", Stdout: "printed\n", Display: []session.DisplayItem{
+	res := &seam.Result{Status: "ok", Stdout: "printed\n", Display: []seam.DisplayItem{
 		{MIME: "text/plain", Data: "Signature: len(obj, /)", Pager: true},
 		{MIME: "text/plain", Data: "shown"},
 	}}

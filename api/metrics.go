@@ -44,7 +44,7 @@ func newServiceMetrics(d *Dispatcher) *serviceMetrics {
 			func() float64 { return 1 }),
 	)
 	if d.Manager != nil {
-		m.reg.MustRegister(d.Manager.Metrics().Collectors()...)
+		m.reg.MustRegister(d.Manager.Collectors()...)
 		m.reg.MustRegister(managerCollector{d})
 	}
 	return m

@@ -24,7 +24,7 @@ import (
 
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 	"github.com/jailcell/jailcell/workflow"
 )
 
@@ -288,11 +288,11 @@ func TestOpenAPIWireFields(t *testing.T) {
 		schema string
 		v      any
 	}{
-		{"Result", session.Result{}}, {"SessionInfo", session.Info{}}, {"DisplayItem", session.DisplayItem{}},
-		{"CellError", session.CellError{}}, {"Frame", session.Frame{}}, {"FileChange", session.FileChange{}}, {"Usage", session.Usage{}},
-		{"NetworkUsage", session.NetworkUsage{}}, {"RefusedAttempt", session.RefusedAttempt{}}, {"Entry", session.Entry{}},
-		{"Features", session.Features{}}, {"Attempt", workflow.Attempt{}}, {"Fallback", workflow.Fallback{}}, {"Known", workflow.Known{}},
-		{"Failure", workflow.Failure{}}, {"File", session.File{}}, {"Chart", session.Chart{}},
+		{"Result", seam.Result{}}, {"SessionInfo", seam.Info{}}, {"DisplayItem", seam.DisplayItem{}},
+		{"CellError", seam.CellError{}}, {"Frame", seam.Frame{}}, {"FileChange", seam.FileChange{}}, {"Usage", seam.Usage{}},
+		{"NetworkUsage", seam.NetworkUsage{}}, {"RefusedAttempt", seam.RefusedAttempt{}}, {"Entry", seam.Entry{}},
+		{"Features", seam.Features{}}, {"Attempt", workflow.Attempt{}}, {"Fallback", workflow.Fallback{}}, {"Known", workflow.Known{}},
+		{"Failure", workflow.Failure{}}, {"File", seam.File{}}, {"Chart", seam.Chart{}},
 	} {
 		for _, f := range jsonFields(tc.v) {
 			if _, ok := props(tc.schema)[f]; !ok {
@@ -302,7 +302,7 @@ func TestOpenAPIWireFields(t *testing.T) {
 	}
 	// A superchart's element is a whole Chart inline (ChartElement embeds
 	// it): the element's own fields are in ChartElement, the rest in Chart.
-	for _, f := range jsonFields(session.ChartElement{}) {
+	for _, f := range jsonFields(seam.ChartElement{}) {
 		if _, own := props("ChartElement")[f]; !own && props("Chart")[f] == nil {
 			t.Errorf("ChartElement field %q is in neither the ChartElement nor the Chart schema", f)
 		}

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // Remote forwards wire requests to a `jailcell serve` over its Unix socket,
@@ -31,7 +31,7 @@ type Remote struct {
 
 // remoteMaxResponse bounds a response read into memory: the largest file a
 // session may hold, as base64 inside JSON, plus room.
-const remoteMaxResponse = session.MaxFileBytes/3*4 + 64<<20
+const remoteMaxResponse = seam.MaxFileBytes/3*4 + 64<<20
 
 // NewRemote returns a Handler that forwards to the service on socket.
 func NewRemote(socket string) *Remote {
@@ -242,11 +242,11 @@ func (r *Remote) stream(ctx context.Context, path string, req *Request, emit fun
 			return nil, fmt.Errorf("read streamed response: %w", err)
 		}
 		var probe struct {
-			OK      *bool                `json:"ok"`
-			Event   string               `json:"event"`
-			Text    string               `json:"text"`
-			Display *session.DisplayItem `json:"display"`
-			Wait    bool                 `json:"wait"`
+			OK      *bool             `json:"ok"`
+			Event   string            `json:"event"`
+			Text    string            `json:"text"`
+			Display *seam.DisplayItem `json:"display"`
+			Wait    bool              `json:"wait"`
 		}
 		if err := json.Unmarshal(line, &probe); err != nil {
 			return nil, fmt.Errorf("streamed line is not JSON: %s", clip(string(line), 200))
@@ -292,12 +292,12 @@ func (r *Remote) download(ctx context.Context, path, file string) (*Response, er
 	if hresp.StatusCode != http.StatusOK {
 		return decodeRemote(hresp.Body, hresp.StatusCode)
 	}
-	data, err := io.ReadAll(io.LimitReader(hresp.Body, session.MaxFileBytes+1))
+	data, err := io.ReadAll(io.LimitReader(hresp.Body, seam.MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read download: %w", err)
 	}
-	if len(data) > session.MaxFileBytes {
-		return nil, fmt.Errorf("download is over the %d-byte file limit", session.MaxFileBytes)
+	if len(data) > seam.MaxFileBytes {
+		return nil, fmt.Errorf("download is over the %d-byte file limit", seam.MaxFileBytes)
 	}
 	size := int64(len(data))
 	return &Response{OK: true, Path: file, Data: data, Size: &size, SHA256: hresp.Header.Get("X-Jailcell-Sha256")}, nil

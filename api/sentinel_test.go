@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // Each session sentinel has exactly one wire code (one condition, one
 // code), and none is left to "internal". What session passes on from
 // below is one of these sentinels (session's TestHostSentinelsWrapped).
 func TestSessionSentinelsOneCode(t *testing.T) {
-	extra := []error{session.ErrStateQuota, session.ErrStoreQuota}
-	for _, s := range append(session.Sentinels(), extra...) {
+	extra := []error{seam.ErrStateQuota, seam.ErrStoreQuota}
+	for _, s := range append(seam.Sentinels(), extra...) {
 		codes := map[string]bool{}
 		for _, m := range errorCodes {
 			if errors.Is(s, m.err) {

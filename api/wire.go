@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 	"github.com/jailcell/jailcell/workflow"
 )
 
@@ -121,7 +121,7 @@ type Request struct {
 	// redrawing its line) stays.
 	RawANSI bool `json:"raw_ansi,omitempty"`
 	// Files are placed in the cell's working directory before it runs.
-	Files []session.File `json:"files,omitempty"`
+	Files []seam.File `json:"files,omitempty"`
 	// Path and Data are the upload's destination and content; Path alone
 	// names a download.
 	Path string `json:"path,omitempty"`
@@ -206,10 +206,10 @@ type Response struct {
 	Error *Error          `json:"error,omitempty"`
 
 	// ping
-	Version   string            `json:"version,omitempty"`
-	Isolation *session.Features `json:"isolation,omitempty"`
+	Version   string         `json:"version,omitempty"`
+	Isolation *seam.Features `json:"isolation,omitempty"`
 	// exec
-	Result *session.Result `json:"result,omitempty"`
+	Result *seam.Result `json:"result,omitempty"`
 	// exec through the workflow, beside "result" so its shape is
 	// unchanged: every attempt of a fix loop, the fallback block when the
 	// loop failed (also on an error response when no sandbox could be
@@ -223,34 +223,34 @@ type Response struct {
 	Failures []*workflow.Failure `json:"failures,omitzero"`
 	Cleared  *int                `json:"cleared,omitempty"`
 	// create: every Info field (session, expires_at, ...) at the top level.
-	*session.Info
+	*seam.Info
 	// upload, download
 	Path   string `json:"path,omitempty"`
 	Size   *int64 `json:"size,omitempty"`
 	Data   []byte `json:"data,omitzero"` // non-nil for a download, even empty
 	SHA256 string `json:"sha256,omitempty"`
 	// files, sessions: non-nil for those ops so an empty list is [].
-	Files    []session.Entry `json:"files,omitzero"`
-	Sessions []session.Info  `json:"sessions,omitzero"`
+	Files    []seam.Entry `json:"files,omitzero"`
+	Sessions []seam.Info  `json:"sessions,omitzero"`
 	// interrupt: whether a cell was running (and was sent the interrupt).
 	Interrupted *bool `json:"interrupted,omitempty"`
 	// complete, inspect, is_complete.
-	Completion   *session.Completion   `json:"completion,omitempty"`
-	Inspection   *session.Inspection   `json:"inspection,omitempty"`
-	Completeness *session.Completeness `json:"completeness,omitempty"`
+	Completion   *seam.Completion   `json:"completion,omitempty"`
+	Inspection   *seam.Inspection   `json:"inspection,omitempty"`
+	Completeness *seam.Completeness `json:"completeness,omitempty"`
 	// command
-	Command *session.CommandResult `json:"command,omitempty"`
+	Command *seam.CommandResult `json:"command,omitempty"`
 	// metrics
-	Metrics *session.SessionMetrics `json:"metrics,omitempty"`
+	Metrics *seam.SessionMetrics `json:"metrics,omitempty"`
 	// stat
-	Entry *session.Entry `json:"entry,omitempty"`
+	Entry *seam.Entry `json:"entry,omitempty"`
 	// mkdir: false if the directory was there already.
 	Created *bool `json:"created,omitempty"`
 	// watch: the watch's id, the changes since the last poll (non-nil for
 	// that op), and whether more happened than were listed.
-	Watch    string               `json:"watch,omitempty"`
-	Events   []session.WatchEvent `json:"events,omitzero"`
-	Overflow bool                 `json:"overflow,omitempty"`
+	Watch    string            `json:"watch,omitempty"`
+	Events   []seam.WatchEvent `json:"events,omitzero"`
+	Overflow bool              `json:"overflow,omitempty"`
 
 	// plainOK: an info answer that made nothing (info, set_timeout) is
 	// 200 over HTTP, not create's 201.
@@ -273,10 +273,10 @@ const (
 // (display), the same object as that item in the result's list, or a
 // clear_output.
 type Event struct {
-	ID      json.RawMessage      `json:"id"`
-	Event   string               `json:"event"` // stdout | stderr | display | clear_output
-	Text    string               `json:"text,omitempty"`
-	Display *session.DisplayItem `json:"display,omitempty"`
+	ID      json.RawMessage   `json:"id"`
+	Event   string            `json:"event"` // stdout | stderr | display | clear_output
+	Text    string            `json:"text,omitempty"`
+	Display *seam.DisplayItem `json:"display,omitempty"`
 	// Wait is clear_output's flag: clear when the next output comes.
 	Wait bool `json:"wait,omitempty"`
 }
@@ -446,9 +446,9 @@ func (r *Request) Validate() *Error {
 			return err
 		}
 		switch r.Action {
-		case "", session.CommandStart:
+		case "", seam.CommandStart:
 			return need("cmd", "a bash command line, a non-empty string", r.Cmd != "")
-		case session.CommandWait, session.CommandKill:
+		case seam.CommandWait, seam.CommandKill:
 			return need("job", "the job a background start answered", r.Job != "")
 		}
 		return badRequest(`field "action" = %q: allowed for op "command": "start" (default), "wait" or "kill"`, r.Action)
@@ -469,9 +469,9 @@ func (r *Request) Validate() *Error {
 			return err
 		}
 		switch r.Action {
-		case "", session.WatchStart:
+		case "", seam.WatchStart:
 			return nil
-		case session.WatchPoll, session.WatchStop:
+		case seam.WatchPoll, seam.WatchStop:
 			return need("watch", "the id a watch start answered", r.Watch != "")
 		}
 		return badRequest(`field "action" = %q: allowed for op "watch": "start" (default), "poll" or "stop"`, r.Action)
@@ -590,7 +590,7 @@ func (d *decoder) strings(name string, dst *[]string) {
 	*dst = out
 }
 
-// envs decodes an object of string values; session.CheckEnvs bounds it.
+// envs decodes an object of string values; seam.CheckEnvs bounds it.
 func (d *decoder) envs(dst *map[string]string) {
 	raw, ok := d.get("envs")
 	if !ok {
@@ -664,7 +664,7 @@ func (d *decoder) fix(dst **Fix) {
 	*dst = f
 }
 
-func (d *decoder) files(dst *[]session.File) {
+func (d *decoder) files(dst *[]seam.File) {
 	raw, ok := d.get("files")
 	if !ok {
 		return
@@ -677,7 +677,7 @@ func (d *decoder) files(dst *[]session.File) {
 	if len(items) == 0 {
 		return // [] means what absent means; nil keeps a round trip exact
 	}
-	out := make([]session.File, len(items))
+	out := make([]seam.File, len(items))
 	for i, it := range items {
 		var obj map[string]json.RawMessage
 		if jsonKind(it) != "object" || json.Unmarshal(it, &obj) != nil {

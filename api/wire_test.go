@@ -15,7 +15,11 @@ import (
 
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	// session registers isolate's sentinels with seam at init: errorFor
+	// classes an isolate error only then, as in the daemon, which links
+	// session.
+	_ "github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // decodeCase is one wire line and what DecodeRequest must make of it. The
@@ -325,20 +329,20 @@ func TestErrorFor(t *testing.T) {
 		err  error
 		code string
 	}{
-		{fmt.Errorf("exec: %w: path escapes", session.ErrBadRequest), CodeBadRequest},
+		{fmt.Errorf("exec: %w: path escapes", seam.ErrBadRequest), CodeBadRequest},
 		{fmt.Errorf("create: %w", fmt.Errorf("%w: pids = 1", policy.ErrInvalid)), CodeBadRequest},
-		{fmt.Errorf("%w: abc expired at 12:00", session.ErrNotFound), CodeNotFound},
-		{fmt.Errorf("exec: session abc %w: max_lifetime 14s reached at 12:00", session.ErrExpired), CodeExpired},
-		{session.ErrLimit, CodeLimit},
+		{fmt.Errorf("%w: abc expired at 12:00", seam.ErrNotFound), CodeNotFound},
+		{fmt.Errorf("exec: session abc %w: max_lifetime 14s reached at 12:00", seam.ErrExpired), CodeExpired},
+		{seam.ErrLimit, CodeLimit},
 		{isolate.ErrExhausted, CodeLimit},
-		{fmt.Errorf("checkpoint of session x: %w: 64 MiB more would pass state_quota_bytes = 1024 MiB", session.ErrStateQuota), CodeLimit},
-		{fmt.Errorf("%w: 1 MiB more would pass store_quota_bytes = 1024 MiB", session.ErrStoreQuota), CodeLimit},
+		{fmt.Errorf("checkpoint of session x: %w: 64 MiB more would pass state_quota_bytes = 1024 MiB", seam.ErrStateQuota), CodeLimit},
+		{fmt.Errorf("%w: 1 MiB more would pass store_quota_bytes = 1024 MiB", seam.ErrStoreQuota), CodeLimit},
 		{fmt.Errorf("copy a: %w", isolate.ErrCopyBudget), CodeLimit},
-		{session.ErrBusy, CodeBusy},
-		{session.ErrUnavailable, CodeUnavailable},
+		{seam.ErrBusy, CodeBusy},
+		{seam.ErrUnavailable, CodeUnavailable},
 		{fmt.Errorf("build: %w: no overlay", isolate.ErrUnsupported), CodeUnavailable},
 		{fmt.Errorf("hibernate: %w: criu passed its bound", isolate.ErrTimeout), CodeUnavailable},
-		{session.ErrShutdown, CodeUnavailable},
+		{seam.ErrShutdown, CodeUnavailable},
 		{errors.New("disk on fire"), CodeInternal},
 		{&Error{Code: CodeBusy, Message: "x"}, CodeBusy},
 	} {
@@ -363,11 +367,11 @@ func TestResponseShape(t *testing.T) {
 	}{
 		{"error", fail(nil, badRequest("x")), `{"id":null,"ok":false,"error":{"code":"bad_request","message":"x"}}`},
 		{"close", &Response{ID: json.RawMessage(`"c"`), OK: true}, `{"id":"c","ok":true}`},
-		{"create flattens info", &Response{ID: json.RawMessage(`1`), OK: true, Info: &session.Info{ID: "abc", State: "ready", Policy: "default", CreatedAt: exp, ExpiresAt: exp}},
+		{"create flattens info", &Response{ID: json.RawMessage(`1`), OK: true, Info: &seam.Info{ID: "abc", State: "ready", Policy: "default", CreatedAt: exp, ExpiresAt: exp}},
 			`{"id":1,"ok":true,"session":"abc","state":"ready","policy":"default","created_at":"2030-01-02T03:04:05Z","expires_at":"2030-01-02T03:04:05Z","cells":0}`},
 		{"empty download keeps data and size", &Response{ID: json.RawMessage(`1`), OK: true, Path: "e", Data: []byte{}, Size: &size, SHA256: "e3b0"},
 			`{"id":1,"ok":true,"path":"e","size":0,"data":"","sha256":"e3b0"}`},
-		{"empty lists are lists", &Response{ID: json.RawMessage(`1`), OK: true, Files: []session.Entry{}, Sessions: []session.Info{}},
+		{"empty lists are lists", &Response{ID: json.RawMessage(`1`), OK: true, Files: []seam.Entry{}, Sessions: []seam.Info{}},
 			`{"id":1,"ok":true,"files":[],"sessions":[]}`},
 		{"event", nil, `{"id":"s","event":"stdout","text":"<b>&\n"}`},
 	} {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // Features is what this host can give a sandbox, as isolate's probe found
@@ -14,9 +15,9 @@ type Features = isolate.Features
 // Probe inspects the host, for a caller without a Manager.
 func Probe() Features { return isolate.Probe() }
 
-// sentinels are the session sentinels (types.go), in the order Sentinel
-// tries them.
-var sentinels = []error{ErrBadRequest, ErrNotFound, ErrExpired, ErrLimit, ErrBusy, ErrUnavailable, ErrShutdown}
+// sentinels are the session sentinels (seam's types.go), in the order
+// Sentinel tries them.
+var sentinels = seam.Sentinels()
 
 // Sentinels returns the session sentinels every error of a session
 // operation is one of (an ErrStateQuota is an ErrLimit), or an internal
@@ -39,19 +40,7 @@ var hostSentinels = []struct{ host, session error }{
 
 // Sentinel returns the session sentinel err is: the one it carries, else
 // the one its isolate sentinel maps to; nil for neither.
-func Sentinel(err error) error {
-	for _, s := range sentinels {
-		if errors.Is(err, s) {
-			return s
-		}
-	}
-	for _, m := range hostSentinels {
-		if errors.Is(err, m.host) {
-			return m.session
-		}
-	}
-	return nil
-}
+func Sentinel(err error) error { return seam.Sentinel(err) }
 
 // hostErr is err, from isolate, as a session error: wrapped in the session
 // sentinel its isolate sentinel maps to, else in fallback; left as it is

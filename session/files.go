@@ -37,8 +37,6 @@ const (
 	maxScanPathBytes = 16 << 20
 	// scanTimeout bounds one workspace scan.
 	scanTimeout = 5 * time.Second
-	// MaxFileBytes bounds one upload or download.
-	MaxFileBytes = 256 << 20
 )
 
 // Why a scan is incomplete. errScanChanged is the workspace changing under

@@ -121,7 +121,7 @@ func TestFileOpsAndWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []WatchEvent{{"b/f.txt", EventWrite}, {"c", EventCreate}, {"moved.txt", EventCreate}, {"moved.txt", EventWrite}}
+	want := []WatchEvent{{Name: "b/f.txt", Type: EventWrite}, {Name: "c", Type: EventCreate}, {Name: "moved.txt", Type: EventCreate}, {Name: "moved.txt", Type: EventWrite}}
 	if !slices.Equal(got.Events, want) {
 		t.Errorf("events = %v, want %v", got.Events, want)
 	}
@@ -133,7 +133,7 @@ func TestFileOpsAndWatch(t *testing.T) {
 	}
 	time.Sleep(watchMinInterval)
 	got, err = e.m.Watch(ctx, 1000, id, WatchRequest{Action: WatchPoll, Watch: w.Watch})
-	want = []WatchEvent{{"b", EventRemove}, {"b/f.txt", EventRemove}, {"c/m.txt", EventCreate}, {"c/m.txt", EventWrite}, {"moved.txt", EventRename}}
+	want = []WatchEvent{{Name: "b", Type: EventRemove}, {Name: "b/f.txt", Type: EventRemove}, {Name: "c/m.txt", Type: EventCreate}, {Name: "c/m.txt", Type: EventWrite}, {Name: "moved.txt", Type: EventRename}}
 	if err != nil || !slices.Equal(got.Events, want) {
 		t.Errorf("events = %v, %v; want %v", got.Events, err, want)
 	}

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/session/internal/setupcell"
 	"github.com/jailcell/jailcell/store"
 )
 
@@ -495,7 +496,7 @@ print(_r.stdout[-4000:]); print(_r.stderr[-4000:], file=sys.stderr)
 if _r.returncode: raise RuntimeError("pip exited with %%d" %% _r.returncode)
 del _r
 `, wheelhouseMount, arg)
-	res, err := m.exec(ctx, s, ExecRequest{Code: code, Timeout: m.cfg.RequirementsTimeout, setup: true})
+	res, err := m.exec(ctx, s, ExecRequest{Code: code, Timeout: m.cfg.RequirementsTimeout, Setup: setupcell.On})
 	if err != nil {
 		return nil, err
 	}

@@ -225,7 +225,7 @@ type cell struct {
 // died since the last cell.
 func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) (*cell, error) {
 	c := &cell{s: s, req: req, timeout: req.Timeout}
-	if !req.setup {
+	if !req.Setup.Set() {
 		var err error
 		if c.timeout, err = m.cellTimeout(s, req.Timeout); err != nil {
 			return nil, err

@@ -2,22 +2,7 @@ package session
 
 import (
 	"context"
-	"time"
 )
-
-// SessionUsage is what a live session's sandbox costs, read from its cgroup
-// on the host (never from anything the sandbox reports).
-type SessionUsage struct {
-	ID     string
-	Policy string
-	// CPU is the CPU time of the session's current sandbox; it starts
-	// again from zero when a lost kernel is replaced.
-	CPU time.Duration
-	// MemoryBytes is the memory charged to the sandbox now.
-	MemoryBytes int64
-	// MemoryPeakBytes is the high-water mark since the last cell began.
-	MemoryPeakBytes int64
-}
 
 // Usage returns the usage of the live sessions owner may see (root sees
 // all), for the service's /metrics. A session whose kernel is starting

@@ -15,13 +15,6 @@ import (
 	"github.com/jailcell/jailcell/internal/confined"
 )
 
-// Watch actions.
-const (
-	WatchStart = "start"
-	WatchPoll  = "poll"
-	WatchStop  = "stop"
-)
-
 // Bounds of directory watches: each poll rescans the workspace (bounded
 // like every scan), so both their number and their rate are capped.
 const (
@@ -41,46 +34,12 @@ const (
 	watchStartEvery = 250 * time.Millisecond
 )
 
-// Event types, E2B's names (its chmod is not reported).
-const (
-	EventCreate = "create"
-	EventWrite  = "write"
-	EventRemove = "remove"
-	EventRename = "rename"
-)
-
-// WatchEvent is one change seen in a watched directory. Name is the
-// path relative to that directory, as the sandbox named it: untrusted
-// text (any bytes but / and NUL), JSON-escaped on the wire.
-type WatchEvent struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-}
-
-// WatchResult answers a watch request.
-type WatchResult struct {
-	Watch  string       `json:"watch"`
-	Events []WatchEvent `json:"events"`
-	// Overflow: more changes than MaxWatchEvents (or a scan that could
-	// not complete) since the last poll; the events are only some of
-	// them.
-	Overflow bool `json:"overflow,omitempty"`
-}
-
 type watch struct {
 	mu        sync.Mutex // one poll at a time
 	dir       string     // relative to Workdir, "" for all of it
 	recursive bool
 	stamps    map[string]fileStamp
 	last      time.Time
-}
-
-// WatchRequest starts, polls or stops a directory watch.
-type WatchRequest struct {
-	Action    string
-	Path      string // start: the directory, relative to Workdir ("" for Workdir)
-	Recursive bool
-	Watch     string // poll, stop
 }
 
 // Watch watches a directory of session id's workspace by polling: start
@@ -252,9 +211,9 @@ func watchDiff(before, after map[string]fileStamp) ([]WatchEvent, bool) {
 		case !ok:
 			created = append(created, p)
 		case b.ino != a.ino:
-			events = append(events, WatchEvent{p, EventRemove}, WatchEvent{p, EventCreate})
+			events = append(events, WatchEvent{Name: p, Type: EventRemove}, WatchEvent{Name: p, Type: EventCreate})
 		case !a.dir && (b.size != a.size || b.mtime != a.mtime):
-			events = append(events, WatchEvent{p, EventWrite})
+			events = append(events, WatchEvent{Name: p, Type: EventWrite})
 		}
 	}
 	for p := range before {
@@ -270,15 +229,15 @@ func watchDiff(before, after map[string]fileStamp) ([]WatchEvent, bool) {
 	}
 	for _, p := range removed {
 		if _, ok := byIno[before[p].ino]; ok {
-			events = append(events, WatchEvent{p, EventRename})
+			events = append(events, WatchEvent{Name: p, Type: EventRename})
 		} else {
-			events = append(events, WatchEvent{p, EventRemove})
+			events = append(events, WatchEvent{Name: p, Type: EventRemove})
 		}
 	}
 	for _, p := range created {
-		events = append(events, WatchEvent{p, EventCreate})
+		events = append(events, WatchEvent{Name: p, Type: EventCreate})
 		if after[p].size > 0 && !after[p].dir {
-			events = append(events, WatchEvent{p, EventWrite})
+			events = append(events, WatchEvent{Name: p, Type: EventWrite})
 		}
 	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Name < events[j].Name })

@@ -6,7 +6,7 @@ import (
 	"sort"
 
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // DegradedStateless is the policy.Policy.Degraded value that allows the
@@ -54,7 +54,7 @@ func (r *Runner) scope(ctx context.Context, req Request) (scope, error) {
 	name := oneShotPolicy(req)
 	p, ok := r.cfg.Policies[name]
 	if !ok && r.cfg.Policies != nil {
-		return scope{}, fmt.Errorf("%w: unknown policy %q, configured: %v", session.ErrBadRequest, name, sortedNames(r.cfg.Policies))
+		return scope{}, fmt.Errorf("%w: unknown policy %q, configured: %v", seam.ErrBadRequest, name, sortedNames(r.cfg.Policies))
 	}
 	if p.Name != "" {
 		name = p.Name
@@ -85,9 +85,9 @@ func oneShotPolicy(req Request) string {
 // the wider policy of the same name; refused when the session is gone or
 // not the caller's, since its policy cannot then be known. It never runs
 // outside a sandbox: if the Manager cannot build one, it fails.
-func (r *Runner) degraded(ctx context.Context, req Request, code string) (*session.Result, error) {
-	er := session.ExecRequest{Code: stdlibOnly + code, Timeout: req.Exec.Timeout, Files: req.Exec.Files, OnOutput: req.Exec.OnOutput, OnDisplay: req.Exec.OnDisplay, OnClearOutput: req.Exec.OnClearOutput, RawANSI: req.Exec.RawANSI}
-	var res *session.Result
+func (r *Runner) degraded(ctx context.Context, req Request, code string) (*seam.Result, error) {
+	er := seam.ExecRequest{Code: stdlibOnly + code, Timeout: req.Exec.Timeout, Files: req.Exec.Files, OnOutput: req.Exec.OnOutput, OnDisplay: req.Exec.OnDisplay, OnClearOutput: req.Exec.OnClearOutput, RawANSI: req.Exec.RawANSI}
+	var res *seam.Result
 	var err error
 	if req.Session != "" {
 		res, err = r.m.RunOnceAs(ctx, req.Owner, req.Session, er)

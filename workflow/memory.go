@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // FailuresFile is the failure memory's file in the review directory.
@@ -156,7 +156,7 @@ func codeHash(code string) string {
 	return hex.EncodeToString(h[:8])
 }
 
-func failureOf(res *session.Result) (typ, msg string) {
+func failureOf(res *seam.Result) (typ, msg string) {
 	if res.Error != nil {
 		return res.Error.Type, res.Error.Message
 	}
@@ -166,7 +166,7 @@ func failureOf(res *session.Result) (typ, msg string) {
 // record counts one loop-ending failure of owner's under sc. first is the
 // request's code (how owner's later requests are matched), last the code
 // of the final attempt.
-func (m *memory) record(owner int, sc scope, first, last string, res *session.Result) string {
+func (m *memory) record(owner int, sc scope, first, last string, res *seam.Result) string {
 	if res == nil {
 		return ""
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 func TestNormalise(t *testing.T) {
@@ -48,7 +48,7 @@ func TestMemoryExpiresAndPersists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := &session.Result{Status: "error", Error: &session.CellError{Type: "ZeroDivisionError", Message: "division by zero"}}
+	res := &seam.Result{Status: "error", Error: &seam.CellError{Type: "ZeroDivisionError", Message: "division by zero"}}
 	sc := scopeOf(policy.Default(), "default")
 	mem.record(0, sc, "1/0", "1/0", res)
 	mem.record(0, sc, "1 / 0", "1/0", res) // whitespace differs: same code
@@ -76,7 +76,7 @@ func TestMemoryKeyedPerOwnerAndPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := &session.Result{Status: "oom"}
+	res := &seam.Result{Status: "oom"}
 	small := policy.Default()
 	small.MemoryBytes = 128 << 20
 	def, tight, other := scopeOf(policy.Default(), "default"), scopeOf(small, "default"), scopeOf(policy.Default(), "other")

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // Sentinel errors.
@@ -51,9 +51,18 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Sessions is what the Runner needs of session.Manager, which satisfies
+// it: workflow names no session type, so it links no sandbox machinery.
+type Sessions interface {
+	Exec(ctx context.Context, owner int, id string, req seam.ExecRequest) (*seam.Result, error)
+	RunOnce(ctx context.Context, owner int, policyName string, req seam.ExecRequest) (*seam.Result, error)
+	RunOnceAs(ctx context.Context, owner int, id string, req seam.ExecRequest) (*seam.Result, error)
+	PolicyOf(ctx context.Context, owner int, id string) (policy.Policy, error)
+}
+
 // Runner runs cells with fix-and-retry, fallback and failure memory.
 type Runner struct {
-	m   *session.Manager
+	m   Sessions
 	cfg Config
 	mem *memory
 	rev *reviewLog
@@ -69,7 +78,7 @@ const (
 )
 
 // New makes a Runner over m, loading failure memory from cfg.ReviewDir.
-func New(m *session.Manager, cfg Config) (*Runner, error) {
+func New(m Sessions, cfg Config) (*Runner, error) {
 	if cfg.MaxAttemptsCeiling == 0 {
 		cfg.MaxAttemptsCeiling = DefaultMaxAttemptsCeiling
 	}
@@ -113,7 +122,7 @@ type Request struct {
 	// Session names the session; "" runs one-shot under Policy.
 	Session string
 	Policy  string
-	Exec    session.ExecRequest
+	Exec    seam.ExecRequest
 	// MaxAttempts > 1 turns on fix-and-retry (0 or 1: a single run), and
 	// with it failure memory.
 	MaxAttempts int
@@ -130,12 +139,12 @@ func (req Request) usesMemory() bool { return req.MaxAttempts > 1 || req.Memory 
 
 // Attempt is one run of the loop.
 type Attempt struct {
-	Attempt int                `json:"attempt"`
-	Code    string             `json:"code"`
-	Status  string             `json:"status"`
-	Error   *session.CellError `json:"error,omitempty"`
-	Stdout  string             `json:"stdout,omitempty"`
-	Stderr  string             `json:"stderr,omitempty"`
+	Attempt int             `json:"attempt"`
+	Code    string          `json:"code"`
+	Status  string          `json:"status"`
+	Error   *seam.CellError `json:"error,omitempty"`
+	Stdout  string          `json:"stdout,omitempty"`
+	Stderr  string          `json:"stderr,omitempty"`
 }
 
 // Fallback is what a person needs when the loop could not make the cell work.
@@ -171,7 +180,7 @@ const forceHint = `send the same request with "force":true to run it anyway`
 // Outcome is what the loop produced. Result is the last attempt's result
 // (nil when nothing could run); the rest are the loop's own fields.
 type Outcome struct {
-	Result   *session.Result
+	Result   *seam.Result
 	Attempts []Attempt
 	Fallback *Fallback
 	// Mode is "degraded" when Result came from the degraded stateless run.
@@ -180,15 +189,15 @@ type Outcome struct {
 	Known *Known
 }
 
-func failed(res *session.Result) bool { return res != nil && res.Status != session.StatusOK }
+func failed(res *seam.Result) bool { return res != nil && res.Status != seam.StatusOK }
 
-func fixable(res *session.Result) bool {
-	return res.Status == session.StatusError || res.Status == session.StatusTimeout
+func fixable(res *seam.Result) bool {
+	return res.Status == seam.StatusError || res.Status == seam.StatusTimeout
 }
 
 // sandboxFailure: the cell never ran because no sandbox could be had.
 func sandboxFailure(err error) bool {
-	return errors.Is(err, session.ErrUnavailable) || errors.Is(err, session.ErrLimit)
+	return errors.Is(err, seam.ErrUnavailable) || errors.Is(err, seam.ErrLimit)
 }
 
 // Exec runs req through the loop. A non-nil error is a request the loop
@@ -200,7 +209,7 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 	}
 	if req.MaxAttempts < 0 || req.MaxAttempts > r.cfg.MaxAttemptsCeiling {
 		return nil, fmt.Errorf("%w: fix.max_attempts = %d, allowed 1..%d (config key fixer.max_attempts_ceiling)",
-			session.ErrBadRequest, req.MaxAttempts, r.cfg.MaxAttemptsCeiling)
+			seam.ErrBadRequest, req.MaxAttempts, r.cfg.MaxAttemptsCeiling)
 	}
 	// Memory is consulted only after the session lookup: an unknown
 	// session is not_found, never a remembered failure.
@@ -213,7 +222,7 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 		if k := r.mem.lookup(req.Owner, sc, req.Exec.Code, r.cfg.Threshold); k != nil && !req.Force {
 			r.cfg.Logger.Info("cell skipped by failure memory", "fingerprint", k.Fingerprint, "policy", k.Policy, "count", k.Count)
 			return &Outcome{
-				Result: &session.Result{Status: StatusSkipped, Error: &session.CellError{
+				Result: &seam.Result{Status: StatusSkipped, Error: &seam.CellError{
 					Type: k.Type, Message: fmt.Sprintf("skipped by failure memory: this code ended in remembered failure %s under policy %q %d times (first %s, last %s): %s: %s; %s",
 						k.Fingerprint, k.Policy, k.Count, k.FirstSeen.Format(time.RFC3339), k.LastSeen.Format(time.RFC3339), k.Type, k.Message, k.Force),
 				}},
@@ -325,14 +334,14 @@ func (r *Runner) Exec(ctx context.Context, req Request) (*Outcome, error) {
 	return out, nil
 }
 
-func (r *Runner) run(ctx context.Context, req Request, er session.ExecRequest) (*session.Result, error) {
+func (r *Runner) run(ctx context.Context, req Request, er seam.ExecRequest) (*seam.Result, error) {
 	if req.Session != "" {
 		return r.m.Exec(ctx, req.Owner, req.Session, er)
 	}
 	return r.m.RunOnce(ctx, req.Owner, req.Policy, er)
 }
 
-func statusLine(res *session.Result) string {
+func statusLine(res *seam.Result) string {
 	if res.Error != nil {
 		return res.Status + " (" + res.Error.Type + ": " + trim(res.Error.Message, 200) + ")"
 	}
@@ -340,7 +349,7 @@ func statusLine(res *session.Result) string {
 }
 
 // errorText is the exact error of a failed result: the traceback if any.
-func errorText(res *session.Result) string {
+func errorText(res *seam.Result) string {
 	if res == nil {
 		return ""
 	}
@@ -350,7 +359,7 @@ func errorText(res *session.Result) string {
 		}
 		return res.Error.Type + ": " + res.Error.Message
 	}
-	if res.Status != session.StatusOK {
+	if res.Status != seam.StatusOK {
 		return "cell ended with status " + res.Status
 	}
 	return ""

@@ -9,16 +9,16 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/api"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // bigPings is a Dispatcher whose ping answers carry 4 MiB (a stand-in for
 // a download or a large result) and counts the pings it served.
 func bigPings(calls *atomic.Int32) *api.Dispatcher {
 	big := strings.Repeat("k", 4<<20)
-	return testDispatcher(func() session.Features {
+	return testDispatcher(func() seam.Features {
 		calls.Add(1)
-		return session.Features{Kernel: big}
+		return seam.Features{Kernel: big}
 	})
 }
 

@@ -17,16 +17,16 @@ import (
 	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // These tests drive the transport with a Dispatcher that has no manager:
 // ping answers from an injected features func, every other op that passes
 // validation answers "unavailable". No root, no sandbox.
 
-func testDispatcher(features func() session.Features) *api.Dispatcher {
+func testDispatcher(features func() seam.Features) *api.Dispatcher {
 	if features == nil {
-		features = func() session.Features { return session.Features{Kernel: "test", CgroupMode: "v2"} }
+		features = func() seam.Features { return seam.Features{Kernel: "test", CgroupMode: "v2"} }
 	}
 	return &api.Dispatcher{Version: "test-1", Features: features}
 }
@@ -38,8 +38,8 @@ type wireLine struct {
 	Text  string          `json:"text"`
 	Error *api.Error      `json:"error"`
 
-	Version   string            `json:"version"`
-	Isolation *session.Features `json:"isolation"`
+	Version   string         `json:"version"`
+	Isolation *seam.Features `json:"isolation"`
 	raw       string
 }
 
@@ -199,10 +199,10 @@ func TestServeJSONLConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(n)
 	big := strings.Repeat("problem ", 4096) // long lines invite interleaving
-	d := testDispatcher(func() session.Features {
+	d := testDispatcher(func() seam.Features {
 		wg.Done()
 		wg.Wait()
-		return session.Features{Problems: []isolate.Problem{{ID: isolate.ProblemOverlay, Text: big}}}
+		return seam.Features{Problems: []isolate.Problem{{ID: isolate.ProblemOverlay, Text: big}}}
 	})
 	var in strings.Builder
 	for range n {
@@ -224,7 +224,7 @@ func TestServeJSONLConcurrent(t *testing.T) {
 func TestServeJSONLMaxInFlight(t *testing.T) {
 	var mu sync.Mutex
 	running, peak := 0, 0
-	d := testDispatcher(func() session.Features {
+	d := testDispatcher(func() seam.Features {
 		mu.Lock()
 		running++
 		peak = max(peak, running)
@@ -233,7 +233,7 @@ func TestServeJSONLMaxInFlight(t *testing.T) {
 		mu.Lock()
 		running--
 		mu.Unlock()
-		return session.Features{}
+		return seam.Features{}
 	})
 	got := serve(t, d, Options{MaxInFlight: 1}, strings.Repeat(`{"id":1,"op":"ping"}`+"\n", 4))
 	if len(got) != 4 || peak != 1 {
@@ -246,14 +246,14 @@ func TestServeJSONLMaxInFlight(t *testing.T) {
 func TestServeJSONLPanic(t *testing.T) {
 	calls := 0
 	var mu sync.Mutex
-	d := testDispatcher(func() session.Features {
+	d := testDispatcher(func() seam.Features {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
 		if calls == 1 {
 			panic("boom")
 		}
-		return session.Features{}
+		return seam.Features{}
 	})
 	d.Logger = discardLogger()
 	got := serve(t, d, Options{MaxInFlight: 1}, `{"id":1,"op":"ping"}`+"\n"+`{"id":2,"op":"ping"}`+"\n")

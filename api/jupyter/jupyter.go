@@ -16,7 +16,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/jailcell/jailcell/api"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // Options configure Serve.
@@ -481,7 +481,7 @@ func verdictName(status string) string {
 	return "jailcell." + status
 }
 
-func verdictText(r *session.Result) string {
+func verdictText(r *seam.Result) string {
 	switch r.Status {
 	case "timeout":
 		return "the cell ran past its time limit and was stopped by jailcell"
@@ -496,7 +496,7 @@ func verdictText(r *session.Result) string {
 // pagePayload is a cell's pager text (%quickref, obj?, %prun) as
 // Jupyter's `page` payloads of an execute_reply, where front ends show it
 // in their pager; an empty list when there is none.
-func pagePayload(items []session.DisplayItem) []any {
+func pagePayload(items []seam.DisplayItem) []any {
 	payload := []any{}
 	for _, d := range items {
 		if d.Pager {
@@ -508,7 +508,7 @@ func pagePayload(items []session.DisplayItem) []any {
 
 // bundleOf is a display item's MIME bundle; binary types stay base64, as
 // Jupyter carries them.
-func bundleOf(d session.DisplayItem) map[string]any {
+func bundleOf(d seam.DisplayItem) map[string]any {
 	if len(d.Bundle) > 0 {
 		return d.Bundle
 	}

@@ -1,4 +1,4 @@
-package session
+package seam
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/runner"
+	"github.com/jailcell/jailcell/session/internal/setupcell"
 )
 
 // Sentinel errors, declared in one place; the API layer maps them to wire
@@ -243,10 +244,12 @@ type ExecRequest struct {
 	// only, then put back to the session's (CheckEnvs bounds them).
 	Envs map[string]string
 
-	// setup marks the daemon's own cell (installing requirements at
+	// Setup marks the daemon's own cell (installing requirements at
 	// create): Timeout is then the configured bound for that work, not a
-	// request's, and the session's cell limits do not apply to it.
-	setup bool
+	// request's, and the session's cell limits do not apply to it. Its
+	// type is internal to session, so no caller above session can set
+	// it: a request from a front door always has the cell limits.
+	Setup setupcell.Mark
 }
 
 // CreateOptions shape a new session.

@@ -1,0 +1,36 @@
+package seam
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportsNoSandbox keeps seam a leaf: api and workflow import it to
+// stay clear of isolate, so anything here that builds a sandbox or runs a
+// process would ride along into every front door.
+func TestImportsNoSandbox(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool on PATH to list seam's dependencies: %v", err)
+	}
+	out, err := exec.Command(goTool, "list", "-tags", "seccomp", "-deps", "github.com/jailcell/jailcell/session/seam").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps seam: %v\n%s", err, out)
+	}
+	allowed := map[string]bool{
+		"github.com/jailcell/jailcell/policy":                     true,
+		"github.com/jailcell/jailcell/runner":                     true,
+		"github.com/jailcell/jailcell/session/internal/setupcell": true,
+		"github.com/jailcell/jailcell/session/seam":               true,
+	}
+	for _, p := range strings.Fields(string(out)) {
+		switch {
+		case strings.HasPrefix(p, "github.com/jailcell/jailcell/") && !allowed[p],
+			p == "os/exec",
+			strings.HasPrefix(p, "github.com/opencontainers/"),
+			strings.HasPrefix(p, "github.com/seccomp/"):
+			t.Errorf("seam imports %s: it must stay a leaf that builds no sandbox", p)
+		}
+	}
+}

@@ -1,0 +1,4 @@
+package seam
+
+// MaxFileBytes bounds one upload or download.
+const MaxFileBytes = 256 << 20

@@ -9,16 +9,17 @@ import (
 	"github.com/opencontainers/runc/libcontainer/seccomp"
 	"golang.org/x/sys/unix"
 
-	"github.com/jailcell/jailcell/session/seam"
+	"github.com/jailcell/jailcell/internal/hostfeatures"
 )
 
-// Features, ProblemID and Problem are declared in session/seam, the
-// vocabulary that crosses the api seam, so the API can show what the host
-// gives without importing isolate (and with it libcontainer).
+// Features, ProblemID and Problem are declared in internal/hostfeatures,
+// below this package, so the API can show what the host gives without
+// importing isolate (and with it libcontainer), and isolate still knows
+// nothing above it.
 type (
-	Features  = seam.Features
-	ProblemID = seam.ProblemID
-	Problem   = seam.Problem
+	Features  = hostfeatures.Features
+	ProblemID = hostfeatures.ProblemID
+	Problem   = hostfeatures.Problem
 )
 
 // The kinds of probe problems.

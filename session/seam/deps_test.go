@@ -19,6 +19,7 @@ func TestImportsNoSandbox(t *testing.T) {
 		t.Fatalf("go list -deps seam: %v\n%s", err, out)
 	}
 	allowed := map[string]bool{
+		"github.com/jailcell/jailcell/internal/hostfeatures":      true,
 		"github.com/jailcell/jailcell/policy":                     true,
 		"github.com/jailcell/jailcell/runner":                     true,
 		"github.com/jailcell/jailcell/session/internal/setupcell": true,

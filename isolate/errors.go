@@ -3,6 +3,8 @@ package isolate
 import (
 	"errors"
 	"fmt"
+
+	"github.com/jailcell/jailcell/isolate/internal/errdefs"
 )
 
 // Sentinel errors. The API layer maps them to wire codes with errors.Is.
@@ -10,7 +12,7 @@ var (
 	// ErrUnsupported: the host cannot give an isolation feature the policy
 	// asks for (user namespaces, idmapped mounts, overlayfs, a cgroup
 	// controller, seccomp). Fail closed.
-	ErrUnsupported = errors.New("isolation feature not supported by this host")
+	ErrUnsupported = errdefs.ErrUnsupported
 	// ErrNotFound: no sandbox with that id.
 	ErrNotFound = errors.New("sandbox not found")
 	// ErrNotMounted: a disk's tmpfs is gone (the host rebooted); it is an

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/jailcell/jailcell/isolate/seccomp"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -166,8 +167,8 @@ func childrenOf(t *testing.T, pid int) []string {
 			}
 		}
 		// The seccomp filter reader stays running on purpose, one for the
-		// process (seccompfilter.go), and is no sandbox's leftover.
-		if f["PPid"] == strconv.Itoa(pid) && e.Name() != strconv.Itoa(filterReaderPid()) {
+		// process (isolate/seccomp/filter.go), and is no sandbox's leftover.
+		if f["PPid"] == strconv.Itoa(pid) && e.Name() != strconv.Itoa(seccomp.FilterReaderPid()) {
 			out = append(out, e.Name()+" "+f["State"]+" "+f["Name"])
 		}
 	}

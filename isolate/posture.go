@@ -12,6 +12,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/isolate/seccomp"
 )
 
 // Posture check. A restore (hibernate, template, fork, snapshot, rollback)
@@ -125,7 +127,7 @@ type posture struct {
 	ifaces map[string]bool
 	// filters is every thread's seccomp filter chain as a cold start of
 	// the same configuration loads it (nil: not compared).
-	filters *filterSum
+	filters *seccomp.FilterSum
 }
 
 // zeroCaps is a capability set with nothing in it, as /proc shows it.
@@ -363,12 +365,12 @@ func checkPosture(pid int, cgDirs map[string]string, want posture) error {
 // checkFilters compares every thread's seccomp filter programs with a
 // cold start's: the status fields say how many filters, not what they
 // allow (an image whose one filter allows everything has the same count).
-func checkFilters(threads [][2]int, want filterSum, d *diffs) {
+func checkFilters(threads [][2]int, want seccomp.FilterSum, d *diffs) {
 	tids := make([]int, len(threads))
 	for i, t := range threads {
 		tids[i] = t[1]
 	}
-	sums, errs, err := readFilters(tids)
+	sums, errs, err := seccomp.ReadFilters(tids)
 	if err != nil {
 		d.addf("read the seccomp filters: %v", err)
 		return

@@ -125,7 +125,7 @@ FUZZTIME ?= 5s
 FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest ./api/jupyter:FuzzZMTPGuard ./api/jupyter:FuzzHistoryGlob \
 	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./runner:FuzzScanString ./runner:FuzzDecodeChart ./internal/confined:FuzzCheck \
 	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery \
-	./isolate:FuzzDecodeUserns ./store:FuzzCheckKey ./store:FuzzParseKeyring ./store:FuzzSigHeader ./session:FuzzUntarTree ./cmd/jailcell:FuzzParseTokens \
+	./isolate/criu:FuzzDecodeUserns ./store:FuzzCheckKey ./store:FuzzParseKeyring ./store:FuzzSigHeader ./session:FuzzUntarTree ./cmd/jailcell:FuzzParseTokens \
 	./internal/termtext:FuzzClean ./rootfs:FuzzSharedWritable
 fuzz: deps
 	GO=$(GO) TAGS=$(TAGS) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh $(FUZZ_TARGETS)

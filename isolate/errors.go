@@ -25,10 +25,10 @@ var (
 	ErrCopyBudget = errors.New("copy over its byte budget")
 	// ErrTimeout: a checkpoint or restore passed its bound (criu hung);
 	// the criu it started was killed.
-	ErrTimeout = errors.New("checkpoint/restore timed out")
+	ErrTimeout = errdefs.ErrTimeout
 	// ErrBusy: RestoreIfIdle found another checkpoint or restore of this
 	// process running (they run one at a time); nothing was restored.
-	ErrBusy = errors.New("another checkpoint or restore is running")
+	ErrBusy = errdefs.ErrBusy
 	// ErrPosture: a restored sandbox's confinement (seccomp, capabilities,
 	// no_new_privs, id maps, namespaces, cgroup, mounts), read from /proc,
 	// differs from a cold start's; it was destroyed. The images asked for

@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
 
+	"github.com/jailcell/jailcell/isolate/internal/procfs"
 	"github.com/jailcell/jailcell/isolate/seccomp"
 )
 
@@ -425,8 +426,8 @@ func sandboxProcs(pid int, cgDirs map[string]string, d *diffs) ([]int, error) {
 	// Descendants, from every process's parent (no /proc/PID/task/TID/
 	// children on kernels built without CONFIG_PROC_CHILDREN).
 	kids := map[int][]int{}
-	for p, st := range procTable() {
-		kids[st.ppid] = append(kids[st.ppid], p)
+	for p, st := range procfs.Table() {
+		kids[st.PPid] = append(kids[st.PPid], p)
 	}
 	for todo := []int{pid}; len(todo) > 0; {
 		p := todo[len(todo)-1]

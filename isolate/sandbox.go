@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/internal/cleanup"
+	"github.com/jailcell/jailcell/isolate/internal/procfs"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -408,8 +409,8 @@ func reapInit(p initProc) (*os.ProcessState, error) {
 // with no thread left. A zombie leader whose other threads live is not
 // ended: that is a process in execve from another thread.
 func exited(pid int) bool {
-	st, ok := readProcStat(pid)
-	return !ok || ((st.state == "Z" || st.state == "X") && st.threads <= 1)
+	st, ok := procfs.ReadStat(pid)
+	return !ok || ((st.State == "Z" || st.State == "X") && st.Threads <= 1)
 }
 
 func (s *Sandbox) wait() {

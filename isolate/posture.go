@@ -574,7 +574,7 @@ func (h *Host) verifyPosture(s *Sandbox, cfg *configs.Config) error {
 		return err
 	}
 	if s.net != nil {
-		want.ifaces["eth0"] = true // the egress gateway's veth (net.go)
+		want.ifaces["eth0"] = true // the egress gateway's veth (isolate/network)
 	}
 	return checkPosture(s.pid, s.cgDirs(), want)
 }

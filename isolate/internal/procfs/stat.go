@@ -55,3 +55,11 @@ func Alive(pid int) bool {
 	st, ok := ReadStat(pid)
 	return ok && st.State != "Z"
 }
+
+// Exited reports whether the process pid has ended: gone, or a zombie
+// with no thread left. A zombie leader whose other threads live is not
+// ended: that is a process in execve from another thread.
+func Exited(pid int) bool {
+	st, ok := ReadStat(pid)
+	return !ok || ((st.State == "Z" || st.State == "X") && st.Threads <= 1)
+}

@@ -93,7 +93,7 @@ type Host struct {
 
 	// criu is the checkpoint/restore state: the probe's cached verdict
 	// and the one-at-a-time slot that lets a timed-out operation find
-	// the criu it started (criuOp).
+	// the criu it started (criu.Op).
 	criu struct {
 		once sync.Once
 		err  error

@@ -68,7 +68,7 @@ func (h *Host) prepareNetwork(p policy.Policy, root string) error {
 	return nil
 }
 
-// attachNetwork builds the Gateway for the sandbox in slot whose init is
+// attachNetwork builds the gateway for the sandbox in slot whose init is
 // pid (network.Attach), with its uplink numbered by the slot's host uid
 // range (uplinkIndex).
 func (h *Host) attachNetwork(p policy.Policy, pid, slot int) (*network.Gateway, error) {
@@ -79,7 +79,7 @@ func (h *Host) attachNetwork(p policy.Policy, pid, slot int) (*network.Gateway, 
 	return network.Attach(p, eg, pid, uplinkIndex(h.cfg.UIDBase+slot*idsPerSlot))
 }
 
-// detachNetwork drops s's Gateway and removes its link from the sandbox's
+// detachNetwork drops s's gateway and removes its link from the sandbox's
 // namespace now (the kernel frees a dropped namespace, and the veth with
 // it, only later): the sandbox is left with loopback only.
 func (s *Sandbox) detachNetwork() error {
@@ -100,7 +100,7 @@ func (s *Sandbox) detachNetwork() error {
 	defer hd.Close()
 	if l, err := hd.LinkByName("eth0"); err == nil {
 		if err := hd.LinkDel(l); err != nil {
-			return fmt.Errorf("remove the Gateway link: %w", err)
+			return fmt.Errorf("remove the gateway link: %w", err)
 		}
 	}
 	return nil

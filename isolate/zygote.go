@@ -433,7 +433,7 @@ func truncate(b []byte, n int) string {
 	return string(b)
 }
 
-// lockedBuffer is a boundedBuffer that two writers share (libcontainer
+// lockedBuffer is a helper.BoundedBuffer that two writers share (libcontainer
 // copies stdout and stderr on goroutines of their own).
 type lockedBuffer struct {
 	mu sync.Mutex

@@ -192,13 +192,13 @@ func takeSlot(deadline time.Time) (release func(), err error) {
 
 // Op runs op, a libcontainer checkpoint or restore, within bound (the
 // wait for the criu slot included). Past it, the criu that op started is
-// killed with its descendants, and Op answers errdefs.ErrTimeout naming the
+// killed with its descendants, and Op answers ErrTimeout naming the
 // bound once op has returned, or KillWait later if it never does.
 func Op(what string, bound time.Duration, op func() error) error {
 	return OpWait(what, bound, true, op)
 }
 
-// OpWait is Op; unless wait, it answers errdefs.ErrBusy at once when another
+// OpWait is Op; unless wait, it answers ErrBusy at once when another
 // criu of this process holds the slot, instead of queueing for it.
 func OpWait(what string, bound time.Duration, wait bool, op func() error) error {
 	deadline := time.Now().Add(bound)

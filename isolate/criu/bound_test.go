@@ -69,7 +69,7 @@ func TestCriuProbeHangingDump(t *testing.T) {
 	err := probe(bin, time.Second)
 	took := time.Since(start)
 	if !errors.Is(err, errdefs.ErrTimeout) || !strings.Contains(err.Error(), "dump") {
-		t.Fatalf("probe of a hanging criu: %v, want errdefs.ErrTimeout naming the dump", err)
+		t.Fatalf("probe of a hanging criu: %v, want ErrTimeout naming the dump", err)
 	}
 	if took > time.Second+KillWait {
 		t.Fatalf("probe took %v, bound 1s", took)
@@ -92,7 +92,7 @@ func TestCriuProbeWrongPATH(t *testing.T) {
 }
 
 // Op kills the criu its operation started (here the way libcontainer
-// does it: a plain child, no context) and answers errdefs.ErrTimeout in bound.
+// does it: a plain child, no context) and answers ErrTimeout in bound.
 func TestCriuOpKillsHungCriu(t *testing.T) {
 	bin, hang := testenv.HangingCriu(t, "/bin/true")
 	hang("swrk")
@@ -101,7 +101,7 @@ func TestCriuOpKillsHungCriu(t *testing.T) {
 		return exec.Command("criu", "swrk", "3").Run()
 	})
 	if !errors.Is(err, errdefs.ErrTimeout) || !strings.Contains(err.Error(), "500ms") {
-		t.Fatalf("Op over a hung %s: %v, want errdefs.ErrTimeout naming the bound", bin, err)
+		t.Fatalf("Op over a hung %s: %v, want ErrTimeout naming the bound", bin, err)
 	}
 	if took := time.Since(start); took > 500*time.Millisecond+KillWait {
 		t.Fatalf("Op took %v", took)
@@ -126,7 +126,7 @@ func TestCriuProbeReal(t *testing.T) {
 	noCriuLeft(t)
 }
 
-// TestCriuOpIfIdle: an operation that must not queue answers errdefs.ErrBusy at
+// TestCriuOpIfIdle: an operation that must not queue answers ErrBusy at
 // once while another holds the criu slot, without running, and runs once
 // the slot is free.
 func TestCriuOpIfIdle(t *testing.T) {
@@ -135,7 +135,7 @@ func TestCriuOpIfIdle(t *testing.T) {
 	err := OpWait("restore", time.Minute, false, func() error { ran = true; return nil })
 	<-slot
 	if !errors.Is(err, errdefs.ErrBusy) || ran {
-		t.Fatalf("with the slot taken: err %v, ran %v; want errdefs.ErrBusy and not run", err, ran)
+		t.Fatalf("with the slot taken: err %v, ran %v; want ErrBusy and not run", err, ran)
 	}
 	if err := OpWait("restore", time.Minute, false, func() error { ran = true; return nil }); err != nil || !ran {
 		t.Fatalf("with the slot free: err %v, ran %v; want it run", err, ran)

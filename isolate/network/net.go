@@ -28,10 +28,10 @@ import (
 )
 
 // Egress is how sandboxes with network "allowlist" get out. Each such
-// sandbox gets its own Gateway network namespace, created and held by
+// sandbox gets its own gateway network namespace, created and held by
 // jailcell (anonymous: it lives only as long as jailcell holds it, so a
 // crashed daemon leaves nothing behind), joined to the sandbox by one veth
-// pair and to Upstream by another. All filtering happens in the Gateway,
+// pair and to Upstream by another. All filtering happens in the gateway,
 // where the sandbox has no capability at all; nothing is installed in the
 // host's own tables. See docs/egress.md.
 type Egress struct {
@@ -51,14 +51,14 @@ type Egress struct {
 // one /30 per uid range (uplinkIndex) from the shared address space in
 // Upstream.
 var (
-	gwAddr   = netip.MustParseAddr("169.254.0.1") // Gateway side, and the DNS server
+	gwAddr   = netip.MustParseAddr("169.254.0.1") // gateway side, and the DNS server
 	sbAddr   = netip.MustParseAddr("169.254.0.2") // the sandbox's eth0
 	uplinkV4 = netip.MustParseAddr("100.64.0.0")
 )
 
 const (
-	sbLink   = "sb" // Gateway end of the sandbox link
-	upLink   = "up" // Gateway end of the uplink
+	sbLink   = "sb" // gateway end of the sandbox link
+	upLink   = "up" // gateway end of the uplink
 	nftTable = "jailcell"
 	dnsTTL   = 30
 	// maxPins bounds the (address, port) pairs a sandbox's listed names
@@ -82,7 +82,7 @@ const (
 // UplinkName is the upstream end of uplink index i.
 func UplinkName(i int) string { return "jcu" + strconv.Itoa(i) }
 
-// uplinkAddrs returns the upstream and Gateway ends of uplink index i.
+// uplinkAddrs returns the upstream and gateway ends of uplink index i.
 func uplinkAddrs(i int) (netip.Addr, netip.Addr) {
 	b := uplinkV4.As4()
 	v := binary.BigEndian.Uint32(b[:]) + uint32(i)*4
@@ -178,7 +178,7 @@ func newNetns() (netns.NsHandle, error) {
 	return h, err
 }
 
-// Gateway is one allowlisted sandbox's Gateway namespace and DNS server.
+// Gateway is one allowlisted sandbox's gateway namespace and DNS server.
 type Gateway struct {
 	pol    policy.Policy
 	eg     Egress
@@ -203,10 +203,10 @@ type Gateway struct {
 	logQuiet int64 // refusals not logged in the current window
 }
 
-// Attach builds the Gateway for a sandbox whose init is pid and connects
+// Attach builds the gateway for a sandbox whose init is pid and connects
 // it to the upstream eg names through uplink index idx. The sandbox's own namespace is owned by its user namespace,
 // but its processes hold no capability there, so they cannot change the
-// addresses and routes set here; nor could that help them: the Gateway
+// addresses and routes set here; nor could that help them: the gateway
 // decides.
 func Attach(p policy.Policy, eg Egress, pid, idx int) (_ *Gateway, retErr error) {
 	if eg.Resolve == nil {
@@ -245,7 +245,7 @@ func Attach(p policy.Policy, eg Egress, pid, idx int) (_ *Gateway, retErr error)
 		return nil, err
 	}
 	if err := g.nft(ruleset(p)); err != nil {
-		return nil, fmt.Errorf("install Gateway rules: %w", err)
+		return nil, fmt.Errorf("install gateway rules: %w", err)
 	}
 	err = inNetns(g.ns, func() error {
 		var err error
@@ -288,7 +288,7 @@ func (g *Gateway) links(sbNS, upNS netns.NsHandle, upPeer string, upAddr, gwUpAd
 		name, peer string
 		peerNS     netns.NsHandle
 	}{{sbLink, "eth0", sbNS}, {upLink, upPeer, upNS}}
-	// A Gateway that was just dropped (a daemon that exited, a sandbox of
+	// A gateway that was just dropped (a daemon that exited, a sandbox of
 	// this slot destroyed a moment ago) takes its veth pairs with it only
 	// when the kernel gets round to freeing its namespace: remove what is
 	// left of them by name. Both names are this sandbox's own: eth0 in its
@@ -337,7 +337,7 @@ func (g *Gateway) links(sbNS, upNS netns.NsHandle, upPeer string, upAddr, gwUpAd
 		return err
 	}
 	if err := gw.RouteAdd(&netlink.Route{Gw: upAddr.AsSlice()}); err != nil {
-		return fmt.Errorf("Gateway default route: %w", err)
+		return fmt.Errorf("gateway default route: %w", err)
 	}
 	if err := sb.RouteAdd(&netlink.Route{Gw: gwAddr.AsSlice()}); err != nil {
 		return fmt.Errorf("sandbox default route: %w", err)
@@ -345,7 +345,7 @@ func (g *Gateway) links(sbNS, upNS netns.NsHandle, upPeer string, upAddr, gwUpAd
 	return nil
 }
 
-// Close stops the DNS server and drops the Gateway namespace; its veths go
+// Close stops the DNS server and drops the gateway namespace; its veths go
 // with it (a veth pair dies with either end's namespace).
 func (g *Gateway) Close() error {
 	g.closed.Do(func() {
@@ -361,7 +361,7 @@ func (g *Gateway) Close() error {
 }
 
 // RefusedKey identifies a refused destination: an address and port the
-// Gateway rejected, a name the DNS server would not answer for, or both
+// gateway rejected, a name the DNS server would not answer for, or both
 // (a listed name that resolved to a private address).
 type RefusedKey struct {
 	Addr   string
@@ -375,16 +375,16 @@ type Refused struct {
 	RefusedKey
 	Count int64
 	// windowed: counted since the previous reading (the DNS server's
-	// sample), not since the Gateway was built.
+	// sample), not since the gateway was built.
 	windowed bool
 }
 
-// NetUsage is what a sandbox sent through its Gateway, counted there.
+// NetUsage is what a sandbox sent through its gateway, counted there.
 // Bytes are IP packet bytes (headers included).
 type NetUsage struct {
 	SentBytes, ReceivedBytes     int64
 	SentPackets, ReceivedPackets int64
-	// RefusedCount is every refused attempt: packets the Gateway
+	// RefusedCount is every refused attempt: packets the gateway
 	// rejected and names its DNS server would not answer for.
 	RefusedCount int64
 	// Refused is a sample of them by destination. In a reading from
@@ -555,7 +555,7 @@ func (g *Gateway) resolve(name string) (_ []netip.Addr, ok bool) {
 		if err := g.nft(fmt.Sprintf("add element inet %s pins { %s }\n", nftTable, strings.Join(add, ", "))); err != nil {
 			g.eg.Log.Warn("egress pin", "name", name, "err", err)
 			// Not in the set, so not pinned: else every later answer
-			// would name an address the Gateway then refuses.
+			// would name an address the gateway then refuses.
 			g.mu.Lock()
 			for _, ap := range fresh {
 				delete(g.pinned, ap)
@@ -567,7 +567,7 @@ func (g *Gateway) resolve(name string) (_ []netip.Addr, ok bool) {
 	return keep, true
 }
 
-// serveDNS answers the sandbox's queries until the Gateway closes. Queries
+// serveDNS answers the sandbox's queries until the gateway closes. Queries
 // are handled one at a time: a sandbox that floods it only delays itself.
 func (g *Gateway) serveDNS() {
 	buf := make([]byte, 1500)

@@ -118,14 +118,14 @@ VM_DIR ?= /var/cache/jailcell/vm
 # (it also runs as part of `make test`).
 HOSTILE := Hostile|CVE|Refuses|Limit|Bites|Bomb|Leak|Invisible|Isolated|Network|Environment|Symlink|Timeout|OOM|Gigabyte|Inode|Daemonised|Neighbour|Posture|Egress|Cap
 test-hostile: rootfs
-	$(GO) test -tags $(TAGS) -count=1 -run '$(HOSTILE)' ./isolate/ ./session/ ./runner/ ./cmd/jailcell/ ./policy/ ./api/ ./workflow/
+	$(GO) test -tags $(TAGS) -count=1 -run '$(HOSTILE)' ./isolate/... ./session/ ./runner/ ./cmd/jailcell/ ./policy/ ./api/ ./workflow/
 
 # Every fuzz target for a bounded time each (FUZZTIME), seeds included.
 FUZZTIME ?= 5s
 FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest ./api/jupyter:FuzzZMTPGuard ./api/jupyter:FuzzHistoryGlob \
 	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./runner:FuzzScanString ./runner:FuzzDecodeChart ./internal/confined:FuzzCheck \
-	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate:FuzzDNSQuery \
-	./isolate:FuzzDecodeUserns ./store:FuzzCheckKey ./store:FuzzParseKeyring ./store:FuzzSigHeader ./session:FuzzUntarTree ./cmd/jailcell:FuzzParseTokens \
+	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate/network:FuzzDNSQuery \
+	./isolate/criu:FuzzDecodeUserns ./store:FuzzCheckKey ./store:FuzzParseKeyring ./store:FuzzSigHeader ./session:FuzzUntarTree ./cmd/jailcell:FuzzParseTokens \
 	./internal/termtext:FuzzClean ./rootfs:FuzzSharedWritable
 fuzz: deps
 	GO=$(GO) TAGS=$(TAGS) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh $(FUZZ_TARGETS)

@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opencontainers/runc/libcontainer/seccomp"
+	runcseccomp "github.com/opencontainers/runc/libcontainer/seccomp"
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate/seccomp"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -113,7 +114,7 @@ func BenchmarkSeccompInit(b *testing.B) {
 // runs nothing afterwards.
 func seccompInitChild() {
 	fail := func(err error) { fmt.Fprintln(os.Stderr, err); os.Exit(1) }
-	cfg, err := seccompConfig(uint(unix.EPERM))
+	cfg, err := seccomp.Config(uint(unix.EPERM))
 	if err != nil {
 		fail(err)
 	}
@@ -122,7 +123,7 @@ func seccompInitChild() {
 		fail(err)
 	}
 	start := time.Now()
-	if _, err := seccomp.InitSeccomp(cfg); err != nil {
+	if _, err := runcseccomp.InitSeccomp(cfg); err != nil {
 		fail(fmt.Errorf("InitSeccomp: %w", err))
 	}
 	fmt.Printf("seccomp-init-ns %d\n", time.Since(start).Nanoseconds())

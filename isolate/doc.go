@@ -7,4 +7,11 @@
 // Python, cells or sessions. It must never run a process with less isolation
 // than the policy asks for: a feature the host cannot give is an error, not a
 // silent downgrade.
+//
+// Mechanisms with a clean seam live in sub-packages that never import
+// isolate: seccomp (the allowlist and reading filters back), criu
+// (driving CRIU, its bounds and images) and network (the egress gateway).
+// internal/ holds what they share below them: the sentinel errors
+// (errdefs, re-exported here), the re-executed line helper (helper) and
+// /proc/PID/stat reading (procfs).
 package isolate

@@ -3,6 +3,8 @@ package isolate
 import (
 	"errors"
 	"fmt"
+
+	"github.com/jailcell/jailcell/isolate/internal/errdefs"
 )
 
 // Sentinel errors. The API layer maps them to wire codes with errors.Is.
@@ -10,7 +12,7 @@ var (
 	// ErrUnsupported: the host cannot give an isolation feature the policy
 	// asks for (user namespaces, idmapped mounts, overlayfs, a cgroup
 	// controller, seccomp). Fail closed.
-	ErrUnsupported = errors.New("isolation feature not supported by this host")
+	ErrUnsupported = errdefs.ErrUnsupported
 	// ErrNotFound: no sandbox with that id.
 	ErrNotFound = errors.New("sandbox not found")
 	// ErrNotMounted: a disk's tmpfs is gone (the host rebooted); it is an
@@ -23,10 +25,10 @@ var (
 	ErrCopyBudget = errors.New("copy over its byte budget")
 	// ErrTimeout: a checkpoint or restore passed its bound (criu hung);
 	// the criu it started was killed.
-	ErrTimeout = errors.New("checkpoint/restore timed out")
+	ErrTimeout = errdefs.ErrTimeout
 	// ErrBusy: RestoreIfIdle found another checkpoint or restore of this
 	// process running (they run one at a time); nothing was restored.
-	ErrBusy = errors.New("another checkpoint or restore is running")
+	ErrBusy = errdefs.ErrBusy
 	// ErrPosture: a restored sandbox's confinement (seccomp, capabilities,
 	// no_new_privs, id maps, namespaces, cgroup, mounts), read from /proc,
 	// differs from a cold start's; it was destroyed. The images asked for

@@ -13,6 +13,9 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/jailcell/jailcell/isolate/internal/procfs"
+	"github.com/jailcell/jailcell/isolate/network"
+	"github.com/jailcell/jailcell/isolate/seccomp"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -68,10 +71,10 @@ func TestSandboxNetnsWaitsOutExecFromThread(t *testing.T) {
 	if _, err := netns.GetFromPid(pid); err == nil {
 		t.Fatal("the window is not reproduced: ns/net opened while the leader is a zombie")
 	}
-	if exited(pid) {
+	if procfs.Exited(pid) {
 		t.Fatal("a zombie leader with live threads counted as an ended process")
 	}
-	ns, err := sandboxNetns(pid)
+	ns, err := network.SandboxNetns(pid)
 	if err != nil {
 		t.Fatalf("sandboxNetns across the exec: %v", err)
 	}
@@ -92,13 +95,13 @@ func TestSandboxNetnsWaitsOutExecFromThread(t *testing.T) {
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !exited(pid); {
+	for deadline := time.Now().Add(10 * time.Second); !procfs.Exited(pid); {
 		if time.Now().After(deadline) {
 			t.Fatal("a killed child never counted as ended")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := sandboxNetns(pid); err == nil {
+	if _, err := network.SandboxNetns(pid); err == nil {
 		t.Fatal("sandboxNetns opened the namespace of an ended process")
 	}
 	_ = cmd.Wait()
@@ -166,8 +169,8 @@ func childrenOf(t *testing.T, pid int) []string {
 			}
 		}
 		// The seccomp filter reader stays running on purpose, one for the
-		// process (seccompfilter.go), and is no sandbox's leftover.
-		if f["PPid"] == strconv.Itoa(pid) && e.Name() != strconv.Itoa(filterReaderPid()) {
+		// process (isolate/seccomp/filter.go), and is no sandbox's leftover.
+		if f["PPid"] == strconv.Itoa(pid) && e.Name() != strconv.Itoa(seccomp.FilterReaderPid()) {
 			out = append(out, e.Name()+" "+f["State"]+" "+f["Name"])
 		}
 	}

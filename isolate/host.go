@@ -21,13 +21,15 @@ import (
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 	// Device rule support for the cgroup managers.
 	_ "github.com/opencontainers/cgroups/devices"
+
+	"github.com/jailcell/jailcell/isolate/seccomp"
 )
 
 // Init must be the first call in main of any binary that builds sandboxes.
 // When the process was started as a sandbox init (argument "init", started
 // by libcontainer through /proc/self/exe), it becomes the sandbox's init and
 // never returns. Started as the posture check's seccomp filter helper (a
-// hidden argument, see seccompfilter.go), it runs that and exits.
+// hidden argument, see isolate/seccomp/filter.go), it runs that and exits.
 // Otherwise it returns at once.
 func Init() {
 	helperMain()
@@ -80,7 +82,7 @@ type Host struct {
 	seccomps map[uint]*configs.Seccomp
 	// seccompRefs: a cold start's filter programs per seccomp
 	// configuration (sha256 of its JSON), for the posture check.
-	seccompRefs map[[32]byte]filterSum
+	seccompRefs map[[32]byte]seccomp.FilterSum
 	// seccompProgs: a cold start's filter program per seccomp
 	// configuration, for zygote forks (coldProgram).
 	seccompProgs map[[32]byte][]byte
@@ -91,7 +93,7 @@ type Host struct {
 
 	// criu is the checkpoint/restore state: the probe's cached verdict
 	// and the one-at-a-time slot that lets a timed-out operation find
-	// the criu it started (criuOp).
+	// the criu it started (criu.Op).
 	criu struct {
 		once sync.Once
 		err  error
@@ -229,7 +231,7 @@ func NewHost(cfg Config) (*Host, error) {
 		}
 	}
 	logrus.SetLevel(logrus.WarnLevel)
-	h := &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}, seccompRefs: map[[32]byte]filterSum{}, seccompProgs: map[[32]byte][]byte{}, userns: map[int]*os.File{}}
+	h := &Host{cfg: cfg, features: f, slots: make([]bool, cfg.Slots), seccomps: map[uint]*configs.Seccomp{}, seccompRefs: map[[32]byte]seccomp.FilterSum{}, seccompProgs: map[[32]byte][]byte{}, userns: map[int]*os.File{}}
 	h.criu.slot = make(chan struct{}, 1)
 	return h, nil
 }
@@ -273,7 +275,7 @@ func (h *Host) seccomp(errno uint) (*configs.Seccomp, error) {
 	if s, ok := h.seccomps[errno]; ok {
 		return s, nil
 	}
-	s, err := seccompConfig(errno)
+	s, err := seccomp.Config(errno)
 	if err != nil {
 		return nil, err
 	}

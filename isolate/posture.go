@@ -12,6 +12,9 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/isolate/internal/procfs"
+	"github.com/jailcell/jailcell/isolate/seccomp"
 )
 
 // Posture check. A restore (hibernate, template, fork, snapshot, rollback)
@@ -125,7 +128,7 @@ type posture struct {
 	ifaces map[string]bool
 	// filters is every thread's seccomp filter chain as a cold start of
 	// the same configuration loads it (nil: not compared).
-	filters *filterSum
+	filters *seccomp.FilterSum
 }
 
 // zeroCaps is a capability set with nothing in it, as /proc shows it.
@@ -363,12 +366,12 @@ func checkPosture(pid int, cgDirs map[string]string, want posture) error {
 // checkFilters compares every thread's seccomp filter programs with a
 // cold start's: the status fields say how many filters, not what they
 // allow (an image whose one filter allows everything has the same count).
-func checkFilters(threads [][2]int, want filterSum, d *diffs) {
+func checkFilters(threads [][2]int, want seccomp.FilterSum, d *diffs) {
 	tids := make([]int, len(threads))
 	for i, t := range threads {
 		tids[i] = t[1]
 	}
-	sums, errs, err := readFilters(tids)
+	sums, errs, err := seccomp.ReadFilters(tids)
 	if err != nil {
 		d.addf("read the seccomp filters: %v", err)
 		return
@@ -423,8 +426,8 @@ func sandboxProcs(pid int, cgDirs map[string]string, d *diffs) ([]int, error) {
 	// Descendants, from every process's parent (no /proc/PID/task/TID/
 	// children on kernels built without CONFIG_PROC_CHILDREN).
 	kids := map[int][]int{}
-	for p, st := range procTable() {
-		kids[st.ppid] = append(kids[st.ppid], p)
+	for p, st := range procfs.Table() {
+		kids[st.PPid] = append(kids[st.PPid], p)
 	}
 	for todo := []int{pid}; len(todo) > 0; {
 		p := todo[len(todo)-1]
@@ -571,7 +574,7 @@ func (h *Host) verifyPosture(s *Sandbox, cfg *configs.Config) error {
 		return err
 	}
 	if s.net != nil {
-		want.ifaces["eth0"] = true // the egress gateway's veth (net.go)
+		want.ifaces["eth0"] = true // the egress gateway's veth (isolate/network)
 	}
 	return checkPosture(s.pid, s.cgDirs(), want)
 }

@@ -14,6 +14,8 @@ import (
 	criucore "github.com/checkpoint-restore/go-criu/v8/crit/images/criu-core"
 	criuseccomp "github.com/checkpoint-restore/go-criu/v8/crit/images/seccomp"
 	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/isolate/seccomp"
 )
 
 // editCoreImages rewrites the thread core (creds, seccomp) of every
@@ -105,8 +107,8 @@ func allowAllSum() string {
 		prog[i] = unix.SockFilter{Code: uint16(b[0]) | uint16(b[1])<<8, Jt: b[2], Jf: b[3], K: uint32(b[4]) | uint32(b[5])<<8 | uint32(b[6])<<16 | uint32(b[7])<<24}
 	}
 	h := sha256.New()
-	hashProgram(h, prog)
-	return filterSum{n: 1, sum: hex.EncodeToString(h.Sum(nil))}.String()
+	seccomp.HashProgram(h, prog)
+	return seccomp.FilterSum{N: 1, Sum: hex.EncodeToString(h.Sum(nil))}.String()
 }
 
 // allCaps is every capability of this kernel (CAP_LAST_CAP 40) as criu's

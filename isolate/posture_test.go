@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate/seccomp"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -358,7 +359,7 @@ func TestPostureColdStartPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want.filters == nil || want.filters.n != 1 {
+	if want.filters == nil || want.filters.N != 1 {
 		t.Fatalf("a cold start's seccomp filters: %v, want one filter", want.filters)
 	}
 	t.Logf("a cold start's seccomp filter: %v", *want.filters)
@@ -400,8 +401,8 @@ func TestPostureCheckNamesDifferences(t *testing.T) {
 		{"cgroup", "cgroup", func(p *posture) { p.cgroupPath = "/elsewhere" }},
 		{"extra mount", "mount /tmp (tmpfs", func(p *posture) { delete(p.mounts, "/tmp") }},
 		{"root device", "mount / from device", func(p *posture) { p.mounts["/"] = wantMount{fstype: "overlay", dev: "0:1"} }},
-		{"seccomp filter program", "seccomp filter 1 filter(s) sha256 ", func(p *posture) { p.filters = &filterSum{n: 1, sum: strings.Repeat("0", 64)} }},
-		{"seccomp filter count", "want 2 filter(s) sha256", func(p *posture) { f := *p.filters; f.n = 2; p.filters = &f }},
+		{"seccomp filter program", "seccomp filter 1 filter(s) sha256 ", func(p *posture) { p.filters = &seccomp.FilterSum{N: 1, Sum: strings.Repeat("0", 64)} }},
+		{"seccomp filter count", "want 2 filter(s) sha256", func(p *posture) { f := *p.filters; f.N = 2; p.filters = &f }},
 		{"read-only", "mount /tmp lacks ro", func(p *posture) { m := p.mounts["/tmp"]; m.flags |= unix.MS_RDONLY; p.mounts["/tmp"] = m }},
 		{"rlimit", "Max open files", func(p *posture) { p.rlimits["Max open files"] = "1 1" }},
 		{"interface", `network interface "lo" that a cold start lacks`, func(p *posture) { delete(p.ifaces, "lo") }},

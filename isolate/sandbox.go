@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/internal/cleanup"
+	"github.com/jailcell/jailcell/isolate/internal/procfs"
+	"github.com/jailcell/jailcell/isolate/network"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -81,8 +83,8 @@ type Sandbox struct {
 	process   initProc
 	pid       int
 	cg        cgroupFiles
-	policy    policy.Policy // what it was built with (adopted: from AttachNetwork)
-	net       *gateway      // nil unless the policy's network is "allowlist"
+	policy    policy.Policy    // what it was built with (adopted: from AttachNetwork)
+	net       *network.Gateway // nil unless the policy's network is "allowlist"
 
 	done     chan struct{}
 	exit     Exit
@@ -344,10 +346,10 @@ func (d *Disk) buildEarly(spec Spec, labels []string, verify bool, early func(cf
 	}
 	// The kernel cannot run a cell before it has said hello, which is
 	// after Create returns: no cell sees the sandbox before its network.
-	var gw *gateway
+	var gw *network.Gateway
 	if spec.Policy.Network == policy.NetworkAllowlist {
 		if gw, err = h.attachNetwork(spec.Policy, pid, d.slot); err != nil {
-			if exited(pid) {
+			if procfs.Exited(pid) {
 				// Its namespaces went with it: say so, not ENOENT.
 				if err := reap(); err != nil {
 					return nil, err
@@ -356,7 +358,7 @@ func (d *Disk) buildEarly(spec Spec, labels []string, verify bool, early func(cf
 			}
 			return nil, fmt.Errorf("attach sandbox network: %w", err)
 		}
-		cl.Add(gw.close)
+		cl.Add(gw.Close)
 	}
 	s := &Sandbox{
 		ID: id, disk: d, container: c, process: init, pid: pid, net: gw, policy: spec.Policy,
@@ -402,14 +404,6 @@ func reapInit(p initProc) (*os.ProcessState, error) {
 	case <-time.After(10 * time.Second):
 		return nil, errors.New("reap sandbox init: not gone 10 s after SIGKILL")
 	}
-}
-
-// exited reports whether the process pid has ended: gone, or a zombie
-// with no thread left. A zombie leader whose other threads live is not
-// ended: that is a process in execve from another thread.
-func exited(pid int) bool {
-	st, ok := readProcStat(pid)
-	return !ok || ((st.state == "Z" || st.state == "X") && st.threads <= 1)
 }
 
 func (s *Sandbox) wait() {
@@ -499,7 +493,7 @@ func (s *Sandbox) Disk() *Disk { return s.disk }
 // afterwards.
 func (s *Sandbox) Release() {
 	if s.net != nil {
-		_ = s.net.close()
+		_ = s.net.Close()
 		s.net = nil
 	}
 	s.cg.open.close()
@@ -532,7 +526,7 @@ func (s *Sandbox) Destroy() error {
 			}
 		}
 		if s.net != nil {
-			_ = s.net.close()
+			_ = s.net.Close()
 		}
 		s.cg.open.close()
 		h := s.disk.h
@@ -578,7 +572,7 @@ func (h *Host) containerConfig(spec Spec, id, root string, hostID int, sec *conf
 	if p.Network == policy.NetworkAllowlist {
 		// The gateway's DNS server only: a cell that resolves names
 		// itself still gets answers only for the allowlist.
-		mounts = append(mounts, &configs.Mount{Source: resolvConfPath(root), Destination: "/etc/resolv.conf", Device: "bind",
+		mounts = append(mounts, &configs.Mount{Source: network.ResolvConfPath(root), Destination: "/etc/resolv.conf", Device: "bind",
 			Flags: unix.MS_BIND | unix.MS_RDONLY | noexec})
 	}
 	var rules []*devconfig.Rule

@@ -19,7 +19,7 @@ import (
 // other session (a DoS across the sandbox wall). Each is bounded below:
 // the rlimit counts to a per-session share small enough that the host's
 // own limit (sized for one user) outlasts sessions.max sessions holding
-// theirs, the rest refused outright by the seccomp filter (see denied).
+// theirs, the rest refused outright by the seccomp filter (see seccomp.denied).
 // SECURITY.md's "Kernel counts" lists every count, its bound and its test.
 const (
 	// SigpendingShare is a sandbox's RLIMIT_SIGPENDING: queued signals

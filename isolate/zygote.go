@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/internal/cleanup"
+	"github.com/jailcell/jailcell/isolate/internal/helper"
+	"github.com/jailcell/jailcell/isolate/seccomp"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -111,7 +113,7 @@ type Zygote struct {
 	container *libcontainer.Container
 	process   *libcontainer.Process
 	ctl       *os.File // our end of the zygote's SOCK_SEQPACKET socket
-	mapper    *lineHelper
+	mapper    *helper.LineHelper
 	log       *lockedBuffer // its stdout and stderr, the first 8 KiB
 
 	closeOnce sync.Once
@@ -152,7 +154,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	cl.Add(func() error { h.freeSlot(slot); return nil })
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d-%d", slot, time.Now().UnixNano()))
 	id := "zygote_" + hex.EncodeToString(sum[:6]) + "-1"
-	z := &Zygote{h: h, spec: spec, id: id, slot: slot, log: &lockedBuffer{b: boundedBuffer{max: 8192}}, done: make(chan struct{})}
+	z := &Zygote{h: h, spec: spec, id: id, slot: slot, log: &lockedBuffer{b: helper.BoundedBuffer{Max: 8192}}, done: make(chan struct{})}
 	z.dir = filepath.Join(h.cfg.StateDir, "zygotes", id)
 	if err := os.MkdirAll(z.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create zygote dir: %w", err)
@@ -321,7 +323,7 @@ func (h *Host) zygoteDir(id string) string { return filepath.Join(h.cfg.StateDir
 // coldProgram is the seccomp program of cfg, computed once per
 // configuration.
 func (h *Host) coldProgram(cfg *configs.Seccomp) ([]byte, error) {
-	return seccompCached(h, h.seccompProgs, cfg, coldProgram, "read a cold start's seccomp program")
+	return seccompCached(h, h.seccompProgs, cfg, seccomp.ColdProgram, "read a cold start's seccomp program")
 }
 
 // Kill ends the zygote's process (not its forks) and nothing else; Close
@@ -348,7 +350,7 @@ func (z *Zygote) close() error {
 		z.broken = errors.New("zygote closed")
 	}
 	_ = z.ctl.Close()
-	z.mapper.close()
+	z.mapper.Close()
 	var errs []error
 	_ = z.process.Signal(unix.SIGKILL)
 	select {
@@ -431,11 +433,11 @@ func truncate(b []byte, n int) string {
 	return string(b)
 }
 
-// lockedBuffer is a boundedBuffer that two writers share (libcontainer
+// lockedBuffer is a helper.BoundedBuffer that two writers share (libcontainer
 // copies stdout and stderr on goroutines of their own).
 type lockedBuffer struct {
 	mu sync.Mutex
-	b  boundedBuffer
+	b  helper.BoundedBuffer
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {

@@ -16,6 +16,8 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/isolate/internal/procfs"
 )
 
 // Fork builds a sandbox on disk d forked from z. spec must ask for what
@@ -129,7 +131,7 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	}()
 	// Its parent must be us (CLONE_PARENT): a zygote that answered with a
 	// stranger's pid gets no maps and no cgroup written for it.
-	if st, ok := readProcStat(pid); !ok || st.ppid != os.Getpid() {
+	if st, ok := procfs.ReadStat(pid); !ok || st.PPid != os.Getpid() {
 		return nil, nil, fmt.Errorf("zygote answered pid %d, which is not this daemon's child", pid)
 	}
 	if err := mapIDs(z.mapper, pid, d.HostID()-z.h.cfg.UIDBase, zygoteForkTimeout); err != nil {

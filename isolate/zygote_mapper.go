@@ -38,6 +38,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jailcell/jailcell/isolate/internal/helper"
 )
 
 // zygoteMapperArg makes the binary a zygote's id mapper: in the user
@@ -48,7 +50,7 @@ const zygoteMapperArg = "__jailcell-internal-zygote-mapper"
 
 func zygoteMapperMain() int {
 	out := bufio.NewWriter(os.Stdout)
-	return serveLines(os.Stdin, out, func(f []string, w io.Writer) int {
+	return helper.ServeLines(os.Stdin, out, func(f []string, w io.Writer) int {
 		var err error
 		pid, perr := 0, error(nil)
 		id := 0
@@ -79,18 +81,16 @@ func zygoteMapperMain() int {
 // startMapper starts the id mapper in the user namespace of pid. It is
 // not restarted: a mapper that failed leaves its zygote unusable (the
 // next create takes another path).
-func startMapper(pid int) (*lineHelper, error) {
-	m := &lineHelper{name: "zygote's id mapper", args: []string{zygoteMapperArg, fmt.Sprintf("/proc/%d/ns/user", pid)}}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m, m.start()
+func startMapper(pid int) (*helper.LineHelper, error) {
+	m := &helper.LineHelper{Name: "zygote's id mapper", Args: []string{zygoteMapperArg, fmt.Sprintf("/proc/%d/ns/user", pid)}}
+	return m, m.Start()
 }
 
 // mapIDs gives pid's user namespace the uid and gid map 0 -> id (id
 // relative to the zygote's namespace) through mapper m, waiting at most
 // timeout.
-func mapIDs(m *lineHelper, pid, id int, timeout time.Duration) error {
-	lines, err := m.ask(fmt.Sprintf("%d %d", pid, id), 1, timeout)
+func mapIDs(m *helper.LineHelper, pid, id int, timeout time.Duration) error {
+	lines, err := m.Ask(fmt.Sprintf("%d %d", pid, id), 1, timeout)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package isolate
+package network
 
 import (
 	"bytes"
@@ -79,12 +79,12 @@ func ports(ps []uint16) string {
 
 // nft runs nft -f - with script inside the gateway namespace (the child
 // inherits the namespace of the thread that forks it).
-func (g *gateway) nft(script string, args ...string) error {
+func (g *Gateway) nft(script string, args ...string) error {
 	_, err := g.nftOut(script, args...)
 	return err
 }
 
-func (g *gateway) nftOut(stdin string, args ...string) ([]byte, error) {
+func (g *Gateway) nftOut(stdin string, args ...string) ([]byte, error) {
 	g.nftMu.Lock()
 	defer g.nftMu.Unlock()
 	if len(args) == 0 {

@@ -1,8 +1,7 @@
-package isolate
+package seccomp
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -22,6 +21,8 @@ import (
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/seccomp"
 	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/isolate/internal/helper"
 )
 
 // Seccomp filter programs, read back. The posture check's /proc status
@@ -38,33 +39,31 @@ import (
 // see a stop as its init's status), and PTRACE_SECCOMP_GET_FILTER must
 // come from the thread that seized. So a short-lived helper does it: this
 // binary re-executed through /proc/self/exe with a hidden first argument,
-// the way libcontainer re-executes it as "init" (Init dispatches both).
+// the way libcontainer re-executes it as "init" (isolate.Init dispatches both).
 // The helper is bounded in time (killed past helperTimeout) and in what
 // the daemon reads of its output.
 
 const (
-	// seccompReadArg makes the binary the filter reader: its further
+	// ReadArg makes the binary the filter reader: its further
 	// arguments are thread ids; for each it prints one line, "TID N SHA256"
 	// (N filters, the sha256 of their programs), "TID gone" or
 	// "TID error MESSAGE". Not a word a subcommand could be.
-	seccompReadArg = "__jailcell-internal-seccomp-read"
-	// seccompLoadArg makes the binary the reference loader: it reads a
+	ReadArg = "__jailcell-internal-seccomp-read"
+	// LoadArg makes the binary the reference loader: it reads a
 	// libcontainer seccomp configuration (JSON) from stdin, loads it as
 	// libcontainer's init does, prints its thread id and waits for stdin
 	// to close.
-	seccompLoadArg = "__jailcell-internal-seccomp-load"
+	LoadArg = "__jailcell-internal-seccomp-load"
 
-	// seccompDumpArg makes the binary the program dumper: its one further
+	// DumpArg makes the binary the program dumper: its one further
 	// argument is a thread id with exactly one filter, whose program it
 	// writes to stdout as raw struct sock_filter entries (a zygote's child
 	// loads the very program a cold start has; Zygote).
-	seccompDumpArg = "__jailcell-internal-seccomp-dump"
+	DumpArg = "__jailcell-internal-seccomp-dump"
 
 	// helperTimeout bounds one helper run (a reader of a few hundred
 	// threads takes milliseconds).
 	helperTimeout = 10 * time.Second
-	// helperLineMax bounds each line the daemon accepts from the reader.
-	helperLineMax = 256
 	// maxFilters bounds the filters read per thread: the kernel caps a
 	// thread's chain at 32768 instructions with 4 counted per filter, so
 	// no real chain is near it; more is refused.
@@ -75,46 +74,29 @@ const (
 	seccompConfigMax = 4 << 20
 )
 
-// helperMain runs the helper named by os.Args[1], if any, and exits.
-func helperMain() {
-	if len(os.Args) < 2 {
-		return
-	}
-	switch os.Args[1] {
-	case seccompReadArg:
-		os.Exit(readFiltersMain(os.Args[2:]))
-	case seccompDumpArg:
-		os.Exit(dumpFilterMain(os.Args[2:]))
-	case zygoteMapperArg:
-		os.Exit(zygoteMapperMain())
-	case seccompLoadArg:
-		os.Exit(loadFilterMain())
-	}
+// FilterSum is one thread's filter chain as the reader reports it.
+type FilterSum struct {
+	N   int
+	Sum string // hex sha256 of the programs, newest first
 }
 
-// filterSum is one thread's filter chain as the reader reports it.
-type filterSum struct {
-	n   int
-	sum string // hex sha256 of the programs, newest first
-}
-
-func (f filterSum) String() string {
-	s := f.sum
+func (f FilterSum) String() string {
+	s := f.Sum
 	if len(s) > 16 {
 		s = s[:16]
 	}
-	return fmt.Sprintf("%d filter(s) sha256 %s", f.n, s)
+	return fmt.Sprintf("%d filter(s) sha256 %s", f.N, s)
 }
 
-// readFiltersMain is the reader helper.
-func readFiltersMain(args []string) int {
+// ReadFiltersMain is the reader helper.
+func ReadFiltersMain(args []string) int {
 	// PTRACE_SEIZE binds the tracee to this thread; every later request
 	// must come from it.
 	runtime.LockOSThread()
 	out := bufio.NewWriter(os.Stdout)
 	if len(args) == 1 && args[0] == "-" {
 		// Serving: one request per line of thread ids (filterReader).
-		return serveLines(os.Stdin, out, func(tids []string, w io.Writer) int { return readFilterLines(w, tids) })
+		return helper.ServeLines(os.Stdin, out, func(tids []string, w io.Writer) int { return readFilterLines(w, tids) })
 	}
 	if rc := readFilterLines(out, args); rc != 0 {
 		return rc
@@ -139,7 +121,7 @@ func readFilterLines(out io.Writer, args []string) int {
 		case err != nil:
 			fmt.Fprintf(out, "%d error %s\n", tid, strings.ReplaceAll(err.Error(), "\n", " "))
 		default:
-			fmt.Fprintf(out, "%d %d %s\n", tid, f.n, f.sum)
+			fmt.Fprintf(out, "%d %d %s\n", tid, f.N, f.Sum)
 		}
 	}
 	return 0
@@ -148,10 +130,10 @@ func readFilterLines(out io.Writer, args []string) int {
 // filterReader is the reader helper kept running: a posture check (every
 // restore and zygote fork) then costs the ptrace reads, not a process
 // start of this binary (about 15 ms of a fork's 60).
-var filterReader = &lineHelper{name: "seccomp filter reader", args: []string{seccompReadArg, "-"}, restart: true}
+var filterReader = &helper.LineHelper{Name: "seccomp filter reader", Args: []string{ReadArg, "-"}, Restart: true}
 
-// filterReaderPid is the running reader's pid, 0 if none.
-func filterReaderPid() int { return filterReader.pid() }
+// FilterReaderPid is the running reader's pid, 0 if none.
+func FilterReaderPid() int { return filterReader.Pid() }
 
 func ptrace(req, tid int, addr, data uintptr) (uintptr, error) {
 	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, data, 0, 0)
@@ -163,22 +145,22 @@ func ptrace(req, tid int, addr, data uintptr) (uintptr, error) {
 
 // threadFilters seizes thread tid, stops it, hashes its filter programs
 // and lets it go. ESRCH: the thread ended.
-func threadFilters(tid int) (filterSum, error) {
+func threadFilters(tid int) (FilterSum, error) {
 	f, _, err := threadPrograms(tid, false)
 	return f, err
 }
 
 // threadPrograms is threadFilters that also returns the programs, newest
 // first, when keep is set.
-func threadPrograms(tid int, keep bool) (filterSum, [][]unix.SockFilter, error) {
+func threadPrograms(tid int, keep bool) (FilterSum, [][]unix.SockFilter, error) {
 	var progs [][]unix.SockFilter
 	if _, err := ptrace(unix.PTRACE_SEIZE, tid, 0, 0); err != nil {
-		return filterSum{}, nil, fmt.Errorf("seize: %w", err)
+		return FilterSum{}, nil, fmt.Errorf("seize: %w", err)
 	}
 	sig := 0 // a signal whose delivery stop we took is given back
 	defer func() { _, _ = ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig)) }()
 	if _, err := ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0); err != nil {
-		return filterSum{}, nil, fmt.Errorf("interrupt: %w", err)
+		return FilterSum{}, nil, fmt.Errorf("interrupt: %w", err)
 	}
 	var ws unix.WaitStatus
 	for {
@@ -187,15 +169,15 @@ func threadPrograms(tid int, keep bool) (filterSum, [][]unix.SockFilter, error) 
 			continue
 		}
 		if err != nil {
-			return filterSum{}, nil, fmt.Errorf("wait: %w", err)
+			return FilterSum{}, nil, fmt.Errorf("wait: %w", err)
 		}
 		break
 	}
 	if ws.Exited() || ws.Signaled() {
-		return filterSum{}, nil, unix.ESRCH
+		return FilterSum{}, nil, unix.ESRCH
 	}
 	if !ws.Stopped() {
-		return filterSum{}, nil, fmt.Errorf("wait: status %#x is no stop", uint32(ws))
+		return FilterSum{}, nil, fmt.Errorf("wait: status %#x is no stop", uint32(ws))
 	}
 	if uint32(ws)>>16 == 0 {
 		// No ptrace event: a signal-delivery stop, taken before the
@@ -210,33 +192,33 @@ func threadPrograms(tid int, keep bool) (filterSum, [][]unix.SockFilter, error) 
 			break // past the oldest filter; EINVAL: no filter mode at all
 		}
 		if err != nil {
-			return filterSum{}, nil, fmt.Errorf("get filter %d: %w", n, err)
+			return FilterSum{}, nil, fmt.Errorf("get filter %d: %w", n, err)
 		}
 		if n >= maxFilters {
-			return filterSum{}, nil, fmt.Errorf("more than %d filters", maxFilters)
+			return FilterSum{}, nil, fmt.Errorf("more than %d filters", maxFilters)
 		}
 		if cnt == 0 || cnt > bpfMaxInsns {
-			return filterSum{}, nil, fmt.Errorf("filter %d: %d instructions", n, cnt)
+			return FilterSum{}, nil, fmt.Errorf("filter %d: %d instructions", n, cnt)
 		}
 		prog := make([]unix.SockFilter, cnt)
 		got, err := ptrace(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(n), uintptr(unsafe.Pointer(&prog[0])))
 		if err != nil {
-			return filterSum{}, nil, fmt.Errorf("get filter %d: %w", n, err)
+			return FilterSum{}, nil, fmt.Errorf("get filter %d: %w", n, err)
 		}
 		if got != cnt {
-			return filterSum{}, nil, fmt.Errorf("filter %d: %d instructions, then %d", n, cnt, got)
+			return FilterSum{}, nil, fmt.Errorf("filter %d: %d instructions, then %d", n, cnt, got)
 		}
-		hashProgram(h, prog)
+		HashProgram(h, prog)
 		if keep {
 			progs = append(progs, prog)
 		}
 	}
-	return filterSum{n: n, sum: hex.EncodeToString(h.Sum(nil))}, progs, nil
+	return FilterSum{N: n, Sum: hex.EncodeToString(h.Sum(nil))}, progs, nil
 }
 
-// hashProgram adds one filter, length first so that two chains hash alike
+// HashProgram adds one filter, length first so that two chains hash alike
 // only if their programs are the same.
-func hashProgram(h io.Writer, prog []unix.SockFilter) {
+func HashProgram(h io.Writer, prog []unix.SockFilter) {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(len(prog)))
 	h.Write(b[:])
@@ -248,11 +230,11 @@ func hashProgram(h io.Writer, prog []unix.SockFilter) {
 	}
 }
 
-// loadFilterMain is the reference loader: the seccomp configuration
+// LoadFilterMain is the reference loader: the seccomp configuration
 // libcontainer's init would be sent, loaded the way that init loads it
 // (no_new_privs, then seccomp.InitSeccomp on this thread), then held for
 // the reader until stdin closes.
-func loadFilterMain() int {
+func LoadFilterMain() int {
 	runtime.LockOSThread()
 	var cfg configs.Seccomp
 	if err := json.NewDecoder(io.LimitReader(os.Stdin, seccompConfigMax)).Decode(&cfg); err != nil {
@@ -280,25 +262,6 @@ func loadFilterMain() int {
 	}
 }
 
-// boundedBuffer keeps at most max bytes and remembers that it was offered
-// more.
-type boundedBuffer struct {
-	bytes.Buffer
-	max  int
-	over bool
-}
-
-func (b *boundedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); len(p) > room {
-		b.over = true
-		if room > 0 {
-			b.Buffer.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	return b.Buffer.Write(p)
-}
-
 // helperCmd is this binary as helper arg, with an empty environment.
 func helperCmd(ctx context.Context, arg string, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, "/proc/self/exe", append([]string{arg}, args...)...)
@@ -308,11 +271,11 @@ func helperCmd(ctx context.Context, arg string, args ...string) *exec.Cmd {
 	return c
 }
 
-// readFilters runs the reader on tids and returns each live thread's
+// ReadFilters runs the reader on tids and returns each live thread's
 // filter chain (a thread that ended is absent) and a per-thread error for
 // those it could not read.
-func readFilters(tids []int) (map[int]filterSum, map[int]string, error) {
-	sums, errs := map[int]filterSum{}, map[int]string{}
+func ReadFilters(tids []int) (map[int]FilterSum, map[int]string, error) {
+	sums, errs := map[int]FilterSum{}, map[int]string{}
 	if len(tids) == 0 {
 		return sums, errs, nil
 	}
@@ -320,7 +283,7 @@ func readFilters(tids []int) (map[int]filterSum, map[int]string, error) {
 	for i, t := range tids {
 		args[i] = strconv.Itoa(t)
 	}
-	lines, err := filterReader.ask(strings.Join(args, " "), len(args), helperTimeout)
+	lines, err := filterReader.Ask(strings.Join(args, " "), len(args), helperTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -331,7 +294,7 @@ func readFilters(tids []int) (map[int]filterSum, map[int]string, error) {
 	for _, line := range lines {
 		f := strings.SplitN(line, " ", 3)
 		tid, err := strconv.Atoi(f[0])
-		if err != nil || !want[tid] || len(f) < 2 || len(line) > helperLineMax {
+		if err != nil || !want[tid] || len(f) < 2 || len(line) > helper.LineMax {
 			return nil, nil, fmt.Errorf("seccomp filter reader line %q", line)
 		}
 		delete(want, tid)
@@ -344,7 +307,7 @@ func readFilters(tids []int) (map[int]filterSum, map[int]string, error) {
 			if err != nil || len(f) != 3 || len(f[2]) != 2*sha256.Size {
 				return nil, nil, fmt.Errorf("seccomp filter reader line %q", line)
 			}
-			sums[tid] = filterSum{n: n, sum: f[2]}
+			sums[tid] = FilterSum{N: n, Sum: f[2]}
 		}
 	}
 	if len(want) > 0 {
@@ -362,7 +325,7 @@ func withReference(cfg *configs.Seccomp, fn func(tid int) error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
 	defer cancel()
-	c := helperCmd(ctx, seccompLoadArg)
+	c := helperCmd(ctx, LoadArg)
 	stdin, err := c.StdinPipe()
 	if err != nil {
 		return err
@@ -371,7 +334,7 @@ func withReference(cfg *configs.Seccomp, fn func(tid int) error) error {
 	if err != nil {
 		return err
 	}
-	stderr := &boundedBuffer{max: 4096}
+	stderr := &helper.BoundedBuffer{Max: 4096}
 	c.Stderr = stderr
 	if err := c.Start(); err != nil {
 		return fmt.Errorf("start the seccomp filter loader: %w", err)
@@ -391,11 +354,11 @@ func withReference(cfg *configs.Seccomp, fn func(tid int) error) error {
 	return fn(tid)
 }
 
-// coldFilters is the filter chain a cold start of cfg has.
-func coldFilters(cfg *configs.Seccomp) (filterSum, error) {
-	var f filterSum
+// ColdFilters is the filter chain a cold start of cfg has.
+func ColdFilters(cfg *configs.Seccomp) (FilterSum, error) {
+	var f FilterSum
 	err := withReference(cfg, func(tid int) error {
-		sums, errs, err := readFilters([]int{tid})
+		sums, errs, err := ReadFilters([]int{tid})
 		if err != nil {
 			return err
 		}
@@ -408,21 +371,21 @@ func coldFilters(cfg *configs.Seccomp) (filterSum, error) {
 	return f, err
 }
 
-// coldProgram is the one filter program a cold start of cfg loads, as raw
+// ColdProgram is the one filter program a cold start of cfg loads, as raw
 // struct sock_filter entries.
-func coldProgram(cfg *configs.Seccomp) ([]byte, error) {
+func ColdProgram(cfg *configs.Seccomp) ([]byte, error) {
 	var prog []byte
 	err := withReference(cfg, func(tid int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), helperTimeout)
 		defer cancel()
-		c := helperCmd(ctx, seccompDumpArg, strconv.Itoa(tid))
-		out := &boundedBuffer{max: bpfMaxInsns * 8}
-		stderr := &boundedBuffer{max: 4096}
+		c := helperCmd(ctx, DumpArg, strconv.Itoa(tid))
+		out := &helper.BoundedBuffer{Max: bpfMaxInsns * 8}
+		stderr := &helper.BoundedBuffer{Max: 4096}
 		c.Stdout, c.Stderr = out, stderr
 		if err := c.Run(); err != nil {
 			return fmt.Errorf("run the seccomp program dumper: %w: %s", err, strings.TrimSpace(stderr.String()))
 		}
-		if out.over || out.Len() == 0 || out.Len()%8 != 0 {
+		if out.Over || out.Len() == 0 || out.Len()%8 != 0 {
 			return fmt.Errorf("seccomp program dumper wrote %d bytes", out.Len())
 		}
 		prog = out.Bytes()
@@ -431,8 +394,8 @@ func coldProgram(cfg *configs.Seccomp) ([]byte, error) {
 	return prog, err
 }
 
-// dumpFilterMain is the program dumper.
-func dumpFilterMain(args []string) int {
+// DumpFilterMain is the program dumper.
+func DumpFilterMain(args []string) int {
 	runtime.LockOSThread()
 	if len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "want one thread id")
@@ -448,8 +411,8 @@ func dumpFilterMain(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if f.n != 1 {
-		fmt.Fprintf(os.Stderr, "thread %d has %d filters, want 1\n", tid, f.n)
+	if f.N != 1 {
+		fmt.Fprintf(os.Stderr, "thread %d has %d filters, want 1\n", tid, f.N)
 		return 1
 	}
 	b := make([]byte, 0, 8*len(progs[0]))
@@ -462,36 +425,4 @@ func dumpFilterMain(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// seccompReference is coldFilters(cfg), computed once per configuration
-// for the host's life: the programs depend only on the configuration,
-// this binary's libseccomp and the kernel.
-func (h *Host) seccompReference(cfg *configs.Seccomp) (filterSum, error) {
-	return seccompCached(h, h.seccompRefs, cfg, coldFilters, "compute a cold start's seccomp filter")
-}
-
-// seccompCached is compute(cfg), kept in cache under cfg's digest for the
-// host's life (h.mu guards cache): what a cold start's filter is depends
-// only on the configuration, this binary's libseccomp and the kernel.
-func seccompCached[T any](h *Host, cache map[[32]byte]T, cfg *configs.Seccomp, compute func(*configs.Seccomp) (T, error), what string) (T, error) {
-	var zero T
-	conf, err := json.Marshal(cfg)
-	if err != nil {
-		return zero, fmt.Errorf("encode seccomp configuration: %w", err)
-	}
-	key := sha256.Sum256(conf)
-	h.mu.Lock()
-	v, ok := cache[key]
-	h.mu.Unlock()
-	if ok {
-		return v, nil
-	}
-	if v, err = compute(cfg); err != nil {
-		return zero, fmt.Errorf("%s: %w", what, err)
-	}
-	h.mu.Lock()
-	cache[key] = v
-	h.mu.Unlock()
-	return v, nil
 }

@@ -1,4 +1,4 @@
-package isolate
+package helper
 
 import (
 	"bufio"
@@ -11,17 +11,20 @@ import (
 	"time"
 )
 
-// lineHelper is this binary re-executed as a helper that stays running
+// LineMax bounds each line the daemon accepts from a helper.
+const LineMax = 256
+
+// LineHelper is this binary re-executed as a helper that stays running
 // and answers requests on its stdin, one line each, with lines on its
 // stdout ending in a line ".": the seccomp filter reader (posture checks)
 // and a zygote's id mapper. A request is bounded in time and in what is
 // read back; a helper that fails one is killed and, if restart is set,
 // started again by the next request. It ends when the daemon does (its
 // stdin closes).
-type lineHelper struct {
-	name    string   // for errors: "seccomp filter reader"
-	args    []string // after /proc/self/exe
-	restart bool
+type LineHelper struct {
+	Name    string   // for errors: "seccomp filter reader"
+	Args    []string // after /proc/self/exe
+	Restart bool
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -30,15 +33,22 @@ type lineHelper struct {
 	err error // why it stopped, when it does not restart
 }
 
+// Start starts the helper if it is not running.
+func (h *LineHelper) Start() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.start()
+}
+
 // start starts the helper if it is not running; h.mu is held.
-func (h *lineHelper) start() error {
+func (h *LineHelper) start() error {
 	if h.cmd != nil {
 		return nil
 	}
 	if h.err != nil {
 		return h.err
 	}
-	c := exec.Command("/proc/self/exe", h.args...)
+	c := exec.Command("/proc/self/exe", h.Args...)
 	c.Args[0] = "jailcell-helper"
 	c.Env = []string{}
 	in, err := c.StdinPipe()
@@ -50,14 +60,14 @@ func (h *lineHelper) start() error {
 		return err
 	}
 	if err := c.Start(); err != nil {
-		return fmt.Errorf("start the %s: %w", h.name, err)
+		return fmt.Errorf("start the %s: %w", h.Name, err)
 	}
-	h.cmd, h.in, h.out = c, in, bufio.NewReaderSize(out, helperLineMax+1)
+	h.cmd, h.in, h.out = c, in, bufio.NewReaderSize(out, LineMax+1)
 	return nil
 }
 
 // stop ends the helper; h.mu is held.
-func (h *lineHelper) stop(why error) {
+func (h *LineHelper) stop(why error) {
 	if h.cmd == nil {
 		return
 	}
@@ -65,14 +75,14 @@ func (h *lineHelper) stop(why error) {
 	_ = h.in.Close()
 	_ = h.cmd.Wait()
 	h.cmd = nil
-	if !h.restart {
-		h.err = fmt.Errorf("the %s stopped: %w", h.name, why)
+	if !h.Restart {
+		h.err = fmt.Errorf("the %s stopped: %w", h.Name, why)
 	}
 }
 
-// ask sends request (one line) and returns the answer's lines, at most
-// maxLines of at most helperLineMax bytes, waiting at most timeout.
-func (h *lineHelper) ask(request string, maxLines int, timeout time.Duration) ([]string, error) {
+// Ask sends request (one line) and returns the answer's lines, at most
+// maxLines of at most LineMax bytes, waiting at most timeout.
+func (h *LineHelper) Ask(request string, maxLines int, timeout time.Duration) ([]string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.start(); err != nil {
@@ -93,7 +103,7 @@ func (h *lineHelper) ask(request string, maxLines int, timeout time.Duration) ([
 		for len(a.lines) <= maxLines {
 			line, err := out.ReadSlice('\n')
 			if err != nil {
-				a.err = fmt.Errorf("%s: %w", h.name, err)
+				a.err = fmt.Errorf("%s: %w", h.Name, err)
 				break
 			}
 			l := strings.TrimSuffix(string(line), "\n")
@@ -104,7 +114,7 @@ func (h *lineHelper) ask(request string, maxLines int, timeout time.Duration) ([
 			a.lines = append(a.lines, l)
 		}
 		if a.err == nil {
-			a.err = fmt.Errorf("%s said too much", h.name)
+			a.err = fmt.Errorf("%s said too much", h.Name)
 		}
 		ch <- a
 	}()
@@ -115,15 +125,15 @@ func (h *lineHelper) ask(request string, maxLines int, timeout time.Duration) ([
 		}
 		return a.lines, a.err
 	case <-time.After(timeout):
-		err := fmt.Errorf("%s: no answer in %s", h.name, timeout)
+		err := fmt.Errorf("%s: no answer in %s", h.Name, timeout)
 		h.stop(err)
 		<-ch
 		return nil, err
 	}
 }
 
-// pid is the running helper's pid, 0 if none.
-func (h *lineHelper) pid() int {
+// Pid is the running helper's pid, 0 if none.
+func (h *LineHelper) Pid() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.cmd == nil {
@@ -132,9 +142,9 @@ func (h *lineHelper) pid() int {
 	return h.cmd.Process.Pid
 }
 
-// close ends the helper: its stdin closes and it exits, or is killed
+// Close ends the helper: its stdin closes and it exits, or is killed
 // after 5 s.
-func (h *lineHelper) close() {
+func (h *LineHelper) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.cmd == nil {
@@ -150,12 +160,12 @@ func (h *lineHelper) close() {
 		<-done
 	}
 	h.cmd = nil
-	h.err = errors.New(h.name + " closed")
+	h.err = errors.New(h.Name + " closed")
 }
 
-// serveLines is a helper's main loop: each line of stdin is a request
+// ServeLines is a helper's main loop: each line of stdin is a request
 // answered by answer's lines and a line "."; it returns when stdin ends.
-func serveLines(in io.Reader, out *bufio.Writer, answer func(fields []string, out io.Writer) int) int {
+func ServeLines(in io.Reader, out *bufio.Writer, answer func(fields []string, out io.Writer) int) int {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {

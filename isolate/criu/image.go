@@ -1,4 +1,4 @@
-package isolate
+package criu
 
 import (
 	"encoding/binary"
@@ -155,9 +155,9 @@ func imageHostID(imageDir string) (int, error) {
 	return int(m.uid[0].lowerFirst), nil
 }
 
-// moveUserns rewrites the checkpoint's user namespace maps to put root at
+// MoveUserns rewrites the checkpoint's user namespace maps to put root at
 // hostID, keeping their size. The sandbox's own ids inside do not change.
-func moveUserns(imageDir string, hostID int) error {
+func MoveUserns(imageDir string, hostID int) error {
 	from, err := imageHostID(imageDir)
 	if err != nil || from == hostID {
 		return err
@@ -176,7 +176,7 @@ func moveUserns(imageDir string, hostID int) error {
 	binary.LittleEndian.PutUint32(b[8:], uint32(len(entry)))
 	b = append(b, entry...)
 	tmp := paths[0] + ".tmp"
-	if err := os.WriteFile(tmp, b, imageFileMode); err != nil {
+	if err := os.WriteFile(tmp, b, ImageFileMode); err != nil {
 		return fmt.Errorf("rewrite user namespace image: %w", err)
 	}
 	if err := os.Rename(tmp, paths[0]); err != nil {

@@ -1,0 +1,195 @@
+package seccomp
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+
+	mobyseccomp "github.com/moby/profiles/seccomp"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/jailcell/jailcell/isolate/internal/errdefs"
+)
+
+// denied are system calls refused even where Docker's default profile allows
+// them: a code-interpreter cell has no need for them and each is a known
+// path to the kernel's less-hardened corners.
+var denied = []string{
+	"ptrace",            // process inspection; CVE-2019-13272 (PTRACE_TRACEME)
+	"process_vm_readv",  // cross-process memory access
+	"process_vm_writev", //
+	"io_uring_setup",    // io_uring: a stream of kernel CVEs, e.g. CVE-2022-29582
+	"io_uring_enter",    //
+	"io_uring_register", //
+	"userfaultfd",       // stretches race windows in kernel exploits
+	"personality",       // READ_IMPLIES_EXEC and other legacy execution domains
+	"uselib",            // a.out loader
+	"perf_event_open",   // CVE-2013-2094 and kin
+	"bpf",               //
+	"keyctl",            // kernel keyring is not namespaced
+	"add_key",           //
+	"request_key",       //
+	// inotify instances and watches are counted per user namespace up to
+	// host root's (a sandbox's namespace is root's), against one limit
+	// for the whole host user (fs.inotify.max_user_instances, 128): a
+	// cell holding them starved host root and every other session of
+	// inotify (systemd, udev, editors). Sessions' watches are the host's
+	// polling (session/watch.go), never inotify in the sandbox.
+	"inotify_init",  //
+	"inotify_init1", //
+	// fanotify groups and marks: counted the same way. Docker's profile
+	// refuses it without CAP_SYS_ADMIN already; named here so that a
+	// profile that ever allows it does not bring the hole back.
+	"fanotify_init", //
+}
+
+// Deliberately still refused, as by Docker without CAP_SYS_NICE: mbind,
+// set_mempolicy and get_mempolicy (NUMA placement, which on a shared host
+// is the neighbours' business too). OpenBLAS's worker threads call
+// mbind(MPOL_PREFERRED) on their buffers as a hint and carry on when it
+// fails; session's TestProfileImportsInSandbox runs numpy, scipy and
+// scikit-learn through that path.
+
+// maxNetlinkProtocol is the kernel's MAX_LINKS: netlink protocols are
+// 0..31.
+const maxNetlinkProtocol = 32
+
+// Config builds the sandbox's filter from Docker's default allowlist
+// (github.com/moby/profiles, computed for a process with no capabilities,
+// which also removes mount, unshare, setns, namespace clone flags, reboot,
+// kexec, module loading and clock setting), minus the calls in denied and
+// netlink audit sockets (see noNetlinkAudit). Only the native ABI is
+// allowed: 32-bit and x32 entry points are refused (the 32-bit path has
+// been the way around filters before, e.g. CVE-2009-0835). Nothing Docker
+// refuses an unprivileged container is allowed here; TestSeccompParity
+// compares the two rule by rule and lists every deliberate difference.
+func Config(errno uint) (*configs.Seccomp, error) {
+	spec := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
+	prof, err := mobyseccomp.GetDefaultProfile(spec)
+	if err != nil {
+		return nil, fmt.Errorf("build seccomp profile: %w", err)
+	}
+	native, ok := map[string]specs.Arch{"amd64": specs.ArchX86_64, "arm64": specs.ArchAARCH64}[runtime.GOARCH]
+	if !ok {
+		return nil, fmt.Errorf("%w: seccomp profile for %s", errdefs.ErrUnsupported, runtime.GOARCH)
+	}
+	prof.Architectures = []specs.Arch{native}
+	prof.DefaultErrnoRet = &errno
+	var calls []specs.LinuxSyscall
+	for _, c := range prof.Syscalls {
+		if c.Action != specs.ActAllow {
+			// Docker's explicit ERRNO rules (e.g. clone3 -> ENOSYS so libc
+			// falls back to clone, which the filter can inspect) stay.
+			calls = append(calls, c)
+			continue
+		}
+		c.Names = slices.DeleteFunc(slices.Clone(c.Names), func(n string) bool { return slices.Contains(denied, n) })
+		if len(c.Names) > 0 {
+			calls = append(calls, c)
+		}
+	}
+	if prof.Syscalls, err = noNetlinkAudit(calls); err != nil {
+		return nil, err
+	}
+	cfg, err := specconv.SetupSeccomp(prof)
+	if err != nil {
+		return nil, fmt.Errorf("convert seccomp profile: %w", err)
+	}
+	return cfg, nil
+}
+
+// noNetlinkAudit replaces Docker's socket(AF_NETLINK, *, *) rule with one
+// rule per netlink protocol but NETLINK_AUDIT. The audit subsystem is not
+// namespaced: its socket reaches the host's audit code from any network
+// namespace, and a sandbox has no business there (systemd-nspawn and
+// Podman's profile refuse it without CAP_AUDIT_WRITE too). Each protocol is
+// compared in all 64 bits, so a protocol of 9 with garbage in the upper
+// half (which the kernel truncates to int) matches no rule and is refused
+// as well: a "protocol != 9" rule would let that through. Protocols above
+// 31 do not exist. Fails closed if another socket rule admits AF_NETLINK.
+func noNetlinkAudit(calls []specs.LinuxSyscall) ([]specs.LinuxSyscall, error) {
+	var out []specs.LinuxSyscall
+	found := false
+	for _, c := range calls {
+		if c.Action != specs.ActAllow || !slices.Contains(c.Names, "socket") {
+			out = append(out, c)
+			continue
+		}
+		if len(c.Args) == 1 && c.Args[0] == (specs.LinuxSeccompArg{Index: 0, Value: unix.AF_NETLINK, Op: specs.OpEqualTo}) {
+			found = true
+			if others := slices.DeleteFunc(slices.Clone(c.Names), func(n string) bool { return n == "socket" }); len(others) > 0 {
+				o := c
+				o.Names = others
+				out = append(out, o)
+			}
+			for proto := range uint64(maxNetlinkProtocol) {
+				if proto == unix.NETLINK_AUDIT {
+					continue
+				}
+				out = append(out, specs.LinuxSyscall{Names: []string{"socket"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{
+					{Index: 0, Value: unix.AF_NETLINK, Op: specs.OpEqualTo},
+					{Index: 2, Value: proto, Op: specs.OpEqualTo},
+				}})
+			}
+			continue
+		}
+		if ruleAdmits(c.Args, []uint64{unix.AF_NETLINK, 0, unix.NETLINK_AUDIT, 0, 0, 0}) {
+			return nil, fmt.Errorf("%w: seccomp profile: socket rule %+v admits NETLINK_AUDIT sockets", errdefs.ErrUnsupported, c.Args)
+		}
+		out = append(out, c)
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: seccomp profile: no socket(AF_NETLINK) rule to restrict", errdefs.ErrUnsupported)
+	}
+	return out, nil
+}
+
+// ruleAdmits reports whether a rule with these argument conditions matches
+// a call with args, as runc installs it: the conditions are ANDed, unless
+// two of them test the same argument, in which case runc adds each as a
+// rule of its own (ORed).
+func ruleAdmits(conds []specs.LinuxSeccompArg, args []uint64) bool {
+	if len(conds) == 0 {
+		return true
+	}
+	seen := map[uint]bool{}
+	or := false
+	for _, c := range conds {
+		or = or || seen[c.Index]
+		seen[c.Index] = true
+	}
+	for _, c := range conds {
+		m := c.Index < uint(len(args)) && argAdmits(c, args[c.Index])
+		if or && m {
+			return true
+		}
+		if !or && !m {
+			return false
+		}
+	}
+	return !or
+}
+
+// argAdmits evaluates one libseccomp comparison on a 64-bit argument.
+func argAdmits(c specs.LinuxSeccompArg, x uint64) bool {
+	switch c.Op {
+	case specs.OpEqualTo:
+		return x == c.Value
+	case specs.OpNotEqual:
+		return x != c.Value
+	case specs.OpLessThan:
+		return x < c.Value
+	case specs.OpLessEqual:
+		return x <= c.Value
+	case specs.OpGreaterThan:
+		return x > c.Value
+	case specs.OpGreaterEqual:
+		return x >= c.Value
+	case specs.OpMaskedEqual:
+		return x&c.Value == c.ValueTwo
+	}
+	return true // unknown: assume it matches, so a check built on it fails closed
+}

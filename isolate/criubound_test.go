@@ -17,27 +17,8 @@ import (
 // operation as a child or grandchild of this process.
 func noCriuLeft(t *testing.T) {
 	t.Helper()
-	self := os.Getpid()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		var left []string
-		table := procfs.Table()
-		for pid, st := range table {
-			if st.State == "Z" {
-				continue
-			}
-			if st.PPid == self && st.Comm == "criu" || table[st.PPid].PPid == self && table[st.PPid].Comm == "criu" {
-				left = append(left, st.Comm)
-				_ = pid
-			}
-		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind: %v", left)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if left := procfs.LeftBehind(os.Getpid(), "criu", 3*time.Second); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Stat is what /proc/PID/stat says of a process that jailcell uses.
@@ -62,4 +63,28 @@ func Alive(pid int) bool {
 func Exited(pid int) bool {
 	st, ok := ReadStat(pid)
 	return !ok || ((st.State == "Z" || st.State == "X") && st.Threads <= 1)
+}
+
+// LeftBehind waits up to within for every process named comm that is a
+// child of ppid, and every child of one, to be gone, and returns the
+// names of those still there: what a bounded helper (a criu killed at its
+// deadline, the script it ran) must not leave behind.
+func LeftBehind(ppid int, comm string, within time.Duration) []string {
+	deadline := time.Now().Add(within)
+	for {
+		var left []string
+		table := Table()
+		for _, st := range table {
+			if st.State == "Z" {
+				continue
+			}
+			if st.PPid == ppid && st.Comm == comm || table[st.PPid].PPid == ppid && table[st.PPid].Comm == comm {
+				left = append(left, st.Comm)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

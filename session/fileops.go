@@ -181,7 +181,7 @@ func (wk *workspace) afterWrite(s *Session) {
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
 	if hib {
-		if err := wk.host.saveUpper(s); err != nil {
+		if err := wk.upper.saveUpper(s); err != nil {
 			wk.host.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
 		}
 	}

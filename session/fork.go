@@ -36,7 +36,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 		return nil, err
 	}
 	defer parent.run.Unlock()
-	if lost, err := m.wake(ctx, parent); err != nil {
+	if lost, err := m.dur.wake(ctx, parent); err != nil {
 		return nil, err
 	} else if lost != "" {
 		return nil, fmt.Errorf("%w: session %s: %s", ErrUnavailable, id, lost)
@@ -78,12 +78,12 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	parent.mu.Unlock()
 
 	images := filepath.Join(child.dir, forkImagesName)
-	if err := m.reserveImages(parent, images); err != nil {
+	if err := m.dur.reserveImages(parent, images); err != nil {
 		return nil, err
 	}
 	defer func() {
 		_ = os.RemoveAll(images)
-		m.stateQuota.release(images)
+		m.dur.stateQuota.release(images)
 	}()
 	// The copy lands on the child's tmpfs, which bounds it too; holes are
 	// kept, so what fit on the parent's disk fits on the child's.
@@ -93,7 +93,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	if err := m.checkpointCopy(parent, pk, images, copyFiles); err != nil {
 		return nil, err
 	}
-	if err := m.settleImages(parent, images); err != nil {
+	if err := m.dur.settleImages(parent, images); err != nil {
 		return nil, err
 	}
 	k, err := m.restoreKernel(ctx, child, images)
@@ -143,7 +143,7 @@ func (m *Manager) checkpointCopy(s *Session, k *kernel, images string, copyFiles
 			break
 		}
 	}
-	if rerr := m.reconnect(s, k); rerr != nil {
+	if rerr := m.dur.reconnect(s, k); rerr != nil {
 		m.dropKernel(s, k)
 		return fmt.Errorf("%w: checkpoint of session %s: its kernel was lost: %v (checkpoint: %v)", ErrUnavailable, s.id, rerr, err)
 	}

@@ -209,7 +209,7 @@ func TestHostileLifetimeHibernatedNeverWakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.run.Lock()
-	_, err = m1.wake(ctx, s)
+	_, err = m1.dur.wake(ctx, s)
 	s.run.Unlock()
 	wantExpired(t, "wake", err, life)
 	s.mu.Lock()

@@ -241,6 +241,9 @@ type Manager struct {
 	warm warmStarts
 	// ws is the workspace part: the host's file ops and watches (workspace.go).
 	ws workspace
+	// dur is the durability part: metadata, hibernation, persisted
+	// workspaces, the shared store, lost records, disk quotas (durable.go).
+	dur durable
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -271,15 +274,8 @@ type Manager struct {
 	pool        *warmPool
 	starts      chan struct{} // kernel starts in progress (admitStart)
 
-	// objects is Config.Store under the store quota (nil without a Store).
-	objects store.Store
 	// takeMu serialises takes of sessions from the shared store.
 	takeMu sync.Mutex
-
-	// Host-disk accounting (quota.go).
-	stateQuota, storeQuota *quota
-	entryMu                sync.Mutex
-	entryLocks             map[string]*entryLock
 }
 
 // New makes a manager and reconciles what a previous run left behind.
@@ -321,6 +317,8 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	}
 	m.warm = warmStarts{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m}
 	m.ws.host = m
+	m.ws.upper = &m.dur
+	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m}
 	if cfg.Store != nil && cfg.Store.Shared() {
 		// Store attack: others write a shared store; unsigned, its records
 		// would name owners, host paths and confinement for this node.
@@ -333,14 +331,14 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		return nil, err
 	}
 	m.closed = closed
-	m.initQuotas()
-	if err := m.checkHibernateOnShutdown(autoQuota); err != nil {
+	m.dur.initQuotas()
+	if err := m.dur.checkHibernateOnShutdown(autoQuota); err != nil {
 		return nil, err
 	}
 	if cfg.Store != nil {
-		m.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
+		m.dur.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
 	}
-	m.loadLost()
+	m.dur.loadLost()
 	if err := m.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
@@ -348,7 +346,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		cfg.Logger.Warn("lost sessions not recorded: after the next restart their ids answer not_found", "err", err)
 	}
 	m.chargeAdopted()
-	m.warm.stateQuota = m.stateQuota
+	m.warm.stateQuota = m.dur.stateQuota
 	m.warm.initZygotes()
 	m.warm.initTemplates()
 	m.startPool()
@@ -505,7 +503,7 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 
 // node is this daemon's name in the store's ownership records: NodeID,
 // or without one the name derived from the host name.
-func (m *Manager) node() string {
+func (m *durable) node() string {
 	if m.cfg.NodeID != "" {
 		return m.cfg.NodeID
 	}
@@ -609,9 +607,9 @@ func (m *Manager) destroy(s *Session) error {
 	}
 	errs = append(errs, s.disk.Destroy())
 	errs = append(errs, os.RemoveAll(s.dir))
-	m.stateQuota.release(s.dir)
+	m.dur.stateQuota.release(s.dir)
 	if s.lease != "" {
-		m.dropStored(s.id) // it was taken from the shared store: it ends there too
+		m.dur.dropStored(s.id) // it was taken from the shared store: it ends there too
 	}
 	return errors.Join(errs...)
 }
@@ -655,7 +653,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	defer releaseOwner()
 	if info := m.takePooled(opt, ttl); info != nil {
 		m.setEnvs(info.ID, opt.Envs)
-		m.savePooledMeta(info)
+		m.dur.savePooledMeta(info)
 		return info, nil
 	}
 	if err := m.reserve(); err != nil {
@@ -666,7 +664,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		}
 		if info := m.takePooled(opt, ttl); info != nil {
 			m.setEnvs(info.ID, opt.Envs)
-			m.savePooledMeta(info)
+			m.dur.savePooledMeta(info)
 			return info, nil
 		}
 		if err := m.reserve(); err != nil {
@@ -689,7 +687,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	s.envs = maps.Clone(opt.Envs)
 	s.info = Info{Policy: p.Name, Persist: opt.Persist}
 	if opt.Persist != "" {
-		restored, err := m.restorePersist(s)
+		restored, err := m.dur.restorePersist(s)
 		if err != nil {
 			return nil, fmt.Errorf("restore persisted workspace %q: %w", opt.Persist, err)
 		}
@@ -706,7 +704,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		return nil, err
 	}
 	if len(opt.Requirements) > 0 {
-		installed, err := m.install(ctx, s, opt.Requirements)
+		installed, err := m.dur.install(ctx, s, opt.Requirements)
 		if err != nil {
 			return nil, err
 		}
@@ -716,15 +714,15 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		return nil, err
 	}
 	cl.Release()
-	m.recordLive(s)
+	m.dur.recordLive(s)
 	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
 	info := m.infoOf(s)
 	return &info, nil
 }
 
 // savePooledMeta saves the metadata of a session just taken from the pool.
-func (m *Manager) savePooledMeta(info *Info) {
-	if s, err := m.get(0, info.ID); err == nil {
+func (m *durable) savePooledMeta(info *Info) {
+	if s, err := m.mgr.get(0, info.ID); err == nil {
 		m.recordLive(s)
 		if err := m.saveMeta(s); err != nil {
 			m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
@@ -751,7 +749,7 @@ func (m *Manager) register(s *Session) error {
 	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
-	if err := m.saveMeta(s); err != nil {
+	if err := m.dur.saveMeta(s); err != nil {
 		m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
 	}
 	m.metrics.created()
@@ -985,7 +983,7 @@ func (m *Manager) Upload(ctx context.Context, owner int, id, path string, data [
 	if hib {
 		// The saved copy must have the new file for a restore after a
 		// reboot.
-		if err := m.saveUpper(s); err != nil {
+		if err := m.dur.saveUpper(s); err != nil {
 			m.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
 		}
 	}
@@ -1073,7 +1071,7 @@ func (m *Manager) endAs(s *Session, why string, kind error) error {
 	delete(m.sessions, s.id)
 	m.tombLocked(s.id, why, kind)
 	m.mu.Unlock()
-	if m.shared() {
+	if m.dur.shared() {
 		// Before its objects leave the store (destroy): a writer of the
 		// store who puts them back finds the id refused here.
 		if err := m.closed.add(s.id, time.Now()); err != nil {
@@ -1217,7 +1215,7 @@ func (m *Manager) janitor() {
 		}
 		now := time.Now()
 		m.hibernateIdle(now)
-		if m.shared() && now.Sub(lastSweep) >= m.cfg.StoreSweepInterval {
+		if m.dur.shared() && now.Sub(lastSweep) >= m.cfg.StoreSweepInterval {
 			select {
 			case sweeping <- struct{}{}: // one sweep at a time
 				lastSweep = now
@@ -1290,7 +1288,7 @@ func (m *Manager) sweepStoreOnce(now time.Time) {
 		case <-ctx.Done():
 		}
 	}()
-	ids, err := m.sweepStored(ctx, now)
+	ids, err := m.dur.sweepStored(ctx, now)
 	if err != nil {
 		m.log().Warn("sweep the store", "err", err)
 	}
@@ -1366,7 +1364,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			overBudget++
 			notKept[s.id] = fmt.Sprintf("the shutdown's hibernation budget (%s) ran out before it and sessions.survive_restart is off", m.cfg.ShutdownHibernateBudget)
 		} else if !hib && hibernateAll && s.run.TryLock() {
-			err := m.hibernate(s)
+			err := m.dur.hibernate(s)
 			s.run.Unlock()
 			if err != nil {
 				m.log().Warn("session not hibernated at shutdown", "session", s.id, "err", err)
@@ -1412,7 +1410,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		}
 		why = fmt.Sprintf("was lost: it ended when jailcell shut down at %s: %s", now.UTC().Format(time.RFC3339), why)
 		s.mu.Lock()
-		until := m.idEnd(s.created, s.lastUsed, s.ttl, s.maxLife)
+		until := m.dur.idEnd(s.created, s.lastUsed, s.ttl, s.maxLife)
 		s.mu.Unlock()
 		wg.Add(1)
 		go func() {
@@ -1425,7 +1423,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 				emu.Unlock()
 				return
 			}
-			m.markLost(s.id, why, LostShutdown, until)
+			m.dur.markLost(s.id, why, LostShutdown, until)
 		}()
 	}
 	wg.Wait()

@@ -191,7 +191,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		m.dropKernel(s, c.k)
 	}
 	m.recordFiles(s, c.before, res)
-	m.persistCell(s, res.Files)
+	m.dur.persistCell(s, res.Files)
 	m.recordCell(ctx, c, res)
 	return res, nil
 }
@@ -237,7 +237,7 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 		}
 	}
 	var err error
-	if c.woke, err = m.wake(ctx, s); err != nil {
+	if c.woke, err = m.dur.wake(ctx, s); err != nil {
 		return nil, err
 	}
 	if c.k, err = m.ensureKernel(ctx, s); err != nil {
@@ -481,7 +481,7 @@ func (m *Manager) recordFiles(s *Session, before fileStamps, res *Result) {
 
 // persistCell copies the files a cell changed to the session's persisted
 // workspace, if it has one.
-func (m *Manager) persistCell(s *Session, changed []FileChange) {
+func (m *durable) persistCell(s *Session, changed []FileChange) {
 	if s.persist == "" || (m.cfg.StoreDir == "" && m.cfg.Store == nil) || len(changed) == 0 {
 		return
 	}

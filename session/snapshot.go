@@ -40,7 +40,7 @@ func (m *Manager) snapshot(ctx context.Context, s *Session) error {
 	if err := m.host.CriuCheck(); err != nil {
 		return fmt.Errorf("%w: snapshots need checkpoint/restore: %v", ErrUnavailable, err)
 	}
-	if lost, err := m.wake(ctx, s); err != nil {
+	if lost, err := m.dur.wake(ctx, s); err != nil {
 		return err
 	} else if lost != "" {
 		return fmt.Errorf("%w: session %s: %s", ErrUnavailable, s.id, lost)
@@ -52,43 +52,43 @@ func (m *Manager) snapshot(ctx context.Context, s *Session) error {
 	start := time.Now()
 	tmp := filepath.Join(s.dir, snapshotName+".new")
 	_ = os.RemoveAll(tmp)
-	m.stateQuota.release(tmp)
+	m.dur.stateQuota.release(tmp)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return fmt.Errorf("snapshot dir: %w", err)
 	}
 	defer func() {
 		_ = os.RemoveAll(tmp)
-		m.stateQuota.release(tmp)
+		m.dur.stateQuota.release(tmp)
 	}()
 	// Charged to the state quota: the images up to the kernel's memory
 	// limit, the files up to its disk limit, holes kept (quota.go).
 	images, saved := filepath.Join(tmp, imagesName), filepath.Join(tmp, savedName)
-	if err := m.reserveImages(s, images); err != nil {
+	if err := m.dur.reserveImages(s, images); err != nil {
 		return err
 	}
 	err = m.checkpointCopy(s, k, images, func() error {
-		return copyLimit(s, "snapshot", s.disk.SaveUpper(saved, m.stateMeter(s, saved)))
+		return copyLimit(s, "snapshot", s.disk.SaveUpper(saved, m.dur.stateMeter(s, saved)))
 	})
 	if err != nil {
 		return err
 	}
-	if err := m.settleImages(s, images); err != nil {
+	if err := m.dur.settleImages(s, images); err != nil {
 		return err
 	}
 	dst := filepath.Join(s.dir, snapshotName)
 	if err := os.RemoveAll(dst); err != nil {
 		return fmt.Errorf("replace snapshot: %w", err)
 	}
-	m.stateQuota.release(dst)
+	m.dur.stateQuota.release(dst)
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("keep snapshot: %w", err)
 	}
-	m.stateQuota.rename(tmp, dst)
+	m.dur.stateQuota.rename(tmp, dst)
 	now := time.Now().UTC()
 	s.mu.Lock()
 	s.info.SnapshotAt = &now
 	s.mu.Unlock()
-	if err := m.saveMeta(s); err != nil {
+	if err := m.dur.saveMeta(s); err != nil {
 		m.log().Warn("session metadata not saved", "session", s.id, "err", err)
 	}
 	m.log().Info("session snapshot", "session", s.id, "snapshot_ms", time.Since(start).Milliseconds(), "image_bytes", dirBytes(filepath.Join(dst, imagesName)))
@@ -132,7 +132,7 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 		_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
 		for _, name := range []string{imagesName, savedName} {
 			_ = os.RemoveAll(filepath.Join(s.dir, name))
-			m.stateQuota.release(filepath.Join(s.dir, name))
+			m.dur.stateQuota.release(filepath.Join(s.dir, name))
 		}
 	}
 	if err := s.disk.ClearUpper(); err != nil {

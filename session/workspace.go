@@ -12,6 +12,9 @@ import (
 // and state, so a file op can never act on a session the Manager refused.
 type workspace struct {
 	host workspaceHost
+	// upper saves a hibernated session's workspace disk after a host
+	// write: the durability part's, never the Manager's.
+	upper interface{ saveUpper(s *Session) error }
 }
 
 // workspaceHost is what the workspace part needs back from the Manager.
@@ -19,7 +22,6 @@ type workspaceHost interface {
 	lookup(ctx context.Context, owner int, id string) (*Session, error)
 	claim(ctx context.Context, owner int, id string) (*Session, error)
 	rescan(s *Session)
-	saveUpper(s *Session) error
 	log() *slog.Logger
 }
 

@@ -12,7 +12,8 @@ import (
 
 // The durability part owns what outlives a process: session metadata on
 // disk (adopt.go), hibernation to checkpoint images and back
-// (hibernate.go), persisted workspaces (persist.go), the shared store and
+// (hibernate.go), the checkpoint copies of snapshots and forks
+// (snapshot.go, fork.go's checkpointCopy), persisted workspaces (persist.go), the shared store and
 // its leases (shared.go, fleet.go), the records of lost sessions (lost.go)
 // and the host-disk quotas they are charged to (quota.go). It must never
 // touch the session table, admission or the TTL/janitor: a session enters
@@ -24,6 +25,11 @@ type durable struct {
 	host    *isolate.Host
 	metrics *Metrics
 	mgr     durableHost
+	// kernels restores a session's kernel from its images: the warm-start
+	// part's, never the Manager's.
+	kernels interface {
+		restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error)
+	}
 
 	// objects is Config.Store under the store quota (nil without a Store).
 	objects store.Store
@@ -45,7 +51,7 @@ type durableHost interface {
 	metaPastLife(meta sessionMeta, now time.Time) error
 	rememberLost(id, why string, until time.Time)
 	forgetStored(s *Session)
-	restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error)
+	ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 	dropKernel(s *Session, k *kernel)
 	rescan(s *Session)
 	exec(ctx context.Context, s *Session, req ExecRequest) (*Result, error)

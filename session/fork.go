@@ -90,13 +90,13 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	copyFiles := func() error {
 		return copyLimit(parent, "fork", parent.disk.CopyUpper(child.disk, &isolate.ByteCap{Max: child.policy.DiskBytes}))
 	}
-	if err := m.checkpointCopy(parent, pk, images, copyFiles); err != nil {
+	if err := m.dur.checkpointCopy(parent, pk, images, copyFiles); err != nil {
 		return nil, err
 	}
 	if err := m.dur.settleImages(parent, images); err != nil {
 		return nil, err
 	}
-	k, err := m.restoreKernel(ctx, child, images)
+	k, err := m.warm.restoreKernel(ctx, child, images)
 	if err != nil {
 		return nil, hostErr(ErrUnavailable, fmt.Errorf("restore fork of %s: %w", id, err))
 	}
@@ -117,7 +117,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 // image (criu checks the size of every open file), whatever a background
 // thread of the kernel writes. Then it gives s its connection back. The
 // caller holds s.run.
-func (m *Manager) checkpointCopy(s *Session, k *kernel, images string, copyFiles func() error) error {
+func (m *durable) checkpointCopy(s *Session, k *kernel, images string, copyFiles func() error) error {
 	// criu refuses a socket whose peer is outside the sandbox (hibernate):
 	// the kernel drops its end while it still runs.
 	_ = k.conn.Close()
@@ -143,8 +143,8 @@ func (m *Manager) checkpointCopy(s *Session, k *kernel, images string, copyFiles
 			break
 		}
 	}
-	if rerr := m.dur.reconnect(s, k); rerr != nil {
-		m.dropKernel(s, k)
+	if rerr := m.reconnect(s, k); rerr != nil {
+		m.mgr.dropKernel(s, k)
 		return fmt.Errorf("%w: checkpoint of session %s: its kernel was lost: %v (checkpoint: %v)", ErrUnavailable, s.id, rerr, err)
 	}
 	if errors.Is(err, ErrLimit) {

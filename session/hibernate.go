@@ -223,7 +223,7 @@ func (m *durable) wake(ctx context.Context, s *Session) (string, error) {
 	defer m.mgr.unreserve()
 	images := filepath.Join(s.dir, imagesName)
 	start := time.Now()
-	k, err := m.mgr.restoreKernel(ctx, s, images)
+	k, err := m.kernels.restoreKernel(ctx, s, images)
 	s.mu.Lock()
 	s.hibernated = false
 	if err == nil {
@@ -245,7 +245,7 @@ func (m *durable) wake(ctx context.Context, s *Session) (string, error) {
 
 // restoreKernel restores the sandbox from images on s's disk and waits for
 // its kernel to reconnect.
-func (m *Manager) restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error) {
+func (m *warmStarts) restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error) {
 	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
 		return s.disk.Restore(images, spec)
 	})
@@ -253,14 +253,14 @@ func (m *Manager) restoreKernel(ctx context.Context, s *Session, images string) 
 
 // restoreKernelIfIdle is restoreKernel, or isolate.ErrBusy at once if
 // another checkpoint or restore is running (template.go imports instead).
-func (m *Manager) restoreKernelIfIdle(ctx context.Context, s *Session, images string) (*kernel, error) {
+func (m *warmStarts) restoreKernelIfIdle(ctx context.Context, s *Session, images string) (*kernel, error) {
 	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
 		return s.disk.RestoreIfIdle(images, spec)
 	})
 }
 
 // kernelSpec is the sandbox spec startKernel builds, for a restore.
-func (m *Manager) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
+func (m *warmStarts) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
 	binds := []isolate.Bind{{Source: ctl, Dest: ctlMount}}
 	if m.cfg.Wheelhouse != "" {
 		binds = append(binds, isolate.Bind{Source: m.cfg.Wheelhouse, Dest: wheelhouseMount})

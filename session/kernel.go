@@ -87,7 +87,7 @@ func (k *kernel) close() error {
 // hold it, so that a test can see what waits for a start and what does not.
 var startGate func(ctx context.Context) error
 
-func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl string, p policy.Policy) (*kernel, error) {
+func (m *warmStarts) startKernel(ctx context.Context, disk *isolate.Disk, ctl string, p policy.Policy) (*kernel, error) {
 	if startGate != nil {
 		if err := startGate(ctx); err != nil {
 			return nil, fmt.Errorf("%w: start kernel: %v", ErrUnavailable, err)
@@ -111,7 +111,7 @@ func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl strin
 // launchKernel brings a kernel's sandbox up with build (a fresh start, a
 // restore from a checkpoint) and waits, at most timeout, for the kernel to
 // connect to ctl, the session's control directory on the host.
-func (m *Manager) launchKernel(ctx context.Context, ctl string, p policy.Policy, timeout time.Duration, build func(isolate.Spec) (*isolate.Sandbox, error)) (_ *kernel, retErr error) {
+func (m *warmStarts) launchKernel(ctx context.Context, ctl string, p policy.Policy, timeout time.Duration, build func(isolate.Spec) (*isolate.Sandbox, error)) (_ *kernel, retErr error) {
 	// The start bound begins when a sandbox can be built: a pool member
 	// queued behind serve's rootfs check used to time out the moment the
 	// check passed (minutes under emulation).

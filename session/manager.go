@@ -271,8 +271,6 @@ type Manager struct {
 
 	stop        chan struct{}
 	janitorDone chan struct{} // closed when the janitor has stopped
-	pool        *warmPool
-	starts      chan struct{} // kernel starts in progress (admitStart)
 
 	// takeMu serialises takes of sessions from the shared store.
 	takeMu sync.Mutex
@@ -313,12 +311,12 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		cfg: cfg, host: host, metrics: newMetrics(),
 		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, expired: map[string]bool{}, lostUntil: map[string]time.Time{}, oneshots: map[string]*Session{}, starting: map[int]int{},
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
-		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
-	m.warm = warmStarts{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m}
+	m.warm = warmStarts{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m,
+		starts: make(chan struct{}, 2*max(1, runtime.NumCPU()))}
 	m.ws.host = m
 	m.ws.upper = &m.dur
-	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m}
+	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m, kernels: &m.warm}
 	if cfg.Store != nil && cfg.Store.Shared() {
 		// Store attack: others write a shared store; unsigned, its records
 		// would name owners, host paths and confinement for this node.
@@ -349,7 +347,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	m.warm.stateQuota = m.dur.stateQuota
 	m.warm.initZygotes()
 	m.warm.initTemplates()
-	m.startPool()
+	m.warm.startPool()
 	go m.janitor()
 	return m, nil
 }
@@ -398,14 +396,14 @@ func (m *Manager) reserve() error {
 	}
 	if m.liveLocked()+m.reserved >= m.cfg.MaxSessions {
 		// A waiting pool member gives its place up to a session.
-		s := m.evictMemberLocked()
+		s := m.warm.evictMemberLocked()
 		if s == nil {
 			return fmt.Errorf("%w: %d live sessions, the configured maximum (max_sessions; hibernated sessions do not count)", ErrLimit, m.cfg.MaxSessions)
 		}
 		m.reserved--
-		m.pool.wg.Add(1)
+		m.warm.pool.wg.Add(1)
 		go func() {
-			defer m.pool.wg.Done()
+			defer m.warm.pool.wg.Done()
 			_ = m.destroy(s)
 		}()
 	}
@@ -694,7 +692,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		s.info.Restored = restored
 		s.info.Survives = "files in " + Workdir + " are saved after every cell and restored by a later create with the same persist name; variables, imports and running processes are not"
 	}
-	release, err := m.admitStart(ctx)
+	release, err := m.warm.admitStart(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func waitPool(t *testing.T, m *Manager, n int) {
 func poolMembers(m *Manager) (ids, sandboxes []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, s := range m.pool.ready["default"] {
+	for _, s := range m.warm.pool.ready["default"] {
 		ids = append(ids, s.id)
 		s.mu.Lock()
 		sandboxes = append(sandboxes, s.k.sb.ID)

@@ -232,7 +232,7 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 		}
 	}
 	if req.Snapshot {
-		if err := m.snapshot(ctx, s); err != nil {
+		if err := m.dur.snapshot(ctx, s); err != nil {
 			return nil, fmt.Errorf("snapshot before the cell (the cell did not run): %w", err)
 		}
 	}
@@ -541,7 +541,7 @@ func (m *Manager) ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 	}
 	if k == nil {
 		path = StartImport
-		k, err = m.startKernel(ctx, s.disk, s.ctlDir(), s.policy)
+		k, err = m.warm.startKernel(ctx, s.disk, s.ctlDir(), s.policy)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

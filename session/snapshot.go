@@ -28,7 +28,7 @@ func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, er
 		return nil, err
 	}
 	defer s.run.Unlock()
-	if err := m.snapshot(ctx, s); err != nil {
+	if err := m.dur.snapshot(ctx, s); err != nil {
 		return nil, err
 	}
 	info := m.infoOf(s)
@@ -36,59 +36,59 @@ func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, er
 }
 
 // snapshot does the work; the caller holds s.run.
-func (m *Manager) snapshot(ctx context.Context, s *Session) error {
+func (m *durable) snapshot(ctx context.Context, s *Session) error {
 	if err := m.host.CriuCheck(); err != nil {
 		return fmt.Errorf("%w: snapshots need checkpoint/restore: %v", ErrUnavailable, err)
 	}
-	if lost, err := m.dur.wake(ctx, s); err != nil {
+	if lost, err := m.wake(ctx, s); err != nil {
 		return err
 	} else if lost != "" {
 		return fmt.Errorf("%w: session %s: %s", ErrUnavailable, s.id, lost)
 	}
-	k, err := m.ensureKernel(ctx, s)
+	k, err := m.mgr.ensureKernel(ctx, s)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	tmp := filepath.Join(s.dir, snapshotName+".new")
 	_ = os.RemoveAll(tmp)
-	m.dur.stateQuota.release(tmp)
+	m.stateQuota.release(tmp)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return fmt.Errorf("snapshot dir: %w", err)
 	}
 	defer func() {
 		_ = os.RemoveAll(tmp)
-		m.dur.stateQuota.release(tmp)
+		m.stateQuota.release(tmp)
 	}()
 	// Charged to the state quota: the images up to the kernel's memory
 	// limit, the files up to its disk limit, holes kept (quota.go).
 	images, saved := filepath.Join(tmp, imagesName), filepath.Join(tmp, savedName)
-	if err := m.dur.reserveImages(s, images); err != nil {
+	if err := m.reserveImages(s, images); err != nil {
 		return err
 	}
 	err = m.checkpointCopy(s, k, images, func() error {
-		return copyLimit(s, "snapshot", s.disk.SaveUpper(saved, m.dur.stateMeter(s, saved)))
+		return copyLimit(s, "snapshot", s.disk.SaveUpper(saved, m.stateMeter(s, saved)))
 	})
 	if err != nil {
 		return err
 	}
-	if err := m.dur.settleImages(s, images); err != nil {
+	if err := m.settleImages(s, images); err != nil {
 		return err
 	}
 	dst := filepath.Join(s.dir, snapshotName)
 	if err := os.RemoveAll(dst); err != nil {
 		return fmt.Errorf("replace snapshot: %w", err)
 	}
-	m.dur.stateQuota.release(dst)
+	m.stateQuota.release(dst)
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("keep snapshot: %w", err)
 	}
-	m.dur.stateQuota.rename(tmp, dst)
+	m.stateQuota.rename(tmp, dst)
 	now := time.Now().UTC()
 	s.mu.Lock()
 	s.info.SnapshotAt = &now
 	s.mu.Unlock()
-	if err := m.dur.saveMeta(s); err != nil {
+	if err := m.saveMeta(s); err != nil {
 		m.log().Warn("session metadata not saved", "session", s.id, "err", err)
 	}
 	m.log().Info("session snapshot", "session", s.id, "snapshot_ms", time.Since(start).Milliseconds(), "image_bytes", dirBytes(filepath.Join(dst, imagesName)))
@@ -143,7 +143,7 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 	}
 	// The restore writes its log and config next to the images; the
 	// snapshot's images themselves are only read.
-	nk, rerr := m.restoreKernel(ctx, s, filepath.Join(snap, imagesName))
+	nk, rerr := m.warm.restoreKernel(ctx, s, filepath.Join(snap, imagesName))
 	if rerr == nil {
 		s.mu.Lock()
 		s.k = nk

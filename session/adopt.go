@@ -159,7 +159,7 @@ func (m *durable) adopt(id string) (_ *Session, retErr error) {
 		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: now, info: meta.Info,
 		k: &kernel{sb: sb, conn: conn, listener: l, started: time.Now()}, cells: conn.Hello().Cells,
 	}
-	m.mgr.rescan(s)
+	m.files.rescan(s)
 	return s, nil
 }
 

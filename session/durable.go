@@ -25,6 +25,9 @@ type durable struct {
 	host    *isolate.Host
 	metrics *Metrics
 	mgr     durableHost
+	// files records a session's workspace as it is now: the workspace
+	// part's, never the Manager's.
+	files interface{ rescan(s *Session) }
 	// kernels restores a session's kernel from its images: the warm-start
 	// part's, never the Manager's.
 	kernels interface {
@@ -53,7 +56,6 @@ type durableHost interface {
 	forgetStored(s *Session)
 	ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 	dropKernel(s *Session, k *kernel)
-	rescan(s *Session)
 	exec(ctx context.Context, s *Session, req ExecRequest) (*Result, error)
 }
 

@@ -377,7 +377,7 @@ func (m *durable) hibernatedSession(meta sessionMeta, dir string, disk *isolate.
 		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: time.Now(), info: meta.Info,
 		hibernated: true, hibTTL: m.cfg.HibernatedTTL,
 	}
-	m.mgr.rescan(s)
+	m.files.rescan(s)
 	return s
 }
 

@@ -240,7 +240,7 @@ type Manager struct {
 	// warm is the warm-start part: templates and zygotes (warmstarts.go).
 	warm warmStarts
 	// ws is the workspace part: the host's file ops and watches (workspace.go).
-	ws workspace
+	ws Workspace
 	// dur is the durability part: metadata, hibernation, persisted
 	// workspaces, the shared store, lost records, disk quotas (durable.go).
 	dur durable
@@ -313,10 +313,10 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 	}
 	m.warm = warmStarts{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m,
-		starts: make(chan struct{}, 2*max(1, runtime.NumCPU()))}
+		files: &m.ws, starts: make(chan struct{}, 2*max(1, runtime.NumCPU()))}
 	m.ws.host = m
 	m.ws.upper = &m.dur
-	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m, kernels: &m.warm}
+	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m, kernels: &m.warm, files: &m.ws}
 	if cfg.Store != nil && cfg.Store.Shared() {
 		// Store attack: others write a shared store; unsigned, its records
 		// would name owners, host paths and confinement for this node.
@@ -739,7 +739,7 @@ func (m *Manager) maxLifeOf(s *Session) time.Duration {
 // register makes a new session with a running kernel live: listed, saved
 // for re-adoption, counted.
 func (m *Manager) register(s *Session) error {
-	m.rescan(s)
+	m.ws.rescan(s)
 	m.mu.Lock()
 	if m.shutdown {
 		m.mu.Unlock()
@@ -922,11 +922,11 @@ func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req E
 	s.ttl = p.MaxTimeout
 	if len(req.Files) > 0 {
 		// Before the kernel starts, straight into the upper layer.
-		if err := m.placeFiles(s, req.Files); err != nil {
+		if err := m.ws.placeFiles(s, req.Files); err != nil {
 			return nil, err
 		}
 		req.Files = nil
-		m.rescan(s)
+		m.ws.rescan(s)
 	}
 	res, err := m.exec(ctx, s, req)
 	if err != nil {
@@ -955,92 +955,6 @@ func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req E
 		ws.Close()
 	}
 	return res, nil
-}
-
-// Upload writes data to path (relative to the working directory).
-func (m *Manager) Upload(ctx context.Context, owner int, id, path string, data []byte) (*Entry, error) {
-	rel, err := cleanRel(path)
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("%w: upload of %d bytes, at most %d", ErrLimit, len(data), MaxFileBytes)
-	}
-	s, err := m.claim(ctx, owner, id)
-	if err != nil {
-		return nil, err
-	}
-	defer s.run.Unlock()
-	if err := m.placeFiles(s, []File{{Path: rel, Data: data}}); err != nil {
-		return nil, err
-	}
-	m.rescan(s)
-	s.mu.Lock()
-	hib := s.hibernated
-	s.mu.Unlock()
-	if hib {
-		// The saved copy must have the new file for a restore after a
-		// reboot.
-		if err := m.dur.saveUpper(s); err != nil {
-			m.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
-		}
-	}
-	s.mu.Lock()
-	s.lastUsed = time.Now()
-	s.mu.Unlock()
-	return &Entry{Path: rel, Size: int64(len(data)), ModTime: time.Now().UTC()}, nil
-}
-
-// Download reads path (relative to the working directory).
-func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Download, error) {
-	rel, err := cleanRel(path)
-	if err != nil {
-		return nil, err
-	}
-	s, err := m.lookup(ctx, owner, id)
-	if err != nil {
-		return nil, err
-	}
-	ws, err := s.workspace()
-	if err != nil {
-		return nil, err
-	}
-	if ws == nil {
-		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
-	}
-	defer ws.Close()
-	b, err := readFile(ws, rel, MaxFileBytes)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &Download{Path: rel, Data: b, Size: int64(len(b)), SHA256: sha256hex(b)}, nil
-}
-
-// Files lists the workspace.
-func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, error) {
-	s, err := m.lookup(ctx, owner, id)
-	if err != nil {
-		return nil, err
-	}
-	ws, err := s.workspace()
-	if err != nil || ws == nil {
-		return []Entry{}, err
-	}
-	defer ws.Close()
-	// Never a listing that leaves out files that exist: a walk cut short
-	// by a concurrent rename is retried, all tries within one scan's
-	// bound, then refused (busy).
-	deadline := time.Now().Add(scanTimeout)
-	for try := 1; ; try++ {
-		out, err := listWithin(ws, deadline)
-		if !errors.Is(err, errScanChanged) || try == 5 || time.Now().After(deadline) {
-			return out, err
-		}
-		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
-	}
 }
 
 // Close ends a session now.

@@ -186,7 +186,7 @@ func (m *warmStarts) buildMember(name string) (_ *Session, retErr error) {
 	if _, err := m.mgr.ensureKernel(p.ctx, s); err != nil {
 		return nil, err
 	}
-	m.mgr.rescan(s)
+	m.files.rescan(s)
 	return s, nil
 }
 

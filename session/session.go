@@ -150,7 +150,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	if err := m.placeRequestFiles(s, req.Files); err != nil {
+	if err := m.ws.placeRequestFiles(s, req.Files); err != nil {
 		return nil, err
 	}
 	restoreEnv, err := m.cellEnv(ctx, s, c.k, req.Envs)
@@ -190,7 +190,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		// (restartInBackground); any other caller's next cell starts one.
 		m.dropKernel(s, c.k)
 	}
-	m.recordFiles(s, c.before, res)
+	m.ws.recordFiles(s, c.before, res)
 	m.dur.persistCell(s, res.Files)
 	m.recordCell(ctx, c, res)
 	return res, nil
@@ -264,14 +264,14 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 
 // placeRequestFiles writes the files handed in with the cell; they are not
 // the cell's doing, so the workspace is rescanned before it runs.
-func (m *Manager) placeRequestFiles(s *Session, files []File) error {
+func (wk *Workspace) placeRequestFiles(s *Session, files []File) error {
 	if len(files) == 0 {
 		return nil
 	}
-	if err := m.placeFiles(s, files); err != nil {
+	if err := wk.placeFiles(s, files); err != nil {
 		return err
 	}
-	m.rescan(s)
+	wk.rescan(s)
 	return nil
 }
 
@@ -462,7 +462,7 @@ func (m *Manager) restartInBackground(s *Session) bool {
 
 // recordFiles puts into res what the cell did to the workspace, and keeps
 // the workspace's stamps for the next cell.
-func (m *Manager) recordFiles(s *Session, before fileStamps, res *Result) {
+func (wk *Workspace) recordFiles(s *Session, before fileStamps, res *Result) {
 	if ws, err := s.workspace(); err == nil {
 		after := fileStamps{}
 		if ws != nil {
@@ -592,7 +592,7 @@ func (m *Manager) dropKernel(s *Session, k *kernel) {
 }
 
 // rescan records the workspace as it is now.
-func (m *Manager) rescan(s *Session) {
+func (wk *Workspace) rescan(s *Session) {
 	ws, err := s.workspace()
 	if err != nil {
 		return
@@ -611,7 +611,7 @@ func (m *Manager) rescan(s *Session) {
 }
 
 // placeFiles writes request files into the workspace.
-func (m *Manager) placeFiles(s *Session, files []File) error {
+func (wk *Workspace) placeFiles(s *Session, files []File) error {
 	ws, err := s.writableWorkspace()
 	if err != nil {
 		return fmt.Errorf("open workspace: %w", err)

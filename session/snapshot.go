@@ -149,7 +149,7 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 		s.k = nk
 		s.mu.Unlock()
 	}
-	m.rescan(s)
+	m.ws.rescan(s)
 	s.mu.Lock()
 	s.lastUsed = time.Now()
 	s.mu.Unlock()

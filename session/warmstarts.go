@@ -23,6 +23,9 @@ type warmStarts struct {
 	metrics    *Metrics
 	stateQuota *quota
 	mgr        warmHost
+	// files records a session's workspace as it is now: the workspace
+	// part's, never the Manager's.
+	files interface{ rescan(s *Session) }
 
 	tmpl *templates
 	zyg  *zygotes
@@ -38,7 +41,6 @@ type warmHost interface {
 	newSession(owner int, p policy.Policy) (*Session, error)
 	destroy(s *Session) error
 	ensureKernel(ctx context.Context, s *Session) (*kernel, error)
-	rescan(s *Session)
 	startBuild(name string) bool
 }
 

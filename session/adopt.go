@@ -191,3 +191,33 @@ func (m *Manager) release(s *Session) error {
 	}
 	return nil
 }
+
+// reconcile removes every sandbox and session directory a previous run
+// left behind, except the adopted sessions'.
+func (m *durable) reconcile(adopted map[string]bool) error {
+	disks := map[string]bool{}
+	for id := range adopted {
+		disks[diskID(id)] = true
+	}
+	removed, err := m.host.Reconcile(func(id string) bool { return disks[id] })
+	if len(removed) > 0 {
+		m.log().Info("removed leftovers of a previous run", "sandboxes", len(removed))
+	}
+	ents, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "sessions"))
+	for _, e := range ents {
+		if !adopted[e.Name()] {
+			_ = os.RemoveAll(filepath.Join(m.cfg.StateDir, "sessions", e.Name()))
+		}
+	}
+	return err
+}
+
+// savePooledMeta saves the metadata of a session just taken from the pool.
+func (m *durable) savePooledMeta(info *Info) {
+	if s, err := m.mgr.get(0, info.ID); err == nil {
+		m.recordLive(s)
+		if err := m.saveMeta(s); err != nil {
+			m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
+		}
+	}
+}

@@ -272,3 +272,76 @@ func (wk *Workspace) Files(ctx context.Context, owner int, id string) ([]Entry, 
 		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
 	}
 }
+
+// placeRequestFiles writes the files handed in with the cell; they are not
+// the cell's doing, so the workspace is rescanned before it runs.
+func (wk *Workspace) placeRequestFiles(s *Session, files []File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	if err := wk.placeFiles(s, files); err != nil {
+		return err
+	}
+	wk.rescan(s)
+	return nil
+}
+
+// recordFiles puts into res what the cell did to the workspace, and keeps
+// the workspace's stamps for the next cell.
+func (wk *Workspace) recordFiles(s *Session, before fileStamps, res *Result) {
+	if ws, err := s.workspace(); err == nil {
+		after := fileStamps{}
+		if ws != nil {
+			after, _ = scan(ws)
+			ws.Close()
+		}
+		res.Files = diff(before, after)
+		s.mu.Lock()
+		s.stamps = after
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+}
+
+// rescan records the workspace as it is now.
+func (wk *Workspace) rescan(s *Session) {
+	ws, err := s.workspace()
+	if err != nil {
+		return
+	}
+	snap := fileStamps{}
+	if ws != nil {
+		snap, _ = scan(ws)
+		ws.Close()
+	}
+	s.mu.Lock()
+	// A partial scan keeps what the last one saw, so that its absences
+	// are not later reported as deletions.
+	fillPartial(snap, s.stamps)
+	s.stamps = snap
+	s.mu.Unlock()
+}
+
+// placeFiles writes request files into the workspace.
+func (wk *Workspace) placeFiles(s *Session, files []File) error {
+	ws, err := s.writableWorkspace()
+	if err != nil {
+		return fmt.Errorf("open workspace: %w", err)
+	}
+	defer ws.Close()
+	for _, f := range files {
+		rel, err := cleanRel(f.Path)
+		if err != nil {
+			return err
+		}
+		if err := writeFile(ws, rel, f.Data, s.disk.HostID()); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return fmt.Errorf("%w: workspace full writing %s", ErrLimit, rel)
+			}
+			return err
+		}
+	}
+	return nil
+}

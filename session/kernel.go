@@ -293,3 +293,28 @@ func networkUsage(u isolate.NetUsage) *NetworkUsage {
 	}
 	return n
 }
+
+// restoreKernel restores the sandbox from images on s's disk and waits for
+// its kernel to reconnect.
+func (m *warmStarts) restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error) {
+	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+		return s.disk.Restore(images, spec)
+	})
+}
+
+// restoreKernelIfIdle is restoreKernel, or isolate.ErrBusy at once if
+// another checkpoint or restore is running (template.go imports instead).
+func (m *warmStarts) restoreKernelIfIdle(ctx context.Context, s *Session, images string) (*kernel, error) {
+	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+		return s.disk.RestoreIfIdle(images, spec)
+	})
+}
+
+// kernelSpec is the sandbox spec startKernel builds, for a restore.
+func (m *warmStarts) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
+	binds := []isolate.Bind{{Source: ctl, Dest: ctlMount}}
+	if m.cfg.Wheelhouse != "" {
+		binds = append(binds, isolate.Bind{Source: m.cfg.Wheelhouse, Dest: wheelhouseMount})
+	}
+	return isolate.Spec{Policy: p, Args: runner.Argv(ctlMount, m.cfg.Preload), Env: kernelEnv(p), Cwd: Workdir, Binds: binds}
+}

@@ -337,7 +337,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		m.dur.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
 	}
 	m.dur.loadLost()
-	if err := m.reconcile(m.adoptAll()); err != nil {
+	if err := m.dur.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
 	if err := m.saveLost(); err != nil {
@@ -350,26 +350,6 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	m.warm.startPool()
 	go m.janitor()
 	return m, nil
-}
-
-// reconcile removes every sandbox and session directory a previous run
-// left behind, except the adopted sessions'.
-func (m *Manager) reconcile(adopted map[string]bool) error {
-	disks := map[string]bool{}
-	for id := range adopted {
-		disks[diskID(id)] = true
-	}
-	removed, err := m.host.Reconcile(func(id string) bool { return disks[id] })
-	if len(removed) > 0 {
-		m.log().Info("removed leftovers of a previous run", "sandboxes", len(removed))
-	}
-	ents, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "sessions"))
-	for _, e := range ents {
-		if !adopted[e.Name()] {
-			_ = os.RemoveAll(filepath.Join(m.cfg.StateDir, "sessions", e.Name()))
-		}
-	}
-	return err
 }
 
 func (m *Manager) log() *slog.Logger { return m.cfg.Logger }
@@ -716,16 +696,6 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
 	info := m.infoOf(s)
 	return &info, nil
-}
-
-// savePooledMeta saves the metadata of a session just taken from the pool.
-func (m *durable) savePooledMeta(info *Info) {
-	if s, err := m.mgr.get(0, info.ID); err == nil {
-		m.recordLive(s)
-		if err := m.saveMeta(s); err != nil {
-			m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
-		}
-	}
 }
 
 // maxLifeOf is how long s may live from its creation.

@@ -511,3 +511,14 @@ del _r
 	}
 	return reqs, nil
 }
+
+// persistCell copies the files a cell changed to the session's persisted
+// workspace, if it has one.
+func (m *durable) persistCell(s *Session, changed []FileChange) {
+	if s.persist == "" || (m.cfg.StoreDir == "" && m.cfg.Store == nil) || len(changed) == 0 {
+		return
+	}
+	if err := m.syncPersist(s, changed); err != nil {
+		m.log().Warn("persist workspace", "session", s.id, "persist", s.persist, "err", err)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -262,19 +261,6 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 	return c, nil
 }
 
-// placeRequestFiles writes the files handed in with the cell; they are not
-// the cell's doing, so the workspace is rescanned before it runs.
-func (wk *Workspace) placeRequestFiles(s *Session, files []File) error {
-	if len(files) == 0 {
-		return nil
-	}
-	if err := wk.placeFiles(s, files); err != nil {
-		return err
-	}
-	wk.rescan(s)
-	return nil
-}
-
 // nextCell counts the cell and returns its id and the workspace before it.
 func (m *Manager) nextCell(s *Session) (string, fileStamps) {
 	s.mu.Lock()
@@ -460,36 +446,6 @@ func (m *Manager) restartInBackground(s *Session) bool {
 	return true
 }
 
-// recordFiles puts into res what the cell did to the workspace, and keeps
-// the workspace's stamps for the next cell.
-func (wk *Workspace) recordFiles(s *Session, before fileStamps, res *Result) {
-	if ws, err := s.workspace(); err == nil {
-		after := fileStamps{}
-		if ws != nil {
-			after, _ = scan(ws)
-			ws.Close()
-		}
-		res.Files = diff(before, after)
-		s.mu.Lock()
-		s.stamps = after
-		s.mu.Unlock()
-	}
-	s.mu.Lock()
-	s.lastUsed = time.Now()
-	s.mu.Unlock()
-}
-
-// persistCell copies the files a cell changed to the session's persisted
-// workspace, if it has one.
-func (m *durable) persistCell(s *Session, changed []FileChange) {
-	if s.persist == "" || (m.cfg.StoreDir == "" && m.cfg.Store == nil) || len(changed) == 0 {
-		return
-	}
-	if err := m.syncPersist(s, changed); err != nil {
-		m.log().Warn("persist workspace", "session", s.id, "persist", s.persist, "err", err)
-	}
-}
-
 // recordCell counts the cell in the metrics and logs it (its code only at
 // debug level).
 func (m *Manager) recordCell(ctx context.Context, c *cell, res *Result) {
@@ -589,45 +545,4 @@ func (m *Manager) dropKernel(s *Session, k *kernel) {
 	if err := k.close(); err != nil {
 		m.log().Warn("destroy sandbox", "session", s.id, "err", err)
 	}
-}
-
-// rescan records the workspace as it is now.
-func (wk *Workspace) rescan(s *Session) {
-	ws, err := s.workspace()
-	if err != nil {
-		return
-	}
-	snap := fileStamps{}
-	if ws != nil {
-		snap, _ = scan(ws)
-		ws.Close()
-	}
-	s.mu.Lock()
-	// A partial scan keeps what the last one saw, so that its absences
-	// are not later reported as deletions.
-	fillPartial(snap, s.stamps)
-	s.stamps = snap
-	s.mu.Unlock()
-}
-
-// placeFiles writes request files into the workspace.
-func (wk *Workspace) placeFiles(s *Session, files []File) error {
-	ws, err := s.writableWorkspace()
-	if err != nil {
-		return fmt.Errorf("open workspace: %w", err)
-	}
-	defer ws.Close()
-	for _, f := range files {
-		rel, err := cleanRel(f.Path)
-		if err != nil {
-			return err
-		}
-		if err := writeFile(ws, rel, f.Data, s.disk.HostID()); err != nil {
-			if errors.Is(err, syscall.ENOSPC) {
-				return fmt.Errorf("%w: workspace full writing %s", ErrLimit, rel)
-			}
-			return err
-		}
-	}
-	return nil
 }

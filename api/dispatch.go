@@ -150,13 +150,13 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Info: info}, nil
 	case OpUpload:
-		e, err := m.Upload(ctx, owner, req.Session, req.Path, req.Data)
+		e, err := m.Workspace().Upload(ctx, owner, req.Session, req.Path, req.Data)
 		if err != nil {
 			return nil, err
 		}
 		return &Response{Path: e.Path, Size: &e.Size}, nil
 	case OpDownload:
-		dl, err := m.Download(ctx, owner, req.Session, req.Path)
+		dl, err := m.Workspace().Download(ctx, owner, req.Session, req.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -166,7 +166,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Path: dl.Path, Data: data, Size: &dl.Size, SHA256: dl.SHA256}, nil
 	case OpFiles:
-		entries, err := m.Files(ctx, owner, req.Session)
+		entries, err := m.Workspace().Files(ctx, owner, req.Session)
 		if err != nil {
 			return nil, err
 		}
@@ -223,24 +223,24 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Metrics: mt}, nil
 	case OpStat:
-		e, err := m.Stat(ctx, owner, req.Session, req.Path)
+		e, err := m.Workspace().Stat(ctx, owner, req.Session, req.Path)
 		if err != nil {
 			return nil, err
 		}
 		return &Response{Entry: e}, nil
 	case OpRemove:
-		if err := m.Remove(ctx, owner, req.Session, req.Path); err != nil {
+		if err := m.Workspace().Remove(ctx, owner, req.Session, req.Path); err != nil {
 			return nil, err
 		}
 		return &Response{Path: req.Path}, nil
 	case OpMkdir:
-		created, err := m.MakeDir(ctx, owner, req.Session, req.Path)
+		created, err := m.Workspace().MakeDir(ctx, owner, req.Session, req.Path)
 		if err != nil {
 			return nil, err
 		}
 		return &Response{Path: req.Path, Created: &created}, nil
 	case OpWatch:
-		w, err := m.Watch(ctx, owner, req.Session, seam.WatchRequest{Action: req.Action, Path: req.Path, Recursive: req.Recursive, Watch: req.Watch})
+		w, err := m.Workspace().Watch(ctx, owner, req.Session, seam.WatchRequest{Action: req.Action, Path: req.Path, Recursive: req.Recursive, Watch: req.Watch})
 		if err != nil {
 			return nil, err
 		}

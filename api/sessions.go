@@ -34,14 +34,8 @@ type Sessions interface {
 	Snapshot(ctx context.Context, owner int, id string) (*seam.Info, error)
 	Rollback(ctx context.Context, owner int, id string) (*seam.Info, error)
 
-	// Workspace files.
-	Upload(ctx context.Context, owner int, id, path string, data []byte) (*seam.Entry, error)
-	Download(ctx context.Context, owner int, id, path string) (*seam.Download, error)
-	Files(ctx context.Context, owner int, id string) ([]seam.Entry, error)
-	Stat(ctx context.Context, owner int, id, path string) (*seam.Entry, error)
-	Remove(ctx context.Context, owner int, id, path string) error
-	MakeDir(ctx context.Context, owner int, id, path string) (created bool, _ error)
-	Watch(ctx context.Context, owner int, id string, req seam.WatchRequest) (*seam.WatchResult, error)
+	// Workspace files, through session's workspace part.
+	Workspace() seam.Workspace
 
 	// The host and /metrics.
 	Features() seam.Features

@@ -42,7 +42,7 @@ type sessionMeta struct {
 }
 
 // saveMeta writes what a new daemon needs to adopt s.
-func (m *Manager) saveMeta(s *Session) error {
+func (m *durable) saveMeta(s *Session) error {
 	s.mu.Lock()
 	meta := sessionMeta{Version: metaVersion, ID: s.id, Owner: s.owner, Policy: s.policy, Persist: s.persist, TTL: s.ttl, MaxLife: s.maxLife, Created: s.created, Info: s.info}
 	s.mu.Unlock()
@@ -65,7 +65,7 @@ func (m *Manager) adoptAll() map[string]bool {
 	ents, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "sessions"))
 	for _, e := range ents {
 		id := e.Name()
-		s, err := m.adopt(id)
+		s, err := m.dur.adopt(id)
 		if err != nil {
 			now := time.Now()
 			why := fmt.Sprintf("was lost when jailcell restarted at %s: %v", now.UTC().Format(time.RFC3339), err)
@@ -74,10 +74,10 @@ func (m *Manager) adoptAll() map[string]bool {
 				m.log().Warn("session lost on restart; persisted files are kept", "session", id, "err", err)
 				var meta sessionMeta
 				if json.Unmarshal(b, &meta) == nil {
-					until = m.idEnd(meta.Created, now, meta.TTL, meta.MaxLife)
+					until = m.dur.idEnd(meta.Created, now, meta.TTL, meta.MaxLife)
 				}
 			}
-			m.markLost(id, why, LostRestart, until)
+			m.dur.markLost(id, why, LostRestart, until)
 			continue
 		}
 		m.mu.Lock()
@@ -94,7 +94,7 @@ func (m *Manager) adoptAll() map[string]bool {
 }
 
 // adopt takes over one session.
-func (m *Manager) adopt(id string) (_ *Session, retErr error) {
+func (m *durable) adopt(id string) (_ *Session, retErr error) {
 	dir := filepath.Join(m.cfg.StateDir, "sessions", id)
 	b, err := os.ReadFile(filepath.Join(dir, metaName))
 	if err != nil {
@@ -159,7 +159,7 @@ func (m *Manager) adopt(id string) (_ *Session, retErr error) {
 		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: now, info: meta.Info,
 		k: &kernel{sb: sb, conn: conn, listener: l, started: time.Now()}, cells: conn.Hello().Cells,
 	}
-	m.rescan(s)
+	m.files.rescan(s)
 	return s, nil
 }
 
@@ -176,7 +176,7 @@ func (m *Manager) release(s *Session) error {
 	m.mu.Lock()
 	delete(m.sessions, s.id)
 	m.mu.Unlock()
-	err := m.saveMeta(s)
+	err := m.dur.saveMeta(s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -190,4 +190,34 @@ func (m *Manager) release(s *Session) error {
 		return fmt.Errorf("save session %s for re-adoption: %w", s.id, err)
 	}
 	return nil
+}
+
+// reconcile removes every sandbox and session directory a previous run
+// left behind, except the adopted sessions'.
+func (m *durable) reconcile(adopted map[string]bool) error {
+	disks := map[string]bool{}
+	for id := range adopted {
+		disks[diskID(id)] = true
+	}
+	removed, err := m.host.Reconcile(func(id string) bool { return disks[id] })
+	if len(removed) > 0 {
+		m.log().Info("removed leftovers of a previous run", "sandboxes", len(removed))
+	}
+	ents, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "sessions"))
+	for _, e := range ents {
+		if !adopted[e.Name()] {
+			_ = os.RemoveAll(filepath.Join(m.cfg.StateDir, "sessions", e.Name()))
+		}
+	}
+	return err
+}
+
+// savePooledMeta saves the metadata of a session just taken from the pool.
+func (m *durable) savePooledMeta(info *Info) {
+	if s, err := m.mgr.get(0, info.ID); err == nil {
+		m.recordLive(s)
+		if err := m.saveMeta(s); err != nil {
+			m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
+		}
+	}
 }

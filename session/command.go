@@ -92,7 +92,7 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 		rreq.WaitS = 10
 	}
 	rreq.Stream = req.OnOutput != nil && rreq.WaitS > 0
-	if _, err := m.wake(ctx, s); err != nil {
+	if _, err := m.dur.wake(ctx, s); err != nil {
 		return nil, err
 	}
 	k, err := m.ensureKernel(ctx, s)

@@ -65,7 +65,7 @@ func TestCommand(t *testing.T) {
 	if err != nil || !r.Done || r.ExitCode != 0 || r.Stdout != "done\n" {
 		t.Fatalf("wait = %+v, %v", r, err)
 	}
-	if dl, err := e.m.Download(ctx, 1000, id, "bg.txt"); err != nil || string(dl.Data) != "bg\n" {
+	if dl, err := e.m.Workspace().Download(ctx, 1000, id, "bg.txt"); err != nil || string(dl.Data) != "bg\n" {
 		t.Errorf("the background command's file: %v, %v", dl, err)
 	}
 	r, err = e.m.Command(ctx, 1000, id, CommandRequest{Cmd: "sleep 600", Background: true})

@@ -27,7 +27,7 @@ func workspacePath(p string) (string, error) {
 
 // Stat describes path in session id's workspace without following a link
 // (ErrNotFound if nothing is there): what files.exists asks.
-func (wk *workspace) stat(ctx context.Context, owner int, id, path string) (*Entry, error) {
+func (wk *Workspace) Stat(ctx context.Context, owner int, id, path string) (*Entry, error) {
 	rel, err := workspacePath(path)
 	if err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func lstat(root *os.Root, rel string) (unix.Stat_t, error) {
 // holds. It goes through the mounted overlay while a kernel runs, through
 // a root-confined os.Root either way: a symlink the cell planted is
 // removed, never followed (Judge0 CVE-2024-28185 class).
-func (wk *workspace) remove(ctx context.Context, owner int, id, path string) error {
+func (wk *Workspace) Remove(ctx context.Context, owner int, id, path string) error {
 	rel, err := workspacePath(path)
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func (wk *workspace) remove(ctx context.Context, owner int, id, path string) err
 // MakeDir makes directory path (and its parents) in session id's
 // workspace, owned by the sandbox's root; created is false if it was
 // there already. Anything but a directory in the way is ErrBadRequest.
-func (wk *workspace) makeDir(ctx context.Context, owner int, id, path string) (created bool, _ error) {
+func (wk *Workspace) MakeDir(ctx context.Context, owner int, id, path string) (created bool, _ error) {
 	rel, err := workspacePath(path)
 	if err != nil {
 		return false, err
@@ -174,15 +174,174 @@ func (wk *workspace) makeDir(ctx context.Context, owner int, id, path string) (c
 
 // afterWrite records a change the host made to the workspace, as Upload
 // does: not the next cell's doing, and saved with a hibernated session.
-func (wk *workspace) afterWrite(s *Session) {
-	wk.host.rescan(s)
+func (wk *Workspace) afterWrite(s *Session) {
+	wk.rescan(s)
 	s.mu.Lock()
 	hib := s.hibernated
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
 	if hib {
-		if err := wk.host.saveUpper(s); err != nil {
+		if err := wk.upper.saveUpper(s); err != nil {
 			wk.host.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
 		}
 	}
+}
+
+// Upload writes data to path (relative to the working directory).
+func (wk *Workspace) Upload(ctx context.Context, owner int, id, path string, data []byte) (*Entry, error) {
+	rel, err := cleanRel(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("%w: upload of %d bytes, at most %d", ErrLimit, len(data), MaxFileBytes)
+	}
+	s, err := wk.host.claim(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer s.run.Unlock()
+	if err := wk.placeFiles(s, []File{{Path: rel, Data: data}}); err != nil {
+		return nil, err
+	}
+	wk.rescan(s)
+	s.mu.Lock()
+	hib := s.hibernated
+	s.mu.Unlock()
+	if hib {
+		// The saved copy must have the new file for a restore after a
+		// reboot.
+		if err := wk.upper.saveUpper(s); err != nil {
+			wk.host.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
+		}
+	}
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	return &Entry{Path: rel, Size: int64(len(data)), ModTime: time.Now().UTC()}, nil
+}
+
+// Download reads path (relative to the working directory).
+func (wk *Workspace) Download(ctx context.Context, owner int, id, path string) (*Download, error) {
+	rel, err := cleanRel(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := wk.host.lookup(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := s.workspace()
+	if err != nil {
+		return nil, err
+	}
+	if ws == nil {
+		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
+	}
+	defer ws.Close()
+	b, err := readFile(ws, rel, MaxFileBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Download{Path: rel, Data: b, Size: int64(len(b)), SHA256: sha256hex(b)}, nil
+}
+
+// Files lists the workspace.
+func (wk *Workspace) Files(ctx context.Context, owner int, id string) ([]Entry, error) {
+	s, err := wk.host.lookup(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := s.workspace()
+	if err != nil || ws == nil {
+		return []Entry{}, err
+	}
+	defer ws.Close()
+	// Never a listing that leaves out files that exist: a walk cut short
+	// by a concurrent rename is retried, all tries within one scan's
+	// bound, then refused (busy).
+	deadline := time.Now().Add(scanTimeout)
+	for try := 1; ; try++ {
+		out, err := listWithin(ws, deadline)
+		if !errors.Is(err, errScanChanged) || try == 5 || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
+	}
+}
+
+// placeRequestFiles writes the files handed in with the cell; they are not
+// the cell's doing, so the workspace is rescanned before it runs.
+func (wk *Workspace) placeRequestFiles(s *Session, files []File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	if err := wk.placeFiles(s, files); err != nil {
+		return err
+	}
+	wk.rescan(s)
+	return nil
+}
+
+// recordFiles puts into res what the cell did to the workspace, and keeps
+// the workspace's stamps for the next cell.
+func (wk *Workspace) recordFiles(s *Session, before fileStamps, res *Result) {
+	if ws, err := s.workspace(); err == nil {
+		after := fileStamps{}
+		if ws != nil {
+			after, _ = scan(ws)
+			ws.Close()
+		}
+		res.Files = diff(before, after)
+		s.mu.Lock()
+		s.stamps = after
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+}
+
+// rescan records the workspace as it is now.
+func (wk *Workspace) rescan(s *Session) {
+	ws, err := s.workspace()
+	if err != nil {
+		return
+	}
+	snap := fileStamps{}
+	if ws != nil {
+		snap, _ = scan(ws)
+		ws.Close()
+	}
+	s.mu.Lock()
+	// A partial scan keeps what the last one saw, so that its absences
+	// are not later reported as deletions.
+	fillPartial(snap, s.stamps)
+	s.stamps = snap
+	s.mu.Unlock()
+}
+
+// placeFiles writes request files into the workspace.
+func (wk *Workspace) placeFiles(s *Session, files []File) error {
+	ws, err := s.writableWorkspace()
+	if err != nil {
+		return fmt.Errorf("open workspace: %w", err)
+	}
+	defer ws.Close()
+	for _, f := range files {
+		rel, err := cleanRel(f.Path)
+		if err != nil {
+			return err
+		}
+		if err := writeFile(ws, rel, f.Data, s.disk.HostID()); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return fmt.Errorf("%w: workspace full writing %s", ErrLimit, rel)
+			}
+			return err
+		}
+	}
+	return nil
 }

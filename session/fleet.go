@@ -15,7 +15,7 @@ const recordLiveTimeout = 10 * time.Second
 // finds the record and answers ErrLost naming this node, instead of a
 // plain not found. A store that is down costs only that answer: the
 // session works, and the failure is logged.
-func (m *Manager) recordLive(s *Session) {
+func (m *durable) recordLive(s *Session) {
 	if !m.shared() || !storedIDRE.MatchString(s.id) {
 		return
 	}

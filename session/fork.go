@@ -36,7 +36,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 		return nil, err
 	}
 	defer parent.run.Unlock()
-	if lost, err := m.wake(ctx, parent); err != nil {
+	if lost, err := m.dur.wake(ctx, parent); err != nil {
 		return nil, err
 	} else if lost != "" {
 		return nil, fmt.Errorf("%w: session %s: %s", ErrUnavailable, id, lost)
@@ -78,25 +78,25 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	parent.mu.Unlock()
 
 	images := filepath.Join(child.dir, forkImagesName)
-	if err := m.reserveImages(parent, images); err != nil {
+	if err := m.dur.reserveImages(parent, images); err != nil {
 		return nil, err
 	}
 	defer func() {
 		_ = os.RemoveAll(images)
-		m.stateQuota.release(images)
+		m.dur.stateQuota.release(images)
 	}()
 	// The copy lands on the child's tmpfs, which bounds it too; holes are
 	// kept, so what fit on the parent's disk fits on the child's.
 	copyFiles := func() error {
 		return copyLimit(parent, "fork", parent.disk.CopyUpper(child.disk, &isolate.ByteCap{Max: child.policy.DiskBytes}))
 	}
-	if err := m.checkpointCopy(parent, pk, images, copyFiles); err != nil {
+	if err := m.dur.checkpointCopy(parent, pk, images, copyFiles); err != nil {
 		return nil, err
 	}
-	if err := m.settleImages(parent, images); err != nil {
+	if err := m.dur.settleImages(parent, images); err != nil {
 		return nil, err
 	}
-	k, err := m.restoreKernel(ctx, child, images)
+	k, err := m.warm.restoreKernel(ctx, child, images)
 	if err != nil {
 		return nil, hostErr(ErrUnavailable, fmt.Errorf("restore fork of %s: %w", id, err))
 	}
@@ -117,7 +117,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 // image (criu checks the size of every open file), whatever a background
 // thread of the kernel writes. Then it gives s its connection back. The
 // caller holds s.run.
-func (m *Manager) checkpointCopy(s *Session, k *kernel, images string, copyFiles func() error) error {
+func (m *durable) checkpointCopy(s *Session, k *kernel, images string, copyFiles func() error) error {
 	// criu refuses a socket whose peer is outside the sandbox (hibernate):
 	// the kernel drops its end while it still runs.
 	_ = k.conn.Close()
@@ -144,7 +144,7 @@ func (m *Manager) checkpointCopy(s *Session, k *kernel, images string, copyFiles
 		}
 	}
 	if rerr := m.reconnect(s, k); rerr != nil {
-		m.dropKernel(s, k)
+		m.mgr.dropKernel(s, k)
 		return fmt.Errorf("%w: checkpoint of session %s: its kernel was lost: %v (checkpoint: %v)", ErrUnavailable, s.id, rerr, err)
 	}
 	if errors.Is(err, ErrLimit) {

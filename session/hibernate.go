@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/isolate"
-	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/runner"
 )
 
@@ -44,7 +43,7 @@ func (m *Manager) Hibernate(ctx context.Context, owner int, id string) (*Info, e
 		return nil, err
 	}
 	defer s.run.Unlock()
-	if err := m.hibernate(s); err != nil {
+	if err := m.dur.hibernate(s); err != nil {
 		return nil, err
 	}
 	info := m.infoOf(s)
@@ -52,7 +51,7 @@ func (m *Manager) Hibernate(ctx context.Context, owner int, id string) (*Info, e
 }
 
 // hibernate does the work; the caller holds s.run.
-func (m *Manager) hibernate(s *Session) error {
+func (m *durable) hibernate(s *Session) error {
 	if err := m.host.CriuCheck(); err != nil {
 		return fmt.Errorf("%w: hibernation is off: %v", ErrUnavailable, err)
 	}
@@ -69,7 +68,7 @@ func (m *Manager) hibernate(s *Session) error {
 	case k == nil:
 		return fmt.Errorf("%w: session %s has no kernel to hibernate", ErrUnavailable, s.id)
 	}
-	if n := m.hibernatedCount(); n >= m.cfg.MaxHibernated {
+	if n := m.mgr.hibernatedCount(); n >= m.cfg.MaxHibernated {
 		return fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
 	}
 	images := filepath.Join(s.dir, imagesName)
@@ -98,7 +97,7 @@ func (m *Manager) hibernate(s *Session) error {
 		m.stateQuota.release(images)
 		// The kernel still runs: take its connection back.
 		if rerr := m.reconnect(s, k); rerr != nil {
-			m.dropKernel(s, k)
+			m.mgr.dropKernel(s, k)
 			return fmt.Errorf("%w: hibernate session %s: %v; its kernel was lost: %v", ErrUnavailable, s.id, err, rerr)
 		}
 		return hostErr(ErrUnavailable, fmt.Errorf("hibernate session %s: %w", s.id, err))
@@ -112,7 +111,7 @@ func (m *Manager) hibernate(s *Session) error {
 		// The dump ended the kernel; the next cell starts a fresh one.
 		_ = os.RemoveAll(images)
 		m.stateQuota.release(images)
-		m.dropKernel(s, k)
+		m.mgr.dropKernel(s, k)
 		return fmt.Errorf("hibernate session %s (its kernel is gone, files remain): %w", s.id, err)
 	}
 	if err := m.saveUpper(s); err != nil {
@@ -134,19 +133,19 @@ func (m *Manager) hibernate(s *Session) error {
 // storeHibernated moves s, hibernated here, to a shared store (if there is
 // one): the store is the session's home from then on and this node forgets
 // it. A store that is down leaves it hibernated here (ErrUnavailable).
-func (m *Manager) storeHibernated(s *Session) error {
+func (m *durable) storeHibernated(s *Session) error {
 	if !m.shared() {
 		return nil
 	}
 	if err := m.exportHibernated(context.Background(), s); err != nil {
 		return err
 	}
-	m.forgetStored(s)
+	m.mgr.forgetStored(s)
 	return nil
 }
 
 // reconnect listens again on s's control socket and waits for k's kernel.
-func (m *Manager) reconnect(s *Session, k *kernel) error {
+func (m *durable) reconnect(s *Session, k *kernel) error {
 	l, err := runner.Listen(s.ctlDir())
 	if err != nil {
 		return err
@@ -180,7 +179,7 @@ func (m *Manager) Restore(ctx context.Context, owner int, id string) (*Info, err
 		return nil, err
 	}
 	defer s.run.Unlock()
-	lost, err := m.wake(ctx, s)
+	lost, err := m.dur.wake(ctx, s)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +197,7 @@ func (m *Manager) Restore(ctx context.Context, owner int, id string) (*Info, err
 // was not hibernated), else why its variables are gone: the images are
 // removed, and ensureKernel then starts a fresh kernel on the same disk.
 // The caller holds s.run.
-func (m *Manager) wake(ctx context.Context, s *Session) (string, error) {
+func (m *durable) wake(ctx context.Context, s *Session) (string, error) {
 	s.mu.Lock()
 	hib, owner := s.hibernated, s.owner
 	s.mu.Unlock()
@@ -207,23 +206,23 @@ func (m *Manager) wake(ctx context.Context, s *Session) (string, error) {
 	}
 	// Never woken past its lifetime (its checkpoint does not stretch it):
 	// the janitor removes its images and ends it.
-	if err := m.pastLife(s, time.Now()); err != nil {
+	if err := m.mgr.pastLife(s, time.Now()); err != nil {
 		return "", err
 	}
 	// A hibernated session does not count toward MaxSessions; a woken one
 	// does.
-	releaseOwner, err := m.reserveOwner(owner)
+	releaseOwner, err := m.mgr.reserveOwner(owner)
 	if err != nil {
 		return "", fmt.Errorf("session %s is hibernated and cannot be woken now: %w", s.id, err)
 	}
 	defer releaseOwner()
-	if err := m.reserve(); err != nil {
+	if err := m.mgr.reserve(); err != nil {
 		return "", fmt.Errorf("session %s is hibernated and cannot be woken now: %w", s.id, err)
 	}
-	defer m.unreserve()
+	defer m.mgr.unreserve()
 	images := filepath.Join(s.dir, imagesName)
 	start := time.Now()
-	k, err := m.restoreKernel(ctx, s, images)
+	k, err := m.kernels.restoreKernel(ctx, s, images)
 	s.mu.Lock()
 	s.hibernated = false
 	if err == nil {
@@ -241,31 +240,6 @@ func (m *Manager) wake(ctx context.Context, s *Session) (string, error) {
 	}
 	m.log().Info("session restored", "session", s.id, "restore_ms", time.Since(start).Milliseconds())
 	return "", nil
-}
-
-// restoreKernel restores the sandbox from images on s's disk and waits for
-// its kernel to reconnect.
-func (m *Manager) restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error) {
-	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
-		return s.disk.Restore(images, spec)
-	})
-}
-
-// restoreKernelIfIdle is restoreKernel, or isolate.ErrBusy at once if
-// another checkpoint or restore is running (template.go imports instead).
-func (m *Manager) restoreKernelIfIdle(ctx context.Context, s *Session, images string) (*kernel, error) {
-	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
-		return s.disk.RestoreIfIdle(images, spec)
-	})
-}
-
-// kernelSpec is the sandbox spec startKernel builds, for a restore.
-func (m *Manager) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
-	binds := []isolate.Bind{{Source: ctl, Dest: ctlMount}}
-	if m.cfg.Wheelhouse != "" {
-		binds = append(binds, isolate.Bind{Source: m.cfg.Wheelhouse, Dest: wheelhouseMount})
-	}
-	return isolate.Spec{Policy: p, Args: runner.Argv(ctlMount, m.cfg.Preload), Env: kernelEnv(p), Cwd: Workdir, Binds: binds}
 }
 
 // hibernateIdle hibernates the sessions idle for HibernateAfter (janitor).
@@ -290,7 +264,7 @@ func (m *Manager) hibernateIdle(now time.Time) {
 		if !s.run.TryLock() {
 			continue
 		}
-		if err := m.hibernate(s); err != nil {
+		if err := m.dur.hibernate(s); err != nil {
 			m.log().Warn("hibernate idle session", "session", s.id, "err", err)
 		}
 		s.run.Unlock()
@@ -299,7 +273,7 @@ func (m *Manager) hibernateIdle(now time.Time) {
 
 // adoptHibernated takes over a session a previous daemon left hibernated:
 // its disk and complete images; the kernel is restored on its next cell.
-func (m *Manager) adoptHibernated(meta sessionMeta, dir string) (*Session, error) {
+func (m *durable) adoptHibernated(meta sessionMeta, dir string) (*Session, error) {
 	if _, err := os.Stat(filepath.Join(dir, hibernatedMark)); err != nil {
 		return nil, errNotHibernated
 	}
@@ -319,7 +293,7 @@ var errNotHibernated = errors.New("not hibernated")
 // saveUpper copies s's workspace disk next to its images (replacing an
 // older copy), holes kept, charged to s's disk limit and the state quota.
 // The caller holds s.run.
-func (m *Manager) saveUpper(s *Session) error {
+func (m *durable) saveUpper(s *Session) error {
 	dir := filepath.Join(s.dir, savedName)
 	if err := os.RemoveAll(dir); err != nil {
 		return err
@@ -335,7 +309,7 @@ func (m *Manager) saveUpper(s *Session) error {
 
 // rebuildDisk makes a new disk for the hibernated session meta whose disk
 // did not survive (a reboot) and loads its saved files onto it.
-func (m *Manager) rebuildDisk(meta sessionMeta, dir string) (*isolate.Disk, error) {
+func (m *durable) rebuildDisk(meta sessionMeta, dir string) (*isolate.Disk, error) {
 	saved := filepath.Join(dir, savedName)
 	if _, err := os.Stat(saved); err != nil {
 		return nil, fmt.Errorf("its disk is gone and no copy of its files was saved: %w", err)
@@ -370,14 +344,14 @@ func dirBytes(dir string) int64 {
 // hibernatedSession is the Session of a hibernated session's metadata on
 // its disk (adopted after a restart or a reboot, or taken from a shared
 // store), its files scanned: it runs again at its next cell.
-func (m *Manager) hibernatedSession(meta sessionMeta, dir string, disk *isolate.Disk) *Session {
+func (m *durable) hibernatedSession(meta sessionMeta, dir string, disk *isolate.Disk) *Session {
 	meta = m.clampMeta(meta, time.Now())
 	s := &Session{
 		id: meta.ID, owner: meta.Owner, policy: meta.Policy, persist: meta.Persist, dir: dir, disk: disk,
 		created: meta.Created, ttl: meta.TTL, maxLife: meta.MaxLife, lastUsed: time.Now(), info: meta.Info,
 		hibernated: true, hibTTL: m.cfg.HibernatedTTL,
 	}
-	m.rescan(s)
+	m.files.rescan(s)
 	return s
 }
 
@@ -386,7 +360,7 @@ func (m *Manager) hibernatedSession(meta sessionMeta, dir string, disk *isolate.
 // or a shared store, and an attack had a stored ten-year TTL kept whole
 // although sessions.max_idle_ttl was an hour. A creation time in the
 // future (which would stretch max_lifetime) is taken as now.
-func (m *Manager) clampMeta(meta sessionMeta, now time.Time) sessionMeta {
+func (m *durable) clampMeta(meta sessionMeta, now time.Time) sessionMeta {
 	switch {
 	case meta.TTL <= 0:
 		meta.TTL = m.cfg.IdleTTL

@@ -226,7 +226,7 @@ func TestHibernateSurvivesReboot(t *testing.T) {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	// A file uploaded while hibernated is in the saved copy too.
-	if _, err := m1.Upload(context.Background(), 1000, id, "uploaded.txt", []byte("while asleep")); err != nil {
+	if _, err := m1.Workspace().Upload(context.Background(), 1000, id, "uploaded.txt", []byte("while asleep")); err != nil {
 		t.Fatalf("Upload to hibernated: %v", err)
 	}
 	if err := m1.Shutdown(ctx); err != nil {
@@ -370,7 +370,7 @@ func TestSnapshotRollback(t *testing.T) {
 		if got := strings.TrimSpace(res.Stdout); got != "1 one False s+" {
 			t.Fatalf("after rollback %d: %q, want %q", round, got, "1 one False s+")
 		}
-		files, _ := m.Files(context.Background(), 1000, id)
+		files, _ := m.Workspace().Files(context.Background(), 1000, id)
 		for _, f := range files {
 			if f.Path == "b.txt" {
 				t.Fatalf("rollback %d left a file created after the snapshot", round)

@@ -159,7 +159,7 @@ func TestStateQuotaRefusesSnapshot(t *testing.T) {
 	if !errors.Is(err, ErrStateQuota) || !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "state_quota_bytes") {
 		t.Fatalf("snapshot over the state quota: %v, want ErrStateQuota naming state_quota_bytes", err)
 	}
-	if n := e.m.stateQuota.inUse(); n != 0 {
+	if n := e.m.dur.stateQuota.inUse(); n != 0 {
 		t.Errorf("a refused snapshot left %d bytes charged", n)
 	}
 	dir := sessionDir(t, e.m, id)
@@ -167,7 +167,7 @@ func TestStateQuotaRefusesSnapshot(t *testing.T) {
 		t.Errorf("a refused snapshot left %d KiB in the session dir", n>>10)
 	}
 	// Too small for the images at all.
-	e.m.stateQuota.limit = reserve - 1
+	e.m.dur.stateQuota.limit = reserve - 1
 	if _, err := e.m.Snapshot(context.Background(), 0, id); !errors.Is(err, ErrStateQuota) || !strings.Contains(err.Error(), "state_quota_bytes") {
 		t.Fatalf("snapshot with no room for its images: %v", err)
 	}
@@ -228,7 +228,7 @@ func saveWorkspace(t *testing.T, m *Manager, id string) (string, error) {
 		t.Fatal(err)
 	}
 	defer s.run.Unlock()
-	return filepath.Join(s.dir, savedName), m.saveUpper(s)
+	return filepath.Join(s.dir, savedName), m.dur.saveUpper(s)
 }
 
 // TestHostileSparseFilesWorkspaceCopy: the copy of a workspace into the
@@ -268,7 +268,7 @@ func TestHostileEmptyDirsWorkspaceCopy(t *testing.T) {
 	if n := allocatedBytes(saved); n != 0 {
 		t.Errorf("a refused copy left %d KiB behind", n>>10)
 	}
-	if n := e.m.stateQuota.inUse(); n != 0 {
+	if n := e.m.dur.stateQuota.inUse(); n != 0 {
 		t.Errorf("a refused copy left %d bytes charged", n)
 	}
 }
@@ -289,22 +289,22 @@ func TestStateQuotaRefusesWorkspaceCopy(t *testing.T) {
 	if n := allocatedBytes(saved); n != 0 {
 		t.Errorf("a refused copy left %d KiB behind", n>>10)
 	}
-	if n := e.m.stateQuota.inUse(); n != 0 {
+	if n := e.m.dur.stateQuota.inUse(); n != 0 {
 		t.Errorf("a refused copy left %d bytes charged", n)
 	}
 	// Within the quota, the copy is charged what it allocates, and the
 	// charge goes with the session.
-	e.m.stateQuota.limit = 64 << 20
+	e.m.dur.stateQuota.limit = 64 << 20
 	if _, err := saveWorkspace(t, e.m, id); err != nil {
 		t.Fatalf("copy within the quota: %v", err)
 	}
-	if n := e.m.stateQuota.inUse(); n < 12<<20 || n > 13<<20 {
+	if n := e.m.dur.stateQuota.inUse(); n < 12<<20 || n > 13<<20 {
 		t.Errorf("copy of 12 MiB charged %d bytes", n)
 	}
 	if err := e.m.Close(context.Background(), 0, id); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.m.stateQuota.inUse(); n != 0 {
+	if n := e.m.dur.stateQuota.inUse(); n != 0 {
 		t.Errorf("a closed session left %d bytes charged", n)
 	}
 }

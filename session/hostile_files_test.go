@@ -100,7 +100,7 @@ func TestHostileFIFOInUploadPath(t *testing.T) {
 	for _, p := range []string{"p/x.txt", "p/a/b/x.txt", "q", "sock", "sock/x", "l/x.txt", "l"} {
 		var err error
 		start := time.Now()
-		if within(t, bound, "Upload "+p, release, func() { _, err = e.m.Upload(context.Background(), 0, id, p, []byte("data")) }) {
+		if within(t, bound, "Upload "+p, release, func() { _, err = e.m.Workspace().Upload(context.Background(), 0, id, p, []byte("data")) }) {
 			badRequest("Upload "+p, p, err)
 			if d := time.Since(start); d > time.Second {
 				t.Errorf("Upload %s took %s", p, d)
@@ -117,7 +117,7 @@ func TestHostileFIFOInUploadPath(t *testing.T) {
 	}
 	for _, p := range []string{"p/x.txt", "q", "sock"} {
 		var err error
-		if within(t, bound, "Download "+p, release, func() { _, err = e.m.Download(context.Background(), 0, id, p) }) {
+		if within(t, bound, "Download "+p, release, func() { _, err = e.m.Workspace().Download(context.Background(), 0, id, p) }) {
 			badRequest("Download "+p, p, err)
 		}
 	}
@@ -126,15 +126,15 @@ func TestHostileFIFOInUploadPath(t *testing.T) {
 	// layer directly): a hibernated or restarting session.
 	s, _ := e.m.get(0, id)
 	within(t, bound, "Upload into the upper layer", release, func() {
-		err := e.m.placeFiles(&Session{disk: s.disk}, []File{{Path: "p/x.txt", Data: []byte("x")}})
+		err := e.m.ws.placeFiles(&Session{disk: s.disk}, []File{{Path: "p/x.txt", Data: []byte("x")}})
 		badRequest("placeFiles into the upper layer", "p/x.txt", err)
 	})
 
 	// Still usable: a cell, an upload, a download, a listing.
-	if _, err := e.m.Upload(context.Background(), 0, id, "ok/fine.txt", []byte("fine")); err != nil {
+	if _, err := e.m.Workspace().Upload(context.Background(), 0, id, "ok/fine.txt", []byte("fine")); err != nil {
 		t.Fatalf("Upload after refusals: %v", err)
 	}
-	d, err := e.m.Download(context.Background(), 0, id, "ok/fine.txt")
+	d, err := e.m.Workspace().Download(context.Background(), 0, id, "ok/fine.txt")
 	if err != nil || string(d.Data) != "fine" {
 		t.Fatalf("Download after refusals = %v, %v", d, err)
 	}
@@ -144,7 +144,7 @@ func TestHostileFIFOInUploadPath(t *testing.T) {
 		t.Fatalf("stdout = %q", res.Stdout)
 	}
 	var ents []Entry
-	if within(t, bound, "Files", release, func() { ents, err = e.m.Files(context.Background(), 0, id) }) {
+	if within(t, bound, "Files", release, func() { ents, err = e.m.Workspace().Files(context.Background(), 0, id) }) {
 		var paths []string
 		for _, en := range ents {
 			paths = append(paths, en.Path)
@@ -210,7 +210,7 @@ func TestHostileExchangeDirFIFOWhileListing(t *testing.T) {
 	for i := 0; time.Now().Before(end); i++ {
 		var ents []Entry
 		var err error
-		if !within(t, bound, "Files during the exchange loop", release, func() { ents, err = e.m.Files(context.Background(), 0, id) }) {
+		if !within(t, bound, "Files during the exchange loop", release, func() { ents, err = e.m.Workspace().Files(context.Background(), 0, id) }) {
 			return
 		}
 		switch {
@@ -257,7 +257,7 @@ func TestHostileExchangeDirFIFOWhileListing(t *testing.T) {
 		t.Fatal("the cell never swapped: the race was not run")
 	}
 	// Quiet now: a listing succeeds.
-	if ents, err := e.m.Files(context.Background(), 0, id); err != nil || len(ents) == 0 {
+	if ents, err := e.m.Workspace().Files(context.Background(), 0, id); err != nil || len(ents) == 0 {
 		t.Fatalf("Files once quiet = %v, %v", ents, err)
 	}
 	// The store kept every stable file: a new session restores them.

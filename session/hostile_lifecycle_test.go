@@ -37,7 +37,7 @@ func TestHostileKernelExitsBetweenCells(t *testing.T) {
 	if res.State != StateLost || !strings.Contains(res.StateReason, "exited with 0 after the previous cell") {
 		t.Fatalf("state %q (%q), want lost: the kernel exited after the previous cell", res.State, res.StateReason)
 	}
-	if d, err := e.m.Download(context.Background(), 0, id, "ran.txt"); err != nil || string(d.Data) != "yes" {
+	if d, err := e.m.Workspace().Download(context.Background(), 0, id, "ran.txt"); err != nil || string(d.Data) != "yes" {
 		t.Fatalf("the cell's code did not run: %v", err)
 	}
 	// The new kernel keeps its state as usual.
@@ -67,7 +67,7 @@ threading.Thread(target=_cut).start()`, 0), StatusOK)
 	if res.Stdout != "False\n" || res.State != StateLost || !strings.Contains(res.StateReason, "after the previous cell") {
 		t.Fatalf("result %+v, want the cell run in a fresh kernel, state lost with the reason", res)
 	}
-	if d, err := e.m.Download(context.Background(), 0, id, "ran.txt"); err != nil || string(d.Data) != "yes" {
+	if d, err := e.m.Workspace().Download(context.Background(), 0, id, "ran.txt"); err != nil || string(d.Data) != "yes" {
 		t.Fatalf("the cell's code did not run: %v", err)
 	}
 }
@@ -152,7 +152,7 @@ threading.Thread(target=_hold, daemon=True).start()`, 0), StatusOK)
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "the cell did not run") {
 		t.Fatalf("result %+v, err %v: want an error saying the cell did not run", res, err)
 	}
-	if _, err := e.m.Download(context.Background(), 0, id, "ran.txt"); err == nil {
+	if _, err := e.m.Workspace().Download(context.Background(), 0, id, "ran.txt"); err == nil {
 		t.Fatal("the cell ran after all")
 	}
 	if res := e.exec(t, id, "print('fresh')", 0); res.Stdout != "fresh\n" {

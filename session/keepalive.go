@@ -52,7 +52,7 @@ func (m *Manager) SetTimeout(ctx context.Context, owner int, id string, d time.D
 		s.hibTTL = d
 	}
 	s.mu.Unlock()
-	if err := m.saveMeta(s); err != nil {
+	if err := m.dur.saveMeta(s); err != nil {
 		m.log().Warn("session metadata not saved: a re-adopted session keeps its old timeout", "session", s.id, "err", err)
 	}
 	info := m.infoOf(s)

@@ -74,42 +74,42 @@ func TestFileOpsAndWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := info.ID
-	created, err := e.m.MakeDir(ctx, 1000, id, "a/b")
+	created, err := e.m.Workspace().MakeDir(ctx, 1000, id, "a/b")
 	if err != nil || !created {
 		t.Fatalf("make_dir a/b = %v, %v", created, err)
 	}
-	if created, err := e.m.MakeDir(ctx, 1000, id, "/work/a/b"); err != nil || created {
+	if created, err := e.m.Workspace().MakeDir(ctx, 1000, id, "/work/a/b"); err != nil || created {
 		t.Errorf("make_dir again = %v, %v; want false, nil", created, err)
 	}
 	res, err := e.m.Exec(ctx, 1000, id, ExecRequest{Code: "import os\nopen('a/b/f.txt', 'w').write('hi')\nos.symlink('/etc', 'link')\nos.stat('a/b').st_uid"})
 	if err != nil || res.Status != StatusOK || res.Value["text/plain"] != "0" {
 		t.Fatalf("the cell uses the new directory as its root: %+v, %v", res, err)
 	}
-	if st, err := e.m.Stat(ctx, 1000, id, "a/b/f.txt"); err != nil || st.Size != 2 || st.Dir {
+	if st, err := e.m.Workspace().Stat(ctx, 1000, id, "a/b/f.txt"); err != nil || st.Size != 2 || st.Dir {
 		t.Errorf("stat a/b/f.txt = %+v, %v", st, err)
 	}
-	if st, err := e.m.Stat(ctx, 1000, id, "a"); err != nil || !st.Dir {
+	if st, err := e.m.Workspace().Stat(ctx, 1000, id, "a"); err != nil || !st.Dir {
 		t.Errorf("stat a = %+v, %v", st, err)
 	}
-	if _, err := e.m.Stat(ctx, 1000, id, "missing"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "missing") {
+	if _, err := e.m.Workspace().Stat(ctx, 1000, id, "missing"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("stat missing: %v, want ErrNotFound naming it", err)
 	}
-	if _, err := e.m.Stat(ctx, 1000, id, "link/passwd"); errors.Is(err, ErrNotFound) || err == nil {
+	if _, err := e.m.Workspace().Stat(ctx, 1000, id, "link/passwd"); errors.Is(err, ErrNotFound) || err == nil {
 		t.Errorf("stat through a planted symlink: %v, want a refusal", err)
 	}
-	if _, err := e.m.MakeDir(ctx, 1000, id, "link/x"); !errors.Is(err, ErrBadRequest) {
+	if _, err := e.m.Workspace().MakeDir(ctx, 1000, id, "link/x"); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("make_dir through a planted symlink: %v, want ErrBadRequest", err)
 	}
-	if err := e.m.Remove(ctx, 1000, id, "link"); err != nil {
+	if err := e.m.Workspace().Remove(ctx, 1000, id, "link"); err != nil {
 		t.Errorf("remove the symlink itself: %v", err)
 	}
 	for _, bad := range []string{"../x", "/etc/passwd", "", "/work"} {
-		if err := e.m.Remove(ctx, 1000, id, bad); !errors.Is(err, ErrBadRequest) {
+		if err := e.m.Workspace().Remove(ctx, 1000, id, bad); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("remove %q: %v, want ErrBadRequest", bad, err)
 		}
 	}
 
-	w, err := e.m.Watch(ctx, 1000, id, WatchRequest{Path: "a", Recursive: true})
+	w, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{Path: "a", Recursive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestFileOpsAndWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(watchMinInterval)
-	got, err := e.m.Watch(ctx, 1000, id, WatchRequest{Action: WatchPoll, Watch: w.Watch})
+	got, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{Action: WatchPoll, Watch: w.Watch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,38 +125,38 @@ func TestFileOpsAndWatch(t *testing.T) {
 	if !slices.Equal(got.Events, want) {
 		t.Errorf("events = %v, want %v", got.Events, want)
 	}
-	if err := e.m.Remove(ctx, 1000, id, "a/b"); err != nil {
+	if err := e.m.Workspace().Remove(ctx, 1000, id, "a/b"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.m.Exec(ctx, 1000, id, ExecRequest{Code: "os.rename('a/moved.txt', 'a/c/m.txt')"}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(watchMinInterval)
-	got, err = e.m.Watch(ctx, 1000, id, WatchRequest{Action: WatchPoll, Watch: w.Watch})
+	got, err = e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{Action: WatchPoll, Watch: w.Watch})
 	want = []WatchEvent{{Name: "b", Type: EventRemove}, {Name: "b/f.txt", Type: EventRemove}, {Name: "c/m.txt", Type: EventCreate}, {Name: "c/m.txt", Type: EventWrite}, {Name: "moved.txt", Type: EventRename}}
 	if err != nil || !slices.Equal(got.Events, want) {
 		t.Errorf("events = %v, %v; want %v", got.Events, err, want)
 	}
-	if _, err := e.m.Stat(ctx, 1000, id, "a/b"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.m.Workspace().Stat(ctx, 1000, id, "a/b"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a/b after remove: %v", err)
 	}
 
 	// Bounded: MaxWatches per session; a stopped one is gone.
 	for i := 1; i < MaxWatches; i++ {
-		if _, err := e.m.Watch(ctx, 1000, id, WatchRequest{}); err != nil {
+		if _, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.m.Watch(ctx, 1000, id, WatchRequest{}); !errors.Is(err, ErrLimit) {
+	if _, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{}); !errors.Is(err, ErrLimit) {
 		t.Errorf("watch %d: %v, want ErrLimit", MaxWatches+1, err)
 	}
-	if _, err := e.m.Watch(ctx, 1000, id, WatchRequest{Action: WatchStop, Watch: w.Watch}); err != nil {
+	if _, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{Action: WatchStop, Watch: w.Watch}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.Watch(ctx, 1000, id, WatchRequest{Action: WatchPoll, Watch: w.Watch}); !errors.Is(err, ErrNotFound) {
+	if _, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{Action: WatchPoll, Watch: w.Watch}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("poll of a stopped watch: %v, want ErrNotFound", err)
 	}
-	if _, err := e.m.Watch(ctx, 1000, id, WatchRequest{Path: "nope"}); !errors.Is(err, ErrNotFound) {
+	if _, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{Path: "nope"}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("watch of a missing directory: %v, want ErrNotFound", err)
 	}
 }

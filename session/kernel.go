@@ -87,7 +87,7 @@ func (k *kernel) close() error {
 // hold it, so that a test can see what waits for a start and what does not.
 var startGate func(ctx context.Context) error
 
-func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl string, p policy.Policy) (*kernel, error) {
+func (m *warmStarts) startKernel(ctx context.Context, disk *isolate.Disk, ctl string, p policy.Policy) (*kernel, error) {
 	if startGate != nil {
 		if err := startGate(ctx); err != nil {
 			return nil, fmt.Errorf("%w: start kernel: %v", ErrUnavailable, err)
@@ -111,7 +111,7 @@ func (m *Manager) startKernel(ctx context.Context, disk *isolate.Disk, ctl strin
 // launchKernel brings a kernel's sandbox up with build (a fresh start, a
 // restore from a checkpoint) and waits, at most timeout, for the kernel to
 // connect to ctl, the session's control directory on the host.
-func (m *Manager) launchKernel(ctx context.Context, ctl string, p policy.Policy, timeout time.Duration, build func(isolate.Spec) (*isolate.Sandbox, error)) (_ *kernel, retErr error) {
+func (m *warmStarts) launchKernel(ctx context.Context, ctl string, p policy.Policy, timeout time.Duration, build func(isolate.Spec) (*isolate.Sandbox, error)) (_ *kernel, retErr error) {
 	// The start bound begins when a sandbox can be built: a pool member
 	// queued behind serve's rootfs check used to time out the moment the
 	// check passed (minutes under emulation).
@@ -292,4 +292,29 @@ func networkUsage(u isolate.NetUsage) *NetworkUsage {
 		n.Refused = append(n.Refused, RefusedAttempt{Addr: r.Addr, Port: r.Port, Name: r.Name, Reason: r.Reason, Count: r.Count})
 	}
 	return n
+}
+
+// restoreKernel restores the sandbox from images on s's disk and waits for
+// its kernel to reconnect.
+func (m *warmStarts) restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error) {
+	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+		return s.disk.Restore(images, spec)
+	})
+}
+
+// restoreKernelIfIdle is restoreKernel, or isolate.ErrBusy at once if
+// another checkpoint or restore is running (template.go imports instead).
+func (m *warmStarts) restoreKernelIfIdle(ctx context.Context, s *Session, images string) (*kernel, error) {
+	return m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+		return s.disk.RestoreIfIdle(images, spec)
+	})
+}
+
+// kernelSpec is the sandbox spec startKernel builds, for a restore.
+func (m *warmStarts) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
+	binds := []isolate.Bind{{Source: ctl, Dest: ctlMount}}
+	if m.cfg.Wheelhouse != "" {
+		binds = append(binds, isolate.Bind{Source: m.cfg.Wheelhouse, Dest: wheelhouseMount})
+	}
+	return isolate.Spec{Policy: p, Args: runner.Argv(ctlMount, m.cfg.Preload), Env: kernelEnv(p), Cwd: Workdir, Binds: binds}
 }

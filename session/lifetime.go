@@ -60,7 +60,7 @@ func (m *Manager) pastLife(s *Session, now time.Time) error {
 // metaPastLife is pastLife for stored metadata (clamped first, as
 // hibernatedSession does): what a taker checks before restoring.
 func (m *Manager) metaPastLife(meta sessionMeta, now time.Time) error {
-	meta = m.clampMeta(meta, now)
+	meta = m.dur.clampMeta(meta, now)
 	life := meta.MaxLife
 	if life <= 0 {
 		life = m.cfg.MaxLifetime

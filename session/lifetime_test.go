@@ -83,7 +83,7 @@ func TestHostileLifetimeEndsBusySession(t *testing.T) {
 	}
 	t.Logf("%d back-to-back cells, then refused %s after the lifetime", cells, late.Round(time.Millisecond))
 	// Every other request too, before and after the janitor ends it.
-	if _, err := e.m.Files(ctx, 1000, info.ID); !errors.Is(err, ErrExpired) {
+	if _, err := e.m.Workspace().Files(ctx, 1000, info.ID); !errors.Is(err, ErrExpired) {
 		t.Errorf("files past the lifetime: %v, want expired", err)
 	}
 	if _, err := e.m.Interrupt(ctx, 1000, info.ID); !errors.Is(err, ErrExpired) {
@@ -209,7 +209,7 @@ func TestHostileLifetimeHibernatedNeverWakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.run.Lock()
-	_, err = m1.wake(ctx, s)
+	_, err = m1.dur.wake(ctx, s)
 	s.run.Unlock()
 	wantExpired(t, "wake", err, life)
 	s.mu.Lock()

@@ -41,8 +41,8 @@ type lostEntry struct {
 
 // markLost remembers that session id was lost, why and until when its id
 // answers so, and counts it by reason.
-func (m *Manager) markLost(id, why, reason string, until time.Time) {
-	m.rememberLost(id, why, until)
+func (m *durable) markLost(id, why, reason string, until time.Time) {
+	m.mgr.rememberLost(id, why, until)
 	m.metrics.lost(reason)
 }
 
@@ -56,7 +56,7 @@ func (m *Manager) rememberLost(id, why string, until time.Time) {
 
 // idEnd is when a session idle since lastUsed would have ended: its idle
 // TTL after that, or its lifetime after its creation, whichever is first.
-func (m *Manager) idEnd(created, lastUsed time.Time, ttl, maxLife time.Duration) time.Time {
+func (m *durable) idEnd(created, lastUsed time.Time, ttl, maxLife time.Duration) time.Time {
 	if ttl <= 0 {
 		ttl = m.cfg.IdleTTL
 	}
@@ -72,7 +72,7 @@ func (m *Manager) idEnd(created, lastUsed time.Time, ttl, maxLife time.Duration)
 
 // loadLost reads the lost sessions an earlier daemon listed whose ids
 // still answer.
-func (m *Manager) loadLost() {
+func (m *durable) loadLost() {
 	b, err := readStateFile(filepath.Join(m.cfg.StateDir, lostName), maxLostFile)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -90,7 +90,7 @@ func (m *Manager) loadLost() {
 		if e.ID == "" || !e.Until.After(now) {
 			continue
 		}
-		m.rememberLost(e.ID, e.Why, e.Until)
+		m.mgr.rememberLost(e.ID, e.Why, e.Until)
 	}
 }
 
@@ -135,7 +135,7 @@ func (m *Manager) saveLost() error {
 // keeping sessions running instead: an installed config that sets every
 // key to its default must not stop the service from starting on a small
 // disk.
-func (m *Manager) checkHibernateOnShutdown(autoQuota bool) error {
+func (m *durable) checkHibernateOnShutdown(autoQuota bool) error {
 	if !m.cfg.HibernateOnShutdown {
 		return nil
 	}

@@ -240,7 +240,10 @@ type Manager struct {
 	// warm is the warm-start part: templates and zygotes (warmstarts.go).
 	warm warmStarts
 	// ws is the workspace part: the host's file ops and watches (workspace.go).
-	ws workspace
+	ws Workspace
+	// dur is the durability part: metadata, hibernation, persisted
+	// workspaces, the shared store, lost records, disk quotas (durable.go).
+	dur durable
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -268,18 +271,9 @@ type Manager struct {
 
 	stop        chan struct{}
 	janitorDone chan struct{} // closed when the janitor has stopped
-	pool        *warmPool
-	starts      chan struct{} // kernel starts in progress (admitStart)
 
-	// objects is Config.Store under the store quota (nil without a Store).
-	objects store.Store
 	// takeMu serialises takes of sessions from the shared store.
 	takeMu sync.Mutex
-
-	// Host-disk accounting (quota.go).
-	stateQuota, storeQuota *quota
-	entryMu                sync.Mutex
-	entryLocks             map[string]*entryLock
 }
 
 // New makes a manager and reconciles what a previous run left behind.
@@ -317,10 +311,12 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		cfg: cfg, host: host, metrics: newMetrics(),
 		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, expired: map[string]bool{}, lostUntil: map[string]time.Time{}, oneshots: map[string]*Session{}, starting: map[int]int{},
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
-		starts: make(chan struct{}, 2*max(1, runtime.NumCPU())),
 	}
-	m.warm = warmStarts{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m}
+	m.warm = warmStarts{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m,
+		files: &m.ws, starts: make(chan struct{}, 2*max(1, runtime.NumCPU()))}
 	m.ws.host = m
+	m.ws.upper = &m.dur
+	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m, kernels: &m.warm, files: &m.ws}
 	if cfg.Store != nil && cfg.Store.Shared() {
 		// Store attack: others write a shared store; unsigned, its records
 		// would name owners, host paths and confinement for this node.
@@ -333,47 +329,27 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 		return nil, err
 	}
 	m.closed = closed
-	m.initQuotas()
-	if err := m.checkHibernateOnShutdown(autoQuota); err != nil {
+	m.dur.initQuotas()
+	if err := m.dur.checkHibernateOnShutdown(autoQuota); err != nil {
 		return nil, err
 	}
 	if cfg.Store != nil {
-		m.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
+		m.dur.objects = store.Quota(cfg.Store, cfg.StoreQuota, "store_quota_bytes")
 	}
-	m.loadLost()
-	if err := m.reconcile(m.adoptAll()); err != nil {
+	m.dur.loadLost()
+	if err := m.dur.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
 	if err := m.saveLost(); err != nil {
 		cfg.Logger.Warn("lost sessions not recorded: after the next restart their ids answer not_found", "err", err)
 	}
 	m.chargeAdopted()
-	m.warm.stateQuota = m.stateQuota
+	m.warm.stateQuota = m.dur.stateQuota
 	m.warm.initZygotes()
 	m.warm.initTemplates()
-	m.startPool()
+	m.warm.startPool()
 	go m.janitor()
 	return m, nil
-}
-
-// reconcile removes every sandbox and session directory a previous run
-// left behind, except the adopted sessions'.
-func (m *Manager) reconcile(adopted map[string]bool) error {
-	disks := map[string]bool{}
-	for id := range adopted {
-		disks[diskID(id)] = true
-	}
-	removed, err := m.host.Reconcile(func(id string) bool { return disks[id] })
-	if len(removed) > 0 {
-		m.log().Info("removed leftovers of a previous run", "sandboxes", len(removed))
-	}
-	ents, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "sessions"))
-	for _, e := range ents {
-		if !adopted[e.Name()] {
-			_ = os.RemoveAll(filepath.Join(m.cfg.StateDir, "sessions", e.Name()))
-		}
-	}
-	return err
 }
 
 func (m *Manager) log() *slog.Logger { return m.cfg.Logger }
@@ -400,14 +376,14 @@ func (m *Manager) reserve() error {
 	}
 	if m.liveLocked()+m.reserved >= m.cfg.MaxSessions {
 		// A waiting pool member gives its place up to a session.
-		s := m.evictMemberLocked()
+		s := m.warm.evictMemberLocked()
 		if s == nil {
 			return fmt.Errorf("%w: %d live sessions, the configured maximum (max_sessions; hibernated sessions do not count)", ErrLimit, m.cfg.MaxSessions)
 		}
 		m.reserved--
-		m.pool.wg.Add(1)
+		m.warm.pool.wg.Add(1)
 		go func() {
-			defer m.pool.wg.Done()
+			defer m.warm.pool.wg.Done()
 			_ = m.destroy(s)
 		}()
 	}
@@ -505,7 +481,7 @@ func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, err
 
 // node is this daemon's name in the store's ownership records: NodeID,
 // or without one the name derived from the host name.
-func (m *Manager) node() string {
+func (m *durable) node() string {
 	if m.cfg.NodeID != "" {
 		return m.cfg.NodeID
 	}
@@ -609,9 +585,9 @@ func (m *Manager) destroy(s *Session) error {
 	}
 	errs = append(errs, s.disk.Destroy())
 	errs = append(errs, os.RemoveAll(s.dir))
-	m.stateQuota.release(s.dir)
+	m.dur.stateQuota.release(s.dir)
 	if s.lease != "" {
-		m.dropStored(s.id) // it was taken from the shared store: it ends there too
+		m.dur.dropStored(s.id) // it was taken from the shared store: it ends there too
 	}
 	return errors.Join(errs...)
 }
@@ -655,7 +631,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	defer releaseOwner()
 	if info := m.takePooled(opt, ttl); info != nil {
 		m.setEnvs(info.ID, opt.Envs)
-		m.savePooledMeta(info)
+		m.dur.savePooledMeta(info)
 		return info, nil
 	}
 	if err := m.reserve(); err != nil {
@@ -666,7 +642,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		}
 		if info := m.takePooled(opt, ttl); info != nil {
 			m.setEnvs(info.ID, opt.Envs)
-			m.savePooledMeta(info)
+			m.dur.savePooledMeta(info)
 			return info, nil
 		}
 		if err := m.reserve(); err != nil {
@@ -689,14 +665,14 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	s.envs = maps.Clone(opt.Envs)
 	s.info = Info{Policy: p.Name, Persist: opt.Persist}
 	if opt.Persist != "" {
-		restored, err := m.restorePersist(s)
+		restored, err := m.dur.restorePersist(s)
 		if err != nil {
 			return nil, fmt.Errorf("restore persisted workspace %q: %w", opt.Persist, err)
 		}
 		s.info.Restored = restored
 		s.info.Survives = "files in " + Workdir + " are saved after every cell and restored by a later create with the same persist name; variables, imports and running processes are not"
 	}
-	release, err := m.admitStart(ctx)
+	release, err := m.warm.admitStart(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -706,7 +682,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		return nil, err
 	}
 	if len(opt.Requirements) > 0 {
-		installed, err := m.install(ctx, s, opt.Requirements)
+		installed, err := m.dur.install(ctx, s, opt.Requirements)
 		if err != nil {
 			return nil, err
 		}
@@ -716,20 +692,10 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		return nil, err
 	}
 	cl.Release()
-	m.recordLive(s)
+	m.dur.recordLive(s)
 	m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", p.Name, "ttl", ttl)
 	info := m.infoOf(s)
 	return &info, nil
-}
-
-// savePooledMeta saves the metadata of a session just taken from the pool.
-func (m *Manager) savePooledMeta(info *Info) {
-	if s, err := m.get(0, info.ID); err == nil {
-		m.recordLive(s)
-		if err := m.saveMeta(s); err != nil {
-			m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
-		}
-	}
 }
 
 // maxLifeOf is how long s may live from its creation.
@@ -743,7 +709,7 @@ func (m *Manager) maxLifeOf(s *Session) time.Duration {
 // register makes a new session with a running kernel live: listed, saved
 // for re-adoption, counted.
 func (m *Manager) register(s *Session) error {
-	m.rescan(s)
+	m.ws.rescan(s)
 	m.mu.Lock()
 	if m.shutdown {
 		m.mu.Unlock()
@@ -751,7 +717,7 @@ func (m *Manager) register(s *Session) error {
 	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
-	if err := m.saveMeta(s); err != nil {
+	if err := m.dur.saveMeta(s); err != nil {
 		m.log().Warn("session metadata not saved: it cannot be re-adopted after a restart", "session", s.id, "err", err)
 	}
 	m.metrics.created()
@@ -926,11 +892,11 @@ func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req E
 	s.ttl = p.MaxTimeout
 	if len(req.Files) > 0 {
 		// Before the kernel starts, straight into the upper layer.
-		if err := m.placeFiles(s, req.Files); err != nil {
+		if err := m.ws.placeFiles(s, req.Files); err != nil {
 			return nil, err
 		}
 		req.Files = nil
-		m.rescan(s)
+		m.ws.rescan(s)
 	}
 	res, err := m.exec(ctx, s, req)
 	if err != nil {
@@ -961,92 +927,6 @@ func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req E
 	return res, nil
 }
 
-// Upload writes data to path (relative to the working directory).
-func (m *Manager) Upload(ctx context.Context, owner int, id, path string, data []byte) (*Entry, error) {
-	rel, err := cleanRel(path)
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("%w: upload of %d bytes, at most %d", ErrLimit, len(data), MaxFileBytes)
-	}
-	s, err := m.claim(ctx, owner, id)
-	if err != nil {
-		return nil, err
-	}
-	defer s.run.Unlock()
-	if err := m.placeFiles(s, []File{{Path: rel, Data: data}}); err != nil {
-		return nil, err
-	}
-	m.rescan(s)
-	s.mu.Lock()
-	hib := s.hibernated
-	s.mu.Unlock()
-	if hib {
-		// The saved copy must have the new file for a restore after a
-		// reboot.
-		if err := m.saveUpper(s); err != nil {
-			m.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
-		}
-	}
-	s.mu.Lock()
-	s.lastUsed = time.Now()
-	s.mu.Unlock()
-	return &Entry{Path: rel, Size: int64(len(data)), ModTime: time.Now().UTC()}, nil
-}
-
-// Download reads path (relative to the working directory).
-func (m *Manager) Download(ctx context.Context, owner int, id, path string) (*Download, error) {
-	rel, err := cleanRel(path)
-	if err != nil {
-		return nil, err
-	}
-	s, err := m.lookup(ctx, owner, id)
-	if err != nil {
-		return nil, err
-	}
-	ws, err := s.workspace()
-	if err != nil {
-		return nil, err
-	}
-	if ws == nil {
-		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
-	}
-	defer ws.Close()
-	b, err := readFile(ws, rel, MaxFileBytes)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &Download{Path: rel, Data: b, Size: int64(len(b)), SHA256: sha256hex(b)}, nil
-}
-
-// Files lists the workspace.
-func (m *Manager) Files(ctx context.Context, owner int, id string) ([]Entry, error) {
-	s, err := m.lookup(ctx, owner, id)
-	if err != nil {
-		return nil, err
-	}
-	ws, err := s.workspace()
-	if err != nil || ws == nil {
-		return []Entry{}, err
-	}
-	defer ws.Close()
-	// Never a listing that leaves out files that exist: a walk cut short
-	// by a concurrent rename is retried, all tries within one scan's
-	// bound, then refused (busy).
-	deadline := time.Now().Add(scanTimeout)
-	for try := 1; ; try++ {
-		out, err := listWithin(ws, deadline)
-		if !errors.Is(err, errScanChanged) || try == 5 || time.Now().After(deadline) {
-			return out, err
-		}
-		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
-	}
-}
-
 // Close ends a session now.
 func (m *Manager) Close(ctx context.Context, owner int, id string) error {
 	// find, not lookup: closing a session past its lifetime that the
@@ -1073,7 +953,7 @@ func (m *Manager) endAs(s *Session, why string, kind error) error {
 	delete(m.sessions, s.id)
 	m.tombLocked(s.id, why, kind)
 	m.mu.Unlock()
-	if m.shared() {
+	if m.dur.shared() {
 		// Before its objects leave the store (destroy): a writer of the
 		// store who puts them back finds the id refused here.
 		if err := m.closed.add(s.id, time.Now()); err != nil {
@@ -1217,7 +1097,7 @@ func (m *Manager) janitor() {
 		}
 		now := time.Now()
 		m.hibernateIdle(now)
-		if m.shared() && now.Sub(lastSweep) >= m.cfg.StoreSweepInterval {
+		if m.dur.shared() && now.Sub(lastSweep) >= m.cfg.StoreSweepInterval {
 			select {
 			case sweeping <- struct{}{}: // one sweep at a time
 				lastSweep = now
@@ -1290,7 +1170,7 @@ func (m *Manager) sweepStoreOnce(now time.Time) {
 		case <-ctx.Done():
 		}
 	}()
-	ids, err := m.sweepStored(ctx, now)
+	ids, err := m.dur.sweepStored(ctx, now)
 	if err != nil {
 		m.log().Warn("sweep the store", "err", err)
 	}
@@ -1366,7 +1246,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			overBudget++
 			notKept[s.id] = fmt.Sprintf("the shutdown's hibernation budget (%s) ran out before it and sessions.survive_restart is off", m.cfg.ShutdownHibernateBudget)
 		} else if !hib && hibernateAll && s.run.TryLock() {
-			err := m.hibernate(s)
+			err := m.dur.hibernate(s)
 			s.run.Unlock()
 			if err != nil {
 				m.log().Warn("session not hibernated at shutdown", "session", s.id, "err", err)
@@ -1412,7 +1292,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		}
 		why = fmt.Sprintf("was lost: it ended when jailcell shut down at %s: %s", now.UTC().Format(time.RFC3339), why)
 		s.mu.Lock()
-		until := m.idEnd(s.created, s.lastUsed, s.ttl, s.maxLife)
+		until := m.dur.idEnd(s.created, s.lastUsed, s.ttl, s.maxLife)
 		s.mu.Unlock()
 		wg.Add(1)
 		go func() {
@@ -1425,7 +1305,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 				emu.Unlock()
 				return
 			}
-			m.markLost(s.id, why, LostShutdown, until)
+			m.dur.markLost(s.id, why, LostShutdown, until)
 		}()
 	}
 	wg.Wait()

@@ -36,9 +36,9 @@ func TestNotFoundNamesWhatIsMissing(t *testing.T) {
 		}
 	}
 
-	_, err := e.m.Download(ctx, 0, id, "missing.txt")
+	_, err := e.m.Workspace().Download(ctx, 0, id, "missing.txt")
 	check("download of a missing file", err, "file missing.txt not found", "session "+id)
-	_, err = e.m.Download(ctx, 0, id, "sub/dir/missing.txt")
+	_, err = e.m.Workspace().Download(ctx, 0, id, "sub/dir/missing.txt")
 	check("download under a missing directory", err, "file sub/dir/missing.txt not found", "session "+id)
 	if strings.Contains(err.Error(), "session not found") {
 		t.Errorf("a missing file reads as a missing session: %v", err)
@@ -50,9 +50,9 @@ func TestNotFoundNamesWhatIsMissing(t *testing.T) {
 	// A session never created: every op names its id.
 	for what, op := range map[string]func() error{
 		"exec in a missing session":       func() error { _, err := e.m.Exec(ctx, 0, ghost, ExecRequest{Code: "1"}); return err },
-		"download from a missing session": func() error { _, err := e.m.Download(ctx, 0, ghost, "a.txt"); return err },
-		"upload to a missing session":     func() error { _, err := e.m.Upload(ctx, 0, ghost, "a.txt", []byte("x")); return err },
-		"files of a missing session":      func() error { _, err := e.m.Files(ctx, 0, ghost); return err },
+		"download from a missing session": func() error { _, err := e.m.Workspace().Download(ctx, 0, ghost, "a.txt"); return err },
+		"upload to a missing session":     func() error { _, err := e.m.Workspace().Upload(ctx, 0, ghost, "a.txt", []byte("x")); return err },
+		"files of a missing session":      func() error { _, err := e.m.Workspace().Files(ctx, 0, ghost); return err },
 		"close of a missing session":      func() error { return e.m.Close(ctx, 0, ghost) },
 		"hibernate of a missing session":  func() error { _, err := e.m.Hibernate(ctx, 0, ghost); return err },
 		"restore of a missing session":    func() error { _, err := e.m.Restore(ctx, 0, ghost); return err },
@@ -66,12 +66,12 @@ func TestNotFoundNamesWhatIsMissing(t *testing.T) {
 	}
 
 	// A closed session: its id and what became of it.
-	_, err = e.m.Download(ctx, 0, closed, "a.txt")
+	_, err = e.m.Workspace().Download(ctx, 0, closed, "a.txt")
 	check("download from a closed session", err, "session "+closed, "was closed")
 	_, err = e.m.Exec(ctx, 0, closed, ExecRequest{Code: "1"})
 	check("exec in a closed session", err, "session "+closed, "was closed")
 
 	// Another owner's session is reported as missing, by the id asked for.
-	_, err = e.m.Download(ctx, 4242, id, "missing.txt")
+	_, err = e.m.Workspace().Download(ctx, 4242, id, "missing.txt")
 	check("download from another owner's session", err, `session "`+id+`" not found`)
 }

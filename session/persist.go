@@ -37,7 +37,7 @@ var persistNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
 // every step is taken inside an os.Root of the store: an attack had a
 // stored persist name of "../../<abs path>" make a cell write as root
 // outside the store.
-func (m *Manager) storeRoot(owner int, name string) (*os.Root, error) {
+func (m *durable) storeRoot(owner int, name string) (*os.Root, error) {
 	if owner < 0 {
 		return nil, fmt.Errorf("store entry %q: owner %d", name, owner)
 	}
@@ -63,7 +63,7 @@ func (m *Manager) storeRoot(owner int, name string) (*os.Root, error) {
 // syncPersist applies a cell's file changes to the session's store entry.
 // Files are read through the workspace root and written through the store
 // root: neither side follows a path out of its tree.
-func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
+func (m *durable) syncPersist(s *Session, changes []FileChange) error {
 	if m.cfg.StoreDir == "" {
 		return m.syncPersistObjects(s, changes)
 	}
@@ -115,7 +115,7 @@ func (m *Manager) syncPersist(s *Session, changes []FileChange) error {
 // worse). An entry from an older daemon (not marked checksummed) is
 // restored once with a warning; its files are checksummed from what was
 // copied, and the entry is marked.
-func (m *Manager) restorePersist(s *Session) ([]string, error) {
+func (m *durable) restorePersist(s *Session) ([]string, error) {
 	if m.cfg.StoreDir == "" {
 		return m.restorePersistObjects(s)
 	}
@@ -190,7 +190,7 @@ const staleTemp = time.Hour
 // removeStale removes the temporary files a crash left in the entry st,
 // under the entry's lock (a sync of this daemon is not writing them), and
 // credits the store quota.
-func (m *Manager) removeStale(st *os.Root, names []string) {
+func (m *durable) removeStale(st *os.Root, names []string) {
 	defer m.lockEntry(st.Name())()
 	for _, rel := range names {
 		n := fileBytes(st, rel)
@@ -214,7 +214,7 @@ type copied struct {
 // persisted workspace took no more of its session's disk than this), and
 // checks it against its recorded sha256 as it copies. A file with no
 // checksum is refused in a checked entry, else returned as copied.
-func (m *Manager) restoreFile(s *Session, st, ws *os.Root, rel string, checked bool) (bool, *copied, error) {
+func (m *durable) restoreFile(s *Session, st, ws *os.Root, rel string, checked bool) (bool, *copied, error) {
 	src, err := openFile(st, rel, unix.O_RDONLY, 0)
 	if err != nil {
 		return false, nil, nil
@@ -299,7 +299,7 @@ func entryChecked(st *os.Root) (bool, error) {
 // restored from it without one (each only if it is still the file that
 // was copied and still has none), then marks the entry checksummed if all
 // went. An xattr block a checksum takes is charged to the store quota.
-func (m *Manager) markChecked(st *os.Root, files []copied) error {
+func (m *durable) markChecked(st *os.Root, files []copied) error {
 	for _, c := range files {
 		before := fileBytes(st, c.rel)
 		f, err := openFile(st, c.rel, unix.O_RDONLY, 0)
@@ -357,13 +357,13 @@ func checkStoreName(rel string) error {
 // maxPersistObjects bounds the files of one persisted workspace in a store.
 const maxPersistObjects = 100_000
 
-func (m *Manager) persistPrefix(s *Session) string {
+func (m *durable) persistPrefix(s *Session) string {
 	return store.OwnerPrefix(s.owner) + s.persist + "/"
 }
 
 // syncPersistObjects applies a cell's file changes to s's persisted
 // workspace in the object store.
-func (m *Manager) syncPersistObjects(s *Session, changes []FileChange) error {
+func (m *durable) syncPersistObjects(s *Session, changes []FileChange) error {
 	ws, err := s.workspace()
 	if err != nil || ws == nil {
 		return err
@@ -400,7 +400,7 @@ func (m *Manager) syncPersistObjects(s *Session, changes []FileChange) error {
 // putWorkspaceFile uploads the workspace file rel as key. The store copies
 // it to a temporary file first (it is not a seeker here): the checksum is
 // of the bytes uploaded even if the kernel writes to the file meanwhile.
-func (m *Manager) putWorkspaceFile(ctx context.Context, s *Session, ws *os.Root, rel, key string) error {
+func (m *durable) putWorkspaceFile(ctx context.Context, s *Session, ws *os.Root, rel, key string) error {
 	f, err := openFile(ws, rel, unix.O_RDONLY, 0)
 	if err != nil {
 		return nil // a symlink, a device, gone: not persisted
@@ -420,7 +420,7 @@ func (m *Manager) putWorkspaceFile(ctx context.Context, s *Session, ws *os.Root,
 // restorePersistObjects copies s's persisted workspace from the object
 // store into its new workspace; every object is verified, and a corrupt
 // one fails the create (a workspace silently missing a file is worse).
-func (m *Manager) restorePersistObjects(s *Session) ([]string, error) {
+func (m *durable) restorePersistObjects(s *Session) ([]string, error) {
 	ctx := context.Background()
 	what := fmt.Sprintf("persisted workspace %q in store %s", s.persist, m.objects.Name())
 	prefix := m.persistPrefix(s)
@@ -447,7 +447,7 @@ func (m *Manager) restorePersistObjects(s *Session) ([]string, error) {
 	return names, nil
 }
 
-func (m *Manager) restoreObject(ctx context.Context, s *Session, ws *os.Root, key, rel string) error {
+func (m *durable) restoreObject(ctx context.Context, s *Session, ws *os.Root, key, rel string) error {
 	rc, _, err := m.objects.Get(ctx, key, s.policy.DiskBytes)
 	if errors.Is(err, store.ErrTooLarge) {
 		return fmt.Errorf("%w: %s is larger than this session's disk (disk_bytes = %d MiB)", ErrLimit, rel, s.policy.DiskBytes>>20)
@@ -483,7 +483,7 @@ func (m *Manager) restoreObject(ctx context.Context, s *Session, ws *os.Root, ke
 
 // install pip-installs requirements from the wheelhouse inside the session,
 // within the configured time bound.
-func (m *Manager) install(ctx context.Context, s *Session, reqs []string) ([]string, error) {
+func (m *durable) install(ctx context.Context, s *Session, reqs []string) ([]string, error) {
 	for _, r := range reqs {
 		if r == "" || strings.HasPrefix(r, "-") || strings.ContainsAny(r, "\n\r\x00") || len(r) > 200 {
 			return nil, fmt.Errorf("%w: requirement %q: want a pip requirement like \"name==1.0\" (no options)", ErrBadRequest, r)
@@ -496,7 +496,7 @@ print(_r.stdout[-4000:]); print(_r.stderr[-4000:], file=sys.stderr)
 if _r.returncode: raise RuntimeError("pip exited with %%d" %% _r.returncode)
 del _r
 `, wheelhouseMount, arg)
-	res, err := m.exec(ctx, s, ExecRequest{Code: code, Timeout: m.cfg.RequirementsTimeout, Setup: setupcell.On})
+	res, err := m.mgr.exec(ctx, s, ExecRequest{Code: code, Timeout: m.cfg.RequirementsTimeout, Setup: setupcell.On})
 	if err != nil {
 		return nil, err
 	}
@@ -511,4 +511,15 @@ del _r
 		return nil, fmt.Errorf("%w: could not install requirements %v from the wheelhouse: %s", ErrBadRequest, reqs, why)
 	}
 	return reqs, nil
+}
+
+// persistCell copies the files a cell changed to the session's persisted
+// workspace, if it has one.
+func (m *durable) persistCell(s *Session, changed []FileChange) {
+	if s.persist == "" || (m.cfg.StoreDir == "" && m.cfg.Store == nil) || len(changed) == 0 {
+		return
+	}
+	if err := m.syncPersist(s, changed); err != nil {
+		m.log().Warn("persist workspace", "session", s.id, "persist", s.persist, "err", err)
+	}
 }

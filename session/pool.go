@@ -60,7 +60,7 @@ func (c *Config) checkPool() error {
 }
 
 // startPool starts filling the pools.
-func (m *Manager) startPool() {
+func (m *warmStarts) startPool() {
 	names := make([]string, 0, len(m.cfg.Pool))
 	for name := range m.cfg.Pool {
 		names = append(names, name)
@@ -85,13 +85,13 @@ func (m *Manager) startPool() {
 }
 
 // fillPool keeps every pool at its size until the pool is drained.
-func (m *Manager) fillPool(names []string) {
+func (m *warmStarts) fillPool(names []string) {
 	p := m.pool
 	defer p.wg.Done()
 	// Members come from the template once it is there: building them by
 	// import meanwhile would cost what the template saves and slow its build.
 	for _, name := range names {
-		if t := m.warm.templateFor(m.cfg.Policies[name]); t != nil {
+		if t := m.templateFor(m.cfg.Policies[name]); t != nil {
 			t.wait(p.ctx)
 		}
 	}
@@ -99,7 +99,7 @@ func (m *Manager) fillPool(names []string) {
 	defer t.Stop()
 	for {
 		for _, name := range names {
-			for m.startBuild(name) {
+			for m.mgr.startBuild(name) {
 			}
 		}
 		select {
@@ -114,7 +114,7 @@ func (m *Manager) fillPool(names []string) {
 // startBuild starts building one member for the named pool if it is short
 // of one and a place under MaxSessions is free; it reports whether it did.
 func (m *Manager) startBuild(name string) bool {
-	p := m.pool
+	p := m.warm.pool
 	m.mu.Lock()
 	if p.closed || m.shutdown || p.filling[name] > 0 || len(p.ready[name]) >= m.cfg.Pool[name] ||
 		len(m.sessions)+m.reserved >= m.cfg.MaxSessions {
@@ -129,7 +129,7 @@ func (m *Manager) startBuild(name string) bool {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		s, err := m.buildMember(name)
+		s, err := m.warm.buildMember(name)
 		m.mu.Lock()
 		p.filling[name]--
 		delete(p.building, name)
@@ -166,27 +166,27 @@ func (m *Manager) startBuild(name string) bool {
 }
 
 // buildMember starts one session with its kernel, owned by nobody yet.
-func (m *Manager) buildMember(name string) (_ *Session, retErr error) {
+func (m *warmStarts) buildMember(name string) (_ *Session, retErr error) {
 	p := m.pool
 	release, err := m.admitStart(p.ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	s, err := m.newSession(0, m.cfg.Policies[name])
+	s, err := m.mgr.newSession(0, m.cfg.Policies[name])
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if retErr != nil {
-			_ = m.destroy(s)
+			_ = m.mgr.destroy(s)
 		}
 	}()
 	s.info = Info{Policy: s.policy.Name}
-	if _, err := m.ensureKernel(p.ctx, s); err != nil {
+	if _, err := m.mgr.ensureKernel(p.ctx, s); err != nil {
 		return nil, err
 	}
-	m.rescan(s)
+	m.files.rescan(s)
 	return s, nil
 }
 
@@ -195,7 +195,7 @@ func (m *Manager) buildMember(name string) (_ *Session, retErr error) {
 // for the policy, an override, persistence or requirements, or the pool is
 // empty. The member's place under MaxSessions becomes the session's.
 func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
-	if m.pool == nil || opt.Override != nil || opt.Persist != "" || len(opt.Requirements) > 0 {
+	if m.warm.pool == nil || opt.Override != nil || opt.Persist != "" || len(opt.Requirements) > 0 {
 		return nil
 	}
 	name := opt.Policy
@@ -208,15 +208,15 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 	waited := false
 	for {
 		m.mu.Lock()
-		if m.shutdown || m.pool.closed {
+		if m.shutdown || m.warm.pool.closed {
 			m.mu.Unlock()
 			return nil
 		}
-		if len(m.pool.ready[name]) == 0 {
-			wait := m.memberAlmostReady(name)
-			readied := m.pool.readied
+		if len(m.warm.pool.ready[name]) == 0 {
+			wait := m.warm.memberAlmostReady(name)
+			readied := m.warm.pool.readied
 			m.mu.Unlock()
-			m.kickPool()
+			m.warm.kickPool()
 			if waited || wait <= 0 {
 				return nil
 			}
@@ -227,15 +227,15 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 			select {
 			case <-readied:
 			case <-t.C:
-			case <-m.pool.ctx.Done():
+			case <-m.warm.pool.ctx.Done():
 			}
 			t.Stop()
 			continue
 		}
-		q := m.pool.ready[name]
+		q := m.warm.pool.ready[name]
 		s := q[0]
 		q[0] = nil
-		m.pool.ready[name] = q[1:]
+		m.warm.pool.ready[name] = q[1:]
 		s.mu.Lock()
 		k := s.k
 		s.mu.Unlock()
@@ -263,7 +263,7 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 		m.sessions[s.id] = s
 		m.reserved--
 		m.mu.Unlock()
-		m.kickPool()
+		m.warm.kickPool()
 		m.metrics.created()
 		m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", name, "ttl", ttl, "pooled", true)
 		info := m.infoOf(s)
@@ -275,7 +275,7 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 // the caller to destroy: its place under MaxSessions (still counted in
 // m.reserved) goes to a session that could not be served from the pool.
 // nil if no pool holds one. m.mu is held.
-func (m *Manager) evictMemberLocked() *Session {
+func (m *warmStarts) evictMemberLocked() *Session {
 	if m.pool == nil || m.pool.closed {
 		return nil
 	}
@@ -296,7 +296,7 @@ func (m *Manager) evictMemberLocked() *Session {
 // member, or as the place the member gives up) when the build ends.
 func (m *Manager) waitMemberBuild(ctx context.Context) bool {
 	m.mu.Lock()
-	p := m.pool
+	p := m.warm.pool
 	if p == nil || p.closed {
 		m.mu.Unlock()
 		return false
@@ -325,7 +325,7 @@ func (m *Manager) waitMemberBuild(ctx context.Context) bool {
 // memberAlmostReady returns how long the member in flight of pool name
 // should still take if a create should wait for it (almostReady); else 0.
 // m.mu is held.
-func (m *Manager) memberAlmostReady(name string) time.Duration {
+func (m *warmStarts) memberAlmostReady(name string) time.Duration {
 	started, ok := m.pool.building[name]
 	if !ok {
 		return 0
@@ -353,7 +353,7 @@ func almostReady(started time.Time, took time.Duration, now time.Time) time.Dura
 // sandbox's init, the preload imports): a hundred at once on two cores
 // would all share the CPU and all miss StartTimeout together, where queued
 // they finish one pair after another. StartTimeout counts from admission.
-func (m *Manager) admitStart(ctx context.Context) (release func(), err error) {
+func (m *warmStarts) admitStart(ctx context.Context) (release func(), err error) {
 	select {
 	case m.starts <- struct{}{}:
 		return func() { <-m.starts }, nil
@@ -362,7 +362,7 @@ func (m *Manager) admitStart(ctx context.Context) (release func(), err error) {
 	}
 }
 
-func (m *Manager) kickPool() {
+func (m *warmStarts) kickPool() {
 	select {
 	case m.pool.kick <- struct{}{}:
 	default:
@@ -372,13 +372,13 @@ func (m *Manager) kickPool() {
 // PoolReady returns how many ready members each configured pool holds.
 func (m *Manager) PoolReady() map[string]int {
 	out := map[string]int{}
-	if m.pool == nil {
+	if m.warm.pool == nil {
 		return out
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name := range m.cfg.Pool {
-		out[name] = len(m.pool.ready[name])
+		out[name] = len(m.warm.pool.ready[name])
 	}
 	return out
 }
@@ -387,7 +387,7 @@ func (m *Manager) PoolReady() map[string]int {
 // every member, freeing their places. Called by Shutdown before it waits
 // for reserved places to empty.
 func (m *Manager) drainPool() error {
-	p := m.pool
+	p := m.warm.pool
 	if p == nil {
 		return nil
 	}

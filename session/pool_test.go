@@ -32,7 +32,7 @@ func waitPool(t *testing.T, m *Manager, n int) {
 func poolMembers(m *Manager) (ids, sandboxes []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, s := range m.pool.ready["default"] {
+	for _, s := range m.warm.pool.ready["default"] {
 		ids = append(ids, s.id)
 		s.mu.Lock()
 		sandboxes = append(sandboxes, s.k.sb.ID)
@@ -298,7 +298,7 @@ func BenchmarkCellOverhead(b *testing.B) {
 	})
 	b.Run("scan-empty", func(b *testing.B) {
 		for b.Loop() {
-			m.rescan(s)
+			m.ws.rescan(s)
 		}
 	})
 	if _, err := m.Exec(context.Background(), 0, id, ExecRequest{Code: "import os\nfor i in range(50): open(f'f{i}.txt', 'w').write('x')"}); err != nil {
@@ -306,7 +306,7 @@ func BenchmarkCellOverhead(b *testing.B) {
 	}
 	b.Run("scan-50-files", func(b *testing.B) {
 		for b.Loop() {
-			m.rescan(s)
+			m.ws.rescan(s)
 		}
 	})
 	b.Run("round-trip", func(b *testing.B) {

@@ -137,7 +137,7 @@ func (m *meter) Charge(n int64) error {
 
 // stateMeter is the meter of a copy of s's workspace into the state dir
 // at dir: s's disk_bytes at most, and the state quota.
-func (m *Manager) stateMeter(s *Session, dir string) *meter {
+func (m *durable) stateMeter(s *Session, dir string) *meter {
 	return &meter{cap: isolate.ByteCap{Max: s.policy.DiskBytes}, q: m.stateQuota, item: dir}
 }
 
@@ -156,7 +156,7 @@ func imagesReserve(p policy.Policy) int64 { return p.MemoryBytes + imagesSlack }
 
 // reserveImages charges the state quota for checkpoint images about to be
 // written at dir.
-func (m *Manager) reserveImages(s *Session, dir string) error {
+func (m *durable) reserveImages(s *Session, dir string) error {
 	if err := m.stateQuota.charge(dir, imagesReserve(s.policy)); err != nil {
 		return fmt.Errorf("checkpoint of session %s: %w", s.id, err)
 	}
@@ -166,7 +166,7 @@ func (m *Manager) reserveImages(s *Session, dir string) error {
 // settleImages replaces the reservation for the images at dir with what
 // they take; images larger than reserved (criu copies the content of open
 // deleted files, ghost files, densely) are refused: the caller removes them.
-func (m *Manager) settleImages(s *Session, dir string) error {
+func (m *durable) settleImages(s *Session, dir string) error {
 	n := allocatedBytes(dir)
 	m.stateQuota.release(dir)
 	if n > imagesReserve(s.policy) {
@@ -177,7 +177,7 @@ func (m *Manager) settleImages(s *Session, dir string) error {
 
 // initQuotas makes the host-disk quotas and charges the store with what it
 // holds.
-func (m *Manager) initQuotas() {
+func (m *durable) initQuotas() {
 	m.stateQuota = newQuota("state_quota_bytes", ErrStateQuota, m.cfg.StateQuota)
 	m.storeQuota = newQuota("store_quota_bytes", ErrStoreQuota, m.cfg.StoreQuota)
 	m.entryLocks = map[string]*entryLock{}
@@ -199,7 +199,7 @@ func (m *Manager) chargeAdopted() {
 		for _, name := range []string{imagesName, savedName, snapshotName, snapshotName + ".new"} {
 			p := filepath.Join(dir, name)
 			if n := allocatedBytes(p); n > 0 {
-				m.stateQuota.force(p, n)
+				m.dur.stateQuota.force(p, n)
 			}
 		}
 	}
@@ -241,7 +241,7 @@ func defaultQuota(dir string) int64 {
 // locked against another session's sync, measured before and after, and
 // each file copied is charged to the entry's cap and the store quota.
 type storeEntry struct {
-	m       *Manager
+	m       *durable
 	s       *Session
 	dir     string
 	unlock  func()
@@ -252,7 +252,7 @@ type storeEntry struct {
 
 // beginPersist starts a sync of s's store entry st; changes are the ones
 // about to be applied (deletions are credited up front).
-func (m *Manager) beginPersist(s *Session, st *os.Root, changes []FileChange) *storeEntry {
+func (m *durable) beginPersist(s *Session, st *os.Root, changes []FileChange) *storeEntry {
 	dir := st.Name()
 	e := &storeEntry{m: m, s: s, dir: dir, unlock: m.lockEntry(dir)}
 	e.before = allocatedBytes(dir)
@@ -376,7 +376,7 @@ func missingDirs(root *os.Root, rel string) int64 {
 }
 
 // lockEntry takes the lock of the store entry dir; it returns the unlock.
-func (m *Manager) lockEntry(dir string) func() {
+func (m *durable) lockEntry(dir string) func() {
 	m.entryMu.Lock()
 	l := m.entryLocks[dir]
 	if l == nil {

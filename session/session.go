@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -150,7 +149,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	if err := m.placeRequestFiles(s, req.Files); err != nil {
+	if err := m.ws.placeRequestFiles(s, req.Files); err != nil {
 		return nil, err
 	}
 	restoreEnv, err := m.cellEnv(ctx, s, c.k, req.Envs)
@@ -190,8 +189,8 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 		// (restartInBackground); any other caller's next cell starts one.
 		m.dropKernel(s, c.k)
 	}
-	m.recordFiles(s, c.before, res)
-	m.persistCell(s, res.Files)
+	m.ws.recordFiles(s, c.before, res)
+	m.dur.persistCell(s, res.Files)
 	m.recordCell(ctx, c, res)
 	return res, nil
 }
@@ -232,12 +231,12 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 		}
 	}
 	if req.Snapshot {
-		if err := m.snapshot(ctx, s); err != nil {
+		if err := m.dur.snapshot(ctx, s); err != nil {
 			return nil, fmt.Errorf("snapshot before the cell (the cell did not run): %w", err)
 		}
 	}
 	var err error
-	if c.woke, err = m.wake(ctx, s); err != nil {
+	if c.woke, err = m.dur.wake(ctx, s); err != nil {
 		return nil, err
 	}
 	if c.k, err = m.ensureKernel(ctx, s); err != nil {
@@ -260,19 +259,6 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 		return nil, err
 	}
 	return c, nil
-}
-
-// placeRequestFiles writes the files handed in with the cell; they are not
-// the cell's doing, so the workspace is rescanned before it runs.
-func (m *Manager) placeRequestFiles(s *Session, files []File) error {
-	if len(files) == 0 {
-		return nil
-	}
-	if err := m.placeFiles(s, files); err != nil {
-		return err
-	}
-	m.rescan(s)
-	return nil
 }
 
 // nextCell counts the cell and returns its id and the workspace before it.
@@ -460,36 +446,6 @@ func (m *Manager) restartInBackground(s *Session) bool {
 	return true
 }
 
-// recordFiles puts into res what the cell did to the workspace, and keeps
-// the workspace's stamps for the next cell.
-func (m *Manager) recordFiles(s *Session, before fileStamps, res *Result) {
-	if ws, err := s.workspace(); err == nil {
-		after := fileStamps{}
-		if ws != nil {
-			after, _ = scan(ws)
-			ws.Close()
-		}
-		res.Files = diff(before, after)
-		s.mu.Lock()
-		s.stamps = after
-		s.mu.Unlock()
-	}
-	s.mu.Lock()
-	s.lastUsed = time.Now()
-	s.mu.Unlock()
-}
-
-// persistCell copies the files a cell changed to the session's persisted
-// workspace, if it has one.
-func (m *Manager) persistCell(s *Session, changed []FileChange) {
-	if s.persist == "" || (m.cfg.StoreDir == "" && m.cfg.Store == nil) || len(changed) == 0 {
-		return
-	}
-	if err := m.syncPersist(s, changed); err != nil {
-		m.log().Warn("persist workspace", "session", s.id, "persist", s.persist, "err", err)
-	}
-}
-
 // recordCell counts the cell in the metrics and logs it (its code only at
 // debug level).
 func (m *Manager) recordCell(ctx context.Context, c *cell, res *Result) {
@@ -541,7 +497,7 @@ func (m *Manager) ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 	}
 	if k == nil {
 		path = StartImport
-		k, err = m.startKernel(ctx, s.disk, s.ctlDir(), s.policy)
+		k, err = m.warm.startKernel(ctx, s.disk, s.ctlDir(), s.policy)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -589,45 +545,4 @@ func (m *Manager) dropKernel(s *Session, k *kernel) {
 	if err := k.close(); err != nil {
 		m.log().Warn("destroy sandbox", "session", s.id, "err", err)
 	}
-}
-
-// rescan records the workspace as it is now.
-func (m *Manager) rescan(s *Session) {
-	ws, err := s.workspace()
-	if err != nil {
-		return
-	}
-	snap := fileStamps{}
-	if ws != nil {
-		snap, _ = scan(ws)
-		ws.Close()
-	}
-	s.mu.Lock()
-	// A partial scan keeps what the last one saw, so that its absences
-	// are not later reported as deletions.
-	fillPartial(snap, s.stamps)
-	s.stamps = snap
-	s.mu.Unlock()
-}
-
-// placeFiles writes request files into the workspace.
-func (m *Manager) placeFiles(s *Session, files []File) error {
-	ws, err := s.writableWorkspace()
-	if err != nil {
-		return fmt.Errorf("open workspace: %w", err)
-	}
-	defer ws.Close()
-	for _, f := range files {
-		rel, err := cleanRel(f.Path)
-		if err != nil {
-			return err
-		}
-		if err := writeFile(ws, rel, f.Data, s.disk.HostID()); err != nil {
-			if errors.Is(err, syscall.ENOSPC) {
-				return fmt.Errorf("%w: workspace full writing %s", ErrLimit, rel)
-			}
-			return err
-		}
-	}
-	return nil
 }

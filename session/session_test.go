@@ -536,22 +536,22 @@ func TestPersistedWorkspaceComesBack(t *testing.T) {
 func TestUploadDownloadConfined(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.create(t, CreateOptions{})
-	if _, err := e.m.Upload(context.Background(), 0, id, "in/data.txt", []byte("payload")); err != nil {
+	if _, err := e.m.Workspace().Upload(context.Background(), 0, id, "in/data.txt", []byte("payload")); err != nil {
 		t.Fatal(err)
 	}
 	res := e.exec(t, id, "print(open('in/data.txt').read())\nopen('in/data.txt','a').write('!')", 0)
 	if res.Stdout != "payload\n" {
 		t.Fatalf("uploaded file not visible or not writable: %+v", res)
 	}
-	d, err := e.m.Download(context.Background(), 0, id, "in/data.txt")
+	d, err := e.m.Workspace().Download(context.Background(), 0, id, "in/data.txt")
 	if err != nil || string(d.Data) != "payload!" || d.SHA256 == "" {
 		t.Fatalf("download: %v %+v", err, d)
 	}
 	for _, bad := range []string{"../etc/passwd", "/etc/passwd", "a/../../x", ""} {
-		if _, err := e.m.Download(context.Background(), 0, id, bad); err == nil {
+		if _, err := e.m.Workspace().Download(context.Background(), 0, id, bad); err == nil {
 			t.Errorf("download %q allowed", bad)
 		}
-		if _, err := e.m.Upload(context.Background(), 0, id, bad, []byte("x")); err == nil {
+		if _, err := e.m.Workspace().Upload(context.Background(), 0, id, bad, []byte("x")); err == nil {
 			t.Errorf("upload %q allowed", bad)
 		}
 	}
@@ -575,12 +575,12 @@ os.symlink(%q, 'overwrite')
 `, hostFile, hostFile), 0)
 	wantStatus(t, res, StatusOK)
 	for _, p := range []string{"leak", "shadow", "rootlink/etc/passwd"} {
-		if d, err := e.m.Download(context.Background(), 0, id, p); err == nil && strings.Contains(string(d.Data), "host data") {
+		if d, err := e.m.Workspace().Download(context.Background(), 0, id, p); err == nil && strings.Contains(string(d.Data), "host data") {
 			t.Fatalf("download %s read a host file", p)
 		}
 	}
-	_, _ = e.m.Upload(context.Background(), 0, id, "overwrite", []byte("pwned"))
-	_, _ = e.m.Upload(context.Background(), 0, id, "rootlink/tmp/x", []byte("pwned"))
+	_, _ = e.m.Workspace().Upload(context.Background(), 0, id, "overwrite", []byte("pwned"))
+	_, _ = e.m.Workspace().Upload(context.Background(), 0, id, "rootlink/tmp/x", []byte("pwned"))
 	if b, _ := os.ReadFile(hostFile); string(b) != "host data" {
 		t.Fatalf("host file overwritten through a planted symlink: %q", b)
 	}

@@ -99,7 +99,7 @@ func leaseKey(id string) string           { return "hibernated/" + id + "/lease"
 func genPrefix(id string, gen int) string { return "hibernated/" + id + "/g" + strconv.Itoa(gen) + "/" }
 
 // shared says whether hibernated sessions live in the store.
-func (m *Manager) shared() bool { return m.objects != nil && m.cfg.Store.Shared() }
+func (m *durable) shared() bool { return m.objects != nil && m.cfg.Store.Shared() }
 
 // storeErr maps a store error to the session sentinel it is, naming what
 // was being done; a store that is down is ErrUnavailable naming it.
@@ -121,7 +121,7 @@ func storeErr(what string, err error) error {
 // exportHibernated uploads s, hibernated here, to the shared store and
 // makes the store its home; the caller holds s.run and forgets s locally
 // on success. On failure s stays hibernated on this node.
-func (m *Manager) exportHibernated(ctx context.Context, s *Session) error {
+func (m *durable) exportHibernated(ctx context.Context, s *Session) error {
 	st := m.objects
 	what := fmt.Sprintf("hibernate session %s into store %s (it stays hibernated on this node)", s.id, st.Name())
 	if !storedIDRE.MatchString(s.id) {
@@ -207,7 +207,7 @@ func (m *Manager) exportHibernated(ctx context.Context, s *Session) error {
 }
 
 // putFile uploads the host file p as name.
-func (m *Manager) putFile(put func(string, io.Reader, int64) error, name, p string) error {
+func (m *durable) putFile(put func(string, io.Reader, int64) error, name, p string) error {
 	f, err := os.Open(p)
 	if err != nil {
 		return err
@@ -222,7 +222,7 @@ func (m *Manager) putFile(put func(string, io.Reader, int64) error, name, p stri
 
 // putUpper uploads s's saved upper layer as one tar, written to a
 // temporary file first (its checksum precedes its upload on S3).
-func (m *Manager) putUpper(put func(string, io.Reader, int64) error, s *Session) error {
+func (m *durable) putUpper(put func(string, io.Reader, int64) error, s *Session) error {
 	tmp, err := os.CreateTemp(s.dir, "upper-*.tar")
 	if err != nil {
 		return err
@@ -244,7 +244,7 @@ func (m *Manager) putUpper(put func(string, io.Reader, int64) error, s *Session)
 
 // dropGen removes a generation's objects, in the background and bounded:
 // what is left over is garbage no lease points at.
-func (m *Manager) dropGen(id string, gen int) {
+func (m *durable) dropGen(id string, gen int) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -260,7 +260,7 @@ func (m *Manager) dropGen(id string, gen int) {
 
 // dropStored removes session id from the shared store (it was closed or
 // expired on this node, which held its lease).
-func (m *Manager) dropStored(id string) {
+func (m *durable) dropStored(id string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -273,7 +273,7 @@ func (m *Manager) dropStored(id string) {
 
 // removeStored deletes session id's objects from the store, its lease
 // last: a removal cut short leaves a lease that says where it stood.
-func (m *Manager) removeStored(ctx context.Context, id string) error {
+func (m *durable) removeStored(ctx context.Context, id string) error {
 	objs, err := m.objects.List(ctx, "hibernated/"+id+"/", 4*maxImageFiles)
 	if err != nil {
 		return err
@@ -296,7 +296,7 @@ func (m *Manager) removeStored(ctx context.Context, id string) error {
 // then finds it expired. It also finishes removals an earlier sweeper left
 // (an expired lease older than expiredGrace). It returns the ids it
 // removed.
-func (m *Manager) sweepStored(ctx context.Context, now time.Time) ([]string, error) {
+func (m *durable) sweepStored(ctx context.Context, now time.Time) ([]string, error) {
 	objs, err := m.objects.List(ctx, "hibernated/", maxSweepObjects)
 	if err != nil {
 		return nil, fmt.Errorf("sweep store %s for hibernated sessions past sessions.hibernated_ttl (%s): %w", m.objects.Name(), m.cfg.HibernatedTTL, err)
@@ -334,7 +334,7 @@ func (m *Manager) sweepStored(ctx context.Context, now time.Time) ([]string, err
 
 // expireStored swaps l (read at version ver) to expired, and on winning
 // removes the session from the store; ErrConflict if the lease changed.
-func (m *Manager) expireStored(ctx context.Context, l lease, ver string, now time.Time) error {
+func (m *durable) expireStored(ctx context.Context, l lease, ver string, now time.Time) error {
 	e := l
 	e.Node, e.State, e.At = m.node(), leaseExpired, now.UTC()
 	b, _ := json.Marshal(e)
@@ -348,7 +348,7 @@ func (m *Manager) expireStored(ctx context.Context, l lease, ver string, now tim
 
 // readLease reads session id's lease and its version; errNotStored if
 // there is none.
-func (m *Manager) readLease(ctx context.Context, id string) (lease, string, error) {
+func (m *durable) readLease(ctx context.Context, id string) (lease, string, error) {
 	var l lease
 	b, ver, err := m.objects.Record(ctx, leaseKey(id), 64<<10)
 	if errors.Is(err, store.ErrNotFound) {
@@ -409,7 +409,7 @@ func (m *Manager) lookup(ctx context.Context, owner int, id string) (*Session, e
 // find is get, falling back to the shared store.
 func (m *Manager) find(ctx context.Context, owner int, id string) (*Session, error) {
 	s, err := m.get(owner, id)
-	if err == nil || !errors.Is(err, ErrNotFound) || !m.shared() {
+	if err == nil || !errors.Is(err, ErrNotFound) || !m.dur.shared() {
 		return s, err
 	}
 	terr := m.take(ctx, owner, id)
@@ -438,11 +438,11 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	if at, ok := m.closed.has(id, time.Now()); ok {
 		// Whatever the store says now: its objects may have been put back.
 		m.log().Warn("a request names a session this node closed: not taken from the store, whatever it holds",
-			"session", id, "store", m.objects.Name(), "closed_at", at.Format(time.RFC3339))
+			"session", id, "store", m.dur.objects.Name(), "closed_at", at.Format(time.RFC3339))
 		return fmt.Errorf("%w: session %s was closed on this node at %s", ErrNotFound, id, at.Format(time.RFC3339))
 	}
-	st := m.objects
-	l, ver, err := m.readLease(ctx, id)
+	st := m.dur.objects
+	l, ver, err := m.dur.readLease(ctx, id)
 	if err != nil {
 		if errors.Is(err, errNotStored) {
 			return err
@@ -467,7 +467,7 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	if now := time.Now(); now.Sub(l.At) > m.cfg.HibernatedTTL {
 		// What sweepStored would expire: never restored, whichever node
 		// sweeps first (a lease put back after its removal is one).
-		if err := m.expireStored(ctx, l, ver, now); err != nil && !errors.Is(err, store.ErrConflict) {
+		if err := m.dur.expireStored(ctx, l, ver, now); err != nil && !errors.Is(err, store.ErrConflict) {
 			m.log().Warn("expire session in the store", "session", id, "store", st.Name(), "err", err)
 		}
 		return fmt.Errorf("%w: session %s expired in store %s: hibernated there since %s, longer than sessions.hibernated_ttl (%s)",
@@ -477,12 +477,12 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 		return fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
 	}
 	mine := l
-	mine.Node, mine.State, mine.At = m.node(), leaseLive, time.Now().UTC()
+	mine.Node, mine.State, mine.At = m.dur.node(), leaseLive, time.Now().UTC()
 	mb, _ := json.Marshal(mine)
 	nv, err := st.Swap(ctx, leaseKey(id), ver, mb)
 	if errors.Is(err, store.ErrConflict) {
 		winner := "another node"
-		if w, _, err := m.readLease(ctx, id); err == nil {
+		if w, _, err := m.dur.readLease(ctx, id); err == nil {
 			winner = fmt.Sprintf("node %q", w.Node)
 		}
 		return fmt.Errorf("%w: session %s was taken from store %s by %s first", ErrNotFound, id, st.Name(), winner)
@@ -490,7 +490,7 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	if err != nil {
 		return storeErr(fmt.Sprintf("take session %s from store %s", id, st.Name()), err)
 	}
-	s, err := m.importStored(ctx, l)
+	s, err := m.dur.importStored(ctx, l)
 	if errors.Is(err, ErrExpired) {
 		// Past its max lifetime: never restored, and removed from the
 		// store (this node holds its lease now); the id answers expired.
@@ -501,7 +501,7 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 			m.mu.Unlock()
 		}
 		m.log().Info("session past its max lifetime in the store: not restored, removed", "session", id, "store", st.Name(), "err", err)
-		m.dropStored(id)
+		m.dur.dropStored(id)
 		m.metrics.expired()
 		return err
 	}
@@ -553,13 +553,13 @@ func (m *Manager) heldHere(id string) error {
 		return nil
 	}
 	m.log().Error("a request for a session this node runs under another owner would take it from the store: refused, the local session is kept",
-		"session", id, "store", m.objects.Name(), "local_owner", held.owner)
+		"session", id, "store", m.dur.objects.Name(), "local_owner", held.owner)
 	return errNotStored
 }
 
 // importStored downloads generation l.Gen of session l.ID, verified,
 // into a new session directory and rebuilds its disk.
-func (m *Manager) importStored(ctx context.Context, l lease) (_ *Session, retErr error) {
+func (m *durable) importStored(ctx context.Context, l lease) (_ *Session, retErr error) {
 	st := m.objects
 	id := l.ID
 	what := fmt.Sprintf("restore session %s from store %s", id, st.Name())
@@ -623,7 +623,7 @@ func (m *Manager) importStored(ctx context.Context, l lease) (_ *Session, retErr
 	}
 	// Before any image is downloaded: a session past its lifetime is
 	// never restored (hibernation does not stretch it).
-	if err := m.metaPastLife(meta, time.Now()); err != nil {
+	if err := m.mgr.metaPastLife(meta, time.Now()); err != nil {
 		return nil, err
 	}
 	if err := m.storedPolicyOK(meta.Policy); err != nil {
@@ -706,7 +706,7 @@ func (m *Manager) importStored(ctx context.Context, l lease) (_ *Session, retErr
 // a store is outside the sandbox but can be written by others, so a
 // policy from it may be as strict as the configured one of its name, or
 // stricter (a create's limits), never looser.
-func (m *Manager) storedPolicyOK(p policy.Policy) error {
+func (m *durable) storedPolicyOK(p policy.Policy) error {
 	base, ok := m.cfg.Policies[p.Name]
 	if !ok {
 		return fmt.Errorf("policy %q is not configured on this node", p.Name)

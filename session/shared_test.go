@@ -74,7 +74,7 @@ func TestHibernateIntoSharedStore(t *testing.T) {
 	}
 	// In the store: a lease, a manifest, images and the workspace; nothing
 	// readable by key outside the prefix.
-	objs, err := mA.objects.List(ctx, "hibernated/"+id+"/", 1000)
+	objs, err := mA.dur.objects.List(ctx, "hibernated/"+id+"/", 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +166,8 @@ func TestSharedStoreDownKeepsSessionLocal(t *testing.T) {
 	}
 	srv.Stop()
 	_, err = m.Hibernate(ctx, 1000, id)
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), m.objects.Name()) {
-		t.Fatalf("hibernate with the store down: %v, want unavailable naming %s", err, m.objects.Name())
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), m.dur.objects.Name()) {
+		t.Fatalf("hibernate with the store down: %v, want unavailable naming %s", err, m.dur.objects.Name())
 	}
 	res, err := m.Exec(ctx, 1000, other.ID, ExecRequest{Code: "print('still running')"})
 	if err != nil || strings.TrimSpace(res.Stdout) != "still running" {
@@ -269,13 +269,13 @@ func TestHibernatedExpireInStore(t *testing.T) {
 	if _, err := mA.Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("hibernate into the store: %v", err)
 	}
-	l, _, err := mA.readLease(ctx, id)
+	l, _, err := mA.dur.readLease(ctx, id)
 	if err != nil || l.State != leaseHib {
 		t.Fatalf("lease after hibernation: %+v %v", l, err)
 	}
 	stored := func(id string) int {
 		t.Helper()
-		objs, err := mA.objects.List(ctx, "hibernated/"+id+"/", 1000)
+		objs, err := mA.dur.objects.List(ctx, "hibernated/"+id+"/", 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,20 +286,20 @@ func TestHibernatedExpireInStore(t *testing.T) {
 
 	mB := rb.startWith(cfg("nb2"))
 	defer mB.Shutdown(ctx)
-	if ids, err := mB.sweepStored(ctx, l.At.Add(ttl-time.Minute)); err != nil || len(ids) != 0 {
+	if ids, err := mB.dur.sweepStored(ctx, l.At.Add(ttl-time.Minute)); err != nil || len(ids) != 0 {
 		t.Fatalf("sweep before the TTL: %v %v", ids, err)
 	}
 	if stored(id) != n {
 		t.Fatal("a sweep before the TTL removed objects")
 	}
 	far := l.At.Add(ttl + time.Minute)
-	if err := mB.expireStored(ctx, l, `"stale"`, far); !errors.Is(err, store.ErrConflict) {
+	if err := mB.dur.expireStored(ctx, l, `"stale"`, far); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("expiring a lease that changed since it was read: %v, want a conflict", err)
 	}
 	if stored(id) != n {
 		t.Fatal("a lost expiry removed objects")
 	}
-	ids, err := mB.sweepStored(ctx, far)
+	ids, err := mB.dur.sweepStored(ctx, far)
 	if err != nil || len(ids) != 1 || ids[0] != id {
 		t.Fatalf("sweep past the TTL: %v %v, want [%s]", ids, err, id)
 	}
@@ -310,7 +310,7 @@ func TestHibernatedExpireInStore(t *testing.T) {
 		t.Fatalf("lookup of an expired session: %v", err)
 	}
 	// The live session's lease is never expired, however old.
-	if ll, _, err := mA.readLease(ctx, live.ID); err != nil || ll.State != leaseLive {
+	if ll, _, err := mA.dur.readLease(ctx, live.ID); err != nil || ll.State != leaseLive {
 		t.Fatalf("live lease after the sweep: %+v %v", ll, err)
 	}
 	if _, err := mA.Exec(ctx, 1000, live.ID, ExecRequest{Code: "1"}); err != nil {
@@ -322,23 +322,23 @@ func TestHibernatedExpireInStore(t *testing.T) {
 	if _, err := mA.Hibernate(ctx, 1000, live.ID); err != nil {
 		t.Fatal(err)
 	}
-	l2, ver2, err := mA.readLease(ctx, live.ID)
+	l2, ver2, err := mA.dur.readLease(ctx, live.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := l2
 	e.Node, e.State, e.At = "gone", leaseExpired, time.Now().UTC()
 	b, _ := json.Marshal(e)
-	if _, err := mA.objects.Swap(ctx, leaseKey(live.ID), ver2, b); err != nil {
+	if _, err := mA.dur.objects.Swap(ctx, leaseKey(live.ID), ver2, b); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := mB.Lookup(ctx, 1000, live.ID); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("lookup of a session being expired: %v, want not found saying expired", err)
 	}
-	if ids, err := mB.sweepStored(ctx, time.Now()); err != nil || len(ids) != 0 {
+	if ids, err := mB.dur.sweepStored(ctx, time.Now()); err != nil || len(ids) != 0 {
 		t.Fatalf("sweep within the grace: %v %v", ids, err)
 	}
-	if ids, err := mB.sweepStored(ctx, time.Now().Add(expiredGrace+time.Minute)); err != nil || len(ids) != 1 {
+	if ids, err := mB.dur.sweepStored(ctx, time.Now().Add(expiredGrace+time.Minute)); err != nil || len(ids) != 1 {
 		t.Fatalf("sweep after the grace: %v %v", ids, err)
 	}
 	if k := stored(live.ID); k != 0 {

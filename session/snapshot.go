@@ -28,7 +28,7 @@ func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, er
 		return nil, err
 	}
 	defer s.run.Unlock()
-	if err := m.snapshot(ctx, s); err != nil {
+	if err := m.dur.snapshot(ctx, s); err != nil {
 		return nil, err
 	}
 	info := m.infoOf(s)
@@ -36,7 +36,7 @@ func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, er
 }
 
 // snapshot does the work; the caller holds s.run.
-func (m *Manager) snapshot(ctx context.Context, s *Session) error {
+func (m *durable) snapshot(ctx context.Context, s *Session) error {
 	if err := m.host.CriuCheck(); err != nil {
 		return fmt.Errorf("%w: snapshots need checkpoint/restore: %v", ErrUnavailable, err)
 	}
@@ -45,7 +45,7 @@ func (m *Manager) snapshot(ctx context.Context, s *Session) error {
 	} else if lost != "" {
 		return fmt.Errorf("%w: session %s: %s", ErrUnavailable, s.id, lost)
 	}
-	k, err := m.ensureKernel(ctx, s)
+	k, err := m.mgr.ensureKernel(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 		_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
 		for _, name := range []string{imagesName, savedName} {
 			_ = os.RemoveAll(filepath.Join(s.dir, name))
-			m.stateQuota.release(filepath.Join(s.dir, name))
+			m.dur.stateQuota.release(filepath.Join(s.dir, name))
 		}
 	}
 	if err := s.disk.ClearUpper(); err != nil {
@@ -143,13 +143,13 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 	}
 	// The restore writes its log and config next to the images; the
 	// snapshot's images themselves are only read.
-	nk, rerr := m.restoreKernel(ctx, s, filepath.Join(snap, imagesName))
+	nk, rerr := m.warm.restoreKernel(ctx, s, filepath.Join(snap, imagesName))
 	if rerr == nil {
 		s.mu.Lock()
 		s.k = nk
 		s.mu.Unlock()
 	}
-	m.rescan(s)
+	m.ws.rescan(s)
 	s.mu.Lock()
 	s.lastUsed = time.Now()
 	s.mu.Unlock()

@@ -197,7 +197,7 @@ func storeAttacks(top *testing.T, fx storeFixture) {
 		})
 		if sign {
 			for k, b := range map[string][]byte{gen + "meta.json": meta, gen + "manifest.json": man} {
-				if _, err := mB.objects.Put(ctx, k, bytes.NewReader(b), int64(len(b))); err != nil {
+				if _, err := mB.dur.objects.Put(ctx, k, bytes.NewReader(b), int64(len(b))); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -359,7 +359,7 @@ func TestStoreRow3LiveLeaseNotReplaced(t *testing.T) {
 			deadline := time.Now().Add(10 * time.Second)
 			var lease []byte
 			for { // recordLive writes it in the background
-				if b, _, err := mA.objects.Record(ctx, lk, 1<<16); err == nil {
+				if b, _, err := mA.dur.objects.Record(ctx, lk, 1<<16); err == nil {
 					lease = b
 					break
 				}
@@ -387,15 +387,15 @@ func TestStoreRow3LiveLeaseNotReplaced(t *testing.T) {
 				}
 			}
 			fx.atk.write(lk, forged)
-			if _, _, err := mA.objects.Record(ctx, lk, 1<<16); !errors.Is(err, store.ErrUnsigned) {
+			if _, _, err := mA.dur.objects.Record(ctx, lk, 1<<16); !errors.Is(err, store.ErrUnsigned) {
 				t.Fatalf("forged lease read back: %v, want ErrUnsigned", err)
 			}
 			check("unsigned forged lease")
 			// Signed by a node that holds the key: still not an order.
-			if err := mA.objects.Delete(ctx, lk); err != nil {
+			if err := mA.dur.objects.Delete(ctx, lk); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := mA.objects.Swap(ctx, lk, "", forged); err != nil {
+			if _, err := mA.dur.objects.Swap(ctx, lk, "", forged); err != nil {
 				t.Fatal(err)
 			}
 			check("signed forged lease")

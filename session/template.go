@@ -222,7 +222,7 @@ func (t *template) wait(ctx context.Context) {
 // buildTemplate starts a kernel of policy p that imports the preload, and
 // checkpoints it into images, ending it. The kernel runs no cell.
 func (m *warmStarts) buildTemplate(ctx context.Context, p policy.Policy, images string) (retErr error) {
-	release, err := m.mgr.admitStart(ctx)
+	release, err := m.admitStart(ctx)
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func (m *warmStarts) buildTemplate(ctx context.Context, p policy.Policy, images 
 		return err
 	}
 	defer func() { _ = m.mgr.destroy(s) }()
-	k, err := m.mgr.startKernel(ctx, s.disk, s.ctlDir(), p)
+	k, err := m.startKernel(ctx, s.disk, s.ctlDir(), p)
 	if err != nil {
 		return err
 	}
@@ -290,7 +290,7 @@ func (m *warmStarts) startFromTemplate(ctx context.Context, s *Session) (*kernel
 	var k *kernel
 	if err == nil {
 		t1 = time.Now()
-		k, err = m.mgr.restoreKernelIfIdle(ctx, s, images)
+		k, err = m.restoreKernelIfIdle(ctx, s, images)
 		if errors.Is(err, isolate.ErrBusy) {
 			// criu restores one at a time: rather than queue behind
 			// another (a burst of creates, the restarts of a soak), this

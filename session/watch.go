@@ -49,7 +49,7 @@ type watch struct {
 // creation of the same inode) since. Host-side, from the upper layer,
 // with the bounds of every workspace scan; nothing runs in the sandbox.
 // Watches end with the session.
-func (wk *workspace) watch(ctx context.Context, owner int, id string, req WatchRequest) (*WatchResult, error) {
+func (wk *Workspace) Watch(ctx context.Context, owner int, id string, req WatchRequest) (*WatchResult, error) {
 	switch req.Action {
 	case "", WatchStart:
 		req.Action = WatchStart
@@ -173,7 +173,7 @@ func admitWatch(s *Session, now time.Time) error {
 
 // watchScan stamps what w watches; complete is false if the scan was cut
 // short (a bound, a concurrent rename).
-func (wk *workspace) watchScan(s *Session, w *watch) (map[string]fileStamp, bool) {
+func (wk *Workspace) watchScan(s *Session, w *watch) (map[string]fileStamp, bool) {
 	out := map[string]fileStamp{}
 	s.mu.Lock()
 	s.watchScans++

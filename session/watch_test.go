@@ -27,7 +27,7 @@ func TestHostileWatchLimitBeforeScan(t *testing.T) {
 	}
 	var first string
 	for i := range MaxWatches {
-		w, err := e.m.Watch(ctx, 1000, id, WatchRequest{})
+		w, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{})
 		if err != nil {
 			t.Fatalf("watch %d: %v", i+1, err)
 		}
@@ -39,7 +39,7 @@ func TestHostileWatchLimitBeforeScan(t *testing.T) {
 		t.Fatalf("%d scans for %d starts", n, MaxWatches)
 	}
 	for range 3 {
-		_, err := e.m.Watch(ctx, 1000, id, WatchRequest{Recursive: true})
+		_, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{Recursive: true})
 		if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "at most 8") {
 			t.Fatalf("a start past the cap: %v, want ErrLimit naming it", err)
 		}
@@ -47,11 +47,11 @@ func TestHostileWatchLimitBeforeScan(t *testing.T) {
 	if n := scans(); n != MaxWatches {
 		t.Fatalf("starts refused at the cap scanned the workspace: %d scans, want %d", n, MaxWatches)
 	}
-	if _, err := e.m.Watch(ctx, 1000, id, WatchRequest{Action: WatchStop, Watch: first}); err != nil {
+	if _, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{Action: WatchStop, Watch: first}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(watchStartEvery)
-	if _, err := e.m.Watch(ctx, 1000, id, WatchRequest{}); err != nil {
+	if _, err := e.m.Workspace().Watch(ctx, 1000, id, WatchRequest{}); err != nil {
 		t.Fatalf("a start after a stop: %v", err)
 	}
 }

@@ -231,7 +231,7 @@ func (m *warmStarts) startFromZygote(ctx context.Context, s *Session) (*kernel, 
 		return nil, err
 	}
 	t0 := time.Now()
-	k, err := m.mgr.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
+	k, err := m.launchKernel(ctx, s.ctlDir(), s.policy, m.cfg.StartTimeout, func(spec isolate.Spec) (*isolate.Sandbox, error) {
 		return s.disk.Fork(e.z, spec)
 	})
 	if err == nil {

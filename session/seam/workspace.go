@@ -1,0 +1,17 @@
+package seam
+
+import "context"
+
+// Workspace is one session's files as the host sees them, the API's view
+// of session's workspace part: the Manager hands the part out
+// (Manager.Workspace) rather than forwarding each file op, and the API
+// names this interface because it may not name session's types.
+type Workspace interface {
+	Upload(ctx context.Context, owner int, id, path string, data []byte) (*Entry, error)
+	Download(ctx context.Context, owner int, id, path string) (*Download, error)
+	Files(ctx context.Context, owner int, id string) ([]Entry, error)
+	Stat(ctx context.Context, owner int, id, path string) (*Entry, error)
+	Remove(ctx context.Context, owner int, id, path string) error
+	MakeDir(ctx context.Context, owner int, id, path string) (created bool, _ error)
+	Watch(ctx context.Context, owner int, id string, req WatchRequest) (*WatchResult, error)
+}

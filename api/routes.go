@@ -25,7 +25,7 @@ const (
 	RouteDir      = "dir"             // /v1/sessions/{id}/dirs/{path...}
 	RouteOpenAPI  = "openapi"         // /v1/openapi.json
 	RouteUnknown  = "unknown"
-	RouteMCP      = "mcp" // /mcp, served by mcp.go
+	RouteMCP      = "mcp" // /mcp, served by api/httpapi with api/mcp
 )
 
 // RouteSpec is one HTTP path the server answers: its OpenAPI pattern,

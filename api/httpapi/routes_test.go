@@ -76,7 +76,7 @@ func tableRoutes() []string {
 // (client/typescript/src/transport.ts) sends each op to the method and
 // path the route table gives it, and knows every op the table routes.
 func TestRouteTableMatchesTypeScriptClient(t *testing.T) {
-	src, err := os.ReadFile("../client/typescript/src/transport.ts")
+	src, err := os.ReadFile("../../client/typescript/src/transport.ts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestRouteTableMatchesPythonClient(t *testing.T) {
 	}
 	arg, _ := json.Marshal(ops)
 	cmd := exec.Command(py, "-c", pythonRouteScript, string(arg))
-	cmd.Env = append(os.Environ(), "PYTHONPATH=../client/python")
+	cmd.Env = append(os.Environ(), "PYTHONPATH=../../client/python")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python3: %v\n%s", err, out)

@@ -118,11 +118,11 @@ VM_DIR ?= /var/cache/jailcell/vm
 # (it also runs as part of `make test`).
 HOSTILE := Hostile|CVE|Refuses|Limit|Bites|Bomb|Leak|Invisible|Isolated|Network|Environment|Symlink|Timeout|OOM|Gigabyte|Inode|Daemonised|Neighbour|Posture|Egress|Cap
 test-hostile: rootfs
-	$(GO) test -tags $(TAGS) -count=1 -run '$(HOSTILE)' ./isolate/... ./session/ ./runner/ ./cmd/jailcell/ ./policy/ ./api/ ./workflow/
+	$(GO) test -tags $(TAGS) -count=1 -run '$(HOSTILE)' ./isolate/... ./session/ ./runner/ ./cmd/jailcell/ ./policy/ ./api/... ./workflow/
 
 # Every fuzz target for a bounded time each (FUZZTIME), seeds included.
 FUZZTIME ?= 5s
-FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api:FuzzMatchRoute ./api:FuzzRoutedRequest ./api/jupyter:FuzzZMTPGuard ./api/jupyter:FuzzHistoryGlob \
+FUZZ_TARGETS := ./api:FuzzDecodeRequest ./api/httpapi:FuzzMatchRoute ./api/httpapi:FuzzRoutedRequest ./api/jupyter:FuzzZMTPGuard ./api/jupyter:FuzzHistoryGlob \
 	./runner:FuzzReadFrame ./runner:FuzzHandleFrame ./runner:FuzzScanString ./runner:FuzzDecodeChart ./internal/confined:FuzzCheck \
 	./cmd/jailcell:FuzzLoadConfig ./rootfs:FuzzImport ./workflow:FuzzCodeBlock ./isolate/network:FuzzDNSQuery \
 	./isolate/criu:FuzzDecodeUserns ./store:FuzzCheckKey ./store:FuzzParseKeyring ./store:FuzzSigHeader ./session:FuzzUntarTree ./cmd/jailcell:FuzzParseTokens \
@@ -155,7 +155,7 @@ soak: rootfs
 
 # Plain unit tests, no root or rootfs needed.
 test-unit:
-	$(GO) test -tags $(TAGS) -short -count=1 ./policy/ ./runner/ ./api/ ./rootfs/
+	$(GO) test -tags $(TAGS) -short -count=1 ./policy/ ./runner/ ./api/... ./rootfs/
 
 # The benchmark against the peers (docs/performance.md): root, a few
 # minutes, a table on stdout, test/bench/out/results.json and test/bench/out/bench.png.

@@ -6,6 +6,14 @@ import (
 	"sync"
 )
 
+// DefaultMaxInFlight and DefaultMaxInFlightBytes are the in-flight
+// budget's defaults (the http.* keys' too); over HTTP an owner's share is
+// a quarter of each bound by default.
+const (
+	DefaultMaxInFlight      = 256
+	DefaultMaxInFlightBytes = 256 << 20
+)
+
 const (
 	defaultMaxInFlight      = DefaultMaxInFlight
 	defaultMaxInFlightBytes = DefaultMaxInFlightBytes

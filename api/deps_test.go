@@ -18,11 +18,18 @@ func TestCoreImportsNoDoorLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps api: %v\n%s", err, out)
 	}
-	// Only the Jupyter door's ZMQ has left so far; the MCP go-sdk still
-	// serves the MCP door from api itself.
+	// Each door's own package and protocol library: api core must reach
+	// none of them, not even through another package.
+	owners := []struct{ prefix, owner string }{
+		{"github.com/go-zeromq/", "ZMQ belongs to api/jupyter alone"},
+		{"github.com/modelcontextprotocol/go-sdk", "the MCP SDK belongs to api/mcp alone"},
+		{"github.com/jailcell/jailcell/api/", "api core must not import a front door"},
+	}
 	for _, p := range strings.Fields(string(out)) {
-		if strings.HasPrefix(p, "github.com/go-zeromq/") {
-			t.Errorf("api imports %s: ZMQ belongs to api/jupyter alone", p)
+		for _, o := range owners {
+			if strings.HasPrefix(p, o.prefix) {
+				t.Errorf("api imports %s: %s", p, o.owner)
+			}
 		}
 	}
 }

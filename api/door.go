@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 )
 
 // What the front-door packages (api/jsonl, api/jupyter, ...) share with
@@ -67,3 +68,42 @@ func (p *Place) Release() { p.p.release() }
 const DefaultMaxLineBytes = 32 << 20
 
 const defaultMaxLineBytes = DefaultMaxLineBytes
+
+// NullID is the id of a response to a request whose own id is unknown.
+var NullID = nullID
+
+// PlainOK reports an info answer that made nothing (info, set_timeout),
+// which HTTP answers 200 rather than 201.
+func (r *Response) PlainOK() bool { return r.plainOK }
+
+// MaxCount is the bound on the places held at once, its default applied.
+func (b *Budget) MaxCount() int { return b.b.maxCount }
+
+// MaxWeight is the bound on the summed weight of the places held.
+func (b *Budget) MaxWeight() int64 { return b.b.maxWeight }
+
+// Share bounds one owner's part of the budget (a door with many clients,
+// HTTP); one request of an owner holding nothing always fits.
+func (b *Budget) Share(perCount int, perWeight int64) { b.b.share(perCount, perWeight) }
+
+// TakeFor waits for a place of weight w in owner's share, or returns
+// ctx's end.
+func (b *Budget) TakeFor(ctx context.Context, owner int, w int64) (*Place, error) {
+	p, err := b.b.take(ctx, owner, w)
+	if err != nil {
+		return nil, err
+	}
+	return &Place{p}, nil
+}
+
+// InFlight is what the budget holds now: places and their summed weight
+// (tests watch it fill and drain).
+func (b *Budget) InFlight() (count int, used int64) {
+	b.b.mu.Lock()
+	defer b.b.mu.Unlock()
+	return b.b.count, b.b.used
+}
+
+// Ops lists every op the wire knows, in the order openapi.json's
+// Request.op enum lists them.
+func Ops() []string { return slices.Clone(ops) }

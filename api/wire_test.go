@@ -390,16 +390,3 @@ func TestResponseShape(t *testing.T) {
 		})
 	}
 }
-
-// TestHTTPStatusOfCodes: each wire code answers the HTTP status the
-// document names for it (openapi.json's ErrorResponse).
-func TestHTTPStatusOfCodes(t *testing.T) {
-	for code, want := range map[string]int{
-		CodeBadRequest: 400, CodeForbidden: 403, CodeNotFound: 404, CodeExpired: 410,
-		CodeBusy: 409, CodeLimit: 429, CodeInternal: 500, CodeUnavailable: 503,
-	} {
-		if got := httpStatus(&Response{Error: &Error{Code: code}}); got != want {
-			t.Errorf("%s answers %d, want %d", code, got, want)
-		}
-	}
-}

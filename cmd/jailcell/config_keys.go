@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/httpapi"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/rootfs"
@@ -289,17 +290,17 @@ enough for a proxy's health checks to take the node out of the create
 pool (HAProxy: inter x fall). Sessions keep answering meanwhile. A
 second SIGTERM skips it.`},
 	// The front doors' bounds: MCP sessions at /mcp, streamed responses.
-	{name: "mcp.max_sessions_per_owner", def: api.DefaultMCPMaxSessionsPerOwner, dec: intKey(func(c *config) *int { return &c.HTTP.MCPMaxSessionsPerOwner }, 1, 4096),
+	{name: "mcp.max_sessions_per_owner", def: httpapi.DefaultMCPMaxSessionsPerOwner, dec: intKey(func(c *config) *int { return &c.HTTP.MCPMaxSessionsPerOwner }, 1, 4096),
 		doc: `MCP sessions one owner may hold at /mcp at once (serve), each with at
 most one jailcell session; one more initialize is answered 429, code
 limit, naming this key (1..4096).`},
-	{name: "mcp.max_sessions", def: api.DefaultMCPMaxSessions, dec: intKey(func(c *config) *int { return &c.HTTP.MCPMaxSessions }, 1, 65536),
+	{name: "mcp.max_sessions", def: httpapi.DefaultMCPMaxSessions, dec: intKey(func(c *config) *int { return &c.HTTP.MCPMaxSessions }, 1, 65536),
 		doc: `MCP sessions all owners together may hold at /mcp at once (1..65536).`},
-	{name: "mcp.idle_timeout", def: api.DefaultMCPIdleTimeout, dec: durKey(func(c *config) *time.Duration { return &c.HTTP.MCPIdleTimeout }),
+	{name: "mcp.idle_timeout", def: httpapi.DefaultMCPIdleTimeout, dec: durKey(func(c *config) *time.Duration { return &c.HTTP.MCPIdleTimeout }),
 		doc: `An MCP session at /mcp with no request for this long is ended, with
 its jailcell session, and its place freed (1s..24h). A running tool
 call keeps it alive.`},
-	{name: "http.stream_grace", def: api.DefaultStreamGrace, dec: durKey(func(c *config) *time.Duration { return &c.HTTP.StreamGrace }),
+	{name: "http.stream_grace", def: httpapi.DefaultStreamGrace, dec: durKey(func(c *config) *time.Duration { return &c.HTTP.StreamGrace }),
 		doc: `How long a client of a streamed response (an exec answered as JSON
 lines, an MCP event stream) may fall behind: a streamed exec is cut
 this long after its cell ends, and each write of an MCP response must
@@ -318,7 +319,7 @@ place (1MiB..64GiB).`},
 		doc: `One owner's share of http.max_in_flight_bytes, so one caller's slow
 bodies or unread responses cannot stall the others (one request of an
 owner holding nothing always fits; 1MiB..http.max_in_flight_bytes).`},
-	{name: "http.body_timeout", def: api.DefaultBodyTimeout, dec: durKey(func(c *config) *time.Duration { return &c.HTTP.BodyTimeout }),
+	{name: "http.body_timeout", def: httpapi.DefaultBodyTimeout, dec: durKey(func(c *config) *time.Duration { return &c.HTTP.BodyTimeout }),
 		doc: `How long a client has to send a request body, and to take a response
 that is not streamed; its place in the budget is held until then
 (1s..1h).`},
@@ -394,7 +395,7 @@ type config struct {
 	DrainNotice time.Duration
 	// HTTP holds the HTTP transport's bounds set by keys (mcp.*,
 	// http.stream_grace); serve adds access, logger, auth and readiness.
-	HTTP api.HTTPOptions
+	HTTP httpapi.HTTPOptions
 	// Store opens the store (store.*); build opens it.
 	Store store.Options
 	// storeDir is the deprecated store_dir key; checkStore folds it into

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/httpapi"
 )
 
 // The installed path, end to end, as a client of the service sees it:
@@ -158,7 +159,7 @@ func checkReach(sock, group string) *check {
 	if u, err := user.Current(); err == nil {
 		me = u.Username
 	}
-	r := api.NewRemote(sock)
+	r := httpapi.NewRemote(sock)
 	defer r.Close()
 	err := r.Reachable(context.Background(), 5*time.Second)
 	var refused *api.Error

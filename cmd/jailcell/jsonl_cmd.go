@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/httpapi"
 	"github.com/jailcell/jailcell/api/jsonl"
 )
 
@@ -39,10 +40,10 @@ which needs root.
 	cmd.Flags().IntVar(&maxLine, "max-line-bytes", 32<<20, "longest request line accepted; longer ones are discarded and answered with an error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return hf.runFrontDoor(conn, func(ctx context.Context, h api.Handler, log *slog.Logger) error {
-			if r, ok := h.(*api.Remote); ok {
+			if r, ok := h.(*httpapi.Remote); ok {
 				// The service keeps sessions after their client goes; this
 				// one's end is EOF, as in the embedded case.
-				sc := api.NewScoped(r)
+				sc := httpapi.NewScoped(r)
 				defer func() {
 					cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 					defer cancel()

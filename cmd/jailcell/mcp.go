@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jailcell/jailcell/api"
+	mcpdoor "github.com/jailcell/jailcell/api/mcp"
 )
 
 // newMCPCmd is `jailcell mcp`: the Model Context Protocol on stdio, for
@@ -38,7 +39,7 @@ at /mcp on its socket. Client configuration:
 	cmd.Flags().StringVar(&policyName, "policy", "", "policy of the client's session (default: the default policy)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return hf.runFrontDoor(conn, func(ctx context.Context, h api.Handler, log *slog.Logger) error {
-			return api.ServeMCP(ctx, h, &mcp.StdioTransport{}, api.MCPOptions{Owner: os.Getuid(), Policy: policyName, Version: version, Logger: log})
+			return mcpdoor.Serve(ctx, h, &mcp.StdioTransport{}, mcpdoor.Options{Owner: os.Getuid(), Policy: policyName, Version: version, Logger: log})
 		}, mcp.ErrConnectionClosed)
 	}
 	return cmd

@@ -9,7 +9,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/httpapi"
 	"github.com/jailcell/jailcell/internal/secretfile"
 	"github.com/jailcell/jailcell/session"
 )
@@ -121,18 +121,18 @@ func parseTokens(path string, b []byte, lookup func(string) (uint32, error)) (ma
 // remoteListener opens the TCP listener of cfg.Listen with its
 // authentication: bearer tokens, or mutual TLS naming the owner by its
 // certificate's common name.
-func remoteListener(cfg *config) (net.Listener, *api.RemoteAuth, error) {
+func remoteListener(cfg *config) (net.Listener, *httpapi.RemoteAuth, error) {
 	addr, err := listenAddr(cfg.Listen)
 	if err != nil {
 		return nil, nil, err
 	}
-	auth := api.NewRemoteAuth(nil)
+	auth := httpapi.NewRemoteAuth(nil)
 	if cfg.TokensFile != "" {
 		tokens, err := readTokens(cfg.TokensFile)
 		if err != nil {
 			return nil, nil, err
 		}
-		auth = api.NewRemoteAuth(tokens)
+		auth = httpapi.NewRemoteAuth(tokens)
 	}
 	var tc *tls.Config
 	if cfg.TLSCert != "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/httpapi"
 	"github.com/jailcell/jailcell/internal/confined"
 	"github.com/jailcell/jailcell/session"
 )
@@ -364,7 +365,7 @@ func writeReturned(dir string, files []session.FileChange, stderr io.Writer) err
 
 // runRemote runs the cell in the service, streaming its output to
 // onOutput (nil: none).
-func runRemote(ctx context.Context, r *api.Remote, policyName string, er session.ExecRequest, onOutput func(stream, text string)) (*session.Result, error) {
+func runRemote(ctx context.Context, r *httpapi.Remote, policyName string, er session.ExecRequest, onOutput func(stream, text string)) (*session.Result, error) {
 	req := &api.Request{ID: json.RawMessage("1"), Op: api.OpExec, Code: er.Code, TimeoutS: er.Timeout.Seconds(),
 		Files: er.Files, Policy: policyName, Stream: onOutput != nil}
 	var emit func(api.Event)

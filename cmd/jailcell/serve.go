@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/httpapi"
 	"github.com/jailcell/jailcell/isolate"
 )
 
@@ -70,7 +71,7 @@ type service struct {
 	hf  *hostFlags
 	log *slog.Logger
 	st  *stack
-	srv *api.HTTPServer
+	srv *httpapi.HTTPServer
 }
 
 func serve(hf *hostFlags) (retErr error) {
@@ -136,7 +137,7 @@ func serve(hf *hostFlags) (retErr error) {
 		}
 		listeners = []net.Listener{l}
 	}
-	var remote *api.RemoteAuth
+	var remote *httpapi.RemoteAuth
 	if cfg.Listen != "" {
 		l, auth, err := remoteListener(cfg)
 		if err != nil {
@@ -149,8 +150,8 @@ func serve(hf *hostFlags) (retErr error) {
 		listeners, remote = append(listeners, l), auth
 	}
 	s := &service{hf: hf, log: log, st: st}
-	s.srv = api.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf},
-		api.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready, Node: cfg.Session.NodeID,
+	s.srv = httpapi.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf},
+		httpapi.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready, Node: cfg.Session.NodeID,
 			StreamGrace: cfg.HTTP.StreamGrace, MCPMaxSessionsPerOwner: cfg.HTTP.MCPMaxSessionsPerOwner,
 			MCPMaxSessions: cfg.HTTP.MCPMaxSessions, MCPIdleTimeout: cfg.HTTP.MCPIdleTimeout,
 			MaxInFlight: cfg.HTTP.MaxInFlight, MaxInFlightPerOwner: cfg.HTTP.MaxInFlightPerOwner,
@@ -250,7 +251,7 @@ func (s *service) reload() {
 	defer notify(s.log, "READY=1")
 	cfg, err := loadConfig(s.hf.cmd.Flags())
 	if err == nil {
-		var access api.Access
+		var access httpapi.Access
 		if access, err = resolveAccess(cfg); err == nil {
 			s.srv.SetAccess(access)
 		}
@@ -488,8 +489,8 @@ func socketGID(cfg *config, log *slog.Logger) (int, error) {
 
 // resolveAccess turns allowed_uids and allowed_gids (names or numbers)
 // into ids.
-func resolveAccess(cfg *config) (api.Access, error) {
-	var a api.Access
+func resolveAccess(cfg *config) (httpapi.Access, error) {
+	var a httpapi.Access
 	var errs []error
 	for _, u := range cfg.AllowedUIDs {
 		id, err := lookupUser(u)

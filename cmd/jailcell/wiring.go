@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/httpapi"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/rootfs"
 	"github.com/jailcell/jailcell/session"
@@ -421,7 +422,7 @@ func addConnectFlags(cmd *cobra.Command, hf *hostFlags) *connectFlags {
 // the sandboxes are to run here. A service that refuses this user, or one
 // asked for by --connect that does not answer, is an error; so is running
 // here without root.
-func (f *hostFlags) service(c *connectFlags, log *slog.Logger) (*api.Remote, error) {
+func (f *hostFlags) service(c *connectFlags, log *slog.Logger) (*httpapi.Remote, error) {
 	cfg, err := f.config()
 	if err != nil {
 		return nil, err
@@ -448,7 +449,7 @@ func (f *hostFlags) service(c *connectFlags, log *slog.Logger) (*api.Remote, err
 		if c.connect != "" && c.connect != connectConfigured {
 			sock = c.connect
 		}
-		r := api.NewRemote(sock)
+		r := httpapi.NewRemote(sock)
 		probeErr = r.Reachable(context.Background(), connectProbe)
 		var refused *api.Error
 		switch {

@@ -1,6 +1,6 @@
 /**
  * One error class per wire error code (docs/service.md, "Errors"; api/wire.go
- * and api/http.go's httpStatus). A cell that raises is not an error of the
+ * and api/httpapi/http.go's httpStatus). A cell that raises is not an error of the
  * call: its exception is Execution.error. These are for what jailcell itself
  * refused or could not do, and for what this client refused before sending.
  */

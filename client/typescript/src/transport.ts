@@ -250,7 +250,7 @@ const life = (op: string): Route => ({ method: "POST", path: (s) => sessionPath(
 const assist = (op: string): Route => ({ method: "POST", path: (s) => sessionPath(s, op), body: "json" });
 
 /**
- * The HTTP route of each op (api/http.go matchRoute). An op the server
+ * The HTTP route of each op (api/httpapi/http.go matchRoute). An op the server
  * adds with a route of its own is one entry here.
  */
 const ROUTES: Record<string, Route> = {

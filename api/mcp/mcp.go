@@ -1,26 +1,23 @@
-package api
+package mcp
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jailcell/jailcell/api"
 )
 
-// MCPOptions shape an MCP server.
-type MCPOptions struct {
+// Options shape an MCP server.
+type Options struct {
 	// Owner is the uid every request runs as.
 	Owner int
 	// Policy names the policy of the connection's session ("" = default).
@@ -31,36 +28,33 @@ type MCPOptions struct {
 	Logger *slog.Logger
 }
 
-// mcpConn is one MCP connection's state: its session, created on first use.
+// Conn is one MCP connection's state: its session, created on first use.
 // Every tool goes through the Dispatcher, like any other transport.
-type mcpConn struct {
-	d    Handler
-	opts MCPOptions
+type Conn struct {
+	d    api.Handler
+	opts Options
 
 	mu      sync.Mutex
 	session string
 }
 
-// ServeMCP speaks the Model Context Protocol on t for one client, until it
+// Serve speaks the Model Context Protocol on t for one client, until it
 // goes or ctx ends; then the connection's session is closed.
-func ServeMCP(ctx context.Context, d Handler, t mcp.Transport, opts MCPOptions) error {
-	s, c := NewMCPServer(d, opts)
-	defer c.closeSession()
+func Serve(ctx context.Context, d api.Handler, t mcp.Transport, opts Options) error {
+	s, c := NewServer(d, opts, nil)
+	defer c.CloseSession()
 	return s.Run(ctx, t)
 }
 
-// NewMCPServer builds the server for one connection. The caller must call
-// the returned closer when the client is gone (ServeMCP does); the
+// NewServer builds the server for one connection, on sopts when not nil
+// (the HTTP door's /mcp sets the session ids). The caller must call the
+// Conn's CloseSession when the client is gone (Serve does); the
 // connection's session is also closed when the MCP session ends.
-func NewMCPServer(d Handler, opts MCPOptions) (*mcp.Server, interface{ closeSession() }) {
-	return newMCPServer(d, opts, nil)
-}
-
-func newMCPServer(d Handler, opts MCPOptions, sopts *mcp.ServerOptions) (*mcp.Server, *mcpConn) {
-	if dd, ok := d.(*Dispatcher); ok && opts.Version == "" {
+func NewServer(d api.Handler, opts Options, sopts *mcp.ServerOptions) (*mcp.Server, *Conn) {
+	if dd, ok := d.(*api.Dispatcher); ok && opts.Version == "" {
 		opts.Version = dd.Version
 	}
-	c := &mcpConn{d: d, opts: opts}
+	c := &Conn{d: d, opts: opts}
 	so := mcp.ServerOptions{}
 	if sopts != nil {
 		so = *sopts
@@ -72,7 +66,7 @@ func newMCPServer(d Handler, opts MCPOptions, sopts *mcp.ServerOptions) (*mcp.Se
 		// closes the jailcell session it used.
 		go func() {
 			_ = req.Session.Wait()
-			c.closeSession()
+			c.CloseSession()
 		}()
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "jailcell", Version: opts.Version}, &so)
@@ -168,24 +162,24 @@ type sessionOut struct {
 	State   string `json:"state,omitempty" jsonschema:"the session's state after the call"`
 }
 
-func (c *mcpConn) handle(ctx context.Context, req *Request) *Response {
+func (c *Conn) handle(ctx context.Context, req *api.Request) *api.Response {
 	return c.handleStream(ctx, req, nil)
 }
 
-func (c *mcpConn) handleStream(ctx context.Context, req *Request, emit func(Event)) *Response {
+func (c *Conn) handleStream(ctx context.Context, req *api.Request, emit func(api.Event)) *api.Response {
 	req.ID = json.RawMessage(`"mcp"`)
 	req.Stream = emit != nil
 	return c.d.Handle(ctx, c.opts.Owner, req, emit)
 }
 
 // ensureSession returns the connection's session, creating it if needed.
-func (c *mcpConn) ensureSession(ctx context.Context) (string, *Error) {
+func (c *Conn) ensureSession(ctx context.Context) (string, *api.Error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.session != "" {
 		return c.session, nil
 	}
-	resp := c.handle(ctx, &Request{Op: OpCreate, Policy: c.opts.Policy})
+	resp := c.handle(ctx, &api.Request{Op: api.OpCreate, Policy: c.opts.Policy})
 	if resp.Error != nil {
 		return "", resp.Error
 	}
@@ -194,7 +188,7 @@ func (c *mcpConn) ensureSession(ctx context.Context) (string, *Error) {
 }
 
 // forget drops id if it is still the connection's session.
-func (c *mcpConn) forget(id string) {
+func (c *Conn) forget(id string) {
 	c.mu.Lock()
 	if c.session == id {
 		c.session = ""
@@ -202,13 +196,13 @@ func (c *mcpConn) forget(id string) {
 	c.mu.Unlock()
 }
 
-func (c *mcpConn) closeSession() {
+func (c *Conn) CloseSession() {
 	c.mu.Lock()
 	id := c.session
 	c.session = ""
 	c.mu.Unlock()
 	if id != "" {
-		c.handle(context.Background(), &Request{Op: OpClose, Session: id})
+		c.handle(context.Background(), &api.Request{Op: api.OpClose, Session: id})
 	}
 }
 
@@ -216,7 +210,7 @@ func toolError(format string, a ...any) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, a...)}}}
 }
 
-func errorResult(e *Error, fb any) *mcp.CallToolResult {
+func errorResult(e *api.Error, fb any) *mcp.CallToolResult {
 	msg := e.Code + ": " + e.Message
 	if fb != nil {
 		if b, err := json.MarshalIndent(fb, "", "  "); err == nil {
@@ -290,7 +284,7 @@ func (p *progress) run(ctx context.Context) {
 }
 
 // output collects a streamed chunk for the next notification.
-func (p *progress) output(ev Event) {
+func (p *progress) output(ev api.Event) {
 	if ev.Event != "stdout" {
 		return
 	}
@@ -310,8 +304,8 @@ func (p *progress) stop() {
 	<-p.exited
 }
 
-func (c *mcpConn) runPython(ctx context.Context, req *mcp.CallToolRequest, in runPythonIn) (*mcp.CallToolResult, runPythonOut, error) {
-	var emit func(Event)
+func (c *Conn) runPython(ctx context.Context, req *mcp.CallToolRequest, in runPythonIn) (*mcp.CallToolResult, runPythonOut, error) {
+	var emit func(api.Event)
 	if req != nil && req.Session != nil && req.Params != nil {
 		if tok := req.Params.GetProgressToken(); tok != nil {
 			p := startProgress(ctx, req.Session, tok)
@@ -325,8 +319,8 @@ func (c *mcpConn) runPython(ctx context.Context, req *mcp.CallToolRequest, in ru
 		if e != nil {
 			return errorResult(e, nil), runPythonOut{}, nil
 		}
-		resp := c.handleStream(ctx, &Request{Op: OpExec, Session: id, Code: in.Code, TimeoutS: in.TimeoutS}, emit)
-		if resp.Error != nil && (resp.Error.Code == CodeNotFound || resp.Error.Code == CodeExpired) && try == 0 {
+		resp := c.handleStream(ctx, &api.Request{Op: api.OpExec, Session: id, Code: in.Code, TimeoutS: in.TimeoutS}, emit)
+		if resp.Error != nil && (resp.Error.Code == api.CodeNotFound || resp.Error.Code == api.CodeExpired) && try == 0 {
 			// The session ended (its idle TTL or its max lifetime): start
 			// a new one, and say so.
 			c.forget(id)
@@ -348,7 +342,7 @@ func (c *mcpConn) runPython(ctx context.Context, req *mcp.CallToolRequest, in ru
 
 // cellResult turns an exec response into MCP content: text for output and
 // errors, image content for PNG plots; and the structured output.
-func cellResult(resp *Response, note string) (*mcp.CallToolResult, runPythonOut) {
+func cellResult(resp *api.Response, note string) (*mcp.CallToolResult, runPythonOut) {
 	res := resp.Result
 	so := runPythonOut{Status: res.Status, Stdout: res.Stdout, Stderr: res.Stderr, NewSession: note != "", Mode: resp.Mode}
 	var b strings.Builder
@@ -415,7 +409,7 @@ func cellResult(resp *Response, note string) (*mcp.CallToolResult, runPythonOut)
 	return out, so
 }
 
-func (c *mcpConn) upload(ctx context.Context, _ *mcp.CallToolRequest, in uploadIn) (*mcp.CallToolResult, fileOut, error) {
+func (c *Conn) upload(ctx context.Context, _ *mcp.CallToolRequest, in uploadIn) (*mcp.CallToolResult, fileOut, error) {
 	data := []byte(in.Content)
 	if in.Base64 {
 		var err error
@@ -427,19 +421,19 @@ func (c *mcpConn) upload(ctx context.Context, _ *mcp.CallToolRequest, in uploadI
 	if e != nil {
 		return errorResult(e, nil), fileOut{}, nil
 	}
-	resp := c.handle(ctx, &Request{Op: OpUpload, Session: id, Path: in.Path, Data: data})
+	resp := c.handle(ctx, &api.Request{Op: api.OpUpload, Session: id, Path: in.Path, Data: data})
 	if resp.Error != nil {
 		return errorResult(resp.Error, nil), fileOut{}, nil
 	}
 	return text(fmt.Sprintf("wrote %s (%d bytes)", resp.Path, *resp.Size)), fileOut{Path: resp.Path, Size: *resp.Size}, nil
 }
 
-func (c *mcpConn) download(ctx context.Context, _ *mcp.CallToolRequest, in pathIn) (*mcp.CallToolResult, fileOut, error) {
+func (c *Conn) download(ctx context.Context, _ *mcp.CallToolRequest, in pathIn) (*mcp.CallToolResult, fileOut, error) {
 	id, e := c.ensureSession(ctx)
 	if e != nil {
 		return errorResult(e, nil), fileOut{}, nil
 	}
-	resp := c.handle(ctx, &Request{Op: OpDownload, Session: id, Path: in.Path})
+	resp := c.handle(ctx, &api.Request{Op: api.OpDownload, Session: id, Path: in.Path})
 	if resp.Error != nil {
 		return errorResult(resp.Error, nil), fileOut{}, nil
 	}
@@ -453,12 +447,12 @@ func (c *mcpConn) download(ctx context.Context, _ *mcp.CallToolRequest, in pathI
 	return text("base64:" + base64.StdEncoding.EncodeToString(resp.Data)), out, nil
 }
 
-func (c *mcpConn) listFiles(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, filesOut, error) {
+func (c *Conn) listFiles(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, filesOut, error) {
 	id, e := c.ensureSession(ctx)
 	if e != nil {
 		return errorResult(e, nil), filesOut{Files: []fileEntryOut{}}, nil
 	}
-	resp := c.handle(ctx, &Request{Op: OpFiles, Session: id})
+	resp := c.handle(ctx, &api.Request{Op: api.OpFiles, Session: id})
 	if resp.Error != nil {
 		return errorResult(resp.Error, nil), filesOut{Files: []fileEntryOut{}}, nil
 	}
@@ -478,33 +472,33 @@ func (c *mcpConn) listFiles(ctx context.Context, _ *mcp.CallToolRequest, _ noIn)
 	return text(b.String()), out, nil
 }
 
-func (c *mcpConn) snapshot(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, sessionOut, error) {
+func (c *Conn) snapshot(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, sessionOut, error) {
 	id, e := c.ensureSession(ctx)
 	if e != nil {
 		return errorResult(e, nil), sessionOut{}, nil
 	}
-	resp := c.handle(ctx, &Request{Op: OpSnapshot, Session: id})
+	resp := c.handle(ctx, &api.Request{Op: api.OpSnapshot, Session: id})
 	if resp.Error != nil {
 		return errorResult(resp.Error, nil), sessionOut{Session: id}, nil
 	}
 	return text("snapshot saved; rollback_session returns here"), sessionOut{Session: id, State: stateOf(resp)}, nil
 }
 
-func stateOf(resp *Response) string {
+func stateOf(resp *api.Response) string {
 	if resp.Info != nil {
 		return resp.Info.State
 	}
 	return ""
 }
 
-func (c *mcpConn) rollback(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, sessionOut, error) {
+func (c *Conn) rollback(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, sessionOut, error) {
 	c.mu.Lock()
 	id := c.session
 	c.mu.Unlock()
 	if id == "" {
 		return toolError("not_found: no session yet, so no snapshot to roll back to"), sessionOut{}, nil
 	}
-	resp := c.handle(ctx, &Request{Op: OpRollback, Session: id})
+	resp := c.handle(ctx, &api.Request{Op: api.OpRollback, Session: id})
 	if resp.Error != nil {
 		return errorResult(resp.Error, nil), sessionOut{Session: id}, nil
 	}
@@ -515,261 +509,7 @@ func (c *mcpConn) rollback(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) 
 	return text("rolled back to the snapshot: variables, imports and files are as they were then"), out, nil
 }
 
-func (c *mcpConn) reset(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, sessionOut, error) {
-	c.closeSession()
+func (c *Conn) reset(ctx context.Context, _ *mcp.CallToolRequest, _ noIn) (*mcp.CallToolResult, sessionOut, error) {
+	c.CloseSession()
 	return text("session closed; the next call starts a fresh one"), sessionOut{}, nil
-}
-
-// mcpMount is MCP over Streamable HTTP at /mcp on the service socket. Each
-// MCP session is one connection's worth of state: one jailcell session,
-// owned by the uid of the peer that initialized it.
-type mcpMount struct {
-	once sync.Once
-	h    http.Handler
-	// quit ends the long-lived GET streams when the server shuts down, so
-	// a drain waits for running cells, not for idle listeners.
-	quit context.Context
-	live mcpLive
-}
-
-// mcpLive counts the live MCP sessions, per owner and in all. Before it:
-// 3,000 initialize requests from one uid were all accepted and each held
-// for an hour (+591 MiB in the daemon); now an owner's sessions and all
-// sessions are capped, and an idle one ends (HTTPOptions.MCP*).
-type mcpLive struct {
-	mu     sync.Mutex
-	owners map[uint32]int
-	total  int
-}
-
-func (l *mcpLive) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.total
-}
-
-// reserve takes a place for one new MCP session of uid, or says which cap
-// refuses it.
-func (s *HTTPServer) mcpReserve(uid uint32) (*mcpReservation, *Error) {
-	l := &s.mcp.live
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.owners == nil {
-		l.owners = map[uint32]int{}
-	}
-	idle := s.opts.MCPIdleTimeout
-	if n, max := l.owners[uid], s.opts.MCPMaxSessionsPerOwner; n >= max {
-		return nil, &Error{Code: CodeLimit, Message: fmt.Sprintf("owner %d has %d live MCP sessions, at most %d (mcp.max_sessions_per_owner): "+
-			"end one (DELETE /mcp with its Mcp-Session-Id header) or wait until one has been idle for %s (mcp.idle_timeout)", uid, n, max, idle)}
-	}
-	if max := s.opts.MCPMaxSessions; l.total >= max {
-		return nil, &Error{Code: CodeLimit, Message: fmt.Sprintf("this node has %d live MCP sessions, at most %d (mcp.max_sessions); "+
-			"try again when one ends (after %s idle, mcp.idle_timeout)", l.total, max, idle)}
-	}
-	l.owners[uid]++
-	l.total++
-	return &mcpReservation{l: l, uid: uid}, nil
-}
-
-// mcpReservation is the place of one MCP session, from the initialize
-// that asks for it until the session ends (or at once when the request
-// creates none).
-type mcpReservation struct {
-	l   *mcpLive
-	uid uint32
-
-	mu   sync.Mutex
-	id   string // the session id the SDK asked for
-	srv  *mcp.Server
-	conn *mcpConn
-	once sync.Once
-}
-
-func (r *mcpReservation) bind(id string, srv *mcp.Server, c *mcpConn) {
-	r.mu.Lock()
-	r.id, r.srv, r.conn = id, srv, c
-	r.mu.Unlock()
-}
-
-// mcpMethod is the method of a JSON-RPC request body, or "" when the body
-// is not one (the SDK then answers the parse error).
-func mcpMethod(body []byte) string {
-	var m struct {
-		Method string `json:"method"`
-	}
-	if json.Unmarshal(body, &m) != nil {
-		return ""
-	}
-	return m.Method
-}
-
-func (r *mcpReservation) release() {
-	if r.l == nil {
-		return // a request that held no place
-	}
-	r.once.Do(func() {
-		r.l.mu.Lock()
-		r.l.total--
-		if r.l.owners[r.uid]--; r.l.owners[r.uid] <= 0 {
-			delete(r.l.owners, r.uid)
-		}
-		r.l.mu.Unlock()
-	})
-}
-
-// settle runs after a POST without a session was answered: the place stays
-// with the session it created until that session ends (a DELETE, the idle
-// timeout, shutdown), which also closes its jailcell session; a request
-// that created no session gives it back now.
-func (r *mcpReservation) settle() {
-	r.mu.Lock()
-	id, srv, c := r.id, r.srv, r.conn
-	r.mu.Unlock()
-	if srv != nil && id != "" {
-		for ss := range srv.Sessions() {
-			if ss.ID() == id {
-				go func() {
-					_ = ss.Wait()
-					c.closeSession()
-					r.release()
-				}()
-				return
-			}
-		}
-	}
-	if c != nil {
-		c.closeSession()
-	}
-	r.release()
-}
-
-type mcpReservationKey struct{}
-
-// stallWriter bounds each write of an MCP response by the stream grace:
-// the SDK writes a tool's progress and result from the goroutines that
-// make them, so a client that stops reading would otherwise hold them,
-// and the request's place, until it reads again.
-type stallWriter struct {
-	http.ResponseWriter
-	rc    *http.ResponseController
-	grace time.Duration
-}
-
-func (w *stallWriter) Write(b []byte) (int, error) {
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.grace))
-	return w.ResponseWriter.Write(b)
-}
-
-// FlushError is what http.ResponseController.Flush, which the SDK uses,
-// calls first.
-func (w *stallWriter) FlushError() error {
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.grace))
-	return w.rc.Flush()
-}
-
-func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// mcpSessionPrefix starts every MCP session id the service hands to uid: a
-// request naming a session of another uid is refused before the SDK sees
-// it, so knowing an id is not enough to use someone else's sandbox.
-func mcpSessionPrefix(uid uint32) string { return "u" + strconv.FormatUint(uint64(uid), 10) + "-" }
-
-// mcpPath is where the service speaks MCP over Streamable HTTP, with the
-// methods that transport uses (api/openapi.json lists them).
-const mcpPath = "/mcp"
-
-var mcpMethods = []string{http.MethodPost, http.MethodGet, http.MethodDelete}
-
-// serveMCP answers /mcp for an admitted peer.
-func (s *HTTPServer) serveMCP(w http.ResponseWriter, r *http.Request, peer Peer) {
-	m := &s.mcp
-	m.once.Do(func() {
-		var stop context.CancelFunc
-		m.quit, stop = context.WithCancel(context.Background())
-		s.srv.RegisterOnShutdown(stop)
-		m.h = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-			p, err := PeerFromContext(r.Context())
-			if err != nil {
-				return nil // answered 400; ServeHTTP admitted nobody without credentials anyway
-			}
-			res, _ := r.Context().Value(mcpReservationKey{}).(*mcpReservation)
-			var srv *mcp.Server
-			var c *mcpConn
-			srv, c = newMCPServer(s.d, MCPOptions{Owner: int(p.UID), Logger: s.log}, &mcp.ServerOptions{
-				// Asked once, of the server a new session connects to.
-				// A request that holds no place (anything but initialize)
-				// gets "": the SDK then closes its session with the
-				// request, and settle closes its jailcell session.
-				GetSessionID: func() string {
-					id := ""
-					if res != nil && res.l != nil {
-						id = mcpSessionPrefix(p.UID) + rand.Text()
-					}
-					if res != nil {
-						res.bind(id, srv, c)
-					}
-					return id
-				},
-			})
-			return srv
-		}, &mcp.StreamableHTTPOptions{
-			SessionTimeout:      s.opts.MCPIdleTimeout,
-			MaxRequestBodyBytes: s.opts.MaxBodyBytes,
-			Logger:              s.log,
-		})
-	})
-	if !contains(mcpMethods, r.Method) {
-		w.Header().Set("Allow", strings.Join(mcpMethods, ", "))
-		w.WriteHeader(http.StatusMethodNotAllowed)
-		s.writeBody(w, fail(nullID, badRequest("method %s is not allowed on %s; allowed: %s", r.Method, mcpPath, strings.Join(mcpMethods, ", "))))
-		return
-	}
-	id := r.Header.Get("Mcp-Session-Id")
-	if id != "" && !strings.HasPrefix(id, mcpSessionPrefix(peer.UID)) {
-		s.writeError(w, &Error{Code: CodeForbidden, Message: fmt.Sprintf("MCP session %q is not one of uid %d's", clip(id, 80), peer.UID)})
-		return
-	}
-	if r.Method == http.MethodPost {
-		// Before the fix MCP bodies were admitted with weight 0 and no deadline,
-		// so slow large ones were all read while REST bodies waited at the
-		// budget. A body here is read as a REST body is: its size in the
-		// in-flight budget, at most MaxBodyBytes, within BodyTimeout; the
-		// place is held until the call is answered.
-		body, pl, ok := s.readBody(w, r, int(peer.UID), s.opts.MaxBodyBytes)
-		if !ok {
-			return
-		}
-		defer pl.release()
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-		if id == "" {
-			// A POST without a session: an initialize takes a place and
-			// creates a session that lives on; anything else (a newer
-			// client's server/discover probe first of all) is answered
-			// by a session that ends with the request. The SDK creates a
-			// session for every such POST, and a probe's was never
-			// addressed again, so each client connection used to hold a
-			// second place for mcp.idle_timeout (found when a client's
-			// initialize was refused at mcp.max_sessions).
-			res := &mcpReservation{uid: peer.UID}
-			if mcpMethod(body) == "initialize" {
-				var e *Error
-				if res, e = s.mcpReserve(peer.UID); e != nil {
-					s.writeError(w, e)
-					return
-				}
-			}
-			defer res.settle()
-			r = r.WithContext(context.WithValue(r.Context(), mcpReservationKey{}, res))
-		}
-	}
-	if r.Method == http.MethodGet {
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		defer context.AfterFunc(m.quit, cancel)()
-		r = r.WithContext(ctx)
-	}
-	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), grace: s.opts.StreamGrace}
-	defer func() { _ = sw.rc.SetWriteDeadline(time.Time{}) }()
-	m.h.ServeHTTP(sw, r)
 }

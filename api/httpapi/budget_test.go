@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"context"
@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/session/seam"
 )
 
 // bigPings is a Dispatcher whose ping answers carry 4 MiB (a stand-in for
 // a download or a large result) and counts the pings it served.
-func bigPings(calls *atomic.Int32) *Dispatcher {
+func bigPings(calls *atomic.Int32) *api.Dispatcher {
 	big := strings.Repeat("k", 4<<20)
 	return testDispatcher(func() seam.Features {
 		calls.Add(1)

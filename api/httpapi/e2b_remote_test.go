@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session/seam"
@@ -30,7 +31,7 @@ func TestRemoteE2BOps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewHTTPServer(&Dispatcher{Manager: m, Version: "test-remote"}, HTTPOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := NewHTTPServer(&api.Dispatcher{Manager: m, Version: "test-remote"}, HTTPOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	t.Cleanup(func() {
@@ -46,7 +47,7 @@ func TestRemoteE2BOps(t *testing.T) {
 	if err := r.Reachable(ctx, 10*time.Second); err != nil {
 		t.Fatalf("Reachable: %v", err)
 	}
-	ok := func(req *Request, emit func(Event)) *Response {
+	ok := func(req *api.Request, emit func(api.Event)) *api.Response {
 		t.Helper()
 		req.ID = json.RawMessage(`"x"`)
 		resp := r.Handle(ctx, 12345, req, emit)
@@ -55,35 +56,35 @@ func TestRemoteE2BOps(t *testing.T) {
 		}
 		return resp
 	}
-	id := ok(&Request{Op: OpCreate, Envs: map[string]string{"SB": "remote"}}, nil).Info.ID
-	var events []Event
-	resp := ok(&Request{Op: OpCommand, Session: id, Cmd: "echo $SB $C", Envs: map[string]string{"C": "cmd"}, Stream: true},
-		func(ev Event) { events = append(events, ev) })
+	id := ok(&api.Request{Op: api.OpCreate, Envs: map[string]string{"SB": "remote"}}, nil).Info.ID
+	var events []api.Event
+	resp := ok(&api.Request{Op: api.OpCommand, Session: id, Cmd: "echo $SB $C", Envs: map[string]string{"C": "cmd"}, Stream: true},
+		func(ev api.Event) { events = append(events, ev) })
 	if resp.Command == nil || resp.Command.Stdout != "remote cmd\n" || len(events) == 0 || events[0].Text != "remote cmd\n" {
 		t.Errorf("streamed command: %+v, events %+v", resp.Command, events)
 	}
-	if resp := ok(&Request{Op: OpInfo, Session: id}, nil); resp.Info == nil || resp.Info.ID != id {
+	if resp := ok(&api.Request{Op: api.OpInfo, Session: id}, nil); resp.Info == nil || resp.Info.ID != id {
 		t.Errorf("info: %+v", resp.Info)
 	}
-	ok(&Request{Op: OpSetTimeout, Session: id, TimeoutS: 60}, nil)
-	if resp := ok(&Request{Op: OpMetrics, Session: id}, nil); resp.Metrics == nil || !resp.Metrics.Running {
+	ok(&api.Request{Op: api.OpSetTimeout, Session: id, TimeoutS: 60}, nil)
+	if resp := ok(&api.Request{Op: api.OpMetrics, Session: id}, nil); resp.Metrics == nil || !resp.Metrics.Running {
 		t.Errorf("metrics: %+v", resp.Metrics)
 	}
-	if resp := ok(&Request{Op: OpMkdir, Session: id, Path: "d/e"}, nil); resp.Created == nil || !*resp.Created {
+	if resp := ok(&api.Request{Op: api.OpMkdir, Session: id, Path: "d/e"}, nil); resp.Created == nil || !*resp.Created {
 		t.Errorf("mkdir: %+v", resp)
 	}
-	w := ok(&Request{Op: OpWatch, Session: id, Path: "d", Recursive: true}, nil).Watch
-	ok(&Request{Op: OpUpload, Session: id, Path: "d/e/f.txt", Data: []byte("f")}, nil)
+	w := ok(&api.Request{Op: api.OpWatch, Session: id, Path: "d", Recursive: true}, nil).Watch
+	ok(&api.Request{Op: api.OpUpload, Session: id, Path: "d/e/f.txt", Data: []byte("f")}, nil)
 	time.Sleep(150 * time.Millisecond)
-	if resp := ok(&Request{Op: OpWatch, Session: id, Action: seam.WatchPoll, Watch: w}, nil); !slices.Contains(resp.Events, seam.WatchEvent{Name: "e/f.txt", Type: seam.EventCreate}) {
+	if resp := ok(&api.Request{Op: api.OpWatch, Session: id, Action: seam.WatchPoll, Watch: w}, nil); !slices.Contains(resp.Events, seam.WatchEvent{Name: "e/f.txt", Type: seam.EventCreate}) {
 		t.Errorf("watch poll: %+v", resp.Events)
 	}
-	if resp := ok(&Request{Op: OpStat, Session: id, Path: "d/e/f.txt"}, nil); resp.Entry == nil || resp.Entry.Size != 1 {
+	if resp := ok(&api.Request{Op: api.OpStat, Session: id, Path: "d/e/f.txt"}, nil); resp.Entry == nil || resp.Entry.Size != 1 {
 		t.Errorf("stat: %+v", resp.Entry)
 	}
-	ok(&Request{Op: OpRemove, Session: id, Path: "d"}, nil)
-	if resp := r.Handle(ctx, 12345, &Request{ID: json.RawMessage("1"), Op: OpStat, Session: id, Path: "d"}, nil); resp.OK || resp.Error.Code != CodeNotFound || !strings.Contains(resp.Error.Message, "d") {
+	ok(&api.Request{Op: api.OpRemove, Session: id, Path: "d"}, nil)
+	if resp := r.Handle(ctx, 12345, &api.Request{ID: json.RawMessage("1"), Op: api.OpStat, Session: id, Path: "d"}, nil); resp.OK || resp.Error.Code != api.CodeNotFound || !strings.Contains(resp.Error.Message, "d") {
 		t.Errorf("stat after remove: %+v", resp.Error)
 	}
-	ok(&Request{Op: OpClose, Session: id}, nil)
+	ok(&api.Request{Op: api.OpClose, Session: id}, nil)
 }

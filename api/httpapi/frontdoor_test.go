@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -28,7 +29,7 @@ var (
 
 // serveFront serves d on a loopback TCP port with tokens for owners 1000
 // (tokA) and 1001 (tokB).
-func serveFront(t *testing.T, d *Dispatcher, opts HTTPOptions) (*HTTPServer, string) {
+func serveFront(t *testing.T, d *api.Dispatcher, opts HTTPOptions) (*HTTPServer, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -248,14 +249,11 @@ func TestHostileMCPSlowLargeBodies(t *testing.T) {
 		conns = append(conns, slowBody(t, addr, http.MethodPost, "/mcp", tokA, body))
 	}
 	waitFor(t, func() bool {
-		srv.lim.mu.Lock()
-		defer srv.lim.mu.Unlock()
-		return srv.lim.count == 2 && srv.lim.used == 2*body
+		count, used := srv.lim.InFlight()
+		return count == 2 && used == 2*body
 	})
 	time.Sleep(200 * time.Millisecond) // a third admitted late would show now
-	srv.lim.mu.Lock()
-	count, used := srv.lim.count, srv.lim.used
-	srv.lim.mu.Unlock()
+	count, used := srv.lim.InFlight()
 	if count != 2 || used != 2*body {
 		t.Fatalf("%d requests holding %d bytes in flight, want 2 holding %d: /mcp bodies are not weighed", count, used, 2*body)
 	}
@@ -276,9 +274,8 @@ func TestHostileMCPSlowLargeBodies(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool {
-		srv.lim.mu.Lock()
-		defer srv.lim.mu.Unlock()
-		return srv.lim.count == 0 && srv.lim.used == 0
+		count, used := srv.lim.InFlight()
+		return count == 0 && used == 0
 	})
 }
 
@@ -296,14 +293,11 @@ func TestHostileOneOwnerCannotStallAnother(t *testing.T) {
 		slowBody(t, addr, http.MethodPost, "/mcp", tokA, body)
 	}
 	waitFor(t, func() bool {
-		srv.lim.mu.Lock()
-		defer srv.lim.mu.Unlock()
-		return srv.lim.count == 1 && srv.lim.used == body
+		count, used := srv.lim.InFlight()
+		return count == 1 && used == body
 	})
 	time.Sleep(200 * time.Millisecond) // a second admitted late would show now
-	srv.lim.mu.Lock()
-	count, used := srv.lim.count, srv.lim.used
-	srv.lim.mu.Unlock()
+	count, used := srv.lim.InFlight()
 	if count != 1 || used != body {
 		t.Fatalf("owner 1000 holds %d places of %d bytes, want 1 of %d: its share (4 MiB) is not enforced", count, used, body)
 	}
@@ -337,9 +331,9 @@ func readStatus(t *testing.T, c net.Conn) (int, string) {
 }
 
 // decodeResp parses a JSON response body.
-func decodeResp(t *testing.T, s string) Response {
+func decodeResp(t *testing.T, s string) api.Response {
 	t.Helper()
-	var r Response
+	var r api.Response
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
 		t.Fatalf("response %q: %v", clip(s, 300), err)
 	}
@@ -408,9 +402,7 @@ func untilIdle(t *testing.T, srv *HTTPServer, what string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		srv.lim.mu.Lock()
-		n := srv.lim.count
-		srv.lim.mu.Unlock()
+		n, _ := srv.lim.InFlight()
 		if n == 0 {
 			return
 		}
@@ -433,7 +425,7 @@ func TestHostileStreamedExecClientStopsReading(t *testing.T) {
 	p.MemoryBytes = 512 << 20
 	p.OutputBytes = 16 << 20
 	m := newTestManager(t, frontCgroupRoot, p)
-	srv, addr := serveFront(t, &Dispatcher{Manager: m, Version: "test"}, HTTPOptions{StreamGrace: time.Second})
+	srv, addr := serveFront(t, &api.Dispatcher{Manager: m, Version: "test"}, HTTPOptions{StreamGrace: time.Second})
 	base := "http://" + addr
 	create := func() string {
 		code, b := doJSON(t, http.MethodPost, base+"/v1/sessions", "{}")
@@ -481,9 +473,7 @@ func TestHostileStreamedExecClientStopsReading(t *testing.T) {
 		// by it) and the cell sleeps on.
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
-			srv.lim.mu.Lock()
-			used := srv.lim.used
-			srv.lim.mu.Unlock()
+			_, used := srv.lim.InFlight()
 			if used >= 10<<20 {
 				break
 			}
@@ -534,7 +524,7 @@ func TestHostileMCPToolCallClientStopsReading(t *testing.T) {
 	p.MemoryBytes = 512 << 20
 	p.OutputBytes = 16 << 20
 	m := newTestManager(t, frontCgroupRoot+"-mcp", p)
-	srv, addr := serveFront(t, &Dispatcher{Manager: m, Version: "test"}, HTTPOptions{StreamGrace: time.Second})
+	srv, addr := serveFront(t, &api.Dispatcher{Manager: m, Version: "test"}, HTTPOptions{StreamGrace: time.Second})
 	base := "http://" + addr
 	code, sid, body := mcpPost(t, base, "", initializeBody)
 	if code != http.StatusOK || sid == "" {

@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/session/seam"
 )
 
@@ -95,7 +96,7 @@ type HTTPOptions struct {
 }
 
 const (
-	defaultMaxBodyBytes      = defaultMaxLineBytes
+	defaultMaxBodyBytes      = api.DefaultMaxLineBytes
 	defaultMaxHeaderBytes    = 16 << 10
 	defaultReadHeaderTimeout = 10 * time.Second
 	defaultBodyTimeout       = 5 * time.Minute
@@ -108,12 +109,9 @@ const (
 	DefaultMCPIdleTimeout         = 30 * time.Minute
 	// DefaultStreamGrace is HTTPOptions.StreamGrace's default.
 	DefaultStreamGrace = 30 * time.Second
-	// DefaultMaxInFlight, DefaultMaxInFlightBytes and DefaultBodyTimeout are
-	// the in-flight budget's defaults (the http.* keys' too); an owner's
-	// share is a quarter of each bound by default.
-	DefaultMaxInFlight      = 256
-	DefaultMaxInFlightBytes = 256 << 20
-	DefaultBodyTimeout      = defaultBodyTimeout
+	// DefaultBodyTimeout is HTTPOptions.BodyTimeout's default (the
+	// http.body_timeout key's too).
+	DefaultBodyTimeout = defaultBodyTimeout
 )
 
 // HTTPServer is the HTTP/1.1 transport: it maps routes to wire requests,
@@ -121,12 +119,12 @@ const (
 // back. Every connection must be a Unix socket: the caller is whoever the
 // kernel says is at the other end, and a session belongs to that uid.
 type HTTPServer struct {
-	d       *Dispatcher
+	d       *api.Dispatcher
 	opts    HTTPOptions
 	log     *slog.Logger
 	access  atomic.Pointer[Access]
 	metrics *serviceMetrics
-	lim     *budget
+	lim     *api.Budget
 	// draining: readyz answers 503 and creates are refused (SetDraining).
 	draining atomic.Bool
 	seq      atomic.Int64
@@ -135,7 +133,7 @@ type HTTPServer struct {
 }
 
 // NewHTTPServer makes the transport over d.
-func NewHTTPServer(d *Dispatcher, opts HTTPOptions) *HTTPServer {
+func NewHTTPServer(d *api.Dispatcher, opts HTTPOptions) *HTTPServer {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = defaultMaxBodyBytes
 	}
@@ -166,14 +164,14 @@ func NewHTTPServer(d *Dispatcher, opts HTTPOptions) *HTTPServer {
 	if opts.MCPIdleTimeout <= 0 {
 		opts.MCPIdleTimeout = DefaultMCPIdleTimeout
 	}
-	lim, log := transport(opts.MaxInFlight, opts.MaxInFlightBytes, opts.Logger)
+	lim, log := api.NewBudget(opts.MaxInFlight, opts.MaxInFlightBytes, opts.Logger)
 	if opts.MaxInFlightPerOwner <= 0 {
-		opts.MaxInFlightPerOwner = max(1, lim.maxCount/4)
+		opts.MaxInFlightPerOwner = max(1, lim.MaxCount()/4)
 	}
 	if opts.MaxInFlightBytesPerOwner <= 0 {
-		opts.MaxInFlightBytesPerOwner = lim.maxWeight / 4
+		opts.MaxInFlightBytesPerOwner = lim.MaxWeight() / 4
 	}
-	lim.share(opts.MaxInFlightPerOwner, opts.MaxInFlightBytesPerOwner)
+	lim.Share(opts.MaxInFlightPerOwner, opts.MaxInFlightBytesPerOwner)
 	s := &HTTPServer{d: d, opts: opts, log: log, metrics: newServiceMetrics(d), lim: lim}
 	s.SetAccess(opts.Access)
 	s.metrics.gauge("jailcell_mcp_sessions", "MCP sessions live at /mcp, of all owners (capped by mcp.max_sessions).",
@@ -228,34 +226,34 @@ type route struct {
 }
 
 // matchRoute maps an escaped URL path to a route.
-func matchRoute(escaped string) (route, *Error) {
+func matchRoute(escaped string) (route, *api.Error) {
 	if !strings.HasPrefix(escaped, "/") {
-		return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %q", escaped)}
+		return route{name: api.RouteUnknown}, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no route %q", escaped)}
 	}
 	raw := strings.Split(escaped[1:], "/")
 	segs := make([]string, len(raw))
 	for i, r := range raw {
 		u, err := url.PathUnescape(r)
 		if err != nil {
-			return route{name: routeUnknown}, badRequest("URL path segment %d is not valid percent-encoding: %v", i+1, err)
+			return route{name: api.RouteUnknown}, api.BadRequest("URL path segment %d is not valid percent-encoding: %v", i+1, err)
 		}
 		segs[i] = u
 	}
 	n := len(segs)
 	switch {
 	case n == 1 && segs[0] == "healthz":
-		return route{name: routeHealthz}, nil
+		return route{name: api.RouteHealthz}, nil
 	case n == 1 && segs[0] == "readyz":
-		return route{name: routeReadyz}, nil
+		return route{name: api.RouteReadyz}, nil
 	case n == 1 && segs[0] == "metrics":
-		return route{name: routeMetrics}, nil
+		return route{name: api.RouteMetrics}, nil
 	case n >= 2 && segs[0] == "v1" && segs[1] == "exec" && n == 2:
-		return route{name: routeOneShot}, nil
+		return route{name: api.RouteOneShot}, nil
 	case n == 2 && segs[0] == "v1" && segs[1] == "openapi.json":
-		return route{name: routeOpenAPI}, nil
+		return route{name: api.RouteOpenAPI}, nil
 	case n >= 2 && segs[0] == "v1" && segs[1] == "sessions":
 		if n == 2 {
-			return route{name: routeSessions}, nil
+			return route{name: api.RouteSessions}, nil
 		}
 		id := segs[2]
 		if id == "" {
@@ -263,32 +261,32 @@ func matchRoute(escaped string) (route, *Error) {
 		}
 		switch {
 		case n == 3:
-			return route{name: routeSession, session: id}, nil
+			return route{name: api.RouteSession, session: id}, nil
 		case n == 4 && segs[3] == "exec":
-			return route{name: routeExec, session: id}, nil
+			return route{name: api.RouteExec, session: id}, nil
 		case n == 4 && segs[3] == "files":
-			return route{name: routeFiles, session: id}, nil
+			return route{name: api.RouteFiles, session: id}, nil
 		case n == 4 && segs[3] == "commands":
-			return route{name: routeCommand, session: id}, nil
+			return route{name: api.RouteCommand, session: id}, nil
 		case n == 4 && segs[3] == "timeout":
-			return route{name: routeTimeout, session: id}, nil
+			return route{name: api.RouteTimeout, session: id}, nil
 		case n == 4 && segs[3] == "metrics":
-			return route{name: routeMetricsS, session: id}, nil
+			return route{name: api.RouteMetricsS, session: id}, nil
 		case n == 4 && segs[3] == "watch":
-			return route{name: routeWatch, session: id}, nil
+			return route{name: api.RouteWatch, session: id}, nil
 		case n >= 5 && segs[3] == "stat":
-			return route{name: routeStat, session: id, path: strings.Join(segs[4:], "/")}, nil
+			return route{name: api.RouteStat, session: id, path: strings.Join(segs[4:], "/")}, nil
 		case n >= 5 && segs[3] == "dirs":
-			return route{name: routeDir, session: id, path: strings.Join(segs[4:], "/")}, nil
-		case n == 4 && lifeOps[segs[3]] != "":
-			return route{name: routeLife, session: id, op: lifeOps[segs[3]]}, nil
-		case n == 4 && assistOps[segs[3]] != "":
-			return route{name: routeAssist, session: id, op: assistOps[segs[3]]}, nil
+			return route{name: api.RouteDir, session: id, path: strings.Join(segs[4:], "/")}, nil
+		case n == 4 && api.LifeOps[segs[3]] != "":
+			return route{name: api.RouteLife, session: id, op: api.LifeOps[segs[3]]}, nil
+		case n == 4 && api.AssistOps[segs[3]] != "":
+			return route{name: api.RouteAssist, session: id, op: api.AssistOps[segs[3]]}, nil
 		case n >= 5 && segs[3] == "files":
-			return route{name: routeFile, session: id, path: strings.Join(segs[4:], "/")}, nil
+			return route{name: api.RouteFile, session: id, path: strings.Join(segs[4:], "/")}, nil
 		}
 	}
-	return route{name: routeUnknown}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /readyz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt|/complete|/inspect|/is_complete|/commands|/timeout|/metrics|/watch|/stat/{path}|/dirs/{path}]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
+	return route{name: api.RouteUnknown}, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /readyz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt|/complete|/inspect|/is_complete|/commands|/timeout|/metrics|/watch|/stat/{path}|/dirs/{path}]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
 }
 
 // statusWriter remembers the status code for the request log and metrics.
@@ -319,7 +317,7 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	w := &statusWriter{ResponseWriter: hw}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	rt := route{name: routeUnknown}
+	rt := route{name: api.RouteUnknown}
 	r, peer, remote, perr := s.authenticate(r)
 	defer func() {
 		s.metrics.request(rt.name, w.status)
@@ -341,20 +339,20 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		// RFC 6750: a request without valid credentials is 401 and says
 		// which scheme to use.
 		w.Header().Set("WWW-Authenticate", `Bearer realm="jailcell"`)
-		s.respondStatus(w, http.StatusUnauthorized, fail(nullID, &Error{Code: CodeForbidden, Message: perr.Error()}))
+		s.respondStatus(w, http.StatusUnauthorized, api.Fail(api.NullID, &api.Error{Code: CodeForbidden, Message: perr.Error()}))
 		return
 	case perr != nil:
 		if errors.Is(perr, errNoPeer) {
 			s.log.Warn("refused a connection without peer credentials", "err", perr)
 			perr = fmt.Errorf("the caller's credentials could not be read: %w", perr)
 		}
-		s.writeError(w, &Error{Code: CodeForbidden, Message: perr.Error()})
+		s.writeError(w, &api.Error{Code: CodeForbidden, Message: perr.Error()})
 		return
 	}
 	if s.opts.Node != "" {
 		w.Header().Set("X-Jailcell-Node", s.opts.Node)
 	}
-	if r.URL.Path == mcpPath {
+	if r.URL.Path == api.MCPPath {
 		rt.name = "mcp"
 		s.serveMCP(w, r, peer)
 		return
@@ -364,72 +362,72 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		s.writeError(w, rerr)
 		return
 	}
-	if methods := routeMethods[rt.name]; !contains(methods, r.Method) {
+	if methods := api.RouteMethods[rt.name]; !contains(methods, r.Method) {
 		w.Header().Set("Allow", strings.Join(methods, ", "))
 		w.WriteHeader(http.StatusMethodNotAllowed)
-		s.writeBody(w, fail(nullID, badRequest("method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(methods, ", "))))
+		s.writeBody(w, api.Fail(api.NullID, api.BadRequest("method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(methods, ", "))))
 		return
 	}
 	// A peer's uid is its owner id: root (0) sees every session.
 	owner := int(peer.UID)
 	// Each answer holds a place in the in-flight budget until written
 	// (handle); the routes with a body take theirs in readBody.
-	if s.draining.Load() && (rt.name == routeSessions && r.Method == http.MethodPost || rt.name == routeLife && rt.op == OpFork) {
-		s.writeError(w, &Error{Code: CodeUnavailable, Message: "this node is draining: it takes no new sessions; create on another node"})
+	if s.draining.Load() && (rt.name == api.RouteSessions && r.Method == http.MethodPost || rt.name == api.RouteLife && rt.op == api.OpFork) {
+		s.writeError(w, &api.Error{Code: api.CodeUnavailable, Message: "this node is draining: it takes no new sessions; create on another node"})
 		return
 	}
 	switch rt.name {
-	case routeHealthz:
-		s.handle(w, r, &Request{ID: s.nextID(), Op: OpPing}, owner)
-	case routeOpenAPI:
+	case api.RouteHealthz:
+		s.handle(w, r, &api.Request{ID: s.nextID(), Op: api.OpPing}, owner)
+	case api.RouteOpenAPI:
 		w.Header().Set("Content-Type", "application/json")
-		s.writeWithin(w, http.StatusOK, OpenAPI())
-	case routeMetrics:
+		s.writeWithin(w, http.StatusOK, api.OpenAPI())
+	case api.RouteMetrics:
 		w.Header().Set("Content-Type", metricsContentType)
 		if err := s.writeMetrics(w); err != nil {
 			s.log.Debug("write metrics", "err", err)
 		}
-	case routeSessions:
+	case api.RouteSessions:
 		if r.Method == http.MethodPost {
-			s.jsonOp(w, r, OpCreate, "", owner)
+			s.jsonOp(w, r, api.OpCreate, "", owner)
 			return
 		}
-		s.handle(w, r, &Request{ID: s.nextID(), Op: OpSessions}, owner)
-	case routeSession:
-		op := OpClose
+		s.handle(w, r, &api.Request{ID: s.nextID(), Op: api.OpSessions}, owner)
+	case api.RouteSession:
+		op := api.OpClose
 		if r.Method == http.MethodGet {
-			op = OpInfo
+			op = api.OpInfo
 		}
-		s.handle(w, r, &Request{ID: s.nextID(), Op: op, Session: rt.session}, owner)
-	case routeExec:
-		s.jsonOp(w, r, OpExec, rt.session, owner)
-	case routeOneShot:
-		s.jsonOp(w, r, OpExec, "", owner)
-	case routeFiles:
-		s.handle(w, r, &Request{ID: s.nextID(), Op: OpFiles, Session: rt.session}, owner)
-	case routeLife:
-		s.handle(w, r, &Request{ID: s.nextID(), Op: rt.op, Session: rt.session}, owner)
-	case routeAssist:
+		s.handle(w, r, &api.Request{ID: s.nextID(), Op: op, Session: rt.session}, owner)
+	case api.RouteExec:
+		s.jsonOp(w, r, api.OpExec, rt.session, owner)
+	case api.RouteOneShot:
+		s.jsonOp(w, r, api.OpExec, "", owner)
+	case api.RouteFiles:
+		s.handle(w, r, &api.Request{ID: s.nextID(), Op: api.OpFiles, Session: rt.session}, owner)
+	case api.RouteLife:
+		s.handle(w, r, &api.Request{ID: s.nextID(), Op: rt.op, Session: rt.session}, owner)
+	case api.RouteAssist:
 		s.jsonOp(w, r, rt.op, rt.session, owner)
-	case routeCommand:
-		s.jsonOp(w, r, OpCommand, rt.session, owner)
-	case routeTimeout:
-		s.jsonOp(w, r, OpSetTimeout, rt.session, owner)
-	case routeWatch:
-		s.jsonOp(w, r, OpWatch, rt.session, owner)
-	case routeMetricsS:
-		s.handle(w, r, &Request{ID: s.nextID(), Op: OpMetrics, Session: rt.session}, owner)
-	case routeStat:
-		s.handle(w, r, &Request{ID: s.nextID(), Op: OpStat, Session: rt.session, Path: rt.path}, owner)
-	case routeDir:
-		s.handle(w, r, &Request{ID: s.nextID(), Op: OpMkdir, Session: rt.session, Path: rt.path}, owner)
-	case routeFile:
+	case api.RouteCommand:
+		s.jsonOp(w, r, api.OpCommand, rt.session, owner)
+	case api.RouteTimeout:
+		s.jsonOp(w, r, api.OpSetTimeout, rt.session, owner)
+	case api.RouteWatch:
+		s.jsonOp(w, r, api.OpWatch, rt.session, owner)
+	case api.RouteMetricsS:
+		s.handle(w, r, &api.Request{ID: s.nextID(), Op: api.OpMetrics, Session: rt.session}, owner)
+	case api.RouteStat:
+		s.handle(w, r, &api.Request{ID: s.nextID(), Op: api.OpStat, Session: rt.session, Path: rt.path}, owner)
+	case api.RouteDir:
+		s.handle(w, r, &api.Request{ID: s.nextID(), Op: api.OpMkdir, Session: rt.session, Path: rt.path}, owner)
+	case api.RouteFile:
 		if r.Method == http.MethodPut {
 			s.upload(w, r, rt, owner)
 			return
 		}
 		if r.Method == http.MethodDelete {
-			s.handle(w, r, &Request{ID: s.nextID(), Op: OpRemove, Session: rt.session, Path: rt.path}, owner)
+			s.handle(w, r, &api.Request{ID: s.nextID(), Op: api.OpRemove, Session: rt.session, Path: rt.path}, owner)
 			return
 		}
 		s.download(w, r, rt, owner)
@@ -462,22 +460,22 @@ func (s *HTTPServer) health(w http.ResponseWriter, r *http.Request, ready bool) 
 
 // admit takes a place without a body in owner's share of the in-flight
 // budget. A refusal has been written when p is nil.
-func (s *HTTPServer) admit(w http.ResponseWriter, r *http.Request, owner int) *place {
-	p, err := s.lim.take(r.Context(), owner, 0)
+func (s *HTTPServer) admit(w http.ResponseWriter, r *http.Request, owner int) *api.Place {
+	p, err := s.lim.TakeFor(r.Context(), owner, 0)
 	if err != nil {
-		s.writeError(w, &Error{Code: CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
+		s.writeError(w, &api.Error{Code: api.CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
 		return nil
 	}
 	return p
 }
 
 // handle answers a request without a body.
-func (s *HTTPServer) handle(w http.ResponseWriter, r *http.Request, req *Request, owner int) {
+func (s *HTTPServer) handle(w http.ResponseWriter, r *http.Request, req *api.Request, owner int) {
 	p := s.admit(w, r, owner)
 	if p == nil {
 		return
 	}
-	defer p.release()
+	defer p.Release()
 	s.respondIn(w, p, s.d.Handle(r.Context(), owner, req, nil))
 }
 
@@ -488,9 +486,9 @@ func (s *HTTPServer) nextID() json.RawMessage {
 // readBody reads a body of at most max bytes within the body timeout, and
 // takes its place in owner's share of the in-flight budget; the caller
 // must release it. A refusal has been written when ok is false.
-func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int, max int64) (body []byte, pl *place, ok bool) {
+func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int, max int64) (body []byte, pl *api.Place, ok bool) {
 	if r.ContentLength > max {
-		s.respondStatus(w, http.StatusRequestEntityTooLarge, fail(nullID, tooLarge(r.ContentLength, max)))
+		s.respondStatus(w, http.StatusRequestEntityTooLarge, api.Fail(api.NullID, tooLarge(r.ContentLength, max)))
 		return nil, nil, false
 	}
 	weight := r.ContentLength
@@ -498,8 +496,8 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int,
 		weight = max
 	}
 	var err error
-	if pl, err = s.lim.take(r.Context(), owner, weight); err != nil {
-		s.writeError(w, &Error{Code: CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
+	if pl, err = s.lim.TakeFor(r.Context(), owner, weight); err != nil {
+		s.writeError(w, &api.Error{Code: api.CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
 		return nil, nil, false
 	}
 	rc := http.NewResponseController(w)
@@ -508,16 +506,16 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int,
 	// The deadline is for the body only: a long cell must not trip it.
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
-		pl.release()
+		pl.Release()
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			s.respondStatus(w, http.StatusRequestEntityTooLarge, fail(nullID, tooLarge(-1, max)))
+			s.respondStatus(w, http.StatusRequestEntityTooLarge, api.Fail(api.NullID, tooLarge(-1, max)))
 		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 			w.Header().Set("Connection", "close")
-			s.writeError(w, badRequest("request body not received within %s", s.opts.BodyTimeout))
+			s.writeError(w, api.BadRequest("request body not received within %s", s.opts.BodyTimeout))
 		default:
-			s.writeError(w, badRequest("read request body: %v", err))
+			s.writeError(w, api.BadRequest("read request body: %v", err))
 		}
 		return nil, nil, false
 	}
@@ -529,8 +527,8 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func tooLarge(n, max int64) *Error {
-	e := &Error{Code: CodeLimit, Message: fmt.Sprintf("request body is over the %d-byte limit", max)}
+func tooLarge(n, max int64) *api.Error {
+	e := &api.Error{Code: api.CodeLimit, Message: fmt.Sprintf("request body is over the %d-byte limit", max)}
 	if n > 0 {
 		e.Message = fmt.Sprintf("request body of %d bytes is over the %d-byte limit", n, max)
 	}
@@ -542,16 +540,16 @@ func tooLarge(n, max int64) *Error {
 // validated by the same DecodeRequest as a JSON-lines line, so the two
 // transports cannot disagree on what a field means or allows. An empty
 // body is an empty object.
-func routedRequest(body []byte, op, sessionID string, id json.RawMessage) (*Request, *Error) {
+func routedRequest(body []byte, op, sessionID string, id json.RawMessage) (*api.Request, *api.Error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
 	var fields map[string]json.RawMessage
 	if !utf8.Valid(body) || json.Unmarshal(body, &fields) != nil || fields == nil {
 		// DecodeRequest names what is wrong with it.
-		req, derr := DecodeRequest(body)
+		req, derr := api.DecodeRequest(body)
 		if derr == nil {
-			derr = badRequest("request body must be a JSON object")
+			derr = api.BadRequest("request body must be a JSON object")
 		}
 		if derr.Message != "" && strings.HasPrefix(derr.Message, "request ") {
 			derr.Message = "request body " + strings.TrimPrefix(derr.Message, "request ")
@@ -560,7 +558,7 @@ func routedRequest(body []byte, op, sessionID string, id json.RawMessage) (*Requ
 	}
 	for _, k := range []string{"op", "session"} {
 		if _, ok := fields[k]; ok {
-			return &Request{ID: nullID}, badRequest("field %q is not allowed in an HTTP body: the URL says it", k)
+			return &api.Request{ID: api.NullID}, api.BadRequest("field %q is not allowed in an HTTP body: the URL says it", k)
 		}
 	}
 	fields["op"], _ = json.Marshal(op)
@@ -572,9 +570,9 @@ func routedRequest(body []byte, op, sessionID string, id json.RawMessage) (*Requ
 	}
 	merged, err := json.Marshal(fields)
 	if err != nil {
-		return &Request{ID: nullID}, badRequest("request body: %v", err)
+		return &api.Request{ID: api.NullID}, api.BadRequest("request body: %v", err)
 	}
-	return DecodeRequest(merged)
+	return api.DecodeRequest(merged)
 }
 
 // jsonOp handles the routes whose body is a JSON request: create and exec.
@@ -583,16 +581,16 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 	if !ok {
 		return
 	}
-	defer pl.release()
+	defer pl.Release()
 	req, derr := routedRequest(body, op, sessionID, s.nextID())
 	body = nil
 	if derr != nil {
-		s.respond(w, fail(req.ID, derr))
+		s.respond(w, api.Fail(req.ID, derr))
 		return
 	}
 	// Only an exec has output to stream: asked by the Accept header, or
 	// by "stream" as in a JSON-lines request.
-	req.Stream = (op == OpExec || op == OpCommand) && (req.Stream || acceptsNDJSON(r.Header.Get("Accept")))
+	req.Stream = (op == api.OpExec || op == api.OpCommand) && (req.Stream || acceptsNDJSON(r.Header.Get("Accept")))
 	if req.Stream {
 		s.stream(w, r.Context(), owner, req, pl)
 	} else {
@@ -613,30 +611,30 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 // the request's place in the in-flight budget) and a writer sends them.
 // The session is free when the cell ends; the writer then has the
 // stream grace to hand over the rest, after which the response is cut.
-func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner int, req *Request, pl *place) *Response {
+func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner int, req *api.Request, pl *api.Place) *api.Response {
 	q := &lineQueue{wake: make(chan struct{}, 1)}
 	wrote := make(chan struct{})
 	go func() {
 		defer close(wrote)
 		s.writeLines(w, q)
 	}()
-	emit := func(ev Event) {
-		b, err := encodeLine(ev)
+	emit := func(ev api.Event) {
+		b, err := api.EncodeLine(ev)
 		if err != nil {
 			s.log.Error("encode event", "err", err)
 			return
 		}
-		pl.grow(int64(len(b)))
+		pl.Grow(int64(len(b)))
 		q.push(http.StatusOK, b)
 	}
 	resp := s.d.Handle(ctx, owner, req, emit)
-	b, err := encodeLine(resp)
+	b, err := api.EncodeLine(resp)
 	if err != nil {
 		s.log.Error("encode response", "err", err)
-		resp = fail(resp.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()})
-		b, _ = encodeLine(resp)
+		resp = api.Fail(resp.ID, &api.Error{Code: api.CodeInternal, Message: "encode response: " + err.Error()})
+		b, _ = api.EncodeLine(resp)
 	}
-	pl.grow(int64(len(b)))
+	pl.Grow(int64(len(b)))
 	// The cell is over; the client has the grace to take what is left.
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamGrace))
@@ -734,11 +732,11 @@ func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, ow
 	if !ok {
 		return
 	}
-	defer pl.release()
+	defer pl.Release()
 	if body == nil {
 		body = []byte{} // an empty body is an empty file
 	}
-	s.respondIn(w, pl, s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpUpload, Session: rt.session, Path: rt.path, Data: body}, nil))
+	s.respondIn(w, pl, s.d.Handle(r.Context(), owner, &api.Request{ID: s.nextID(), Op: api.OpUpload, Session: rt.session, Path: rt.path, Data: body}, nil))
 }
 
 // download answers the file's raw bytes; errors are JSON like every other
@@ -748,13 +746,13 @@ func (s *HTTPServer) download(w http.ResponseWriter, r *http.Request, rt route, 
 	if pl == nil {
 		return
 	}
-	defer pl.release()
-	resp := s.d.Handle(r.Context(), owner, &Request{ID: s.nextID(), Op: OpDownload, Session: rt.session, Path: rt.path}, nil)
+	defer pl.Release()
+	resp := s.d.Handle(r.Context(), owner, &api.Request{ID: s.nextID(), Op: api.OpDownload, Session: rt.session, Path: rt.path}, nil)
 	if !resp.OK {
 		s.respondIn(w, pl, resp)
 		return
 	}
-	pl.grow(int64(len(resp.Data)))
+	pl.Grow(int64(len(resp.Data)))
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Length", strconv.Itoa(len(resp.Data)))
@@ -765,15 +763,15 @@ func (s *HTTPServer) download(w http.ResponseWriter, r *http.Request, rt route, 
 // respondIn is respond for a request holding place pl: the response's bytes
 // count in the budget until written, within the body timeout, so a client
 // that does not read cannot hold them (and its place) forever.
-func (s *HTTPServer) respondIn(w http.ResponseWriter, pl *place, resp *Response) {
+func (s *HTTPServer) respondIn(w http.ResponseWriter, pl *api.Place, resp *api.Response) {
 	status := httpStatus(resp)
-	b, err := encodeLine(resp)
+	b, err := api.EncodeLine(resp)
 	if err != nil {
 		s.log.Error("encode response", "err", err)
-		b, _ = encodeLine(fail(resp.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()}))
+		b, _ = api.EncodeLine(api.Fail(resp.ID, &api.Error{Code: api.CodeInternal, Message: "encode response: " + err.Error()}))
 		status = http.StatusInternalServerError
 	}
-	pl.grow(int64(len(b)))
+	pl.Grow(int64(len(b)))
 	w.Header().Set("Content-Type", "application/json")
 	s.writeWithin(w, status, b)
 }
@@ -793,16 +791,16 @@ func (s *HTTPServer) writeWithin(w http.ResponseWriter, status int, b []byte) {
 }
 
 // respond writes a Response as JSON with the status its error code maps to.
-func (s *HTTPServer) respond(w http.ResponseWriter, resp *Response) {
+func (s *HTTPServer) respond(w http.ResponseWriter, resp *api.Response) {
 	s.respondStatus(w, httpStatus(resp), resp)
 }
 
-func (s *HTTPServer) respondStatus(w http.ResponseWriter, status int, resp *Response) {
-	b, err := encodeLine(resp)
+func (s *HTTPServer) respondStatus(w http.ResponseWriter, status int, resp *api.Response) {
+	b, err := api.EncodeLine(resp)
 	if err != nil {
 		s.log.Error("encode response", "err", err)
-		resp = fail(resp.ID, &Error{Code: CodeInternal, Message: "encode response: " + err.Error()})
-		b, _ = encodeLine(resp)
+		resp = api.Fail(resp.ID, &api.Error{Code: api.CodeInternal, Message: "encode response: " + err.Error()})
+		b, _ = api.EncodeLine(resp)
 	}
 	if err != nil {
 		status = http.StatusInternalServerError
@@ -812,21 +810,21 @@ func (s *HTTPServer) respondStatus(w http.ResponseWriter, status int, resp *Resp
 	_, _ = w.Write(b)
 }
 
-func (s *HTTPServer) writeError(w http.ResponseWriter, e *Error) {
-	s.respond(w, fail(nullID, e))
+func (s *HTTPServer) writeError(w http.ResponseWriter, e *api.Error) {
+	s.respond(w, api.Fail(api.NullID, e))
 }
 
 // writeBody writes a response after the status has been set.
-func (s *HTTPServer) writeBody(w http.ResponseWriter, resp *Response) {
-	b, _ := encodeLine(resp)
+func (s *HTTPServer) writeBody(w http.ResponseWriter, resp *api.Response) {
+	b, _ := api.EncodeLine(resp)
 	_, _ = w.Write(b)
 }
 
 // httpStatus maps a response to its status code. "limit" is 429; a body
 // over the transport's size limit is 413, set where it is refused.
-func httpStatus(resp *Response) int {
+func httpStatus(resp *api.Response) int {
 	if resp.OK {
-		if resp.Info != nil && resp.Result == nil && !resp.plainOK {
+		if resp.Info != nil && resp.Result == nil && !resp.PlainOK() {
 			return http.StatusCreated
 		}
 		return http.StatusOK
@@ -835,19 +833,19 @@ func httpStatus(resp *Response) int {
 		return http.StatusInternalServerError
 	}
 	switch resp.Error.Code {
-	case CodeBadRequest:
+	case api.CodeBadRequest:
 		return http.StatusBadRequest
 	case CodeForbidden:
 		return http.StatusForbidden
-	case CodeNotFound:
+	case api.CodeNotFound:
 		return http.StatusNotFound
-	case CodeExpired:
+	case api.CodeExpired:
 		return http.StatusGone
-	case CodeLimit:
+	case api.CodeLimit:
 		return http.StatusTooManyRequests
-	case CodeBusy:
+	case api.CodeBusy:
 		return http.StatusConflict
-	case CodeUnavailable:
+	case api.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/session/seam"
 )
 
@@ -53,26 +54,26 @@ func (r *Remote) Close() { r.hc.CloseIdleConnections() }
 // Handle validates req here (a bad request never leaves the process), maps
 // it to its HTTP route and returns the service's response with req's id.
 // A service that cannot be reached is "unavailable", naming the socket.
-func (r *Remote) Handle(ctx context.Context, _ int, req *Request, emit func(Event)) *Response {
+func (r *Remote) Handle(ctx context.Context, _ int, req *api.Request, emit func(api.Event)) *api.Response {
 	if req == nil {
-		return fail(nil, badRequest("no request"))
+		return api.Fail(nil, api.BadRequest("no request"))
 	}
 	if err := req.Validate(); err != nil {
-		return fail(req.ID, err)
+		return api.Fail(req.ID, err)
 	}
 	resp, err := r.forward(ctx, req, emit)
 	if err != nil {
-		var e *Error
+		var e *api.Error
 		if !errors.As(err, &e) {
-			e = &Error{Code: CodeUnavailable, Message: fmt.Sprintf("jailcell service at %s: %v", r.socket, err)}
+			e = &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("jailcell service at %s: %v", r.socket, err)}
 		}
-		return fail(req.ID, e)
+		return api.Fail(req.ID, e)
 	}
 	resp.ID = req.ID
 	return resp
 }
 
-func (r *Remote) forward(ctx context.Context, req *Request, emit func(Event)) (*Response, error) {
+func (r *Remote) forward(ctx context.Context, req *api.Request, emit func(api.Event)) (*api.Response, error) {
 	sp := func(rest ...string) string {
 		p := "/v1/sessions/" + url.PathEscape(req.Session)
 		for _, s := range rest {
@@ -81,13 +82,13 @@ func (r *Remote) forward(ctx context.Context, req *Request, emit func(Event)) (*
 		return p
 	}
 	switch req.Op {
-	case OpPing:
+	case api.OpPing:
 		return r.call(ctx, http.MethodGet, "/healthz", nil, "")
-	case OpSessions:
+	case api.OpSessions:
 		return r.call(ctx, http.MethodGet, "/v1/sessions", nil, "")
-	case OpCreate:
+	case api.OpCreate:
 		return r.callJSON(ctx, "/v1/sessions", req)
-	case OpExec:
+	case api.OpExec:
 		path := "/v1/exec"
 		if req.Session != "" {
 			path = sp("exec")
@@ -96,39 +97,39 @@ func (r *Remote) forward(ctx context.Context, req *Request, emit func(Event)) (*
 			return r.stream(ctx, path, req, emit)
 		}
 		return r.callJSON(ctx, path, req)
-	case OpUpload:
+	case api.OpUpload:
 		return r.call(ctx, http.MethodPut, sp("files", escapeFilePath(req.Path)), bytes.NewReader(req.Data), "application/octet-stream")
-	case OpDownload:
+	case api.OpDownload:
 		return r.download(ctx, sp("files", escapeFilePath(req.Path)), req.Path)
-	case OpFiles:
+	case api.OpFiles:
 		return r.call(ctx, http.MethodGet, sp("files"), nil, "")
-	case OpClose:
+	case api.OpClose:
 		return r.call(ctx, http.MethodDelete, sp(), nil, "")
-	case OpComplete, OpInspect, OpIsComplete:
+	case api.OpComplete, api.OpInspect, api.OpIsComplete:
 		return r.callJSON(ctx, sp(req.Op), req)
-	case OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt:
+	case api.OpHibernate, api.OpRestore, api.OpFork, api.OpSnapshot, api.OpRollback, api.OpInterrupt:
 		return r.call(ctx, http.MethodPost, sp(req.Op), nil, "")
-	case OpCommand:
+	case api.OpCommand:
 		if req.Stream && emit != nil {
 			return r.stream(ctx, sp("commands"), req, emit)
 		}
 		return r.callJSON(ctx, sp("commands"), req)
-	case OpInfo:
+	case api.OpInfo:
 		return r.call(ctx, http.MethodGet, sp(), nil, "")
-	case OpSetTimeout:
+	case api.OpSetTimeout:
 		return r.callJSON(ctx, sp("timeout"), req)
-	case OpMetrics:
+	case api.OpMetrics:
 		return r.call(ctx, http.MethodGet, sp("metrics"), nil, "")
-	case OpWatch:
+	case api.OpWatch:
 		return r.callJSON(ctx, sp("watch"), req)
-	case OpStat:
+	case api.OpStat:
 		return r.call(ctx, http.MethodGet, sp("stat", escapeFilePath(req.Path)), nil, "")
-	case OpRemove:
+	case api.OpRemove:
 		return r.call(ctx, http.MethodDelete, sp("files", escapeFilePath(req.Path)), nil, "")
-	case OpMkdir:
+	case api.OpMkdir:
 		return r.call(ctx, http.MethodPut, sp("dirs", escapeFilePath(req.Path)), nil, "")
 	}
-	return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf(
+	return nil, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
 		"op %q is not offered through the jailcell service's HTTP API; run it in a process of its own (--embedded, as root)", req.Op)}
 }
 
@@ -145,7 +146,7 @@ func escapeFilePath(p string) string {
 // body is req as an HTTP body: its fields less op and session, which the
 // route carries, and stream, which the Accept header asks for (a streamed
 // answer to a caller that reads one JSON object would not decode).
-func body(req *Request) (io.Reader, error) {
+func body(req *api.Request) (io.Reader, error) {
 	c := *req
 	c.Op, c.Session, c.ID, c.Stream = "", "", nil, false
 	b, err := json.Marshal(&c)
@@ -165,7 +166,7 @@ func body(req *Request) (io.Reader, error) {
 	return bytes.NewReader(b), nil
 }
 
-func (r *Remote) callJSON(ctx context.Context, path string, req *Request) (*Response, error) {
+func (r *Remote) callJSON(ctx context.Context, path string, req *api.Request) (*api.Response, error) {
 	b, err := body(req)
 	if err != nil {
 		return nil, err
@@ -193,7 +194,7 @@ func (r *Remote) send(ctx context.Context, method, path string, b io.Reader, con
 }
 
 // call sends one request and decodes its one JSON response.
-func (r *Remote) call(ctx context.Context, method, path string, b io.Reader, contentType string) (*Response, error) {
+func (r *Remote) call(ctx context.Context, method, path string, b io.Reader, contentType string) (*api.Response, error) {
 	hresp, err := r.send(ctx, method, path, b, contentType, "")
 	if err != nil {
 		return nil, err
@@ -203,7 +204,7 @@ func (r *Remote) call(ctx context.Context, method, path string, b io.Reader, con
 }
 
 // decodeRemote reads one bounded JSON response.
-func decodeRemote(rd io.Reader, status int) (*Response, error) {
+func decodeRemote(rd io.Reader, status int) (*api.Response, error) {
 	b, err := io.ReadAll(io.LimitReader(rd, remoteMaxResponse+1))
 	if err != nil {
 		return nil, fmt.Errorf("read response: %w", err)
@@ -211,7 +212,7 @@ func decodeRemote(rd io.Reader, status int) (*Response, error) {
 	if len(b) > remoteMaxResponse {
 		return nil, fmt.Errorf("response is over the %d-byte limit", remoteMaxResponse)
 	}
-	var resp Response
+	var resp api.Response
 	if err := json.Unmarshal(b, &resp); err != nil {
 		return nil, fmt.Errorf("HTTP %d with a body that is not a jailcell response (is this a jailcell socket?): %s", status, clip(string(b), 200))
 	}
@@ -222,7 +223,7 @@ func decodeRemote(rd io.Reader, status int) (*Response, error) {
 }
 
 // stream runs an exec with its output events passed to emit as they come.
-func (r *Remote) stream(ctx context.Context, path string, req *Request, emit func(Event)) (*Response, error) {
+func (r *Remote) stream(ctx context.Context, path string, req *api.Request, emit func(api.Event)) (*api.Response, error) {
 	b, err := body(req)
 	if err != nil {
 		return nil, err
@@ -252,7 +253,7 @@ func (r *Remote) stream(ctx context.Context, path string, req *Request, emit fun
 			return nil, fmt.Errorf("streamed line is not JSON: %s", clip(string(line), 200))
 		}
 		if probe.OK == nil && probe.Event != "" {
-			emit(Event{ID: req.ID, Event: probe.Event, Text: probe.Text, Display: probe.Display, Wait: probe.Wait})
+			emit(api.Event{ID: req.ID, Event: probe.Event, Text: probe.Text, Display: probe.Display, Wait: probe.Wait})
 			continue
 		}
 		return decodeRemote(bytes.NewReader(line), hresp.StatusCode)
@@ -283,7 +284,7 @@ func readBoundedLine(br *bufio.Reader, max int) ([]byte, error) {
 }
 
 // download fetches a file's raw bytes; an error is JSON like any route's.
-func (r *Remote) download(ctx context.Context, path, file string) (*Response, error) {
+func (r *Remote) download(ctx context.Context, path, file string) (*api.Response, error) {
 	hresp, err := r.send(ctx, http.MethodGet, path, nil, "", "")
 	if err != nil {
 		return nil, err
@@ -300,7 +301,7 @@ func (r *Remote) download(ctx context.Context, path, file string) (*Response, er
 		return nil, fmt.Errorf("download is over the %d-byte file limit", seam.MaxFileBytes)
 	}
 	size := int64(len(data))
-	return &Response{OK: true, Path: file, Data: data, Size: &size, SHA256: hresp.Header.Get("X-Jailcell-Sha256")}, nil
+	return &api.Response{OK: true, Path: file, Data: data, Size: &size, SHA256: hresp.Header.Get("X-Jailcell-Sha256")}, nil
 }
 
 // Reachable reports whether a service answers on the socket within
@@ -314,7 +315,7 @@ func (r *Remote) Reachable(ctx context.Context, timeout time.Duration) error {
 	case err != nil:
 		return fmt.Errorf("no jailcell service answers on %s: %w", r.socket, err)
 	case resp.Error != nil:
-		return &Error{Code: resp.Error.Code, Message: fmt.Sprintf("jailcell service at %s: %s", r.socket, resp.Error.Message)}
+		return &api.Error{Code: resp.Error.Code, Message: fmt.Sprintf("jailcell service at %s: %s", r.socket, resp.Error.Message)}
 	}
 	return nil
 }
@@ -325,16 +326,16 @@ func (r *Remote) Reachable(ctx context.Context, timeout time.Duration) error {
 // as an embedded one tears its sandboxes down. Bounded by the service's
 // own session limit.
 type Scoped struct {
-	h   Handler
+	h   api.Handler
 	mu  sync.Mutex
 	ids map[string]struct{}
 }
 
 // NewScoped wraps h.
-func NewScoped(h Handler) *Scoped { return &Scoped{h: h, ids: map[string]struct{}{}} }
+func NewScoped(h api.Handler) *Scoped { return &Scoped{h: h, ids: map[string]struct{}{}} }
 
 // Handle passes req on and notes the sessions it creates or closes.
-func (s *Scoped) Handle(ctx context.Context, owner int, req *Request, emit func(Event)) *Response {
+func (s *Scoped) Handle(ctx context.Context, owner int, req *api.Request, emit func(api.Event)) *api.Response {
 	resp := s.h.Handle(ctx, owner, req, emit)
 	if resp == nil || !resp.OK || req == nil {
 		return resp
@@ -342,9 +343,9 @@ func (s *Scoped) Handle(ctx context.Context, owner int, req *Request, emit func(
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case (req.Op == OpCreate || req.Op == OpFork) && resp.Info != nil:
+	case (req.Op == api.OpCreate || req.Op == api.OpFork) && resp.Info != nil:
 		s.ids[resp.Info.ID] = struct{}{}
-	case req.Op == OpClose:
+	case req.Op == api.OpClose:
 		delete(s.ids, req.Session)
 	}
 	return resp
@@ -359,8 +360,8 @@ func (s *Scoped) CloseAll(ctx context.Context, owner int) {
 	}
 	s.mu.Unlock()
 	for _, id := range ids {
-		s.Handle(ctx, owner, &Request{ID: json.RawMessage(`"close"`), Op: OpClose, Session: id}, nil)
+		s.Handle(ctx, owner, &api.Request{ID: json.RawMessage(`"close"`), Op: api.OpClose, Session: id}, nil)
 	}
 }
 
-var _ Handler = (*Remote)(nil)
+var _ api.Handler = (*Remote)(nil)

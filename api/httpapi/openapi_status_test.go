@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jailcell/jailcell/api"
 )
 
 // docOp is one documented operation with a request that reaches it.
@@ -49,7 +51,7 @@ var sampleBodies = map[string]string{
 	"POST /v1/sessions/{id}/complete":    `{"code":"x"}`,
 	"POST /v1/sessions/{id}/inspect":     `{"code":"x"}`,
 	"POST /v1/sessions/{id}/is_complete": `{"code":"x"}`,
-	"POST " + mcpPath:                    `{"jsonrpc":"2.0","id":1,"method":"ping"}`,
+	"POST " + api.MCPPath:                `{"jsonrpc":"2.0","id":1,"method":"ping"}`,
 	"POST /v1/sessions/{id}/commands":    `{"cmd":"true"}`,
 	"POST /v1/sessions/{id}/timeout":     `{"timeout_s":60}`,
 	"POST /v1/sessions/{id}/watch":       `{"path":"."}`,
@@ -60,7 +62,7 @@ func docOps(t *testing.T, s *spec, withMCP bool) []docOp {
 	t.Helper()
 	var out []docOp
 	for tmpl, item := range s.paths() {
-		if tmpl == mcpPath && !withMCP {
+		if tmpl == api.MCPPath && !withMCP {
 			continue
 		}
 		for method, op := range item.(map[string]any) {
@@ -94,7 +96,7 @@ func send(t *testing.T, c *http.Client, base string, o docOp, body []byte) (int,
 	if body != nil && o.method != http.MethodPut {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if o.tmpl == mcpPath {
+	if o.tmpl == api.MCPPath {
 		req.Header.Set("Accept", "application/json, text/event-stream")
 	}
 	resp, err := c.Do(req)
@@ -189,7 +191,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 		serveOn(t, sock, HTTPOptions{})
 		h := &httpContract{t: t, s: s, client: unixClient(name)}
 		for _, o := range ops {
-			if o.tmpl == mcpPath {
+			if o.tmpl == api.MCPPath {
 				continue // MCP's own protocol: test/mcpclient
 			}
 			var hdr map[string]string
@@ -245,7 +247,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 			if status == 413 {
 				s.validate(t, "#/components/schemas/ErrorResponse", body, o.String()+" 413 ("+ctype+")")
 			}
-			if !hasBody || o.tmpl == mcpPath {
+			if !hasBody || o.tmpl == api.MCPPath {
 				continue // MCP's body is its protocol's: the SDK refuses an empty one
 			}
 			status, _, body = send(t, c, "http://jailcell", o, nil)

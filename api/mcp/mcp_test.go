@@ -1,4 +1,4 @@
-package api
+package mcp
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
 )
@@ -25,13 +26,13 @@ func TestMCP(t *testing.T) {
 	p.MemoryBytes = 768 << 20
 	p.Timeout = 60 * time.Second
 	m := newTestManager(t, mcpCgroupRoot, p)
-	d := &Dispatcher{Manager: m, Version: "test"}
+	d := &api.Dispatcher{Manager: m, Version: "test"}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
 	st, ct := mcp.NewInMemoryTransports()
 	served := make(chan error, 1)
-	go func() { served <- ServeMCP(ctx, d, st, MCPOptions{Owner: 0}) }()
+	go func() { served <- Serve(ctx, d, st, Options{Owner: 0}) }()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
 	cs, err := client.Connect(ctx, ct, nil)
 	if err != nil {

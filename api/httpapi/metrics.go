@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/jailcell/jailcell/api"
 )
 
 // The text exposition format (0.0.4): what every Prometheus scrapes.
@@ -29,7 +31,7 @@ type serviceMetrics struct {
 	requests *prometheus.CounterVec
 }
 
-func newServiceMetrics(d *Dispatcher) *serviceMetrics {
+func newServiceMetrics(d *api.Dispatcher) *serviceMetrics {
 	m := &serviceMetrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jailcell_http_requests_total",
@@ -87,7 +89,7 @@ var (
 )
 
 // managerCollector reads the manager's live figures at scrape time.
-type managerCollector struct{ d *Dispatcher }
+type managerCollector struct{ d *api.Dispatcher }
 
 func (managerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{liveDesc, poolDesc, cpuDesc, memDesc, peakDesc} {

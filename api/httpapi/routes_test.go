@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/jailcell/jailcell/api"
 )
 
 // TestRouteTableMatchesOpenAPI: openapi.json documents exactly the paths
@@ -30,7 +32,7 @@ func TestRouteTableMatchesOpenAPI(t *testing.T) {
 		}
 	}
 	seen := map[string]bool{}
-	for _, r := range Routes {
+	for _, r := range api.Routes {
 		if seen[r.Path] {
 			t.Errorf("route table lists %s twice", r.Path)
 		}
@@ -41,7 +43,7 @@ func TestRouteTableMatchesOpenAPI(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: openapi.json documents %v, the route table serves %v", r.Path, got, want)
 		}
-		if r.Path == mcpPath {
+		if r.Path == api.MCPPath {
 			continue
 		}
 		path := strings.NewReplacer("{id}", "s1", "{path}", "dir/a.txt").Replace(r.Path)
@@ -61,7 +63,7 @@ func TestRouteTableMatchesOpenAPI(t *testing.T) {
 // each client's op-to-route table is brought to for comparison.
 func tableRoutes() []string {
 	var out []string
-	for _, r := range Routes {
+	for _, r := range api.Routes {
 		for m, op := range r.Ops {
 			out = append(out, op+" "+m+" "+r.Path)
 		}
@@ -74,7 +76,7 @@ func tableRoutes() []string {
 // (client/typescript/src/transport.ts) sends each op to the method and
 // path the route table gives it, and knows every op the table routes.
 func TestRouteTableMatchesTypeScriptClient(t *testing.T) {
-	src, err := os.ReadFile("../client/typescript/src/transport.ts")
+	src, err := os.ReadFile("../../client/typescript/src/transport.ts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +168,7 @@ for op in json.loads(sys.argv[1]):
 // pythonUnrouted are the ops the Python socket transport deliberately
 // leaves to the JSON-lines transport; any other op in the route table
 // must be routed there as the table says.
-var pythonUnrouted = []string{OpComplete, OpInspect, OpIsComplete}
+var pythonUnrouted = []string{api.OpComplete, api.OpInspect, api.OpIsComplete}
 
 // TestRouteTableMatchesPythonClient: the Python client's socket transport
 // sends each op to the method and path the route table gives it.
@@ -176,7 +178,7 @@ func TestRouteTableMatchesPythonClient(t *testing.T) {
 		t.Skip("python3 is not installed; the Python client's routes are not checked")
 	}
 	var ops []string
-	for _, r := range Routes {
+	for _, r := range api.Routes {
 		for _, op := range r.Ops {
 			if !slices.Contains(ops, op) {
 				ops = append(ops, op)
@@ -185,7 +187,7 @@ func TestRouteTableMatchesPythonClient(t *testing.T) {
 	}
 	arg, _ := json.Marshal(ops)
 	cmd := exec.Command(py, "-c", pythonRouteScript, string(arg))
-	cmd.Env = append(os.Environ(), "PYTHONPATH=../client/python")
+	cmd.Env = append(os.Environ(), "PYTHONPATH=../../client/python")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python3: %v\n%s", err, out)
@@ -242,13 +244,13 @@ func TestRouteTableMatchesRemote(t *testing.T) {
 	defer rm.Close()
 	toPattern := strings.NewReplacer("/v1/sessions/s1", "/v1/sessions/{id}", "dir/a.txt", "{path}")
 	var got []string
-	for _, r := range Routes {
+	for _, r := range api.Routes {
 		for _, op := range r.Ops {
 			session := "s1"
 			if r.Path == "/v1/exec" {
 				session = ""
 			}
-			req := &Request{Op: op, Session: session, Path: "dir/a.txt", Code: "x", Cmd: "true", Data: []byte("x"), TimeoutS: 1, Action: "start"}
+			req := &api.Request{Op: op, Session: session, Path: "dir/a.txt", Code: "x", Cmd: "true", Data: []byte("x"), TimeoutS: 1, Action: "start"}
 			if err := req.Validate(); err != nil {
 				t.Fatalf("op %s: the test's request is not valid: %v", op, err)
 			}

@@ -1,10 +1,11 @@
-package api
+package mcp
 
 import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/session/seam"
 )
 
@@ -15,7 +16,7 @@ func TestMCPPagerText(t *testing.T) {
 		{MIME: "text/plain", Data: "Signature: len(obj, /)", Pager: true},
 		{MIME: "text/plain", Data: "shown"},
 	}}
-	out, so := cellResult(&Response{Result: res}, "")
+	out, so := cellResult(&api.Response{Result: res}, "")
 	if len(out.Content) != 1 {
 		t.Fatalf("%d content blocks, want 1 text block", len(out.Content))
 	}

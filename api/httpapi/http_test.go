@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 )
 
@@ -103,39 +104,39 @@ type httpCase struct {
 var httpCases = []httpCase{
 	{name: "healthz", method: "GET", path: "/healthz", status: 200, contains: `"version":"test-1"`},
 	{name: "openapi document", method: "GET", path: "/v1/openapi.json", status: 200, contains: `"openapi": "3.1.0"`},
-	{name: "interrupt: reaches the manager", method: "POST", path: "/v1/sessions/abc/interrupt", status: 503, code: CodeUnavailable},
-	{name: "complete: reaches the manager", method: "POST", path: "/v1/sessions/abc/complete", body: `{"code":"x"}`, status: 503, code: CodeUnavailable},
-	{name: "inspect: detail_level out of range", method: "POST", path: "/v1/sessions/abc/inspect", body: `{"code":"x","detail_level":2}`, status: 400, code: CodeBadRequest, contains: `"detail_level" = 2: allowed 0`},
-	{name: "is_complete: GET not allowed", method: "GET", path: "/v1/sessions/abc/is_complete", status: 405, code: CodeBadRequest, contains: "allowed: POST"},
-	{name: "interrupt: GET not allowed", method: "GET", path: "/v1/sessions/abc/interrupt", status: 405, code: CodeBadRequest, contains: "allowed: POST"},
-	{name: "unknown route", method: "GET", path: "/v2/things", status: 404, code: CodeNotFound, contains: "no route"},
-	{name: "trailing slash is not a route", method: "GET", path: "/v1/sessions/", status: 404, code: CodeNotFound},
-	{name: "method not allowed", method: "PATCH", path: "/v1/sessions", status: 405, code: CodeBadRequest, contains: "allowed: GET, HEAD, POST"},
-	{name: "post on a session", method: "POST", path: "/v1/sessions/abc", status: 405, code: CodeBadRequest, contains: "allowed: GET, DELETE"},
+	{name: "interrupt: reaches the manager", method: "POST", path: "/v1/sessions/abc/interrupt", status: 503, code: api.CodeUnavailable},
+	{name: "complete: reaches the manager", method: "POST", path: "/v1/sessions/abc/complete", body: `{"code":"x"}`, status: 503, code: api.CodeUnavailable},
+	{name: "inspect: detail_level out of range", method: "POST", path: "/v1/sessions/abc/inspect", body: `{"code":"x","detail_level":2}`, status: 400, code: api.CodeBadRequest, contains: `"detail_level" = 2: allowed 0`},
+	{name: "is_complete: GET not allowed", method: "GET", path: "/v1/sessions/abc/is_complete", status: 405, code: api.CodeBadRequest, contains: "allowed: POST"},
+	{name: "interrupt: GET not allowed", method: "GET", path: "/v1/sessions/abc/interrupt", status: 405, code: api.CodeBadRequest, contains: "allowed: POST"},
+	{name: "unknown route", method: "GET", path: "/v2/things", status: 404, code: api.CodeNotFound, contains: "no route"},
+	{name: "trailing slash is not a route", method: "GET", path: "/v1/sessions/", status: 404, code: api.CodeNotFound},
+	{name: "method not allowed", method: "PATCH", path: "/v1/sessions", status: 405, code: api.CodeBadRequest, contains: "allowed: GET, HEAD, POST"},
+	{name: "post on a session", method: "POST", path: "/v1/sessions/abc", status: 405, code: api.CodeBadRequest, contains: "allowed: GET, DELETE"},
 	// net/http refuses a malformed URL itself, before any handler.
 	{name: "bad percent-encoding", method: "GET", path: "/v1/sessions/%zz/files", status: 400},
-	{name: "create: body not an object", method: "POST", path: "/v1/sessions", body: `[1,2]`, status: 400, code: CodeBadRequest, contains: "must be a JSON object, got array"},
-	{name: "create: body not JSON", method: "POST", path: "/v1/sessions", body: `{"ttl_s":`, status: 400, code: CodeBadRequest, contains: "not valid JSON"},
-	{name: "create: invalid UTF-8", method: "POST", path: "/v1/sessions", body: "{\"policy\":\"\xff\"}", status: 400, code: CodeBadRequest, contains: "UTF-8"},
-	{name: "create: ttl wrong type", method: "POST", path: "/v1/sessions", body: `{"ttl_s":"60"}`, status: 400, code: CodeBadRequest, contains: `"ttl_s" must be a number of seconds, got string`},
-	{name: "create: unknown limit", method: "POST", path: "/v1/sessions", body: `{"limits":{"memory":1}}`, status: 400, code: CodeBadRequest, contains: `"limits.memory" is not a limit`},
-	{name: "create: op in body", method: "POST", path: "/v1/sessions", body: `{"op":"exec"}`, status: 400, code: CodeBadRequest, contains: "the URL says it"},
-	{name: "create: reaches the manager", method: "POST", path: "/v1/sessions", body: `{"ttl_s":60}`, status: 503, code: CodeUnavailable},
-	{name: "create: empty body", method: "POST", path: "/v1/sessions", status: 503, code: CodeUnavailable},
-	{name: "exec: code wrong type", method: "POST", path: "/v1/sessions/abc/exec", body: `{"code":5}`, status: 400, code: CodeBadRequest, contains: `"code" must be a string, got number`},
-	{name: "exec: no code", method: "POST", path: "/v1/sessions/abc/exec", body: `{}`, status: 400, code: CodeBadRequest, contains: `needs field "code"`},
-	{name: "exec: session in body", method: "POST", path: "/v1/exec", body: `{"code":"1","session":"abc"}`, status: 400, code: CodeBadRequest},
-	{name: "exec: policy with a session", method: "POST", path: "/v1/sessions/abc/exec", body: `{"code":"1","policy":"small"}`, status: 400, code: CodeBadRequest, contains: `"policy" is not allowed with "session"`},
-	{name: "exec: negative timeout", method: "POST", path: "/v1/exec", body: `{"code":"1","timeout_s":-1}`, status: 400, code: CodeBadRequest, contains: "timeout_s"},
-	{name: "exec: bad files", method: "POST", path: "/v1/exec", body: `{"code":"1","files":[{"path":"a","data":"!!"}]}`, status: 400, code: CodeBadRequest, contains: "base64"},
-	{name: "exec: oversized body", method: "POST", path: "/v1/exec", body: `{"code":"` + strings.Repeat("x", 5000) + `"}`, status: 413, code: CodeLimit, contains: "over the 4096-byte limit"},
-	{name: "exec: streamed error before output", method: "POST", path: "/v1/exec", header: map[string]string{"Accept": "application/x-ndjson"}, body: `{"code":"1"}`, status: 503, code: CodeUnavailable},
-	{name: "upload: oversized", method: "PUT", path: "/v1/sessions/abc/files/a.txt", body: strings.Repeat("x", 2000), status: 413, code: CodeLimit},
-	{name: "upload: reaches the manager", method: "PUT", path: "/v1/sessions/abc/files/a.txt", body: "hello", status: 503, code: CodeUnavailable},
-	{name: "download: empty path", method: "GET", path: "/v1/sessions/abc/files/", status: 400, code: CodeBadRequest, contains: `needs field "path"`},
-	{name: "files", method: "GET", path: "/v1/sessions/abc/files", status: 503, code: CodeUnavailable},
-	{name: "close", method: "DELETE", path: "/v1/sessions/abc", status: 503, code: CodeUnavailable},
-	{name: "sessions", method: "GET", path: "/v1/sessions", status: 503, code: CodeUnavailable},
+	{name: "create: body not an object", method: "POST", path: "/v1/sessions", body: `[1,2]`, status: 400, code: api.CodeBadRequest, contains: "must be a JSON object, got array"},
+	{name: "create: body not JSON", method: "POST", path: "/v1/sessions", body: `{"ttl_s":`, status: 400, code: api.CodeBadRequest, contains: "not valid JSON"},
+	{name: "create: invalid UTF-8", method: "POST", path: "/v1/sessions", body: "{\"policy\":\"\xff\"}", status: 400, code: api.CodeBadRequest, contains: "UTF-8"},
+	{name: "create: ttl wrong type", method: "POST", path: "/v1/sessions", body: `{"ttl_s":"60"}`, status: 400, code: api.CodeBadRequest, contains: `"ttl_s" must be a number of seconds, got string`},
+	{name: "create: unknown limit", method: "POST", path: "/v1/sessions", body: `{"limits":{"memory":1}}`, status: 400, code: api.CodeBadRequest, contains: `"limits.memory" is not a limit`},
+	{name: "create: op in body", method: "POST", path: "/v1/sessions", body: `{"op":"exec"}`, status: 400, code: api.CodeBadRequest, contains: "the URL says it"},
+	{name: "create: reaches the manager", method: "POST", path: "/v1/sessions", body: `{"ttl_s":60}`, status: 503, code: api.CodeUnavailable},
+	{name: "create: empty body", method: "POST", path: "/v1/sessions", status: 503, code: api.CodeUnavailable},
+	{name: "exec: code wrong type", method: "POST", path: "/v1/sessions/abc/exec", body: `{"code":5}`, status: 400, code: api.CodeBadRequest, contains: `"code" must be a string, got number`},
+	{name: "exec: no code", method: "POST", path: "/v1/sessions/abc/exec", body: `{}`, status: 400, code: api.CodeBadRequest, contains: `needs field "code"`},
+	{name: "exec: session in body", method: "POST", path: "/v1/exec", body: `{"code":"1","session":"abc"}`, status: 400, code: api.CodeBadRequest},
+	{name: "exec: policy with a session", method: "POST", path: "/v1/sessions/abc/exec", body: `{"code":"1","policy":"small"}`, status: 400, code: api.CodeBadRequest, contains: `"policy" is not allowed with "session"`},
+	{name: "exec: negative timeout", method: "POST", path: "/v1/exec", body: `{"code":"1","timeout_s":-1}`, status: 400, code: api.CodeBadRequest, contains: "timeout_s"},
+	{name: "exec: bad files", method: "POST", path: "/v1/exec", body: `{"code":"1","files":[{"path":"a","data":"!!"}]}`, status: 400, code: api.CodeBadRequest, contains: "base64"},
+	{name: "exec: oversized body", method: "POST", path: "/v1/exec", body: `{"code":"` + strings.Repeat("x", 5000) + `"}`, status: 413, code: api.CodeLimit, contains: "over the 4096-byte limit"},
+	{name: "exec: streamed error before output", method: "POST", path: "/v1/exec", header: map[string]string{"Accept": "application/x-ndjson"}, body: `{"code":"1"}`, status: 503, code: api.CodeUnavailable},
+	{name: "upload: oversized", method: "PUT", path: "/v1/sessions/abc/files/a.txt", body: strings.Repeat("x", 2000), status: 413, code: api.CodeLimit},
+	{name: "upload: reaches the manager", method: "PUT", path: "/v1/sessions/abc/files/a.txt", body: "hello", status: 503, code: api.CodeUnavailable},
+	{name: "download: empty path", method: "GET", path: "/v1/sessions/abc/files/", status: 400, code: api.CodeBadRequest, contains: `needs field "path"`},
+	{name: "files", method: "GET", path: "/v1/sessions/abc/files", status: 503, code: api.CodeUnavailable},
+	{name: "close", method: "DELETE", path: "/v1/sessions/abc", status: 503, code: api.CodeUnavailable},
+	{name: "sessions", method: "GET", path: "/v1/sessions", status: 503, code: api.CodeUnavailable},
 }
 
 func TestHTTPBadInput(t *testing.T) {
@@ -154,8 +155,8 @@ func TestHTTPBadInput(t *testing.T) {
 			}
 			if tc.code != "" {
 				var r struct {
-					OK    bool   `json:"ok"`
-					Error *Error `json:"error"`
+					OK    bool       `json:"ok"`
+					Error *api.Error `json:"error"`
 				}
 				// A streamed answer is one JSON line too.
 				if err := json.Unmarshal([]byte(body), &r); err != nil {
@@ -166,7 +167,7 @@ func TestHTTPBadInput(t *testing.T) {
 				}
 			}
 			text := body
-			var r Response
+			var r api.Response
 			if json.Unmarshal([]byte(body), &r) == nil && r.Error != nil {
 				text = r.Error.Message
 			}
@@ -255,7 +256,7 @@ func TestHTTPMetricsParse(t *testing.T) {
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["route"] == routeUnknown && labels["code"] == "404" && m.GetCounter().GetValue() == 1 {
+		if labels["route"] == api.RouteUnknown && labels["code"] == "404" && m.GetCounter().GetValue() == 1 {
 			found = true
 		}
 	}
@@ -305,28 +306,28 @@ var routeCases = []struct {
 	want route
 	err  string
 }{
-	{"/healthz", route{name: routeHealthz}, ""},
-	{"/metrics", route{name: routeMetrics}, ""},
-	{"/v1/exec", route{name: routeOneShot}, ""},
-	{"/v1/sessions", route{name: routeSessions}, ""},
-	{"/v1/sessions/ab12", route{name: routeSession, session: "ab12"}, ""},
-	{"/v1/sessions/ab12/exec", route{name: routeExec, session: "ab12"}, ""},
-	{"/v1/sessions/ab12/files", route{name: routeFiles, session: "ab12"}, ""},
-	{"/v1/sessions/ab12/files/a/b.txt", route{name: routeFile, session: "ab12", path: "a/b.txt"}, ""},
-	{"/v1/sessions/ab12/files/a%2Fb%20c.txt", route{name: routeFile, session: "ab12", path: "a/b c.txt"}, ""},
+	{"/healthz", route{name: api.RouteHealthz}, ""},
+	{"/metrics", route{name: api.RouteMetrics}, ""},
+	{"/v1/exec", route{name: api.RouteOneShot}, ""},
+	{"/v1/sessions", route{name: api.RouteSessions}, ""},
+	{"/v1/sessions/ab12", route{name: api.RouteSession, session: "ab12"}, ""},
+	{"/v1/sessions/ab12/exec", route{name: api.RouteExec, session: "ab12"}, ""},
+	{"/v1/sessions/ab12/files", route{name: api.RouteFiles, session: "ab12"}, ""},
+	{"/v1/sessions/ab12/files/a/b.txt", route{name: api.RouteFile, session: "ab12", path: "a/b.txt"}, ""},
+	{"/v1/sessions/ab12/files/a%2Fb%20c.txt", route{name: api.RouteFile, session: "ab12", path: "a/b c.txt"}, ""},
 	// Traversal is passed on as sent; the manager refuses it (tested live).
-	{"/v1/sessions/ab12/files/../../etc/passwd", route{name: routeFile, session: "ab12", path: "../../etc/passwd"}, ""},
-	{"/v1/sessions/ab12/files/%2e%2e/x", route{name: routeFile, session: "ab12", path: "../x"}, ""},
-	{"/v1/sessions/a%2Fb/exec", route{name: routeExec, session: "a/b"}, ""},
-	{"/v1/sessions/ab12/complete", route{name: routeAssist, session: "ab12", op: OpComplete}, ""},
-	{"/v1/sessions/ab12/inspect", route{name: routeAssist, session: "ab12", op: OpInspect}, ""},
-	{"/v1/sessions/ab12/is_complete", route{name: routeAssist, session: "ab12", op: OpIsComplete}, ""},
-	{"/v1/sessions//exec", route{name: routeUnknown}, CodeNotFound},
-	{"/v1/sessions/x/nope", route{name: routeUnknown}, CodeNotFound},
-	{"/v1/exec/x", route{name: routeUnknown}, CodeNotFound},
-	{"/v1/sessions/%zz", route{name: routeUnknown}, CodeBadRequest},
-	{"healthz", route{name: routeUnknown}, CodeNotFound},
-	{"", route{name: routeUnknown}, CodeNotFound},
+	{"/v1/sessions/ab12/files/../../etc/passwd", route{name: api.RouteFile, session: "ab12", path: "../../etc/passwd"}, ""},
+	{"/v1/sessions/ab12/files/%2e%2e/x", route{name: api.RouteFile, session: "ab12", path: "../x"}, ""},
+	{"/v1/sessions/a%2Fb/exec", route{name: api.RouteExec, session: "a/b"}, ""},
+	{"/v1/sessions/ab12/complete", route{name: api.RouteAssist, session: "ab12", op: api.OpComplete}, ""},
+	{"/v1/sessions/ab12/inspect", route{name: api.RouteAssist, session: "ab12", op: api.OpInspect}, ""},
+	{"/v1/sessions/ab12/is_complete", route{name: api.RouteAssist, session: "ab12", op: api.OpIsComplete}, ""},
+	{"/v1/sessions//exec", route{name: api.RouteUnknown}, api.CodeNotFound},
+	{"/v1/sessions/x/nope", route{name: api.RouteUnknown}, api.CodeNotFound},
+	{"/v1/exec/x", route{name: api.RouteUnknown}, api.CodeNotFound},
+	{"/v1/sessions/%zz", route{name: api.RouteUnknown}, api.CodeBadRequest},
+	{"healthz", route{name: api.RouteUnknown}, api.CodeNotFound},
+	{"", route{name: api.RouteUnknown}, api.CodeNotFound},
 }
 
 func TestMatchRoute(t *testing.T) {
@@ -351,15 +352,15 @@ func FuzzMatchRoute(f *testing.F) {
 	f.Fuzz(func(t *testing.T, path string) {
 		rt, err := matchRoute(path)
 		if err != nil {
-			if rt.name != routeUnknown {
+			if rt.name != api.RouteUnknown {
 				t.Fatalf("error %v with route %q", err, rt.name)
 			}
 			return
 		}
-		if _, ok := routeMethods[rt.name]; !ok {
+		if _, ok := api.RouteMethods[rt.name]; !ok {
 			t.Fatalf("route %q has no methods", rt.name)
 		}
-		if rt.name != routeSessions && rt.name != routeOneShot && rt.name != routeHealthz && rt.name != routeMetrics && rt.session == "" {
+		if rt.name != api.RouteSessions && rt.name != api.RouteOneShot && rt.name != api.RouteHealthz && rt.name != api.RouteMetrics && rt.session == "" {
 			t.Fatalf("route %q without a session", rt.name)
 		}
 	})
@@ -371,36 +372,43 @@ func FuzzRoutedRequest(f *testing.F) {
 	for _, tc := range httpCases {
 		f.Add([]byte(tc.body))
 	}
-	for _, tc := range decodeCases {
-		f.Add([]byte(tc.line))
+	// The request decoder's seed corpus (api's decodeCases table is
+	// api's own test data; its corpus files are shared).
+	seeds, _ := filepath.Glob("../testdata/fuzz/FuzzDecodeRequest/*")
+	for _, path := range seeds {
+		line, err := readSeed(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(line)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := routedRequest(body, OpExec, "s1", json.RawMessage("7"))
+		req, err := routedRequest(body, api.OpExec, "s1", json.RawMessage("7"))
 		if req == nil {
 			t.Fatal("nil request")
 		}
 		if err != nil {
-			if err.Code != CodeBadRequest {
+			if err.Code != api.CodeBadRequest {
 				t.Fatalf("code %q, want bad_request", err.Code)
 			}
 			return
 		}
-		if req.Op != OpExec || req.Session != "s1" {
+		if req.Op != api.OpExec || req.Session != "s1" {
 			t.Fatalf("body %q routed to op %q session %q", body, req.Op, req.Session)
 		}
 	})
 }
 
 func TestRoutedRequest(t *testing.T) {
-	req, err := routedRequest([]byte(`{"code":"print(1)","timeout_s":2,"id":"mine"}`), OpExec, "s1", json.RawMessage("7"))
+	req, err := routedRequest([]byte(`{"code":"print(1)","timeout_s":2,"id":"mine"}`), api.OpExec, "s1", json.RawMessage("7"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.Op != OpExec || req.Session != "s1" || req.Code != "print(1)" || req.TimeoutS != 2 || string(req.ID) != `"mine"` {
+	if req.Op != api.OpExec || req.Session != "s1" || req.Code != "print(1)" || req.TimeoutS != 2 || string(req.ID) != `"mine"` {
 		t.Fatalf("routed request %+v", req)
 	}
-	req, err = routedRequest(nil, OpCreate, "", json.RawMessage("8"))
-	if err != nil || req.Op != OpCreate || string(req.ID) != "8" {
+	req, err = routedRequest(nil, api.OpCreate, "", json.RawMessage("8"))
+	if err != nil || req.Op != api.OpCreate || string(req.ID) != "8" {
 		t.Fatalf("empty body: %+v, %v", req, err)
 	}
 }
@@ -416,6 +424,19 @@ func TestAcceptsNDJSON(t *testing.T) {
 	} {
 		if got := acceptsNDJSON(accept); got != want {
 			t.Errorf("acceptsNDJSON(%q) = %v", accept, got)
+		}
+	}
+}
+
+// TestHTTPStatusOfCodes: each wire code answers the HTTP status the
+// document names for it (openapi.json's ErrorResponse).
+func TestHTTPStatusOfCodes(t *testing.T) {
+	for code, want := range map[string]int{
+		api.CodeBadRequest: 400, CodeForbidden: 403, api.CodeNotFound: 404, api.CodeExpired: 410,
+		api.CodeBusy: 409, api.CodeLimit: 429, api.CodeInternal: 500, api.CodeUnavailable: 503,
+	} {
+		if got := httpStatus(&api.Response{Error: &api.Error{Code: code}}); got != want {
+			t.Errorf("%s answers %d, want %d", code, got, want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
 )
@@ -32,7 +33,7 @@ func TestRemote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewHTTPServer(&Dispatcher{Manager: m, Version: "test-remote"}, HTTPOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := NewHTTPServer(&api.Dispatcher{Manager: m, Version: "test-remote"}, HTTPOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	t.Cleanup(func() {
@@ -54,7 +55,7 @@ func TestRemote(t *testing.T) {
 	}
 
 	n := 0
-	do := func(req *Request, emit func(Event)) *Response {
+	do := func(req *api.Request, emit func(api.Event)) *api.Response {
 		t.Helper()
 		n++
 		req.ID = json.RawMessage(`"r` + string(rune('a'+n)) + `"`)
@@ -64,7 +65,7 @@ func TestRemote(t *testing.T) {
 		}
 		return resp
 	}
-	ok := func(req *Request) *Response {
+	ok := func(req *api.Request) *api.Response {
 		t.Helper()
 		resp := do(req, nil)
 		if !resp.OK {
@@ -73,16 +74,16 @@ func TestRemote(t *testing.T) {
 		return resp
 	}
 
-	if resp := ok(&Request{Op: OpPing}); resp.Version != "test-remote" || resp.Isolation == nil {
+	if resp := ok(&api.Request{Op: api.OpPing}); resp.Version != "test-remote" || resp.Isolation == nil {
 		t.Errorf("ping: %+v", resp)
 	}
-	id := ok(&Request{Op: OpCreate}).Info.ID
+	id := ok(&api.Request{Op: api.OpCreate}).Info.ID
 
 	// Streaming: every event before the response, with the caller's id.
 	var mu sync.Mutex
-	var events []Event
-	resp := do(&Request{Op: OpExec, Session: id, Code: "import time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.2)\nx = 7", Stream: true},
-		func(ev Event) { mu.Lock(); events = append(events, ev); mu.Unlock() })
+	var events []api.Event
+	resp := do(&api.Request{Op: api.OpExec, Session: id, Code: "import time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.2)\nx = 7", Stream: true},
+		func(ev api.Event) { mu.Lock(); events = append(events, ev); mu.Unlock() })
 	if !resp.OK || resp.Result.Stdout != "0\n1\n2\n" {
 		t.Fatalf("streamed exec: %+v %+v", resp.Error, resp.Result)
 	}
@@ -97,58 +98,58 @@ func TestRemote(t *testing.T) {
 		t.Errorf("streamed %q", streamed.String())
 	}
 	// Stream asked without anyone to emit to: one plain response.
-	if res := ok(&Request{Op: OpExec, Session: id, Code: "print('s')\nx * 6", Stream: true}).Result; res.Value["text/plain"] != "42" || res.Stdout != "s\n" {
+	if res := ok(&api.Request{Op: api.OpExec, Session: id, Code: "print('s')\nx * 6", Stream: true}).Result; res.Value["text/plain"] != "42" || res.Stdout != "s\n" {
 		t.Errorf("the session kept x: %+v", res)
 	}
-	if res := ok(&Request{Op: OpExec, Code: "print('once')"}).Result; res.Stdout != "once\n" {
+	if res := ok(&api.Request{Op: api.OpExec, Code: "print('once')"}).Result; res.Stdout != "once\n" {
 		t.Errorf("one-shot: %+v", res)
 	}
 
 	// Files: a path with a space and a subdirectory, binary content.
 	data := []byte("a,b\n\x00\xff1,2\n")
-	if resp := ok(&Request{Op: OpUpload, Session: id, Path: "in dir/data 1.csv", Data: data}); resp.Path != "in dir/data 1.csv" || *resp.Size != int64(len(data)) {
+	if resp := ok(&api.Request{Op: api.OpUpload, Session: id, Path: "in dir/data 1.csv", Data: data}); resp.Path != "in dir/data 1.csv" || *resp.Size != int64(len(data)) {
 		t.Errorf("upload: %+v", resp)
 	}
-	dl := ok(&Request{Op: OpDownload, Session: id, Path: "in dir/data 1.csv"})
+	dl := ok(&api.Request{Op: api.OpDownload, Session: id, Path: "in dir/data 1.csv"})
 	sum := sha256.Sum256(data)
 	if string(dl.Data) != string(data) || dl.SHA256 != hex.EncodeToString(sum[:]) || *dl.Size != int64(len(data)) {
 		t.Errorf("download: %q %s", dl.Data, dl.SHA256)
 	}
-	if files := ok(&Request{Op: OpFiles, Session: id}).Files; len(files) != 2 {
+	if files := ok(&api.Request{Op: api.OpFiles, Session: id}).Files; len(files) != 2 {
 		t.Errorf("files: %+v", files)
 	}
-	if list := ok(&Request{Op: OpSessions}).Sessions; len(list) != 1 || list[0].ID != id {
+	if list := ok(&api.Request{Op: api.OpSessions}).Sessions; len(list) != 1 || list[0].ID != id {
 		t.Errorf("sessions: %+v", list)
 	}
 
 	// Errors come back with their codes; a bad request never leaves.
 	for _, tc := range []struct {
-		req  *Request
+		req  *api.Request
 		code string
 	}{
-		{&Request{Op: OpDownload, Session: id, Path: "../etc/passwd"}, CodeBadRequest},
-		{&Request{Op: OpExec, Session: id}, CodeBadRequest},
-		{&Request{Op: OpFailures}, CodeUnavailable},
+		{&api.Request{Op: api.OpDownload, Session: id, Path: "../etc/passwd"}, api.CodeBadRequest},
+		{&api.Request{Op: api.OpExec, Session: id}, api.CodeBadRequest},
+		{&api.Request{Op: api.OpFailures}, api.CodeUnavailable},
 	} {
 		if resp := do(tc.req, nil); resp.OK || resp.Error.Code != tc.code {
 			t.Errorf("%s %s: %+v, want code %s", tc.req.Op, tc.req.Path, resp.Error, tc.code)
 		}
 	}
-	ok(&Request{Op: OpClose, Session: id})
-	if resp := do(&Request{Op: OpExec, Session: id, Code: "1"}, nil); resp.OK || resp.Error.Code != CodeNotFound {
+	ok(&api.Request{Op: api.OpClose, Session: id})
+	if resp := do(&api.Request{Op: api.OpExec, Session: id, Code: "1"}, nil); resp.OK || resp.Error.Code != api.CodeNotFound {
 		t.Errorf("exec in a closed session: %+v", resp.Error)
 	}
 
 	// A Scoped handler closes what was created through it.
 	sc := NewScoped(r)
-	a := sc.Handle(ctx, 0, &Request{ID: json.RawMessage("1"), Op: OpCreate}, nil)
-	b := sc.Handle(ctx, 0, &Request{ID: json.RawMessage("2"), Op: OpCreate}, nil)
+	a := sc.Handle(ctx, 0, &api.Request{ID: json.RawMessage("1"), Op: api.OpCreate}, nil)
+	b := sc.Handle(ctx, 0, &api.Request{ID: json.RawMessage("2"), Op: api.OpCreate}, nil)
 	if !a.OK || !b.OK {
 		t.Fatalf("create: %+v %+v", a.Error, b.Error)
 	}
-	sc.Handle(ctx, 0, &Request{ID: json.RawMessage("3"), Op: OpClose, Session: a.Info.ID}, nil)
+	sc.Handle(ctx, 0, &api.Request{ID: json.RawMessage("3"), Op: api.OpClose, Session: a.Info.ID}, nil)
 	sc.CloseAll(ctx, 0)
-	if list := ok(&Request{Op: OpSessions}).Sessions; len(list) != 0 {
+	if list := ok(&api.Request{Op: api.OpSessions}).Sessions; len(list) != 0 {
 		t.Errorf("sessions left after CloseAll: %+v", list)
 	}
 
@@ -157,7 +158,7 @@ func TestRemote(t *testing.T) {
 	if err := gone.Reachable(ctx, time.Second); err == nil || !strings.Contains(err.Error(), "none.sock") {
 		t.Errorf("Reachable without a service: %v", err)
 	}
-	if resp := gone.Handle(ctx, 0, &Request{ID: json.RawMessage("1"), Op: OpPing}, nil); resp.OK || resp.Error.Code != CodeUnavailable || !strings.Contains(resp.Error.Message, "none.sock") {
+	if resp := gone.Handle(ctx, 0, &api.Request{ID: json.RawMessage("1"), Op: api.OpPing}, nil); resp.OK || resp.Error.Code != api.CodeUnavailable || !strings.Contains(resp.Error.Message, "none.sock") {
 		t.Errorf("ping without a service: %+v", resp.Error)
 	}
 }

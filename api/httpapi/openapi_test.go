@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"bufio"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session/seam"
@@ -43,7 +44,7 @@ type spec struct {
 
 func loadSpec(t *testing.T) *spec {
 	t.Helper()
-	raw, err := jsonschema.UnmarshalJSON(bytes.NewReader(OpenAPI()))
+	raw, err := jsonschema.UnmarshalJSON(bytes.NewReader(api.OpenAPI()))
 	if err != nil {
 		t.Fatalf("openapi.json is not JSON: %v", err)
 	}
@@ -181,11 +182,11 @@ func TestOpenAPIRoutes(t *testing.T) {
 	// The served operations: a route name with each of its methods; the
 	// session ops under one route are told apart by their op.
 	served := map[string]bool{}
-	for name, methods := range routeMethods {
-		if name == routeLife || name == routeAssist {
-			byOp := lifeOps
-			if name == routeAssist {
-				byOp = assistOps
+	for name, methods := range api.RouteMethods {
+		if name == api.RouteLife || name == api.RouteAssist {
+			byOp := api.LifeOps
+			if name == api.RouteAssist {
+				byOp = api.AssistOps
 			}
 			for _, op := range byOp {
 				for _, m := range methods {
@@ -198,14 +199,14 @@ func TestOpenAPIRoutes(t *testing.T) {
 			served[m+" "+name] = true
 		}
 	}
-	for _, m := range mcpMethods {
+	for _, m := range api.MCPMethods {
 		served[m+" mcp"] = true
 	}
 	documented := map[string]string{}
 	for tmpl, item := range s.paths() {
 		path := strings.NewReplacer("{id}", "s1", "{path}", "dir/a.txt").Replace(tmpl)
 		rt, err := matchRoute(path)
-		if path == mcpPath {
+		if path == api.MCPPath {
 			rt, err = route{name: "mcp"}, nil
 		}
 		if err != nil {
@@ -222,7 +223,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 			}
 			k := strings.ToUpper(method) + " " + key
 			if !served[k] {
-				t.Errorf("documented %s %s is not served (route %s answers %v)", strings.ToUpper(method), tmpl, rt.name, routeMethods[rt.name])
+				t.Errorf("documented %s %s is not served (route %s answers %v)", strings.ToUpper(method), tmpl, rt.name, api.RouteMethods[rt.name])
 			}
 			documented[k] = tmpl
 		}
@@ -238,17 +239,17 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}
 	x := s.doc["x-jsonl"].(map[string]any)
 	responses := x["responses"].(map[string]any)
-	for _, op := range ops {
+	for _, op := range api.Ops() {
 		if _, ok := responses[op]; !ok {
 			t.Errorf("op %q has no response schema in x-jsonl", op)
 		}
 	}
-	if len(responses) != len(ops) {
-		t.Errorf("x-jsonl documents %d ops, the transport has %d: %v", len(responses), len(ops), keys(responses))
+	if len(responses) != len(api.Ops()) {
+		t.Errorf("x-jsonl documents %d ops, the transport has %d: %v", len(responses), len(api.Ops()), keys(responses))
 	}
 	reqOps := s.doc["components"].(map[string]any)["schemas"].(map[string]any)["Request"].(map[string]any)["properties"].(map[string]any)["op"].(map[string]any)["enum"]
-	if fmt.Sprint(reqOps) != fmt.Sprint(ops) {
-		t.Errorf("Request.op enum %v, want the ops %v", reqOps, ops)
+	if fmt.Sprint(reqOps) != fmt.Sprint(api.Ops()) {
+		t.Errorf("Request.op enum %v, want the ops %v", reqOps, api.Ops())
 	}
 }
 
@@ -260,12 +261,12 @@ func TestOpenAPIWireFields(t *testing.T) {
 	props := func(name string) map[string]any {
 		return schemas[name].(map[string]any)["properties"].(map[string]any)
 	}
-	for _, f := range jsonFields(Request{}) {
+	for _, f := range jsonFields(api.Request{}) {
 		if _, ok := props("Request")[f]; !ok {
 			t.Errorf("Request field %q is not in the Request schema", f)
 		}
 	}
-	for _, f := range jsonFields(Event{}) {
+	for _, f := range jsonFields(api.Event{}) {
 		if _, ok := props("Event")[f]; !ok {
 			t.Errorf("Event field %q is not in the Event schema", f)
 		}
@@ -279,7 +280,7 @@ func TestOpenAPIWireFields(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range jsonFields(Response{}) {
+	for _, f := range jsonFields(api.Response{}) {
 		if !all[f] {
 			t.Errorf("Response field %q is in no response schema", f)
 		}
@@ -318,7 +319,7 @@ func TestOpenAPIContract(t *testing.T) {
 	p := policy.Default()
 	p.MemoryBytes = 512 << 20
 	m := newTestManager(t, contractCgroupRoot, p)
-	d := &Dispatcher{Manager: m, Version: "contract-test"}
+	d := &api.Dispatcher{Manager: m, Version: "contract-test"}
 	s := loadSpec(t)
 
 	t.Run("http", func(t *testing.T) { contractHTTP(t, s, d) })
@@ -326,7 +327,7 @@ func TestOpenAPIContract(t *testing.T) {
 
 	var missed []string
 	for tmpl, item := range s.paths() {
-		if tmpl == mcpPath {
+		if tmpl == api.MCPPath {
 			continue // MCP's own protocol: test/mcpclient drives it with the official client
 		}
 		for method := range item.(map[string]any) {
@@ -414,7 +415,7 @@ func (h *httpContract) must(want int, method, tmpl, path string, body []byte, hd
 	return b
 }
 
-func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
+func contractHTTP(t *testing.T, s *spec, d *api.Dispatcher) {
 	sock := filepath.Join(testenv.StateDir(t), "c.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -442,7 +443,7 @@ func contractHTTP(t *testing.T, s *spec, d *Dispatcher) {
 	h.must(200, "HEAD", "/readyz", "/readyz", nil, nil)
 	h.must(200, "GET", "/metrics", "/metrics", nil, nil)
 	h.must(200, "HEAD", "/metrics", "/metrics", nil, nil)
-	if b := h.must(200, "GET", "/v1/openapi.json", "/v1/openapi.json", nil, nil); !bytes.Equal(b, OpenAPI()) {
+	if b := h.must(200, "GET", "/v1/openapi.json", "/v1/openapi.json", nil, nil); !bytes.Equal(b, api.OpenAPI()) {
 		t.Errorf("GET /v1/openapi.json is not the embedded document")
 	}
 	h.must(200, "HEAD", "/v1/openapi.json", "/v1/openapi.json", nil, nil)
@@ -624,7 +625,7 @@ func checkDisplayStream(t *testing.T, b []byte) {
 			}
 			continue
 		}
-		if head.Event == EventDisplay {
+		if head.Event == api.EventDisplay {
 			events = append(events, head.Display)
 		}
 	}
@@ -638,7 +639,7 @@ func checkDisplayStream(t *testing.T, b []byte) {
 	}
 }
 
-func contractJSONL(t *testing.T, s *spec, d *Dispatcher) {
+func contractJSONL(t *testing.T, s *spec, d *api.Dispatcher) {
 	c := startJSONL(t, d)
 	x := s.doc["x-jsonl"].(map[string]any)
 	responses := x["responses"].(map[string]any)
@@ -653,7 +654,7 @@ func contractJSONL(t *testing.T, s *spec, d *Dispatcher) {
 		t.Helper()
 		n++
 		line := fmt.Sprintf(`{"id":%d,"op":%q%s}`, n, op, fields)
-		if slices.Contains(ops, op) {
+		if slices.Contains(api.Ops(), op) {
 			s.validate(t, reqPtr, []byte(line), "request "+op)
 		}
 		c.send(line)
@@ -692,7 +693,7 @@ func contractJSONL(t *testing.T, s *spec, d *Dispatcher) {
 	r, events := do("exec", sf+`,"stream":true,"timeout_s":120,"code":`+strconv.Quote(displayCell))
 	var shown []any
 	for _, ev := range events {
-		if ev["event"] == EventDisplay {
+		if ev["event"] == api.EventDisplay {
 			shown = append(shown, ev["display"])
 		}
 	}
@@ -752,7 +753,7 @@ func contractJSONL(t *testing.T, s *spec, d *Dispatcher) {
 	do("close", sf)
 	do("close", sf)
 	do("bogus", "")
-	for _, op := range ops {
+	for _, op := range api.Ops() {
 		if !seen[op] {
 			t.Errorf("op %q was never called", op)
 		}

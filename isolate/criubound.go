@@ -50,7 +50,7 @@ func (h *Host) probeBound() time.Duration {
 // "criu" on PATH is the configured binary, `criu check` passes, and a tiny
 // process is really dumped and restored, each step bounded. A host where
 // dumps hang (the nested-virt hardware breakpoint bug that
-// scripts/criu-patches/0002-no-hw-breakpoints.patch fixes) so answers
+// runtime/criu-patches/0002-no-hw-breakpoints.patch fixes) so answers
 // "unavailable" instead of hanging every checkpoint.
 func (h *Host) CriuCheck() error {
 	h.criu.once.Do(func() {

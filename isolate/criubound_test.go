@@ -23,7 +23,7 @@ func noCriuLeft(t *testing.T) {
 }
 
 // TestCheckpointRestoreHungCriuBounded: a criu that hangs (as dumps did on
-// this host before scripts/criu-patches/0002) costs a checkpoint or a
+// this host before runtime/criu-patches/0002) costs a checkpoint or a
 // restore its bound, not forever: the operation answers ErrTimeout, the
 // criu it started is gone, and a checkpointed sandbox goes on running
 // (thawed, if it was frozen). Before the bound, Checkpoint waited forever.

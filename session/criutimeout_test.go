@@ -14,7 +14,7 @@ import (
 )
 
 // TestHibernateHungCriuBounded: with a criu that hangs (as dumps did on
-// this host before scripts/criu-patches/0002), hibernate, snapshot and
+// this host before runtime/criu-patches/0002), hibernate, snapshot and
 // fork answer unavailable naming the timeout within their bound, the
 // session keeps its kernel and runs cells, and no criu is left. Before
 // the bound, hibernate waited forever with the session held.

@@ -13,7 +13,7 @@ import (
 // profileSmoke is, per Debian package a rootfs profile may ask for, a cell
 // that imports it and makes one real call, and what that cell must print.
 // Every package of a profile must have an entry (the test fails otherwise),
-// so adding a package to scripts/build-rootfs.sh means saying here how to
+// so adding a package to runtime/build-rootfs.sh means saying here how to
 // prove it works in a sandbox.
 var profileSmoke = map[string]struct{ code, want string }{
 	"python3": {`import sys; print(sys.version_info[:2])`, "(3, 11)"},

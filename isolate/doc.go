@@ -10,7 +10,10 @@
 //
 // Mechanisms with a clean seam live in sub-packages that never import
 // isolate: seccomp (the allowlist and reading filters back), criu
-// (driving CRIU, its bounds and images) and network (the egress gateway).
+// (driving CRIU, its bounds and images), network (the egress gateway) and
+// zygote (the zygote's program, the fork plan it is sent, its answers and
+// the id mapper; the Host still starts zygotes and forks, as it still
+// checkpoints a sandbox, because both act on its own sandboxes).
 // internal/ holds what they share below them: the sentinel errors
 // (errdefs, re-exported here), the re-executed line helper (helper) and
 // /proc/PID/stat reading (procfs).

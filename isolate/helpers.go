@@ -4,6 +4,7 @@ import (
 	"os"
 
 	"github.com/jailcell/jailcell/isolate/seccomp"
+	"github.com/jailcell/jailcell/isolate/zygote"
 )
 
 // helperMain runs the helper named by os.Args[1], if any, and exits.
@@ -16,8 +17,8 @@ func helperMain() {
 		os.Exit(seccomp.ReadFiltersMain(os.Args[2:]))
 	case seccomp.DumpArg:
 		os.Exit(seccomp.DumpFilterMain(os.Args[2:]))
-	case zygoteMapperArg:
-		os.Exit(zygoteMapperMain())
+	case zygote.MapperArg:
+		os.Exit(zygote.MapperMain(idsPerSlot))
 	case seccomp.LoadArg:
 		os.Exit(seccomp.LoadFilterMain())
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/jailcell/jailcell/internal/cleanup"
 	"github.com/jailcell/jailcell/isolate/internal/helper"
 	"github.com/jailcell/jailcell/isolate/seccomp"
+	"github.com/jailcell/jailcell/isolate/zygote"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -53,28 +54,6 @@ import (
 // of its own would be inherited by every fork and stacked under the
 // cold start's, and the zygote runs only this package's zygote.py and the
 // preload from the read-only rootfs, never a cell.
-
-//go:embed zygote.py
-var zygoteScript []byte
-
-// zygoteScriptName is its name in the zygote's directory. Not one a
-// Prepare would write: a name no Python package takes.
-const zygoteScriptName = "jailcell-zygote.py"
-
-// interpreterOf is the interpreter and its options at the head of cmd:
-// everything before the first argument that is not an option, or before
-// -c (which takes the program as its own).
-func interpreterOf(cmd []string) []string {
-	for i, a := range cmd {
-		if i == 0 {
-			continue
-		}
-		if a == "-c" || !strings.HasPrefix(a, "-") {
-			return cmd[:i]
-		}
-	}
-	return cmd
-}
 
 // ZygoteSpec describes one zygote.
 type ZygoteSpec struct {
@@ -160,7 +139,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 		return nil, fmt.Errorf("create zygote dir: %w", err)
 	}
 	cl.Add(func() error { return os.RemoveAll(z.dir) })
-	if err := os.WriteFile(filepath.Join(z.dir, zygoteScriptName), zygoteScript, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(z.dir, zygote.ScriptName), zygote.Script, 0o644); err != nil {
 		return nil, fmt.Errorf("write zygote: %w", err)
 	}
 	if spec.Prepare != nil {
@@ -168,7 +147,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 			return nil, err
 		}
 	}
-	interp := interpreterOf(spec.Command)
+	interp := zygote.Interpreter(spec.Command)
 	if len(interp) == 0 || len(interp) == len(spec.Command) {
 		return nil, fmt.Errorf("%w: zygote command %q: want an interpreter, its options and a program", ErrUnsupported, spec.Command)
 	}
@@ -206,7 +185,7 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	defer theirs.Close()
 	cl.Add(ours.Close)
 	proc := &libcontainer.Process{
-		Args: append(append([]string(nil), interp...), filepath.Join(spec.Dir, zygoteScriptName)),
+		Args: append(append([]string(nil), interp...), filepath.Join(spec.Dir, zygote.ScriptName)),
 		Env:  append(append([]string(nil), spec.Env...), "JAILCELL_ZYGOTE="+string(conf)),
 		Cwd:  "/",
 		// Its slot's uid 1 (host UIDBase+slot*65536+1): not the root of
@@ -228,19 +207,19 @@ func (h *Host) StartZygote(spec ZygoteSpec) (_ *Zygote, retErr error) {
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
-	msg, err := recvSeqpacket(z.ctl, timeout)
+	msg, err := zygote.Recv(z.ctl, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("zygote did not start: %w; its log: %s", err, z.logTail())
 	}
 	var ready struct{ Ready bool }
 	if json.Unmarshal(msg, &ready) != nil || !ready.Ready {
-		return nil, fmt.Errorf("zygote said %q at start, want ready", truncate(msg, 200))
+		return nil, fmt.Errorf("zygote said %q at start, want ready", zygote.Truncate(msg, 200))
 	}
 	zpid, err := proc.Pid()
 	if err != nil {
 		return nil, err
 	}
-	if z.mapper, err = startMapper(zpid); err != nil {
+	if z.mapper, err = zygote.StartMapper(zpid); err != nil {
 		return nil, err
 	}
 	go func() {
@@ -374,63 +353,6 @@ func (z *Zygote) logTail() string {
 	z.log.mu.Lock()
 	defer z.log.mu.Unlock()
 	return strings.TrimSpace(z.log.b.String())
-}
-
-// recvSeqpacket reads one message (at most 64 KiB) from f, waiting at most
-// timeout. The zygote and its forks send no descriptors: any that come are
-// closed and the message refused.
-func recvSeqpacket(f *os.File, timeout time.Duration) ([]byte, error) {
-	fd := int(f.Fd())
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	deadline := time.Now().Add(timeout)
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, fmt.Errorf("no answer in %s", timeout)
-		}
-		n, err := unix.Poll(pfd, int(left/time.Millisecond)+1)
-		if err == unix.EINTR || (err == nil && n == 0) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		break
-	}
-	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	if oobn > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err == nil {
-			for _, m := range msgs {
-				if got, err := unix.ParseUnixRights(&m); err == nil {
-					fds = append(fds, got...)
-				}
-			}
-		}
-	}
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(fds) > 0 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return nil, errors.New("message too long, or with descriptors")
-	}
-	if n == 0 {
-		return nil, errors.New("connection closed")
-	}
-	return buf[:n], nil
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "..."
-	}
-	return string(b)
 }
 
 // lockedBuffer is a helper.BoundedBuffer that two writers share (libcontainer

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/isolate/internal/procfs"
+	"github.com/jailcell/jailcell/isolate/zygote"
 )
 
 // Fork builds a sandbox on disk d forked from z. spec must ask for what
@@ -78,7 +79,7 @@ type madeCgroup struct {
 // through its setup. The posture check follows in build.
 func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, log *os.File, waitCgroup func() madeCgroup) (_ *libcontainer.Container, _ *os.Process, retErr error) {
 	cfg := c.Config()
-	plan, trees, err := planOf(&cfg, spec, spec.Args[len(z.spec.Command):])
+	plan, trees, err := zygote.PlanOf(&cfg, spec.Cwd, spec.Env, spec.Args[len(z.spec.Command):])
 	if err != nil {
 		return nil, nil, err
 	}
@@ -134,7 +135,7 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if st, ok := procfs.ReadStat(pid); !ok || st.PPid != os.Getpid() {
 		return nil, nil, fmt.Errorf("zygote answered pid %d, which is not this daemon's child", pid)
 	}
-	if err := mapIDs(z.mapper, pid, d.HostID()-z.h.cfg.UIDBase, zygoteForkTimeout); err != nil {
+	if err := zygote.MapIDs(z.mapper, pid, d.HostID()-z.h.cfg.UIDBase, zygoteForkTimeout); err != nil {
 		return nil, nil, fmt.Errorf("map the ids of forked init: %w", err)
 	}
 	mc := waitCgroup()
@@ -148,14 +149,14 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if _, err := sess.Write([]byte("G")); err != nil {
 		return nil, nil, fmt.Errorf("start forked init: %w", err)
 	}
-	msg, err := recvSeqpacket(sess, zygoteForkTimeout)
+	msg, err := zygote.Recv(sess, zygoteForkTimeout)
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("forked init's setup: %w", err)
 	case len(msg) > 0 && msg[0] == 'E':
-		return nil, nil, fmt.Errorf("forked init's setup failed: %s", truncate(msg[1:], 500))
+		return nil, nil, fmt.Errorf("forked init's setup failed: %s", zygote.Truncate(msg[1:], 500))
 	case string(msg) != "R":
-		return nil, nil, fmt.Errorf("forked init said %q, want ready", truncate(msg, 100))
+		return nil, nil, fmt.Errorf("forked init said %q, want ready", zygote.Truncate(msg, 100))
 	}
 	if err := writeForkState(z.h.containersDir(), id, pid, &cfg, m.GetPaths()); err != nil {
 		return nil, nil, err
@@ -178,7 +179,7 @@ func (z *Zygote) request(req []byte, fds []int) (int, error) {
 		z.broken = err
 		return 0, fmt.Errorf("send fork request: %w", err)
 	}
-	msg, err := recvSeqpacket(z.ctl, zygoteForkTimeout)
+	msg, err := zygote.Recv(z.ctl, zygoteForkTimeout)
 	if err != nil {
 		// The answer may still come: the next request would read it.
 		z.broken = err
@@ -189,8 +190,8 @@ func (z *Zygote) request(req []byte, fds []int) (int, error) {
 		Error string `json:"error"`
 	}
 	if err := json.Unmarshal(msg, &rep); err != nil || (rep.Pid <= 0 && rep.Error == "") {
-		z.broken = fmt.Errorf("answer %q", truncate(msg, 100))
-		return 0, fmt.Errorf("zygote answered %q", truncate(msg, 100))
+		z.broken = fmt.Errorf("answer %q", zygote.Truncate(msg, 100))
+		return 0, fmt.Errorf("zygote answered %q", zygote.Truncate(msg, 100))
 	}
 	if rep.Error != "" {
 		return 0, fmt.Errorf("zygote: %s", rep.Error)

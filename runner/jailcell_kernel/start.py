@@ -104,7 +104,7 @@ def prepare(preload):
     """What the kernel does before it serves that needs no thread, no
     descriptor and no host: the import hooks (before anything they patch
     is imported), the preload and its warm-up. A zygote runs it once
-    before it forks (isolate/zygote.py), so that each fork starts with it
+    before it forks (isolate/zygote/zygote.py), so that each fork starts with it
     done; a kernel whose process did it already skips it."""
     if _State.prepared:
         return

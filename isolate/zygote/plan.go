@@ -1,4 +1,4 @@
-package isolate
+package zygote
 
 import (
 	"fmt"
@@ -8,19 +8,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// forkPlan is what a fork is told to mount, in order (zygote.py _build).
-type forkPlan struct {
-	Root     int         `json:"root"`
-	Mounts   []forkMount `json:"mounts"`
-	Hostname string      `json:"hostname"`
-	Cwd      string      `json:"cwd"`
-	Env      []string    `json:"env"`
-	Args     []string    `json:"args"`
+// Plan is what a fork is told to mount, in order (zygote.py _build).
+type Plan struct {
+	Root     int      `json:"root"`
+	Mounts   []Mount  `json:"mounts"`
+	Hostname string   `json:"hostname"`
+	Cwd      string   `json:"cwd"`
+	Env      []string `json:"env"`
+	Args     []string `json:"args"`
 	// Rlimits are set by the fork on itself: [resource, soft, hard].
 	Rlimits [][3]uint64 `json:"rlimits"`
 }
 
-type forkMount struct {
+// Mount is one step of a Plan: a tree handed over, a file system the
+// fork mounts itself, a symlink, a masked or read-only path.
+type Mount struct {
 	Kind   string `json:"kind"`
 	Dest   string `json:"dest"`
 	Tree   int    `json:"tree,omitempty"`
@@ -66,22 +68,23 @@ func cloneTree(path string, flags int, recursive bool) (int, error) {
 	return fd, nil
 }
 
-// planOf is the fork plan that gives a fork cfg's mounts, and the trees
-// (descriptors) it refers to, the root first.
-func planOf(cfg *configs.Config, spec Spec, args []string) (forkPlan, []int, error) {
+// PlanOf is the fork plan that gives a fork cfg's mounts, its working
+// directory, environment and arguments, and the trees (descriptors) it
+// refers to, the root first.
+func PlanOf(cfg *configs.Config, cwd string, env, args []string) (Plan, []int, error) {
 	var trees []int
-	fail := func(err error) (forkPlan, []int, error) {
+	fail := func(err error) (Plan, []int, error) {
 		for _, fd := range trees {
 			unix.Close(fd)
 		}
-		return forkPlan{}, nil, err
+		return Plan{}, nil, err
 	}
 	root, err := cloneTree(cfg.Rootfs, 0, false)
 	if err != nil {
 		return fail(err)
 	}
 	trees = append(trees, root)
-	plan := forkPlan{Root: 0, Hostname: cfg.Hostname, Cwd: spec.Cwd, Env: spec.Env, Args: args}
+	plan := Plan{Root: 0, Hostname: cfg.Hostname, Cwd: cwd, Env: env, Args: args}
 	for _, r := range cfg.Rlimits {
 		plan.Rlimits = append(plan.Rlimits, [3]uint64{uint64(r.Type), r.Soft, r.Hard})
 	}
@@ -96,10 +99,10 @@ func planOf(cfg *configs.Config, spec Spec, args []string) (forkPlan, []int, err
 			if fi, err := os.Stat(m.Source); err == nil && !fi.IsDir() {
 				is = "file"
 			}
-			plan.Mounts = append(plan.Mounts, forkMount{Kind: "tree", Dest: m.Destination, Tree: len(trees) - 1, Is: is})
+			plan.Mounts = append(plan.Mounts, Mount{Kind: "tree", Dest: m.Destination, Tree: len(trees) - 1, Is: is})
 			continue
 		}
-		plan.Mounts = append(plan.Mounts, forkMount{Kind: "fs", Dest: m.Destination, Source: m.Source,
+		plan.Mounts = append(plan.Mounts, Mount{Kind: "fs", Dest: m.Destination, Source: m.Source,
 			FSType: m.Device, Flags: m.Flags, Data: m.Data})
 		if m.Destination == "/dev" {
 			// libcontainer's /dev in a user namespace: the host's nodes,
@@ -113,19 +116,19 @@ func planOf(cfg *configs.Config, spec Spec, args []string) (forkPlan, []int, err
 					return fail(err)
 				}
 				trees = append(trees, fd)
-				plan.Mounts = append(plan.Mounts, forkMount{Kind: "tree", Dest: d.Path, Tree: len(trees) - 1, Is: "file"})
+				plan.Mounts = append(plan.Mounts, Mount{Kind: "tree", Dest: d.Path, Tree: len(trees) - 1, Is: "file"})
 			}
 			for _, l := range [][2]string{{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
 				{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"}, {"pts/ptmx", "/dev/ptmx"}} {
-				plan.Mounts = append(plan.Mounts, forkMount{Kind: "symlink", Dest: l[1], Target: l[0]})
+				plan.Mounts = append(plan.Mounts, Mount{Kind: "symlink", Dest: l[1], Target: l[0]})
 			}
 		}
 	}
 	for _, p := range cfg.MaskPaths {
-		plan.Mounts = append(plan.Mounts, forkMount{Kind: "mask", Dest: p})
+		plan.Mounts = append(plan.Mounts, Mount{Kind: "mask", Dest: p})
 	}
 	for _, p := range cfg.ReadonlyPaths {
-		plan.Mounts = append(plan.Mounts, forkMount{Kind: "readonly", Dest: p})
+		plan.Mounts = append(plan.Mounts, Mount{Kind: "readonly", Dest: p})
 	}
 	return plan, trees, nil
 }

@@ -1,4 +1,4 @@
-package isolate
+package zygote
 
 /*
 #define _GNU_SOURCE
@@ -9,7 +9,7 @@ package isolate
 #include <string.h>
 #include <unistd.h>
 
-// The id mapper of a zygote's forks (Zygote.mapIDs) must write their
+// The id mapper of a zygote's forks (MapIDs) must write their
 // uid_map and gid_map from the zygote's user namespace, their parent:
 // the kernel takes a map only from the namespace itself or its parent.
 // A Go program cannot join a user namespace once its runtime has started
@@ -42,13 +42,15 @@ import (
 	"github.com/jailcell/jailcell/isolate/internal/helper"
 )
 
-// zygoteMapperArg makes the binary a zygote's id mapper: in the user
+// MapperArg makes the binary a zygote's id mapper: in the user
 // namespace its second argument names (joined before Go starts, above), it
 // reads lines "PID ID" from stdin and writes "0 ID 65536" as the uid and
 // gid map of PID, answering "ok" or "error MESSAGE" for each.
-const zygoteMapperArg = "__jailcell-internal-zygote-mapper"
+const MapperArg = "__jailcell-internal-zygote-mapper"
 
-func zygoteMapperMain() int {
+// MapperMain is the mapper's process: ids is the size of each map (a uid
+// slot's span).
+func MapperMain(ids int) int {
 	out := bufio.NewWriter(os.Stdout)
 	return helper.ServeLines(os.Stdin, out, func(f []string, w io.Writer) int {
 		var err error
@@ -62,7 +64,7 @@ func zygoteMapperMain() int {
 			err = fmt.Errorf("id %q", f[1])
 		}
 		if err == nil {
-			m := []byte(fmt.Sprintf("0 %d %d\n", id, idsPerSlot))
+			m := []byte(fmt.Sprintf("0 %d %d\n", id, ids))
 			for _, name := range []string{"uid_map", "gid_map"} {
 				if err = os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, name), m, 0); err != nil {
 					break
@@ -78,24 +80,24 @@ func zygoteMapperMain() int {
 	})
 }
 
-// startMapper starts the id mapper in the user namespace of pid. It is
+// StartMapper starts the id mapper in the user namespace of pid. It is
 // not restarted: a mapper that failed leaves its zygote unusable (the
 // next create takes another path).
-func startMapper(pid int) (*helper.LineHelper, error) {
-	m := &helper.LineHelper{Name: "zygote's id mapper", Args: []string{zygoteMapperArg, fmt.Sprintf("/proc/%d/ns/user", pid)}}
+func StartMapper(pid int) (*helper.LineHelper, error) {
+	m := &helper.LineHelper{Name: "zygote's id mapper", Args: []string{MapperArg, fmt.Sprintf("/proc/%d/ns/user", pid)}}
 	return m, m.Start()
 }
 
-// mapIDs gives pid's user namespace the uid and gid map 0 -> id (id
+// MapIDs gives pid's user namespace the uid and gid map 0 -> id (id
 // relative to the zygote's namespace) through mapper m, waiting at most
 // timeout.
-func mapIDs(m *helper.LineHelper, pid, id int, timeout time.Duration) error {
+func MapIDs(m *helper.LineHelper, pid, id int, timeout time.Duration) error {
 	lines, err := m.Ask(fmt.Sprintf("%d %d", pid, id), 1, timeout)
 	if err != nil {
 		return err
 	}
 	if len(lines) != 1 || lines[0] != "ok" {
-		return fmt.Errorf("id mapper: %s", truncate([]byte(strings.Join(lines, " ")), 300))
+		return fmt.Errorf("id mapper: %s", Truncate([]byte(strings.Join(lines, " ")), 300))
 	}
 	return nil
 }

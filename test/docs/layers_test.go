@@ -117,3 +117,34 @@ func TestLayersParse(t *testing.T) {
 		t.Fatal("layerOf does not match a package to its listed family")
 	}
 }
+
+// TestEveryPackageHasDocGo: each package says in a doc.go what it is for
+// and what it must never do, where a newcomer looks first.
+func TestEveryPackageHasDocGo(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool on PATH to list the packages: %v", err)
+	}
+	cmd := exec.Command(goTool, "list", "-tags", "seccomp", "-f", "{{.ImportPath}} {{.Dir}}", module+"...")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, dir, _ := strings.Cut(line, " ")
+		n++
+		b, err := os.ReadFile(filepath.Join(dir, "doc.go"))
+		if err != nil {
+			t.Errorf("%s has no doc.go", path)
+			continue
+		}
+		if !strings.Contains(string(b), "// Package ") && !strings.Contains(string(b), "// Command ") {
+			t.Errorf("%s: doc.go has no package comment", path)
+		}
+	}
+	if n < 20 {
+		t.Fatalf("listed only %d packages", n)
+	}
+}

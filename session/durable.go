@@ -65,6 +65,8 @@ type durableHost interface {
 	register(s *Session) error
 	destroy(s *Session) error
 	lifeEnd(s *Session) (time.Duration, time.Time)
+	sessionsWhere(keep func(s *Session) bool) []*Session
+	stopping() <-chan struct{}
 }
 
 // Durability returns the durability part, whose exported methods hibernate,

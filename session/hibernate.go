@@ -243,28 +243,23 @@ func (m *durable) wake(ctx context.Context, s *Session) (string, error) {
 }
 
 // hibernateIdle hibernates the sessions idle for HibernateAfter (janitor).
-func (m *Manager) hibernateIdle(now time.Time) {
+func (m *durable) hibernateIdle(now time.Time) {
 	if m.cfg.HibernateAfter <= 0 || m.host.CriuCheck() != nil {
 		return
 	}
-	m.mu.Lock()
-	var idle []*Session
-	for _, s := range m.sessions {
+	idle := m.mgr.sessionsWhere(func(s *Session) bool {
 		s.mu.Lock()
-		if !s.busy && !s.hibernated && s.k != nil && now.Sub(s.lastUsed) >= m.cfg.HibernateAfter {
-			idle = append(idle, s)
-		}
-		s.mu.Unlock()
-	}
-	m.mu.Unlock()
+		defer s.mu.Unlock()
+		return !s.busy && !s.hibernated && s.k != nil && now.Sub(s.lastUsed) >= m.cfg.HibernateAfter
+	})
 	for _, s := range idle {
-		if m.pastLife(s, now) != nil {
+		if m.mgr.pastLife(s, now) != nil {
 			continue // the janitor ends it: no checkpoint to write and remove
 		}
 		if !s.run.TryLock() {
 			continue
 		}
-		if err := m.dur.hibernate(s); err != nil {
+		if err := m.hibernate(s); err != nil {
 			m.log().Warn("hibernate idle session", "session", s.id, "err", err)
 		}
 		s.run.Unlock()

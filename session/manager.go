@@ -244,6 +244,9 @@ type Manager struct {
 	// dur is the durability part: metadata, hibernation, persisted
 	// workspaces, the shared store, lost records, disk quotas (durable.go).
 	dur durable
+	// env is the environment part: a session's envs in its kernels
+	// (environ.go).
+	env environ
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -317,6 +320,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	m.ws.host = m
 	m.ws.upper = &m.dur
 	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m, kernels: &m.warm, files: &m.ws}
+	m.env = environ{nonce: m.nonce, host: m}
 	if cfg.Store != nil && cfg.Store.Shared() {
 		// Store attack: others write a shared store; unsigned, its records
 		// would name owners, host paths and confinement for this node.
@@ -647,7 +651,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	}
 	defer releaseOwner()
 	if info := m.takePooled(opt, ttl); info != nil {
-		m.setEnvs(info.ID, opt.Envs)
+		m.env.setEnvs(info.ID, opt.Envs)
 		m.dur.savePooledMeta(info)
 		return info, nil
 	}
@@ -658,7 +662,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 			return nil, err
 		}
 		if info := m.takePooled(opt, ttl); info != nil {
-			m.setEnvs(info.ID, opt.Envs)
+			m.env.setEnvs(info.ID, opt.Envs)
 			m.dur.savePooledMeta(info)
 			return info, nil
 		}

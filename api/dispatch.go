@@ -97,11 +97,21 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 // sessionOps are the ops on one session that answer with its info (fork:
 // the new session's).
 var sessionOps = map[string]func(m Sessions, ctx context.Context, owner int, id string) (*seam.Info, error){
-	OpHibernate: Sessions.Hibernate,
-	OpRestore:   Sessions.Restore,
-	OpFork:      Sessions.Fork,
-	OpSnapshot:  Sessions.Snapshot,
-	OpRollback:  Sessions.Rollback,
+	OpHibernate: func(m Sessions, ctx context.Context, owner int, id string) (*seam.Info, error) {
+		return m.Durability().Hibernate(ctx, owner, id)
+	},
+	OpRestore: func(m Sessions, ctx context.Context, owner int, id string) (*seam.Info, error) {
+		return m.Durability().Restore(ctx, owner, id)
+	},
+	OpFork: func(m Sessions, ctx context.Context, owner int, id string) (*seam.Info, error) {
+		return m.Durability().Fork(ctx, owner, id)
+	},
+	OpSnapshot: func(m Sessions, ctx context.Context, owner int, id string) (*seam.Info, error) {
+		return m.Durability().Snapshot(ctx, owner, id)
+	},
+	OpRollback: func(m Sessions, ctx context.Context, owner int, id string) (*seam.Info, error) {
+		return m.Durability().Rollback(ctx, owner, id)
+	},
 }
 
 func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(Event)) (*Response, error) {

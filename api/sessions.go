@@ -28,11 +28,9 @@ type Sessions interface {
 	List(ctx context.Context, owner int) []seam.Info
 	SetTimeout(ctx context.Context, owner int, id string, d time.Duration) (*seam.Info, error)
 	SessionMetrics(ctx context.Context, owner int, id string) (*seam.SessionMetrics, error)
-	Hibernate(ctx context.Context, owner int, id string) (*seam.Info, error)
-	Restore(ctx context.Context, owner int, id string) (*seam.Info, error)
-	Fork(ctx context.Context, owner int, id string) (*seam.Info, error)
-	Snapshot(ctx context.Context, owner int, id string) (*seam.Info, error)
-	Rollback(ctx context.Context, owner int, id string) (*seam.Info, error)
+
+	// Hibernation, forks and snapshots, through session's durability part.
+	Durability() seam.Durability
 
 	// Workspace files, through session's workspace part.
 	Workspace() seam.Workspace

@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -99,7 +98,7 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 	if err != nil {
 		return nil, err
 	}
-	if err := m.syncEnv(ctx, s, k); err != nil {
+	if err := m.env.syncEnv(ctx, s, k); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -174,85 +173,4 @@ func commandCwd(cwd string) (string, error) {
 		return "", fmt.Errorf("cwd %q: %w", cwd, err)
 	}
 	return Workdir + "/" + rel, nil
-}
-
-// syncEnv gives k the session's environment once per kernel (a kernel
-// started, restored or replaced since has its own os.environ).
-func (m *Manager) syncEnv(ctx context.Context, s *Session, k *kernel) error {
-	s.mu.Lock()
-	envs := s.envs
-	s.mu.Unlock()
-	if len(envs) == 0 || k.envSynced {
-		return nil
-	}
-	if err := m.setEnv(ctx, s, k, envs, nil); err != nil {
-		return err
-	}
-	k.envSynced = true
-	return nil
-}
-
-// setEnv edits k's os.environ; a kernel that does not answer is dropped.
-func (m *Manager) setEnv(ctx context.Context, s *Session, k *kernel, set map[string]string, unset []string) error {
-	ectx, cancel := context.WithTimeout(ctx, AssistTimeout)
-	defer cancel()
-	id := m.nonce + "-env-" + strconv.FormatUint(commandSeq.Add(1), 10)
-	if err := k.conn.SetEnv(ectx, id, set, unset); err != nil {
-		m.dropKernel(s, k)
-		return fmt.Errorf("%w: set the environment of session %s: the kernel did not answer, so it was stopped: %v", ErrUnavailable, s.id, err)
-	}
-	return nil
-}
-
-// cellEnv sets a cell's own envs in k before it runs and returns what puts
-// the session's environment back after it: each variable to the session's
-// value, the kernel's base value, or unset.
-func (m *Manager) cellEnv(ctx context.Context, s *Session, k *kernel, envs map[string]string) (restore func(), err error) {
-	if err := m.syncEnv(ctx, s, k); err != nil {
-		return nil, err
-	}
-	if len(envs) == 0 {
-		return func() {}, nil
-	}
-	if err := m.setEnv(ctx, s, k, envs, nil); err != nil {
-		return nil, err
-	}
-	return func() {
-		base := map[string]string{}
-		for _, kv := range kernelEnv(s.policy) {
-			name, val, _ := strings.Cut(kv, "=")
-			base[name] = val
-		}
-		s.mu.Lock()
-		for name, val := range s.envs {
-			base[name] = val
-		}
-		s.mu.Unlock()
-		set, unset := map[string]string{}, []string{}
-		for name := range envs {
-			if v, ok := base[name]; ok {
-				set[name] = v
-			} else {
-				unset = append(unset, name)
-			}
-		}
-		s.mu.Lock()
-		live := s.k == k
-		s.mu.Unlock()
-		if live {
-			_ = m.setEnv(context.WithoutCancel(ctx), s, k, set, unset)
-		}
-	}, nil
-}
-
-// setEnvs gives a session just taken from the pool its create's envs.
-func (m *Manager) setEnvs(id string, envs map[string]string) {
-	if len(envs) == 0 {
-		return
-	}
-	if s, err := m.get(0, id); err == nil {
-		s.mu.Lock()
-		s.envs = maps.Clone(envs)
-		s.mu.Unlock()
-	}
 }

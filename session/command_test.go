@@ -235,10 +235,10 @@ func TestCommandSurvivesHibernate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Hibernate(ctx, 1000, id); err != nil {
+	if _, err := m.Durability().Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("Hibernate with a background command: %v", err)
 	}
-	if _, err := m.Restore(ctx, 1000, id); err != nil {
+	if _, err := m.Durability().Restore(ctx, 1000, id); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
 	r2, err := m.Command(ctx, 1000, id, CommandRequest{Action: CommandWait, Job: bg.Job, Timeout: 200 * time.Millisecond})

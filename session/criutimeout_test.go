@@ -24,7 +24,7 @@ func TestHibernateHungCriuBounded(t *testing.T) {
 	const bound = 5 * time.Second
 	e := newEnvHost(t, func(c *isolate.Config) { c.Criu, c.CriuTimeout = criu, bound }, nil)
 	ctx := context.Background()
-	if err := e.m.HibernationAvailable(); err != nil {
+	if err := e.m.Durability().HibernationAvailable(); err != nil {
 		t.Fatalf("criu through the wrapper: %v", err)
 	}
 	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
@@ -45,9 +45,9 @@ func TestHibernateHungCriuBounded(t *testing.T) {
 		name string
 		do   func() error
 	}{
-		{"hibernate", func() error { _, err := e.m.Hibernate(ctx, 1000, info.ID); return err }},
-		{"snapshot", func() error { _, err := e.m.Snapshot(ctx, 1000, info.ID); return err }},
-		{"fork", func() error { _, err := e.m.Fork(ctx, 1000, info.ID); return err }},
+		{"hibernate", func() error { _, err := e.m.Durability().Hibernate(ctx, 1000, info.ID); return err }},
+		{"snapshot", func() error { _, err := e.m.Durability().Snapshot(ctx, 1000, info.ID); return err }},
+		{"fork", func() error { _, err := e.m.Durability().Fork(ctx, 1000, info.ID); return err }},
 	} {
 		start := time.Now()
 		err := op.do()

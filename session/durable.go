@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session/seam"
 	"github.com/jailcell/jailcell/store"
 )
 
@@ -57,6 +59,21 @@ type durableHost interface {
 	ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 	dropKernel(s *Session, k *kernel)
 	exec(ctx context.Context, s *Session, req ExecRequest) (*Result, error)
+	claim(ctx context.Context, owner int, id string) (*Session, error)
+	infoOf(s *Session) Info
+	newSession(owner int, p policy.Policy) (*Session, error)
+	register(s *Session) error
+	destroy(s *Session) error
+	lifeEnd(s *Session) (time.Duration, time.Time)
+	sessionsWhere(keep func(s *Session) bool) []*Session
+	stopping() <-chan struct{}
 }
+
+// Durability returns the durability part, whose exported methods hibernate,
+// restore, fork, snapshot and roll back one session (hibernate.go, fork.go,
+// snapshot.go), as the API names it (seam.Durability).
+func (m *Manager) Durability() seam.Durability { return &m.dur }
+
+var _ seam.Durability = (*durable)(nil)
 
 func (m *durable) log() *slog.Logger { return m.cfg.Logger }

@@ -613,28 +613,28 @@ print(x, get("http://pypi.test:8080/blob"), get("http://192.0.2.20:8080/blob"))`
 	// An open connection is not carried: the dump refuses it, says so, and
 	// the session goes on with its network.
 	e.exec(t, info.ID, "import socket\nconn = socket.create_connection(('pypi.test', 8080), timeout=5)", 0)
-	if _, err := e.m.Hibernate(context.Background(), 0, info.ID); err == nil || !errors.Is(err, ErrUnavailable) {
+	if _, err := e.m.Durability().Hibernate(context.Background(), 0, info.ID); err == nil || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Hibernate with an open TCP connection: %v, want unavailable", err)
 	}
 	check(info.ID, "after a refused hibernation", 1)
 	e.exec(t, info.ID, "conn.close()", 0)
-	if _, err := e.m.Hibernate(context.Background(), 0, info.ID); err != nil {
+	if _, err := e.m.Durability().Hibernate(context.Background(), 0, info.ID); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	check(info.ID, "after hibernate and restore", 1)
 	e.exec(t, info.ID, "x = 2", 0)
-	if _, err := e.m.Snapshot(ctx, 0, info.ID); err != nil {
+	if _, err := e.m.Durability().Snapshot(ctx, 0, info.ID); err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
 	check(info.ID, "the parent after its snapshot", 2)
-	fi, err := e.m.Fork(ctx, 0, info.ID)
+	fi, err := e.m.Durability().Fork(ctx, 0, info.ID)
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}
 	check(fi.ID, "the fork", 2)
 	check(info.ID, "the parent after the fork", 2)
 	e.exec(t, info.ID, "x = 3", 0)
-	if _, err := e.m.Rollback(ctx, 0, info.ID); err != nil {
+	if _, err := e.m.Durability().Rollback(ctx, 0, info.ID); err != nil {
 		t.Fatalf("Rollback: %v", err)
 	}
 	check(info.ID, "after rollback", 2)

@@ -27,42 +27,42 @@ const forkImagesName = "fork-images"
 // Fork copies session id into a new session of the same owner, policy and
 // idle TTL, and returns it. A hibernated parent is restored first. A
 // persisted parent's fork is not persisted (both would write one store).
-func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error) {
+func (m *durable) Fork(ctx context.Context, owner int, id string) (*Info, error) {
 	if err := m.host.CriuCheck(); err != nil {
 		return nil, fmt.Errorf("%w: fork needs checkpoint/restore: %v", ErrUnavailable, err)
 	}
-	parent, err := m.claim(ctx, owner, id)
+	parent, err := m.mgr.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
 	defer parent.run.Unlock()
-	if lost, err := m.dur.wake(ctx, parent); err != nil {
+	if lost, err := m.wake(ctx, parent); err != nil {
 		return nil, err
 	} else if lost != "" {
 		return nil, fmt.Errorf("%w: session %s: %s", ErrUnavailable, id, lost)
 	}
-	pk, err := m.ensureKernel(ctx, parent)
+	pk, err := m.mgr.ensureKernel(ctx, parent)
 	if err != nil {
 		return nil, err
 	}
-	releaseOwner, err := m.reserveOwner(parent.owner)
+	releaseOwner, err := m.mgr.reserveOwner(parent.owner)
 	if err != nil {
 		return nil, err
 	}
 	defer releaseOwner()
-	if err := m.reserve(); err != nil {
+	if err := m.mgr.reserve(); err != nil {
 		return nil, err
 	}
-	defer m.unreserve()
+	defer m.mgr.unreserve()
 	start := time.Now()
-	child, err := m.newSession(parent.owner, parent.policy)
+	child, err := m.mgr.newSession(parent.owner, parent.policy)
 	if err != nil {
 		return nil, err
 	}
 	ok := false
 	defer func() {
 		if !ok {
-			_ = m.destroy(child)
+			_ = m.mgr.destroy(child)
 		}
 	}()
 	parent.mu.Lock()
@@ -70,7 +70,7 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	parent.mu.Unlock()
 	// A fork is a copy of the parent's state, so it ends when the parent
 	// would: a fork must not renew a lifetime.
-	_, end := m.lifeEnd(parent)
+	_, end := m.mgr.lifeEnd(parent)
 	parent.mu.Lock()
 	child.maxLife = max(time.Until(end), time.Nanosecond)
 	child.info = Info{Policy: parent.info.Policy, Installed: parent.info.Installed, ForkedFrom: parent.id}
@@ -78,37 +78,37 @@ func (m *Manager) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	parent.mu.Unlock()
 
 	images := filepath.Join(child.dir, forkImagesName)
-	if err := m.dur.reserveImages(parent, images); err != nil {
+	if err := m.reserveImages(parent, images); err != nil {
 		return nil, err
 	}
 	defer func() {
 		_ = os.RemoveAll(images)
-		m.dur.stateQuota.release(images)
+		m.stateQuota.release(images)
 	}()
 	// The copy lands on the child's tmpfs, which bounds it too; holes are
 	// kept, so what fit on the parent's disk fits on the child's.
 	copyFiles := func() error {
 		return copyLimit(parent, "fork", parent.disk.CopyUpper(child.disk, &isolate.ByteCap{Max: child.policy.DiskBytes}))
 	}
-	if err := m.dur.checkpointCopy(parent, pk, images, copyFiles); err != nil {
+	if err := m.checkpointCopy(parent, pk, images, copyFiles); err != nil {
 		return nil, err
 	}
-	if err := m.dur.settleImages(parent, images); err != nil {
+	if err := m.settleImages(parent, images); err != nil {
 		return nil, err
 	}
-	k, err := m.warm.restoreKernel(ctx, child, images)
+	k, err := m.kernels.restoreKernel(ctx, child, images)
 	if err != nil {
 		return nil, hostErr(ErrUnavailable, fmt.Errorf("restore fork of %s: %w", id, err))
 	}
 	child.mu.Lock()
 	child.k = k
 	child.mu.Unlock()
-	if err := m.register(child); err != nil {
+	if err := m.mgr.register(child); err != nil {
 		return nil, err
 	}
 	ok = true
 	m.log().Info("session forked", "session", child.id, "parent", parent.id, "fork_ms", time.Since(start).Milliseconds())
-	info := m.infoOf(child)
+	info := m.mgr.infoOf(child)
 	return &info, nil
 }
 

@@ -33,20 +33,20 @@ const (
 
 // HibernationAvailable says whether this host can hibernate sessions (and
 // snapshot and fork them), or why not. The host probes once.
-func (m *Manager) HibernationAvailable() error { return m.host.CriuCheck() }
+func (m *durable) HibernationAvailable() error { return m.host.CriuCheck() }
 
 // Hibernate checkpoints session id now and releases its memory. A session
 // already hibernated is left as it is.
-func (m *Manager) Hibernate(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.claim(ctx, owner, id)
+func (m *durable) Hibernate(ctx context.Context, owner int, id string) (*Info, error) {
+	s, err := m.mgr.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
 	defer s.run.Unlock()
-	if err := m.dur.hibernate(s); err != nil {
+	if err := m.hibernate(s); err != nil {
 		return nil, err
 	}
-	info := m.infoOf(s)
+	info := m.mgr.infoOf(s)
 	return &info, nil
 }
 
@@ -173,20 +173,20 @@ func (m *durable) reconnect(s *Session, k *kernel) error {
 // Restore brings a hibernated session back now (the next cell would do it
 // anyway). A failed restore starts a fresh kernel on the same files and
 // says so.
-func (m *Manager) Restore(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.claim(ctx, owner, id)
+func (m *durable) Restore(ctx context.Context, owner int, id string) (*Info, error) {
+	s, err := m.mgr.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
 	defer s.run.Unlock()
-	lost, err := m.dur.wake(ctx, s)
+	lost, err := m.wake(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.ensureKernel(ctx, s); err != nil {
+	if _, err := m.mgr.ensureKernel(ctx, s); err != nil {
 		return nil, err
 	}
-	info := m.infoOf(s)
+	info := m.mgr.infoOf(s)
 	if lost != "" {
 		info.State = StateLost
 	}
@@ -243,28 +243,23 @@ func (m *durable) wake(ctx context.Context, s *Session) (string, error) {
 }
 
 // hibernateIdle hibernates the sessions idle for HibernateAfter (janitor).
-func (m *Manager) hibernateIdle(now time.Time) {
+func (m *durable) hibernateIdle(now time.Time) {
 	if m.cfg.HibernateAfter <= 0 || m.host.CriuCheck() != nil {
 		return
 	}
-	m.mu.Lock()
-	var idle []*Session
-	for _, s := range m.sessions {
+	idle := m.mgr.sessionsWhere(func(s *Session) bool {
 		s.mu.Lock()
-		if !s.busy && !s.hibernated && s.k != nil && now.Sub(s.lastUsed) >= m.cfg.HibernateAfter {
-			idle = append(idle, s)
-		}
-		s.mu.Unlock()
-	}
-	m.mu.Unlock()
+		defer s.mu.Unlock()
+		return !s.busy && !s.hibernated && s.k != nil && now.Sub(s.lastUsed) >= m.cfg.HibernateAfter
+	})
 	for _, s := range idle {
-		if m.pastLife(s, now) != nil {
+		if m.mgr.pastLife(s, now) != nil {
 			continue // the janitor ends it: no checkpoint to write and remove
 		}
 		if !s.run.TryLock() {
 			continue
 		}
-		if err := m.dur.hibernate(s); err != nil {
+		if err := m.hibernate(s); err != nil {
 			m.log().Warn("hibernate idle session", "session", s.id, "err", err)
 		}
 		s.run.Unlock()

@@ -81,7 +81,7 @@ func TestHibernateSurvivesRestart(t *testing.T) {
 		t.Fatalf("a live numpy+pandas session charged %+v", ls)
 	}
 	start := time.Now()
-	hi, err := m1.Hibernate(context.Background(), 1000, id)
+	hi, err := m1.Durability().Hibernate(context.Background(), 1000, id)
 	if err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
@@ -129,13 +129,13 @@ func TestHibernateRestoreP50(t *testing.T) {
 	const rounds = 5
 	for i := 0; i < rounds; i++ {
 		start := time.Now()
-		if _, err := m.Hibernate(context.Background(), 1000, id); err != nil {
+		if _, err := m.Durability().Hibernate(context.Background(), 1000, id); err != nil {
 			t.Fatalf("Hibernate: %v", err)
 		}
 		dumps = append(dumps, time.Since(start))
 		image = dirBytes(filepath.Join(r.state, "sessions", "sessions", id, imagesName))
 		start = time.Now()
-		ri, err := m.Restore(ctx, 1000, id)
+		ri, err := m.Durability().Restore(ctx, 1000, id)
 		if err != nil || ri.State != "ready" {
 			t.Fatalf("Restore: %v %+v", err, ri)
 		}
@@ -160,7 +160,7 @@ func TestHibernateCorruptImageIsLost(t *testing.T) {
 	ctx := context.Background()
 	m, id := criuDaemon(t, r, nil, "x = 42\nopen('keep.txt', 'w').write('kept')")
 	defer m.Shutdown(ctx)
-	if _, err := m.Hibernate(context.Background(), 1000, id); err != nil {
+	if _, err := m.Durability().Hibernate(context.Background(), 1000, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	images := filepath.Join(r.state, "sessions", "sessions", id, imagesName)
@@ -222,7 +222,7 @@ func TestHibernateSurvivesReboot(t *testing.T) {
 	r := newRestartable(t)
 	ctx := context.Background()
 	m1, id := criuDaemon(t, r, nil, hibernateState+"\nimport os; os.makedirs('d/e'); open('d/e/deep.txt', 'w').write('deep')\nos.symlink('d/e/deep.txt', 'link')")
-	if _, err := m1.Hibernate(context.Background(), 1000, id); err != nil {
+	if _, err := m1.Durability().Hibernate(context.Background(), 1000, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	// A file uploaded while hibernated is in the saved copy too.
@@ -282,10 +282,10 @@ func TestForkDiverges(t *testing.T) {
 	defer m.Shutdown(ctx)
 	// A hibernated parent is woken first; its restored sandbox is then
 	// frozen while its files are copied.
-	if _, err := m.Hibernate(context.Background(), 1000, parent); err != nil {
+	if _, err := m.Durability().Hibernate(context.Background(), 1000, parent); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
-	fi, err := m.Fork(ctx, 1000, parent)
+	fi, err := m.Durability().Fork(ctx, 1000, parent)
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}
@@ -293,7 +293,7 @@ func TestForkDiverges(t *testing.T) {
 	if child == parent || fi.ForkedFrom != parent || fi.State != "ready" {
 		t.Fatalf("fork info %+v", fi)
 	}
-	if _, err := m.Fork(ctx, 1001, parent); err == nil {
+	if _, err := m.Durability().Fork(ctx, 1001, parent); err == nil {
 		t.Fatal("another owner forked the session")
 	}
 	// The fork has everything, then changes it.
@@ -344,7 +344,7 @@ func TestSnapshotRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := info.ID
-	if _, err := m.Rollback(ctx, 1000, id); !errors.Is(err, ErrNotFound) {
+	if _, err := m.Durability().Rollback(ctx, 1000, id); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("rollback without a snapshot: %v", err)
 	}
 	if res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: "x = 1\nopen('a.txt', 'w').write('one')\nf = open('log.txt', 'w'); f.write('s'); f.flush()"}); err != nil || res.Status != StatusOK {
@@ -359,7 +359,7 @@ func TestSnapshotRollback(t *testing.T) {
 	}
 	check := "import os\nf.write('+'); f.flush()\nprint(x, open('a.txt').read(), os.path.exists('b.txt'), open('log.txt').read())"
 	for round := 0; round < 2; round++ {
-		ri, err := m.Rollback(ctx, 1000, id)
+		ri, err := m.Durability().Rollback(ctx, 1000, id)
 		if err != nil || ri.State != "ready" {
 			t.Fatalf("Rollback %d: %v %+v", round, err, ri)
 		}
@@ -398,7 +398,7 @@ def writer():
 threading.Thread(target=writer, daemon=True).start()`)
 	defer m.Shutdown(ctx)
 	for i := 0; i < 3; i++ {
-		fi, err := m.Fork(ctx, 1000, id)
+		fi, err := m.Durability().Fork(ctx, 1000, id)
 		if err != nil {
 			t.Fatalf("fork %d of a session with a background writer: %v", i, err)
 		}
@@ -410,10 +410,10 @@ threading.Thread(target=writer, daemon=True).start()`)
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.Snapshot(ctx, 1000, id); err != nil {
+	if _, err := m.Durability().Snapshot(ctx, 1000, id); err != nil {
 		t.Fatalf("snapshot of a session with a background writer: %v", err)
 	}
-	if _, err := m.Rollback(ctx, 1000, id); err != nil {
+	if _, err := m.Durability().Rollback(ctx, 1000, id); err != nil {
 		t.Fatalf("rollback: %v", err)
 	}
 }
@@ -426,7 +426,7 @@ func TestHibernatedSessionsDoNotCountTowardMax(t *testing.T) {
 	ctx := context.Background()
 	m, a := criuDaemon(t, r, func(c *Config) { c.MaxSessions = 2; c.MaxHibernated = 1 }, "x = 'a'")
 	defer m.Shutdown(ctx)
-	if _, err := m.Hibernate(context.Background(), 1000, a); err != nil {
+	if _, err := m.Durability().Hibernate(context.Background(), 1000, a); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	var live []string
@@ -448,7 +448,7 @@ func TestHibernatedSessionsDoNotCountTowardMax(t *testing.T) {
 		t.Fatalf("sessions: %+v", ls)
 	}
 	// The hibernated cap: one already.
-	if _, err := m.Hibernate(context.Background(), 1000, live[0]); !errors.Is(err, ErrLimit) {
+	if _, err := m.Durability().Hibernate(context.Background(), 1000, live[0]); !errors.Is(err, ErrLimit) {
 		t.Fatalf("a second hibernated session (cap 1): %v", err)
 	}
 	if err := m.Close(context.Background(), 1000, live[1]); err != nil {

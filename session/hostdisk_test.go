@@ -110,12 +110,12 @@ func TestHostileSparseFilesSnapshot(t *testing.T) {
 	requiresCriu(t)
 	e := sparseEnv(t, nil)
 	id := sparseSession(t, e, "")
-	if _, err := e.m.Snapshot(context.Background(), 0, id); err != nil {
+	if _, err := e.m.Durability().Snapshot(context.Background(), 0, id); err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
 	wantSmall(t, "the snapshot's files", filepath.Join(sessionDir(t, e.m, id), snapshotName, savedName))
 	e.exec(t, id, "import os\nfor i in range(32): os.remove(f'sparse{i}')", 0)
-	if _, err := e.m.Rollback(context.Background(), 0, id); err != nil {
+	if _, err := e.m.Durability().Rollback(context.Background(), 0, id); err != nil {
 		t.Fatalf("Rollback: %v", err)
 	}
 	if res := e.exec(t, id, sparseCheck, 60*time.Second); res.Stdout != "intact\n" {
@@ -129,7 +129,7 @@ func TestHostileSparseFilesHibernate(t *testing.T) {
 	requiresCriu(t)
 	e := sparseEnv(t, nil)
 	id := sparseSession(t, e, "")
-	if _, err := e.m.Hibernate(context.Background(), 0, id); err != nil {
+	if _, err := e.m.Durability().Hibernate(context.Background(), 0, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	wantSmall(t, "the hibernated session's files", filepath.Join(sessionDir(t, e.m, id), savedName))
@@ -155,7 +155,7 @@ func TestStateQuotaRefusesSnapshot(t *testing.T) {
 	if res := e.exec(t, id, "open('dense', 'wb').write(b'x' * (12 << 20))", 0); res.Status != StatusOK {
 		t.Fatalf("cell: %+v", res)
 	}
-	_, err := e.m.Snapshot(context.Background(), 0, id)
+	_, err := e.m.Durability().Snapshot(context.Background(), 0, id)
 	if !errors.Is(err, ErrStateQuota) || !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "state_quota_bytes") {
 		t.Fatalf("snapshot over the state quota: %v, want ErrStateQuota naming state_quota_bytes", err)
 	}
@@ -168,7 +168,7 @@ func TestStateQuotaRefusesSnapshot(t *testing.T) {
 	}
 	// Too small for the images at all.
 	e.m.dur.stateQuota.limit = reserve - 1
-	if _, err := e.m.Snapshot(context.Background(), 0, id); !errors.Is(err, ErrStateQuota) || !strings.Contains(err.Error(), "state_quota_bytes") {
+	if _, err := e.m.Durability().Snapshot(context.Background(), 0, id); !errors.Is(err, ErrStateQuota) || !strings.Contains(err.Error(), "state_quota_bytes") {
 		t.Fatalf("snapshot with no room for its images: %v", err)
 	}
 	// The session goes on.

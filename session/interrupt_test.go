@@ -137,7 +137,7 @@ func TestExecutionCountSurvivesHibernate(t *testing.T) {
 	ctx := context.Background()
 	m, id := criuDaemon(t, r, nil, "x = 1")
 	defer m.Shutdown(ctx)
-	if _, err := m.Hibernate(ctx, 1000, id); err != nil {
+	if _, err := m.Durability().Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: "x"})

@@ -174,7 +174,7 @@ func TestHostileLifetimeHibernatedNeverWakes(t *testing.T) {
 	}
 	// A fork copies the state, not a new lifetime: it ends when its
 	// parent would.
-	child, err := m1.Fork(ctx, 1000, id)
+	child, err := m1.Durability().Fork(ctx, 1000, id)
 	if err != nil {
 		t.Fatalf("fork: %v", err)
 	}
@@ -184,7 +184,7 @@ func TestHostileLifetimeHibernatedNeverWakes(t *testing.T) {
 	if err := m1.Close(ctx, 1000, child.ID); err != nil {
 		t.Fatal(err)
 	}
-	hi, err := m1.Hibernate(ctx, 1000, id)
+	hi, err := m1.Durability().Hibernate(ctx, 1000, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestHostileLifetimeHibernatedNeverWakes(t *testing.T) {
 		t.Fatalf("a hibernated session past its lifetime woke: %+v", res)
 	}
 	wantExpired(t, "a cell", err, life)
-	_, err = m1.Restore(ctx, 1000, id)
+	_, err = m1.Durability().Restore(ctx, 1000, id)
 	wantExpired(t, "restore", err, life)
 	s, err := m1.get(1000, id)
 	if err != nil {
@@ -248,7 +248,7 @@ func TestHostileLifetimeStoredNotRestored(t *testing.T) {
 	if res, err := mA.Exec(ctx, 1000, id, ExecRequest{Code: "x = 42"}); err != nil || res.Status != StatusOK {
 		t.Fatalf("first cell: %v %+v", err, res)
 	}
-	if _, err := mA.Hibernate(ctx, 1000, id); err != nil {
+	if _, err := mA.Durability().Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("hibernate into the store: %v", err)
 	}
 	lease := filepath.Join(fx.dir, leaseKey(id))

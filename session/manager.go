@@ -244,6 +244,9 @@ type Manager struct {
 	// dur is the durability part: metadata, hibernation, persisted
 	// workspaces, the shared store, lost records, disk quotas (durable.go).
 	dur durable
+	// env is the environment part: a session's envs in its kernels
+	// (environ.go).
+	env environ
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -317,6 +320,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	m.ws.host = m
 	m.ws.upper = &m.dur
 	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m, kernels: &m.warm, files: &m.ws}
+	m.env = environ{nonce: m.nonce, host: m}
 	if cfg.Store != nil && cfg.Store.Shared() {
 		// Store attack: others write a shared store; unsigned, its records
 		// would name owners, host paths and confinement for this node.
@@ -343,7 +347,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	if err := m.saveLost(); err != nil {
 		cfg.Logger.Warn("lost sessions not recorded: after the next restart their ids answer not_found", "err", err)
 	}
-	m.chargeAdopted()
+	m.dur.chargeAdopted()
 	m.warm.stateQuota = m.dur.stateQuota
 	m.warm.initZygotes()
 	m.warm.initTemplates()
@@ -444,6 +448,23 @@ func (m *Manager) hibernatedCount() int {
 	defer m.mu.Unlock()
 	return len(m.sessions) - m.liveLocked()
 }
+
+// sessionsWhere lists the sessions in the table for which keep says so;
+// keep runs under m.mu.
+func (m *Manager) sessionsWhere(keep func(s *Session) bool) []*Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Session
+	for _, s := range m.sessions {
+		if keep(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// stopping is closed when Shutdown begins.
+func (m *Manager) stopping() <-chan struct{} { return m.stop }
 
 func (m *Manager) unreserve() {
 	m.mu.Lock()
@@ -630,7 +651,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	}
 	defer releaseOwner()
 	if info := m.takePooled(opt, ttl); info != nil {
-		m.setEnvs(info.ID, opt.Envs)
+		m.env.setEnvs(info.ID, opt.Envs)
 		m.dur.savePooledMeta(info)
 		return info, nil
 	}
@@ -641,7 +662,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 			return nil, err
 		}
 		if info := m.takePooled(opt, ttl); info != nil {
-			m.setEnvs(info.ID, opt.Envs)
+			m.env.setEnvs(info.ID, opt.Envs)
 			m.dur.savePooledMeta(info)
 			return info, nil
 		}
@@ -1096,7 +1117,7 @@ func (m *Manager) janitor() {
 		case <-t.C:
 		}
 		now := time.Now()
-		m.hibernateIdle(now)
+		m.dur.hibernateIdle(now)
 		if m.dur.shared() && now.Sub(lastSweep) >= m.cfg.StoreSweepInterval {
 			select {
 			case sweeping <- struct{}{}: // one sweep at a time
@@ -1105,7 +1126,7 @@ func (m *Manager) janitor() {
 				go func() {
 					defer ending.Done()
 					defer func() { <-sweeping }()
-					m.sweepStoreOnce(now)
+					m.dur.sweepStoreOnce(now)
 				}()
 			default:
 			}
@@ -1157,30 +1178,6 @@ func (m *Manager) janitor() {
 		}
 	}
 }
-
-// sweepStoreOnce is one janitor's sweep of the shared store, bounded by
-// storeSweepTimeout and cut short by Shutdown.
-func (m *Manager) sweepStoreOnce(now time.Time) {
-	ctx, cancel := context.WithTimeout(context.Background(), storeSweepTimeout)
-	defer cancel()
-	go func() {
-		select {
-		case <-m.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	ids, err := m.dur.sweepStored(ctx, now)
-	if err != nil {
-		m.log().Warn("sweep the store", "err", err)
-	}
-	for range ids {
-		m.metrics.expired()
-	}
-}
-
-// storeSweepTimeout bounds one sweep of the shared store.
-const storeSweepTimeout = 5 * time.Minute
 
 // Shutdown stops taking work, waits for running cells until ctx is done,
 // then destroys every session.

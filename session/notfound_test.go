@@ -44,7 +44,7 @@ func TestNotFoundNamesWhatIsMissing(t *testing.T) {
 		t.Errorf("a missing file reads as a missing session: %v", err)
 	}
 
-	_, err = e.m.Rollback(ctx, 0, id)
+	_, err = e.m.Durability().Rollback(ctx, 0, id)
 	check("rollback without a snapshot", err, "session "+id, "no snapshot")
 
 	// A session never created: every op names its id.
@@ -54,11 +54,11 @@ func TestNotFoundNamesWhatIsMissing(t *testing.T) {
 		"upload to a missing session":     func() error { _, err := e.m.Workspace().Upload(ctx, 0, ghost, "a.txt", []byte("x")); return err },
 		"files of a missing session":      func() error { _, err := e.m.Workspace().Files(ctx, 0, ghost); return err },
 		"close of a missing session":      func() error { return e.m.Close(ctx, 0, ghost) },
-		"hibernate of a missing session":  func() error { _, err := e.m.Hibernate(ctx, 0, ghost); return err },
-		"restore of a missing session":    func() error { _, err := e.m.Restore(ctx, 0, ghost); return err },
-		"fork of a missing session":       func() error { _, err := e.m.Fork(ctx, 0, ghost); return err },
-		"snapshot of a missing session":   func() error { _, err := e.m.Snapshot(ctx, 0, ghost); return err },
-		"rollback of a missing session":   func() error { _, err := e.m.Rollback(ctx, 0, ghost); return err },
+		"hibernate of a missing session":  func() error { _, err := e.m.Durability().Hibernate(ctx, 0, ghost); return err },
+		"restore of a missing session":    func() error { _, err := e.m.Durability().Restore(ctx, 0, ghost); return err },
+		"fork of a missing session":       func() error { _, err := e.m.Durability().Fork(ctx, 0, ghost); return err },
+		"snapshot of a missing session":   func() error { _, err := e.m.Durability().Snapshot(ctx, 0, ghost); return err },
+		"rollback of a missing session":   func() error { _, err := e.m.Durability().Rollback(ctx, 0, ghost); return err },
 		"interrupt of a missing session":  func() error { _, err := e.m.Interrupt(ctx, 0, ghost); return err },
 		"lookup of a missing session":     func() error { _, err := e.m.Lookup(ctx, 0, ghost); return err },
 	} {

@@ -188,18 +188,13 @@ func (m *durable) initQuotas() {
 
 // chargeAdopted charges the state quota with what the sessions a previous
 // daemon left already hold on disk.
-func (m *Manager) chargeAdopted() {
-	m.mu.Lock()
-	dirs := make([]string, 0, len(m.sessions))
-	for _, s := range m.sessions {
-		dirs = append(dirs, s.dir)
-	}
-	m.mu.Unlock()
-	for _, dir := range dirs {
+func (m *durable) chargeAdopted() {
+	// s.dir is set when s is made and never changes.
+	for _, s := range m.mgr.sessionsWhere(func(*Session) bool { return true }) {
 		for _, name := range []string{imagesName, savedName, snapshotName, snapshotName + ".new"} {
-			p := filepath.Join(dir, name)
+			p := filepath.Join(s.dir, name)
 			if n := allocatedBytes(p); n > 0 {
-				m.dur.stateQuota.force(p, n)
+				m.stateQuota.force(p, n)
 			}
 		}
 	}

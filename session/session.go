@@ -152,7 +152,7 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if err := m.ws.placeRequestFiles(s, req.Files); err != nil {
 		return nil, err
 	}
-	restoreEnv, err := m.cellEnv(ctx, s, c.k, req.Envs)
+	restoreEnv, err := m.env.cellEnv(ctx, s, c.k, req.Envs)
 	if err != nil {
 		return nil, err
 	}

@@ -741,3 +741,27 @@ func (m *durable) storedPolicyOK(p policy.Policy) error {
 	}
 	return nil
 }
+
+// sweepStoreOnce is one janitor's sweep of the shared store, bounded by
+// storeSweepTimeout and cut short by Shutdown.
+func (m *durable) sweepStoreOnce(now time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeSweepTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-m.mgr.stopping():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ids, err := m.sweepStored(ctx, now)
+	if err != nil {
+		m.log().Warn("sweep the store", "err", err)
+	}
+	for range ids {
+		m.metrics.expired()
+	}
+}
+
+// storeSweepTimeout bounds one sweep of the shared store.
+const storeSweepTimeout = 5 * time.Minute

@@ -52,7 +52,7 @@ func TestHibernateIntoSharedStore(t *testing.T) {
 	ctx := context.Background()
 	mA, id := criuDaemon(t, ra, cfg("na1"), hibernateState+"\nimport os; os.makedirs('d/e'); open('d/e/deep.txt', 'w').write('deep')\nos.symlink('d/e/deep.txt', 'link')")
 	defer mA.Shutdown(ctx)
-	info, err := mA.Hibernate(ctx, 1000, id)
+	info, err := mA.Durability().Hibernate(ctx, 1000, id)
 	if err != nil {
 		t.Fatalf("Hibernate into the store: %v", err)
 	}
@@ -113,7 +113,7 @@ func TestHibernateIntoSharedStore(t *testing.T) {
 	}
 
 	// B hibernates it again (generation 2); A and B race to take it.
-	if _, err := mB.Hibernate(ctx, 1000, id); err != nil {
+	if _, err := mB.Durability().Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("Hibernate on B: %v", err)
 	}
 	var wg sync.WaitGroup
@@ -165,7 +165,7 @@ func TestSharedStoreDownKeepsSessionLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	_, err = m.Hibernate(ctx, 1000, id)
+	_, err = m.Durability().Hibernate(ctx, 1000, id)
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), m.dur.objects.Name()) {
 		t.Fatalf("hibernate with the store down: %v, want unavailable naming %s", err, m.dur.objects.Name())
 	}
@@ -179,7 +179,7 @@ func TestSharedStoreDownKeepsSessionLocal(t *testing.T) {
 	// The store is back: hibernating the (locally hibernated) session again
 	// moves it there.
 	srv.Start(t)
-	if _, err := m.Hibernate(ctx, 1000, id); err != nil {
+	if _, err := m.Durability().Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("hibernate again with the store back: %v", err)
 	}
 	if ls := m.List(ctx, 1000); len(ls) != 1 || ls[0].ID != other.ID {
@@ -266,7 +266,7 @@ func TestHibernatedExpireInStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mA.Hibernate(ctx, 1000, id); err != nil {
+	if _, err := mA.Durability().Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("hibernate into the store: %v", err)
 	}
 	l, _, err := mA.dur.readLease(ctx, id)
@@ -319,7 +319,7 @@ func TestHibernatedExpireInStore(t *testing.T) {
 
 	// A sweeper that died after its swap: the session answers expired,
 	// and after the grace any node finishes the removal.
-	if _, err := mA.Hibernate(ctx, 1000, live.ID); err != nil {
+	if _, err := mA.Durability().Hibernate(ctx, 1000, live.ID); err != nil {
 		t.Fatal(err)
 	}
 	l2, ver2, err := mA.dur.readLease(ctx, live.ID)
@@ -359,7 +359,7 @@ func TestHibernatedExpireInStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mA.Hibernate(ctx, 1000, third.ID); err != nil {
+	if _, err := mA.Durability().Hibernate(ctx, 1000, third.ID); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(60 * time.Second); stored(third.ID) != 0; time.Sleep(100 * time.Millisecond) {

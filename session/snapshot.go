@@ -22,16 +22,16 @@ import (
 const snapshotName = "snapshot"
 
 // Snapshot takes a snapshot of session id now, replacing an earlier one.
-func (m *Manager) Snapshot(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.claim(ctx, owner, id)
+func (m *durable) Snapshot(ctx context.Context, owner int, id string) (*Info, error) {
+	s, err := m.mgr.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
 	defer s.run.Unlock()
-	if err := m.dur.snapshot(ctx, s); err != nil {
+	if err := m.snapshot(ctx, s); err != nil {
 		return nil, err
 	}
-	info := m.infoOf(s)
+	info := m.mgr.infoOf(s)
 	return &info, nil
 }
 
@@ -99,8 +99,8 @@ func (m *durable) snapshot(ctx context.Context, s *Session) error {
 // imports, open files) and the workspace as they were. The snapshot stays
 // for another rollback. A restore that fails leaves a fresh kernel on the
 // snapshot's files and says so (state "lost").
-func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, error) {
-	s, err := m.claim(ctx, owner, id)
+func (m *durable) Rollback(ctx context.Context, owner int, id string) (*Info, error) {
+	s, err := m.mgr.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -115,10 +115,10 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 	s.mu.Unlock()
 	if hib {
 		// Live again afterwards: it counts toward MaxSessions.
-		if err := m.reserve(); err != nil {
+		if err := m.mgr.reserve(); err != nil {
 			return nil, fmt.Errorf("session %s is hibernated and cannot be rolled back now: %w", id, err)
 		}
-		defer m.unreserve()
+		defer m.mgr.unreserve()
 	}
 	// Everything the session has now goes: its kernel, or its hibernation.
 	s.mu.Lock()
@@ -126,13 +126,13 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 	s.hibernated = false
 	s.mu.Unlock()
 	if k != nil {
-		m.dropKernel(s, k)
+		m.mgr.dropKernel(s, k)
 	}
 	if hib {
 		_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
 		for _, name := range []string{imagesName, savedName} {
 			_ = os.RemoveAll(filepath.Join(s.dir, name))
-			m.dur.stateQuota.release(filepath.Join(s.dir, name))
+			m.stateQuota.release(filepath.Join(s.dir, name))
 		}
 	}
 	if err := s.disk.ClearUpper(); err != nil {
@@ -143,27 +143,27 @@ func (m *Manager) Rollback(ctx context.Context, owner int, id string) (*Info, er
 	}
 	// The restore writes its log and config next to the images; the
 	// snapshot's images themselves are only read.
-	nk, rerr := m.warm.restoreKernel(ctx, s, filepath.Join(snap, imagesName))
+	nk, rerr := m.kernels.restoreKernel(ctx, s, filepath.Join(snap, imagesName))
 	if rerr == nil {
 		s.mu.Lock()
 		s.k = nk
 		s.mu.Unlock()
 	}
-	m.ws.rescan(s)
+	m.files.rescan(s)
 	s.mu.Lock()
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
 	if rerr != nil {
 		m.log().Warn("rollback restore failed; starting a fresh kernel", "session", id, "err", rerr)
-		if _, err := m.ensureKernel(ctx, s); err != nil {
+		if _, err := m.mgr.ensureKernel(ctx, s); err != nil {
 			return nil, err
 		}
-		info := m.infoOf(s)
+		info := m.mgr.infoOf(s)
 		info.State = StateLost
 		info.StateReason = "restoring the snapshot's kernel failed (" + rerr.Error() + "); a fresh kernel was started on the snapshot's files (variables are gone)"
 		return &info, nil
 	}
 	m.log().Info("session rolled back", "session", id, "rollback_ms", time.Since(start).Milliseconds())
-	info := m.infoOf(s)
+	info := m.mgr.infoOf(s)
 	return &info, nil
 }

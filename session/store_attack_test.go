@@ -155,7 +155,7 @@ func storeAttacks(top *testing.T, fx storeFixture) {
 	cfgB := func(c *Config) { fx.cfg("nb")(c); c.MaxIdleTTL = time.Hour }
 	mA, id := criuDaemon(t, fx.ra, cfgA, "x = 41")
 	defer mA.Shutdown(ctx)
-	if _, err := mA.Hibernate(ctx, 1000, id); err != nil {
+	if _, err := mA.Durability().Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("Hibernate into the store: %v", err)
 	}
 	mB := fx.rb.startWith(cfgB)
@@ -287,7 +287,7 @@ func storeAttacks(top *testing.T, fx storeFixture) {
 		if info, err := mB.Lookup(ctx, 1000, id); err != nil || info.ExpiresAt.After(time.Now().Add(time.Hour+time.Minute)) {
 			t.Fatalf("awake with a ten-year TTL: expires %v (%v), past max_idle_ttl (1h)", info, err)
 		}
-		if _, err := mB.Hibernate(ctx, 1000, id); err != nil {
+		if _, err := mB.Durability().Hibernate(ctx, 1000, id); err != nil {
 			t.Fatalf("hibernate again: %v", err)
 		}
 		gen = "hibernated/" + id + "/g2/"

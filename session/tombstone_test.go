@@ -95,7 +95,7 @@ func TestHostileTombstoneClosedStaysClosed(t *testing.T) {
 	ctx := context.Background()
 	cfgA := fx.cfg("na")
 	mA, id := criuDaemon(t, fx.ra, cfgA, "x = 41")
-	if _, err := mA.Hibernate(ctx, 1000, id); err != nil {
+	if _, err := mA.Durability().Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("hibernate into the store: %v", err)
 	}
 	// The attacker's copy of every object, as the store holds them (with

@@ -81,10 +81,10 @@ func TestZygoteSessionHibernatesAndForks(t *testing.T) {
 	waitZygote(t, m)
 	id := createStarted(t, m, StartZygote)
 	cellStdout(t, m, id, hibernateState)
-	if _, err := m.Hibernate(ctx, 1000, id); err != nil {
+	if _, err := m.Durability().Hibernate(ctx, 1000, id); err != nil {
 		t.Fatalf("Hibernate: %v", err)
 	}
-	fi, err := m.Fork(ctx, 1000, id)
+	fi, err := m.Durability().Fork(ctx, 1000, id)
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}

@@ -117,7 +117,7 @@ func TestMCP(t *testing.T) {
 	// snapshot_session and rollback_session: a subtest, skipped by name
 	// without a working criu.
 	t.Run("snapshot and rollback", func(t *testing.T) {
-		if err := m.HibernationAvailable(); err != nil {
+		if err := m.Durability().HibernationAvailable(); err != nil {
 			t.Skipf("requires a working criu (make criu): %v", err)
 		}
 		if res := callT(t, "snapshot_session", map[string]any{}); res.IsError {

@@ -199,6 +199,9 @@ done < <(awk 'NF && $1 !~ /^#/' "$plan")
 echo "$MODULES" >"$run/cpio/vmtest/modules"
 cat >"$run/cpio/vmtest/env" <<EOF
 export JAILCELL_ROOTFS=/rootfs/$version CI=true HOME=/root TMPDIR=/tmp
+# An emulated guest beside another on two cores: host-sized wall bounds
+# scale (testenv.TimeScale).
+export JAILCELL_TEST_TIME_SCALE=4
 export VM_ROOTFS_MOUNT=/rootfs/$version VM_ROOTFS_DEV=$rootfs_dev
 EOF
 install -m 0755 "$here/scripts/vm-init.sh" "$run/cpio/init"

@@ -9,12 +9,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 // lifeBound is how far past its lifetime a session may still answer or run
 // anything: a refusal is immediate (lookup); a cell's end waits for its
-// interrupt (or its kill after the grace), measured on a loaded host.
-const lifeBound = time.Second
+// interrupt (or its kill after the grace), measured on a loaded host and
+// scaled on a slower machine (testenv.TimeScale).
+var lifeBound = time.Second * testenv.TimeScale()
 
 // waitGone waits until p no longer exists.
 func waitGone(t *testing.T, p string, within time.Duration) {
@@ -48,7 +51,7 @@ func wantExpired(t *testing.T, what string, err error, life time.Duration) {
 func TestHostileLifetimeEndsBusySession(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.JanitorInterval = 100 * time.Millisecond })
 	ctx := context.Background()
-	const life = 3 * time.Second
+	life := 3 * time.Second * testenv.TimeScale()
 	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000, MaxLifetime: life, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +108,7 @@ func TestHostileLifetimeEndsBusySession(t *testing.T) {
 func TestHostileLifetimeEndsLongCell(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.JanitorInterval = 100 * time.Millisecond })
 	ctx := context.Background()
-	const life = 3 * time.Second
+	life := 3 * time.Second * testenv.TimeScale()
 	grace := e.m.cfg.Policies["default"].InterruptGrace
 	cases := []struct {
 		name, code string
@@ -132,7 +135,7 @@ func TestHostileLifetimeEndsLongCell(t *testing.T) {
 				return
 			}
 			if res.Status != StatusTimeout || res.Error == nil || res.Error.Type != tc.errType ||
-				!strings.Contains(res.Error.Message, "max_lifetime (3s)") || res.State != StateLost || !strings.Contains(res.StateReason, "expired") {
+				!strings.Contains(res.Error.Message, "max_lifetime ("+life.String()+")") || res.State != StateLost || !strings.Contains(res.StateReason, "expired") {
 				t.Errorf("%s: %s %+v state %s (%s); want a timeout naming the max_lifetime, state lost", tc.name, res.Status, res.Error, res.State, res.StateReason)
 			}
 			if late < 0 || late > tc.bound {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jailcell/jailcell/rootfs"
 )
@@ -93,4 +94,33 @@ func Run(t testing.TB, cmd *exec.Cmd, stdin string) (code int, stdout, stderr st
 	}
 	t.Fatalf("%s %q: %v", cmd.Path, cmd.Args[1:], err)
 	return 0, "", ""
+}
+
+// GoList runs `go list -tags seccomp` with args and returns its words:
+// the dependency tests hold the import graph to the design with it. It
+// skips, saying so, where no go tool is on PATH.
+func GoList(t testing.TB, args ...string) []string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool on PATH to list packages: %v", err)
+	}
+	out, err := exec.Command(goTool, append([]string{"list", "-tags", "seccomp"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.Fields(string(out))
+}
+
+// TimeScale is how much slower than a host this test machine runs wall
+// clock work: JAILCELL_TEST_TIME_SCALE (a whole number, default 1). The
+// cgroup v2 guest sets it: an emulated (TCG) machine beside another guest
+// on the same cores starts kernels and tears sandboxes down several times
+// slower, and a lifetime or a bound sized for a host measures the
+// emulator there, not jailcell.
+func TimeScale() time.Duration {
+	if n, err := strconv.Atoi(os.Getenv("JAILCELL_TEST_TIME_SCALE")); err == nil && n > 1 {
+		return time.Duration(n)
+	}
+	return 1
 }

@@ -1,23 +1,17 @@
 package api
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 // TestCoreImportsNoDoorLibrary keeps each front door's library inside its
 // own package: api core is linked by every door and by the service, so a
 // door's protocol library imported here would ride along into all of them.
 func TestCoreImportsNoDoorLibrary(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go tool on PATH to list api's dependencies: %v", err)
-	}
-	out, err := exec.Command(goTool, "list", "-tags", "seccomp", "-deps", "github.com/jailcell/jailcell/api").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps api: %v\n%s", err, out)
-	}
+	deps := testenv.GoList(t, "-deps", "github.com/jailcell/jailcell/api")
 	// Each door's own package and protocol library: api core must reach
 	// none of them, not even through another package.
 	owners := []struct{ prefix, owner string }{
@@ -25,7 +19,7 @@ func TestCoreImportsNoDoorLibrary(t *testing.T) {
 		{"github.com/modelcontextprotocol/go-sdk", "the MCP SDK belongs to api/mcp alone"},
 		{"github.com/jailcell/jailcell/api/", "api core must not import a front door"},
 	}
-	for _, p := range strings.Fields(string(out)) {
+	for _, p := range deps {
 		for _, o := range owners {
 			if strings.HasPrefix(p, o.prefix) {
 				t.Errorf("api imports %s: %s", p, o.owner)
@@ -40,20 +34,8 @@ func TestCoreImportsNoDoorLibrary(t *testing.T) {
 // (cgo) into every door and into `jailcell mcp` and `jailcell json` talking
 // to a remote service, which build no sandbox.
 func TestImportsNoSandbox(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go tool on PATH to list api's dependencies: %v", err)
-	}
-	pkgs, err := exec.Command(goTool, "list", "-tags", "seccomp", "github.com/jailcell/jailcell/api/...").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list api/...: %v\n%s", err, pkgs)
-	}
-	for _, pkg := range strings.Fields(string(pkgs)) {
-		out, err := exec.Command(goTool, "list", "-tags", "seccomp", "-deps", pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
-		}
-		for _, p := range strings.Fields(string(out)) {
+	for _, pkg := range testenv.GoList(t, "github.com/jailcell/jailcell/api/...") {
+		for _, p := range testenv.GoList(t, "-deps", pkg) {
 			switch {
 			case p == "github.com/jailcell/jailcell/session",
 				p == "github.com/jailcell/jailcell/isolate",

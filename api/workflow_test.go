@@ -1,41 +1,44 @@
-package api
+package api_test
 
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jailcell/jailcell/internal/testenv"
-	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/internal/doortest"
+	"github.com/jailcell/jailcell/api/jsonl"
+	"github.com/jailcell/jailcell/internal/sessiontest"
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/session/seam"
 	"github.com/jailcell/jailcell/workflow"
 )
 
 func TestDecodeWorkflowFields(t *testing.T) {
 	for _, tc := range []struct {
 		name, line, wantErr string
-		check               func(*Request) bool
+		check               func(*api.Request) bool
 	}{
 		{"fix", `{"id":1,"op":"exec","code":"x","fix":{"max_attempts":3},"force":true}`, "",
-			func(r *Request) bool { return r.Fix != nil && r.Fix.MaxAttempts == 3 && r.Force }},
-		{"fix null is absent", `{"id":1,"op":"exec","code":"x","fix":null}`, "", func(r *Request) bool { return r.Fix == nil }},
+			func(r *api.Request) bool { return r.Fix != nil && r.Fix.MaxAttempts == 3 && r.Force }},
+		{"fix null is absent", `{"id":1,"op":"exec","code":"x","fix":null}`, "", func(r *api.Request) bool { return r.Fix == nil }},
 		{"fix not object", `{"id":1,"op":"exec","code":"x","fix":3}`, `field "fix" must be an object`, nil},
 		{"fix unknown key", `{"id":1,"op":"exec","code":"x","fix":{"max_attempt":3}}`, `"fix.max_attempt" is not a fix option`, nil},
 		{"fix missing key", `{"id":1,"op":"exec","code":"x","fix":{}}`, `"fix.max_attempts" is required`, nil},
 		{"fix fraction", `{"id":1,"op":"exec","code":"x","fix":{"max_attempts":2.5}}`, `must be an integer, got 2.5`, nil},
 		{"fix zero", `{"id":1,"op":"exec","code":"x","fix":{"max_attempts":0}}`, `must be at least 1`, nil},
-		{"memory", `{"id":1,"op":"exec","code":"x","memory":true}`, "", func(r *Request) bool { return r.Memory && r.Fix == nil }},
+		{"memory", `{"id":1,"op":"exec","code":"x","memory":true}`, "", func(r *api.Request) bool { return r.Memory && r.Fix == nil }},
 		{"memory string", `{"id":1,"op":"exec","code":"x","memory":1}`, `field "memory" must be a boolean`, nil},
 		{"force string", `{"id":1,"op":"exec","code":"x","force":"yes"}`, `field "force" must be a boolean`, nil},
-		{"failures", `{"id":1,"op":"failures","action":"clear"}`, "", func(r *Request) bool { return r.Action == "clear" }},
+		{"failures", `{"id":1,"op":"failures","action":"clear"}`, "", func(r *api.Request) bool { return r.Action == "clear" }},
 		{"failures bad action", `{"id":1,"op":"failures","action":"drop"}`, `allowed "list" (default) or "clear"`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := DecodeRequest([]byte(tc.line))
+			req, err := api.DecodeRequest([]byte(tc.line))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Message, tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)
@@ -49,37 +52,14 @@ func TestDecodeWorkflowFields(t *testing.T) {
 	}
 }
 
-// A cgroup root of its own (see integrationCgroupRoot).
+// A cgroup root of its own: starting a manager sweeps its root, and other
+// packages' tests may run at the same time.
 const workflowCgroupRoot = "/jailcell-test-api-wf"
-
-func newTestManager(t *testing.T, cgroupRoot string, p policy.Policy) *session.Manager {
-	t.Helper()
-	testenv.RequiresRoot(t)
-	r := testenv.Rootfs(t)
-	state := testenv.StateDir(t)
-	host, err := isolate.NewHost(isolate.Config{StateDir: filepath.Join(state, "isolate"), Rootfs: r.Root, CgroupRoot: cgroupRoot})
-	if err != nil {
-		t.Fatalf("NewHost: %v", err)
-	}
-	m, err := session.New(session.Config{StateDir: filepath.Join(state, "sessions"), Policies: map[string]policy.Policy{"default": p}}, host)
-	if err != nil {
-		t.Fatalf("session.New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Shutdown(context.Background()); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := host.Close(); err != nil {
-			t.Errorf("host Close: %v", err)
-		}
-	})
-	return m
-}
 
 func TestWorkflowJSONL(t *testing.T) {
 	p := policy.Default()
 	p.MemoryBytes = 256 << 20
-	m := newTestManager(t, workflowCgroupRoot, p)
+	m := sessiontest.Manager(t, workflowCgroupRoot, p)
 	fixer, _ := filepath.Abs("../testdata/fixer/fix_name_error.py")
 	wf, err := workflow.New(m, workflow.Config{
 		Fixer:     &workflow.CommandFixer{Path: "/usr/bin/python3", Args: []string{fixer}, Timeout: 10 * time.Second},
@@ -89,13 +69,16 @@ func TestWorkflowJSONL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := startJSONL(t, &Dispatcher{Manager: m, Workflow: wf})
-	defer c.w.Close()
+	d := &api.Dispatcher{Manager: m, Workflow: wf}
+	c := doortest.StartJSONL(t, func(ctx context.Context, r io.Reader, w io.Writer) error {
+		return jsonl.Serve(ctx, r, w, d, jsonl.Options{})
+	})
+	defer c.Close()
 
 	type wfLine struct {
 		OK       bool               `json:"ok"`
-		Error    *Error             `json:"error"`
-		Result   *session.Result    `json:"result"`
+		Error    *api.Error         `json:"error"`
+		Result   *seam.Result       `json:"result"`
 		Attempts []workflow.Attempt `json:"attempts"`
 		Fallback *workflow.Fallback `json:"fallback"`
 		Known    *workflow.Known    `json:"known"`
@@ -104,7 +87,7 @@ func TestWorkflowJSONL(t *testing.T) {
 	}
 	call := func(line string) wfLine {
 		t.Helper()
-		_, raw := c.call(line)
+		_, raw := c.Call(line)
 		var v wfLine
 		if err := json.Unmarshal([]byte(raw), &v); err != nil {
 			t.Fatalf("%s: %v", raw, err)
@@ -118,7 +101,7 @@ func TestWorkflowJSONL(t *testing.T) {
 		t.Fatalf("fixed exec: %+v", v)
 	}
 	// Over the ceiling.
-	if v := call(`{"id":2,"op":"exec","code":"1","fix":{"max_attempts":9}}`); v.OK || v.Error.Code != CodeBadRequest || !strings.Contains(v.Error.Message, "1..5") {
+	if v := call(`{"id":2,"op":"exec","code":"1","fix":{"max_attempts":9}}`); v.OK || v.Error.Code != api.CodeBadRequest || !strings.Contains(v.Error.Message, "1..5") {
 		t.Fatalf("over the ceiling: %+v", v)
 	}
 	// Unfixable: fallback, then (threshold 1) skipped, then forced.
@@ -151,9 +134,9 @@ func TestWorkflowJSONL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []*Dispatcher{{Manager: m, Workflow: nofix}, {Manager: m}} {
-		resp := d.Handle(context.Background(), 0, &Request{ID: json.RawMessage(`8`), Op: OpExec, Code: "1", Fix: &Fix{MaxAttempts: 2}}, nil)
-		if resp.Error == nil || resp.Error.Code != CodeBadRequest || !strings.Contains(resp.Error.Message, "fixer.command") || !strings.Contains(resp.Error.Message, "JAILCELL_FIXER_COMMAND") {
+	for _, d := range []*api.Dispatcher{{Manager: m, Workflow: nofix}, {Manager: m}} {
+		resp := d.Handle(context.Background(), 0, &api.Request{ID: json.RawMessage(`8`), Op: api.OpExec, Code: "1", Fix: &api.Fix{MaxAttempts: 2}}, nil)
+		if resp.Error == nil || resp.Error.Code != api.CodeBadRequest || !strings.Contains(resp.Error.Message, "fixer.command") || !strings.Contains(resp.Error.Message, "JAILCELL_FIXER_COMMAND") {
 			t.Errorf("fix without fixer: %+v", resp.Error)
 		}
 	}
@@ -165,7 +148,7 @@ func TestWorkflowJSONL(t *testing.T) {
 func TestHostileFailuresOfOtherOwners(t *testing.T) {
 	p := policy.Default()
 	p.MemoryBytes = 256 << 20
-	m := newTestManager(t, workflowCgroupRoot, p)
+	m := sessiontest.Manager(t, workflowCgroupRoot, p)
 	wf, err := workflow.New(m, workflow.Config{
 		Fixer:     &workflow.CommandFixer{Path: "/bin/true", Timeout: 10 * time.Second},
 		ReviewDir: t.TempDir(), Threshold: 1,
@@ -174,21 +157,21 @@ func TestHostileFailuresOfOtherOwners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Dispatcher{Manager: m, Workflow: wf}
+	d := &api.Dispatcher{Manager: m, Workflow: wf}
 	ctx := context.Background()
 	const alice, bob = 1000, 2000
 	code := "raise ValueError('alice-private-token')"
-	exec := func(owner int, fix *Fix) *Response {
-		return d.Handle(ctx, owner, &Request{ID: json.RawMessage(`1`), Op: OpExec, Code: code, Fix: fix, Memory: true}, nil)
+	exec := func(owner int, fix *api.Fix) *api.Response {
+		return d.Handle(ctx, owner, &api.Request{ID: json.RawMessage(`1`), Op: api.OpExec, Code: code, Fix: fix, Memory: true}, nil)
 	}
 	failures := func(owner int) []*workflow.Failure {
-		r := d.Handle(ctx, owner, &Request{ID: json.RawMessage(`2`), Op: OpFailures}, nil)
+		r := d.Handle(ctx, owner, &api.Request{ID: json.RawMessage(`2`), Op: api.OpFailures}, nil)
 		if !r.OK {
 			t.Fatalf("failures as uid %d: %+v", owner, r.Error)
 		}
 		return r.Failures
 	}
-	if r := exec(alice, &Fix{MaxAttempts: 2}); !r.OK || r.Fallback == nil {
+	if r := exec(alice, &api.Fix{MaxAttempts: 2}); !r.OK || r.Fallback == nil {
 		t.Fatalf("alice's failing exec: %+v", r)
 	}
 	if l := failures(bob); len(l) != 0 {

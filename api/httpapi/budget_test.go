@@ -6,25 +6,15 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/internal/doortest"
 	"github.com/jailcell/jailcell/internal/testenv"
-	"github.com/jailcell/jailcell/session/seam"
 )
 
-// bigPings is a Dispatcher whose ping answers carry 4 MiB (a stand-in for
-// a download or a large result) and counts the pings it served.
-func bigPings(calls *atomic.Int32) *api.Dispatcher {
-	big := strings.Repeat("k", 4<<20)
-	return testDispatcher(func() seam.Features {
-		calls.Add(1)
-		return seam.Features{Kernel: big}
-	})
-}
+var bigPings = doortest.BigPings
 
 // TestHostileLargeResponsesCountInFlightHTTP: the same over HTTP, where a
 // peer that never reads its answers could otherwise hold any number of

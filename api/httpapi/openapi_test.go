@@ -657,10 +657,10 @@ func contractJSONL(t *testing.T, s *spec, d *api.Dispatcher) {
 		if slices.Contains(api.Ops(), op) {
 			s.validate(t, reqPtr, []byte(line), "request "+op)
 		}
-		c.send(line)
+		c.Send(line)
 		var events []map[string]any
 		for {
-			_, raw := c.next()
+			_, raw := c.Next()
 			var v map[string]any
 			if err := json.Unmarshal([]byte(raw), &v); err != nil {
 				t.Fatal(err)

@@ -3,24 +3,14 @@ package jsonl
 import (
 	"context"
 	"io"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jailcell/jailcell/api"
-	"github.com/jailcell/jailcell/session/seam"
+	"github.com/jailcell/jailcell/api/internal/doortest"
 )
 
-// bigPings is a Dispatcher whose ping answers carry 4 MiB (a stand-in for
-// a download or a large result) and counts the pings it served.
-func bigPings(calls *atomic.Int32) *api.Dispatcher {
-	big := strings.Repeat("k", 4<<20)
-	return testDispatcher(func() seam.Features {
-		calls.Add(1)
-		return seam.Features{Kernel: big}
-	})
-}
+var bigPings = doortest.BigPings
 
 // TestHostileLargeResponsesCountInFlight: a JSON-lines client that sends
 // requests with large answers and does not read them must not make the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/internal/doortest"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
@@ -22,90 +23,11 @@ import (
 // session package's tests may run at the same time.
 const integrationCgroupRoot = "/jailcell-test-api-jsonl"
 
-// jsonlClient talks to a live Serve over pipes, one line at a time.
-type jsonlClient struct {
-	t     *testing.T
-	w     io.WriteCloser
-	lines chan string
-	done  chan error
-}
-
-type liveLine struct {
-	ID        json.RawMessage   `json:"id"`
-	OK        *bool             `json:"ok"`
-	Event     string            `json:"event"`
-	Text      string            `json:"text"`
-	Error     *api.Error        `json:"error"`
-	Version   string            `json:"version"`
-	Isolation *session.Features `json:"isolation"`
-	Result    *session.Result   `json:"result"`
-	Session   string            `json:"session"`
-	ExpiresAt time.Time         `json:"expires_at"`
-}
-
-func startJSONL(t *testing.T, d *api.Dispatcher) *jsonlClient {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	c := &jsonlClient{t: t, w: inW, lines: make(chan string, 64), done: make(chan error, 1)}
-	go func() {
-		err := Serve(context.Background(), inR, outW, d, Options{})
-		outW.Close()
-		c.done <- err
-	}()
-	go func() {
-		sc := scanLines(outR, 64<<20)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-	}()
-	return c
-}
-
-func (c *jsonlClient) send(line string) {
-	c.t.Helper()
-	if _, err := io.WriteString(c.w, line+"\n"); err != nil {
-		c.t.Fatalf("send: %v", err)
-	}
-}
-
-func (c *jsonlClient) next() (liveLine, string) {
-	c.t.Helper()
-	select {
-	case l, ok := <-c.lines:
-		if !ok {
-			c.t.Fatal("output ended early")
-		}
-		var v liveLine
-		if err := json.Unmarshal([]byte(l), &v); err != nil {
-			c.t.Fatalf("output line is not JSON: %q: %v", l, err)
-		}
-		return v, l
-	case <-time.After(2 * time.Minute):
-		c.t.Fatal("no response within 2 minutes")
-	}
-	panic("unreachable")
-}
-
-// call sends one request and returns its final response, failing on any
-// event in between.
-func (c *jsonlClient) call(line string) (liveLine, string) {
-	c.t.Helper()
-	c.send(line)
-	v, raw := c.next()
-	if v.Event != "" {
-		c.t.Fatalf("unexpected event %s", raw)
-	}
-	return v, raw
-}
-
-func (c *jsonlClient) mustOK(line string) liveLine {
-	c.t.Helper()
-	v, raw := c.call(line)
-	if v.OK == nil || !*v.OK {
-		c.t.Fatalf("%s\n  -> %s", line, raw)
-	}
-	return v
+// startJSONL drives Serve over pipes (api/internal/doortest).
+func startJSONL(t *testing.T, d *api.Dispatcher) *doortest.JSONL {
+	return doortest.StartJSONL(t, func(ctx context.Context, r io.Reader, w io.Writer) error {
+		return Serve(ctx, r, w, d, Options{})
+	})
 }
 
 func TestJSONLIntegration(t *testing.T) {
@@ -134,53 +56,53 @@ func TestJSONLIntegration(t *testing.T) {
 	c := startJSONL(t, &api.Dispatcher{Manager: m, Version: "itest", Logger: log})
 
 	// ping reports the real host's isolation.
-	v := c.mustOK(`{"id":"1","op":"ping"}`)
+	v := c.MustOK(`{"id":"1","op":"ping"}`)
 	if v.Version != "itest" || v.Isolation == nil || v.Isolation.CgroupMode == "" || !v.Isolation.UserNS {
 		t.Errorf("ping: version %q isolation %+v", v.Version, v.Isolation)
 	}
 
 	// A one-shot cell.
-	v = c.mustOK(`{"id":"2","op":"exec","code":"print(1+1)","timeout_s":60}`)
+	v = c.MustOK(`{"id":"2","op":"exec","code":"print(1+1)","timeout_s":60}`)
 	if v.Result == nil || v.Result.Status != session.StatusOK || v.Result.Stdout != "2\n" {
 		t.Errorf("one-shot exec: %+v", v.Result)
 	}
 
 	// A bad line, then a bad timeout: precise errors, and the stream goes on.
-	v, raw := c.call(`this is not json`)
+	v, raw := c.Call(`this is not json`)
 	if string(v.ID) != "null" || v.Error == nil || v.Error.Code != api.CodeBadRequest {
 		t.Errorf("bad line: %s", raw)
 	}
-	v, raw = c.call(`{"id":"3","op":"exec","code":"print(1)","timeout_s":-1}`)
+	v, raw = c.Call(`{"id":"3","op":"exec","code":"print(1)","timeout_s":-1}`)
 	if string(v.ID) != `"3"` || v.Error == nil || v.Error.Code != api.CodeBadRequest || !strings.Contains(v.Error.Message, "timeout_s") {
 		t.Errorf("negative timeout: %s", raw)
 	}
 
 	// A session keeps its variables between cells.
-	v = c.mustOK(`{"id":"4","op":"create","ttl_s":120}`)
+	v = c.MustOK(`{"id":"4","op":"create","ttl_s":120}`)
 	if v.Session == "" || v.ExpiresAt.IsZero() {
 		t.Fatalf("create: session %q expires_at %v", v.Session, v.ExpiresAt)
 	}
 	sid, _ := json.Marshal(v.Session)
-	v = c.mustOK(`{"id":"5","op":"exec","session":` + string(sid) + `,"code":"x = 41"}`)
+	v = c.MustOK(`{"id":"5","op":"exec","session":` + string(sid) + `,"code":"x = 41"}`)
 	if v.Result == nil || v.Result.Status != session.StatusOK {
 		t.Errorf("first session exec: %+v", v.Result)
 	}
-	v = c.mustOK(`{"id":"6","op":"exec","session":` + string(sid) + `,"code":"print(x + 1)"}`)
+	v = c.MustOK(`{"id":"6","op":"exec","session":` + string(sid) + `,"code":"print(x + 1)"}`)
 	if v.Result == nil || v.Result.Status != session.StatusOK || v.Result.Stdout != "42\n" {
 		t.Errorf("second session exec did not see x: %+v", v.Result)
 	}
-	c.mustOK(`{"id":"7","op":"close","session":` + string(sid) + `}`)
-	v, raw = c.call(`{"id":"8","op":"exec","session":` + string(sid) + `,"code":"print(x)"}`)
+	c.MustOK(`{"id":"7","op":"close","session":` + string(sid) + `}`)
+	v, raw = c.Call(`{"id":"8","op":"exec","session":` + string(sid) + `,"code":"print(x)"}`)
 	if v.Error == nil || v.Error.Code != api.CodeNotFound {
 		t.Errorf("exec after close: %s", raw)
 	}
 
 	// Streaming: events carry the request's id and come before the result.
-	c.send(`{"id":"9","op":"exec","stream":true,"code":"import time\nprint('a', flush=True)\ntime.sleep(0.3)\nprint('b', flush=True)"}`)
+	c.Send(`{"id":"9","op":"exec","stream":true,"code":"import time\nprint('a', flush=True)\ntime.sleep(0.3)\nprint('b', flush=True)"}`)
 	var streamed strings.Builder
 	events := 0
 	for {
-		v, raw = c.next()
+		v, raw = c.Next()
 		if string(v.ID) != `"9"` {
 			t.Fatalf("line for another request: %s", raw)
 		}
@@ -203,9 +125,9 @@ func TestJSONLIntegration(t *testing.T) {
 	}
 
 	// EOF ends the transport cleanly; then every sandbox goes.
-	c.w.Close()
+	c.Close()
 	select {
-	case err := <-c.done:
+	case err := <-c.Done:
 		if err != nil {
 			t.Fatalf("Serve at EOF: %v", err)
 		}

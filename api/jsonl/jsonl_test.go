@@ -1,35 +1,35 @@
 package jsonl
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/internal/doortest"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/session/seam"
 )
 
+// The doors' shared test helpers, under the names these tests use.
+var (
+	testDispatcher = doortest.Dispatcher
+	waitFor        = doortest.WaitFor
+	scanLines      = doortest.ScanLines
+	discardLogger  = doortest.DiscardLogger
+)
+
 // These tests drive the transport with a Dispatcher that has no manager:
 // ping answers from an injected features func, every other op that passes
 // validation answers "unavailable". No root, no sandbox.
-
-func testDispatcher(features func() seam.Features) *api.Dispatcher {
-	if features == nil {
-		features = func() seam.Features { return seam.Features{Kernel: "test", CgroupMode: "v2"} }
-	}
-	return &api.Dispatcher{Version: "test-1", Features: features}
-}
 
 type wireLine struct {
 	ID    json.RawMessage `json:"id"`
@@ -354,23 +354,3 @@ func TestReadLinesBounded(t *testing.T) {
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// scanLines reads JSON lines from r as they come (integration tests).
-func scanLines(r io.Reader, max int) *bufio.Scanner {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), max)
-	return sc
-}
-
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,23 +1,17 @@
 package seam
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 // TestImportsNoSandbox keeps seam a leaf: api and workflow import it to
 // stay clear of isolate, so anything here that builds a sandbox or runs a
 // process would ride along into every front door.
 func TestImportsNoSandbox(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go tool on PATH to list seam's dependencies: %v", err)
-	}
-	out, err := exec.Command(goTool, "list", "-tags", "seccomp", "-deps", "github.com/jailcell/jailcell/session/seam").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps seam: %v\n%s", err, out)
-	}
+	deps := testenv.GoList(t, "-deps", "github.com/jailcell/jailcell/session/seam")
 	allowed := map[string]bool{
 		"github.com/jailcell/jailcell/internal/hostfeatures":      true,
 		"github.com/jailcell/jailcell/policy":                     true,
@@ -25,7 +19,7 @@ func TestImportsNoSandbox(t *testing.T) {
 		"github.com/jailcell/jailcell/session/internal/setupcell": true,
 		"github.com/jailcell/jailcell/session/seam":               true,
 	}
-	for _, p := range strings.Fields(string(out)) {
+	for _, p := range deps {
 		switch {
 		case strings.HasPrefix(p, "github.com/jailcell/jailcell/") && !allowed[p],
 			p == "os/exec",

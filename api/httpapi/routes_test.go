@@ -175,7 +175,7 @@ var pythonUnrouted = []string{api.OpComplete, api.OpInspect, api.OpIsComplete}
 func TestRouteTableMatchesPythonClient(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("python3 is not installed; the Python client's routes are not checked")
+		t.Skip("no python3 on PATH: the Python client's routes are not checked")
 	}
 	var ops []string
 	for _, r := range api.Routes {

@@ -53,14 +53,14 @@ func readmeMap(t *testing.T, readme string) []string {
 func trackedTopDirs(t *testing.T, root string) []string {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed: the tracked folders cannot be listed")
+		t.Skip("no git on PATH: the tracked folders cannot be listed")
 	}
 	cmd := exec.Command("git", "ls-files", "-z")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
 		if _, serr := os.Stat(filepath.Join(root, ".git")); serr != nil {
-			t.Skipf("not a git checkout (%v): the tracked folders cannot be listed", serr)
+			t.Skipf("no git checkout here (%v): the tracked folders cannot be listed", serr)
 		}
 		t.Fatalf("git ls-files: %v", err)
 	}

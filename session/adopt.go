@@ -163,13 +163,6 @@ func (m *durable) adopt(id string) (_ *Session, retErr error) {
 	return s, nil
 }
 
-// tombstone remembers why a session id is gone: it was lost (ErrLost).
-func (m *Manager) tombstone(id, why string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.tombLocked(id, why, ErrLost)
-}
-
 // release lets go of s without stopping its kernel, for a daemon that exits
 // and leaves the session to the next one.
 func (m *Manager) release(s *Session) error {

@@ -76,13 +76,13 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 	case req.Action == CommandStart && req.Background:
 		rreq.TimeoutS = req.Timeout.Seconds()
 	case req.Action == CommandStart:
-		if limit, err = m.cellTimeout(s, req.Timeout); err != nil {
+		if limit, err = m.cfg.cellTimeout(s, req.Timeout); err != nil {
 			return nil, err
 		}
 		rreq.TimeoutS = limit.Seconds()
 		rreq.WaitS = (limit + pol.InterruptGrace + 6*time.Second).Seconds()
 	case req.Action == CommandWait:
-		wait, err := m.cellTimeout(s, req.Timeout)
+		wait, err := m.cfg.cellTimeout(s, req.Timeout)
 		if err != nil {
 			return nil, err
 		}

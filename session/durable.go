@@ -36,6 +36,10 @@ type durable struct {
 		restoreKernel(ctx context.Context, s *Session, images string) (*kernel, error)
 	}
 
+	// ended is the Manager's record of what ended ids answer: the lost
+	// ones are this part's to add and keep across restarts (lost.go).
+	ended *endedIDs
+
 	// objects is Config.Store under the store quota (nil without a Store).
 	objects store.Store
 
@@ -54,7 +58,6 @@ type durableHost interface {
 	hibernatedCount() int
 	pastLife(s *Session, now time.Time) error
 	metaPastLife(meta sessionMeta, now time.Time) error
-	rememberLost(id, why string, until time.Time)
 	forgetStored(s *Session)
 	ensureKernel(ctx context.Context, s *Session) (*kernel, error)
 	dropKernel(s *Session, k *kernel)

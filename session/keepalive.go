@@ -36,7 +36,7 @@ func (m *Manager) SetTimeout(ctx context.Context, owner int, id string, d time.D
 		return nil, err
 	}
 	now := time.Now()
-	end := s.created.Add(m.maxLifeOf(s))
+	end := s.created.Add(m.cfg.maxLifeOf(s))
 	if now.Add(d).After(end) {
 		left := math.Floor(end.Sub(now).Seconds())
 		return nil, fmt.Errorf("%w: timeout_s = %g would pass the session's max lifetime: it ends at %s whatever its use, %g s from now",

@@ -42,16 +42,8 @@ type lostEntry struct {
 // markLost remembers that session id was lost, why and until when its id
 // answers so, and counts it by reason.
 func (m *durable) markLost(id, why, reason string, until time.Time) {
-	m.mgr.rememberLost(id, why, until)
+	m.ended.addLost(id, why, until)
 	m.metrics.lost(reason)
-}
-
-// rememberLost makes id answer ErrLost with why until until.
-func (m *Manager) rememberLost(id, why string, until time.Time) {
-	m.tombstone(id, why)
-	m.mu.Lock()
-	m.lostUntil[id] = until
-	m.mu.Unlock()
 }
 
 // idEnd is when a session idle since lastUsed would have ended: its idle
@@ -90,25 +82,14 @@ func (m *durable) loadLost() {
 		if e.ID == "" || !e.Until.After(now) {
 			continue
 		}
-		m.mgr.rememberLost(e.ID, e.Why, e.Until)
+		m.ended.addLost(e.ID, e.Why, e.Until)
 	}
 }
 
 // saveLost writes the lost sessions whose ids still answer, replacing the
 // list whole.
-func (m *Manager) saveLost() error {
-	now := time.Now()
-	m.mu.Lock()
-	var entries []lostEntry
-	for id, until := range m.lostUntil {
-		why, ok := m.tombstones[id]
-		if !ok || !m.lost[id] || !until.After(now) {
-			delete(m.lostUntil, id) // expired, or pushed out of the tombstones
-			continue
-		}
-		entries = append(entries, lostEntry{ID: id, Why: why, Until: until})
-	}
-	m.mu.Unlock()
+func (m *durable) saveLost() error {
+	entries := m.ended.stillLost(time.Now())
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Until.Before(entries[j].Until) })
 	path := filepath.Join(m.cfg.StateDir, lostName)
 	if len(entries) == 0 {

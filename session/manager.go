@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -24,210 +23,6 @@ import (
 	"github.com/jailcell/jailcell/runner"
 	"github.com/jailcell/jailcell/store"
 )
-
-// Config shapes a Manager. Zero fields take the documented defaults.
-type Config struct {
-	// StateDir holds per-session control directories. Required.
-	StateDir string
-	// NodeID is this daemon's name in a fleet (NodeIDPattern). Every new
-	// session id is "<NodeID>-<32 hex digits>", so that a proxy in front of
-	// several daemons routes a session's requests to the node that holds
-	// it. Default "": bare hex ids. Ids of either form are accepted on
-	// re-adoption whatever NodeID is now. NodeFromHostname derives one.
-	// It also names this daemon in a shared store's ownership records
-	// (there "" means NodeFromHostname of the host name: Manager.node).
-	NodeID string
-	// Policies are the named policies; "default" is used when a request
-	// names none (policy.Default() if absent).
-	Policies map[string]policy.Policy
-	// IdleTTL is the default idle timeout (reset by each cell). Default 30 min.
-	IdleTTL time.Duration
-	// MaxIdleTTL is the ceiling of a per-session TTL. Default 24 h.
-	MaxIdleTTL time.Duration
-	// MaxLifetime ends a session this long after creation whatever its
-	// use. Default 24 h.
-	MaxLifetime time.Duration
-	// MaxSessions caps live sessions (one-shot cells count while they
-	// run). Default 64.
-	MaxSessions int
-	// MaxPerOwner caps one owner's live sessions (one-shot cells and
-	// creates under way included), so one caller cannot take every place
-	// under MaxSessions. Default (0): MaxSessions.
-	MaxPerOwner int
-	// Preload lists modules every kernel imports before it is ready.
-	Preload []string
-	// Pool maps a policy name to how many ready sessions of that policy
-	// (kernel started, Preload imported) are kept for plain creates: no
-	// override, persist or requirements. Members count toward MaxSessions
-	// and each serves one session only. Default: none (every create is
-	// cold).
-	Pool map[string]int
-	// NoTemplate turns session templates off (template.go): every kernel
-	// imports the preload itself. Default false: templates are used where
-	// criu works and Preload is not empty.
-	NoTemplate bool
-	// NoZygote turns zygotes off (zygote.go): no kernel is forked from a
-	// preloaded one. Default false: zygotes are used where the host can
-	// fork one (unprivileged user namespaces, detached mounts) and Preload
-	// is not empty.
-	NoZygote bool
-	// Wheelhouse is a host directory of wheels, mounted read-only at
-	// /opt/jailcell/wheelhouse for offline pip installs ("" = none).
-	Wheelhouse string
-	// StoreDir is where persisted workspaces are kept: the directory of a
-	// file Store (set from it when empty). "" with no Store: persistence
-	// off. Its filesystem must keep user xattrs: each persisted file's
-	// sha256 lives in one (store.SetFileSum; store.Open checks this).
-	StoreDir string
-	// Store keeps persisted workspaces (an S3 store, or a signed one; an
-	// unsigned file store's are copied into StoreDir directly, sparse)
-	// and, when Store.Shared(), hibernated sessions, which any node using
-	// the same store can then restore (store.go). A shared Store must be
-	// signed (store.Sign, store.key_file): New refuses one that is not.
-	// nil: StoreDir alone.
-	Store store.Store
-	// JanitorInterval is how often expired sessions are swept. Default 1 s.
-	JanitorInterval time.Duration
-	// StartTimeout bounds a kernel's start. Default 60 s.
-	StartTimeout time.Duration
-	// RequirementsTimeout bounds installing a session's requirements.
-	// Default 5 min.
-	RequirementsTimeout time.Duration
-	// Logger receives one line per cell (never the code unless debug).
-	Logger *slog.Logger
-	// KeepOnShutdown leaves live sessions running at Shutdown for the next
-	// daemon to re-adopt, instead of destroying them. Default false.
-	KeepOnShutdown bool
-	// HibernateAfter checkpoints a session idle this long to disk and
-	// releases its memory (hibernate.go); it comes back on its next cell.
-	// Needs a working criu (make criu). Default 0: off.
-	HibernateAfter time.Duration
-	// HibernatedTTL ends a hibernated session idle this long (instead of
-	// its idle TTL). Default 7 days. In a shared store it counts from the
-	// hibernation, and any node's janitor expires it (sweepStored).
-	HibernatedTTL time.Duration
-	// StoreSweepInterval is how often the janitor looks for sessions in a
-	// shared store past HibernatedTTL. Default 10 min.
-	StoreSweepInterval time.Duration
-	// MaxHibernated caps hibernated sessions, which do not count toward
-	// MaxSessions (they hold no sandbox, only disk: their images and
-	// files). Default 1024.
-	MaxHibernated int
-	// HibernateOnShutdown hibernates every live session at Shutdown, so
-	// that the next daemon restores it, after a restart or a reboot. A
-	// session that cannot be hibernated (no criu, a dump that fails) is
-	// kept running if KeepOnShutdown, else ended. Default false.
-	HibernateOnShutdown bool
-	// HibernateIfAble: HibernateOnShutdown was not asked for but is the
-	// service's default. Where it cannot work (criu does not, or
-	// StateQuota is below one hibernation's reservation) sessions are kept
-	// running (KeepOnShutdown) instead, with one log line, where an asked
-	// for HibernateOnShutdown refuses to start (the quota) or warns for
-	// each session (criu).
-	HibernateIfAble bool
-	// ShutdownHibernateBudget bounds how long Shutdown spends hibernating
-	// sessions (one criu at a time): past it, the rest are kept running
-	// (KeepOnShutdown) or ended, and the log says how many and why, so a
-	// stop stays inside its supervisor's stop timeout (systemd's 90 s for
-	// the shipped unit, drain_grace included). Default 45 s.
-	ShutdownHibernateBudget time.Duration
-	// StateQuota caps what StateDir holds for checkpoint images and copies
-	// of workspaces (hibernation, snapshots, forks), in allocated bytes; a
-	// hibernate, snapshot or fork that would pass it fails with
-	// ErrStateQuota (wire code limit). Each session's share is bounded on
-	// its own (quota.go). Default: a quarter of the size of the filesystem
-	// holding StateDir.
-	StateQuota int64
-	// StoreQuota caps what StoreDir holds for persisted workspaces, in
-	// allocated bytes; a file that would pass it is not persisted
-	// (ErrStoreQuota). Default: a quarter of the size of the filesystem
-	// holding StoreDir.
-	StoreQuota int64
-}
-
-// The defaults of the Config fields that are also configuration keys
-// (cmd/jailcell's key table quotes these, so the service and a library
-// caller get the same values).
-const (
-	// DefaultIdleTTL is IdleTTL's default (sessions.idle_ttl).
-	DefaultIdleTTL = 30 * time.Minute
-	// DefaultMaxIdleTTL is MaxIdleTTL's default (sessions.max_idle_ttl).
-	DefaultMaxIdleTTL = 24 * time.Hour
-	// DefaultMaxLifetime is MaxLifetime's default (sessions.max_lifetime).
-	DefaultMaxLifetime = 24 * time.Hour
-	// DefaultMaxSessions is MaxSessions' default (sessions.max).
-	DefaultMaxSessions = 64
-	// DefaultHibernatedTTL is HibernatedTTL's default
-	// (sessions.hibernated_ttl).
-	DefaultHibernatedTTL = 7 * 24 * time.Hour
-	// DefaultMaxHibernated is MaxHibernated's default
-	// (sessions.max_hibernated).
-	DefaultMaxHibernated = 1024
-)
-
-func (c *Config) defaults() {
-	if c.Policies == nil {
-		c.Policies = map[string]policy.Policy{}
-	}
-	if _, ok := c.Policies["default"]; !ok {
-		c.Policies["default"] = policy.Default()
-	}
-	if c.IdleTTL == 0 {
-		c.IdleTTL = DefaultIdleTTL
-	}
-	if c.MaxIdleTTL == 0 {
-		c.MaxIdleTTL = DefaultMaxIdleTTL
-	}
-	if c.MaxLifetime == 0 {
-		c.MaxLifetime = DefaultMaxLifetime
-	}
-	if c.MaxSessions == 0 {
-		c.MaxSessions = DefaultMaxSessions
-	}
-	if c.MaxPerOwner >= c.MaxSessions {
-		c.MaxPerOwner = 0 // MaxSessions says it, naming its own key
-	}
-	if c.JanitorInterval == 0 {
-		c.JanitorInterval = time.Second
-	}
-	if c.StartTimeout == 0 {
-		c.StartTimeout = 60 * time.Second
-	}
-	if c.ShutdownHibernateBudget == 0 {
-		c.ShutdownHibernateBudget = 45 * time.Second
-	}
-	if c.RequirementsTimeout == 0 {
-		c.RequirementsTimeout = 5 * time.Minute
-	}
-	if c.HibernatedTTL == 0 {
-		c.HibernatedTTL = DefaultHibernatedTTL
-	}
-	if c.StoreSweepInterval == 0 {
-		c.StoreSweepInterval = 10 * time.Minute
-	}
-	if c.MaxHibernated == 0 {
-		c.MaxHibernated = DefaultMaxHibernated
-	}
-	if c.StateQuota == 0 {
-		c.StateQuota = defaultQuota(c.StateDir)
-	}
-	if d, ok := store.LocalDir(c.Store); ok && c.StoreDir == "" {
-		c.StoreDir = d
-	}
-	if c.StoreQuota == 0 && c.StoreDir != "" {
-		c.StoreQuota = defaultQuota(c.StoreDir)
-	}
-	if c.StoreQuota == 0 {
-		c.StoreQuota = defaultObjectQuota
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-}
-
-// maxTombstones bounds how many ended sessions are remembered for "expired
-// at" messages.
-const maxTombstones = 10000
 
 // Manager owns every session. It is safe for concurrent use; no lock is
 // held across a cell. Every method that acts on sessions takes the
@@ -253,16 +48,11 @@ type Manager struct {
 	reserved int // slots taken by sessions being created and one-shot cells
 	// starting counts each owner's creates, forks, wakes and one-shot
 	// cells under way (MaxPerOwner).
-	starting   map[int]int
-	tombstones map[string]string
-	tombOrder  []string
-	// lost marks the tombstones of sessions lost, not ended (ErrLost);
-	// expired those of sessions ended at their max lifetime (ErrExpired).
-	lost    map[string]bool
-	expired map[string]bool
-	// lostUntil is when each lost session's id stops answering ErrLost
-	// (lost.go), kept across restarts in the state dir.
-	lostUntil map[string]time.Time
+	starting map[int]int
+	// ended is what an id no longer in sessions answers (ended.go): its
+	// lock is taken after mu, so an id leaves the table and is recorded
+	// in one step.
+	ended *endedIDs
 	// closed is every session this node ended while it shared a store,
 	// kept on disk (tombstone.go): a take from the store refuses them.
 	closed   *closedSet
@@ -312,14 +102,14 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, host: host, metrics: newMetrics(),
-		sessions: map[string]*Session{}, tombstones: map[string]string{}, lost: map[string]bool{}, expired: map[string]bool{}, lostUntil: map[string]time.Time{}, oneshots: map[string]*Session{}, starting: map[int]int{},
+		sessions: map[string]*Session{}, ended: newEndedIDs(), oneshots: map[string]*Session{}, starting: map[int]int{},
 		stop: make(chan struct{}), janitorDone: make(chan struct{}), nonce: newID()[:8],
 	}
 	m.warm = warmStarts{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m,
 		files: &m.ws, starts: make(chan struct{}, 2*max(1, runtime.NumCPU()))}
 	m.ws.host = m
 	m.ws.upper = &m.dur
-	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m, kernels: &m.warm, files: &m.ws}
+	m.dur = durable{cfg: &m.cfg, host: host, metrics: m.metrics, mgr: m, kernels: &m.warm, files: &m.ws, ended: m.ended}
 	m.env = environ{nonce: m.nonce, host: m}
 	if cfg.Store != nil && cfg.Store.Shared() {
 		// Store attack: others write a shared store; unsigned, its records
@@ -344,7 +134,7 @@ func New(cfg Config, host *isolate.Host) (*Manager, error) {
 	if err := m.dur.reconcile(m.adoptAll()); err != nil {
 		cfg.Logger.Warn("reconcile leftovers", "err", err)
 	}
-	if err := m.saveLost(); err != nil {
+	if err := m.dur.saveLost(); err != nil {
 		cfg.Logger.Warn("lost sessions not recorded: after the next restart their ids answer not_found", "err", err)
 	}
 	m.dur.chargeAdopted()
@@ -472,34 +262,6 @@ func (m *Manager) unreserve() {
 	m.mu.Unlock()
 }
 
-// policyFor resolves a policy name and override.
-func (m *Manager) policyFor(name string, o *policy.Override) (policy.Policy, error) {
-	if name == "" {
-		name = "default"
-	}
-	p, ok := m.cfg.Policies[name]
-	if !ok {
-		names := make([]string, 0, len(m.cfg.Policies))
-		for n := range m.cfg.Policies {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return p, fmt.Errorf("%w: unknown policy %q, configured: %v", ErrBadRequest, name, names)
-	}
-	p, err := o.Apply(p)
-	if err != nil {
-		return p, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	// A limit set at create bounds the whole session: its timeout_s is the
-	// ceiling of every later request's, not only their default (exec's
-	// cellTimeout). max_timeout cannot go below its own 1 s floor; the
-	// ceiling is then the timeout itself.
-	if o != nil && o.TimeoutS != nil {
-		p.MaxTimeout = max(p.Timeout, time.Second)
-	}
-	return p, nil
-}
-
 // node is this daemon's name in the store's ownership records: NodeID,
 // or without one the name derived from the host name.
 func (m *durable) node() string {
@@ -508,15 +270,6 @@ func (m *durable) node() string {
 	}
 	h, _ := os.Hostname()
 	return NodeFromHostname(h)
-}
-
-// sessionID is a new session's id: the node's name, if any, then 128
-// random bits.
-func (m *Manager) sessionID() string {
-	if m.cfg.NodeID == "" {
-		return newID()
-	}
-	return m.cfg.NodeID + "-" + newID()
 }
 
 // diskID is the sandbox disk id of session id: isolate's ids are
@@ -559,7 +312,7 @@ func NodeOf(id string) string {
 
 // newSession builds a session's disk and directories (no kernel yet).
 func (m *Manager) newSession(owner int, p policy.Policy) (_ *Session, retErr error) {
-	id := m.sessionID()
+	id := m.cfg.sessionID()
 	dir := filepath.Join(m.cfg.StateDir, "sessions", id)
 	var cl cleanup.Stack
 	defer func() {
@@ -615,7 +368,7 @@ func (m *Manager) destroy(s *Session) error {
 
 // Create starts a new session and returns once its kernel is ready.
 func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retErr error) {
-	p, err := m.policyFor(opt.Policy, opt.Override)
+	p, err := m.cfg.policyFor(opt.Policy, opt.Override)
 	if err != nil {
 		return nil, err
 	}
@@ -719,14 +472,6 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	return &info, nil
 }
 
-// maxLifeOf is how long s may live from its creation.
-func (m *Manager) maxLifeOf(s *Session) time.Duration {
-	if s.maxLife > 0 {
-		return s.maxLife
-	}
-	return m.cfg.MaxLifetime
-}
-
 // register makes a new session with a running kernel live: listed, saved
 // for re-adoption, counted.
 func (m *Manager) register(s *Session) error {
@@ -772,7 +517,7 @@ func (m *Manager) claim(ctx context.Context, owner int, id string) (*Session, er
 }
 
 func (m *Manager) infoOf(s *Session) Info {
-	exp := s.expiry(m.maxLifeOf(s))
+	exp := s.expiry(m.cfg.maxLifeOf(s))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	info := s.info
@@ -799,14 +544,8 @@ func (m *Manager) get(owner int, id string) (*Session, error) {
 	defer m.mu.Unlock()
 	s, ok := m.sessions[id]
 	if !ok || (owner != 0 && s.owner != owner) {
-		if why, ok := m.tombstones[id]; ok && (s == nil || owner == 0 || s.owner == owner) {
-			if m.lost[id] {
-				return nil, fmt.Errorf("%w: session %s %s", ErrLost, id, why)
-			}
-			if m.expired[id] {
-				return nil, expiredErr(id, why)
-			}
-			return nil, fmt.Errorf("%w: session %s %s", ErrNotFound, id, why)
+		if err := m.ended.answer(id); err != nil && (s == nil || owner == 0 || s.owner == owner) {
+			return nil, err
 		}
 		return nil, fmt.Errorf("session %q %w", id, ErrNotFound)
 	}
@@ -852,7 +591,7 @@ func (m *Manager) Exec(ctx context.Context, owner int, id string, req ExecReques
 // the files it created come back with their content, up to the policy's
 // ReturnFileBytes in total.
 func (m *Manager) RunOnce(ctx context.Context, owner int, policyName string, req ExecRequest) (*Result, error) {
-	p, err := m.policyFor(policyName, nil)
+	p, err := m.cfg.policyFor(policyName, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -883,7 +622,7 @@ func (m *Manager) PolicyOf(ctx context.Context, owner int, id string) (policy.Po
 
 // runOnce runs one cell in a fresh sandbox built from p.
 func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req ExecRequest) (*Result, error) {
-	if _, err := m.cellTimeout(&Session{policy: p}, req.Timeout); err != nil {
+	if _, err := m.cfg.cellTimeout(&Session{policy: p}, req.Timeout); err != nil {
 		return nil, err
 	}
 	releaseOwner, err := m.reserveOwner(owner)
@@ -972,7 +711,7 @@ func (m *Manager) endAs(s *Session, why string, kind error) error {
 		return fmt.Errorf("%w: session %s already ended", ErrNotFound, s.id)
 	}
 	delete(m.sessions, s.id)
-	m.tombLocked(s.id, why, kind)
+	m.ended.add(s.id, why, kind)
 	m.mu.Unlock()
 	if m.dur.shared() {
 		// Before its objects leave the store (destroy): a writer of the
@@ -1014,30 +753,6 @@ func (m *Manager) endAs(s *Session, why string, kind error) error {
 	err := m.destroy(s)
 	m.log().Info("session ended", "session", s.id, "why", why)
 	return err
-}
-
-// tombLocked remembers why session id is gone, and as what (kind:
-// ErrLost, ErrExpired or nil), for the last maxTombstones ids. The caller
-// holds m.mu.
-func (m *Manager) tombLocked(id, why string, kind error) {
-	if _, ok := m.tombstones[id]; !ok {
-		m.tombOrder = append(m.tombOrder, id)
-	}
-	m.tombstones[id] = why
-	delete(m.lost, id)
-	delete(m.expired, id)
-	switch kind {
-	case ErrLost:
-		m.lost[id] = true
-	case ErrExpired:
-		m.expired[id] = true
-	}
-	if len(m.tombOrder) > maxTombstones {
-		delete(m.tombstones, m.tombOrder[0])
-		delete(m.lost, m.tombOrder[0])
-		delete(m.expired, m.tombOrder[0])
-		m.tombOrder = m.tombOrder[1:]
-	}
 }
 
 // endLockWait bounds how long end waits for a session's run lock once its
@@ -1306,7 +1021,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	if err := m.saveLost(); err != nil {
+	if err := m.dur.saveLost(); err != nil {
 		errs = append(errs, err)
 	}
 	// Wait for killed one-shots (and creates in flight) to clean up.

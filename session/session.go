@@ -123,25 +123,6 @@ func (s *Session) writableWorkspace() (*os.Root, error) {
 	return openWorkspace(upper)
 }
 
-// cellTimeout resolves a request's timeout (0: the default) for a cell of
-// s. Above the configured policy's ceiling it is clamped, as documented;
-// above a ceiling the session's own create lowered (limits.timeout_s) it
-// is refused: that limit was asked for, so a later request may not widen
-// it, and silently cutting its time would hide that.
-func (m *Manager) cellTimeout(s *Session, d time.Duration) (time.Duration, error) {
-	if base, ok := m.cfg.Policies[s.policy.Name]; ok && s.policy.MaxTimeout < base.MaxTimeout {
-		// policyFor sets max_timeout to timeout_s (at least 1 s).
-		if max := s.policy.Timeout; d > max {
-			return 0, fmt.Errorf("%w: timeout_s = %g, allowed up to %g (the limits.timeout_s this session was created with)", ErrBadRequest, d.Seconds(), max.Seconds())
-		}
-	}
-	t, err := s.policy.CellTimeout(d.Seconds())
-	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	return t, nil
-}
-
 // exec runs one cell as a pipeline of steps, each named for its one job.
 // The caller holds s.run.
 func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Result, error) {
@@ -226,7 +207,7 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 	c := &cell{s: s, req: req, timeout: req.Timeout}
 	if !req.Setup.Set() {
 		var err error
-		if c.timeout, err = m.cellTimeout(s, req.Timeout); err != nil {
+		if c.timeout, err = m.cfg.cellTimeout(s, req.Timeout); err != nil {
 			return nil, err
 		}
 	}

@@ -496,9 +496,7 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 		// store (this node holds its lease now); the id answers expired.
 		var ee *expiredError
 		if errors.As(err, &ee) {
-			m.mu.Lock()
-			m.tombLocked(id, ee.why, ErrExpired)
-			m.mu.Unlock()
+			m.ended.add(id, ee.why, ErrExpired)
 		}
 		m.log().Info("session past its max lifetime in the store: not restored, removed", "session", id, "store", st.Name(), "err", err)
 		m.dur.dropStored(id)

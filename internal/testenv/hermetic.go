@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Tests are hermetic: a jailcell a test starts never reads the host's
@@ -23,31 +24,69 @@ var NoServiceSocket = filepath.Join(os.TempDir(), "jailcell-test-no-service", "j
 
 var (
 	hermeticOnce sync.Once
-	hermeticDir  string
 	hermeticFile string
 )
 
 // HermeticConfig is the path of the test processes' configuration file
 // (socket: NoServiceSocket), readable by any user (tests run jailcell as
-// users who are not root too).
+// users who are not root too). It is one file for every test process on
+// the host, its content always the same, so no run leaves one behind.
 func HermeticConfig() string {
 	hermeticOnce.Do(func() {
-		d, err := os.MkdirTemp("", "jchermetic")
+		d := filepath.Join(os.TempDir(), "jailcell-test-hermetic")
+		f := filepath.Join(d, "config.yaml")
+		err := os.MkdirAll(d, 0o755)
+		if err == nil {
+			// Symlink or squatting attack on a fixed name in a shared
+			// TMPDIR: another user's directory there could hand the
+			// tests a config of theirs. Only our own real directory.
+			err = ownDir(d)
+		}
 		if err == nil {
 			err = os.Chmod(d, 0o755)
 		}
 		if err == nil {
-			f := filepath.Join(d, "config.yaml")
-			err = os.WriteFile(f, []byte(fmt.Sprintf("# a test's jailcell: never the host's config or service\nsocket: %s\n", NoServiceSocket)), 0o644)
-			hermeticDir, hermeticFile = d, f
+			// Written whole then renamed: test processes started in
+			// parallel never read a half-written file.
+			var tmp *os.File
+			if tmp, err = os.CreateTemp(d, ".config-*"); err == nil {
+				_, err = fmt.Fprintf(tmp, "# a test's jailcell: never the host's config or service\nsocket: %s\n", NoServiceSocket)
+				if cerr := tmp.Close(); err == nil {
+					err = cerr
+				}
+				if err == nil {
+					err = os.Chmod(tmp.Name(), 0o644)
+				}
+				if err == nil {
+					err = os.Rename(tmp.Name(), f)
+				}
+				if err != nil {
+					os.Remove(tmp.Name())
+				}
+			}
 		}
 		if err != nil {
 			// Without it a child would read the host's configuration and
 			// find its service: no test may run so.
 			panic(fmt.Sprintf("testenv: write the hermetic config: %v", err))
 		}
+		hermeticFile = f
 	})
 	return hermeticFile
+}
+
+// ownDir fails unless d is a directory (not a symlink to one) owned by
+// this process's user.
+func ownDir(d string) error {
+	fi, err := os.Lstat(d)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("%s is not a directory of uid %d: remove it or set TMPDIR", d, os.Getuid())
+	}
+	return nil
 }
 
 // TestClaimDir is where the tests' daemons claim their uid ranges: never
@@ -82,12 +121,5 @@ func Hermetic() {
 		if os.Getenv(k) == "" {
 			os.Setenv(k, v)
 		}
-	}
-}
-
-// removeHermetic removes the file HermeticConfig wrote, if any.
-func removeHermetic() {
-	if hermeticDir != "" {
-		os.RemoveAll(hermeticDir)
 	}
 }

@@ -105,13 +105,12 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// RemoveBuild removes what Jailcell built, if anything, and the hermetic
-// configuration.
+// RemoveBuild removes what Jailcell built, if anything. The hermetic
+// configuration stays: it is one file for every test process on the host.
 func RemoveBuild() {
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
-	removeHermetic()
 }
 
 // DefaultPolicy is the `default` entry under `policies:` of a test

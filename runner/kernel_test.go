@@ -403,6 +403,23 @@ func TestKernelCells(t *testing.T) {
 				t.Errorf("traceback:\n%s", e.Traceback)
 			}
 		}},
+		{"indented cell runs as IPython runs it", "\n    ind = [1, 2]\n    if ind:\n        ind.append(3)\n    ind", func(t *testing.T, r *Result) {
+			if requireOK(t, r); plain(r) != "[1, 2, 3]" {
+				t.Errorf("value %v", r.Value)
+			}
+		}},
+		{"indented cell's traceback names the lines sent", "\n    a = 1\n    1/0", func(t *testing.T, r *Result) {
+			e := requireError(t, r, "ZeroDivisionError")
+			if len(e.Frames) != 1 || e.Frames[0].Line != 3 || e.Frames[0].Code != "1/0" {
+				t.Errorf("frames %+v", e.Frames)
+			}
+		}},
+		{"indentation still wrong after the dedent is reported as sent", "    a = 1\n  b = 2", func(t *testing.T, r *Result) {
+			e := requireError(t, r, "IndentationError")
+			if len(e.Frames) != 1 || e.Frames[0].Line != 1 {
+				t.Errorf("error %+v", e)
+			}
+		}},
 		{"deep recursion", "def r():\n    r()\nr()", func(t *testing.T, r *Result) {
 			e := requireError(t, r, "RecursionError")
 			if len(e.Frames) > 200 || e.Frames[0].Line != 3 || !strings.Contains(e.Traceback, "Previous line repeated") {

@@ -31,6 +31,24 @@ for _feature in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
 
 
+def _drop_leading_indent(source):
+    """source with the first non-blank line's indentation removed from each
+    line that starts with it (IPython's leading_indent), or None if that
+    line is not indented. Blank lines stay, so a traceback's line numbers
+    still name the lines the caller sent."""
+    lines = source.splitlines(True)
+    for line in lines:
+        if line.strip():
+            break
+    else:
+        return None
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    if not indent:
+        return None
+    n = len(indent)
+    return "".join(l[n:] if l.startswith(indent) else l for l in lines)
+
+
 class _Cell:
     """One running cell: where display() and figures go."""
 
@@ -351,14 +369,27 @@ class _Kernel:
         try:
             try:
                 tree = compile(source, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
-            except SyntaxError:
-                # Magics, `!` and `?` are never valid Python: only a cell that
-                # fails to compile is worth IPython's transforms.
-                shell = _ensure_shell() if _may_be_ipython(source) else None
-                if shell is None:
-                    raise
-                source = shell.transform_cell(source)
-                tree = compile(source, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+            except SyntaxError as exc:
+                tree = None
+                if isinstance(exc, IndentationError):
+                    # Code pasted from a function body, a list item or a
+                    # model's reply arrives indented as a whole: run it as
+                    # IPython does, the first line's indentation removed.
+                    dedented = _drop_leading_indent(source)
+                    if dedented is not None:
+                        try:
+                            tree = compile(dedented, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+                        except SyntaxError:
+                            pass
+                if tree is None:
+                    # Magics, `!` and `?` are never valid Python: only a
+                    # cell that fails to compile is worth IPython's
+                    # transforms (which remove the indentation too).
+                    shell = _ensure_shell() if _may_be_ipython(source) else None
+                    if shell is None:
+                        raise
+                    source = shell.transform_cell(source)
+                    tree = compile(source, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 # Like IPython: the value of a trailing expression is the

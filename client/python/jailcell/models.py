@@ -26,12 +26,21 @@ MIME_FIELDS = {
 }
 
 
+def unquoted(text: str) -> str:
+    """text/plain as E2B's Result.text has it: one pair of enclosing quotes
+    (a str value's repr) removed, anything else as it is."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
 @dataclass
 class Result:
     """One rich output: a figure or an object passed to display(), or the
     value of the cell's last expression (is_main_result). Images (png,
     jpeg) are base64 strings, as E2B gives them; text formats are str; json
-    is the decoded object."""
+    is the decoded object. text is a str value without its repr's quotes
+    (bar for 'bar'), as E2B gives it; the wire's text/plain keeps them."""
 
     text: Optional[str] = None
     html: Optional[str] = None
@@ -62,6 +71,8 @@ class Result:
                 r.extra[mime] = data
             else:
                 setattr(r, name, data)
+        if isinstance(r.text, str):
+            r.text = unquoted(r.text)
         return r
 
     @classmethod

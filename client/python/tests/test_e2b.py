@@ -73,8 +73,8 @@ class _Cases:
             sbx.commands.run("true", envs={"A=B": "x"})
         # The cell sees the sandbox's envs and its own, the latter only once.
         self.assertEqual(sbx.run_code("import os; os.environ['FROM_SANDBOX'] + os.environ.get('CELL', '')",
-                                      envs={"CELL": "!"}).text, "'sb!'")
-        self.assertEqual(sbx.run_code("os.environ.get('CELL', 'unset')").text, "'unset'")
+                                      envs={"CELL": "!"}).text, "sb!")
+        self.assertEqual(sbx.run_code("os.environ.get('CELL', 'unset')").text, "unset")
 
     def test_background_command(self) -> None:
         sbx = self.sandbox()
@@ -285,7 +285,7 @@ class AsyncJsonLinesE2BTest(unittest.TestCase):
             # Two sessions' cells at once over one child's pipes.
             results = await asyncio.gather(sbx.run_code("import time; time.sleep(0.5); 6 * 7"),
                                            other.run_code("import time; time.sleep(0.5); 'other'"))
-            self.assertEqual([r.text for r in results], ["42", "'other'"])
+            self.assertEqual([r.text for r in results], ["42", "other"])
             await other.kill()
             await sbx.files.write("f.txt", "data")
             out: List[str] = []

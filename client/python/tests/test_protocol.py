@@ -90,6 +90,13 @@ class ReplayTest(unittest.TestCase):
         self.assertFalse(Result.from_display({"mime": "text/plain", "data": "x"}).is_pager)
         self.assertFalse(Result.from_display({"mime": "text/plain", "data": "x", "pager": "yes"}).is_pager)
 
+    def test_text_unquoted(self) -> None:
+        # E2B's Result.text: a str value's repr without its quotes; any
+        # other text/plain as sent.
+        for plain, want in [("'bar'", "bar"), ('"it\'s"', "it's"), ("'", "'"), ("''", ""), ("42", "42"),
+                            ("('a', 'b')", "('a', 'b')"), ("'a' + 'b'x", "'a' + 'b'x")]:
+            self.assertEqual(Result.from_bundle({"text/plain": plain}).text, want, plain)
+
     def test_chart_item(self) -> None:
         # A display item's chart becomes Result.chart, E2B's classes by type.
         sub = {"type": "scatter", "title": "s", "x_scale": "log", "elements": [{"label": "p", "points": [[1, 2]]}]}

@@ -89,7 +89,7 @@ class _Cases:
         kinds = [k for k, _ in calls]
         self.assertEqual(kinds[-1], "result")
         self.assertEqual(kinds.index("err"), len(kinds) - 2)
-        self.assertEqual(calls[-1][1].text, "'done'")
+        self.assertEqual(calls[-1][1].text, "done")
 
     def test_figure(self) -> None:
         sbx = self.sandbox()
@@ -168,7 +168,7 @@ class _Cases:
         self.assertTrue(ex.error.traceback.rstrip().endswith("ZeroDivisionError: division by zero"))
         self.assertIn("f", [fr["name"] for fr in ex.error.frames])
         self.assertEqual(ex.state, "kept")
-        self.assertEqual(sbx.run_code("'still here'").text, "'still here'")
+        self.assertEqual(sbx.run_code("'still here'").text, "still here")
 
     def test_shell_failure_and_raw_ansi(self) -> None:
         sbx = self.sandbox()
@@ -270,7 +270,7 @@ class _Cases:
             ex = done[0]
             self.assertEqual((ex.status, ex.error.name if ex.error else None, ex.state),
                              ("error", "KeyboardInterrupt", "kept"))
-            self.assertEqual(sbx.run_code("kept").text, "'yes'")
+            self.assertEqual(sbx.run_code("kept").text, "yes")
             self.assertTrue(not sbx.interrupt())  # nothing is running now
         finally:
             if runner.is_alive():
@@ -382,7 +382,7 @@ class _AsyncCases:
             await asyncio.wait_for(a_ready.wait(), 60)
             b_out: List[str] = []
             ex_b = await b.run_code("print(who); who", on_stdout=b_out.append)
-            self.assertEqual((ex_b.text, b_out), ("'b'", ["b\n"]))
+            self.assertEqual((ex_b.text, b_out), ("b", ["b\n"]))
             await b.files.write("f.txt", "from b")
             self.assertEqual(await b.files.read("f.txt"), "from b")
             self.assertEqual([e.path for e in await b.files.list()], ["f.txt"])

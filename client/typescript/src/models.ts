@@ -21,6 +21,17 @@ import type {
   WireUsage,
 } from "./wire.js";
 
+/**
+ * text/plain as E2B's Result.text has it: one pair of enclosing quotes (a
+ * str value's repr) removed, anything else as it is.
+ */
+export function unquoted(text: string): string {
+  if (text.length >= 2 && text[0] === text[text.length - 1] && (text[0] === "'" || text[0] === '"')) {
+    return text.slice(1, -1);
+  }
+  return text;
+}
+
 /** The MIME types a Result has a property for, as in E2B's Result. */
 export const MIME_FIELDS = {
   "text/plain": "text",
@@ -41,7 +52,8 @@ type FieldName = (typeof MIME_FIELDS)[keyof typeof MIME_FIELDS];
  * One rich output: a figure or an object passed to display(), or the value
  * of the cell's last expression (isMainResult). Images (png, jpeg) are
  * base64 strings, as E2B gives them; text formats are strings; json is the
- * decoded value.
+ * decoded value. text is a str value without its repr's quotes (bar for
+ * 'bar'), as E2B gives it; the wire's text/plain keeps them.
  */
 export class Result {
   text?: string;
@@ -80,6 +92,7 @@ export class Result {
         this.extra[mime] = data;
       }
     }
+    if (this.text !== undefined) this.text = unquoted(this.text);
   }
 
   /** A wire display item: every format of its bundle, and its own mime/data. */

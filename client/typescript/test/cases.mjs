@@ -86,7 +86,7 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       assert.equal(String(ex.error), "ZeroDivisionError: division by zero");
       assert.deepEqual(seen, [ex.error]);
       assert.equal(ex.state, "kept");
-      assert.equal((await sbx.runCode("'still here'")).text, "'still here'");
+      assert.equal((await sbx.runCode("'still here'")).text, "still here");
       assert.match(ex.toolText(), /^status: error\n/);
     });
 
@@ -169,7 +169,7 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       assert.deepEqual(order, ["a\n", "clear wait=true", "b\n", "clear wait=false"]);
       assert.equal(c.logs.stdout.join(""), "a\nb\n");
       // Without the callback the event is ignored.
-      assert.equal((await sbx.runCode("from IPython.display import clear_output\nclear_output()\n'after'")).text, "'after'");
+      assert.equal((await sbx.runCode("from IPython.display import clear_output\nclear_output()\n'after'")).text, "after");
     });
 
     it("runs commands: envs, cwd, streamed output, exit codes, timeouts (E2B's commands.run)", async () => {
@@ -206,7 +206,7 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       await assert.rejects(sbx.commands.run(""), (e) => e instanceof BadRequestError && /cmd/.test(e.message));
       await assert.rejects(sbx.commands.run("true", { user: "nobody" }), (e) => e instanceof BadRequestError && /user/.test(e.message));
       // The session is still the same kernel's.
-      assert.equal((await sbx.runCode("import os; os.environ['FROM_SANDBOX']")).text, "'sb'");
+      assert.equal((await sbx.runCode("import os; os.environ['FROM_SANDBOX']")).text, "sb");
     });
 
     it("runs background commands: wait, kill, the session free meanwhile (E2B's CommandHandle)", async () => {
@@ -370,7 +370,7 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       assert.equal(kinds.at(-1), "result");
       assert.equal(kinds.indexOf("err"), kinds.length - 2);
       assert.equal(calls.at(-2)[1].error, true);
-      assert.equal(calls.at(-1)[1].text, "'done'");
+      assert.equal(calls.at(-1)[1].text, "done");
       const stamps = calls.slice(0, -1).map(([, m]) => m.timestamp);
       assert.deepEqual(stamps, [...stamps].sort((a, b) => a - b));
     });
@@ -406,7 +406,7 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       assert.equal(await sbx.interrupt(), true);
       const ex = await running;
       assert.deepEqual([ex.status, ex.error?.name, ex.state], ["error", "KeyboardInterrupt", "kept"]);
-      assert.equal((await sbx.runCode("kept")).text, "'yes'");
+      assert.equal((await sbx.runCode("kept")).text, "yes");
       assert.equal(await sbx.interrupt(), false); // nothing is running now
     });
 
@@ -421,7 +421,7 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
         return ex;
       });
       await ready;
-      assert.equal((await b.runCode("'b'")).text, "'b'");
+      assert.equal((await b.runCode("'b'")).text, "b");
       assert.equal(aDone, false, "a's cell ended before b's ran");
       assert.equal(await a.interrupt(), true);
       assert.equal((await slow).error?.name, "KeyboardInterrupt");

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after } from "node:test";
 
-import { JsonLinesTransport, Sandbox, UnavailableError } from "../dist/index.js";
+import { JsonLinesTransport, Result, Sandbox, UnavailableError } from "../dist/index.js";
 import { cases, it, required } from "./cases.mjs";
 
 const command = JSON.parse(required("JAILCELL_JSON_COMMAND"));
@@ -11,6 +11,12 @@ const shared = new JsonLinesTransport(command);
 after(() => shared.close());
 
 cases("jailcell json", () => ({ transport: shared }), { badRequestStatus: 0 });
+
+it("gives a str value's text without its repr's quotes, as E2B's Result.text", () => {
+  for (const [plain, want] of [["'bar'", "bar"], ['"it\'s"', "it's"], ["'", "'"], ["''", ""], ["42", "42"], ["('a', 'b')", "('a', 'b')"]]) {
+    assert.equal(new Result({ "text/plain": plain }).text, want, plain);
+  }
+});
 
 it("starts a private jailcell json for one sandbox and ends it with kill", async () => {
   const sbx = await Sandbox.create({ command });

@@ -183,14 +183,19 @@ func TestUnadoptableSessionIsReportedLost(t *testing.T) {
 	if err := m1.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The kernel dies between daemons.
+	// The kernel dies between daemons. Dead means exited (gone, or a
+	// zombie nobody reaped): a process with SIGKILL pending still looks
+	// running, and on a loaded host the next daemon would adopt it.
 	p, _ := os.FindProcess(pid)
 	p.Kill()
-	for i := 0; i < 100; i++ {
-		if _, err := os.Stat("/proc/" + strings.TrimSpace(itoa(pid))); err != nil {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+		if _, after, ok := strings.Cut(string(b), ") "); err != nil || ok && strings.HasPrefix(after, "Z") {
 			break
 		}
-		p.Kill()
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox init %d still alive 20 s after SIGKILL", pid)
+		}
 	}
 
 	m2 := r.start(false)

@@ -21,8 +21,9 @@ from .charts import (BarChart, BoxAndWhiskerChart, Chart, ChartType, HistogramCh
                      ScatterChart, SuperChart)
 from .client import Client, Session
 from .commands import CommandExitException, CommandHandle, CommandResult, Commands
-from .errors import (BadRequestError, BusyError, ExpiredError, ForbiddenError, InternalError, JailcellError, LimitError,
-                     NotFoundError, UnavailableError)
+from .errors import (AuthenticationException, BadRequestError, BusyError, ExpiredError, FileNotFoundException,
+                     ForbiddenError, InternalError, InvalidArgumentException, JailcellError, LimitError, NotFoundError,
+                     NotFoundException, SandboxException, SandboxNotFoundException, UnavailableError)
 from .info import SandboxInfo, SandboxMetrics
 from .models import Attempt, EntryInfo, Execution, ExecutionError, FileChange, Logs, Result
 from .sandbox import Files, Sandbox
@@ -43,4 +44,6 @@ __all__ = [
     "Client", "Session",
     "JailcellError", "BadRequestError", "NotFoundError", "ExpiredError", "LimitError", "BusyError", "UnavailableError",
     "InternalError", "ForbiddenError",
+    "SandboxException", "InvalidArgumentException", "NotFoundException", "FileNotFoundException",
+    "SandboxNotFoundException", "AuthenticationException",
 ]

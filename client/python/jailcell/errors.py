@@ -15,6 +15,12 @@ __all__ = [
     "UnavailableError",
     "InternalError",
     "ForbiddenError",
+    "SandboxException",
+    "InvalidArgumentException",
+    "NotFoundException",
+    "FileNotFoundException",
+    "SandboxNotFoundException",
+    "AuthenticationException",
     "error_for",
 ]
 
@@ -82,6 +88,17 @@ class ForbiddenError(JailcellError):
 
     code = "forbidden"
 
+
+# E2B's names for the same failures, so that `except NotFoundException:`
+# written for E2B's SDK catches what jailcell raises. They are the classes
+# above, not subclasses: a caller's check by either name sees one error.
+# A missing file and a missing sandbox are both NotFoundError here.
+SandboxException = JailcellError
+InvalidArgumentException = BadRequestError
+NotFoundException = NotFoundError
+FileNotFoundException = NotFoundError
+SandboxNotFoundException = NotFoundError
+AuthenticationException = ForbiddenError
 
 _BY_CODE: Dict[str, Type[JailcellError]] = {
     c.code: c

@@ -11,6 +11,7 @@ from typing import Any, List, Tuple
 
 from jailcell import (BusyError, ChartType, JailcellError, JsonLinesTransport, LimitError, Result, Sandbox,
                       ScaleType, ScatterChart, SuperChart, UnavailableError)
+from jailcell.errors import error_for
 
 PNG = "iVBORw0KGgo="  # base64 of the PNG magic's first bytes: enough to tell it apart
 
@@ -89,6 +90,20 @@ class ReplayTest(unittest.TestCase):
         self.assertEqual((r.text, r.is_pager), ("Docstring: x", True))
         self.assertFalse(Result.from_display({"mime": "text/plain", "data": "x"}).is_pager)
         self.assertFalse(Result.from_display({"mime": "text/plain", "data": "x", "pager": "yes"}).is_pager)
+
+    def test_e2b_exception_names(self) -> None:
+        # E2B's names are jailcell's classes: a handler written for either
+        # catches what the server answered.
+        import jailcell
+        for e2b, ours in [("SandboxException", "JailcellError"), ("InvalidArgumentException", "BadRequestError"),
+                          ("NotFoundException", "NotFoundError"), ("FileNotFoundException", "NotFoundError"),
+                          ("SandboxNotFoundException", "NotFoundError"), ("AuthenticationException", "ForbiddenError")]:
+            self.assertIs(getattr(jailcell, e2b), getattr(jailcell, ours), e2b)
+            self.assertIn(e2b, jailcell.__all__)
+        with self.assertRaises(jailcell.FileNotFoundException):
+            raise error_for(404, "not_found", "no such file")
+        with self.assertRaises(jailcell.SandboxException):
+            raise error_for(400, "bad_request", "bad")
 
     def test_text_unquoted(self) -> None:
         # E2B's Result.text: a str value's repr without its quotes; any

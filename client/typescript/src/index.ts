@@ -65,5 +65,16 @@ export {
   UnavailableError,
   errorFor,
 } from "./errors.js";
+// E2B's names for the same failures, so that `instanceof NotFoundError` or
+// `instanceof SandboxError` written for E2B's SDK sees what jailcell
+// throws: the classes above, not subclasses. A missing file and a missing
+// sandbox are both NotFoundError here.
+export {
+  JailcellError as SandboxError,
+  BadRequestError as InvalidArgumentError,
+  NotFoundError as FileNotFoundError,
+  NotFoundError as SandboxNotFoundError,
+  ForbiddenError as AuthenticationError,
+} from "./errors.js";
 export type { ErrorCode } from "./errors.js";
 export type * from "./wire.js";

@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { after } from "node:test";
 
+import * as jailcell from "../dist/index.js";
 import { JsonLinesTransport, Result, Sandbox, UnavailableError } from "../dist/index.js";
 import { cases, it, required } from "./cases.mjs";
 
@@ -16,6 +17,14 @@ it("gives a str value's text without its repr's quotes, as E2B's Result.text", (
   for (const [plain, want] of [["'bar'", "bar"], ['"it\'s"', "it's"], ["'", "'"], ["''", ""], ["42", "42"], ["('a', 'b')", "('a', 'b')"]]) {
     assert.equal(new Result({ "text/plain": plain }).text, want, plain);
   }
+});
+
+it("exports E2B's error names as jailcell's classes", () => {
+  for (const [e2b, ours] of [["SandboxError", "JailcellError"], ["InvalidArgumentError", "BadRequestError"], ["NotFoundError", "NotFoundError"],
+    ["FileNotFoundError", "NotFoundError"], ["SandboxNotFoundError", "NotFoundError"], ["AuthenticationError", "ForbiddenError"], ["TimeoutError", "TimeoutError"]]) {
+    assert.ok(jailcell[e2b] !== undefined && jailcell[e2b] === jailcell[ours], e2b);
+  }
+  assert.ok(jailcell.errorFor(404, "not_found", "no such file") instanceof jailcell.FileNotFoundError);
 });
 
 it("starts a private jailcell json for one sandbox and ends it with kill", async () => {

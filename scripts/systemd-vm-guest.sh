@@ -97,6 +97,15 @@ setup() {
 	cp -a "$share/repo" "$checkout"
 	chown -R agent:agent "$checkout"
 	cp -a "$share/criu" /var/lib/jailcell/criu
+	# The rootfs stamp of the last passing run (systemd-vm.sh says why),
+	# where the service keeps it, before its first start.
+	local st
+	for st in "$share"/rootfs-stamp/rootfs-verified-*.json; do
+		[[ -f $st ]] || continue
+		install -d -m 0711 /var/lib/jailcell/state
+		install -m 0600 "$st" /var/lib/jailcell/state/
+		echo "rootfs stamp of the last passing run: $(basename "$st")"
+	done
 	# Node resolves modules with many stats: from the local disk, not 9p.
 	mkdir -p /opt/jcvm && cp -a "$share/mcpclient" "$mcpdir"
 }
@@ -319,6 +328,9 @@ if [[ $phase == 1 ]]; then
 	step curl-health health
 	step socket-activated activated
 	step ready ready
+	# For the next run (systemd-vm.sh): the stamp the service wrote or kept.
+	mkdir -p "$logs/rootfs-stamp" && cp /var/lib/jailcell/state/rootfs-verified-*.json "$logs/rootfs-stamp/" 2>/dev/null
+	journalctl -b --no-pager -u jailcell.service | grep -m1 'rootfs content' | cut -c1-400
 	step jailcell-run run_cell
 	step jailcell-mcp mcp
 	step python-client python_client

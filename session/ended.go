@@ -41,6 +41,18 @@ func newEndedIDs() *endedIDs {
 func (e *endedIDs) add(id, why string, kind error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.addLocked(id, why, kind)
+}
+
+// addLost makes id answer ErrLost with why until until.
+func (e *endedIDs) addLost(id, why string, until time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.addLocked(id, why, ErrLost)
+	e.lostUntil[id] = until
+}
+
+func (e *endedIDs) addLocked(id, why string, kind error) {
 	if _, ok := e.why[id]; !ok {
 		e.order = append(e.order, id)
 	}
@@ -55,14 +67,6 @@ func (e *endedIDs) add(id, why string, kind error) {
 		delete(e.kind, old)
 		e.order = e.order[1:]
 	}
-}
-
-// addLost makes id answer ErrLost with why until until.
-func (e *endedIDs) addLost(id, why string, until time.Time) {
-	e.add(id, why, ErrLost)
-	e.mu.Lock()
-	e.lostUntil[id] = until
-	e.mu.Unlock()
 }
 
 // answer is the error a request for id gets, or nil if id did not end

@@ -46,24 +46,7 @@ func HermeticConfig() string {
 			err = os.Chmod(d, 0o755)
 		}
 		if err == nil {
-			// Written whole then renamed: test processes started in
-			// parallel never read a half-written file.
-			var tmp *os.File
-			if tmp, err = os.CreateTemp(d, ".config-*"); err == nil {
-				_, err = fmt.Fprintf(tmp, "# a test's jailcell: never the host's config or service\nsocket: %s\n", NoServiceSocket)
-				if cerr := tmp.Close(); err == nil {
-					err = cerr
-				}
-				if err == nil {
-					err = os.Chmod(tmp.Name(), 0o644)
-				}
-				if err == nil {
-					err = os.Rename(tmp.Name(), f)
-				}
-				if err != nil {
-					os.Remove(tmp.Name())
-				}
-			}
+			err = writeWhole(f, fmt.Sprintf("# a test's jailcell: never the host's config or service\nsocket: %s\n", NoServiceSocket))
 		}
 		if err != nil {
 			// Without it a child would read the host's configuration and
@@ -73,6 +56,30 @@ func HermeticConfig() string {
 		hermeticFile = f
 	})
 	return hermeticFile
+}
+
+// writeWhole writes content to path (mode 0644) through a temporary file
+// renamed over it: test processes started in parallel never read a
+// half-written file.
+func writeWhole(path, content string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".config-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.WriteString(content)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
 }
 
 // ownDir fails unless d is a directory (not a symlink to one) owned by

@@ -371,16 +371,15 @@ class _Kernel:
                 tree = compile(source, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
             except SyntaxError as exc:
                 tree = None
-                if isinstance(exc, IndentationError):
-                    # Code pasted from a function body, a list item or a
-                    # model's reply arrives indented as a whole: run it as
-                    # IPython does, the first line's indentation removed.
-                    dedented = _drop_leading_indent(source)
-                    if dedented is not None:
-                        try:
-                            tree = compile(dedented, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
-                        except SyntaxError:
-                            pass
+                # Code pasted from a function body, a list item or a
+                # model's reply arrives indented as a whole: run it as
+                # IPython does, the first line's indentation removed.
+                dedented = _drop_leading_indent(source) if isinstance(exc, IndentationError) else None
+                if dedented is not None:
+                    try:
+                        tree = compile(dedented, cell.filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+                    except SyntaxError:
+                        pass
                 if tree is None:
                     # Magics, `!` and `?` are never valid Python: only a
                     # cell that fails to compile is worth IPython's

@@ -31,6 +31,9 @@
 #             (client/typescript's devDependencies), installed by
 #             fetch-tsclient-tools.sh from its committed lock into an empty
 #             cache and run (beside the rest)
+#   e2b-sdk   E2B's stock JS SDKs (npm e2b, @e2b/code-interpreter) that
+#             test/e2bsdk runs, installed by fetch-e2b-sdk.sh from its
+#             committed lock into an empty cache and loaded (beside the rest)
 #   versitygw the S3 test server's pinned module downloaded into an empty
 #             module cache and checked against the Go checksum database
 #             (fetch-versitygw.sh FETCH_ONLY=1, a few seconds)
@@ -119,6 +122,8 @@ what[openapi-tools]="openapi-tools: the pinned Redocly CLI, openapi-typescript a
 background openapi-tools env OPENAPI_TOOLS_DIR="$tmp/openapi-tools" "$here/scripts/fetch-openapi-tools.sh"
 what[tsclient-tools]="tsclient-tools: the TypeScript client's pinned typescript, @types/node and openapi-typescript installed from empty and run"
 background tsclient-tools env TSCLIENT_TOOLS_DIR="$tmp/tsclient-tools" "$here/scripts/fetch-tsclient-tools.sh"
+what[e2b-sdk]="e2b-sdk: E2B's pinned stock JS SDKs installed from empty and loaded"
+background e2b-sdk env E2B_SDK_DIR="$tmp/e2b-sdk" "$here/scripts/fetch-e2b-sdk.sh"
 
 # --- apt: private, empty lists from the system's own sources ----------------
 apt=$tmp/apt

@@ -33,6 +33,7 @@ var configChecks = []func(c *config) error{
 	func(c *config) error { return absOrEmpty("sandbox.claim_dir", c.ClaimDir, false) },
 	checkNodeID,
 	checkListen,
+	checkE2B,
 	func(c *config) error { return absOrEmpty("auth.tokens_file", c.TokensFile, true) },
 	func(c *config) error { return absOrEmpty("tls.cert", c.TLSCert, true) },
 	func(c *config) error { return absOrEmpty("tls.key", c.TLSKey, true) },

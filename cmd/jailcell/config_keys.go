@@ -83,6 +83,20 @@ uid or user name; # starts a comment), each token 32 or more of
 [A-Za-z0-9._~+/=-]. The file must be root's and not group- or
 world-accessible. A request's token decides its owner, as the peer uid
 does on the socket. Read at start.`},
+	{name: "e2b.listen", def: "", flag: "e2b-listen", dec: strKey(func(c *config) *string { return &c.E2BListen }),
+		doc: `Also serve E2B's protocol on TCP (flag --e2b-listen): tcp://HOST:PORT,
+for programs written for E2B's stock SDKs, with E2B_API_URL and
+E2B_SANDBOX_URL set to http://HOST:PORT (docs/e2b.md). An X-API-KEY is a
+token of auth.tokens_file, which must be set. With tls.cert and tls.key
+the listener speaks TLS only. "" serves no E2B door.`},
+	{name: "e2b.domain", def: "", dec: strKey(func(c *config) *string { return &c.E2BDomain }),
+		doc: `The domain of E2B_DOMAIN: requests to PORT-ID.DOMAIN reach sandbox ID's
+port PORT on the E2B listener. "": sandboxes are reached by
+E2B_SANDBOX_URL's headers only.`},
+	{name: "e2b.templates", def: []string{}, dec: listKey(func(c *config) *[]string { return &c.E2BTemplates }),
+		doc: `E2B template names a create may ask for, each NAME=POLICY (a policy of
+policies:); a name not listed is refused with the list. []: "base" and
+"code-interpreter-v1", both the default policy.`},
 	{name: "tls.cert", def: "", dec: strKey(func(c *config) *string { return &c.TLSCert }),
 		doc: `PEM certificate (chain) of the TCP listener; with tls.key, the listener
 speaks TLS only.`},
@@ -372,6 +386,10 @@ type config struct {
 	TLSCert     string
 	TLSKey      string
 	TLSClientCA string
+	// E2BListen, E2BDomain and E2BTemplates configure the E2B door.
+	E2BListen    string
+	E2BDomain    string
+	E2BTemplates []string
 	// UIDBase is the host's first sandbox uid (isolate.Config.UIDBase).
 	UIDBase int
 	// ClaimDir is where daemons claim uid ranges (isolate.ClaimUIDRange).

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"os/user"
@@ -72,6 +73,8 @@ type service struct {
 	log *slog.Logger
 	st  *stack
 	srv *httpapi.HTTPServer
+	// e2b is the E2B door's server, drained beside srv (nil: none).
+	e2b *http.Server
 }
 
 func serve(hf *hostFlags) (retErr error) {
@@ -150,18 +153,36 @@ func serve(hf *hostFlags) (retErr error) {
 		listeners, remote = append(listeners, l), auth
 	}
 	s := &service{hf: hf, log: log, st: st}
-	s.srv = httpapi.NewHTTPServer(&api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf},
+	disp := &api.Dispatcher{Manager: st.manager, Version: version, Logger: log, Workflow: wf}
+	e2bL, e2bSrv, err := e2bServer(cfg, disp, log)
+	if err != nil {
+		for _, l := range listeners {
+			l.Close()
+		}
+		_ = st.shutdown(10 * time.Second)
+		return err
+	}
+	s.e2b = e2bSrv
+	s.srv = httpapi.NewHTTPServer(disp,
 		httpapi.HTTPOptions{Access: access, Logger: log, Remote: remote, Ready: st.host.Ready, Node: cfg.Session.NodeID,
 			StreamGrace: cfg.HTTP.StreamGrace, MCPMaxSessionsPerOwner: cfg.HTTP.MCPMaxSessionsPerOwner,
 			MCPMaxSessions: cfg.HTTP.MCPMaxSessions, MCPIdleTimeout: cfg.HTTP.MCPIdleTimeout,
 			MaxInFlight: cfg.HTTP.MaxInFlight, MaxInFlightPerOwner: cfg.HTTP.MaxInFlightPerOwner,
 			MaxInFlightBytes: cfg.HTTP.MaxInFlightBytes, MaxInFlightBytesPerOwner: cfg.HTTP.MaxInFlightBytesPerOwner,
 			BodyTimeout: cfg.HTTP.BodyTimeout})
-	serveErr := make(chan error, len(listeners))
+	serveErr := make(chan error, len(listeners)+1)
 	addrs := make([]string, len(listeners))
 	for i, l := range listeners {
 		addrs[i] = l.Addr().String()
 		go func() { serveErr <- s.srv.Serve(l) }()
+	}
+	if e2bL != nil {
+		addrs = append(addrs, "e2b "+e2bL.Addr().String())
+		go func() {
+			if err := e2bSrv.Serve(e2bL); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
 	}
 	notify(log, fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving on %s", os.Getpid(), strings.Join(addrs, ", ")))
 	log.Info("serving", "socket", strings.Join(addrs, ","), "socket_activated", activated, "node", cfg.Session.NodeID,
@@ -231,11 +252,22 @@ func (s *service) drain(sigs <-chan os.Signal, grace time.Duration) error {
 			}
 		}
 	}()
+	e2bDone := make(chan struct{})
+	go func() {
+		defer close(e2bDone)
+		if s.e2b != nil {
+			_ = s.e2b.Shutdown(ctx)
+		}
+	}()
 	if err := s.srv.Shutdown(ctx); err != nil {
 		s.log.Warn("drain: requests still running at the end of the grace period; ending them", "err", err)
 	}
+	<-e2bDone
 	err := s.st.shutdownContext(ctx)
 	_ = s.srv.Close()
+	if s.e2b != nil {
+		_ = s.e2b.Close()
+	}
 	if err != nil {
 		s.log.Error("tear down sessions", "err", err)
 		return err

@@ -1,0 +1,328 @@
+package e2b
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/jailcell/jailcell/api"
+)
+
+// The sandbox ports E2B's SDKs address, and the envd version this door
+// answers as: the SDKs choose their wire by it (0.5.7: a file upload is
+// the raw body, not multipart; stdin may be refused; CloseStdin exists).
+const (
+	EnvdPort        = 49983
+	InterpreterPort = 49999
+	EnvdVersion     = "0.5.7"
+)
+
+// DefaultTemplates maps the templates E2B's SDKs ask for by default to
+// jailcell's default policy.
+var DefaultTemplates = map[string]string{"base": "", "code-interpreter-v1": ""}
+
+// Options configure a Door.
+type Options struct {
+	// Keys maps an X-API-KEY to its owner uid; nil admits no one to the
+	// control plane.
+	Keys func(key string) (owner uint32, ok bool)
+	// Secret signs the sandboxes' access tokens: 32 bytes or more, kept
+	// across restarts so the tokens handed out stay good.
+	Secret []byte
+	// Domain, if set, routes PORT-ID.DOMAIN hosts to a sandbox (the SDKs'
+	// E2B_DOMAIN) and is reported as each sandbox's domain.
+	Domain string
+	// Templates maps an E2B template name or id to a configured policy
+	// name ("": the default policy); nil means DefaultTemplates.
+	Templates map[string]string
+	// StateDir keeps each sandbox's record (template, metadata) across
+	// restarts; "" keeps them in memory only.
+	StateDir string
+	// Logger receives what the door refuses that a caller cannot see.
+	Logger *slog.Logger
+	// MaxInFlight and MaxInFlightBytes bound the requests running at
+	// once, and MaxInFlightPerOwner one owner's share (0: the defaults).
+	MaxInFlight         int
+	MaxInFlightBytes    int64
+	MaxInFlightPerOwner int
+}
+
+// Door serves E2B's protocol over an api.Handler. Safe for concurrent use.
+type Door struct {
+	h       api.Handler
+	o       Options
+	log     *slog.Logger
+	budget  *api.Budget
+	control *http.ServeMux
+	envd    *http.ServeMux
+	interp  *http.ServeMux
+	records *records
+	procs   *processes
+	seq     atomic.Uint64
+}
+
+// New returns a Door that carries E2B's calls out through h.
+func New(h api.Handler, o Options) (*Door, error) {
+	if len(o.Secret) < 32 {
+		return nil, fmt.Errorf("e2b: the access-token secret has %d bytes, want 32 or more", len(o.Secret))
+	}
+	if o.Templates == nil {
+		o.Templates = DefaultTemplates
+	}
+	b, log := api.NewBudget(o.MaxInFlight, o.MaxInFlightBytes, o.Logger)
+	per := o.MaxInFlightPerOwner
+	if per == 0 {
+		per = max(1, b.MaxCount()/4)
+	}
+	b.Share(per, b.MaxWeight()/2)
+	recs, err := newRecords(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	d := &Door{h: h, o: o, log: log, budget: b, control: http.NewServeMux(), envd: http.NewServeMux(),
+		interp: http.NewServeMux(), records: recs, procs: newProcesses()}
+	d.routeControl()
+	d.routeEnvd()
+	d.routeInterpreter()
+	return d, nil
+}
+
+// target is the sandbox a request is for and the owner its token names.
+type target struct {
+	owner int
+	id    string
+}
+
+type targetKey struct{}
+
+// targetOf is the sandbox of a request that reached envd or the
+// interpreter (always set there).
+func targetOf(ctx context.Context) target {
+	t, _ := ctx.Value(targetKey{}).(target)
+	return t
+}
+
+// ServeHTTP routes r to the control plane or to a sandbox's service.
+func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, port, ok, err := d.sandboxOf(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var owner int
+	if ok {
+		owner, err = d.sandboxOwner(r, id)
+	} else {
+		owner, err = d.apiOwner(r)
+	}
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	weight := max(r.ContentLength, 1)
+	place, err := d.budget.TakeFor(r.Context(), owner, weight)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "the service is at its bound of requests in flight: "+err.Error())
+		return
+	}
+	defer place.Release()
+	if !ok {
+		d.control.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{owner: owner})))
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), targetKey{}, target{owner: owner, id: id}))
+	switch port {
+	case EnvdPort:
+		d.envd.ServeHTTP(w, r)
+	case InterpreterPort:
+		d.interp.ServeHTTP(w, r)
+	default:
+		// E2B's proxy would reach a server the sandbox runs on that
+		// port; a jailcell sandbox has no network to reach.
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("port %d of sandbox %s: jailcell serves only envd (%d) and the code interpreter (%d); a sandbox's own servers cannot be reached", port, id, EnvdPort, InterpreterPort))
+	}
+}
+
+// sandboxOf finds the sandbox a request is for: the E2b-Sandbox-Id and
+// E2b-Sandbox-Port headers (E2B_SANDBOX_URL), or a PORT-ID.DOMAIN host
+// (E2B_DOMAIN). ok is false for the control plane.
+func (d *Door) sandboxOf(r *http.Request) (id string, port int, ok bool, err error) {
+	if id = r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		p := r.Header.Get("E2b-Sandbox-Port")
+		port, err = strconv.Atoi(p)
+		if err != nil || port < 1 || port > 65535 {
+			return "", 0, false, fmt.Errorf("E2b-Sandbox-Port %q: want a port number beside E2b-Sandbox-Id", p)
+		}
+		return id, port, true, nil
+	}
+	if d.o.Domain == "" {
+		return "", 0, false, nil
+	}
+	host := r.Host
+	if h, _, found := strings.Cut(host, ":"); found {
+		host = h
+	}
+	sub, found := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(d.o.Domain))
+	if !found || strings.Contains(sub, ".") {
+		return "", 0, false, nil
+	}
+	p, id, found := strings.Cut(sub, "-")
+	if !found || id == "" {
+		return "", 0, false, fmt.Errorf("host %q: want PORT-SANDBOXID.%s", r.Host, d.o.Domain)
+	}
+	if port, err = strconv.Atoi(p); err != nil || port < 1 || port > 65535 {
+		return "", 0, false, fmt.Errorf("host %q: %q is not a port number", r.Host, p)
+	}
+	return id, port, true, nil
+}
+
+// apiOwner admits a control-plane request by its X-API-KEY.
+func (d *Door) apiOwner(r *http.Request) (int, error) {
+	key := r.Header.Get("X-API-KEY")
+	if key == "" {
+		return 0, errors.New("no X-API-KEY: set E2B_API_KEY to a token of this node's auth.tokens_file")
+	}
+	if d.o.Keys == nil {
+		return 0, errors.New("this node admits no API keys: auth.tokens_file is not set")
+	}
+	owner, ok := d.o.Keys(key)
+	if !ok {
+		return 0, errors.New("the X-API-KEY is not one of this node's tokens")
+	}
+	return int(owner), nil
+}
+
+// sandboxOwner admits a request to a sandbox by its access token, sent as
+// X-Access-Token (envd, /execute) or E2B-Traffic-Access-Token (the
+// interpreter's /contexts): both are the same token here.
+func (d *Door) sandboxOwner(r *http.Request, id string) (int, error) {
+	tok := r.Header.Get("X-Access-Token")
+	if tok == "" {
+		tok = r.Header.Get("E2B-Traffic-Access-Token")
+	}
+	if tok == "" {
+		return 0, fmt.Errorf("sandbox %s: no X-Access-Token: use the envdAccessToken that create or connect returned", id)
+	}
+	owner, ok := d.verifyToken(tok, id)
+	if !ok {
+		return 0, fmt.Errorf("sandbox %s: the access token is not this sandbox's", id)
+	}
+	return owner, nil
+}
+
+// accessToken is sandbox id's token for owner: "jc1.OWNER.MAC". It names
+// its owner so that no table is needed to admit it, and the MAC binds the
+// owner to the sandbox, so neither can be changed.
+func (d *Door) accessToken(owner int, id string) string {
+	return "jc1." + strconv.Itoa(owner) + "." + d.mac(owner, id)
+}
+
+func (d *Door) mac(owner int, id string) string {
+	m := hmac.New(sha256.New, d.o.Secret)
+	fmt.Fprintf(m, "e2b-access-token\x00%d\x00%s", owner, id)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// verifyToken checks tok against sandbox id and returns its owner. The
+// MACs are compared in constant time.
+func (d *Door) verifyToken(tok, id string) (int, bool) {
+	rest, ok := strings.CutPrefix(tok, "jc1.")
+	if !ok {
+		return 0, false
+	}
+	o, mac, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, false
+	}
+	owner, err := strconv.ParseUint(o, 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	want := d.mac(int(owner), id)
+	return int(owner), hmac.Equal([]byte(mac), []byte(want))
+}
+
+// call sends one wire request through the handler and returns its answer,
+// or its error.
+func (d *Door) call(ctx context.Context, owner int, req *api.Request, emit func(api.Event)) (*api.Response, *api.Error) {
+	req.ID = json.RawMessage(strconv.FormatUint(d.seq.Add(1), 10))
+	resp := d.h.Handle(ctx, owner, req, emit)
+	if resp == nil {
+		return nil, &api.Error{Code: api.CodeInternal, Message: "no response"}
+	}
+	if !resp.OK {
+		if resp.Error == nil {
+			return nil, &api.Error{Code: api.CodeInternal, Message: "failed without an error"}
+		}
+		return nil, resp.Error
+	}
+	return resp, nil
+}
+
+// statusOf maps a wire error to the HTTP status E2B's SDKs act on.
+func statusOf(e *api.Error) int {
+	switch e.Code {
+	case api.CodeBadRequest:
+		return http.StatusBadRequest
+	case api.CodeNotFound, api.CodeExpired:
+		return http.StatusNotFound
+	case api.CodeLimit:
+		return http.StatusTooManyRequests
+	case api.CodeBusy:
+		return http.StatusConflict
+	case api.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case "forbidden":
+		return http.StatusForbidden
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError answers E2B's error shape, {"code": status, "message": ...}.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"code": status, "message": msg})
+}
+
+// writeAPIError answers a wire error in E2B's error shape.
+func writeAPIError(w http.ResponseWriter, e *api.Error) {
+	writeError(w, statusOf(e), e.Code+": "+e.Message)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"code":500,"message":"encode the answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// maxJSONBody bounds a JSON request body on every route but uploads.
+const maxJSONBody = 1 << 20
+
+// readJSON decodes r's body into v (an empty body leaves v as it is),
+// refusing more than maxJSONBody bytes and unknown types.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, maxJSONBody)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("the request body is over %d bytes", maxJSONBody)
+		}
+		return fmt.Errorf("the request body is not the JSON this route takes: %v", err)
+	}
+	return nil
+}

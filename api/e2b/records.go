@@ -1,0 +1,128 @@
+package e2b
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+)
+
+// A sandbox's record: what E2B's control plane reports of it that a
+// jailcell session does not know (its template name, metadata, whether it
+// asked for the internet). It is kept beside the sessions' state so that a
+// restarted service still lists and filters sandboxes by their metadata.
+
+type record struct {
+	Owner    int               `json:"owner"`
+	Template string            `json:"template"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Started  time.Time         `json:"started"`
+}
+
+type records struct {
+	dir string
+	mu  sync.Mutex
+	m   map[string]record
+}
+
+// idRE is what a record's file may be named after: a session id is
+// "<node>-<hex>", and anything else could walk out of dir.
+var idRE = regexp.MustCompile(`^[a-z0-9]{1,16}-[0-9a-f]{1,64}$`)
+
+// maxRecordBytes bounds one record file read back: metadata is bounded at
+// create (maxMetadata) well below it.
+const maxRecordBytes = 64 << 10
+
+func newRecords(dir string) (*records, error) {
+	r := &records{dir: dir, m: map[string]record{}}
+	if dir == "" {
+		return r, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("e2b state dir: %w", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("e2b state dir: %w", err)
+	}
+	for _, e := range ents {
+		id, ok := cutSuffix(e.Name(), ".json")
+		if !ok || !idRE.MatchString(id) || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || fi.Size() > maxRecordBytes {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var rec record
+		if json.Unmarshal(b, &rec) == nil {
+			r.m[id] = rec
+		}
+	}
+	return r, nil
+}
+
+func cutSuffix(s, suf string) (string, bool) {
+	if len(s) > len(suf) && s[len(s)-len(suf):] == suf {
+		return s[:len(s)-len(suf)], true
+	}
+	return s, false
+}
+
+func (r *records) get(id string) (record, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.m[id]
+	return rec, ok
+}
+
+// put keeps rec for id, written whole and renamed into place.
+func (r *records) put(id string, rec record) {
+	r.mu.Lock()
+	r.m[id] = rec
+	r.mu.Unlock()
+	if r.dir == "" || !idRE.MatchString(id) {
+		return
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	tmp := filepath.Join(r.dir, "."+id+".tmp")
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(r.dir, id+".json"))
+	}
+}
+
+func (r *records) drop(id string) {
+	r.mu.Lock()
+	delete(r.m, id)
+	r.mu.Unlock()
+	if r.dir != "" && idRE.MatchString(id) {
+		_ = os.Remove(filepath.Join(r.dir, id+".json"))
+	}
+}
+
+// keepOnly drops owner's records of sandboxes that are gone (ended by
+// their timeout, or killed elsewhere): live holds every id of owner's that
+// still exists.
+func (r *records) keepOnly(owner int, live map[string]bool) {
+	r.mu.Lock()
+	var gone []string
+	for id, rec := range r.m {
+		if rec.Owner == owner && !live[id] {
+			gone = append(gone, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range gone {
+		r.drop(id)
+	}
+}

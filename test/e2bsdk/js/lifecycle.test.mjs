@@ -1,0 +1,127 @@
+// The control plane through E2B's stock JS SDK (npm e2b), unchanged: only
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY are set (by e2bsdk_test.go).
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox, AuthenticationError, SandboxNotFoundError } from 'e2b'
+
+test('create, info, isRunning, kill', async () => {
+  const sbx = await Sandbox.create({ metadata: { suite: 'lifecycle', n: '1' }, timeoutMs: 120_000 })
+  try {
+    assert.match(sbx.sandboxId, /^[a-z0-9]+-[0-9a-f]+$/)
+    const info = await sbx.getInfo()
+    assert.equal(info.sandboxId, sbx.sandboxId)
+    assert.equal(info.templateId, 'base')
+    assert.deepEqual(info.metadata, { suite: 'lifecycle', n: '1' })
+    assert.equal(info.state, 'running')
+    assert.ok(info.endAt > info.startedAt, `endAt ${info.endAt} after startedAt ${info.startedAt}`)
+    assert.ok(info.memoryMB > 0 && info.cpuCount >= 1, JSON.stringify(info))
+    assert.equal(await sbx.isRunning(), true)
+  } finally {
+    assert.equal(await sbx.kill(), true)
+  }
+  assert.equal(await sbx.isRunning(), false)
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false, 'a second kill finds nothing')
+  await assert.rejects(Sandbox.getInfo(sbx.sandboxId), SandboxNotFoundError)
+})
+
+test('setTimeout moves the end; connect only extends it', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 60_000 })
+  try {
+    await sbx.setTimeout(200_000)
+    const end = (await sbx.getInfo()).endAt.getTime()
+    assert.ok(end > Date.now() + 150_000, `endAt ${new Date(end)}`)
+    const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 30_000 })
+    assert.equal(again.sandboxId, sbx.sandboxId)
+    const after = (await sbx.getInfo()).endAt.getTime()
+    assert.ok(after >= end - 1000, `connect with a shorter timeout moved the end from ${new Date(end)} to ${new Date(after)}`)
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('list filters by metadata and state', async () => {
+  const tag = `t${process.pid}`
+  const a = await Sandbox.create({ metadata: { tag, role: 'a' } })
+  const b = await Sandbox.create({ metadata: { tag, role: 'b' } })
+  try {
+    const page = await Sandbox.list({ query: { metadata: { tag } } }).nextItems()
+    assert.deepEqual(page.map((s) => s.sandboxId).sort(), [a.sandboxId, b.sandboxId].sort())
+    const onlyA = await Sandbox.list({ query: { metadata: { tag, role: 'a' } } }).nextItems()
+    assert.deepEqual(onlyA.map((s) => s.sandboxId), [a.sandboxId])
+    assert.equal(onlyA[0].state, 'running')
+    const paused = await Sandbox.list({ query: { metadata: { tag }, state: ['paused'] } }).nextItems()
+    assert.deepEqual(paused, [])
+  } finally {
+    await a.kill()
+    await b.kill()
+  }
+})
+
+test('pause and connect resume the sandbox', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    assert.equal(await sbx.pause(), true)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    assert.equal(await sbx.pause(), false, 'pausing a paused sandbox answers false')
+    await sbx.connect()
+    assert.equal((await sbx.getInfo()).state, 'running')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('fork makes running copies', async () => {
+  const sbx = await Sandbox.create({ metadata: { forked: 'yes' } })
+  try {
+    const kids = await sbx.fork({ count: 2 })
+    assert.equal(kids.length, 2)
+    for (const k of kids) {
+      assert.ok(!(k instanceof Error), String(k))
+      assert.notEqual(k.sandboxId, sbx.sandboxId)
+      assert.deepEqual((await k.getInfo()).metadata, { forked: 'yes' })
+      await k.kill()
+    }
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('metrics', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const m = await sbx.getMetrics()
+    assert.ok(m.length >= 1)
+    assert.ok(m[0].memTotal > 0 && m[0].diskTotal > 0 && m[0].cpuCount >= 1, JSON.stringify(m[0]))
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('a wrong API key is an AuthenticationError', async () => {
+  await assert.rejects(Sandbox.create({ apiKey: 'not-a-key-of-this-node-000000000000' }), AuthenticationError)
+})
+
+test('an unknown template is refused with the names there are', async () => {
+  await assert.rejects(Sandbox.create('no-such-template'), (err) => {
+    assert.match(err.message, /no-such-template.*base, code-interpreter-v1/)
+    return true
+  })
+})
+
+test('a sandbox refuses another sandbox\'s access token', async () => {
+  const a = await Sandbox.create()
+  const b = await Sandbox.create()
+  try {
+    const res = await fetch(`${process.env.E2B_SANDBOX_URL}/health`, {
+      headers: { 'E2b-Sandbox-Id': a.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': b.envdAccessToken },
+    })
+    assert.equal(res.status, 401)
+    const ok = await fetch(`${process.env.E2B_SANDBOX_URL}/health`, {
+      headers: { 'E2b-Sandbox-Id': a.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': a.envdAccessToken },
+    })
+    assert.equal(ok.status, 204)
+  } finally {
+    await a.kill()
+    await b.kill()
+  }
+})

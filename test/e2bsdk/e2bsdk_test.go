@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,12 +27,6 @@ func TestMain(m *testing.M) {
 // apiKey is the E2B API key: a token of the service's tokens file, owner
 // uid 1000.
 const apiKey = "e2b-sdk-test-key-0123456789abcdef0123"
-
-// testFiles are js/'s test files, each with how many tests it has at
-// least: all must pass, none skipped.
-var testFiles = map[string]int{
-	"lifecycle.test.mjs": 9,
-}
 
 // sdk installs (once) the pinned SDKs and returns the directory holding
 // node_modules.
@@ -104,28 +99,32 @@ auth:
 	return "http://" + addr, svc
 }
 
-// TestStockSDK runs every js/ file with node's test runner, each in its
-// own node, against one service.
+// TestStockSDK runs each js/*.test.mjs with node's test runner, each in
+// its own node (a subtest, so -run TestStockSDK/files selects one), all
+// at once against one service. Every test in a file must pass, none
+// skipped or left as todo.
 func TestStockSDK(t *testing.T) {
 	testenv.RequiresRoot(t)
+	files, err := filepath.Glob("js/*.test.mjs")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no js/*.test.mjs: %v", err)
+	}
 	dir := stage(t, sdk(t))
 	url, _ := serveE2B(t)
-	type outcome struct {
-		file string
-		err  error
-		tap  string
-	}
-	done := make(chan outcome, len(testFiles))
-	for file := range testFiles {
-		go func() {
+	var mu sync.Mutex
+	total := map[string]int{}
+	t.Cleanup(func() { t.Logf("stock SDK tests: %d passed of %d", total["pass"], total["tests"]) })
+	for _, f := range files {
+		file := filepath.Base(f)
+		t.Run(strings.TrimSuffix(file, ".test.mjs"), func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=tap", file)
 			cmd.Dir = dir
 			home, err := os.MkdirTemp(dir, "home")
 			if err != nil {
-				done <- outcome{file, err, ""}
-				return
+				t.Fatal(err)
 			}
 			// Only what E2B's docs tell a user to set, and nothing of
 			// the host's: the SDKs would read E2B_* from it.
@@ -134,24 +133,20 @@ func TestStockSDK(t *testing.T) {
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			err = cmd.Run()
-			done <- outcome{file, err, out.String()}
-		}()
+			tap := out.String()
+			counts := map[string]int{}
+			for _, m := range regexp.MustCompile(`(?m)^# (tests|pass|fail|skipped|todo|cancelled) (\d+)$`).FindAllStringSubmatch(tap, -1) {
+				counts[m[1]], _ = strconv.Atoi(m[2])
+			}
+			mu.Lock()
+			for k, v := range counts {
+				total[k] += v
+			}
+			mu.Unlock()
+			if err != nil || counts["tests"] == 0 || counts["pass"] != counts["tests"] || counts["skipped"] != 0 || counts["todo"] != 0 {
+				t.Fatalf("node --test %s: %v, %v; want every test to pass, none skipped\n%s", file, err, counts, tap)
+			}
+			t.Logf("node --test %s: %v", file, counts)
+		})
 	}
-	total := map[string]int{}
-	for range testFiles {
-		o := <-done
-		counts := map[string]int{}
-		for _, m := range regexp.MustCompile(`(?m)^# (tests|pass|fail|skipped|todo|cancelled) (\d+)$`).FindAllStringSubmatch(o.tap, -1) {
-			counts[m[1]], _ = strconv.Atoi(m[2])
-		}
-		for k, v := range counts {
-			total[k] += v
-		}
-		if want := testFiles[o.file]; o.err != nil || counts["fail"] != 0 || counts["skipped"] != 0 || counts["todo"] != 0 || counts["cancelled"] != 0 || counts["pass"] < want {
-			t.Errorf("node --test %s: %v, %v; want every one of at least %d tests to pass, none skipped\n%s", o.file, o.err, counts, want, o.tap)
-			continue
-		}
-		t.Logf("node --test %s: %v", o.file, counts)
-	}
-	t.Logf("stock SDK tests: %d passed of %d", total["pass"], total["tests"])
 }

@@ -1,0 +1,247 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/session/seam"
+)
+
+// fakeSessions answers the wire requests the control plane sends with
+// canned sessions, and records them: the door's own logic (routing,
+// trust, refusals, mapping) is tested here without sandboxes; the stock
+// SDK tests in test/e2bsdk run it against a real serve.
+type fakeSessions struct {
+	mu    sync.Mutex
+	calls []api.Request
+	owner []int
+	live  map[string]seam.Info
+}
+
+func (f *fakeSessions) Handle(_ context.Context, owner int, req *api.Request, _ func(api.Event)) *api.Response {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, *req)
+	f.owner = append(f.owner, owner)
+	now := time.Now()
+	switch req.Op {
+	case api.OpCreate:
+		info := seam.Info{ID: "n1-" + strings.Repeat("a", 31) + string(rune('0'+len(f.live))), State: "ready", CreatedAt: now, ExpiresAt: now.Add(time.Minute)}
+		f.live[info.ID] = info
+		return &api.Response{ID: req.ID, OK: true, Info: &info}
+	case api.OpInfo:
+		info, ok := f.live[req.Session]
+		if !ok {
+			return api.Fail(req.ID, &api.Error{Code: api.CodeNotFound, Message: "no session " + req.Session})
+		}
+		return &api.Response{ID: req.ID, OK: true, Info: &info}
+	case api.OpSessions:
+		out := []seam.Info{}
+		for _, i := range f.live {
+			out = append(out, i)
+		}
+		return &api.Response{ID: req.ID, OK: true, Sessions: out}
+	case api.OpClose:
+		if _, ok := f.live[req.Session]; !ok {
+			return api.Fail(req.ID, &api.Error{Code: api.CodeNotFound, Message: "no session " + req.Session})
+		}
+		delete(f.live, req.Session)
+		return &api.Response{ID: req.ID, OK: true}
+	case api.OpMetrics:
+		return &api.Response{ID: req.ID, OK: true, Metrics: &seam.SessionMetrics{Timestamp: now, CPUCount: 1, MemTotal: 256 << 20, DiskTotal: 64 << 20}}
+	}
+	return api.Fail(req.ID, &api.Error{Code: api.CodeBadRequest, Message: "fake: op " + req.Op})
+}
+
+const testKey = "door-test-key-0123456789abcdef0123456789"
+
+func newTestDoor(t *testing.T, o Options) (*Door, *fakeSessions) {
+	t.Helper()
+	f := &fakeSessions{live: map[string]seam.Info{}}
+	if o.Secret == nil {
+		o.Secret = bytes.Repeat([]byte{7}, 32)
+	}
+	if o.Keys == nil {
+		o.Keys = NewKeys(map[string]uint32{testKey: 1000}).Owner
+	}
+	d, err := New(f, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, f
+}
+
+func do(d http.Handler, method, target string, body string, hdr map[string]string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	d.ServeHTTP(w, r)
+	return w
+}
+
+func TestNewRefusesAShortSecret(t *testing.T) {
+	if _, err := New(&fakeSessions{}, Options{Secret: make([]byte, 16)}); err == nil || !strings.Contains(err.Error(), "32 or more") {
+		t.Fatalf("New with a 16-byte secret: %v, want a refusal naming 32 bytes", err)
+	}
+}
+
+// TestAccessTokens: a token opens its own sandbox only, for its own owner;
+// a changed owner, sandbox or MAC, or another node's secret, is refused.
+func TestAccessTokens(t *testing.T) {
+	d, _ := newTestDoor(t, Options{})
+	tok := d.accessToken(1000, "n1-abc")
+	if owner, ok := d.verifyToken(tok, "n1-abc"); !ok || owner != 1000 {
+		t.Fatalf("own token: %d %v", owner, ok)
+	}
+	other, _ := newTestDoor(t, Options{Secret: bytes.Repeat([]byte{8}, 32)})
+	for name, bad := range map[string]string{
+		"other sandbox":     d.accessToken(1000, "n1-abd"),
+		"owner changed":     strings.Replace(tok, "jc1.1000.", "jc1.0.", 1),
+		"mac changed":       tok[:len(tok)-1] + map[bool]string{true: "A", false: "B"}[tok[len(tok)-1] != 'A'],
+		"other node":        other.accessToken(1000, "n1-abc"),
+		"no prefix":         strings.TrimPrefix(tok, "jc1."),
+		"empty":             "",
+		"owner not numeric": "jc1.x." + d.mac(1000, "n1-abc"),
+	} {
+		if _, ok := d.verifyToken(bad, "n1-abc"); ok {
+			t.Errorf("%s: token %q admitted", name, bad)
+		}
+	}
+}
+
+// TestRouting: the headers or a PORT-ID.DOMAIN host pick a sandbox's
+// service, whose token must then be its own; anything else is the
+// control plane, which wants an API key.
+func TestRouting(t *testing.T) {
+	d, f := newTestDoor(t, Options{Domain: "sbx.example.org"})
+	f.live["n1-abc"] = seam.Info{ID: "n1-abc"}
+	tok := d.accessToken(1000, "n1-abc")
+	cases := []struct {
+		name   string
+		target string
+		hdr    map[string]string
+		want   int
+		msg    string
+	}{
+		{"envd by headers", "/health", map[string]string{"E2b-Sandbox-Id": "n1-abc", "E2b-Sandbox-Port": "49983", "X-Access-Token": tok}, 204, ""},
+		{"envd by host", "http://49983-n1-abc.sbx.example.org/health", map[string]string{"X-Access-Token": tok}, 204, ""},
+		{"no token", "/health", map[string]string{"E2b-Sandbox-Id": "n1-abc", "E2b-Sandbox-Port": "49983"}, 401, "no X-Access-Token"},
+		{"another sandbox's token", "/health", map[string]string{"E2b-Sandbox-Id": "n1-abc", "E2b-Sandbox-Port": "49983", "X-Access-Token": d.accessToken(1000, "n1-abd")}, 401, "not this sandbox's"},
+		{"traffic token header", "/health", map[string]string{"E2b-Sandbox-Id": "n1-abc", "E2b-Sandbox-Port": "49983", "E2B-Traffic-Access-Token": tok}, 204, ""},
+		{"bad port header", "/health", map[string]string{"E2b-Sandbox-Id": "n1-abc", "E2b-Sandbox-Port": "x"}, 400, "E2b-Sandbox-Port"},
+		{"other port", "/", map[string]string{"E2b-Sandbox-Id": "n1-abc", "E2b-Sandbox-Port": "8080", "X-Access-Token": tok}, 502, "only envd (49983) and the code interpreter (49999)"},
+		{"gone sandbox", "/health", map[string]string{"E2b-Sandbox-Id": "n1-abd", "E2b-Sandbox-Port": "49983", "X-Access-Token": d.accessToken(1000, "n1-abd")}, 502, "not running"},
+		{"bad host port", "http://x-n1-abc.sbx.example.org/health", nil, 400, "not a port number"},
+		{"control without key", "/sandboxes", nil, 401, "no X-API-KEY"},
+		{"control with a wrong key", "/sandboxes", map[string]string{"X-API-KEY": testKey + "x"}, 401, "not one of this node's tokens"},
+		{"control with the key", "/sandboxes", map[string]string{"X-API-KEY": testKey}, 200, ""},
+		{"host of another domain is control", "http://49983-n1-abc.other.org/sandboxes", map[string]string{"X-API-KEY": testKey}, 200, ""},
+		{"unknown control route", "/templates", map[string]string{"X-API-KEY": testKey}, 404, "not a route"},
+	}
+	for _, c := range cases {
+		w := do(d, "GET", c.target, "", c.hdr)
+		if w.Code != c.want || !strings.Contains(w.Body.String(), c.msg) {
+			t.Errorf("%s: %d %s, want %d with %q", c.name, w.Code, w.Body, c.want, c.msg)
+		}
+	}
+}
+
+// TestCreateRefusals: what jailcell would have to ignore to serve is
+// refused, naming the field; nothing reaches the dispatcher.
+func TestCreateRefusals(t *testing.T) {
+	d, f := newTestDoor(t, Options{})
+	key := map[string]string{"X-API-KEY": testKey}
+	big := map[string]string{}
+	for i := range maxMetadata + 1 {
+		big[string(rune('a'+i%26))+strings.Repeat("k", i)] = "v"
+	}
+	bigJSON, _ := json.Marshal(map[string]any{"templateID": "base", "metadata": big})
+	for body, want := range map[string]string{
+		`{"templateID":"nope"}`:                                           `templateID \"nope\": not a template of this node; it has base, code-interpreter-v1`,
+		`{"templateID":"base","allow_internet_access":true}`:              "allow_internet_access",
+		`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`:       "network",
+		`{"templateID":"base","mcp":{"x":{}}}`:                            "mcp",
+		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`: "volumeMounts",
+		`{"templateID":"base","iam":{"tokens":{}}}`:                       "",
+		`{"templateID":`: "not the JSON this route takes",
+		string(bigJSON):  "metadata: 65 keys, at most 64",
+	} {
+		w := do(d, "POST", "/v2/sandboxes", body, key)
+		if want == "" {
+			continue // an empty iam object asks for nothing
+		}
+		if w.Code != 400 || !strings.Contains(w.Body.String(), want) {
+			t.Errorf("%s: %d %s, want 400 with %q", body, w.Code, w.Body, want)
+		}
+	}
+	for _, c := range f.calls {
+		if c.Op == api.OpCreate {
+			t.Errorf("a refused create reached the dispatcher: %+v", c)
+		}
+	}
+}
+
+// TestCreateMapsToTheSession: template to policy, envVars and timeout to
+// the create op, metadata kept; the answer carries the sandbox's token.
+func TestCreateMapsToTheSession(t *testing.T) {
+	d, f := newTestDoor(t, Options{Templates: map[string]string{"data": "big"}, StateDir: t.TempDir()})
+	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"data","timeout":90,"envVars":{"A":"b"},"metadata":{"k":"v"}}`, map[string]string{"X-API-KEY": testKey})
+	if w.Code != 201 {
+		t.Fatalf("create: %d %s", w.Code, w.Body)
+	}
+	var s sandbox
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	c := f.calls[0]
+	if c.Op != api.OpCreate || c.Policy != "big" || c.TTLS != 90 || c.Envs["A"] != "b" || f.owner[0] != 1000 {
+		t.Errorf("create sent %+v as owner %d", c, f.owner[0])
+	}
+	if owner, ok := d.verifyToken(s.EnvdAccessToken, s.SandboxID); !ok || owner != 1000 || s.TrafficAccessToken != s.EnvdAccessToken || s.EnvdVersion != EnvdVersion {
+		t.Errorf("answer %+v: token for owner %d %v", s, owner, ok)
+	}
+	// A restarted door reads the record back.
+	again, err := newRecords(d.o.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, ok := again.get(s.SandboxID); !ok || rec.Template != "data" || rec.Metadata["k"] != "v" || rec.Owner != 1000 {
+		t.Errorf("record after a restart: %+v %v", rec, ok)
+	}
+}
+
+// TestRecordsPruneOnlyTheirOwners: a listing by one owner drops its own
+// gone sandboxes' records, never another owner's it cannot see.
+func TestRecordsPruneOnlyTheirOwners(t *testing.T) {
+	r, err := newRecords(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.put("n1-a1", record{Owner: 1})
+	r.put("n1-a2", record{Owner: 1})
+	r.put("n1-b1", record{Owner: 2})
+	r.put("../etc", record{Owner: 1}) // kept in memory, never a file name
+	r.keepOnly(1, map[string]bool{"n1-a1": true})
+	for id, want := range map[string]bool{"n1-a1": true, "n1-a2": false, "n1-b1": true} {
+		if _, ok := r.get(id); ok != want {
+			t.Errorf("%s kept %v, want %v", id, ok, want)
+		}
+	}
+	again, _ := newRecords(r.dir)
+	if _, ok := again.get("n1-a2"); ok {
+		t.Error("a pruned record came back after a restart")
+	}
+	if _, ok := again.get("../etc"); ok {
+		t.Error("a record with a path for an id was written")
+	}
+}

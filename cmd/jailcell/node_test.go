@@ -32,6 +32,11 @@ func TestFleetConfigChecks(t *testing.T) {
 		{"sandbox:\n  uid_base: 1000\n", "sandbox.uid_base"},
 		{"sandbox:\n  cgroup_root: jailcell\n", "sandbox.cgroup_root"},
 		{"sandbox:\n  cgroup_root: /a/../b\n", "sandbox.cgroup_root"},
+		{"e2b:\n  listen: tcp://127.0.0.1:7071\n", "needs auth.tokens_file"},
+		{"e2b:\n  listen: 127.0.0.1:7071\nauth:\n  tokens_file: " + tokens + "\n", "e2b.listen"},
+		{"e2b:\n  domain: Not_A_Domain\n", "e2b.domain"},
+		{"e2b:\n  templates: [base]\n", "want NAME=POLICY"},
+		{"e2b:\n  templates: [base=nosuch]\n", `no policy "nosuch"`},
 	} {
 		_, err := runConfigCmd(t, "--config", writeConfig(t, tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

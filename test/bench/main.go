@@ -35,6 +35,7 @@ var sections = []struct {
 	{"cold", benchCold},
 	{"hibernation", benchHibernate},
 	{"defaults", benchDefaults},
+	{"e2b", benchE2B},
 	{"restart", benchRestart},
 	{"zygote", benchZygote},
 	{"peers", benchPeers},

@@ -117,6 +117,20 @@ func buildRows() {
 	add("defaults", Row{Figure: "memory per idle preloaded session (cgroup charge), defaults", Unit: "MB", Jailcell: r["idle_session_cgroup_mb_defaults"],
 		Note: fmt.Sprintf("MB = 10^6 bytes; anonymous part %.1f MB, the rest is rootfs page cache shared on the host", r["idle_session_anon_mb_defaults"])}, true, 50)
 
+	// The E2B door, each figure from E2B's stock SDK in node, with a fresh
+	// install's defaults.
+	add("e2b", Row{Figure: "runCode x += 1 round trip, stock E2B SDK through the E2B door, p50", Unit: "ms", Jailcell: r["e2b_sdk_rt_p50_ms"],
+		Target: fmt.Sprintf("<= own API x 1.5 = %.3g", r["e2b_own_rt_p50_ms"]*1.5), Peer: "the same cell over jailcell's own HTTP API, same node client, TCP", PeerVal: r["e2b_own_rt_p50_ms"],
+		Compares: "jailcell's own API / the E2B door, both over loopback TCP from node"}, true, r["e2b_own_rt_p50_ms"]*1.5)
+	hosted := "hosted, as ComputeSDK measures (not run here): Daytona 110 ms median, E2B 440 ms"
+	for _, f := range []struct{ key, figure string }{
+		{"tti_seq", "time to interactive (create, then `true` answered), stock E2B SDK, sequential"},
+		{"tti_burst", "time to interactive (create, then `true` answered), stock E2B SDK, 20 at once"},
+	} {
+		add("e2b", Row{Figure: f.figure + ", p50", Unit: "ms", Jailcell: r["e2b_"+f.key+"_p50_ms"], Note: hosted}, true, 50)
+		add("e2b", Row{Figure: f.figure + ", p99", Unit: "ms", Jailcell: r["e2b_"+f.key+"_p99_ms"]}, true, 150)
+	}
+
 	// The rest of the picture.
 	add("jsonl", Row{Figure: "cell round trip x += 1, JSON-lines, Go client, p99", Unit: "ms", Jailcell: r["jsonl_rt_p99_ms"], Peer: "Jupyter execute p99 (Python client)", PeerVal: r["jupyter_rt_p99_ms"],
 		Compares: "Jupyter from Python / jailcell from Go"}, true, 2)

@@ -180,6 +180,14 @@ WHEEL_DIR ?= client/python/dist
 # Debian's python3 (with python3-setuptools, python3-wheel from deps), not another one on PATH.
 PYTHON ?= /usr/bin/python3
 .PHONY: python-wheel
+
+# The E2B door's envd services, regenerated from their .proto files (the
+# Go output is committed; building needs none of this). Needs protoc
+# (Debian's protobuf-compiler); the plugins are go-installed, pinned.
+proto:
+	@command -v protoc >/dev/null || { apt-get update -qq -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 protobuf-compiler >/dev/null; }
+	api/e2b/proto/generate.sh
+.PHONY: proto
 python-wheel:
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cp -r client/python "$$tmp/src" && \
 		rm -rf "$$tmp/src/build" "$$tmp/src/dist" "$$tmp/src/jailcell.egg-info" && \

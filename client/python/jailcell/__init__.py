@@ -25,7 +25,7 @@ from .errors import (AuthenticationException, BadRequestError, BusyError, Expire
                      ForbiddenError, InternalError, InvalidArgumentException, JailcellError, LimitError, NotFoundError,
                      NotFoundException, SandboxException, SandboxNotFoundException, UnavailableError)
 from .info import SandboxInfo, SandboxMetrics
-from .models import Attempt, EntryInfo, Execution, ExecutionError, FileChange, Logs, Result
+from .models import Attempt, EntryInfo, Execution, ExecutionError, FileChange, Logs, OutputMessage, Result
 from .sandbox import Files, Sandbox
 from .transport import DEFAULT_SOCKET, JsonLinesTransport, SocketTransport, Transport
 from .watch import FilesystemEvent, FilesystemEventType, WatchHandle
@@ -37,7 +37,7 @@ __all__ = [
     "AsyncTransport", "AsyncSocketTransport", "AsyncTCPTransport", "AsyncJsonLinesTransport", "ThreadedTransport",
     "Commands", "CommandResult", "CommandHandle", "CommandExitException", "SandboxInfo", "SandboxMetrics",
     "FilesystemEvent", "FilesystemEventType", "WatchHandle",
-    "Execution", "Result", "Logs", "ExecutionError", "FileChange", "EntryInfo", "Attempt",
+    "Execution", "Result", "Logs", "OutputMessage", "ExecutionError", "FileChange", "EntryInfo", "Attempt",
     "Chart", "ChartType", "ScaleType", "LineChart", "ScatterChart", "BarChart", "PieChart", "HistogramChart",
     "BoxAndWhiskerChart", "SuperChart",
     "Transport", "SocketTransport", "JsonLinesTransport", "DEFAULT_SOCKET",

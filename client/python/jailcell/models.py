@@ -110,6 +110,26 @@ class Result:
         return self.png
 
 
+class OutputMessage(str):
+    """One chunk of a cell's stdout or stderr, as run_code hands it to
+    on_stdout and on_stderr: the text itself (so print(m), m.strip() and
+    "".join(...) work as on a str) with E2B's fields: .line (the text),
+    .timestamp (when it arrived, in nanoseconds since the epoch) and .error
+    (True for stderr)."""
+
+    timestamp: int
+    error: bool
+
+    def __new__(cls, line: str, timestamp: int = 0, error: bool = False) -> "OutputMessage":
+        m = super().__new__(cls, line)
+        m.timestamp, m.error = timestamp, error
+        return m
+
+    @property
+    def line(self) -> str:
+        return str.__str__(self)
+
+
 @dataclass
 class Logs:
     """The cell's output in the chunks it was streamed in."""

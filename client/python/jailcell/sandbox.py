@@ -2,12 +2,13 @@
 SDK (run_code, files, kill), over either transport."""
 
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from .commands import Commands, _check_envs
 from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, NotFoundError
-from .models import EntryInfo, Execution, ExecutionError, Result
+from .models import EntryInfo, Execution, ExecutionError, OutputMessage, Result
 from .transport import DEFAULT_TIMEOUT, Transport, transport_for
 from .watch import WatchHandle
 
@@ -75,7 +76,7 @@ class _Collector:
             (self.stdout if kind == "stdout" else self.stderr).append(text)
             cb = self.on_stdout if kind == "stdout" else self.on_stderr
             if cb is not None:
-                cb(text)
+                cb(OutputMessage(text, time.time_ns(), kind == "stderr"))
         elif kind == "display":
             item = ev.get("display")
             if isinstance(item, dict):

@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Tuple
 
 import jailcell
 from jailcell import (AsyncSandbox, BadRequestError, Execution, ExecutionError, JailcellError, JsonLinesTransport,
-                      NotFoundError, Result, Sandbox, SocketTransport, Transport)
+                      NotFoundError, OutputMessage, Result, Sandbox, SocketTransport, Transport)
 
 # A session id: the node.id (from the host name by default), "-", 128 random bits.
 SESSION_ID = r"^[a-z0-9]{1,16}-[0-9a-f]{32}$"
@@ -83,6 +83,11 @@ class _Cases:
         self.assertEqual(ex.status, "ok")
         outs = [t for k, t in calls if k == "out"]
         self.assertEqual("".join(outs), "0\n1\n2\n3\n4\n")
+        # E2B's OutputMessage: .line, .timestamp and .error on the str.
+        self.assertEqual("".join(m.line for m in outs), "0\n1\n2\n3\n4\n")
+        self.assertTrue(all(isinstance(m, OutputMessage) and not m.error and m.timestamp > 0 for m in outs))
+        errs = [t for k, t in calls if k == "err"]
+        self.assertTrue(errs and all(m.error for m in errs))
         self.assertEqual(ex.logs.stdout, outs)  # logs hold the chunks as they came
         self.assertEqual("".join(ex.logs.stderr), "warn\n")
         # stdout before stderr as printed, the value last.

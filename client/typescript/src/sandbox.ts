@@ -406,6 +406,9 @@ export interface SandboxOpts extends TransportChoice {
   envs?: Envs;
 }
 
+/** E2B's default templates: create(template) with one of them is the default policy. */
+const E2B_DEFAULT_TEMPLATES = new Set(["base", "code-interpreter-v1"]);
+
 function createFields(o: SandboxOpts): CreateFields {
   const f: CreateFields = {};
   if (o.ttlMs !== undefined && o.timeoutMs !== undefined) {
@@ -463,7 +466,17 @@ export class Sandbox {
   }
 
   /** A new session; resolves once its kernel is ready. */
-  static async create(opts: SandboxOpts = {}): Promise<Sandbox> {
+  static async create(templateOrOpts: string | SandboxOpts = {}, opts: SandboxOpts = {}): Promise<Sandbox> {
+    if (typeof templateOrOpts === "string") {
+      // E2B's create(template, opts): a template is a policy here; E2B's
+      // default templates mean the default policy.
+      if (opts.policy !== undefined && opts.policy !== templateOrOpts) {
+        throw badRequest(`template ${JSON.stringify(templateOrOpts)} and policy ${JSON.stringify(opts.policy)}: give one`);
+      }
+      opts = E2B_DEFAULT_TEMPLATES.has(templateOrOpts) ? opts : { ...opts, policy: templateOrOpts };
+    } else {
+      opts = templateOrOpts;
+    }
     const fields = createFields(opts);
     const { transport, owned } = ownTransport(opts);
     try {
@@ -488,8 +501,13 @@ export class Sandbox {
     }
     const { transport, owned } = ownTransport(opts);
     try {
-      const sbx = new Sandbox(transport, owned, sessionInfo(await transport.call("info", { session: sandboxId })), opts.metadata);
-      if (opts.timeoutMs !== undefined) await sbx.setTimeout(opts.timeoutMs);
+      const info = sessionInfo(await transport.call("info", { session: sandboxId }));
+      const sbx = new Sandbox(transport, owned, info, opts.metadata);
+      // As E2B's connect: a timeout only ever moves the end later.
+      const end = info.expires_at ? Date.parse(info.expires_at) : undefined;
+      if (opts.timeoutMs !== undefined && (end === undefined || end < Date.now() + opts.timeoutMs)) {
+        await sbx.setTimeout(opts.timeoutMs);
+      }
       return sbx;
     } catch (e) {
       if (owned) await transport.close();

@@ -302,12 +302,25 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       // Reattach by id: the same kernel, its variables.
       const again = await Sandbox.connect(sbx.sandboxId, { ...opts(), timeoutMs: 60_000 });
       assert.equal(again.sandboxId, sbx.sandboxId);
+      // As E2B's: a connect with a shorter timeout leaves the end where it was.
+      const kept = (await sbx.getInfo()).endAt.getTime() - Date.now();
+      assert.ok(kept > 70_000, `connect shortened the end to ${kept} ms from now`);
       assert.equal((await again.runCode("x + 1")).text, "42");
       await assert.rejects(Sandbox.connect("nope-0123", opts()), NotFoundError);
       // Ending it through one ends it for both.
       assert.equal(await again.kill(), true);
       assert.equal(await sbx.isRunning(), false);
       await assert.rejects(sbx.runCode("x"), NotFoundError);
+    });
+
+    it("takes E2B's create(template, opts): a default template, its options kept", async () => {
+      const sbx = await Sandbox.create("code-interpreter-v1", { ...opts(), envs: { FROM_OPTS: "kept" } });
+      try {
+        assert.equal((await sbx.runCode("import os; os.environ['FROM_OPTS']")).text, "kept");
+      } finally {
+        await sbx.kill();
+      }
+      await assert.rejects(Sandbox.create("no-such-policy", opts()), (e) => e instanceof BadRequestError && /no-such-policy/.test(e.message));
     });
 
     it("round-trips files: write, run, read, list, exists", async () => {

@@ -240,7 +240,10 @@ class Sandbox:
             raise BadRequestError(0, "bad_request", "connect does not take %s" % ", ".join(sorted(bad)))
         sbx = cls(socket, command=command, transport=transport, request_timeout=request_timeout, _connect=sandbox_id)
         if ignored.get("timeout"):
-            sbx.set_timeout(float(ignored["timeout"]))
+            # As E2B's connect: a timeout only ever moves the end later.
+            end = SandboxInfo.from_info(sbx.info, None).end_at
+            if end is None or end.timestamp() < time.time() + float(ignored["timeout"]):
+                sbx.set_timeout(float(ignored["timeout"]))
         return sbx
 
     def get_info(self) -> SandboxInfo:

@@ -141,8 +141,12 @@ class _Cases:
         self.assertLessEqual(m[0].mem_used, m[0].mem_total)
         self.assertGreater(m[0].disk_total, 0)
         # Reattach by id: the same kernel, its variables.
-        again = Sandbox.connect(sbx.sandbox_id, transport=self.transport())
+        again = Sandbox.connect(sbx.sandbox_id, transport=self.transport(), timeout=30)
         self.assertEqual(again.run_code("x + 1").text, "42")
+        # E2B's connect never shortens: the 90 s end stays (less the time since).
+        kept = sbx.get_info().end_at
+        assert kept is not None
+        self.assertGreater(kept.timestamp() - time.time(), 60)
         with self.assertRaises(NotFoundError):
             Sandbox.connect("nope-0123", transport=self.transport())
 

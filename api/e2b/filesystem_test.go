@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -120,11 +121,12 @@ type fakeFS struct {
 	gone    bool
 	files   map[string][]byte // rel -> content; nil content: a directory
 	watches map[string]bool
+	polled  map[string]bool
 	calls   []string
 }
 
 func newFakeFS(id string) *fakeFS {
-	return &fakeFS{id: id, files: map[string][]byte{}, watches: map[string]bool{}}
+	return &fakeFS{id: id, files: map[string][]byte{}, watches: map[string]bool{}, polled: map[string]bool{}}
 }
 
 func (f *fakeFS) Handle(_ context.Context, _ int, req *api.Request, _ func(api.Event)) *api.Response {
@@ -205,13 +207,18 @@ func (f *fakeFS) Handle(_ context.Context, _ int, req *api.Request, _ func(api.E
 	case api.OpWatch:
 		switch req.Action {
 		case seam.WatchStart:
-			ok.Watch = "watch-1"
+			ok.Watch = "watch-" + strconv.Itoa(len(f.calls))
 			f.watches[ok.Watch] = true
 		case seam.WatchPoll:
 			if !f.watches[req.Watch] {
 				return fail(api.CodeNotFound, "no watch "+req.Watch)
 			}
-			ok.Events = []seam.WatchEvent{{Name: "x", Type: seam.EventCreate}}
+			// One change, seen by the first poll.
+			ok.Events = []seam.WatchEvent{}
+			if !f.polled[req.Watch] {
+				f.polled[req.Watch] = true
+				ok.Events = append(ok.Events, seam.WatchEvent{Name: "x", Type: seam.EventCreate})
+			}
 		case seam.WatchStop:
 			if !f.watches[req.Watch] {
 				return fail(api.CodeNotFound, "no watch "+req.Watch)
@@ -279,6 +286,10 @@ func TestFilesystemService(t *testing.T) {
 	if string(fs.files["d2/e/f.txt"]) != "abc" || string(fs.files["d2/g.txt"]) != "g" || fs.files["d/g.txt"] != nil {
 		t.Errorf("after moving d to d2: %v", fs.files)
 	}
+	fs.files["other"] = nil
+	if _, err := cl.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "d2/g.txt", Destination: "other"})); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("move onto a directory: %v; want AlreadyExists", err)
+	}
 	if _, err := cl.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "d2", Destination: "/etc/d2"})); connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("move out of the workspace: %v; want PermissionDenied", err)
 	}
@@ -340,6 +351,46 @@ func TestFilesystemService(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// Nothing more happens: a KeepAlive comes after the interval asked.
+	kreq := connect.NewRequest(&fspb.WatchDirRequest{Path: "d2"})
+	kreq.Header().Set("Keepalive-Ping-Interval", "1")
+	kctx, kcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer kcancel()
+	ks, err := cl.WatchDir(kctx, kreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 3 && ks.Receive() {
+		switch {
+		case ks.Msg().GetStart() != nil:
+			got = append(got, "start")
+		case ks.Msg().GetFilesystem() != nil:
+			got = append(got, "event")
+		case ks.Msg().GetKeepalive() != nil:
+			got = append(got, "keepalive")
+		}
+	}
+	ks.Close()
+	if strings.Join(got, " ") != "start event keepalive" {
+		t.Errorf("stream with a 1 s keepalive: %v, %v; want start, event, keepalive", got, ks.Err())
+	}
+
+	fs.files["d3"] = nil
+	if _, err := cl.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "d2", Destination: "d3"})); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("move of a directory onto one that exists: %v; want AlreadyExists", err)
+	}
+	fs.mu.Lock()
+	for i := range maxMoveEntries {
+		fs.files["many/f"+strconv.Itoa(i)] = []byte{}
+	}
+	fs.files["many/last"] = []byte{}
+	fs.files["many"] = nil
+	fs.mu.Unlock()
+	if _, err := cl.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "many", Destination: "many2"})); connect.CodeOf(err) != connect.CodeResourceExhausted || fs.files["many2"] != nil {
+		t.Errorf("move of a directory over %d entries: %v; want ResourceExhausted and nothing copied", maxMoveEntries, err)
+	}
+
 	fs.mu.Lock()
 	fs.gone = true
 	fs.mu.Unlock()
@@ -394,6 +445,9 @@ func TestFileRoutes(t *testing.T) {
 	if code, _ := post("text/plain", strings.NewReader("x"), "?path=m.txt", nil); code != http.StatusBadRequest {
 		t.Errorf("upload as text/plain: %d; want 400", code)
 	}
+	if code, _ := post("application/octet-stream", strings.NewReader("x"), "?path=m.txt", map[string]string{"Content-Encoding": "br"}); code != http.StatusBadRequest {
+		t.Errorf("upload encoded br: %d; want 400", code)
+	}
 	big := io.LimitReader(zeros{}, maxUploadBody+1)
 	if code, _ := post("application/octet-stream", big, "?path=big.bin", nil); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("an upload over the bound: %d; want 413", code)
@@ -410,7 +464,9 @@ func TestFileRoutes(t *testing.T) {
 	}
 
 	get := func(p string) (*http.Response, string) {
-		resp, err := c.Get(url + "/files?path=" + p)
+		req, _ := http.NewRequest(http.MethodGet, url+"/files?path="+p, nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,14 +475,22 @@ func TestFileRoutes(t *testing.T) {
 		return resp, string(b)
 	}
 	resp, b := get("/home/user/a/one.txt")
-	if resp.StatusCode != 200 || b != "1" || resp.Header.Get("Content-Disposition") != `inline; filename=one.txt` || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+	if resp.StatusCode != 200 || b != "1" || resp.Header.Get("Content-Encoding") != "" || resp.Header.Get("Content-Disposition") != `inline; filename=one.txt` || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
 		t.Errorf("download: %d %q %v", resp.StatusCode, b, resp.Header)
+	}
+	if resp, b := get("a/one.txt&username=root"); resp.StatusCode != 200 || b != "1" {
+		t.Errorf("download as username=root: %d %q; want the same file (one user, one workspace)", resp.StatusCode, b)
 	}
 	if resp, b := get("nope.txt"); resp.StatusCode != 404 || !strings.Contains(b, "/home/user/nope.txt") || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("download of a missing file: %d %s; want 404 JSON naming the path", resp.StatusCode, b)
 	}
 	if resp, _ := get("a"); resp.StatusCode != 400 {
 		t.Errorf("download of a directory: %d; want 400", resp.StatusCode)
+	}
+	// This sandbox was not created through this door: its envVars are
+	// not known, which is said.
+	if resp, b := get2(c, url+"/envs"); resp.StatusCode != 404 || !strings.Contains(b, "not known") {
+		t.Errorf("/envs of a sandbox this door did not create: %d %s; want 404 saying so", resp.StatusCode, b)
 	}
 	fs.mu.Lock()
 	fs.gone = true
@@ -441,4 +505,14 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+func get2(c *http.Client, url string) (*http.Response, string) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return &http.Response{}, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
 }

@@ -136,7 +136,11 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := resp.Info.ID
-	d.records.put(id, record{Owner: t.owner, Template: tmpl, Metadata: body.Metadata, Started: resp.Info.CreatedAt})
+	envs := body.EnvVars
+	if envs == nil {
+		envs = map[string]string{}
+	}
+	d.records.put(id, record{Owner: t.owner, Template: tmpl, Metadata: body.Metadata, Started: resp.Info.CreatedAt, Envs: envs})
 	writeJSON(w, http.StatusCreated, d.sandboxAnswer(t.owner, id, tmpl))
 }
 
@@ -505,7 +509,7 @@ func (d *Door) fork(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		child := resp.Info.ID
-		d.records.put(child, record{Owner: t.owner, Template: d.templateOf(id), Metadata: rec.Metadata, Started: resp.Info.CreatedAt})
+		d.records.put(child, record{Owner: t.owner, Template: d.templateOf(id), Metadata: rec.Metadata, Started: resp.Info.CreatedAt, Envs: rec.Envs})
 		s := d.sandboxAnswer(t.owner, child, d.templateOf(id))
 		out = append(out, result{Sandbox: &s})
 	}

@@ -20,6 +20,10 @@ type record struct {
 	Template string            `json:"template"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Started  time.Time         `json:"started"`
+	// Envs are the envVars of the create (or the parent's, for a fork),
+	// for envd's /envs; never written to the record's file, as they may
+	// hold secrets, so nil after a restart: not known.
+	Envs map[string]string `json:"-"`
 }
 
 type records struct {

@@ -1,0 +1,270 @@
+package e2b
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/session/seam"
+)
+
+// envd's HTTP file routes: GET /files downloads one file, POST /files
+// uploads one (an application/octet-stream body) or several (a multipart
+// form, what the SDKs send by default), each through the workspace's
+// download and upload ops. The "username" parameter is not used: a
+// jailcell sandbox has one user, who owns what is written, and relative
+// paths go to the workspace whoever is named.
+
+// maxUploadBody bounds an upload's body, and, once a gzip body is
+// inflated, what it inflates to: one file of seam.MaxFileBytes and a
+// multipart form's framing.
+const maxUploadBody = seam.MaxFileBytes + 1<<20
+
+// maxUploadParts bounds the files of one multipart upload.
+const maxUploadParts = 1000
+
+// fsStatus is the HTTP status envd's SDKs act on for a wire error: a
+// sandbox that is gone is E2B's proxy's 502.
+func fsStatus(e *api.Error) int {
+	if e.Code == codeGone {
+		return http.StatusBadGateway
+	}
+	return statusOf(e)
+}
+
+func writeFSError(w http.ResponseWriter, e *api.Error) {
+	writeError(w, fsStatus(e), e.Message)
+}
+
+// pathStatus is a refused path's status: outside the workspace is 403,
+// anything else 400.
+func pathStatus(err error) int {
+	var out *outsideError
+	if errors.As(err, &out) {
+		return http.StatusForbidden
+	}
+	return http.StatusBadRequest
+}
+
+func (d *Door) getFile(w http.ResponseWriter, r *http.Request) {
+	p, err := mapPath(r.URL.Query().Get("path"))
+	if err != nil {
+		writeError(w, pathStatus(err), err.Error())
+		return
+	}
+	if p.rel == "" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", p.show()))
+		return
+	}
+	resp, e := d.fsCall(r.Context(), &api.Request{Op: api.OpDownload, Path: p.rel})
+	if e != nil {
+		if e.Code == api.CodeNotFound {
+			e = &api.Error{Code: e.Code, Message: fmt.Sprintf("path '%s' does not exist", p.show())}
+		}
+		writeFSError(w, e)
+		return
+	}
+	name := path.Base(p.show())
+	// As envd: inline, named for the file, typed by its extension (or
+	// sniffed) by http.ServeContent, which also answers Range requests.
+	// Accept-Encoding: gzip is answered with identity, which every client
+	// that asks for gzip also takes.
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": name}))
+	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(resp.Data))
+}
+
+// uploadEntry is envd's EntryInfo as /files answers it.
+type uploadEntry struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+func (d *Door) postFiles(w http.ResponseWriter, r *http.Request) {
+	for h := range r.Header {
+		if strings.HasPrefix(h, "X-Metadata-") {
+			writeError(w, http.StatusBadRequest, h+": jailcell keeps no file metadata (E2B keeps it in extended attributes from envd 0.6.2; this door is envd "+EnvdVersion+"); send no X-Metadata- headers")
+			return
+		}
+	}
+	var body io.Reader = http.MaxBytesReader(w, r.Body, maxUploadBody)
+	switch enc := r.Header.Get("Content-Encoding"); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "error decompressing request body: "+err.Error())
+			return
+		}
+		defer zr.Close()
+		// A small body can inflate without end: bound what it inflates to.
+		body = &capReader{r: zr, left: maxUploadBody}
+	default:
+		writeError(w, http.StatusBadRequest, "Content-Encoding "+enc+": allowed gzip or none")
+		return
+	}
+	query, hasPath := r.URL.Query()["path"]
+	ct := r.Header.Get("Content-Type")
+	media, params, _ := mime.ParseMediaType(ct)
+	var out []uploadEntry
+	var status int
+	var msg string
+	switch {
+	case media == "application/octet-stream":
+		if !hasPath {
+			writeError(w, http.StatusBadRequest, "path query parameter is required for raw body upload")
+			return
+		}
+		out, status, msg = d.uploadOne(r, query[0], body, nil)
+	case strings.HasPrefix(media, "multipart/"):
+		var q *string
+		if hasPath {
+			q = &query[0]
+		}
+		out, status, msg = d.uploadForm(r, body, params["boundary"], q)
+	default:
+		status, msg = http.StatusBadRequest, fmt.Sprintf("unsupported content type: %s, expected multipart/form-data or application/octet-stream", ct)
+	}
+	if msg != "" {
+		writeError(w, status, msg)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// uploadOne reads one file (at most seam.MaxFileBytes) and writes it to
+// the workspace path p names; seen refuses a second file to one path in
+// one form, as envd does.
+func (d *Door) uploadOne(r *http.Request, p string, body io.Reader, seen map[string]bool) ([]uploadEntry, int, string) {
+	fp, err := mapPath(p)
+	if err != nil {
+		return nil, pathStatus(err), err.Error()
+	}
+	if fp.rel == "" {
+		return nil, http.StatusBadRequest, fmt.Sprintf("path is a directory: %s", fp.show())
+	}
+	if seen != nil {
+		if seen[fp.rel] {
+			return nil, http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request, only the first specified file was uploaded", fp.show())
+		}
+		seen[fp.rel] = true
+	}
+	data, err := io.ReadAll(io.LimitReader(body, seam.MaxFileBytes+1))
+	if err != nil {
+		st, m := bodyStatus(err)
+		return nil, st, m
+	}
+	if len(data) > seam.MaxFileBytes {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s: a file is at most %d bytes here (seam.MaxFileBytes)", fp.show(), seam.MaxFileBytes)
+	}
+	if _, e := d.fsCall(r.Context(), &api.Request{Op: api.OpUpload, Path: fp.rel, Data: data}); e != nil {
+		return nil, fsStatus(e), e.Message
+	}
+	return []uploadEntry{{Name: path.Base(fp.show()), Type: "file", Path: fp.show()}}, 0, ""
+}
+
+// uploadForm writes each "file" part of a multipart form: to the query's
+// path if given (one file), else to the path its filename names, in
+// full, as envd reads it (Go's Part.FileName would drop the directories).
+func (d *Door) uploadForm(r *http.Request, body io.Reader, boundary string, query *string) ([]uploadEntry, int, string) {
+	if boundary == "" {
+		return nil, http.StatusBadRequest, "multipart body without a boundary"
+	}
+	mr := multipart.NewReader(body, boundary)
+	out := []uploadEntry{}
+	seen := map[string]bool{}
+	for n := 0; ; n++ {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			st, m := bodyStatus(err)
+			return nil, st, m
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		if n >= maxUploadParts {
+			return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("more than %d files in one upload", maxUploadParts)
+		}
+		p := ""
+		if query != nil {
+			p = *query
+		} else {
+			_, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+			if err != nil || params["filename"] == "" {
+				part.Close()
+				return nil, http.StatusBadRequest, "a file part names no filename and no path query parameter was given: name each file's path"
+			}
+			p = params["filename"]
+		}
+		got, status, msg := d.uploadOne(r, p, part, seen)
+		part.Close()
+		if msg != "" {
+			return nil, status, msg
+		}
+		out = append(out, got...)
+	}
+	if len(out) == 0 {
+		return nil, http.StatusBadRequest, `no "file" part in the multipart form`
+	}
+	return out, 0, ""
+}
+
+// bodyStatus is the answer to a body that could not be read.
+func bodyStatus(err error) (int, string) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || errors.Is(err, errInflatedTooLarge) {
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("the upload is over %d bytes (a file is at most %d)", maxUploadBody, seam.MaxFileBytes)
+	}
+	return http.StatusBadRequest, "read the upload: " + err.Error()
+}
+
+var errInflatedTooLarge = errors.New("the inflated body is over its bound")
+
+// capReader fails once more than left bytes were read.
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errInflatedTooLarge
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+// getEnvs answers the envVars the sandbox was created with, which the
+// door keeps in memory only (they may hold secrets, and the record is a
+// plain file): after a restart of the service they are not known, and
+// that is said rather than answered as none.
+func (d *Door) getEnvs(w http.ResponseWriter, r *http.Request) {
+	t := targetOf(r.Context())
+	if _, e := d.fsCall(r.Context(), &api.Request{Op: api.OpInfo}); e != nil {
+		writeFSError(w, e)
+		return
+	}
+	rec, ok := d.records.get(t.id)
+	if !ok || rec.Envs == nil {
+		writeError(w, http.StatusNotFound, "sandbox "+t.id+": its envVars are not known here: the door keeps them in memory only, from the create or fork it served, and this one was made before the service's last start or through another door")
+		return
+	}
+	writeJSON(w, http.StatusOK, rec.Envs)
+}

@@ -1,0 +1,210 @@
+// envd's filesystem service and /files through E2B's stock JS SDK (npm e2b),
+// unchanged: only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY are set (by
+// e2bsdk_test.go). The SDK's home, /home/user, is the sandbox's workspace
+// /work (docs/e2b.md, "Filesystem service and /files").
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import {
+  Sandbox, FileType, FilesystemEventType, NotFoundError, FileNotFoundError,
+  InvalidArgumentError, SandboxError,
+} from 'e2b'
+
+// waitFor polls cond until it holds or ms pass.
+async function waitFor (cond, ms, what) {
+  const end = Date.now() + ms
+  while (!cond()) {
+    if (Date.now() > end) assert.fail(`not within ${ms} ms: ${what()}`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+test('write then read: text, bytes, blob, stream; nested directories; writeFiles', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const f = sbx.files
+    const e = await f.write('/home/user/a.txt', 'hello')
+    assert.deepEqual({ name: e.name, type: e.type, path: e.path }, { name: 'a.txt', type: FileType.FILE, path: '/home/user/a.txt' })
+    assert.equal(await f.read('/home/user/a.txt'), 'hello')
+    assert.equal(await f.read('a.txt'), 'hello', 'relative to the home')
+    assert.equal(await f.read('~/a.txt'), 'hello')
+    assert.equal(await f.read('/work/a.txt'), 'hello', 'the home is the workspace')
+
+    const bytes = new Uint8Array([0, 1, 2, 127, 128, 255])
+    await f.write('bin/data.bin', bytes)
+    assert.deepEqual(await f.read('bin/data.bin', { format: 'bytes' }), bytes)
+    await f.write('b.txt', new Blob(['from a blob']))
+    const blob = await f.read('b.txt', { format: 'blob' })
+    assert.equal(await blob.text(), 'from a blob')
+
+    // A stream is uploaded as an application/octet-stream body.
+    const body = new ReadableStream({ start (c) { c.enqueue(new TextEncoder().encode('streamed')); c.close() } })
+    const se = await f.write('/home/user/s.txt', body)
+    assert.equal(se.path, '/home/user/s.txt')
+    const rs = await f.read('s.txt', { format: 'stream' })
+    assert.equal(await new Response(rs).text(), 'streamed')
+    await f.write('o.txt', 'octet', { useOctetStream: true })
+    assert.equal(await f.read('o.txt'), 'octet')
+    await f.write('g.txt', 'zipped on the way', { gzip: true })
+    assert.equal(await f.read('g.txt', { gzip: true }), 'zipped on the way')
+
+    await f.write('/home/user/new/nested/dir/n.txt', 'deep')
+    assert.equal(await f.read('new/nested/dir/n.txt'), 'deep')
+    await f.write('empty.txt', '')
+    assert.equal(await f.read('empty.txt'), '')
+
+    const many = await f.writeFiles([
+      { path: '/home/user/m1.txt', data: 'one' },
+      { path: 'm/m2.txt', data: 'two' },
+      { path: '/work/m/m3.txt', data: new Uint8Array([51]) },
+    ])
+    assert.deepEqual(many.map((x) => x.path), ['/home/user/m1.txt', '/home/user/m/m2.txt', '/work/m/m3.txt'])
+    assert.equal(await f.read('m1.txt'), 'one')
+    assert.equal(await f.read('/home/user/m/m2.txt'), 'two')
+    assert.equal(await f.read('m/m3.txt'), '3')
+
+    await assert.rejects(f.read('/home/user/missing.txt'), (err) => {
+      assert.ok(err instanceof NotFoundError && err instanceof FileNotFoundError, `${err?.name}: ${err?.message}`)
+      assert.match(err.message, /\/home\/user\/missing\.txt/)
+      return true
+    })
+    await assert.rejects(f.read('/home/user/new'), InvalidArgumentError, 'a directory is not read')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('list, exists, getInfo, makeDir, rename, remove', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const f = sbx.files
+    await f.write('top.txt', '12345')
+    await f.write('d/inner.txt', 'x')
+    await f.write('d/e/deeper.txt', 'y')
+
+    const one = await f.list('/home/user')
+    const byName = Object.fromEntries(one.map((x) => [x.name, x]))
+    assert.deepEqual(Object.keys(byName).sort(), ['d', 'top.txt'])
+    assert.equal(byName.d.type, FileType.DIR)
+    assert.equal(byName.d.path, '/home/user/d')
+    assert.equal(byName['top.txt'].type, FileType.FILE)
+    assert.equal(byName['top.txt'].size, 5)
+    assert.ok(byName['top.txt'].modifiedTime instanceof Date && Math.abs(byName['top.txt'].modifiedTime - Date.now()) < 120_000)
+    const two = await f.list('/home/user', { depth: 2 })
+    assert.deepEqual(two.map((x) => x.path).sort(), ['/home/user/d', '/home/user/d/e', '/home/user/d/inner.txt', '/home/user/top.txt'])
+    const sub = await f.list('/work/d')
+    assert.deepEqual(sub.map((x) => x.path).sort(), ['/work/d/e', '/work/d/inner.txt'])
+    await assert.rejects(f.list('nowhere'), FileNotFoundError)
+    await assert.rejects(f.list('top.txt'), InvalidArgumentError)
+
+    assert.equal(await f.exists('top.txt'), true)
+    assert.equal(await f.exists('/home/user/d'), true)
+    assert.equal(await f.exists('/home/user/nope.txt'), false)
+    const info = await f.getInfo('/home/user/top.txt')
+    assert.deepEqual({ name: info.name, type: info.type, path: info.path, size: info.size }, { name: 'top.txt', type: FileType.FILE, path: '/home/user/top.txt', size: 5 })
+    const home = await f.getInfo('/home/user')
+    assert.equal(home.type, FileType.DIR)
+    await assert.rejects(f.getInfo('nope.txt'), FileNotFoundError)
+
+    assert.equal(await f.makeDir('/home/user/made/here'), true)
+    assert.equal(await f.makeDir('/home/user/made/here'), false, 'it is there already')
+    assert.equal((await f.getInfo('made/here')).type, FileType.DIR)
+    assert.equal(await f.makeDir('/home/user'), false)
+    await assert.rejects(f.makeDir('top.txt'), InvalidArgumentError, 'a file is in the way')
+
+    const moved = await f.rename('/home/user/top.txt', '/home/user/made/top2.txt')
+    assert.equal(moved.path, '/home/user/made/top2.txt')
+    assert.equal(moved.type, FileType.FILE)
+    assert.equal(await f.exists('top.txt'), false)
+    assert.equal(await f.read('made/top2.txt'), '12345')
+    const dir = await f.rename('d', 'd2')
+    assert.equal(dir.type, FileType.DIR)
+    assert.equal(dir.path, '/home/user/d2')
+    assert.equal(await f.read('d2/e/deeper.txt'), 'y')
+    assert.equal(await f.exists('d'), false)
+    await assert.rejects(f.rename('nothing.txt', 'x.txt'), FileNotFoundError)
+    await assert.rejects(f.rename('d2', 'd2/inside'), InvalidArgumentError)
+
+    await f.remove('/home/user/made/top2.txt')
+    assert.equal(await f.exists('made/top2.txt'), false)
+    await f.remove('d2')
+    assert.equal(await f.exists('d2'), false)
+    // As envd (os.RemoveAll): removing what is not there succeeds.
+    await f.remove('/home/user/never-was.txt')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('watchDir sees what is written after it starts, recursive or not, and ends when stopped', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const f = sbx.files
+    await f.makeDir('w')
+    const flat = []
+    const deep = []
+    const h1 = await f.watchDir('/home/user/w', (e) => flat.push(e))
+    const h2 = await f.watchDir('w', (e) => deep.push(e), { recursive: true })
+    await f.write('w/new.txt', 'x')
+    await f.write('w/sub/deeper.txt', 'y')
+    const show = (evs) => () => JSON.stringify(evs)
+    await waitFor(() => flat.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.CREATE), 10_000, show(flat))
+    await waitFor(() => deep.some((e) => e.name === 'sub/deeper.txt' && e.type === FilesystemEventType.CREATE), 10_000, show(deep))
+    assert.ok(deep.some((e) => e.name === 'new.txt'), show(deep)())
+    await f.write('w/new.txt', 'longer now')
+    await waitFor(() => flat.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.WRITE), 10_000, show(flat))
+    await f.remove('w/new.txt')
+    await waitFor(() => flat.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.REMOVE), 10_000, show(flat))
+    assert.ok(!flat.some((e) => e.name.includes('/')), `not recursive: ${show(flat)()}`)
+    await h1.stop()
+    await h2.stop()
+
+    // A stopped watch gives its place back: a session holds at most 8.
+    for (let i = 0; i < 10; i++) {
+      const h = await f.watchDir('w', () => {})
+      await h.stop()
+      await new Promise((resolve) => setTimeout(resolve, 300))
+    }
+    // The stream ends at the watch's timeout, and says so.
+    let exited
+    const done = new Promise((resolve) => { exited = resolve })
+    await f.watchDir('w', () => {}, { timeoutMs: 1000, onExit: (err) => exited(err ?? 'no error') })
+    const why = await done
+    assert.ok(why instanceof Error, `onExit: ${why}`)
+
+    await assert.rejects(f.watchDir('/home/user/not-a-dir', () => {}), FileNotFoundError)
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('paths outside the workspace are refused by name; /envs', async () => {
+  const sbx = await Sandbox.create({ envs: { GREETING: 'hi', N: '1' } })
+  try {
+    const f = sbx.files
+    const outside = (err) => {
+      assert.ok(err instanceof SandboxError, `${err?.name}: ${err?.message}`)
+      assert.match(err.message, /outside the workspace/)
+      assert.match(err.message, /\/work/)
+      assert.match(err.message, /\/home\/user/)
+      return true
+    }
+    await assert.rejects(f.read('/etc/passwd'), outside)
+    await assert.rejects(f.write('/tmp/x.txt', 'no'), outside)
+    await assert.rejects(f.list('/'), outside)
+    await assert.rejects(f.exists('/home/user/../other/x'), outside)
+    await assert.rejects(f.makeDir('/opt/x'), outside)
+    await assert.rejects(f.rename('/home/user/x', '/etc/x'), outside)
+    await assert.rejects(f.remove('/usr'), outside)
+    await assert.rejects(f.watchDir('/var', () => {}), outside)
+
+    // GET /envs is not called by the SDK: a plain request, as the SDK
+    // addresses envd.
+    const res = await fetch(`${sbx.envdApiUrl}/envs`, {
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': sbx.envdAccessToken },
+    })
+    assert.equal(res.status, 200)
+    assert.deepEqual(await res.json(), { GREETING: 'hi', N: '1' })
+  } finally {
+    await sbx.kill()
+  }
+})

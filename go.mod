@@ -3,6 +3,7 @@ module github.com/jailcell/jailcell
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/checkpoint-restore/go-criu/v8 v8.3.0
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/docker/go-units v0.5.0
@@ -30,7 +31,6 @@ require (
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
 	cyphar.com/go-pathrs v0.2.6 // indirect
 	github.com/aperturerobotics/protobuf-go-lite v0.14.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 // first busy requests, as a sandbox running a cell would.
 type fakeCommands struct {
 	mu     sync.Mutex
+	silent bool
 	busy   int
 	killed bool
 	waits  int
@@ -38,6 +40,9 @@ func (f *fakeCommands) Handle(_ context.Context, _ int, req *api.Request, emit f
 		if f.paused {
 			state = "hibernated"
 		}
+		if strings.HasPrefix(req.Session, "gone") {
+			return &api.Response{ID: req.ID, Error: &api.Error{Code: api.CodeNotFound, Message: "no session " + req.Session}}
+		}
 		return &api.Response{ID: req.ID, OK: true, Info: &seam.Info{ID: req.Session, State: state}}
 	case api.OpCommand:
 	default:
@@ -51,7 +56,7 @@ func (f *fakeCommands) Handle(_ context.Context, _ int, req *api.Request, emit f
 	switch req.Action {
 	case seam.CommandWait:
 		f.waits++
-		if req.Stream && emit != nil && !f.killed {
+		if req.Stream && emit != nil && !f.killed && !f.silent {
 			emit(api.Event{ID: req.ID, Event: api.EventStdout, Text: "tick " + strconv.Itoa(f.waits) + "\n"})
 		}
 	case seam.CommandKill:
@@ -135,11 +140,14 @@ func TestStreamEndsWhenClientLeaves(t *testing.T) {
 	if err != nil || len(l.Msg.Processes) != 1 || l.Msg.Processes[0].Pid != 42 {
 		t.Fatalf("list: %v, %v", l, err)
 	}
-	kreq := connect.NewRequest(&process.SendSignalRequest{Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: 42}}, Signal: process.Signal_SIGNAL_SIGKILL})
-	hdr(kreq)
-	if _, err := c.SendSignal(context.Background(), kreq); err != nil {
+	// SIGTERM is the command op's kill, a SIGKILL.
+	term := connect.NewRequest(&process.SendSignalRequest{Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: 42}}, Signal: process.Signal_SIGNAL_SIGTERM})
+	hdr(term)
+	if _, err := c.SendSignal(context.Background(), term); err != nil {
 		t.Fatal(err)
 	}
+	kreq := connect.NewRequest(&process.SendSignalRequest{Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: 42}}, Signal: process.Signal_SIGNAL_SIGKILL})
+	hdr(kreq)
 	if _, err := c.SendSignal(context.Background(), kreq); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("a second kill: %v, want not_found", err)
 	}
@@ -199,6 +207,12 @@ func TestStreamEndsOnPauseAndKill(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%s: the stream did not end", how)
 		}
+		if how == "pause" {
+			// The process stays in the door's table, to be connected to again.
+			if b := d.procs.lookup("sbx1"); b == nil || b.procs[42] == nil || b.procs[42].end != nil {
+				t.Fatal("pause dropped the sandbox's process from the table")
+			}
+		}
 	}
 }
 
@@ -220,6 +234,14 @@ func TestRefusedRPCs(t *testing.T) {
 	hdr(cl)
 	_, err = c.CloseStdin(context.Background(), cl)
 	check("CloseStdin", err)
+	si := c.StreamInput(context.Background())
+	probe := connect.NewRequest(&process.ListRequest{})
+	hdr(probe)
+	for k, v := range probe.Header() {
+		si.RequestHeader()[k] = v
+	}
+	_, err = si.CloseAndReceive()
+	check("StreamInput", err)
 	up := connect.NewRequest(&process.UpdateRequest{Process: sel})
 	hdr(up)
 	_, err = c.Update(context.Background(), up)
@@ -237,4 +259,60 @@ func TestRefusedRPCs(t *testing.T) {
 	hdr(sig)
 	_, err = c.SendSignal(context.Background(), sig)
 	check("an unspecified signal", err)
+}
+
+// TestBusyAnswersAborted: a sandbox busy past busyRetry answers Aborted.
+func TestBusyAnswersAborted(t *testing.T) {
+	c, _, hdr := fakeDoor(t, &fakeCommands{busy: 1 << 20})
+	req := startReq()
+	hdr(req)
+	t0 := time.Now()
+	st, err := c.Start(context.Background(), req)
+	if err == nil {
+		st.Receive()
+		err = st.Err()
+	}
+	if connect.CodeOf(err) != connect.CodeAborted || time.Since(t0) < busyRetry {
+		t.Fatalf("%v after %v; want aborted after %v", err, time.Since(t0), busyRetry)
+	}
+}
+
+// TestKeepalive: a silent stream gets a keepalive at the client's interval.
+func TestKeepalive(t *testing.T) {
+	c, _, hdr := fakeDoor(t, &fakeCommands{silent: true})
+	req := startReq()
+	hdr(req)
+	req.Header().Set("Keepalive-Ping-Interval", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.Receive() // the start
+	t0 := time.Now()
+	if !st.Receive() || st.Msg().GetEvent().GetKeepalive() == nil {
+		t.Fatalf("after the start: %v, %v; want a keepalive", st.Msg(), st.Err())
+	}
+	if d := time.Since(t0); d < 900*time.Millisecond || d > 2500*time.Millisecond {
+		t.Fatalf("the keepalive came after %v, want about 1 s", d)
+	}
+}
+
+// TestSweep: past maxBoxes, the tables of sandboxes that are gone are
+// dropped; those of live ones stay.
+func TestSweep(t *testing.T) {
+	_, d, _ := fakeDoor(t, &fakeCommands{})
+	for i := range maxBoxes - 1 {
+		d.procs.box(d, "gone"+strconv.Itoa(i), 1000)
+	}
+	d.procs.box(d, "live", 1000)
+	d.procs.box(d, "new", 1000)
+	if n := len(d.procs.boxes); n != 2 {
+		t.Fatalf("%d tables after the sweep, want 2 (live, new)", n)
+	}
+	if d.procs.lookup("live") == nil {
+		t.Fatal("a live sandbox's table was swept")
+	}
 }

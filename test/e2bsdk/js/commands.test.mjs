@@ -24,6 +24,8 @@ test('run in the foreground: stdout, stderr, exit code', async () => {
     assert.equal(r.stdout, 'out\n')
     assert.equal(r.stderr, 'err\n')
     assert.equal(r.error, undefined)
+    const bin = await sbx.commands.run("printf 'a\\377b\\n'")
+    assert.equal(bin.stdout, 'a\uFFFDb\n', 'bytes that are not UTF-8 arrive as U+FFFD')
   })
 })
 
@@ -157,6 +159,12 @@ test('commands.connect(pid) attaches to a running command, then wait()', async (
       assert.equal(err.stdout, 'later\n')
       return true
     })
+    // What a command writes while no client follows waits for the next stream.
+    const q = await sbx.commands.run('sleep 0.5; echo early; sleep 1.5; echo late', { background: true })
+    await q.disconnect()
+    await sleep(1000)
+    const qc = await sbx.commands.connect(q.pid)
+    assert.equal((await qc.wait()).stdout, 'early\nlate\n')
     // An ended command is remembered: connect gets its end at once.
     await assert.rejects((await sbx.commands.connect(h.pid)).wait(), (err) => err.exitCode === 2)
   })
@@ -204,4 +212,37 @@ test('stdin and PTY are refused with a message that says why', async () => {
       await h.kill()
     }
   })
+})
+
+test('a start past what the sandbox can run is refused, and the sandbox goes on', async () => {
+  await withSandbox(async (sbx) => {
+    const handles = []
+    let refused
+    for (let i = 0; i < 17 && !refused; i++) {
+      try {
+        handles.push(await sbx.commands.run('sleep 60', { background: true }))
+      } catch (err) {
+        refused = err
+      }
+    }
+    // The kernel runs at most 16; the test policy's 64 pids (the kernel
+    // reads each command with two threads) may run out first.
+    assert.ok(refused, `${handles.length} commands started, none refused`)
+    assert.match(refused.message, /16 commands are running, at most 16|Resource temporarily unavailable/)
+    assert.equal((await sbx.commands.list()).length, handles.length)
+    for (const h of handles) await h.kill()
+    const h = await sbx.commands.run('echo room', { background: true })
+    assert.equal((await h.wait()).stdout, 'room\n')
+  })
+})
+
+test('an open stream keeps the sandbox from its idle timeout', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 3_000 })
+  try {
+    const r = await sbx.commands.run('sleep 6; echo still here')
+    assert.equal(r.stdout, 'still here\n')
+    assert.equal(await sbx.isRunning(), true)
+  } finally {
+    await sbx.kill()
+  }
 })

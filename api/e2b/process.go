@@ -51,9 +51,6 @@ const (
 	// busy with another request (a cell, a file, another door) before it
 	// answers busy.
 	busyRetry = 3 * time.Second
-	// defaultKeepalive is envd's interval between keepalives on a silent
-	// stream when the client names none (Keepalive-Ping-Interval).
-	defaultKeepalive = 90 * time.Second
 )
 
 // noStdin is why the input RPCs are refused.
@@ -452,40 +449,26 @@ func (d *Door) command(ctx context.Context, b *box, req *api.Request, emit func(
 			return resp.Command, nil
 		}
 		if e.Code != api.CodeBusy || !time.Now().Before(deadline) {
-			return nil, connectError(b.id, e)
+			return nil, procError(b.id, e)
 		}
 		t := time.NewTimer(20 * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, connectError(b.id, e)
+			return nil, procError(b.id, e)
 		case <-t.C:
 		}
 	}
 }
 
-// connectError maps a wire error to the Connect code E2B's SDKs act on: a
+// procError maps a wire error to the Connect code E2B's SDKs act on: a
 // sandbox that is gone is Unavailable (as E2B's proxy's 502 is), a job the
 // kernel does not know NotFound.
-func connectError(id string, e *api.Error) error {
-	code := connect.CodeInternal
-	switch e.Code {
-	case api.CodeBadRequest:
-		code = connect.CodeInvalidArgument
-	case api.CodeNotFound, api.CodeExpired:
-		if strings.Contains(e.Message, "no job") {
-			code = connect.CodeNotFound
-		} else {
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running: %s", id, e.Message))
-		}
-	case api.CodeLimit:
-		code = connect.CodeResourceExhausted
-	case api.CodeBusy:
-		code = connect.CodeAborted
-	case api.CodeUnavailable:
-		code = connect.CodeUnavailable
+func procError(id string, e *api.Error) error {
+	if (e.Code == api.CodeNotFound || e.Code == api.CodeExpired) && !strings.Contains(e.Message, "no job") {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running: %s", id, e.Message))
 	}
-	return connect.NewError(code, errors.New(e.Code+": "+e.Message))
+	return connectError(e)
 }
 
 // endOf is a finished command's EndEvent, as envd reports a process's
@@ -575,7 +558,7 @@ func (s processService) Start(ctx context.Context, req *connect.Request[process.
 		b.unsubscribe(p, sb)
 		return err
 	}
-	return follow(ctx, b, p, sb, keepaliveOf(req.Header()), func(ev *process.ProcessEvent) error {
+	return follow(ctx, b, p, sb, keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.StartResponse{Event: ev})
 	})
 }
@@ -593,7 +576,7 @@ func (s processService) Connect(ctx context.Context, req *connect.Request[proces
 		b.unsubscribe(p, sb)
 		return err
 	}
-	return follow(ctx, b, p, sb, keepaliveOf(req.Header()), func(ev *process.ProcessEvent) error {
+	return follow(ctx, b, p, sb, keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.ConnectResponse{Event: ev})
 	})
 }
@@ -638,7 +621,7 @@ func (s processService) List(ctx context.Context, req *connect.Request[process.L
 	b := d.procs.lookup(t.id)
 	if b == nil {
 		if _, e := d.call(ctx, t.owner, &api.Request{Op: api.OpInfo, Session: t.id}, nil); e != nil {
-			return nil, connectError(t.id, e)
+			return nil, procError(t.id, e)
 		}
 		return connect.NewResponse(&process.ListResponse{}), nil
 	}
@@ -712,7 +695,7 @@ func (d *Door) selectProc(ctx context.Context, t target, sel *process.ProcessSel
 	if p == nil {
 		// Tell a sandbox that is gone from a process that is not there.
 		if _, e := d.call(ctx, t.owner, &api.Request{Op: api.OpInfo, Session: t.id}, nil); e != nil {
-			return nil, nil, connectError(t.id, e)
+			return nil, nil, procError(t.id, e)
 		}
 		_, err := pick(nil, sel, ended)
 		return nil, nil, err
@@ -835,12 +818,3 @@ func timeoutOf(h http.Header) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// keepaliveOf is the interval the client asks keepalives at
-// (Keepalive-Ping-Interval, in seconds), within 1 s and 1 h.
-func keepaliveOf(h http.Header) time.Duration {
-	n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval"))
-	if err != nil || n <= 0 {
-		return defaultKeepalive
-	}
-	return time.Duration(min(n, 3600)) * time.Second
-}

@@ -74,11 +74,6 @@ func TestTimeoutAndKeepalive(t *testing.T) {
 			t.Errorf("timeoutOf(%q) accepted", v)
 		}
 	}
-	for v, want := range map[string]time.Duration{"50": 50 * time.Second, "": defaultKeepalive, "0": defaultKeepalive, "x": defaultKeepalive, "999999": time.Hour} {
-		if got := keepaliveOf(http.Header{"Keepalive-Ping-Interval": {v}}); got != want {
-			t.Errorf("keepaliveOf(%q) = %v, want %v", v, got, want)
-		}
-	}
 }
 
 func TestEndOf(t *testing.T) {

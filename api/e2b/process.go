@@ -817,4 +817,3 @@ func timeoutOf(h http.Header) (time.Duration, error) {
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
-

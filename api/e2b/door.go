@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jailcell/jailcell/api"
 )
@@ -253,9 +254,36 @@ func (d *Door) verifyToken(tok, id string) (int, bool) {
 	return int(owner), hmac.Equal([]byte(mac), []byte(want))
 }
 
+// busyWait bounds how long call retries a sandbox that is busy with
+// another request. jailcell runs one request at a time per session and
+// answers the next "busy"; E2B's envd and Jupyter queue them instead, and
+// programs written for E2B run a cell while a background command streams
+// (its output is polled by short waits on the same session). So the door
+// queues for them, as long as a cell may reasonably wait behind another.
+const busyWait = 30 * time.Second
+
 // call sends one wire request through the handler and returns its answer,
-// or its error.
+// or its error; a busy sandbox is retried for up to busyWait.
 func (d *Door) call(ctx context.Context, owner int, req *api.Request, emit func(api.Event)) (*api.Response, *api.Error) {
+	deadline := time.Now().Add(busyWait)
+	pause := 5 * time.Millisecond
+	for {
+		resp, e := d.callOnce(ctx, owner, req, emit)
+		if e == nil || e.Code != api.CodeBusy || !time.Now().Add(pause).Before(deadline) {
+			return resp, e
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return resp, e
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+func (d *Door) callOnce(ctx context.Context, owner int, req *api.Request, emit func(api.Event)) (*api.Response, *api.Error) {
 	req.ID = json.RawMessage(strconv.FormatUint(d.seq.Add(1), 10))
 	resp := d.h.Handle(ctx, owner, req, emit)
 	if resp == nil {

@@ -190,6 +190,9 @@ type fakeCells struct {
 func (f *fakeCells) Handle(_ context.Context, _ int, req *api.Request, emit func(api.Event)) *api.Response {
 	switch req.Op {
 	case api.OpInfo:
+		if req.Session == "n1-gone" {
+			return &api.Response{ID: req.ID, Error: &api.Error{Code: api.CodeNotFound, Message: "no session n1-gone"}}
+		}
 		return &api.Response{ID: req.ID, OK: true}
 	case api.OpExec:
 		f.execs++
@@ -254,5 +257,42 @@ func TestExecuteStreamsE2BLines(t *testing.T) {
 	}
 	if w := post(`{"code": "1", "context_id": "nope"}`); w.Code != 404 || !strings.Contains(w.Body.String(), "Context nope not found") {
 		t.Errorf("an unknown context: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestInterpreterRoutes(t *testing.T) {
+	d, err := New(&fakeCells{}, Options{Secret: make([]byte, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, path, id string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, path, nil)
+		r.Header.Set("E2b-Sandbox-Id", id)
+		r.Header.Set("E2b-Sandbox-Port", "49999")
+		r.Header.Set("E2B-Traffic-Access-Token", d.accessToken(1000, id))
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, r)
+		return w
+	}
+	for _, tc := range []struct {
+		method, path, id string
+		status           int
+		has              string
+	}{
+		{"GET", "/health", "n1-ab", 200, `"OK"`},
+		{"GET", "/health", "n1-gone", 502, "not running"},
+		{"POST", "/execute", "n1-gone", 502, "not running"},
+		{"GET", "/contexts", "n1-ab", 200, `[{"id":"default","language":"python","cwd":"/work"}]`},
+		{"GET", "/contexts", "n1-gone", 502, "not running"},
+		{"POST", "/contexts/default/restart", "n1-ab", 400, "main namespace"},
+		{"DELETE", "/contexts/default", "n1-ab", 400, "main namespace"},
+		{"DELETE", "/contexts/nope", "n1-ab", 404, "Context nope not found"},
+		{"POST", "/contexts/nope/restart", "n1-ab", 404, "Context nope not found"},
+		{"GET", "/nope", "n1-ab", 404, "not a route"},
+	} {
+		w := do(tc.method, tc.path, tc.id)
+		if w.Code != tc.status || !strings.Contains(w.Body.String(), tc.has) {
+			t.Errorf("%s %s (%s): %d %s, want %d with %q", tc.method, tc.path, tc.id, w.Code, w.Body, tc.status, tc.has)
+		}
 	}
 }

@@ -57,6 +57,7 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.boolean("snapshot", &req.Snapshot)
 	d.boolean("raw_ansi", &req.RawANSI)
 	d.files(&req.Files)
+	d.context(&req.Context)
 	d.str("path", &req.Path)
 	d.base64("data", &req.Data)
 	d.seconds("ttl_s", &req.TTLS)
@@ -120,11 +121,15 @@ func (r *Request) Validate() *Error {
 	if r.RawANSI && r.Op != OpExec {
 		return badRequest(`field "raw_ansi" is only allowed with op "exec": it keeps a cell's output as written`)
 	}
+	if r.Context != nil && r.Op != OpExec {
+		return badRequest(`field "context" is only allowed with op "exec": it names the namespace a cell runs in`)
+	}
 	switch r.Op {
 	case OpPing, OpSessions:
 		return nil
 	case OpExec:
-		if err := need("code", "the cell's Python source, a non-empty string", r.Code != ""); err != nil {
+		// Empty code with a context's reset removes the context.
+		if err := need("code", "the cell's Python source, a non-empty string", r.Code != "" || (r.Context != nil && r.Context.Reset)); err != nil {
 			return err
 		}
 		for i, f := range r.Files {
@@ -395,6 +400,50 @@ func (d *decoder) fix(dst **Fix) {
 		return
 	}
 	*dst = f
+}
+
+// context decodes {"id": string, "cwd": string, "reset": boolean}; an
+// unknown key is refused, like fix's.
+func (d *decoder) context(dst **seam.CellContext) {
+	raw, ok := d.get("context")
+	if !ok {
+		return
+	}
+	var obj map[string]json.RawMessage
+	if jsonKind(raw) != "object" || json.Unmarshal(raw, &obj) != nil {
+		d.wrongType("context", `an object {"id": string, "cwd": string, "reset": boolean}`, raw)
+		return
+	}
+	c := &seam.CellContext{}
+	for key, val := range obj {
+		var err error
+		switch key {
+		case "id", "cwd":
+			dst := &c.ID
+			if key == "cwd" {
+				dst = &c.Cwd
+			}
+			if jsonKind(val) != "string" {
+				err = fmt.Errorf("a string")
+			} else {
+				err = json.Unmarshal(val, dst)
+			}
+		case "reset":
+			if jsonKind(val) != "boolean" {
+				err = fmt.Errorf("a boolean")
+			} else {
+				err = json.Unmarshal(val, &c.Reset)
+			}
+		default:
+			d.err = badRequest(`field "context.%s" is not a context option; allowed: id, cwd, reset`, key)
+			return
+		}
+		if err != nil {
+			d.err = badRequest(`field "context.%s" must be %v, got %s`, key, err, jsonValueDesc(val))
+			return
+		}
+	}
+	*dst = c
 }
 
 func (d *decoder) files(dst *[]seam.File) {

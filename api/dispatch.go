@@ -121,7 +121,10 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		if err := seam.CheckEnvs("envs", req.Envs); err != nil {
 			return nil, err
 		}
-		er := seam.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot, RawANSI: req.RawANSI, Envs: req.Envs}
+		if err := seam.CheckContext("context", req.Context); err != nil {
+			return nil, err
+		}
+		er := seam.ExecRequest{Code: req.Code, Timeout: duration(req.TimeoutS), Files: req.Files, Snapshot: req.Snapshot, RawANSI: req.RawANSI, Envs: req.Envs, Context: req.Context}
 		if req.Stream {
 			er.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
 			er.OnDisplay = func(item seam.DisplayItem) { send(Event{ID: req.ID, Event: EventDisplay, Display: &item}) }

@@ -38,6 +38,8 @@ var e2bDecodeLines = []string{
 	`{"id":1,"op":"info","session":"s"}`,
 	`{"id":1,"op":"metrics","session":"s"}`,
 	`{"id":1,"op":"mkdir","session":"s","path":"d"}`,
+	`{"id":1,"op":"exec","session":"s","code":"1","context":{"id":"c-1","cwd":"/work/d"}}`,
+	`{"id":1,"op":"exec","session":"s","code":"","context":{"id":"c-1","reset":true}}`,
 }
 
 var e2bDecodeRefusals = map[string]string{
@@ -52,4 +54,9 @@ var e2bDecodeRefusals = map[string]string{
 	`{"id":1,"op":"set_timeout","session":"s"}`:                            `needs field "timeout_s"`,
 	`{"id":1,"op":"remove","session":"s"}`:                                 `needs field "path"`,
 	`{"id":1,"op":"command","session":"s","cmd":"ls","background":"true"}`: `field "background" must be a boolean`,
+	`{"id":1,"op":"exec","session":"s","code":"1","context":"c"}`:          `field "context" must be an object`,
+	`{"id":1,"op":"exec","session":"s","code":"1","context":{"name":"c"}}`: `"context.name" is not a context option`,
+	`{"id":1,"op":"exec","session":"s","code":"1","context":{"reset":1}}`:  `"context.reset" must be a boolean`,
+	`{"id":1,"op":"exec","session":"s","code":"","context":{"id":"c"}}`:    `needs field "code"`,
+	`{"id":1,"op":"info","session":"s","context":{"id":"c"}}`:              `only allowed with op "exec"`,
 }

@@ -115,6 +115,9 @@ type Request struct {
 	// moves) and with "\r\n" as "\n"; a lone "\r" (a progress bar
 	// redrawing its line) stays.
 	RawANSI bool `json:"raw_ansi,omitempty"`
+	// Context runs the cell in a named namespace of the session's kernel
+	// (exec): {"id", "cwd", "reset"}; absent: the main namespace.
+	Context *seam.CellContext `json:"context,omitempty"`
 	// Files are placed in the cell's working directory before it runs.
 	Files []seam.File `json:"files,omitempty"`
 	// Path and Data are the upload's destination and content; Path alone

@@ -237,7 +237,10 @@ func (c *Conn) Exec(req ExecRequest, onStream func(name, text string)) (*Result,
 		ID        string    `json:"id"`
 		Code      string    `json:"code"`
 		MaxOutput int64     `json:"max_output"`
-	}{frameExec, req.ID, req.Code, req.MaxOutput}
+		Context   string    `json:"context,omitempty"`
+		Cwd       string    `json:"cwd,omitempty"`
+		Reset     bool      `json:"reset,omitempty"`
+	}{frameExec, req.ID, req.Code, req.MaxOutput, req.Context, req.Cwd, req.Reset}
 	if err := WriteFrame(c.nc, frame); err != nil {
 		if errors.Is(err, ErrFrameTooLarge) {
 			return nil, fmt.Errorf("exec %s: %w", req.ID, err) // nothing was written

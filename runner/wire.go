@@ -31,6 +31,14 @@ type ExecRequest struct {
 	// MaxOutput caps the bytes kept per stream (stdout, stderr). The kernel
 	// stops forwarding past it, and the host cuts there regardless.
 	MaxOutput int64
+	// Context names the kernel's namespace the cell runs in: "" is the
+	// main one; another name is a dict of globals of its own, made by its
+	// first cell. Cwd is where a new one starts (its cells keep their own
+	// working directory). Reset drops the namespace first; with empty
+	// Code, nothing runs and none is made again.
+	Context string
+	Cwd     string
+	Reset   bool
 	// OnDisplay, if set, gets each display item (a figure, a display()
 	// call) as the cell shows it, before the result. A forged stream of
 	// them is held to the result's own display budget: at most

@@ -248,8 +248,11 @@ func (o cellOutcome) notStarted(k *kernel) bool {
 //
 // A cancelled ctx (the client went away, the daemon is draining past its
 // grace) stops the cell the same way.
-func runCell(ctx context.Context, k *kernel, id, code string, timeout, grace time.Duration, maxOutput int64, onOutput func(string, string), onDisplay func(DisplayItem), onClear func(wait bool)) cellOutcome {
+func runCell(ctx context.Context, k *kernel, id, code string, cc *CellContext, timeout, grace time.Duration, maxOutput int64, onOutput func(string, string), onDisplay func(DisplayItem), onClear func(wait bool)) cellOutcome {
 	rreq := runner.ExecRequest{ID: id, Code: code, MaxOutput: maxOutput, OnClearOutput: onClear}
+	if cc != nil {
+		rreq.Context, rreq.Cwd, rreq.Reset = cc.ID, cc.Cwd, cc.Reset
+	}
 	if onDisplay != nil {
 		rreq.OnDisplay = func(d runner.DisplayItem) {
 			onDisplay(DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager, Chart: d.Chart})

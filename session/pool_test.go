@@ -311,7 +311,7 @@ func BenchmarkCellOverhead(b *testing.B) {
 	})
 	b.Run("round-trip", func(b *testing.B) {
 		for b.Loop() {
-			o := runCell(context.Background(), k, "b", "x = 1", time.Minute, time.Second, 1<<16, nil, nil, nil)
+			o := runCell(context.Background(), k, "b", "x = 1", nil, time.Minute, time.Second, 1<<16, nil, nil, nil)
 			if o.err != nil {
 				b.Fatal(o.err)
 			}

@@ -70,6 +70,7 @@ type (
 	RefusedAttempt = seam.RefusedAttempt
 	Result         = seam.Result
 	ExecRequest    = seam.ExecRequest
+	CellContext    = seam.CellContext
 )
 
 // Sessions and their files.

@@ -265,7 +265,7 @@ func (m *Manager) sendCell(ctx context.Context, c *cell) error {
 		s.mu.Lock()
 		s.running = c.k
 		s.mu.Unlock()
-		c.o = runCell(ctx, c.k, c.id, c.req.Code, c.timeout, s.policy.InterruptGrace, s.policy.OutputBytes, c.req.OnOutput, c.req.OnDisplay, c.req.OnClearOutput)
+		c.o = runCell(ctx, c.k, c.id, c.req.Code, c.req.Context, c.timeout, s.policy.InterruptGrace, s.policy.OutputBytes, c.req.OnOutput, c.req.OnDisplay, c.req.OnClearOutput)
 		s.mu.Lock()
 		s.running = nil
 		s.mu.Unlock()

@@ -509,7 +509,8 @@ func (d *Door) fork(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		child := resp.Info.ID
-		d.records.put(child, record{Owner: t.owner, Template: d.templateOf(id), Metadata: rec.Metadata, Started: resp.Info.CreatedAt, Envs: rec.Envs})
+		// The child's kernel is a copy of the parent's, contexts and all.
+		d.records.put(child, record{Owner: t.owner, Template: d.templateOf(id), Metadata: rec.Metadata, Started: resp.Info.CreatedAt, Envs: rec.Envs, Contexts: rec.Contexts})
 		s := d.sandboxAnswer(t.owner, child, d.templateOf(id))
 		out = append(out, result{Sandbox: &s})
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 )
@@ -24,6 +25,9 @@ type record struct {
 	// for envd's /envs; never written to the record's file, as they may
 	// hold secrets, so nil after a restart: not known.
 	Envs map[string]string `json:"-"`
+	// Contexts are the code interpreter's contexts made in the sandbox
+	// (besides its default one), each a namespace of its kernel.
+	Contexts []codeContext `json:"contexts,omitempty"`
 }
 
 type records struct {
@@ -90,8 +94,14 @@ func (r *records) get(id string) (record, bool) {
 // put keeps rec for id, written whole and renamed into place.
 func (r *records) put(id string, rec record) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.putLocked(id, rec)
+}
+
+// putLocked is put with r.mu held: the file is written under the lock, so
+// two updates cannot leave the older one on disk.
+func (r *records) putLocked(id string, rec record) {
 	r.m[id] = rec
-	r.mu.Unlock()
 	if r.dir == "" || !idRE.MatchString(id) {
 		return
 	}
@@ -103,6 +113,24 @@ func (r *records) put(id string, rec record) {
 	if os.WriteFile(tmp, b, 0o600) == nil {
 		_ = os.Rename(tmp, filepath.Join(r.dir, id+".json"))
 	}
+}
+
+// update changes id's record with fn under the lock and keeps it; a
+// sandbox without one (made through another door) gets one for owner.
+// Nothing is kept if fn fails.
+func (r *records) update(id string, owner int, tmpl string, fn func(*record) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.m[id]
+	if !ok {
+		rec = record{Owner: owner, Template: tmpl, Started: time.Now()}
+	}
+	rec.Contexts = slices.Clone(rec.Contexts)
+	if err := fn(&rec); err != nil {
+		return err
+	}
+	r.putLocked(id, rec)
+	return nil
 }
 
 func (r *records) drop(id string) {

@@ -1,5 +1,6 @@
-"""The kernel: one persistent namespace, the loop that serves the host's
-requests one at a time, and running a cell."""
+"""The kernel: one persistent namespace (and the named ones of code
+contexts), the loop that serves the host's requests one at a time, and
+running a cell."""
 
 import ast
 import builtins
@@ -110,6 +111,26 @@ class _Cell:
         self.value_chart = chart if chart is not None and self._charge(chart) else None
 
 
+class _Namespace:
+    """The globals cells run in, with their notebook history: the main one
+    (__main__) or a code context's. A context's cells keep their own
+    working directory, entered around each of its cells."""
+
+    __slots__ = ("ns", "out", "inputs", "last", "cwd")
+
+    def __init__(self, ns=None, cwd=None):
+        if ns is None:
+            ns = {"__name__": "__main__", "__builtins__": builtins}
+        self.ns = ns
+        # Notebook history: Out[n] and _n for values, In[n] for sources.
+        self.out = {}
+        self.inputs = [""]
+        self.last = None
+        self.cwd = cwd
+        ns["Out"] = self.out
+        ns["In"] = self.inputs
+
+
 def _preload(names):
     """Import names (errors are left to the cell that needs the module) and,
     with pyplot among them, draw one figure."""
@@ -152,16 +173,14 @@ class _Kernel:
         main = types.ModuleType("__main__")
         main.__builtins__ = builtins
         sys.modules["__main__"] = main
-        self.ns = main.__dict__
+        self.main = _Namespace(main.__dict__)
+        self.ns, self.out, self.inputs = self.main.ns, self.main.out, self.main.inputs
+        # The namespace of the running cell, and the code contexts' by name.
+        self.space = self.main
+        self.contexts = {}
         builtins.display = self.display
         builtins.get_ipython = _get_ipython
         _install_no_stdin()
-        # Notebook history: Out[n] and _n for values, In[n] for sources.
-        self.out = {}
-        self.last = None
-        self.inputs = [""]
-        self.ns["Out"] = self.out
-        self.ns["In"] = self.inputs
 
     def hello(self):
         return {
@@ -283,6 +302,7 @@ class _Kernel:
 
     def run_cell(self, req):
         self.cells += 1
+        self.space = self.main  # heals a context left entered by a torn cell
         cell = _Cell(req, self.cells)
         self.pump.redirect()
         self._restore_stdio()
@@ -292,7 +312,7 @@ class _Kernel:
         try:
             try:
                 _State.executing = True
-                self._execute(cell)
+                self._execute_in_context(cell)
             except KeyboardInterrupt as exc:
                 # Landed in the kernel's own code around the user's.
                 cell.set_error(exc)
@@ -318,12 +338,53 @@ class _Kernel:
     def _remember(self, value):
         """_, __, ___, Out[n] and _n, as IPython's displayhook keeps them.
         A `_` the user assigned is left alone, as in IPython."""
-        ns = self.ns
-        if "_" not in ns or ns["_"] is self.last:
+        space = self.space
+        ns = space.ns
+        if "_" not in ns or ns["_"] is space.last:
             ns["___"], ns["__"], ns["_"] = ns.get("__"), ns.get("_"), value
-            self.last = value
-        self.out[self.cells] = value
+            space.last = value
+        space.out[self.cells] = value
         ns["_%d" % self.cells] = value
+
+    def _execute_in_context(self, cell):
+        """Run the cell in its context's namespace and working directory
+        (the main namespace, as it is, without one)."""
+        req = cell.req
+        if not req.context:
+            self._execute(cell)
+            return
+        if req.reset:
+            self.contexts.pop(req.context, None)
+            if not req.code.strip():
+                return  # a removed context: nothing is made again
+        try:
+            prev = os.getcwd()
+        except OSError:
+            prev = None  # the main cells removed their own directory
+        space = self.contexts.get(req.context)
+        if space is None:
+            space = _Namespace(cwd=req.cwd or prev or "/")
+        try:
+            os.chdir(space.cwd)
+        except OSError as exc:
+            # A context whose directory is gone (or never was) runs nothing.
+            cell.set_error(exc)
+            return
+        self.contexts[req.context] = space
+        self.space = space
+        try:
+            self._execute(cell)
+        finally:
+            self.space = self.main
+            try:
+                space.cwd = os.getcwd()
+            except OSError:
+                pass  # it removed its directory: the next cell says so
+            if prev is not None:
+                try:
+                    os.chdir(prev)
+                except OSError:
+                    pass
 
     def _flush_stdio(self):
         for stream in (self.stdout, self.stderr):
@@ -363,7 +424,7 @@ class _Kernel:
         # mtime of None keeps linecache.checkcache from evicting it.
         linecache.cache[cell.filename] = (len(source), None, source.splitlines(True), cell.filename)
         flags = self.future_flags
-        self.inputs.append(source)
+        self.space.inputs.append(source)
         if _State.shell is not None:
             _State.shell.execution_count = self.cells
         try:
@@ -403,8 +464,9 @@ class _Kernel:
             return
         self.future_flags |= body.co_flags & _FUTURE_FLAGS
         try:
-            exec(body, self.ns)
-            value = eval(tail, self.ns) if tail is not None else None
+            ns = self.space.ns
+            exec(body, ns)
+            value = eval(tail, ns) if tail is not None else None
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included
             cell.set_error(exc)
             _remember_error(exc)

@@ -131,7 +131,7 @@ class _Link:
 
 
 class _ExecRequest:
-    __slots__ = ("id", "code", "max_output", "gen")
+    __slots__ = ("id", "code", "max_output", "gen", "context", "cwd", "reset")
 
     @classmethod
     def parse(cls, msg, gen):
@@ -140,6 +140,10 @@ class _ExecRequest:
             return None
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             limit = DEFAULT_MAX_OUTPUT
+        context, cwd, reset = msg.get("context"), msg.get("cwd"), msg.get("reset")
         req = cls()
         req.id, req.code, req.max_output, req.gen = exec_id, code, limit, gen
+        req.context = context if isinstance(context, str) else ""
+        req.cwd = cwd if isinstance(cwd, str) and cwd.startswith("/") else ""
+        req.reset = reset is True
         return req

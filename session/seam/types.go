@@ -243,6 +243,9 @@ type ExecRequest struct {
 	// Envs are set in the kernel's environment (os.environ) for this cell
 	// only, then put back to the session's (CheckEnvs bounds them).
 	Envs map[string]string
+	// Context, if set, runs the cell in that namespace of the session's
+	// kernel instead of its main one (CheckContext bounds it).
+	Context *CellContext
 
 	// Setup marks the daemon's own cell (installing requirements at
 	// create): Timeout is then the configured bound for that work, not a

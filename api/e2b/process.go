@@ -440,7 +440,7 @@ func (d *Door) command(ctx context.Context, b *box, req *api.Request, emit func(
 	deadline := time.Now().Add(retry)
 	for {
 		b.link.Lock()
-		resp, e := d.call(ctx, b.owner, req, emit)
+		resp, e := d.callOnce(ctx, b.owner, req, emit)
 		b.link.Unlock()
 		if e == nil {
 			if resp.Command == nil {

@@ -166,3 +166,24 @@ test('a sandbox holds at most 16 contexts besides its default one', async () => 
     assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: again })).text, '/work')
   })
 })
+
+// E2B programs start a background command (a server, a watcher) and run
+// cells beside it: the command's output is polled on the same session, so
+// the cells must queue behind the polls, never fail "busy".
+test('cells run while a background command streams its output', async () => {
+  await withSandbox(async (sbx) => {
+    const lines = []
+    const h = await sbx.commands.run('for i in $(seq 1 30); do echo tick $i; sleep 0.05; done', {
+      background: true, onStdout: (l) => lines.push(l),
+    })
+    await sbx.runCode('n = 0')
+    for (let i = 0; i < 10; i++) {
+      const e = await sbx.runCode('n += 1\nn')
+      assert.equal(e.error, undefined, JSON.stringify(e.error))
+    }
+    assert.equal((await sbx.runCode('n')).text, '10')
+    const r = await h.wait()
+    assert.equal(r.exitCode, 0)
+    assert.equal(lines.join('').split('\n').filter(Boolean).length, 30, lines.join(''))
+  })
+})

@@ -36,6 +36,7 @@ func addServeFlags(cmd *cobra.Command) *hostFlags {
 	cmd.Flags().String("socket", defaultSocket, "Unix socket to listen on (ignored when systemd passes a socket)")
 	cmd.Flags().String("socket-group", "jailcell", `group owning the socket and its directory ("root": root only)`)
 	cmd.Flags().String("listen", "", "also serve on TCP, tcp://HOST:PORT; needs auth.tokens_file or mutual TLS (tls.*)")
+	cmd.Flags().String("e2b-listen", "", "also serve E2B's protocol on TCP, tcp://HOST:PORT (docs/e2b.md); needs auth.tokens_file")
 	return hf
 }
 

@@ -286,6 +286,8 @@ export interface ExecFields {
   raw_ansi?: boolean;
   /** This cell's environment, put back after it. */
   envs?: Envs;
+  /** A namespace of the kernel's own to run in (the E2B door's code contexts); absent: the main one. */
+  context?: { id?: string; cwd?: string; reset?: boolean };
 }
 
 /** The fields of a command (run inside the sandbox, or wait for / kill a background one). */

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -57,7 +58,7 @@ func newRecords(dir string) (*records, error) {
 		return nil, fmt.Errorf("e2b state dir: %w", err)
 	}
 	for _, e := range ents {
-		id, ok := cutSuffix(e.Name(), ".json")
+		id, ok := strings.CutSuffix(e.Name(), ".json")
 		if !ok || !idRE.MatchString(id) || !e.Type().IsRegular() {
 			continue
 		}
@@ -75,13 +76,6 @@ func newRecords(dir string) (*records, error) {
 		}
 	}
 	return r, nil
-}
-
-func cutSuffix(s, suf string) (string, bool) {
-	if len(s) > len(suf) && s[len(s)-len(suf):] == suf {
-		return s[:len(s)-len(suf)], true
-	}
-	return s, false
 }
 
 func (r *records) get(id string) (record, bool) {

@@ -216,7 +216,9 @@ func (c *Conn) broken() error {
 // kill) or calls Close.
 //
 // An error means the Conn is broken, except for an invalid request and code
-// too large to send, which leave it usable. An error that wraps
+// too large to send, which leave it usable. When the connection ends after
+// the cell started, the error comes with a partial Result: no Status, only
+// the output received until then. An error that wraps
 // ErrNotStarted says the cell's code never ran: nothing was sent, or the
 // connection ended before the kernel's "started" frame (only meaningful
 // when Hello().Acks).
@@ -253,8 +255,12 @@ func (c *Conn) Exec(req ExecRequest, onStream func(name, text string)) (*Result,
 		if err != nil {
 			if !st.started {
 				err = fmt.Errorf("%w (%w)", err, ErrNotStarted)
+				return nil, c.fail(fmt.Errorf("exec %s: %w", req.ID, err))
 			}
-			return nil, c.fail(fmt.Errorf("exec %s: %w", req.ID, err))
+			// The kernel died mid-cell (the OOM killer, os._exit, a
+			// kill at the deadline): what it printed before is the
+			// agent's best clue to why, so it is kept.
+			return st.partial(), c.fail(fmt.Errorf("exec %s: %w", req.ID, err))
 		}
 		was := st.started
 		res, err := st.handle(b)

@@ -450,3 +450,43 @@ func TestExecBadRequest(t *testing.T) {
 		t.Error("Exec with a negative MaxOutput succeeded")
 	}
 }
+
+// TestExecKernelDiesMidCell: a kernel killed after it printed (the OOM
+// killer, os._exit) leaves its output in the error's partial Result, with
+// no status: the host's verdict decides that.
+func TestExecKernelDiesMidCell(t *testing.T) {
+	host, kernel := unixPair(t)
+	go func() {
+		defer kernel.Close()
+		if WriteFrame(kernel, map[string]any{"t": "hello", "pid": 2, "python": "3.11.2", "acks": true}) != nil {
+			return
+		}
+		if _, err := ReadFrame(kernel, 0); err != nil {
+			return
+		}
+		for _, f := range []string{
+			`{"t":"started","id":"c1"}`,
+			`{"t":"stream","id":"c1","name":"stdout","text":"tok=1\n"}`,
+			`{"t":"stream","id":"c1","name":"stderr","text":"warn"}`,
+		} {
+			if _, err := kernel.Write(rawFrame([]byte(f))); err != nil {
+				return
+			}
+		}
+	}()
+	c := handshakeT(t, host)
+	var streamed string
+	r, err := c.Exec(ExecRequest{ID: "c1", Code: "x", MaxOutput: 1 << 10}, func(_, text string) { streamed += text })
+	if err == nil || errors.Is(err, ErrNotStarted) {
+		t.Fatalf("err %v, want a broken link after the cell started", err)
+	}
+	if r == nil || r.Stdout != "tok=1\n" || r.Stderr != "warn" || r.Status != "" {
+		t.Fatalf("partial result %+v, want the output so far and no status", r)
+	}
+	if streamed != "tok=1\nwarn" {
+		t.Errorf("streamed %q", streamed)
+	}
+	if _, err := c.Exec(ExecRequest{ID: "c2", Code: "y", MaxOutput: 1 << 10}, nil); err == nil {
+		t.Error("the broken Conn ran another cell")
+	}
+}

@@ -250,6 +250,17 @@ func boolField(dst *bool, k, v []byte) error {
 	return nil
 }
 
+// partial is the output received so far, for a cell whose kernel went
+// before its result frame: no status (the host's verdict decides it).
+func (s *execState) partial() *Result {
+	return &Result{
+		Stdout:          string(s.out[0]),
+		Stderr:          string(s.out[1]),
+		StdoutTruncated: s.truncated[0],
+		StderrTruncated: s.truncated[1],
+	}
+}
+
 func (s *execState) result(obj []byte) (*Result, error) {
 	var status, value, valueChart, display, errv []byte
 	var stdoutCut, stderrCut, interrupted bool

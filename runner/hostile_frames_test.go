@@ -33,21 +33,7 @@ func repeatJoin(item string, n int) string {
 // kernel: it says hello, and answers each exec with the frames reply gives.
 func socketConn(t *testing.T, reply func(n int) [][]byte) *Conn {
 	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "socketpair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	host, kernel := conn(fds[0]), conn(fds[1])
-	t.Cleanup(func() { host.Close(); kernel.Close() })
+	host, kernel := unixPair(t)
 	go func() {
 		if WriteFrame(kernel, map[string]any{"t": "hello", "pid": 2, "python": "3.11.2", "acks": true}) != nil {
 			return
@@ -63,6 +49,12 @@ func socketConn(t *testing.T, reply func(n int) [][]byte) *Conn {
 			}
 		}
 	}()
+	return handshakeT(t, host)
+}
+
+// handshakeT is handshake on the host's end, failing t.
+func handshakeT(t *testing.T, host *net.UnixConn) *Conn {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := handshake(ctx, host, 0)
@@ -70,6 +62,28 @@ func socketConn(t *testing.T, reply func(n int) [][]byte) *Conn {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// unixPair is a connected socketpair: the host's end and the fake
+// kernel's, both closed when t ends.
+func unixPair(t *testing.T) (host, kernel *net.UnixConn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	host, kernel = conn(fds[0]), conn(fds[1])
+	t.Cleanup(func() { host.Close(); kernel.Close() })
+	return host, kernel
 }
 
 // TestHostileForgedResultFrames forges frames over a real socket, each

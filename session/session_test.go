@@ -303,12 +303,16 @@ func TestMemoryLimitGivesOOM(t *testing.T) {
 }
 
 // wantOOM: a cell of session id that writes past the memory limit gets
-// an oom verdict (or a MemoryError), and the session lives on.
+// an oom verdict (or a MemoryError) with what it printed before the
+// kill, and the session lives on.
 func wantOOM(t *testing.T, e *env, id string) {
 	t.Helper()
-	res := e.exec(t, id, "b = bytearray(8 << 30)\nb[::4096] = b'x' * (len(b) // 4096)", 60*time.Second)
+	res := e.exec(t, id, "print('before the hog', flush=True)\nb = bytearray(8 << 30)\nb[::4096] = b'x' * (len(b) // 4096)", 60*time.Second)
 	if res.Status != StatusOOM && !(res.Status == StatusError && res.Error != nil && res.Error.Type == "MemoryError") {
 		t.Fatalf("status = %q error=%+v, want oom (or MemoryError)", res.Status, res.Error)
+	}
+	if res.Stdout != "before the hog\n" {
+		t.Errorf("stdout %q: the output printed before the OOM kill was lost", res.Stdout)
 	}
 	wantStatus(t, e.exec(t, id, "print('alive')", 0), StatusOK)
 }

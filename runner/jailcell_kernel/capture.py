@@ -2,7 +2,9 @@
 stream frames for the running cell."""
 
 import codecs
+import contextlib
 import fcntl
+import io
 import os
 import select
 import signal
@@ -70,6 +72,7 @@ class _Pump:
         self.pending = []  # [stream index, text], in arrival order
         self.pending_size = 0
         self.pending_since = 0.0
+        self.last_sent = 0.0  # time.monotonic() of the last stream frame
         self.lock = threading.Lock()
 
     def redirect(self):
@@ -95,11 +98,7 @@ class _Pump:
     def display(self, item):
         """Send a display item of the running cell now, after the output the
         cell wrote before it: the frame that shows a figure as it is made."""
-        main = threading.current_thread() is threading.main_thread()
-        if main:
-            _State.deferred_sigint = False  # one left by a raise in a finally below
-            _State.deferring = True
-        try:
+        with _sigint_deferred():
             with self.lock:
                 cap = self.capture
                 if cap is None:
@@ -110,14 +109,28 @@ class _Pump:
                     self.link.send({"t": "display", "id": cap.id, "item": item})
                 except (TypeError, ValueError, RecursionError):
                     pass  # the result's display list still has it
-        finally:
-            if main:
-                _State.deferring = False
-                if _State.deferred_sigint:
-                    _State.deferred_sigint = False
-                    if _State.executing:
-                        _State.interrupted = True
-                        raise KeyboardInterrupt
+
+    def poke(self):
+        """Forward what the main thread just wrote, from the main thread, if
+        nothing went out for a while.
+
+        The pump thread needs the GIL to forward output, and a cell's next
+        statement may hold it until the kernel dies: print('loading...')
+        then bytearray(8 << 30) is one C call that the OOM killer ends, and
+        the line the agent needs to see why would die in the pipe. Within
+        STREAM_INTERVAL of the last frame the pump coalesces as before, so
+        a flood still costs one frame per chunk, not one per line."""
+        if self.capture is None or threading.current_thread() is not threading.main_thread():
+            return
+        if time.monotonic() - self.last_sent < STREAM_INTERVAL:
+            return
+        with _sigint_deferred():
+            # Blocking: if the pump holds the lock it may be sending this
+            # very line, and the cell must not go on (to os._exit, say)
+            # before it is on the wire.
+            with self.lock:
+                self._drain_all()
+                self._flush()
 
     def end(self):
         """Forward everything written so far, then stop capturing.
@@ -233,12 +246,64 @@ class _Pump:
             for i in range(0, len(text), STREAM_CHUNK):
                 chunk = text[i : i + STREAM_CHUNK]
                 self.link.send({"t": "stream", "id": cap.id, "name": self.NAMES[idx], "text": chunk})
+        if pending:
+            self.last_sent = time.monotonic()
 
 
-def _text_stream(fd):
+@contextlib.contextmanager
+def _sigint_deferred():
+    """On the main thread, a SIGINT while frames are written is only noted
+    and raised once they are whole: a KeyboardInterrupt inside sendall
+    would tear a frame and lose the connection."""
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        _State.deferred_sigint = False  # one left by a raise in a finally below
+        _State.deferring = True
+    try:
+        yield
+    finally:
+        if main:
+            _State.deferring = False
+            if _State.deferred_sigint:
+                _State.deferred_sigint = False
+                if _State.executing:
+                    _State.interrupted = True
+                    raise KeyboardInterrupt
+
+
+class _PipeWriter(io.RawIOBase):
+    """The raw end of sys.stdout or sys.stderr: fd 1 or 2, and a poke of
+    the pump after each write (see _Pump.poke)."""
+
+    def __init__(self, fd, poke):
+        super().__init__()
+        self._fd = fd
+        self._poke = poke
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self._fd
+
+    def isatty(self):
+        return False
+
+    def write(self, b):
+        n = os.write(self._fd, b)
+        if self._poke is not None:
+            self._poke()
+        return n
+
+
+def _text_stream(fd, poke=None):
     # Line-buffered like a terminal, so print() and os.system() output from
     # one cell arrive in the order they were written.
-    return open(fd, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    # The raw end is never closed with them: closing sys.stdout must not
+    # close fd 1 under the cell's child processes.
+    text = io.TextIOWrapper(io.BufferedWriter(_PipeWriter(fd, poke)), encoding="utf-8", errors="replace", line_buffering=True)
+    text.mode = "w"
+    return text
 
 
 _libc = None

@@ -162,8 +162,8 @@ class _Kernel:
         self.future_flags = 0
         self.link = _Link(sock_path, self)
         self.pump = _Pump(self.link)
-        self.stdout = _text_stream(1)
-        self.stderr = _text_stream(2)
+        self.stdout = _text_stream(1, self.pump.poke)
+        self.stderr = _text_stream(2, self.pump.poke)
         sys.stdout = sys.__stdout__ = self.stdout
         sys.stderr = sys.__stderr__ = self.stderr
 
@@ -412,7 +412,7 @@ class _Kernel:
             mine = getattr(self, name)
             if not mine.closed:
                 continue
-            fresh = _text_stream(fd)
+            fresh = _text_stream(fd, self.pump.poke)
             setattr(self, name, fresh)
             for attr in (name, "__%s__" % name):
                 if getattr(sys, attr, None) is mine:

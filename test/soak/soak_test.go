@@ -34,6 +34,13 @@ type shape struct {
 	deadline time.Duration
 }
 
+// soakMemory is each soak session's memory limit. A memory hog's verdict
+// costs the page faults up to the limit: filling the default 1 GiB took
+// 4-5 s of CPU on this 2-core VM when idle, and past the cell's 60 s
+// timeout with 50 sessions and another test package beside it, so the
+// cell tested the machine's fault rate instead of the OOM verdict.
+const soakMemory = 256 << 20
+
 var shapes = map[string]shape{
 	"short": {sessions: 50, cells: 300, deadline: 8 * time.Minute},
 	"long":  {sessions: 50, cells: 3000, deadline: 30 * time.Minute},
@@ -121,6 +128,9 @@ var kinds = []struct {
 		if r.Status != "oom" && r.Status != "error" { // MemoryError is fine too
 			return "status " + r.Status + ", want oom or error"
 		}
+		if r.Stdout != tokenOnly(tok) {
+			return fmt.Sprintf("stdout %.120q, want %q: what a cell printed before its OOM kill is kept", r.Stdout, tokenOnly(tok))
+		}
 		return ""
 	}}, 1},
 	{kind{name: "flood", code: func(tok string) string {
@@ -136,6 +146,9 @@ var kinds = []struct {
 	}, check: func(tok string, r *result) string {
 		if r.Status != "killed" || r.State != "lost" {
 			return "status " + r.Status + "/" + r.State + ", want killed/lost"
+		}
+		if r.Stdout != tokenOnly(tok) {
+			return fmt.Sprintf("stdout %.120q, want %q: what a cell printed before its kernel died is kept", r.Stdout, tokenOnly(tok))
 		}
 		return ""
 	}}, 2},
@@ -351,7 +364,7 @@ func TestSoak(t *testing.T) {
 			wg.Add(1)
 			go func(i int) {
 				defer wg.Done()
-				status, r, err := d.call("POST", "/v1/sessions", map[string]any{})
+				status, r, err := d.call("POST", "/v1/sessions", map[string]any{"limits": map[string]any{"memory_bytes": soakMemory}})
 				if err != nil || status != 201 {
 					mu.Lock()
 					errs = append(errs, fmt.Sprintf("create: %d %v %+v", status, err, r))

@@ -218,7 +218,7 @@ func (c *Conn) broken() error {
 // An error means the Conn is broken, except for an invalid request and code
 // too large to send, which leave it usable. When the connection ends after
 // the cell started, the error comes with a partial Result: no Status, only
-// the output received until then. An error that wraps
+// the output received until then and the cell's ExecutionCount. An error that wraps
 // ErrNotStarted says the cell's code never ran: nothing was sent, or the
 // connection ended before the kernel's "started" frame (only meaningful
 // when Hello().Acks).
@@ -260,7 +260,9 @@ func (c *Conn) Exec(req ExecRequest, onStream func(name, text string)) (*Result,
 			// The kernel died mid-cell (the OOM killer, os._exit, a
 			// kill at the deadline): what it printed before is the
 			// agent's best clue to why, so it is kept.
-			return st.partial(), c.fail(fmt.Errorf("exec %s: %w", req.ID, err))
+			res := st.partial()
+			res.ExecutionCount = c.Cells()
+			return res, c.fail(fmt.Errorf("exec %s: %w", req.ID, err))
 		}
 		was := st.started
 		res, err := st.handle(b)

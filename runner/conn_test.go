@@ -480,8 +480,8 @@ func TestExecKernelDiesMidCell(t *testing.T) {
 	if err == nil || errors.Is(err, ErrNotStarted) {
 		t.Fatalf("err %v, want a broken link after the cell started", err)
 	}
-	if r == nil || r.Stdout != "tok=1\n" || r.Stderr != "warn" || r.Status != "" {
-		t.Fatalf("partial result %+v, want the output so far and no status", r)
+	if r == nil || r.Stdout != "tok=1\n" || r.Stderr != "warn" || r.Status != "" || r.ExecutionCount != 1 {
+		t.Fatalf("partial result %+v, want the output so far, no status and count 1", r)
 	}
 	if streamed != "tok=1\nwarn" {
 		t.Errorf("streamed %q", streamed)

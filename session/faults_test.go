@@ -267,7 +267,8 @@ func cgroupDirs(p string) []string {
 
 // TestFaultKernelDiesMidOutput: the kernel exits while its output is
 // streaming. The cell gets a host verdict (killed, state lost) with the
-// output that arrived, nothing of the dead kernel survives, and the next
+// output that arrived (streamed and in its result; all of it when the
+// cell flushed before it died), nothing of the dead kernel survives, and the next
 // cell runs in a fresh kernel.
 func TestFaultKernelDiesMidOutput(t *testing.T) {
 	e := newEnv(t, nil)
@@ -297,6 +298,12 @@ func TestFaultKernelDiesMidOutput(t *testing.T) {
 			mu.Unlock()
 			if strings.HasPrefix(tc.code, "import os, sys, time\nfor") && !strings.Contains(got, "line 50\n") {
 				t.Errorf("output before the death did not stream: %q", tail80(got))
+			}
+			if res.Stdout != got {
+				t.Errorf("result stdout %q (%d bytes), want what streamed %q (%d bytes)", tail80(res.Stdout), len(res.Stdout), tail80(got), len(got))
+			}
+			if tc.name == "mid-line" && got != strings.Repeat("x", 50000) {
+				t.Errorf("flushed before os._exit: %d bytes arrived, want all 50000", len(got))
 			}
 			res = e.exec(t, id, "print('fresh', 'x' in globals())", 0)
 			wantStatus(t, res, StatusOK)

@@ -93,6 +93,7 @@ class _Pump:
             self._drain_all()
             self.pending = []
             self.pending_size = 0
+            self.last_sent = 0.0  # a cell's first line goes out at once (poke)
             self.capture = _Capture(exec_id, limit)
 
     def display(self, item):
@@ -119,7 +120,8 @@ class _Pump:
         then bytearray(8 << 30) is one C call that the OOM killer ends, and
         the line the agent needs to see why would die in the pipe. Within
         STREAM_INTERVAL of the last frame the pump coalesces as before, so
-        a flood still costs one frame per chunk, not one per line."""
+        a flood still costs one frame per chunk, not one per line; a line
+        written then, right before the kernel dies, can still be lost."""
         if self.capture is None or threading.current_thread() is not threading.main_thread():
             return
         if time.monotonic() - self.last_sent < STREAM_INTERVAL:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -243,5 +244,34 @@ func TestRecordsPruneOnlyTheirOwners(t *testing.T) {
 	}
 	if _, ok := again.get("../etc"); ok {
 		t.Error("a record with a path for an id was written")
+	}
+}
+
+// TestHealthOfAPausedSandbox: envd's and the interpreter's /health answer
+// 502 for a paused sandbox, as for one that does not exist (the SDKs'
+// isRunning is false), and answer again once it runs; asking does not
+// resume it.
+func TestHealthOfAPausedSandbox(t *testing.T) {
+	d, f := newTestDoor(t, Options{})
+	f.live["n1-abc"] = seam.Info{ID: "n1-abc", State: "hibernated"}
+	hdr := func(port int) map[string]string {
+		return map[string]string{"E2b-Sandbox-Id": "n1-abc", "E2b-Sandbox-Port": strconv.Itoa(port), "X-Access-Token": d.accessToken(1000, "n1-abc")}
+	}
+	for _, port := range []int{EnvdPort, InterpreterPort} {
+		if w := do(d, "GET", "/health", "", hdr(port)); w.Code != 502 || !strings.Contains(w.Body.String(), "is paused") {
+			t.Errorf("port %d, paused: %d %s, want 502 saying it is paused", port, w.Code, w.Body)
+		}
+	}
+	for _, c := range f.calls {
+		if c.Op != api.OpInfo {
+			t.Errorf("health of a paused sandbox sent %s: it must not resume it", c.Op)
+		}
+	}
+	f.live["n1-abc"] = seam.Info{ID: "n1-abc", State: "ready"}
+	if w := do(d, "GET", "/health", "", hdr(EnvdPort)); w.Code != 204 {
+		t.Errorf("envd, running again: %d %s, want 204", w.Code, w.Body)
+	}
+	if w := do(d, "GET", "/health", "", hdr(InterpreterPort)); w.Code != 200 {
+		t.Errorf("interpreter, running again: %d %s, want 200", w.Code, w.Body)
 	}
 }

@@ -19,17 +19,31 @@ func (d *Door) routeEnvd() {
 	})
 }
 
-// health answers 204 while the sandbox exists and 502 when it does not,
-// as E2B's proxy does for a sandbox that is gone (the SDKs' isRunning).
+// health answers 204 while the sandbox runs, and 502 when it does not
+// exist or is paused, as E2B's proxy answers for a sandbox with no
+// running VM behind it: the SDKs' isRunning is false for both.
 func (d *Door) health(w http.ResponseWriter, r *http.Request) {
-	t := targetOf(r.Context())
-	if _, e := d.call(r.Context(), t.owner, &api.Request{Op: api.OpInfo, Session: t.id}, nil); e != nil {
-		if e.Code == api.CodeNotFound || e.Code == api.CodeExpired {
-			writeError(w, http.StatusBadGateway, "sandbox "+t.id+" is not running: "+e.Message)
-			return
-		}
-		writeAPIError(w, e)
-		return
+	if d.running(w, r) {
+		w.WriteHeader(http.StatusNoContent)
 	}
-	w.WriteHeader(http.StatusNoContent)
+}
+
+// running says whether the request's sandbox runs, having answered 502 if
+// it does not exist or is paused (a paused one is not resumed: Info leaves
+// it as it is).
+func (d *Door) running(w http.ResponseWriter, r *http.Request) bool {
+	t := targetOf(r.Context())
+	resp, e := d.call(r.Context(), t.owner, &api.Request{Op: api.OpInfo, Session: t.id}, nil)
+	switch {
+	case e != nil && (e.Code == api.CodeNotFound || e.Code == api.CodeExpired):
+		writeError(w, http.StatusBadGateway, "sandbox "+t.id+" is not running: "+e.Message)
+		return false
+	case e != nil:
+		writeAPIError(w, e)
+		return false
+	case resp.Info != nil && resp.Info.State == "hibernated":
+		writeError(w, http.StatusBadGateway, "sandbox "+t.id+" is paused: connect to it (or resume it) to run it again")
+		return false
+	}
+	return true
 }

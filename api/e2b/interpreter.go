@@ -77,7 +77,7 @@ func (d *Door) alive(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (d *Door) interpHealth(w http.ResponseWriter, r *http.Request) {
-	if d.alive(w, r) {
+	if d.running(w, r) {
 		writeJSON(w, http.StatusOK, "OK")
 	}
 }

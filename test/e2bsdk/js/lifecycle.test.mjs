@@ -60,11 +60,15 @@ test('list filters by metadata and state', async () => {
 test('pause and connect resume the sandbox', async () => {
   const sbx = await Sandbox.create()
   try {
+    assert.equal(await sbx.isRunning(), true)
     assert.equal(await sbx.pause(), true)
     assert.equal((await sbx.getInfo()).state, 'paused')
+    assert.equal(await sbx.isRunning(), false, 'a paused sandbox is not running')
+    assert.equal((await sbx.getInfo()).state, 'paused', 'isRunning does not resume it')
     assert.equal(await sbx.pause(), false, 'pausing a paused sandbox answers false')
     await sbx.connect()
     assert.equal((await sbx.getInfo()).state, 'running')
+    assert.equal(await sbx.isRunning(), true, 'running again after connect')
   } finally {
     await sbx.kill()
   }

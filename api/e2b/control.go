@@ -57,6 +57,7 @@ type newSandbox struct {
 	TemplateID          string            `json:"templateID"`
 	Timeout             *int64            `json:"timeout"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Metadata            map[string]string `json:"metadata"`
@@ -159,6 +160,12 @@ func refusedCreate(b *newSandbox) string {
 		return "volumeMounts: jailcell has no volumes; a session's files persist with it (and with persist, docs/persistence.md)"
 	case len(b.Iam) > 0:
 		return "iam: jailcell has no workload identity tokens; leave it unset"
+	case b.AutoPause != nil && *b.AutoPause:
+		// A session's timeout ends it: the session layer has no way to
+		// hibernate one at its timeout instead.
+		return "autoPause: true: a jailcell sandbox ends at its timeout, it is never paused then; leave autoPause unset or false (the SDKs' lifecycle onTimeout \"kill\"), and pause the sandbox yourself before its timeout to keep it"
+	case b.AutoPauseMemory != nil && !*b.AutoPauseMemory:
+		return "autoPauseMemory: false: it applies only with autoPause, which jailcell refuses, and jailcell pauses a sandbox with its memory only; leave it unset or true"
 	case len(b.Metadata) > maxMetadata:
 		return fmt.Sprintf("metadata: %d keys, at most %d", len(b.Metadata), maxMetadata)
 	}

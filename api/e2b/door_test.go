@@ -174,6 +174,8 @@ func TestCreateRefusals(t *testing.T) {
 		`{"templateID":"base","mcp":{"x":{}}}`:                            "mcp",
 		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`: "volumeMounts",
 		`{"templateID":"base","iam":{"tokens":{}}}`:                       "",
+		`{"templateID":"base","autoPause":true}`:                          "autoPause: true: a jailcell sandbox ends at its timeout",
+		`{"templateID":"base","autoPause":false,"autoPauseMemory":false}`: "autoPauseMemory: false",
 		`{"templateID":`: "not the JSON this route takes",
 		string(bigJSON):  "metadata: 65 keys, at most 64",
 	} {
@@ -189,6 +191,10 @@ func TestCreateRefusals(t *testing.T) {
 		if c.Op == api.OpCreate {
 			t.Errorf("a refused create reached the dispatcher: %+v", c)
 		}
+	}
+	// What the SDKs send for lifecycle onTimeout "kill": what jailcell does.
+	if w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base","autoPause":false}`, key); w.Code != 201 {
+		t.Errorf("autoPause: false: %d %s, want 201", w.Code, w.Body)
 	}
 }
 

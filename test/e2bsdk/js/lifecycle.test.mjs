@@ -2,7 +2,7 @@
 // E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY are set (by e2bsdk_test.go).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, AuthenticationError, SandboxNotFoundError } from 'e2b'
+import { Sandbox, AuthenticationError, SandboxError, SandboxNotFoundError } from 'e2b'
 
 test('create, info, isRunning, kill', async () => {
   const sbx = await Sandbox.create({ metadata: { suite: 'lifecycle', n: '1' }, timeoutMs: 120_000 })
@@ -72,6 +72,16 @@ test('pause and connect resume the sandbox', async () => {
   } finally {
     await sbx.kill()
   }
+})
+
+test('pausing at the timeout is refused; ending at it is what a sandbox does', async () => {
+  await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: 'pause' } }), (err) => {
+    assert.ok(err instanceof SandboxError && err.statusCode === 400, `${err?.name}: ${err?.message}`)
+    assert.match(err.message, /autoPause: true: a jailcell sandbox ends at its timeout/)
+    return true
+  })
+  const sbx = await Sandbox.create({ lifecycle: { onTimeout: 'kill' } })
+  await sbx.kill()
 })
 
 test('fork makes running copies', async () => {

@@ -153,9 +153,28 @@ func (d *Door) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	resp, e := d.callWhileBusy(r.Context(), t.owner, req, emit)
+	if !ranWell(resp, e) && r.Context().Err() == nil && d.gone(r.Context(), t) {
+		// Killed under the cell. E2B's proxy drops a killed sandbox's
+		// connections, and the SDKs read a cut stream, find the sandbox
+		// not running and raise TimeoutError saying it was killed; lines
+		// ending well would be taken for the cell's own outcome, and the
+		// SDK would return them as a result.
+		panic(http.ErrAbortHandler)
+	}
 	for _, l := range finalLines(resp, e, shown) {
 		out.line(l)
 	}
+}
+
+// ranWell: the cell ran and ended as a cell ends by itself.
+func ranWell(resp *api.Response, e *api.Error) bool {
+	return e == nil && resp != nil && resp.Result != nil && resp.Result.Status == seam.StatusOK
+}
+
+// gone says whether sandbox t is no more (killed, or past its timeout).
+func (d *Door) gone(ctx context.Context, t target) bool {
+	_, e := d.call(ctx, t.owner, &api.Request{Op: api.OpInfo, Session: t.id}, nil)
+	return e != nil && (e.Code == api.CodeNotFound || e.Code == api.CodeExpired)
 }
 
 // callWhileBusy is call, tried again while the sandbox runs another cell

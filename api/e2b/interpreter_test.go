@@ -3,8 +3,12 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -295,4 +299,91 @@ func TestInterpreterRoutes(t *testing.T) {
 			t.Errorf("%s %s (%s): %d %s, want %d with %q", tc.method, tc.path, tc.id, w.Code, w.Body, tc.status, tc.has)
 		}
 	}
+}
+
+// killedCells is a sandbox killed while its cell runs: the cell writes,
+// then the session is gone, and the cell answers as a killed kernel's
+// does (or, with wireErr, as a session lost under the call).
+type killedCells struct {
+	mu      sync.Mutex
+	wireErr bool
+	gone    bool
+}
+
+func (f *killedCells) Handle(_ context.Context, _ int, req *api.Request, emit func(api.Event)) *api.Response {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch req.Op {
+	case api.OpInfo:
+		if f.gone {
+			return &api.Response{ID: req.ID, Error: &api.Error{Code: api.CodeNotFound, Message: "session " + req.Session + " was closed"}}
+		}
+		return &api.Response{ID: req.ID, OK: true, Info: &seam.Info{ID: req.Session, State: "ready"}}
+	case api.OpExec:
+		emit(api.Event{Event: api.EventStdout, Text: "started\n"})
+		f.gone = true
+		if f.wireErr {
+			return &api.Response{ID: req.ID, Error: &api.Error{Code: api.CodeNotFound, Message: "session " + req.Session + " was closed"}}
+		}
+		return &api.Response{ID: req.ID, OK: true, Result: &seam.Result{Status: seam.StatusKilled, State: seam.StateLost, Error: &seam.CellError{Type: "KernelDied", Message: "the kernel died"}}}
+	}
+	return &api.Response{ID: req.ID, Error: &api.Error{Code: api.CodeBadRequest, Message: "unexpected op " + req.Op}}
+}
+
+// TestExecuteCutWhenTheSandboxIsKilled: a cell whose sandbox is killed
+// under it ends with a cut connection after the lines it wrote, as E2B's
+// proxy drops a killed sandbox's, never with lines that end well (which
+// the SDK would return as the cell's result); a cell that fails in a
+// sandbox that still runs ends as usual.
+func TestExecuteCutWhenTheSandboxIsKilled(t *testing.T) {
+	for _, wireErr := range []bool{false, true} {
+		f := &killedCells{wireErr: wireErr}
+		d, err := New(f, Options{Secret: make([]byte, 32)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(d)
+		req, _ := http.NewRequest("POST", srv.URL+"/execute", strings.NewReader(`{"code": "import time; time.sleep(60)"}`))
+		req.Header.Set("E2b-Sandbox-Id", "n1-ab")
+		req.Header.Set("E2b-Sandbox-Port", "49999")
+		req.Header.Set("X-Access-Token", d.accessToken(1000, "n1-ab"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("wire error %v: reading the stream: %v, want it cut (unexpected EOF)", wireErr, err)
+		}
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"started\n"`) || strings.Contains(string(body), "end_of_execution") {
+			t.Errorf("wire error %v: %d %s, want the streamed line and no end", wireErr, resp.StatusCode, body)
+		}
+	}
+
+	// The same failure with the sandbox still there is the cell's own.
+	d, err := New(&fakeKernelDied{}, Options{Secret: make([]byte, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/execute", strings.NewReader(`{"code": "1"}`))
+	r.Header.Set("E2b-Sandbox-Id", "n1-ab")
+	r.Header.Set("E2b-Sandbox-Port", "49999")
+	r.Header.Set("X-Access-Token", d.accessToken(1000, "n1-ab"))
+	w := httptest.NewRecorder()
+	d.ServeHTTP(w, r)
+	if !strings.Contains(w.Body.String(), `"name":"KernelDied"`) || !strings.HasSuffix(w.Body.String(), `{"type":"end_of_execution"}`+"\n") {
+		t.Errorf("a failed cell in a running sandbox: %s, want its error and the end", w.Body)
+	}
+}
+
+// fakeKernelDied: a cell whose kernel died, in a sandbox that runs on.
+type fakeKernelDied struct{}
+
+func (fakeKernelDied) Handle(_ context.Context, _ int, req *api.Request, _ func(api.Event)) *api.Response {
+	if req.Op == api.OpExec {
+		return &api.Response{ID: req.ID, OK: true, Result: &seam.Result{Status: seam.StatusKilled, Error: &seam.CellError{Type: "KernelDied", Message: "the kernel died"}}}
+	}
+	return &api.Response{ID: req.ID, OK: true, Info: &seam.Info{ID: req.Session, State: "ready"}}
 }

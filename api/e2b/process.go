@@ -380,8 +380,10 @@ func (d *Door) pump(b *box) {
 		for _, p := range procs {
 			wrote, err := d.poll(context.Background(), b, p, true, 0)
 			if err != nil && connect.CodeOf(err) == connect.CodeUnavailable {
-				d.procs.forget(b.id)
+				// Its own error first: the streams learn why the sandbox
+				// is gone (its timeout, say), not only that it is.
 				b.close(err)
+				d.procs.forget(b.id)
 				break
 			}
 			active = active || wrote

@@ -29,11 +29,15 @@ type fakeCommands struct {
 	killed bool
 	waits  int
 	paused bool
+	ended  bool // the session ended without the door (its timeout, another door)
 }
 
 func (f *fakeCommands) Handle(_ context.Context, _ int, req *api.Request, emit func(api.Event)) *api.Response {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.ended {
+		return &api.Response{ID: req.ID, Error: &api.Error{Code: api.CodeExpired, Message: "session " + req.Session + " expired"}}
+	}
 	switch req.Op {
 	case api.OpInfo:
 		state := "ready"
@@ -169,27 +173,34 @@ func TestStreamEndsWhenClientLeaves(t *testing.T) {
 }
 
 // TestStreamEndsOnPauseAndKill: pausing the sandbox ends its streams (a
-// wait would restore it), and so does killing it.
+// wait would restore it), and so does killing it, by the door's kill or
+// by its end elsewhere (its timeout, another door): Unavailable, which
+// the SDKs raise as their TimeoutError.
 func TestStreamEndsOnPauseAndKill(t *testing.T) {
 	f := &fakeCommands{}
 	c, d, hdr := fakeDoor(t, f)
-	for _, how := range []string{"pause", "kill"} {
+	for _, how := range []string{"pause", "kill", "ended elsewhere"} {
 		req := startReq()
 		hdr(req)
 		f.mu.Lock()
-		f.killed, f.paused = false, false
+		f.killed, f.paused, f.ended = false, false, false
 		f.mu.Unlock()
 		st, err := c.Start(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		st.Receive()
-		if how == "pause" {
+		switch how {
+		case "pause":
 			f.mu.Lock()
 			f.paused = true
 			f.mu.Unlock()
-		} else {
+		case "kill":
 			d.procs.forget("sbx1")
+		default:
+			f.mu.Lock()
+			f.ended = true
+			f.mu.Unlock()
 		}
 		done := make(chan error, 1)
 		go func() {
@@ -202,6 +213,9 @@ func TestStreamEndsOnPauseAndKill(t *testing.T) {
 			var ce *connect.Error
 			if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 				t.Fatalf("%s: the stream ended with %v, want unavailable", how, err)
+			}
+			if how == "ended elsewhere" && !strings.Contains(err.Error(), "expired") {
+				t.Errorf("%s: %v, want the session's own error (expired)", how, err)
 			}
 			t.Logf("%s: %v", how, err)
 		case <-time.After(5 * time.Second):

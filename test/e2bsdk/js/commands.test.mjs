@@ -246,3 +246,27 @@ test('an open stream keeps the sandbox from its idle timeout', async () => {
     await sbx.kill()
   }
 })
+
+test('killing the sandbox ends its open command streams with TimeoutError, at once', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 300_000 })
+  let ticked
+  const ticking = new Promise((resolve) => { ticked = resolve })
+  // Start's stream (a foreground run), and a background one followed by
+  // Connect's.
+  const fg = sbx.commands.run('while true; do echo tick; sleep 0.1; done', { timeoutMs: 0, onStdout: () => ticked() })
+  fg.catch(() => {})
+  const bg = await sbx.commands.run('sleep 60', { background: true, timeoutMs: 0 })
+  await bg.disconnect()
+  const conn = await sbx.commands.connect(bg.pid, { timeoutMs: 0 })
+  await ticking
+  const t0 = Date.now()
+  assert.equal(await sbx.kill(), true)
+  const raisesKilled = (err) => {
+    assert.ok(err instanceof TimeoutError, `${err?.name}: ${err?.message}`)
+    assert.match(err.message, /killed/)
+    return true
+  }
+  await assert.rejects(fg, raisesKilled)
+  await assert.rejects(conn.wait(), raisesKilled)
+  assert.ok(Date.now() - t0 < 5_000, `the streams ended ${Date.now() - t0} ms after the kill`)
+})

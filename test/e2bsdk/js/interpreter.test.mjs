@@ -187,3 +187,20 @@ test('cells run while a background command streams its output', async () => {
     assert.equal(lines.join('').split('\n').filter(Boolean).length, 30, lines.join(''))
   })
 })
+
+test('killing the sandbox while a cell runs raises TimeoutError, at once', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  let printed
+  const running = new Promise((resolve) => { printed = resolve })
+  const cell = sbx.runCode('import time\nprint("started", flush=True)\ntime.sleep(8)\n"finished"', { onStdout: () => printed() })
+  cell.catch(() => {})
+  await running
+  const t0 = Date.now()
+  assert.equal(await sbx.kill(), true)
+  await assert.rejects(cell, (err) => {
+    assert.ok(err instanceof TimeoutError, `${err?.name}: ${err?.message}`)
+    assert.match(err.message, /killed/)
+    return true
+  })
+  assert.ok(Date.now() - t0 < 5_000, `the cell's stream ended ${Date.now() - t0} ms after the kill`)
+})

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/jailcell/jailcell/api"
@@ -46,4 +47,14 @@ func (d *Door) running(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+// ended is why sandbox id is no more (killed, past its timeout), or nil
+// while it exists, running or paused.
+func (d *Door) ended(ctx context.Context, owner int, id string) *api.Error {
+	_, e := d.call(ctx, owner, &api.Request{Op: api.OpInfo, Session: id}, nil)
+	if e != nil && (e.Code == api.CodeNotFound || e.Code == api.CodeExpired) {
+		return e
+	}
+	return nil
 }

@@ -173,8 +173,7 @@ func ranWell(resp *api.Response, e *api.Error) bool {
 
 // gone says whether sandbox t is no more (killed, or past its timeout).
 func (d *Door) gone(ctx context.Context, t target) bool {
-	_, e := d.call(ctx, t.owner, &api.Request{Op: api.OpInfo, Session: t.id}, nil)
-	return e != nil && (e.Code == api.CodeNotFound || e.Code == api.CodeExpired)
+	return d.ended(ctx, t.owner, t.id) != nil
 }
 
 // callWhileBusy is call, tried again while the sandbox runs another cell

@@ -380,8 +380,11 @@ func (d *Door) pump(b *box) {
 		for _, p := range procs {
 			wrote, err := d.poll(context.Background(), b, p, true, 0)
 			if err != nil && connect.CodeOf(err) == connect.CodeUnavailable {
-				// Its own error first: the streams learn why the sandbox
-				// is gone (its timeout, say), not only that it is.
+				// The streams learn why: a wait cut by the sandbox's end
+				// fails with its kernel's loss, which says nothing of it.
+				if e := d.endedWithin(b); e != nil {
+					err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running: %s", b.id, e.Message))
+				}
 				b.close(err)
 				d.procs.forget(b.id)
 				break
@@ -401,6 +404,13 @@ func (d *Door) pump(b *box) {
 			interval = pollMin
 		}
 	}
+}
+
+// endedWithin is d.ended for the pump, which no caller's context bounds.
+func (d *Door) endedWithin(b *box) *api.Error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return d.ended(ctx, b.owner, b.id)
 }
 
 // paused: a wait would restore a paused sandbox, so the pump asks first.

@@ -30,6 +30,7 @@ type fakeCommands struct {
 	waits  int
 	paused bool
 	ended  bool // the session ended without the door (its timeout, another door)
+	closed bool // the session was closed under a wait, which fails as its kernel's loss
 }
 
 func (f *fakeCommands) Handle(_ context.Context, _ int, req *api.Request, emit func(api.Event)) *api.Response {
@@ -37,6 +38,12 @@ func (f *fakeCommands) Handle(_ context.Context, _ int, req *api.Request, emit f
 	defer f.mu.Unlock()
 	if f.ended {
 		return &api.Response{ID: req.ID, Error: &api.Error{Code: api.CodeExpired, Message: "session " + req.Session + " expired"}}
+	}
+	if f.closed {
+		if req.Op == api.OpInfo {
+			return &api.Response{ID: req.ID, Error: &api.Error{Code: api.CodeNotFound, Message: "session " + req.Session + " was closed"}}
+		}
+		return &api.Response{ID: req.ID, Error: &api.Error{Code: api.CodeUnavailable, Message: "the kernel did not answer, so it was stopped"}}
 	}
 	switch req.Op {
 	case api.OpInfo:
@@ -179,11 +186,11 @@ func TestStreamEndsWhenClientLeaves(t *testing.T) {
 func TestStreamEndsOnPauseAndKill(t *testing.T) {
 	f := &fakeCommands{}
 	c, d, hdr := fakeDoor(t, f)
-	for _, how := range []string{"pause", "kill", "ended elsewhere"} {
+	for _, how := range []string{"pause", "kill", "ended elsewhere", "closed under a wait"} {
 		req := startReq()
 		hdr(req)
 		f.mu.Lock()
-		f.killed, f.paused, f.ended = false, false, false
+		f.killed, f.paused, f.ended, f.closed = false, false, false, false
 		f.mu.Unlock()
 		st, err := c.Start(context.Background(), req)
 		if err != nil {
@@ -197,9 +204,13 @@ func TestStreamEndsOnPauseAndKill(t *testing.T) {
 			f.mu.Unlock()
 		case "kill":
 			d.procs.forget("sbx1")
-		default:
+		case "ended elsewhere":
 			f.mu.Lock()
 			f.ended = true
+			f.mu.Unlock()
+		default:
+			f.mu.Lock()
+			f.closed = true
 			f.mu.Unlock()
 		}
 		done := make(chan error, 1)
@@ -214,8 +225,9 @@ func TestStreamEndsOnPauseAndKill(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 				t.Fatalf("%s: the stream ended with %v, want unavailable", how, err)
 			}
-			if how == "ended elsewhere" && !strings.Contains(err.Error(), "expired") {
-				t.Errorf("%s: %v, want the session's own error (expired)", how, err)
+			// The session's own reason, not the wait's.
+			if want := map[string]string{"ended elsewhere": "is not running: session sbx1 expired", "closed under a wait": "is not running: session sbx1 was closed"}[how]; !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want %q", how, err, want)
 			}
 			t.Logf("%s: %v", how, err)
 		case <-time.After(5 * time.Second):

@@ -124,6 +124,11 @@ class _Pump:
         written then, right before the kernel dies, can still be lost."""
         if self.capture is None or threading.current_thread() is not threading.main_thread():
             return
+        if os.getpid() != self.link.pid:
+            # A cell's forked child: reading the pipe here would take the
+            # output away from the kernel's pump, and the child may not
+            # speak on the kernel's socket.
+            return
         if time.monotonic() - self.last_sent < STREAM_INTERVAL:
             return
         with _sigint_deferred():

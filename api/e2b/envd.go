@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // envd's HTTP routes and its two Connect services, on a sandbox's port
@@ -33,27 +34,40 @@ func (d *Door) health(w http.ResponseWriter, r *http.Request) {
 // it does not exist or is paused (a paused one is not resumed: Info leaves
 // it as it is).
 func (d *Door) running(w http.ResponseWriter, r *http.Request) bool {
+	info, ok := d.lookup(w, r)
+	if ok && info != nil && info.State == "hibernated" {
+		writeError(w, http.StatusBadGateway, "sandbox "+targetOf(r.Context()).id+" is paused: connect to it (or resume it) to run it again")
+		return false
+	}
+	return ok
+}
+
+// lookup is the request's sandbox's info, running or paused; false, having
+// written the answer, if it is not there: 502, as E2B's proxy answers for a
+// sandbox that is gone (the SDKs raise their TimeoutError for it).
+func (d *Door) lookup(w http.ResponseWriter, r *http.Request) (*seam.Info, bool) {
 	t := targetOf(r.Context())
 	resp, e := d.call(r.Context(), t.owner, &api.Request{Op: api.OpInfo, Session: t.id}, nil)
 	switch {
-	case e != nil && (e.Code == api.CodeNotFound || e.Code == api.CodeExpired):
+	case isGone(e):
 		writeError(w, http.StatusBadGateway, "sandbox "+t.id+" is not running: "+e.Message)
-		return false
+		return nil, false
 	case e != nil:
 		writeAPIError(w, e)
-		return false
-	case resp.Info != nil && resp.Info.State == "hibernated":
-		writeError(w, http.StatusBadGateway, "sandbox "+t.id+" is paused: connect to it (or resume it) to run it again")
-		return false
+		return nil, false
 	}
-	return true
+	return resp.Info, true
+}
+
+// isGone: e says the sandbox is no more (killed, past its timeout).
+func isGone(e *api.Error) bool {
+	return e != nil && (e.Code == api.CodeNotFound || e.Code == api.CodeExpired)
 }
 
 // ended is why sandbox id is no more (killed, past its timeout), or nil
 // while it exists, running or paused.
 func (d *Door) ended(ctx context.Context, owner int, id string) *api.Error {
-	_, e := d.call(ctx, owner, &api.Request{Op: api.OpInfo, Session: id}, nil)
-	if e != nil && (e.Code == api.CodeNotFound || e.Code == api.CodeExpired) {
+	if _, e := d.call(ctx, owner, &api.Request{Op: api.OpInfo, Session: id}, nil); isGone(e) {
 		return e
 	}
 	return nil

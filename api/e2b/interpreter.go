@@ -61,19 +61,10 @@ func checkLanguage(lang string) error {
 }
 
 // alive answers false, having written the answer, if the request's
-// sandbox is not there: 502, as E2B's proxy answers for a sandbox that is
-// gone (the SDKs raise their TimeoutError for it).
+// sandbox is not there (see lookup).
 func (d *Door) alive(w http.ResponseWriter, r *http.Request) bool {
-	t := targetOf(r.Context())
-	if _, e := d.call(r.Context(), t.owner, &api.Request{Op: api.OpInfo, Session: t.id}, nil); e != nil {
-		if e.Code == api.CodeNotFound || e.Code == api.CodeExpired {
-			writeError(w, http.StatusBadGateway, "sandbox "+t.id+" is not running: "+e.Message)
-		} else {
-			writeAPIError(w, e)
-		}
-		return false
-	}
-	return true
+	_, ok := d.lookup(w, r)
+	return ok
 }
 
 func (d *Door) interpHealth(w http.ResponseWriter, r *http.Request) {
@@ -153,7 +144,7 @@ func (d *Door) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	resp, e := d.callWhileBusy(r.Context(), t.owner, req, emit)
-	if !ranWell(resp, e) && r.Context().Err() == nil && d.gone(r.Context(), t) {
+	if !ranWell(resp, e) && r.Context().Err() == nil && d.ended(r.Context(), t.owner, t.id) != nil {
 		// Killed under the cell. E2B's proxy drops a killed sandbox's
 		// connections, and the SDKs read a cut stream, find the sandbox
 		// not running and raise TimeoutError saying it was killed; lines
@@ -169,11 +160,6 @@ func (d *Door) execute(w http.ResponseWriter, r *http.Request) {
 // ranWell: the cell ran and ended as a cell ends by itself.
 func ranWell(resp *api.Response, e *api.Error) bool {
 	return e == nil && resp != nil && resp.Result != nil && resp.Result.Status == seam.StatusOK
-}
-
-// gone says whether sandbox t is no more (killed, or past its timeout).
-func (d *Door) gone(ctx context.Context, t target) bool {
-	return d.ended(ctx, t.owner, t.id) != nil
 }
 
 // callWhileBusy is call, tried again while the sandbox runs another cell

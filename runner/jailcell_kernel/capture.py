@@ -122,14 +122,15 @@ class _Pump:
         STREAM_INTERVAL of the last frame the pump coalesces as before, so
         a flood still costs one frame per chunk, not one per line; a line
         written then, right before the kernel dies, can still be lost."""
-        if self.capture is None or threading.current_thread() is not threading.main_thread():
+        # The cheapest test first: in a flood, most writes stop at it.
+        if self.capture is None or time.monotonic() - self.last_sent < STREAM_INTERVAL:
+            return
+        if threading.current_thread() is not threading.main_thread():
             return
         if os.getpid() != self.link.pid:
             # A cell's forked child: reading the pipe here would take the
             # output away from the kernel's pump, and the child may not
             # speak on the kernel's socket.
-            return
-        if time.monotonic() - self.last_sent < STREAM_INTERVAL:
             return
         with _sigint_deferred():
             # Blocking: if the pump holds the lock it may be sending this

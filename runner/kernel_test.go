@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -462,7 +463,7 @@ func TestKernelCells(t *testing.T) {
 		}},
 		{"input fails at once", "input()", func(t *testing.T, r *Result) {
 			// As in ipykernel with allow_stdin=False (TestNotebookFidelityNoStdin).
-			if r.Status != "error" || r.Error == nil || !strings.HasSuffix(r.Error.Type, "StdinNotImplementedError") && r.Error.Type != "_NoStdin" {
+			if r.Status != "error" || r.Error == nil || !strings.HasSuffix(r.Error.Type, "StdinNotImplementedError") && r.Error.Type != "jailcell_kernel.jupyter._NoStdin" {
 				t.Fatalf("input(): status %q, error %+v", r.Status, r.Error)
 			}
 		}},
@@ -1081,4 +1082,29 @@ func (k *testKernel) interruptWhen(t *testing.T, req ExecRequest, marker string,
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestKernelInterruptMidPrint: a SIGINT landing while print() writes must
+// never make the line appear twice. It did when the interrupt was raised
+// after the bytes reached the pipe but before the stream's buffer counted
+// them written: the buffer kept the line and the end of the cell wrote it
+// again (a timeout cell's token came back twice under load). Each round
+// interrupts a cell printing a counter; the counter must arrive in order,
+// each number once.
+func TestKernelInterruptMidPrint(t *testing.T) {
+	k := startKernel(t)
+	for round := range 8 {
+		req := ExecRequest{ID: k.nextID(), MaxOutput: 1 << 22,
+			Code: "i = 0\nwhile True:\n    print(i)\n    i += 1"}
+		// Let it print for a while first, so the signal lands at a random
+		// point of the loop, not at its first line.
+		r := k.interruptWhen(t, req, "\n2000\n", execTimeout)
+		requireError(t, r, "KeyboardInterrupt")
+		lines := strings.Split(strings.TrimSuffix(r.Stdout, "\n"), "\n")
+		for i, l := range lines {
+			if l != strconv.Itoa(i) {
+				t.Fatalf("round %d: line %d is %q, want %d (next %q)", round, i, l, i, lines[i+1:min(i+3, len(lines))])
+			}
+		}
+	}
 }

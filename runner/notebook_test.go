@@ -284,7 +284,7 @@ func TestNotebookFidelityNoStdinWithoutIPython(t *testing.T) {
 	k := startKernel(t)
 	// Whatever the rootfs holds, input() never waits on fd 0.
 	r := k.exec("input()")
-	if r.Status != "error" || r.Error == nil || !strings.HasSuffix(r.Error.Type, "StdinNotImplementedError") && r.Error.Type != "_NoStdin" {
+	if r.Status != "error" || r.Error == nil || !strings.HasSuffix(r.Error.Type, "StdinNotImplementedError") && r.Error.Type != "jailcell_kernel.jupyter._NoStdin" {
 		t.Fatalf("input(): %+v", r.Error)
 	}
 }

@@ -279,29 +279,27 @@ def _sigint_deferred():
                     raise KeyboardInterrupt
 
 
-class _PipeWriter(io.RawIOBase):
-    """The raw end of sys.stdout or sys.stderr: fd 1 or 2, and a poke of
-    the pump after each write (see _Pump.poke)."""
+class _TextStream(io.TextIOWrapper):
+    """sys.stdout or sys.stderr: a line-buffered text stream on fd 1 or 2
+    that pokes the pump once a line reached the pipe (see _Pump.poke).
 
-    def __init__(self, fd, poke):
-        super().__init__()
-        self._fd = fd
-        self._poke = poke
+    The poke sits on the text layer, above buffers that are all C: a
+    KeyboardInterrupt raised in Python code between the write to the fd
+    and the buffer counting it written would leave the line in the buffer,
+    and the end of the cell would write it a second time."""
 
-    def writable(self):
-        return True
-
-    def fileno(self):
-        return self._fd
-
-    def isatty(self):
-        return False
-
-    def write(self, b):
-        n = os.write(self._fd, b)
-        if self._poke is not None:
+    def write(self, s):
+        n = super().write(s)
+        # Line buffering flushed the buffer to the fd if s holds a newline
+        # or carriage return; other writes wait in the buffer.
+        if self._poke is not None and ("\n" in s or "\r" in s):
             self._poke()
         return n
+
+    def flush(self):
+        super().flush()
+        if self._poke is not None:
+            self._poke()
 
 
 def _text_stream(fd, poke=None):
@@ -309,7 +307,9 @@ def _text_stream(fd, poke=None):
     # one cell arrive in the order they were written.
     # The raw end is never closed with them: closing sys.stdout must not
     # close fd 1 under the cell's child processes.
-    text = io.TextIOWrapper(io.BufferedWriter(_PipeWriter(fd, poke)), encoding="utf-8", errors="replace", line_buffering=True)
+    raw = io.FileIO(fd, "w", closefd=False)
+    text = _TextStream(io.BufferedWriter(raw), encoding="utf-8", errors="replace", line_buffering=True)
+    text._poke = poke
     text.mode = "w"
     return text
 

@@ -27,7 +27,14 @@ func TestMain(m *testing.M) {
 	}
 	// libcontainer runs criu from PATH (Config.Criu).
 	_ = os.Setenv("PATH", CriuPATH(DefaultCriu, os.Getenv("PATH")))
-	os.Exit(m.Run())
+	code := m.Run()
+	if strays := testenv.EndStrayCriu(); len(strays) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: criu still running after the tests (killed now):\n  %s\n", strings.Join(strays, "\n  "))
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func newTestHost(t testing.TB) *Host {

@@ -139,8 +139,7 @@ func TestSessionSurvivesDaemonRestart(t *testing.T) {
 	}
 
 	// A crash: the manager simply stops existing (no Shutdown), like kill -9.
-	close(m2.stop)
-	<-m2.janitorDone
+	crash(m2)
 	m2.mu.Lock()
 	for _, s := range m2.sessions {
 		s.k.conn.Close()
@@ -354,4 +353,15 @@ func TestHibernateOnShutdownNeedsStateQuota(t *testing.T) {
 	for _, h := range r.hosts {
 		h.Close()
 	}
+}
+
+// crash makes m stop existing as a kill -9 would, in process: its
+// background work stops (the janitor, and template builds, whose criu would
+// otherwise go on dumping a kernel the next manager reconciles away, and
+// outlive the test), and its sessions, their sandboxes and files stay as
+// they are for the next manager.
+func crash(m *Manager) {
+	close(m.stop)
+	<-m.janitorDone
+	m.warm.closeTemplates()
 }

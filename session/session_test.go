@@ -30,6 +30,12 @@ func TestMain(m *testing.M) {
 	// libcontainer runs criu from PATH (isolate.Config.Criu).
 	_ = os.Setenv("PATH", isolate.CriuPATH(isolate.DefaultCriu, os.Getenv("PATH")))
 	code := m.Run()
+	if strays := testenv.EndStrayCriu(); len(strays) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: criu still running after the tests (killed now):\n  %s\n", strings.Join(strays, "\n  "))
+		if code == 0 {
+			code = 1
+		}
+	}
 	// This process's cgroup root, if no test left a sandbox under it (a
 	// leftover keeps it, for make test's leak check to report).
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + testCgroupRoot)
@@ -729,7 +735,7 @@ func TestStartReconcilesLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No Shutdown: the first manager "crashed". The next one starts over.
-	close(crashed.stop)
+	crash(crashed)
 	next := build()
 	if err := next.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)

@@ -29,10 +29,14 @@ var ErrUIDRangeTaken = errors.New("uid range in use by another jailcell")
 // DefaultClaimDir is where daemons on this host claim their uid ranges.
 const DefaultClaimDir = "/run/jailcell/claims"
 
+// DefaultSlots is Config.Slots' default: sandboxes at once, each with
+// its own uid range.
+const DefaultSlots = 4096
+
 // RangeSize is the host uids (and gids) a Host with slots sandboxes maps.
 func RangeSize(slots int) int {
 	if slots == 0 {
-		slots = 4096
+		slots = DefaultSlots
 	}
 	return slots * idsPerSlot
 }

@@ -53,7 +53,7 @@ type Config struct {
 	// mapped to; sandbox n of the host gets UIDBase+n*65536 onwards, so no
 	// two live sandboxes share a host uid. Default 0x40000000.
 	UIDBase int
-	// Slots is how many sandboxes may exist at once. Default 4096.
+	// Slots is how many sandboxes may exist at once. Default DefaultSlots.
 	Slots int
 	// Criu is the criu binary for checkpoint and restore. Default
 	// DefaultCriu. libcontainer (runc v1.5) runs "criu" from PATH and has
@@ -182,7 +182,7 @@ func (c *Config) defaults() {
 		c.UIDBase = DefaultUIDBase
 	}
 	if c.Slots == 0 {
-		c.Slots = 4096
+		c.Slots = DefaultSlots
 	}
 	if c.Criu == "" {
 		c.Criu = DefaultCriu

@@ -172,7 +172,7 @@ func (m *Manager) reserve() error {
 		// A waiting pool member gives its place up to a session.
 		s := m.warm.evictMemberLocked()
 		if s == nil {
-			return fmt.Errorf("%w: %d live sessions, the configured maximum (max_sessions; hibernated sessions do not count)", ErrLimit, m.cfg.MaxSessions)
+			return fmt.Errorf("%w: %d live sessions, the configured maximum (sessions.max; hibernated sessions do not count)", ErrLimit, m.cfg.MaxSessions)
 		}
 		m.reserved--
 		m.warm.pool.wg.Add(1)

@@ -53,7 +53,7 @@ func (c *Config) checkPool() error {
 			return fmt.Errorf("pool for policy %q: no such policy", name)
 		}
 		if n < 0 || n > c.MaxSessions {
-			return fmt.Errorf("pool for policy %q: size %d, want 0..%d (max_sessions)", name, n, c.MaxSessions)
+			return fmt.Errorf("pool for policy %q: size %d, want 0..%d (sessions.max)", name, n, c.MaxSessions)
 		}
 	}
 	return nil

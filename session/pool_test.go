@@ -188,7 +188,7 @@ func TestPoolCountsTowardLimit(t *testing.T) {
 	n, r := len(e.m.sessions), e.m.reserved
 	e.m.mu.Unlock()
 	if n+r > 3 {
-		t.Fatalf("%d sessions + %d reserved, over max_sessions 3", n, r)
+		t.Fatalf("%d sessions + %d reserved, over sessions.max 3", n, r)
 	}
 	// A freed place is filled again by the pool.
 	ss := e.m.List(context.Background(), 0)

@@ -677,8 +677,8 @@ func TestMaxSessionsIsALimit(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.MaxSessions = 1 })
 	e.create(t, CreateOptions{})
 	_, err := e.m.Create(context.Background(), CreateOptions{})
-	if err == nil || !strings.Contains(err.Error(), "max_sessions") {
-		t.Fatalf("second create: %v, want a limit error naming max_sessions", err)
+	if err == nil || !strings.Contains(err.Error(), "sessions.max") {
+		t.Fatalf("second create: %v, want a limit error naming sessions.max", err)
 	}
 }
 

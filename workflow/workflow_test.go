@@ -424,7 +424,7 @@ func TestSandboxUnavailableFallback(t *testing.T) {
 	if !errors.Is(err, session.ErrLimit) {
 		t.Fatalf("err %v, want ErrLimit", err)
 	}
-	if out == nil || out.Fallback == nil || out.Fallback.Code != "print(1)" || !strings.Contains(out.Fallback.Error, "max_sessions") ||
+	if out == nil || out.Fallback == nil || out.Fallback.Code != "print(1)" || !strings.Contains(out.Fallback.Error, "sessions.max") ||
 		!strings.Contains(out.Fallback.Reason, "sandbox could not be created") {
 		t.Fatalf("outcome %+v, want a fallback block", out)
 	}

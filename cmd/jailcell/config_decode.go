@@ -14,6 +14,7 @@ import (
 	units "github.com/docker/go-units"
 
 	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session"
 )
 
 // decoder reads one key into its field of config, and copies that field
@@ -57,6 +58,39 @@ func (l *configLoader) poolSize(key string) int {
 		return 0
 	}
 	return int(l.integer(key, 0, 4096))
+}
+
+// sessionsAuto is sessions.max "auto": sized from the machine
+// (session.AutoMaxSessions) once every key is read (resolveAuto).
+const sessionsAuto = -1
+
+// sessionsMax reads sessions.max: "auto" or 1..session.MaxSessionsCeiling.
+func (l *configLoader) sessionsMax(key string) int {
+	if s, ok := l.v.Get(key).(string); ok && strings.TrimSpace(s) == "auto" {
+		l.record(key, "auto")
+		return sessionsAuto
+	}
+	if _, ok := toInt(l.v.Get(key)); !ok {
+		l.fail(key, l.v.Get(key), fmt.Sprintf(`want "auto" or a number of sessions (1..%d)`, session.MaxSessionsCeiling))
+		return 0
+	}
+	return int(l.integer(key, 1, session.MaxSessionsCeiling))
+}
+
+// resolveAuto sizes sessions.max "auto" from this machine, now that
+// sessions.zygote (what an idle session costs) is read, and says how in
+// the setting `jailcell config` shows.
+func (l *configLoader) resolveAuto() {
+	if l.cfg.Session.MaxSessions != sessionsAuto {
+		return
+	}
+	n, why := session.AutoMaxSessions(session.ReadHostCapacity(0), l.cfg.Zygote)
+	l.cfg.Session.MaxSessions = n
+	for i := range l.cfg.Settings {
+		if l.cfg.Settings[i].Key == "sessions.max" {
+			l.cfg.Settings[i].Value = fmt.Sprintf("%d (auto: %s)", n, why)
+		}
+	}
 }
 
 // intKey reads an integer in lo..hi.

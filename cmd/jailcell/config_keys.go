@@ -224,8 +224,14 @@ unavailable with the reason, and sessions work as without them.`},
 code. The default is warn for run, json, mcp and doctor.`},
 	{name: "log.format", def: "text", flag: "log-format", dec: strKey(func(c *config) *string { return &c.LogFormat }),
 		doc: `text or json, on stderr (journald under systemd) (flag --log-format).`},
-	{name: "sessions.max", def: session.DefaultMaxSessions, dec: intKey(func(c *config) *int { return &c.Session.MaxSessions }, 1, 4096),
-		doc: `Live sessions at most; one-shot cells count while they run (1..4096).`},
+	{name: "sessions.max", def: "auto", dec: field[int]{func(c *config) *int { return &c.Session.MaxSessions }, (*configLoader).sessionsMax},
+		doc: `Live sessions at most; one-shot cells count while they run (1..4096).
+"auto" sizes it from the machine: the smallest of half its memory at
+12 MB an idle session (forked from a zygote; 100 MB with
+sessions.zygote false), 512 per CPU, the 4096 sandbox uid slots less 64
+the daemon keeps, and the daemon's open-file limit at 16 per session
+less 1024; at least 1. A 24 GiB, 2-core host gets 1024. jailcell
+config shows the number and which bound decided it.`},
 	{name: "sessions.max_per_owner", def: 0, dec: intKey(func(c *config) *int { return &c.Session.MaxPerOwner }, 0, 4096),
 		doc: `Live sessions one owner (a uid, or a token's owner) may hold at once,
 creates under way and one-shot cells included, so one caller cannot

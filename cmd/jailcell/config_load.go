@@ -130,6 +130,7 @@ func loadConfigFor(flags *pflag.FlagSet, client bool) (*config, error) {
 	l.checkUnknown(names)
 	l.decode()
 	l.decodePolicies(names)
+	l.resolveAuto()
 	if len(l.errs) == 0 {
 		l.validate()
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/session"
 	"github.com/jailcell/jailcell/workflow"
 )
 
@@ -77,7 +79,7 @@ func TestConfigDefaults(t *testing.T) {
 		"socket_group":                  "jailcell",
 		"state_dir":                     defaultStateDir,
 		"log.level":                     "info",
-		"sessions.max":                  "64",
+		"sessions.max":                  autoMax(),
 		"sessions.idle_ttl":             "30m0s",
 		"drain_grace":                   "30s",
 		"policies.default.memory_bytes": "1073741824 (1GiB)",
@@ -90,6 +92,13 @@ func TestConfigDefaults(t *testing.T) {
 			t.Errorf("%s = %q from %q, want %q from default", key, v, src, want)
 		}
 	}
+}
+
+// autoMax is what sessions.max "auto" gives on this machine, with the
+// bound that decided it: a fresh install sizes it from the host.
+func autoMax() string {
+	n, why := session.AutoMaxSessions(session.ReadHostCapacity(0), true)
+	return fmt.Sprintf("%d (auto: %s)", n, why)
 }
 
 func TestConfigPrecedence(t *testing.T) {
@@ -193,7 +202,7 @@ func TestConfigInvalid(t *testing.T) {
 		{"duration without unit", "drain_grace: 30\n", nil, []string{"drain_grace = 30", "duration with a unit"}},
 		{"drain grace too long", "drain_grace: 2h\n", nil, []string{"drain_grace = 2h0m0s", "allowed 0s..1h0m0s"}},
 		{"sessions.max range", "sessions:\n  max: 0\n", nil, []string{"sessions.max = 0", "allowed 1..4096"}},
-		{"sessions.max type", "", map[string]string{"JAILCELL_SESSIONS_MAX": "many"}, []string{`sessions.max = "many" (from env JAILCELL_SESSIONS_MAX)`, "integer"}},
+		{"sessions.max type", "", map[string]string{"JAILCELL_SESSIONS_MAX": "many"}, []string{`sessions.max = "many" (from env JAILCELL_SESSIONS_MAX)`, `want "auto" or a number of sessions (1..4096)`}},
 		{"idle above max idle", "sessions:\n  idle_ttl: 48h\n", nil, []string{"sessions.idle_ttl = 48h0m0s", "allowed 1s..24h0m0s"}},
 		{"log level", "log:\n  level: loud\n", nil, []string{`log.level = "loud"`, "debug, info, warn or error"}},
 		{"log format", "log:\n  format: xml\n", nil, []string{`log.format = "xml"`, "text or json"}},

@@ -2,7 +2,10 @@ package session
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -15,6 +18,7 @@ type HostCapacity struct {
 	CPUs        int
 	Slots       int    // sandbox uid slots of the host (isolate.Config.Slots)
 	FileLimit   uint64 // this process's hard RLIMIT_NOFILE (Go raises the soft one to it)
+	TaskLimit   uint64 // tasks the kernel allows at all: the smaller of kernel.pid_max and kernel.threads-max
 }
 
 // ReadHostCapacity reads this machine's figures; a figure it cannot read
@@ -31,6 +35,15 @@ func ReadHostCapacity(slots int) HostCapacity {
 	var rl unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil {
 		c.FileLimit = rl.Max
+	}
+	for _, f := range []string{"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && (c.TaskLimit == 0 || v < c.TaskLimit) {
+			c.TaskLimit = v
+		}
 	}
 	return c
 }
@@ -54,6 +67,13 @@ const (
 	// rounded up; fdsReserve for the listeners, clients and stores.
 	fdsPerSession = 16
 	fdsReserve    = 1024
+	// Tasks (pids and threads) are one count the whole host shares: every
+	// session may take its policy's pids at once (a fork bomb in each),
+	// and then the host must still have a quarter of its tasks for
+	// itself. Without this bound, sessions.max times a policy's pids
+	// could pass kernel.pid_max, and a caller's fork bombs would starve
+	// the host of processes.
+	tasksShareNum, tasksShareDen = 3, 4
 	// MaxSessionsCeiling is sessions.max's upper bound.
 	MaxSessionsCeiling = 4096
 )
@@ -61,9 +81,11 @@ const (
 // AutoMaxSessions is sessions.max when it is "auto": the smallest of
 // half the machine's memory at an idle session's cost (12 MB forked from a
 // zygote, 100 MB without one), 512 per CPU, the uid slots less 64 the
-// daemon keeps, and the descriptors the daemon may open at 16 a session
-// (1024 kept); at least 1, at most 4096. why says which bound decided.
-func AutoMaxSessions(c HostCapacity, zygote bool) (n int, why string) {
+// daemon keeps, the descriptors the daemon may open at 16 a session (1024
+// kept), and three quarters of the host's tasks at pids (the largest
+// policy's) a session; at least 1, at most 4096. why says which bound
+// decided.
+func AutoMaxSessions(c HostCapacity, zygote bool, pids int64) (n int, why string) {
 	n, why = MaxSessionsCeiling, "the ceiling of sessions.max"
 	bound := func(v uint64, reason string) {
 		if v < uint64(n) {
@@ -89,6 +111,10 @@ func AutoMaxSessions(c HostCapacity, zygote bool) (n int, why string) {
 			v = (c.FileLimit - fdsReserve) / fdsPerSession
 		}
 		bound(v, fmt.Sprintf("a file limit of %d at %d per session, %d kept", c.FileLimit, fdsPerSession, fdsReserve))
+	}
+	if c.TaskLimit > 0 && pids > 0 {
+		bound(c.TaskLimit*tasksShareNum/tasksShareDen/uint64(pids),
+			fmt.Sprintf("3/4 of the host's %d tasks (kernel.pid_max, threads-max) at %d pids a session", c.TaskLimit, pids))
 	}
 	if n < 1 {
 		n = 1

@@ -78,19 +78,33 @@ func (l *configLoader) sessionsMax(key string) int {
 }
 
 // resolveAuto sizes sessions.max "auto" from this machine, now that
-// sessions.zygote (what an idle session costs) is read, and says how in
-// the setting `jailcell config` shows.
+// sessions.zygote (what an idle session costs) and the policies (how many
+// tasks each session may take) are read, and says how in the setting
+// `jailcell config` shows.
 func (l *configLoader) resolveAuto() {
 	if l.cfg.Session.MaxSessions != sessionsAuto {
 		return
 	}
-	n, why := session.AutoMaxSessions(session.ReadHostCapacity(0), l.cfg.Zygote)
+	n, why := session.AutoMaxSessions(session.ReadHostCapacity(0), l.cfg.Zygote, l.cfg.maxPolicyPids())
 	l.cfg.Session.MaxSessions = n
 	for i := range l.cfg.Settings {
 		if l.cfg.Settings[i].Key == "sessions.max" {
 			l.cfg.Settings[i].Value = fmt.Sprintf("%d (auto: %s)", n, why)
 		}
 	}
+}
+
+// maxPolicyPids is the largest pids limit of the configured policies, the
+// default one included (every session may take its policy's).
+func (c *config) maxPolicyPids() int64 {
+	n := policy.Default().Pids
+	if p, ok := c.Policies["default"]; ok {
+		n = p.Pids
+	}
+	for _, p := range c.Policies {
+		n = max(n, p.Pids)
+	}
+	return n
 }
 
 // intKey reads an integer in lo..hi.

@@ -229,8 +229,12 @@ code. The default is warn for run, json, mcp and doctor.`},
 "auto" sizes it from the machine: the smallest of half its memory at
 12 MB an idle session (forked from a zygote; 100 MB with
 sessions.zygote false), 512 per CPU, the 4096 sandbox uid slots less 64
-the daemon keeps, and the daemon's open-file limit at 16 per session
-less 1024; at least 1. A 24 GiB, 2-core host gets 1024. jailcell
+the daemon keeps, the daemon's open-file limit at 16 per session less
+1024, and three quarters of the host's tasks (kernel.pid_max or
+threads-max, the smaller) at the largest policy's pids a session, so
+that a fork bomb in every session still leaves the host a quarter; at
+least 1. A 24 GiB, 2-core host gets 1024 with kernel.pid_max 4194304
+(systemd's), 192 with the kernel's own default of 32768. jailcell
 config shows the number and which bound decided it.`},
 	{name: "sessions.max_per_owner", def: 0, dec: intKey(func(c *config) *int { return &c.Session.MaxPerOwner }, 0, 4096),
 		doc: `Live sessions one owner (a uid, or a token's owner) may hold at once,

@@ -97,7 +97,7 @@ func TestConfigDefaults(t *testing.T) {
 // autoMax is what sessions.max "auto" gives on this machine, with the
 // bound that decided it: a fresh install sizes it from the host.
 func autoMax() string {
-	n, why := session.AutoMaxSessions(session.ReadHostCapacity(0), true)
+	n, why := session.AutoMaxSessions(session.ReadHostCapacity(0), true, policy.Default().Pids)
 	return fmt.Sprintf("%d (auto: %s)", n, why)
 }
 

@@ -38,6 +38,7 @@ var sections = []struct {
 	{"e2b", benchE2B},
 	{"restart", benchRestart},
 	{"zygote", benchZygote},
+	{"idle", benchIdle},
 	{"peers", benchPeers},
 }
 

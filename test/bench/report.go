@@ -168,6 +168,9 @@ func buildRows() {
 	if ran["zygote"] {
 		zygoteRows(add)
 	}
+	if ran["idle"] {
+		idleRows(add)
+	}
 	restartRows(add)
 }
 

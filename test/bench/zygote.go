@@ -30,20 +30,19 @@ import (
 // memory figure.
 const zygoteBurst = 100
 
-// zygoteConfig is a fresh install's configuration but for two keys: no
-// pool (the targets are cold starts), and room for the burst: the default
-// sessions.max of 64 refuses the 65th of 100 creates. Everything else is
-// at its default, http.max_in_flight_per_owner (64) included: it makes
-// the burst's requests past the 64th wait for a place, never refuses them.
+// zygoteConfig is a fresh install's configuration but for one key: no
+// pool (the targets are cold starts). sessions.max is the fresh install's
+// "auto", sized from the host (1024 on a 24 GiB, 2-core one), so the
+// burst fits. http.max_in_flight_per_owner (64) stays at its default too:
+// it makes the burst's requests past the 64th wait for a place, never
+// refuses them.
 const zygoteConfig = `# a fresh install's defaults, but for:
 pool:
   size: 0   # the targets are cold starts
-sessions:
-  max: 100  # the default, 64, refuses the 65th of 100 sessions at once
 `
 
 // zygoteKeys says which configuration keys differ from a fresh install's.
-const zygoteKeys = "pool.size 0, sessions.max 100 (default 64 refuses the 65th)"
+const zygoteKeys = "pool.size 0"
 
 // starts counts create responses by their "start" (zygote, template,
 // import; "?" when the response had none).

@@ -246,5 +246,3 @@ func idleRows(add func(string, Row, bool, float64)) {
 		Jailcell: r["idle_cell_p99_ms"], Target: "<= 5 ms", Failed: fail,
 		Note: fmt.Sprintf("p50 %.3g ms", r["idle_cell_p50_ms"])}, true, 5)
 }
-
-

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/isolate"
+	"github.com/jailcell/jailcell/policy"
 )
 
 // HostCapacity is what AutoMaxSessions sizes sessions.max from.
@@ -120,4 +121,18 @@ func AutoMaxSessions(c HostCapacity, zygote bool, pids int64) (n int, why string
 		n = 1
 	}
 	return n, why
+}
+
+// MaxPolicyPids is the largest pids limit of policies, policy.Default's
+// included where policies has no "default" (the one its sessions get):
+// every session may take its policy's.
+func MaxPolicyPids(policies map[string]policy.Policy) int64 {
+	n := policy.Default().Pids
+	if p, ok := policies["default"]; ok {
+		n = p.Pids
+	}
+	for _, p := range policies {
+		n = max(n, p.Pids)
+	}
+	return n
 }

@@ -34,7 +34,7 @@ type Config struct {
 	// use. Default 24 h.
 	MaxLifetime time.Duration
 	// MaxSessions caps live sessions (one-shot cells count while they
-	// run). Default 64.
+	// run). Default (0): sized from the host, AutoMaxSessions.
 	MaxSessions int
 	// MaxPerOwner caps one owner's live sessions (one-shot cells and
 	// creates under way included), so one caller cannot take every place
@@ -141,8 +141,6 @@ const (
 	DefaultMaxIdleTTL = 24 * time.Hour
 	// DefaultMaxLifetime is MaxLifetime's default (sessions.max_lifetime).
 	DefaultMaxLifetime = 24 * time.Hour
-	// DefaultMaxSessions is MaxSessions' default (sessions.max).
-	DefaultMaxSessions = 64
 	// DefaultHibernatedTTL is HibernatedTTL's default
 	// (sessions.hibernated_ttl).
 	DefaultHibernatedTTL = 7 * 24 * time.Hour
@@ -168,7 +166,7 @@ func (c *Config) defaults() {
 		c.MaxLifetime = DefaultMaxLifetime
 	}
 	if c.MaxSessions == 0 {
-		c.MaxSessions = DefaultMaxSessions
+		c.MaxSessions, _ = AutoMaxSessions(ReadHostCapacity(0), !c.NoZygote, MaxPolicyPids(c.Policies))
 	}
 	if c.MaxPerOwner >= c.MaxSessions {
 		c.MaxPerOwner = 0 // MaxSessions says it, naming its own key

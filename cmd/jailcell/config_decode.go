@@ -85,26 +85,13 @@ func (l *configLoader) resolveAuto() {
 	if l.cfg.Session.MaxSessions != sessionsAuto {
 		return
 	}
-	n, why := session.AutoMaxSessions(session.ReadHostCapacity(0), l.cfg.Zygote, l.cfg.maxPolicyPids())
+	n, why := session.AutoMaxSessions(session.ReadHostCapacity(0), l.cfg.Zygote, session.MaxPolicyPids(l.cfg.Policies))
 	l.cfg.Session.MaxSessions = n
 	for i := range l.cfg.Settings {
 		if l.cfg.Settings[i].Key == "sessions.max" {
 			l.cfg.Settings[i].Value = fmt.Sprintf("%d (auto: %s)", n, why)
 		}
 	}
-}
-
-// maxPolicyPids is the largest pids limit of the configured policies, the
-// default one included (every session may take its policy's).
-func (c *config) maxPolicyPids() int64 {
-	n := policy.Default().Pids
-	if p, ok := c.Policies["default"]; ok {
-		n = p.Pids
-	}
-	for _, p := range c.Policies {
-		n = max(n, p.Pids)
-	}
-	return n
 }
 
 // intKey reads an integer in lo..hi.

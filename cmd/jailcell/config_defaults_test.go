@@ -17,7 +17,6 @@ var componentDefaults = []struct {
 	key, field string
 	want       any
 }{
-	{"sessions.max", "Session.MaxSessions", session.DefaultMaxSessions},
 	{"sessions.idle_ttl", "Session.IdleTTL", session.DefaultIdleTTL},
 	{"sessions.max_idle_ttl", "Session.MaxIdleTTL", session.DefaultMaxIdleTTL},
 	{"sessions.max_lifetime", "Session.MaxLifetime", session.DefaultMaxLifetime},
@@ -36,6 +35,7 @@ var serviceOwnDefaults = map[string]string{
 	"state_quota_bytes":              "0: session.Config sizes the quota from the filesystem",
 	"store_quota_bytes":              "0: session.Config sizes the quota from the filesystem",
 	"wheelhouse":                     `"": none`,
+	"sessions.max":                   `"auto": sized from the host by session.AutoMaxSessions, as a zero session.Config.MaxSessions is; resolved when the config loads, so that jailcell config shows the number`,
 	"sessions.max_per_owner":         "0: no cap below sessions.max",
 	"sessions.survive_restart":       "true: the service's choice; session.Config's false is a library caller's",
 	"sessions.hibernate_after":       "0: off",

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/url"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -232,95 +229,6 @@ func (d *Door) detail(w http.ResponseWriter, r *http.Request) {
 		l.Domain = &d.o.Domain
 	}
 	writeJSON(w, http.StatusOK, l)
-}
-
-// list answers the caller's sandboxes, filtered by metadata (E2B's
-// "k1=v1&k2=v2", each part URL-encoded), state and template, newest
-// first unless order=asc, a page of limit (default 100) after nextToken.
-func (d *Door) list(w http.ResponseWriter, r *http.Request) {
-	t := targetOf(r.Context())
-	q := r.URL.Query()
-	want := map[string]string{}
-	if m := q.Get("metadata"); m != "" {
-		vals, err := url.ParseQuery(m)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("metadata %q: want k1=v1&k2=v2, URL-encoded: %v", m, err))
-			return
-		}
-		for k, v := range vals {
-			want[k] = v[len(v)-1]
-		}
-	}
-	states := map[string]bool{}
-	for _, s := range q["state"] {
-		for _, p := range strings.Split(s, ",") {
-			if p != "running" && p != "paused" {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q: want running or paused", p))
-				return
-			}
-			states[p] = true
-		}
-	}
-	limit := 100
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1 to 1000", s))
-			return
-		}
-		limit = n
-	}
-	resp, e := d.call(r.Context(), t.owner, &api.Request{Op: api.OpSessions}, nil)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	live := map[string]bool{}
-	for _, info := range resp.Sessions {
-		live[info.ID] = true
-	}
-	d.records.keepOnly(t.owner, live)
-	infos := slices.Clone(resp.Sessions)
-	sort.Slice(infos, func(i, j int) bool {
-		if q.Get("order") == "asc" {
-			return infos[i].CreatedAt.Before(infos[j].CreatedAt) || infos[i].CreatedAt.Equal(infos[j].CreatedAt) && infos[i].ID < infos[j].ID
-		}
-		return infos[i].CreatedAt.After(infos[j].CreatedAt) || infos[i].CreatedAt.Equal(infos[j].CreatedAt) && infos[i].ID > infos[j].ID
-	})
-	after := q.Get("nextToken")
-	out := []listed{}
-	next := ""
-	for _, info := range infos {
-		if after != "" {
-			if info.ID == after {
-				after = ""
-			}
-			continue
-		}
-		rec, _ := d.records.get(info.ID)
-		if !matches(rec.Metadata, want) {
-			continue
-		}
-		if tm := q.Get("template"); tm != "" && tm != rec.Template {
-			continue
-		}
-		state := "running"
-		if info.State == "hibernated" {
-			state = "paused"
-		}
-		if len(states) > 0 && !states[state] {
-			continue
-		}
-		if len(out) == limit {
-			next = out[len(out)-1].SandboxID
-			break
-		}
-		out = append(out, d.listedOf(r, t.owner, info))
-	}
-	if next != "" {
-		w.Header().Set("X-Next-Token", next)
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 func matches(have, want map[string]string) bool {

@@ -64,14 +64,7 @@ func benchIdle(dir string) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				id, _, path, err := s.tryCreateStart()
-				if err == nil {
-					out, cerr := s.call("POST", "/v1/sessions/"+id+"/exec", map[string]any{"code": "1+1"})
-					if cerr != nil || status(out) != "ok" {
-						err = fmt.Errorf("1+1: %v %v", cerr, out)
-					}
-				}
-				ids[i], paths[i], errs[i] = id, path, err
+				ids[i], paths[i], errs[i] = s.createAnswering()
 			}
 		}()
 	}
@@ -92,6 +85,9 @@ func benchIdle(dir string) {
 			failed++
 			if failed <= 3 {
 				log.Printf("idle: session %d: %v", i, err)
+			}
+			if ids[i] != "" {
+				s.close(ids[i])
 			}
 			continue
 		}

@@ -258,6 +258,20 @@ func (s *server) tryCreateStart() (id string, d time.Duration, path string, err 
 	return id, d, path, nil
 }
 
+// createAnswering creates a session and runs 1+1 in it; it returns the
+// session's id (also on a failed cell: the caller closes it), its start
+// path and what failed.
+func (s *server) createAnswering() (id, path string, err error) {
+	id, _, path, err = s.tryCreateStart()
+	if err == nil {
+		out, cerr := s.call("POST", "/v1/sessions/"+id+"/exec", map[string]any{"code": "1+1"})
+		if cerr != nil || status(out) != "ok" {
+			err = fmt.Errorf("1+1: %v %v", cerr, out)
+		}
+	}
+	return id, path, err
+}
+
 // zygoteBurstCreate creates k sessions at once, each until it answered
 // 1+1, and returns the ids that did, how many failed, their start paths
 // and the time until the last answered.
@@ -271,14 +285,7 @@ func zygoteBurstCreate(s *server, k int) ([]string, int, starts, time.Duration) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id, _, path, err := s.tryCreateStart()
-			if err == nil {
-				out, cerr := s.call("POST", "/v1/sessions/"+id+"/exec", map[string]any{"code": "1+1"})
-				if cerr != nil || status(out) != "ok" {
-					err = fmt.Errorf("1+1: %v %v", cerr, out)
-				}
-			}
-			ids[i], paths[i], errs[i] = id, path, err
+			ids[i], paths[i], errs[i] = s.createAnswering()
 		}()
 	}
 	wg.Wait()

@@ -41,9 +41,11 @@ test('setTimeout moves the end; connect only extends it', async () => {
 
 test('list filters by metadata and state', async () => {
   const tag = `t${process.pid}`
-  const a = await Sandbox.create({ metadata: { tag, role: 'a' } })
+  const a = await Sandbox.create({ metadata: { tag, role: 'a', note: 'a b&c=d ü%' } })
   const b = await Sandbox.create({ metadata: { tag, role: 'b' } })
   try {
+    const byNote = await Sandbox.list({ query: { metadata: { tag, note: 'a b&c=d ü%' } } }).nextItems()
+    assert.deepEqual(byNote.map((s) => s.sandboxId), [a.sandboxId], 'a value with a space, & = and a non-ASCII letter')
     const page = await Sandbox.list({ query: { metadata: { tag } } }).nextItems()
     assert.deepEqual(page.map((s) => s.sandboxId).sort(), [a.sandboxId, b.sandboxId].sort())
     const onlyA = await Sandbox.list({ query: { metadata: { tag, role: 'a' } } }).nextItems()
@@ -54,6 +56,24 @@ test('list filters by metadata and state', async () => {
   } finally {
     await a.kill()
     await b.kill()
+  }
+})
+
+test('list pages newest first, and past the sandbox a page ended on once it is killed', async () => {
+  const tag = `p${process.pid}`
+  const made = []
+  for (let i = 0; i < 3; i++) made.push(await Sandbox.create({ metadata: { tag } }))
+  try {
+    const pages = Sandbox.list({ query: { metadata: { tag } }, limit: 1 })
+    const first = await pages.nextItems()
+    assert.deepEqual(first.map((s) => s.sandboxId), [made[2].sandboxId], 'the newest first')
+    assert.equal(pages.hasNext, true)
+    await made[2].kill()
+    const seen = [...first]
+    while (pages.hasNext) seen.push(...(await pages.nextItems()))
+    assert.deepEqual(seen.map((s) => s.sandboxId), [made[2], made[1], made[0]].map((s) => s.sandboxId))
+  } finally {
+    for (const s of made) await s.kill()
   }
 })
 

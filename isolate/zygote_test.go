@@ -135,6 +135,21 @@ func TestZygoteForkPassesPosture(t *testing.T) {
 	}
 }
 
+// TestZygoteMemoryHoldsItsForks: the zygote's memory limit leaves room
+// for what the kernel charges it for each live fork (the forks' page
+// tables and maps stay on the forking task's cgroup), one per slot the
+// host has; at the policy's limit alone a zygote died after ~780 forks.
+func TestZygoteMemoryHoldsItsForks(t *testing.T) {
+	h := newTestHost(t)
+	p := policy.Default()
+	cfg := h.zygoteConfig(ZygoteSpec{Policy: p, Dir: "/zygote"}, "zygote_memtest")
+	want := p.MemoryBytes + int64(h.cfg.Slots)*ZygoteForkCharge
+	r := cfg.Cgroups.Resources
+	if r.Memory != want || r.MemorySwap != 0 && r.MemorySwap != want {
+		t.Errorf("zygote memory %d, swap %d; want %d (policy %d + %d slots x %d)", r.Memory, r.MemorySwap, want, p.MemoryBytes, h.cfg.Slots, ZygoteForkCharge)
+	}
+}
+
 func pidArgs(pids []int) []string {
 	var out []string
 	for _, p := range pids {

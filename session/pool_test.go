@@ -230,7 +230,7 @@ func TestPoolConfig(t *testing.T) {
 		{map[string]int{"default": 99}, `want 0..64`},
 		{map[string]int{"default": -1}, `want 0..64`},
 	} {
-		_, err := New(Config{StateDir: t.TempDir(), Pool: tc.pool}, nil)
+		_, err := New(Config{StateDir: t.TempDir(), Pool: tc.pool, MaxSessions: 64}, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("pool %v: %v, want %q", tc.pool, err, tc.want)
 		}

@@ -29,7 +29,10 @@ type Outcome struct {
 
 var (
 	addrRE    = regexp.MustCompile(`0x[0-9a-fA-F]{6,}`)
-	timingRE  = regexp.MustCompile(`[0-9][0-9.,]*\s*(ns|µs|us|ms|s|min)\b`)
+	timingRE  = regexp.MustCompile(`[0-9][0-9.,]*\s*(ns|µs|us|ms|s|seconds|min)\b`)
+	// %prun's table: ncalls, then tottime, percall, cumtime and percall in
+	// seconds, which depend on the machine's load, not the kernel.
+	profRowRE = regexp.MustCompile(`(?m)^(\s*[0-9]+(?:/[0-9]+)?)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s`)
 	timeitRE  = regexp.MustCompile(`\(mean ± std\. dev\. of .*\)`)
 	spacingRE = regexp.MustCompile(`[ \t]+`)
 	// %timeit's warning depends on the machine's noise, not the kernel.
@@ -56,6 +59,7 @@ func Normalise(s, workdir string) string {
 	s = addrRE.ReplaceAllString(s, "0x?")
 	s = timeitRE.ReplaceAllString(s, "(...)")
 	s = timingRE.ReplaceAllString(s, "<t>")
+	s = profRowRE.ReplaceAllString(s, "$1 <t> <t> <t> <t> ")
 	s = spacingRE.ReplaceAllString(s, " ")
 	return strings.TrimSpace(s)
 }

@@ -28,8 +28,8 @@ type Outcome struct {
 }
 
 var (
-	addrRE    = regexp.MustCompile(`0x[0-9a-fA-F]{6,}`)
-	timingRE  = regexp.MustCompile(`[0-9][0-9.,]*\s*(ns|µs|us|ms|s|seconds|min)\b`)
+	addrRE   = regexp.MustCompile(`0x[0-9a-fA-F]{6,}`)
+	timingRE = regexp.MustCompile(`[0-9][0-9.,]*\s*(ns|µs|us|ms|s|seconds|min)\b`)
 	// %prun's table: ncalls, then tottime, percall, cumtime and percall in
 	// seconds, which depend on the machine's load, not the kernel.
 	profRowRE = regexp.MustCompile(`(?m)^(\s*[0-9]+(?:/[0-9]+)?)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s`)

@@ -145,13 +145,23 @@ func (s *Sandbox) AttachNetwork(p policy.Policy) error {
 
 // waitPidfd closes done when the adopted init exits.
 func (s *Sandbox) waitPidfd(pidfd int) {
-	defer unix.Close(pidfd)
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if err == nil || !errors.Is(err, unix.EINTR) {
-			break
+	// A copy for the fallback: the init is not our child, so only a
+	// pidfd opened while it lived is sure to be it.
+	spare, err := unix.Dup(pidfd)
+	if err != nil {
+		spare = -1
+	}
+	if !awaitExit(pidfd) && spare >= 0 {
+		// The poller would not take it: block a thread on the copy.
+		fds := []unix.PollFd{{Fd: int32(spare), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err == nil || !errors.Is(err, unix.EINTR) {
+				break
+			}
 		}
+	}
+	if spare >= 0 {
+		unix.Close(spare)
 	}
 	s.exit = Exit{Code: -1}
 	close(s.done)

@@ -407,6 +407,9 @@ func reapInit(p initProc) (*os.ProcessState, error) {
 }
 
 func (s *Sandbox) wait() {
+	// The init is our child until reaped: wait for its end on the poller,
+	// so that Wait below returns at once instead of holding a thread.
+	awaitPid(s.pid)
 	st, _ := s.process.Wait()
 	if st != nil {
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

@@ -97,7 +97,10 @@ func Accept(ctx context.Context, l *net.UnixListener, maxFrame int) (*Conn, erro
 func handshake(ctx context.Context, nc *net.UnixConn, maxFrame int) (*Conn, error) {
 	stop := watchDeadline(ctx, nc.SetDeadline)
 	defer stop()
-	r := bufio.NewReaderSize(nc, 64<<10)
+	// Small: one per live session, and a frame's payload past it is read
+	// straight into the frame (bufio skips its buffer for large reads);
+	// 64 KiB each was 64 MB of the daemon's memory for 1000 sessions.
+	r := bufio.NewReaderSize(nc, 4<<10)
 	b, err := ReadFrame(r, maxFrame)
 	if err != nil {
 		return nil, fmt.Errorf("read hello: %w", err)

@@ -77,23 +77,7 @@ func benchIdle(dir string) {
 	close(next)
 	wg.Wait()
 	res.Raw["idle_fill_s"] = time.Since(t0).Seconds()
-	var alive []string
-	st := starts{}
-	failed := 0
-	for i, err := range errs {
-		if err != nil {
-			failed++
-			if failed <= 3 {
-				log.Printf("idle: session %d: %v", i, err)
-			}
-			if ids[i] != "" {
-				s.close(ids[i])
-			}
-			continue
-		}
-		alive = append(alive, ids[i])
-		st.add(paths[i])
-	}
+	alive, failed, st := s.answered("idle", ids, paths, errs)
 	st.record("idle")
 	res.Raw["idle_n"] = float64(k)
 	res.Raw["idle_alive"] = float64(len(alive))

@@ -290,14 +290,20 @@ func zygoteBurstCreate(s *server, k int) ([]string, int, starts, time.Duration) 
 	}
 	wg.Wait()
 	took := time.Since(t)
-	var ok []string
-	st := starts{}
-	failed := 0
+	ok, failed, st := s.answered("zygote burst", ids, paths, errs)
+	return ok, failed, st, took
+}
+
+// answered sorts out the creates of createAnswering: the ids that
+// answered, how many failed (each failed session closed, the first three
+// errors logged), and the answered ones' start paths.
+func (s *server) answered(who string, ids, paths []string, errs []error) (ok []string, failed int, st starts) {
+	st = starts{}
 	for i, err := range errs {
 		if err != nil {
 			failed++
 			if failed <= 3 {
-				log.Printf("zygote burst: %v", err)
+				log.Printf("%s: session %d: %v", who, i, err)
 			}
 			if ids[i] != "" {
 				s.close(ids[i])
@@ -307,7 +313,7 @@ func zygoteBurstCreate(s *server, k int) ([]string, int, starts, time.Duration) 
 		ok = append(ok, ids[i])
 		st.add(paths[i])
 	}
-	return ok, failed, st, took
+	return ok, failed, st
 }
 
 // zygoteMemory records, as medians over the idle sessions ids, each

@@ -76,6 +76,17 @@ func (p *processes) forget(id string) {
 	}
 }
 
+// drop removes b from the table if it is still there: a pump that ends
+// late must not take a newer table of the same id with it (a stale pump
+// dropped by id closed the next box's streams with "was killed").
+func (p *processes) drop(b *box) {
+	p.mu.Lock()
+	if p.boxes[b.id] == b {
+		delete(p.boxes, b.id)
+	}
+	p.mu.Unlock()
+}
+
 // box is one sandbox's table.
 type box struct {
 	id    string
@@ -177,7 +188,8 @@ func (p *processes) sweep(d *Door) {
 		_, e := d.call(ctx, b.owner, &api.Request{Op: api.OpInfo, Session: b.id}, nil)
 		cancel()
 		if e != nil && (e.Code == api.CodeNotFound || e.Code == api.CodeExpired) {
-			p.forget(b.id)
+			p.drop(b)
+			b.close(connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running: %s", b.id, e.Message)))
 		}
 	}
 }
@@ -386,7 +398,7 @@ func (d *Door) pump(b *box) {
 					err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running: %s", b.id, e.Message))
 				}
 				b.close(err)
-				d.procs.forget(b.id)
+				d.procs.drop(b)
 				break
 			}
 			active = active || wrote

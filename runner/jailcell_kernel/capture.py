@@ -2,7 +2,6 @@
 stream frames for the running cell."""
 
 import codecs
-import contextlib
 import fcntl
 import io
 import os
@@ -258,25 +257,33 @@ class _Pump:
             self.last_sent = time.monotonic()
 
 
-@contextlib.contextmanager
-def _sigint_deferred():
+class _sigint_deferred:
     """On the main thread, a SIGINT while frames are written is only noted
     and raised once they are whole: a KeyboardInterrupt inside sendall
-    would tear a frame and lose the connection."""
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        _State.deferred_sigint = False  # one left by a raise in a finally below
-        _State.deferring = True
-    try:
-        yield
-    finally:
-        if main:
+    would tear a frame and lose the connection.
+
+    A class, not a contextlib generator: the KeyboardInterrupt is raised
+    from __exit__, a frame of this package that tracebacks leave out; a
+    generator's would show contextlib's frame as where the cell stopped."""
+
+    __slots__ = ("main",)
+
+    def __enter__(self):
+        self.main = threading.current_thread() is threading.main_thread()
+        if self.main:
+            _State.deferred_sigint = False  # one left by a raise below
+            _State.deferring = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.main:
             _State.deferring = False
             if _State.deferred_sigint:
                 _State.deferred_sigint = False
                 if _State.executing:
                     _State.interrupted = True
                     raise KeyboardInterrupt
+        return False
 
 
 class _TextStream(io.TextIOWrapper):

@@ -127,9 +127,9 @@ func AutoMaxSessions(c HostCapacity, zygote bool, pids int64) (n int, why string
 // included where policies has no "default" (the one its sessions get):
 // every session may take its policy's.
 func MaxPolicyPids(policies map[string]policy.Policy) int64 {
-	n := policy.Default().Pids
-	if p, ok := policies["default"]; ok {
-		n = p.Pids
+	var n int64
+	if _, ok := policies["default"]; !ok {
+		n = policy.Default().Pids
 	}
 	for _, p := range policies {
 		n = max(n, p.Pids)

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,6 +143,28 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, d.sandboxAnswer(t.owner, id, tmpl))
 }
 
+// networkRefused names what of a create's network config jailcell cannot
+// honour. allowPublicTraffic is the one rule it can: a jailcell sandbox's
+// URLs always need its access token, which is E2B's false and stricter
+// than its default true, and the SDKs send the token they are given
+// either way. Egress rules (allowOut, denyOut, rules, egressProxy,
+// maskRequestHost) are refused: a sandbox's egress is its policy's, and
+// an allow would be looser than that policy, a deny a promise the door
+// does not enforce.
+func networkRefused(n map[string]any) string {
+	for _, k := range slices.Sorted(maps.Keys(n)) {
+		v := n[k]
+		if k == "allowPublicTraffic" {
+			if _, ok := v.(bool); !ok && v != nil {
+				return "network.allowPublicTraffic: not a boolean"
+			}
+			continue
+		}
+		return fmt.Sprintf("network.%s: a jailcell sandbox's egress is its policy's (no network, or the policy's allowlist) and cannot be set per sandbox; only network.allowPublicTraffic is accepted (a sandbox's URLs always need its access token)", k)
+	}
+	return ""
+}
+
 // refusedCreate names what a create asks that jailcell would have to
 // ignore to serve: a sandbox is never made looser, or other, than asked
 // without the caller knowing.
@@ -149,8 +172,8 @@ func refusedCreate(b *newSandbox) string {
 	switch {
 	case b.AllowInternetAccess != nil && *b.AllowInternetAccess:
 		return "allow_internet_access: true: a jailcell sandbox reaches only what its policy allows (no network, or the policy's allowlist); leave it unset or false and choose a template whose policy has the network it needs"
-	case len(b.Network) > 0:
-		return "network: jailcell sandboxes have no network to configure (loopback only); leave it unset"
+	case networkRefused(b.Network) != "":
+		return networkRefused(b.Network)
 	case len(b.Mcp) > 0:
 		return "mcp: jailcell does not run E2B's MCP gateway in a sandbox; leave it unset"
 	case len(b.VolumeMounts) > 0:
@@ -447,14 +470,40 @@ type metric struct {
 
 // metrics answers one sample, now: jailcell keeps no history of a
 // session's figures (E2B's answers one per 5 s of the range asked).
+// metricsStep is E2B's metrics collection interval: a sample stands for
+// the 5 s before it.
+const metricsStep = 5 * time.Second
+
 func (d *Door) metrics(w http.ResponseWriter, r *http.Request) {
 	t, id := targetOf(r.Context()), r.PathValue("id")
+	var bound [2]*time.Time
+	for i, name := range []string{"start", "end"} {
+		v := r.URL.Query().Get(name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > 1<<40 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want a Unix time in seconds", name, v))
+			return
+		}
+		at := time.Unix(n, 0)
+		bound[i] = &at
+	}
 	resp, e := d.call(r.Context(), t.owner, &api.Request{Op: api.OpMetrics, Session: id}, nil)
 	if e != nil {
 		writeAPIError(w, e)
 		return
 	}
 	m := resp.Metrics
+	// jailcell keeps no history: its one sample is now. It is in a range
+	// that reaches now within E2B's collection step (the SDKs send whole
+	// seconds, so an end of "now" is up to a second before the sample);
+	// a range wholly in the past has no sample, as on E2B.
+	if (bound[0] != nil && bound[0].After(m.Timestamp)) || (bound[1] != nil && bound[1].Before(m.Timestamp.Add(-metricsStep))) {
+		writeJSON(w, http.StatusOK, []metric{})
+		return
+	}
 	writeJSON(w, http.StatusOK, []metric{{Timestamp: m.Timestamp.UTC(), TimestampUnix: m.Timestamp.Unix(),
 		CPUCount: max(1, int(m.CPUCount+0.5)), CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemUsed, MemTotal: m.MemTotal,
 		DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal}})

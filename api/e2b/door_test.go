@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -168,14 +169,16 @@ func TestCreateRefusals(t *testing.T) {
 	}
 	bigJSON, _ := json.Marshal(map[string]any{"templateID": "base", "metadata": big})
 	for body, want := range map[string]string{
-		`{"templateID":"nope"}`:                                           `templateID \"nope\": not a template of this node; it has base, code-interpreter-v1`,
-		`{"templateID":"base","allow_internet_access":true}`:              "allow_internet_access",
-		`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`:       "network",
-		`{"templateID":"base","mcp":{"x":{}}}`:                            "mcp",
-		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`: "volumeMounts",
-		`{"templateID":"base","iam":{"tokens":{}}}`:                       "",
-		`{"templateID":"base","autoPause":true}`:                          "autoPause: true: a jailcell sandbox ends at its timeout",
-		`{"templateID":"base","autoPause":false,"autoPauseMemory":false}`: "autoPauseMemory: false",
+		`{"templateID":"nope"}`:                                                               `templateID \"nope\": not a template of this node; it has base, code-interpreter-v1`,
+		`{"templateID":"base","allow_internet_access":true}`:                                  "allow_internet_access",
+		`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`:                           "network.denyOut: a jailcell sandbox's egress is its policy's",
+		`{"templateID":"base","network":{"allowPublicTraffic":false,"allowOut":["1.1.1.1"]}}`: "network.allowOut",
+		`{"templateID":"base","network":{"allowPublicTraffic":"no"}}`:                         "network.allowPublicTraffic: not a boolean",
+		`{"templateID":"base","mcp":{"x":{}}}`:                                                "mcp",
+		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`:                     "volumeMounts",
+		`{"templateID":"base","iam":{"tokens":{}}}`:                                           "",
+		`{"templateID":"base","autoPause":true}`:                                              "autoPause: true: a jailcell sandbox ends at its timeout",
+		`{"templateID":"base","autoPause":false,"autoPauseMemory":false}`:                     "autoPauseMemory: false",
 		`{"templateID":`: "not the JSON this route takes",
 		string(bigJSON):  "metadata: 65 keys, at most 64",
 	} {
@@ -190,6 +193,13 @@ func TestCreateRefusals(t *testing.T) {
 	for _, c := range f.calls {
 		if c.Op == api.OpCreate {
 			t.Errorf("a refused create reached the dispatcher: %+v", c)
+		}
+	}
+	// What E2B's secure sandboxes send: URLs that need the token, which a
+	// jailcell sandbox's always do.
+	for _, body := range []string{`{"templateID":"base","secure":true,"network":{"allowPublicTraffic":false}}`, `{"templateID":"base","network":{"allowPublicTraffic":true}}`} {
+		if w := do(d, "POST", "/v2/sandboxes", body, key); w.Code != 201 {
+			t.Errorf("%s: %d %s, want 201", body, w.Code, w.Body)
 		}
 	}
 	// What the SDKs send for lifecycle onTimeout "kill": what jailcell does.
@@ -279,5 +289,35 @@ func TestHealthOfAPausedSandbox(t *testing.T) {
 	}
 	if w := do(d, "GET", "/health", "", hdr(InterpreterPort)); w.Code != 200 {
 		t.Errorf("interpreter, running again: %d %s, want 200", w.Code, w.Body)
+	}
+}
+
+// TestMetricsRange: the one sample (now) is answered for a range that
+// reaches now, none for a range wholly in the past or the future, and a
+// bound that is not a Unix time in seconds is refused.
+func TestMetricsRange(t *testing.T) {
+	d, _ := newTestDoor(t, Options{})
+	key := map[string]string{"X-API-KEY": testKey}
+	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, key)
+	var s sandbox
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Unix()
+	for q, want := range map[string]int{
+		"":                              1,
+		fmt.Sprintf("?start=%d", now-1): 1,
+		fmt.Sprintf("?start=%d&end=%d", now-10, now):        1,
+		fmt.Sprintf("?start=%d&end=%d", now-3600, now-1800): 0,
+		fmt.Sprintf("?start=%d", now+60):                    0,
+	} {
+		w := do(d, "GET", "/sandboxes/"+s.SandboxID+"/metrics"+q, "", key)
+		var got []map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &got); w.Code != 200 || err != nil || len(got) != want {
+			t.Errorf("metrics%s: %d %s, want %d samples", q, w.Code, w.Body, want)
+		}
+	}
+	if w := do(d, "GET", "/sandboxes/"+s.SandboxID+"/metrics?end=yesterday", "", key); w.Code != 400 || !strings.Contains(w.Body.String(), `end \"yesterday\": want a Unix time in seconds`) {
+		t.Errorf("bad end: %d %s", w.Code, w.Body)
 	}
 }

@@ -244,7 +244,7 @@ type (
 		JSON         any            `json:"json,omitempty"`
 		JavaScript   *string        `json:"javascript,omitempty"`
 		Data         any            `json:"data,omitempty"`
-		Chart        *seam.Chart    `json:"chart,omitempty"`
+		Chart        map[string]any `json:"chart,omitempty"`
 		Extra        map[string]any `json:"extra,omitempty"`
 		IsMainResult bool           `json:"is_main_result"`
 	}
@@ -261,7 +261,7 @@ func resultOf(bundle map[string]any, chart *seam.Chart, main bool) *resultLine {
 	if len(bundle) == 0 && chart == nil {
 		return nil
 	}
-	l := &resultLine{Type: "result", IsMainResult: main, Chart: chart}
+	l := &resultLine{Type: "result", IsMainResult: main, Chart: e2bChart(chart)}
 	str := func(v any) *string {
 		if s, ok := v.(string); ok {
 			return &s

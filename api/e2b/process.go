@@ -72,7 +72,7 @@ func (p *processes) forget(id string) {
 	delete(p.boxes, id)
 	p.mu.Unlock()
 	if b != nil {
-		b.close(connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s was killed", id)))
+		b.close(sandboxGone(id, "was killed"))
 	}
 }
 
@@ -189,7 +189,7 @@ func (p *processes) sweep(d *Door) {
 		cancel()
 		if e != nil && (e.Code == api.CodeNotFound || e.Code == api.CodeExpired) {
 			p.drop(b)
-			b.close(connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running: %s", b.id, e.Message)))
+			b.close(sandboxGone(b.id, "is not running: "+e.Message))
 		}
 	}
 }
@@ -224,7 +224,7 @@ func (b *box) reserve() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.gone {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s was killed", b.id))
+		return sandboxGone(b.id, "was killed")
 	}
 	for len(b.procs)+b.pending >= maxProcs && len(b.ended) > 0 {
 		b.dropEndedLocked()
@@ -320,7 +320,7 @@ func (b *box) subscribe(d *Door, p *proc) *sub {
 	b.mu.Lock()
 	if b.gone {
 		b.mu.Unlock()
-		s.push(nil, true, connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s was killed", b.id)))
+		s.push(nil, true, sandboxGone(b.id, "was killed"))
 		return s
 	}
 	if p.end != nil {
@@ -395,7 +395,7 @@ func (d *Door) pump(b *box) {
 				// The streams learn why: a wait cut by the sandbox's end
 				// fails with its kernel's loss, which says nothing of it.
 				if e := d.endedWithin(b); e != nil {
-					err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running: %s", b.id, e.Message))
+					err = sandboxGone(b.id, "is not running: "+e.Message)
 				}
 				b.close(err)
 				d.procs.drop(b)
@@ -485,12 +485,22 @@ func (d *Door) command(ctx context.Context, b *box, req *api.Request, emit func(
 	}
 }
 
+// sandboxGone is the error of a stream or request whose sandbox ended
+// under it: Unavailable, as E2B's proxy answers for a sandbox that is
+// gone, which the SDKs raise as TimeoutError. Its text begins with E2B's
+// own words for the case, so a program or a person that knows them (and
+// E2B's tests, which look for them) reads it as E2B's, then says which
+// sandbox and why.
+func sandboxGone(id, why string) *connect.Error {
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the sandbox was killed or reached its end of life: sandbox %s %s", id, why))
+}
+
 // procError maps a wire error to the Connect code E2B's SDKs act on: a
 // sandbox that is gone is Unavailable (as E2B's proxy's 502 is), a job the
 // kernel does not know NotFound.
 func procError(id string, e *api.Error) error {
 	if (e.Code == api.CodeNotFound || e.Code == api.CodeExpired) && !strings.Contains(e.Message, "no job") {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running: %s", id, e.Message))
+		return sandboxGone(id, "is not running: "+e.Message)
 	}
 	return connectError(e)
 }

@@ -225,8 +225,9 @@ func TestStreamEndsOnPauseAndKill(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 				t.Fatalf("%s: the stream ended with %v, want unavailable", how, err)
 			}
-			// The session's own reason, not the wait's.
-			if want := map[string]string{"ended elsewhere": "is not running: session sbx1 expired", "closed under a wait": "is not running: session sbx1 was closed"}[how]; !strings.Contains(err.Error(), want) {
+			// E2B's words for the case, then the session's own reason,
+			// not the wait's.
+			if want := map[string]string{"ended elsewhere": "the sandbox was killed or reached its end of life: sandbox sbx1 is not running: session sbx1 expired", "closed under a wait": "the sandbox was killed or reached its end of life: sandbox sbx1 is not running: session sbx1 was closed"}[how]; !strings.Contains(err.Error(), want) {
 				t.Errorf("%s: %v, want %q", how, err, want)
 			}
 			t.Logf("%s: %v", how, err)

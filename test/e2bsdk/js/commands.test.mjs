@@ -264,7 +264,7 @@ test('killing the sandbox ends its open command streams with TimeoutError, at on
   const raisesKilled = (err) => {
     assert.ok(err instanceof TimeoutError, `${err?.name}: ${err?.message}`)
     // The door's kill or its pump, whichever sees it first, says why.
-    assert.match(err.message, /sandbox \S+ (was killed|is not running: .* was closed)/)
+    assert.match(err.message, /the sandbox was killed or reached its end of life: sandbox \S+ (was killed|is not running: .* was closed)/)
     return true
   }
   await assert.rejects(fg, raisesKilled)

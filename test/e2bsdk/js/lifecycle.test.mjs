@@ -126,6 +126,11 @@ test('metrics', async () => {
     const m = await sbx.getMetrics()
     assert.ok(m.length >= 1)
     assert.ok(m[0].memTotal > 0 && m[0].diskTotal > 0 && m[0].cpuCount >= 1, JSON.stringify(m[0]))
+    // jailcell keeps no history: a range that reaches now has the sample,
+    // one wholly before the sandbox none.
+    const now = Date.now()
+    assert.equal((await sbx.getMetrics({ start: new Date(now - 60_000), end: new Date(now) })).length, 1)
+    assert.equal((await sbx.getMetrics({ start: new Date(now - 3_600_000), end: new Date(now - 1_800_000) })).length, 0)
   } finally {
     await sbx.kill()
   }

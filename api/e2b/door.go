@@ -212,6 +212,9 @@ func (d *Door) sandboxOwner(r *http.Request, id string) (int, error) {
 	if tok == "" {
 		tok = r.Header.Get("E2B-Traffic-Access-Token")
 	}
+	if tok == "" && r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+		return d.signedOwner(r, id)
+	}
 	if tok == "" {
 		return 0, fmt.Errorf("sandbox %s: no X-Access-Token: use the envdAccessToken that create or connect returned", id)
 	}
@@ -220,6 +223,44 @@ func (d *Door) sandboxOwner(r *http.Request, id string) (int, error) {
 		return 0, fmt.Errorf("sandbox %s: the access token is not this sandbox's", id)
 	}
 	return owner, nil
+}
+
+// signedOwner admits a /files request by its signature, as envd does for
+// the SDKs' downloadUrl and uploadUrl (a link handed to a browser or
+// another program, which sends no header): "v1_" and the unpadded base64
+// of SHA-256 over "PATH:OPERATION:USERNAME:TOKEN[:EXPIRATION]", with the
+// path and username as the query names them, the operation "read" for GET
+// and "write" for POST, and TOKEN the sandbox's access token. The owner
+// comes from the door's record of the sandbox (the token names it); a
+// sandbox this door did not make has no signed URLs. Signatures are
+// compared in constant time; an expired one is refused even if it
+// matches, as envd refuses it.
+func (d *Door) signedOwner(r *http.Request, id string) (int, error) {
+	q := r.URL.Query()
+	rec, ok := d.records.get(id)
+	if !ok {
+		return 0, fmt.Errorf("sandbox %s: a signed URL is admitted only for a sandbox made through this door; send X-Access-Token", id)
+	}
+	op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
+	parts := []string{q.Get("path"), op, q.Get("username"), d.accessToken(rec.Owner, id)}
+	var exp *int64
+	if e := q.Get("signature_expiration"); e != "" {
+		n, err := strconv.ParseInt(e, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("signature_expiration %q: want a Unix time in seconds", e)
+		}
+		exp = &n
+		parts = append(parts, e)
+	}
+	sum := sha256.Sum256([]byte(strings.Join(parts, ":")))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	if op == "" || !hmac.Equal([]byte(q.Get("signature")), []byte(want)) {
+		return 0, errors.New("invalid signature")
+	}
+	if exp != nil && *exp < time.Now().Unix() {
+		return 0, errors.New("signature is already expired")
+	}
+	return rec.Owner, nil
 }
 
 // accessToken is sandbox id's token for owner: "jc1.OWNER.MAC". It names

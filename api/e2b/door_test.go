@@ -3,10 +3,13 @@ package e2b
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -319,5 +322,62 @@ func TestMetricsRange(t *testing.T) {
 	}
 	if w := do(d, "GET", "/sandboxes/"+s.SandboxID+"/metrics?end=yesterday", "", key); w.Code != 400 || !strings.Contains(w.Body.String(), `end \"yesterday\": want a Unix time in seconds`) {
 		t.Errorf("bad end: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestSignedFileURLs: a /files request without a token header is admitted
+// by the signature the SDKs' downloadUrl and uploadUrl compute from the
+// sandbox's token (computed here from E2B's definition), for its path,
+// operation and user only, and not once it has expired.
+func TestSignedFileURLs(t *testing.T) {
+	d, _ := newTestDoor(t, Options{})
+	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
+	var s sandbox
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	sign := func(path, op, user string, exp string) string {
+		raw := path + ":" + op + ":" + user + ":" + s.EnvdAccessToken
+		if exp != "" {
+			raw += ":" + exp
+		}
+		sum := sha256.Sum256([]byte(raw))
+		return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	}
+	hdr := map[string]string{"E2b-Sandbox-Id": s.SandboxID, "E2b-Sandbox-Port": "49983"}
+	later := strconv.FormatInt(time.Now().Unix()+600, 10)
+	past := strconv.FormatInt(time.Now().Unix()-10, 10)
+	q := func(v url.Values) string { return "/files?" + v.Encode() }
+	for _, c := range []struct {
+		name, method, target, msg string
+	}{
+		{"read", "GET", q(url.Values{"path": {"a.txt"}, "signature": {sign("a.txt", "read", "", "")}}), ""},
+		{"read with user and expiry", "GET", q(url.Values{"path": {"a.txt"}, "username": {"user"}, "signature_expiration": {later}, "signature": {sign("a.txt", "read", "user", later)}}), ""},
+		{"write", "POST", q(url.Values{"path": {"a.txt"}, "signature": {sign("a.txt", "write", "", "")}}), ""},
+		{"a read's signature used to write", "POST", q(url.Values{"path": {"a.txt"}, "signature": {sign("a.txt", "read", "", "")}}), "invalid signature"},
+		{"another path", "GET", q(url.Values{"path": {"b.txt"}, "signature": {sign("a.txt", "read", "", "")}}), "invalid signature"},
+		{"expiry moved later", "GET", q(url.Values{"path": {"a.txt"}, "signature_expiration": {later}, "signature": {sign("a.txt", "read", "", past)}}), "invalid signature"},
+		{"expired", "GET", q(url.Values{"path": {"a.txt"}, "signature_expiration": {past}, "signature": {sign("a.txt", "read", "", past)}}), "signature is already expired"},
+	} {
+		w := do(d, c.method, c.target, "", hdr)
+		if c.msg == "" {
+			if w.Code == 401 {
+				t.Errorf("%s: %d %s, want admitted", c.name, w.Code, w.Body)
+			}
+			continue
+		}
+		if w.Code != 401 || !strings.Contains(w.Body.String(), c.msg) {
+			t.Errorf("%s: %d %s, want 401 %q", c.name, w.Code, w.Body, c.msg)
+		}
+	}
+	// Another sandbox's signature (its token differs) opens nothing here.
+	w = do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
+	var other sandbox
+	if err := json.Unmarshal(w.Body.Bytes(), &other); err != nil {
+		t.Fatal(err)
+	}
+	hdr["E2b-Sandbox-Id"] = other.SandboxID
+	if w := do(d, "GET", q(url.Values{"path": {"a.txt"}, "signature": {sign("a.txt", "read", "", "")}}), "", hdr); w.Code != 401 {
+		t.Errorf("a signature of another sandbox: %d %s, want 401", w.Code, w.Body)
 	}
 }

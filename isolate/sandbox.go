@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,10 +42,59 @@ type Spec struct {
 }
 
 // Bind is a host directory visible in the sandbox, read-only unless
-// Writable.
+// Writable. With Inner, Source is a directory of the sandbox's own root
+// (its overlay), shown at Dest too: a second name for it.
 type Bind struct {
 	Source, Dest string
 	Writable     bool
+	Inner        bool
+}
+
+// innerMounts are spec's Inner binds as mounts of root (mounted). An
+// inner source or destination is the sandbox's own and may have been
+// changed by an earlier sandbox on the disk (a restore, a rollback, a
+// template): a symlink there would make the host bind whatever it points
+// to, outside the root (the runc mount-symlink escapes, CVE-2021-30465 and
+// kin). So every component must be a real directory (a destination's last
+// may be absent), checked with lstat; nothing of the disk's runs while a
+// sandbox is built on it, so nothing can change them between the check
+// and the mount. A bind that fails the check is left out: the sandbox
+// broke that name itself, and the rest of it is as always.
+func innerMounts(spec Spec, root string) []*configs.Mount {
+	var mounts []*configs.Mount
+	for _, b := range spec.Binds {
+		if !b.Inner || !realDirs(root, b.Source, false) || !realDirs(root, b.Dest, true) {
+			continue
+		}
+		flags := unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV
+		if !b.Writable {
+			flags |= unix.MS_RDONLY
+		}
+		mounts = append(mounts, &configs.Mount{Source: filepath.Join(root, b.Source), Destination: b.Dest, Device: "bind", Flags: flags})
+	}
+	return mounts
+}
+
+// realDirs reports whether each component of the absolute, clean path p
+// under root is a directory and not a symlink; with lastMayLack, the last
+// may also be absent (the mount makes it).
+func realDirs(root, p string, lastMayLack bool) bool {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+		return false
+	}
+	parts := strings.Split(p[1:], "/")
+	at := root
+	for i, part := range parts {
+		at = filepath.Join(at, part)
+		fi, err := os.Lstat(at)
+		if err != nil {
+			return lastMayLack && i == len(parts)-1 && errors.Is(err, fs.ErrNotExist)
+		}
+		if !fi.IsDir() {
+			return false
+		}
+	}
+	return true
 }
 
 // validID reports whether id is 1-48 of [A-Za-z0-9_]. Not a regexp: every
@@ -290,6 +341,7 @@ func (d *Disk) buildEarly(spec Spec, labels []string, verify bool, early func(cf
 	if err := unmount(lower); err != nil {
 		return nil, err
 	}
+	cfg.Mounts = append(cfg.Mounts, innerMounts(spec, root)...)
 
 	if err := h.prepareNetwork(spec.Policy, root); err != nil {
 		return nil, err
@@ -566,6 +618,9 @@ func (h *Host) containerConfig(spec Spec, id, root string, hostID int, sec *conf
 		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777,size=" + strconv.FormatInt(p.TmpBytes, 10)},
 	}
 	for _, b := range spec.Binds {
+		if b.Inner {
+			continue // innerMounts, once the root is mounted
+		}
 		flags := unix.MS_BIND | unix.MS_REC | unix.MS_NOSUID | unix.MS_NODEV
 		if !b.Writable {
 			flags |= unix.MS_RDONLY

@@ -157,6 +157,7 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 			Persist:      req.Persist,
 			Requirements: req.Requirements,
 			Envs:         req.Envs,
+			Cwd:          req.Cwd,
 		})
 		if err != nil {
 			return nil, err

@@ -161,7 +161,10 @@ type Request struct {
 	// Envs are environment variables: the session's (create), one cell's
 	// (exec), one command's (command).
 	Envs map[string]string `json:"envs,omitempty"`
-	// Cwd is a command's working directory, relative to /work.
+	// Cwd is a command's working directory, relative to the session's
+	// start directory, or absolute in the workspace under either of its
+	// names (/work, /home/user). With create, the session's start
+	// directory: /work (the default) or /home/user.
 	Cwd string `json:"cwd,omitempty"`
 	// Background makes a command's start answer at once with its job.
 	Background bool `json:"background,omitempty"`

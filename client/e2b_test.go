@@ -64,6 +64,18 @@ func e2bConformance(t *testing.T, c e2bAPI) {
 	if _, err := c.Command(ctx, s.ID, "true", &CommandOptions{Cwd: "../etc"}); !IsCode(err, "bad_request") {
 		t.Errorf("cwd outside /work: %v, want bad_request", err)
 	}
+	// A session that starts in /home/user, the workspace's second name.
+	home, err := c.Create(ctx, CreateOptions{Cwd: "/home/user"})
+	if err != nil || home.Cwd != "/home/user" {
+		t.Fatalf("create in /home/user: %+v, %v", home, err)
+	}
+	if r, err := c.Command(ctx, home.ID, "pwd; ls /work", nil); err != nil || r.Stdout != "/home/user\n" {
+		t.Errorf("pwd in a session started in /home/user: %+v, %v", r, err)
+	}
+	c.CloseSession(ctx, home.ID)
+	if _, err := c.Create(ctx, CreateOptions{Cwd: "/tmp"}); !IsCode(err, "bad_request") {
+		t.Errorf("create in /tmp: %v, want bad_request", err)
+	}
 	res, err := c.Exec(ctx, s.ID, "import os; os.environ['SB'] + os.environ['CELL']", &ExecOptions{Envs: map[string]string{"CELL": "!"}})
 	if err != nil || res.Value["text/plain"] != "'sandbox!'" {
 		t.Errorf("cell envs: %+v, %v", res, err)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -101,6 +102,9 @@ type CreateOptions struct {
 	Requirements []string
 	// Envs is the session's environment, for every cell and command.
 	Envs map[string]string
+	// Cwd is where cells and commands start: "" or "/work" (the
+	// default), or "/home/user", the same workspace under E2B's name.
+	Cwd string
 }
 
 // Limits tighten a session's policy; nil fields keep the policy's value.
@@ -167,9 +171,12 @@ type Session struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	Cells     int       `json:"cells"`
 	Persist   string    `json:"persist,omitempty"`
-	Restored  []string  `json:"restored,omitempty"`
-	Survives  string    `json:"survives,omitempty"`
-	Installed []string  `json:"installed,omitempty"`
+	// Cwd is where the session's cells and commands start when it is not
+	// /work: /home/user, the same workspace under its second name.
+	Cwd       string   `json:"cwd,omitempty"`
+	Restored  []string `json:"restored,omitempty"`
+	Survives  string   `json:"survives,omitempty"`
+	Installed []string `json:"installed,omitempty"`
 	// ForkedFrom is the session this one was forked from.
 	ForkedFrom string `json:"forked_from,omitempty"`
 	// Start says how its kernel started: "template" or "import"; Pooled,
@@ -215,6 +222,9 @@ type Result struct {
 	ExecutionCount int `json:"execution_count,omitempty"`
 	// ValueChart is the chart data of Value when it is a matplotlib Figure.
 	ValueChart *Chart `json:"value_chart,omitempty"`
+	// ValueTable is Value's columns when it is a pandas DataFrame of at
+	// most 10000 cells: {"name": [values]} in column order.
+	ValueTable json.RawMessage `json:"value_table,omitempty"`
 }
 
 // CellError is a Python exception raised by a cell.
@@ -247,6 +257,8 @@ type DisplayItem struct {
 	// Chart is what a matplotlib figure plotted, beside its PNG; nil for
 	// anything else.
 	Chart *Chart `json:"chart,omitempty"`
+	// Table is a displayed pandas DataFrame's columns (see ValueTable).
+	Table json.RawMessage `json:"table,omitempty"`
 }
 
 // Chart is the data of a matplotlib figure: its type, title, axis labels
@@ -429,8 +441,9 @@ type createBody struct {
 	Persist      string            `json:"persist,omitempty"`
 	Requirements []string          `json:"requirements,omitempty"`
 	Envs         map[string]string `json:"envs,omitempty"`
+	Cwd          string            `json:"cwd,omitempty"`
 }
 
 func newCreateBody(o CreateOptions) createBody {
-	return createBody{TTLS: o.TTL.Seconds(), MaxLifetimeS: o.MaxLifetime.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements, Envs: o.Envs}
+	return createBody{TTLS: o.TTL.Seconds(), MaxLifetimeS: o.MaxLifetime.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements, Envs: o.Envs, Cwd: o.Cwd}
 }

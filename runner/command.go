@@ -2,9 +2,11 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Command actions.
@@ -127,6 +129,34 @@ func (c *Conn) SetEnv(ctx context.Context, id string, set map[string]string, uns
 	}
 	_, err := c.request(ctx, "env "+id, map[string]any{"t": frameEnv, "id": id, "set": set, "unset": unset}, frameEnv, nil)
 	return err
+}
+
+// SetStartDir makes dir the working directory of the kernel's main
+// namespace (and its PWD): where later cells of that namespace, and what
+// they start, run. The kernel takes it once in its life and ignores it
+// after, so a kernel restored from an image keeps the directory its cells
+// chose. The kernel's refusal (dir is not a directory there) is an error,
+// and a refused one does not count.
+func (c *Conn) SetStartDir(ctx context.Context, id, dir string) error {
+	b, err := c.request(ctx, "env "+id, map[string]any{"t": frameEnv, "id": id, "set": map[string]string{}, "unset": []string{}, "cwd": dir}, frameEnv, nil)
+	if err != nil {
+		return err
+	}
+	var ans struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(b, &ans); err != nil {
+		return fmt.Errorf("env %s: %w", id, err)
+	}
+	if ans.Error != "" {
+		// Out of the sandbox: held to the bound of a command's error.
+		msg := ans.Error
+		if len(msg) > maxCommandError {
+			msg = strings.ToValidUTF8(msg[:maxCommandError], "")
+		}
+		return fmt.Errorf("env %s: the kernel refused: %s", id, msg)
+	}
+	return nil
 }
 
 // request writes frame and reads frames until the one of type t with the

@@ -104,6 +104,28 @@ func TestKernelCommand(t *testing.T) {
 	if got := plain(k.exec("kept")); got != "7" {
 		t.Errorf("namespace after commands: %s, want 7", got)
 	}
+
+	// SetStartDir moves the main namespace, PWD with it, once: a refused
+	// one does not count, a later one is ignored. A command's PWD is its
+	// own cwd, whatever the kernel's says.
+	if err := k.conn.SetStartDir(ctx, k.nextID(), dir+"/no-such-dir"); err == nil || !strings.Contains(err.Error(), "the kernel refused: cwd "+dir+"/no-such-dir") {
+		t.Errorf("SetStartDir to a missing directory: %v, want the kernel's refusal", err)
+	}
+	if err := k.conn.SetStartDir(ctx, k.nextID(), dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := plain(k.exec("os.getcwd() + '|' + os.environ['PWD']")); got != "'"+dir+"|"+dir+"'" {
+		t.Errorf("after SetStartDir(%s): %s", dir, got)
+	}
+	if err := k.conn.SetStartDir(ctx, k.nextID(), "/"); err != nil {
+		t.Fatal(err)
+	}
+	if got := plain(k.exec("os.getcwd()")); got != "'"+dir+"'" {
+		t.Errorf("after a second SetStartDir: %s, want %s kept", got, dir)
+	}
+	if r := run(CommandRequest{Action: CommandStart, Cmd: "echo $PWD; pwd", Cwd: "/", WaitS: 30}, nil); r.Stdout != "/\n/\n" {
+		t.Errorf("a command in / says %q, want / twice", r.Stdout)
+	}
 }
 
 // TestDecodeCommandBounds: a forged reply cannot make the host keep more

@@ -262,7 +262,7 @@ func (s *execState) partial() *Result {
 }
 
 func (s *execState) result(obj []byte) (*Result, error) {
-	var status, value, valueChart, display, errv []byte
+	var status, value, valueChart, valueTable, display, errv []byte
 	var stdoutCut, stderrCut, interrupted bool
 	err := eachMember(obj, func(k, v []byte) error {
 		switch string(k) {
@@ -272,6 +272,8 @@ func (s *execState) result(obj []byte) (*Result, error) {
 			value = v
 		case `"value_chart"`:
 			valueChart = v
+		case `"value_table"`:
+			valueTable = v
 		case `"display"`:
 			display = v
 		case `"error"`:
@@ -329,6 +331,12 @@ func (s *execState) result(obj []byte) (*Result, error) {
 		if n += len(`,"value_chart":`); n <= budget {
 			res.ValueChart = c
 			budget -= n
+		}
+	}
+	if res.Value != nil && kind(valueTable) == '{' {
+		if tb := decodeTable(valueTable); tb != nil && len(tb)+len(`,"value_table":`) <= budget {
+			res.ValueTable = tb
+			budget -= len(tb) + len(`,"value_table":`)
 		}
 	}
 	if res.Display, err = decodeDisplay(display, budget); err != nil {
@@ -448,7 +456,7 @@ func decodeDisplay(arr []byte, budget int) ([]DisplayItem, error) {
 // bytes. A cost of 0 means it does not fit.
 func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 	var item DisplayItem
-	var chart []byte
+	var chart, table []byte
 	cost := itemOverhead
 	fits := true
 	err := eachMember(obj, func(k, v []byte) error {
@@ -499,6 +507,8 @@ func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 			return boolField(&item.Pager, k, v)
 		case `"chart"`:
 			chart = v
+		case `"table"`:
+			table = v
 		}
 		return nil
 	})
@@ -517,6 +527,13 @@ func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 		}
 		item.Chart = c
 		cost += len(`,"chart":`) + n
+	}
+	if fits && kind(table) == '{' {
+		// A table over its caps is left out; the bundle has the frame.
+		if tb := decodeTable(table); tb != nil && cost+len(tb)+len(`,"table":`) <= budget {
+			item.Table = tb
+			cost += len(`,"table":`) + len(tb)
+		}
 	}
 	if !fits || cost > budget {
 		return DisplayItem{}, 0, nil

@@ -1,5 +1,7 @@
 package runner
 
+import "encoding/json"
+
 // Hello is what the kernel says after each connect. It is untrusted: the
 // counts are for display and diagnostics, not for decisions.
 type Hello struct {
@@ -71,6 +73,10 @@ type Result struct {
 	// ValueChart is the chart data of Value when the value is a matplotlib
 	// Figure (see Chart).
 	ValueChart *Chart `json:"value_chart,omitempty"`
+	// ValueTable is Value's columns when the value is a pandas DataFrame
+	// of at most 10000 cells: {"name": [values]} in column order, E2B's
+	// Result.data (see decodeTable).
+	ValueTable json.RawMessage `json:"value_table,omitempty"`
 	// Display lists what the cell showed: display() calls and matplotlib
 	// figures, in order.
 	Display []DisplayItem `json:"display,omitempty"`
@@ -102,6 +108,9 @@ type DisplayItem struct {
 	// Chart is the data a matplotlib figure drew, beside its PNG (see
 	// Chart); nil for anything else.
 	Chart *Chart `json:"chart,omitempty"`
+	// Table is a pandas DataFrame's columns, beside its bundle (see
+	// decodeTable); nil for anything else.
+	Table json.RawMessage `json:"table,omitempty"`
 }
 
 // CellError is an exception raised by a cell.

@@ -255,3 +255,36 @@ func TestChartFallback(t *testing.T) {
 		})
 	}
 }
+
+// TestDataFrameTable: a pandas DataFrame, as a cell's value or displayed,
+// comes with its columns as a table beside its bundle (E2B's Result.data),
+// in column order, NaN as null and timestamps in ISO form; a frame over
+// 10000 cells has none (its bundle still has the head). The bundle itself
+// is Jupyter's: no extra MIME type.
+func TestDataFrameTable(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, CreateOptions{})
+	res := e.exec(t, id, `import pandas as pd, numpy as np
+df = pd.DataFrame({"b": [1, 2], "a": ["x", None], "f": [0.5, np.nan], "t": pd.to_datetime(["2023-09-01", "2023-09-02"])})
+display(df)
+df`, 2*time.Minute)
+	wantStatus(t, res, StatusOK)
+	want := `{"b":[1,2],"a":["x",null],"f":[0.5,null],"t":["2023-09-01T00:00:00","2023-09-02T00:00:00"]}`
+	if string(res.ValueTable) != want {
+		t.Errorf("value table = %s, want %s", res.ValueTable, want)
+	}
+	if len(res.Display) != 1 || string(res.Display[0].Table) != want {
+		t.Errorf("displayed: %+v, want the same table", res.Display)
+	}
+	if _, ok := res.Value["e2b/data"]; ok || res.Value["text/html"] == nil {
+		t.Errorf("value bundle %v: want Jupyter's (html and text), no e2b/data", res.Value)
+	}
+	big := e.exec(t, id, "pd.DataFrame({'x': range(10001)})", time.Minute)
+	if big.ValueTable != nil || big.Value["text/plain"] == nil {
+		t.Errorf("a frame of 10001 cells: table %s, bundle %v; want no table, the bundle kept", big.ValueTable, big.Value)
+	}
+	plain := e.exec(t, id, "[1, 2]", time.Minute)
+	if plain.ValueTable != nil {
+		t.Errorf("a list: table %s, want none", plain.ValueTable)
+	}
+}

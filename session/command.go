@@ -39,11 +39,7 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 		if err := CheckEnvs("envs", req.Envs); err != nil {
 			return nil, err
 		}
-		cwd, err := commandCwd(req.Cwd)
-		if err != nil {
-			return nil, err
-		}
-		rreq.Cmd, rreq.Envs, rreq.Cwd = req.Cmd, req.Envs, cwd
+		rreq.Cmd, rreq.Envs, rreq.Cwd = req.Cmd, req.Envs, req.Cwd
 	case CommandWait, CommandKill:
 		if req.Job == "" {
 			return nil, fmt.Errorf("%w: %s needs job, the name a background start answered", ErrBadRequest, req.Action)
@@ -68,8 +64,13 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: session %s was closed", ErrNotFound, id)
 	}
-	pol := s.policy
+	pol, startDir := s.policy, s.info.Cwd
 	s.mu.Unlock()
+	if req.Action == CommandStart {
+		if rreq.Cwd, err = commandCwd(req.Cwd, startDir); err != nil {
+			return nil, err
+		}
+	}
 	rreq.MaxOutput, rreq.GraceS = pol.OutputBytes, pol.InterruptGrace.Seconds()
 	var limit time.Duration // the host's clock on the command, 0: none
 	switch {
@@ -162,15 +163,31 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 	return res, nil
 }
 
-// commandCwd maps a client's cwd to a directory inside the sandbox, under
-// Workdir: the same confinement as a file path.
-func commandCwd(cwd string) (string, error) {
-	if cwd == "" || cwd == Workdir || cwd == "." {
-		return Workdir, nil
+// commandCwd maps a client's cwd to a directory inside the sandbox, in the
+// workspace: the same confinement as a file path. The workspace has two
+// names, Workdir and HomeDir; a path that starts with one keeps it, and a
+// relative one (or none) is under start, the session's start directory
+// ("": Workdir).
+func commandCwd(cwd, start string) (string, error) {
+	if start == "" {
+		start = Workdir
 	}
-	rel, err := cleanRel(strings.TrimSuffix(cwd, "/"))
+	base, rest := start, cwd
+	for _, name := range []string{Workdir, HomeDir} {
+		if cwd == name {
+			return name, nil
+		}
+		if r, ok := strings.CutPrefix(cwd, name+"/"); ok {
+			base, rest = name, r
+			break
+		}
+	}
+	if rest == "" || rest == "." {
+		return base, nil
+	}
+	rel, err := cleanRel(strings.TrimSuffix(rest, "/"))
 	if err != nil {
 		return "", fmt.Errorf("cwd %q: %w", cwd, err)
 	}
-	return Workdir + "/" + rel, nil
+	return base + "/" + rel, nil
 }

@@ -254,3 +254,105 @@ func TestCommandSurvivesHibernate(t *testing.T) {
 		t.Errorf("variables after restore: %+v, %v", res, err)
 	}
 }
+
+// TestStartInHome: every sandbox has its workspace at /work and at
+// /home/user, the same directory; a session created with cwd /home/user
+// starts its cells and commands there (getcwd and a shell's pwd say so),
+// and a relative cwd is under it. A session of the default start stays in
+// /work. A start elsewhere is refused, naming the two allowed.
+func TestStartInHome(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.m.Create(ctx, CreateOptions{Owner: 1000, Cwd: "/tmp"}); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "/work (the default) or /home/user") {
+		t.Fatalf("create in /tmp: %v, want ErrBadRequest naming /work and /home/user", err)
+	}
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000, Cwd: HomeDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	if info.Cwd != HomeDir {
+		t.Errorf("info.cwd = %q, want %s", info.Cwd, HomeDir)
+	}
+	value := func(code string) string {
+		t.Helper()
+		res, err := e.m.Exec(ctx, 1000, id, ExecRequest{Code: code})
+		if err != nil || res.Value == nil {
+			t.Fatalf("%s: %+v, %v", code, res, err)
+		}
+		s, _ := res.Value["text/plain"].(string)
+		return s
+	}
+	if got := value("import os\nopen('/home/user/h.txt', 'w').write('via home')\nos.getcwd(), open('/work/h.txt').read()"); got != "('/home/user', 'via home')" {
+		t.Errorf("first cell: %s, want ('/home/user', 'via home'): the start directory and one workspace under two names", got)
+	}
+	if dl, err := e.m.Workspace().Download(ctx, 1000, id, "h.txt"); err != nil || string(dl.Data) != "via home" {
+		t.Errorf("the workspace has h.txt: %v, %v", dl, err)
+	}
+	// The file ops take either name too.
+	if _, err := e.m.Workspace().Upload(ctx, 1000, id, "/home/user/up.txt", []byte("up")); err != nil {
+		t.Fatal(err)
+	}
+	if dl, err := e.m.Workspace().Download(ctx, 1000, id, "/home/user/h.txt"); err != nil || string(dl.Data) != "via home" {
+		t.Errorf("download /home/user/h.txt: %v, %v", dl, err)
+	}
+	if got := value("open('/work/up.txt').read()"); got != "'up'" {
+		t.Errorf("a file uploaded as /home/user/up.txt, read at /work: %s", got)
+	}
+	for _, c := range []struct{ cwd, want string }{{"", "/home/user"}, {"sub", "/home/user/sub"}, {"/work/sub", "/work/sub"}, {"/home/user/sub", "/home/user/sub"}} {
+		if _, err := e.m.Command(ctx, 1000, id, CommandRequest{Cmd: "mkdir -p /work/sub"}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := e.m.Command(ctx, 1000, id, CommandRequest{Cmd: "pwd; /bin/pwd", Cwd: c.cwd})
+		if err != nil || r.Stdout != c.want+"\n"+c.want+"\n" {
+			t.Errorf("command with cwd %q: %+v, %v; want %s from the shell and from getcwd", c.cwd, r, err, c.want)
+		}
+	}
+	if _, err := e.m.Command(ctx, 1000, id, CommandRequest{Cmd: "true", Cwd: "/home/user/../../etc"}); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("a cwd out of the home: %v, want ErrBadRequest", err)
+	}
+	plain, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.m.Exec(ctx, 1000, plain.ID, ExecRequest{Code: "import os; os.getcwd(), os.path.isdir('/home/user')"})
+	if err != nil || res.Value["text/plain"] != "('/work', True)" || plain.Cwd != "" {
+		t.Errorf("a default session: %+v, %v, cwd %q; want /work, with /home/user there too", res, err, plain.Cwd)
+	}
+}
+
+// TestStartInHomeKeepsTheCellsChdir: the start directory is given once in
+// a kernel's life, so a cell's own chdir survives a hibernate and a fork,
+// whose kernels are restored from images; the fork starts where its
+// parent does.
+func TestStartInHomeKeepsTheCellsChdir(t *testing.T) {
+	requiresCriu(t)
+	r := newRestartable(t)
+	ctx := context.Background()
+	m := r.startWith(func(*Config) {})
+	defer m.Shutdown(ctx)
+	info, err := m.Create(ctx, CreateOptions{Owner: 1000, Cwd: HomeDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, code := range []string{"import os; os.getcwd()", "os.chdir('/tmp')"} {
+		if res, err := m.Exec(ctx, 1000, info.ID, ExecRequest{Code: code}); err != nil || res.Status != StatusOK {
+			t.Fatalf("%s: %+v, %v", code, res, err)
+		}
+	}
+	if _, err := m.Durability().Hibernate(ctx, 1000, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "os.getcwd()"})
+	if err != nil || res.Value["text/plain"] != "'/tmp'" {
+		t.Errorf("after a hibernate and restore: %+v, %v; want the cell's own chdir, '/tmp'", res, err)
+	}
+	child, err := m.Durability().Fork(ctx, 1000, info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = m.Exec(ctx, 1000, child.ID, ExecRequest{Code: "os.getcwd()"})
+	if err != nil || res.Value["text/plain"] != "'/tmp'" || child.Cwd != HomeDir {
+		t.Errorf("fork: %+v, %v, cwd %q; want the parent's chdir and its start directory", res, err, child.Cwd)
+	}
+}

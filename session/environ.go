@@ -27,17 +27,32 @@ type environHost interface {
 	dropKernel(s *Session, k *kernel)
 }
 
-// syncEnv gives k the session's environment once per kernel (a kernel
-// started, restored or replaced since has its own os.environ).
+// syncEnv gives k the session's environment and start directory once per
+// kernel (a kernel started, restored or replaced since has its own
+// os.environ and working directory: a pooled, template or zygote kernel
+// was made before its session's create said what they are).
 func (m *environ) syncEnv(ctx context.Context, s *Session, k *kernel) error {
 	s.mu.Lock()
-	envs := s.envs
+	envs, cwd := s.envs, s.info.Cwd
 	s.mu.Unlock()
-	if len(envs) == 0 || k.envSynced {
+	if (len(envs) == 0 && cwd == "") || k.envSynced {
 		return nil
 	}
-	if err := m.setEnv(ctx, s, k, envs, nil); err != nil {
-		return err
+	if len(envs) > 0 {
+		if err := m.setEnv(ctx, s, k, envs, nil); err != nil {
+			return err
+		}
+	}
+	if cwd != "" {
+		ectx, cancel := context.WithTimeout(ctx, AssistTimeout)
+		defer cancel()
+		id := m.nonce + "-env-" + strconv.FormatUint(commandSeq.Add(1), 10)
+		if err := k.conn.SetStartDir(ectx, id, cwd); err != nil {
+			// Every sandbox has both names of the workspace; a kernel
+			// that cannot enter one is not the kernel this session needs.
+			m.host.dropKernel(s, k)
+			return fmt.Errorf("%w: start session %s in %s: %v; its kernel was stopped", ErrUnavailable, s.id, cwd, err)
+		}
 	}
 	k.envSynced = true
 	return nil
@@ -96,14 +111,18 @@ func (m *environ) cellEnv(ctx context.Context, s *Session, k *kernel, envs map[s
 	}, nil
 }
 
-// setEnvs gives a session just taken from the pool its create's envs.
-func (m *environ) setEnvs(id string, envs map[string]string) {
-	if len(envs) == 0 {
+// setEnvs gives a session just taken from the pool its create's envs and
+// start directory.
+func (m *environ) setEnvs(id string, envs map[string]string, cwd string) {
+	if len(envs) == 0 && cwd == "" {
 		return
 	}
 	if s, err := m.host.get(0, id); err == nil {
 		s.mu.Lock()
-		s.envs = maps.Clone(envs)
+		if len(envs) > 0 {
+			s.envs = maps.Clone(envs)
+		}
+		s.info.Cwd = cwd
 		s.mu.Unlock()
 	}
 }

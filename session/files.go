@@ -47,14 +47,20 @@ var (
 )
 
 // cleanRel checks a workspace path from a client or the store and returns
-// it relative to the working directory: Workdir's own prefix is dropped
-// (the cell sees its files there), then the rest must already be a clean
-// relative path (confined.Check): "..", "." and "//" are refused, never
-// resolved, so the name checked is the name used and reported.
+// it relative to the working directory: Workdir's own prefix (or HomeDir's,
+// its second name) is dropped (the cell sees its files there), then the rest
+// must already be a clean relative path (confined.Check): "..", "." and
+// "//" are refused, never resolved, so the name checked is the name used
+// and reported.
 func cleanRel(p string) (string, error) {
-	p = strings.TrimPrefix(p, Workdir+"/")
+	for _, name := range []string{Workdir, HomeDir} {
+		if r, ok := strings.CutPrefix(p, name+"/"); ok {
+			p = r
+			break
+		}
+	}
 	if err := confined.Check(p); err != nil {
-		return "", fmt.Errorf("%w: %w (paths are relative to %s)", ErrBadRequest, err, Workdir)
+		return "", fmt.Errorf("%w: %w (paths are relative to the workspace, or absolute under %s/ or %s/, its two names)", ErrBadRequest, err, Workdir, HomeDir)
 	}
 	return p, nil
 }

@@ -14,11 +14,12 @@ import (
 	"github.com/jailcell/jailcell/internal/testenv"
 )
 
-// TestCleanRel: the working directory's own prefix is dropped; anything
+// TestCleanRel: the workspace's own prefix, under either name, is dropped; anything
 // not already a clean relative path is a bad request naming what was
 // wrong (the rule itself is internal/confined's, fuzzed there).
 func TestCleanRel(t *testing.T) {
-	good := map[string]string{"a.txt": "a.txt", "/work/a": "a", "/work/a/b": "a/b", "work/a": "work/a"}
+	good := map[string]string{"a.txt": "a.txt", "/work/a": "a", "/work/a/b": "a/b", "work/a": "work/a",
+		"/home/user/a": "a", "/home/user/a/b": "a/b", "home/user/a": "home/user/a"}
 	for in, want := range good {
 		if got, err := cleanRel(in); err != nil || got != want {
 			t.Errorf("cleanRel(%q) = %q, %v; want %q", in, got, err, want)
@@ -26,7 +27,8 @@ func TestCleanRel(t *testing.T) {
 	}
 	refused := map[string]string{"": "empty", ".": `"."`, "..": `".."`, "../etc/passwd": `".."`, "/etc/passwd": "absolute",
 		"/work": "absolute", "/work/": "empty", "/work/../etc": `".."`, "a/../../b": `".."`, "a/b/../c": `".."`,
-		"a/./b": `"."`, "a//b": "empty", "a\x00b": "NUL", "a/..": `".."`}
+		"a/./b": `"."`, "a//b": "empty", "a\x00b": "NUL", "a/..": `".."`,
+		"/home/user": "absolute", "/home/user/../../etc/passwd": `".."`, "/home/other/a": "absolute", "/work/home/user/../x": `".."`}
 	for in, why := range refused {
 		got, err := cleanRel(in)
 		if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), why) {

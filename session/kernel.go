@@ -255,7 +255,7 @@ func runCell(ctx context.Context, k *kernel, id, code string, cc *CellContext, t
 	}
 	if onDisplay != nil {
 		rreq.OnDisplay = func(d runner.DisplayItem) {
-			onDisplay(DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager, Chart: d.Chart})
+			onDisplay(DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager, Chart: d.Chart, Table: d.Table})
 		}
 	}
 	ch := make(chan cellOutcome, 1)
@@ -315,7 +315,7 @@ func (m *warmStarts) restoreKernelIfIdle(ctx context.Context, s *Session, images
 
 // kernelSpec is the sandbox spec startKernel builds, for a restore.
 func (m *warmStarts) kernelSpec(ctl string, p policy.Policy) isolate.Spec {
-	binds := []isolate.Bind{{Source: ctl, Dest: ctlMount}}
+	binds := []isolate.Bind{{Source: ctl, Dest: ctlMount}, {Source: Workdir, Dest: HomeDir, Writable: true, Inner: true}}
 	if m.cfg.Wheelhouse != "" {
 		binds = append(binds, isolate.Bind{Source: m.cfg.Wheelhouse, Dest: wheelhouseMount})
 	}

@@ -398,13 +398,20 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	if err := CheckEnvs("envs", opt.Envs); err != nil {
 		return nil, err
 	}
+	if err := CheckStartDir(opt.Cwd); err != nil {
+		return nil, err
+	}
+	if opt.Cwd == Workdir {
+		opt.Cwd = "" // the default, shown as none
+	}
 	releaseOwner, err := m.reserveOwner(opt.Owner)
 	if err != nil {
 		return nil, err
 	}
 	defer releaseOwner()
 	if info := m.takePooled(opt, ttl); info != nil {
-		m.env.setEnvs(info.ID, opt.Envs)
+		m.env.setEnvs(info.ID, opt.Envs, opt.Cwd)
+		info.Cwd = opt.Cwd
 		m.dur.savePooledMeta(info)
 		return info, nil
 	}
@@ -415,7 +422,8 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 			return nil, err
 		}
 		if info := m.takePooled(opt, ttl); info != nil {
-			m.env.setEnvs(info.ID, opt.Envs)
+			m.env.setEnvs(info.ID, opt.Envs, opt.Cwd)
+			info.Cwd = opt.Cwd
 			m.dur.savePooledMeta(info)
 			return info, nil
 		}
@@ -437,7 +445,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	cl.Add(func() error { return m.destroy(s) })
 	s.ttl, s.persist, s.maxLife = ttl, opt.Persist, opt.MaxLifetime
 	s.envs = maps.Clone(opt.Envs)
-	s.info = Info{Policy: p.Name, Persist: opt.Persist}
+	s.info = Info{Policy: p.Name, Persist: opt.Persist, Cwd: opt.Cwd}
 	if opt.Persist != "" {
 		restored, err := m.dur.restorePersist(s)
 		if err != nil {

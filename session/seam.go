@@ -47,6 +47,9 @@ const (
 // Workdir is the session's working directory inside the sandbox.
 const Workdir = seam.Workdir
 
+// HomeDir is the workspace under a second name (seam.HomeDir).
+const HomeDir = seam.HomeDir
+
 // The scopes of Usage.PeakMemoryBytes.
 const (
 	PeakScopeCell    = seam.PeakScopeCell
@@ -121,6 +124,9 @@ const (
 // CheckEnvs validates a client's environment; field names the request
 // field for the error.
 func CheckEnvs(field string, envs map[string]string) error { return seam.CheckEnvs(field, envs) }
+
+// CheckStartDir validates a create's cwd (seam.CheckStartDir).
+func CheckStartDir(cwd string) error { return seam.CheckStartDir(cwd) }
 
 // Shell commands.
 type (

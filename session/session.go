@@ -374,10 +374,10 @@ func resultOf(r *runner.Result, v verdict, use Usage) *Result {
 	if r != nil {
 		res.Stdout, res.Stderr = r.Stdout, r.Stderr
 		res.StdoutTruncated, res.StderrTruncated = r.StdoutTruncated, r.StderrTruncated
-		res.Value, res.ValueChart = r.Value, r.ValueChart
+		res.Value, res.ValueChart, res.ValueTable = r.Value, r.ValueChart, r.ValueTable
 		res.ExecutionCount = r.ExecutionCount
 		for _, d := range r.Display {
-			res.Display = append(res.Display, DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager, Chart: d.Chart})
+			res.Display = append(res.Display, DisplayItem{MIME: d.MIME, Data: d.Data, Bundle: d.Bundle, Pager: d.Pager, Chart: d.Chart, Table: d.Table})
 		}
 	}
 	return res

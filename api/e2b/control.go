@@ -125,7 +125,9 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	req := &api.Request{Op: api.OpCreate, Policy: pol, Envs: body.EnvVars}
+	// E2B's sandboxes start in the user's home; a jailcell sandbox's is
+	// its workspace under that name.
+	req := &api.Request{Op: api.OpCreate, Policy: pol, Envs: body.EnvVars, Cwd: seam.HomeDir}
 	if body.Timeout != nil && *body.Timeout > 0 {
 		req.TTLS = float64(*body.Timeout)
 	}

@@ -224,7 +224,7 @@ func TestCreateMapsToTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := f.calls[0]
-	if c.Op != api.OpCreate || c.Policy != "big" || c.TTLS != 90 || c.Envs["A"] != "b" || f.owner[0] != 1000 {
+	if c.Op != api.OpCreate || c.Policy != "big" || c.TTLS != 90 || c.Envs["A"] != "b" || c.Cwd != seam.HomeDir || f.owner[0] != 1000 {
 		t.Errorf("create sent %+v as owner %d", c, f.owner[0])
 	}
 	if owner, ok := d.verifyToken(s.EnvdAccessToken, s.SandboxID); !ok || owner != 1000 || s.TrafficAccessToken != s.EnvdAccessToken || s.EnvdVersion != EnvdVersion {

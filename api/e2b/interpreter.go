@@ -257,11 +257,15 @@ func streamLine(stream, text string, at time.Time) logLine {
 // resultOf maps a MIME bundle to E2B's Result as its server does
 // (api/models/result.py): each known MIME type to its field, text/plain
 // without the quotes of a string's repr, the rest in extra.
-func resultOf(bundle map[string]any, chart *seam.Chart, main bool) *resultLine {
+func resultOf(bundle map[string]any, chart *seam.Chart, table json.RawMessage, main bool) *resultLine {
 	if len(bundle) == 0 && chart == nil {
 		return nil
 	}
 	l := &resultLine{Type: "result", IsMainResult: main, Chart: e2bChart(chart)}
+	if table != nil {
+		// A DataFrame's columns: what E2B's e2b/data formatter gives.
+		l.Data = table
+	}
 	str := func(v any) *string {
 		if s, ok := v.(string); ok {
 			return &s
@@ -324,7 +328,7 @@ func displayLine(it seam.DisplayItem) *resultLine {
 	if len(bundle) == 0 && it.MIME != "" {
 		bundle = map[string]any{it.MIME: it.Data}
 	}
-	return resultOf(bundle, it.Chart, false)
+	return resultOf(bundle, it.Chart, it.Table, false)
 }
 
 // finalLines are the lines after the streamed ones: display items that
@@ -348,7 +352,7 @@ func finalLines(resp *api.Response, e *api.Error, shown int) []any {
 			lines = append(lines, l)
 		}
 	}
-	if l := resultOf(res.Value, res.ValueChart, true); l != nil {
+	if l := resultOf(res.Value, res.ValueChart, res.ValueTable, true); l != nil {
 		lines = append(lines, l)
 	}
 	if el, ok := cellError(res); ok {
@@ -393,7 +397,7 @@ func (d *Door) listContexts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, _ := d.records.get(targetOf(r.Context()).id)
-	out := append([]codeContext{{ID: defaultContext, Language: "python", Cwd: seam.Workdir}}, rec.Contexts...)
+	out := append([]codeContext{{ID: defaultContext, Language: "python", Cwd: seam.HomeDir}}, rec.Contexts...)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -415,7 +419,7 @@ func (d *Door) createContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if body.Cwd == "" {
-		body.Cwd = seam.Workdir
+		body.Cwd = seam.HomeDir
 	}
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])

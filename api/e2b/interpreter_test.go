@@ -57,7 +57,7 @@ func TestResultOfMapsMIMETypesAsE2B(t *testing.T) {
 		"application/javascript": "js()",
 		"e2b/data":               map[string]any{"a": []any{1.0}},
 		"application/x-custom":   "c",
-	}, chart, true)
+	}, chart, nil, true)
 	got := lines(t, []any{l})[0]
 	want := map[string]any{
 		"type": "result", "text": "quoted", "html": "<b>h</b>", "markdown": "*m*", "svg": "<svg/>",
@@ -82,11 +82,16 @@ func TestResultOfMapsMIMETypesAsE2B(t *testing.T) {
 		t.Errorf("chart = %v", got["chart"])
 	}
 	for _, tc := range []struct{ in, want string }{{`"x"`, "x"}, {"'", "'"}, {"42", "42"}, {`'a"`, `'a"`}} {
-		if l := resultOf(map[string]any{"text/plain": tc.in}, nil, true); *l.Text != tc.want {
+		if l := resultOf(map[string]any{"text/plain": tc.in}, nil, nil, true); *l.Text != tc.want {
 			t.Errorf("text/plain %s: text %s, want %s", tc.in, *l.Text, tc.want)
 		}
 	}
-	if l := resultOf(nil, nil, true); l != nil {
+	// A DataFrame's table is E2B's data, columns in their order.
+	frame := lines(t, []any{resultOf(map[string]any{"text/plain": "   a\n0  1"}, nil, json.RawMessage(`{"b":[1,null],"a":["x","y"]}`), true)})[0]
+	if d, _ := frame["data"].(map[string]any); len(d) != 2 || d["a"].([]any)[1] != "y" || d["b"].([]any)[1] != nil {
+		t.Errorf("a DataFrame's data = %v", frame["data"])
+	}
+	if l := resultOf(nil, nil, nil, true); l != nil {
 		t.Errorf("no bundle, no chart: %+v, want no line", l)
 	}
 }
@@ -286,7 +291,7 @@ func TestInterpreterRoutes(t *testing.T) {
 		{"GET", "/health", "n1-ab", 200, `"OK"`},
 		{"GET", "/health", "n1-gone", 502, "not running"},
 		{"POST", "/execute", "n1-gone", 502, "not running"},
-		{"GET", "/contexts", "n1-ab", 200, `[{"id":"default","language":"python","cwd":"/work"}]`},
+		{"GET", "/contexts", "n1-ab", 200, `[{"id":"default","language":"python","cwd":"/home/user"}]`},
 		{"GET", "/contexts", "n1-gone", 502, "not running"},
 		{"POST", "/contexts/default/restart", "n1-ab", 400, "main namespace"},
 		{"DELETE", "/contexts/default", "n1-ab", 400, "main namespace"},

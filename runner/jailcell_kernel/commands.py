@@ -174,6 +174,7 @@ class _Job:
 
 _JOBS = {}
 _JOB_SEQ = [0]
+_START_DIR_SET = [False]  # the env frame's cwd was applied (once a kernel)
 
 
 def _command(req, link):
@@ -185,6 +186,18 @@ def _command(req, link):
                 os.environ[k] = v
             except (ValueError, OSError):
                 pass
+        if isinstance(req.cwd, str) and not _START_DIR_SET[0]:
+            # The session's start directory, set once in the kernel's life:
+            # a kernel restored from an image (a resume, a fork, a
+            # rollback) keeps the directory its cells chose since. PWD
+            # with it, or shells would keep naming the old directory when
+            # both are names of the same one.
+            try:
+                os.chdir(req.cwd)
+                os.environ["PWD"] = req.cwd
+            except (ValueError, OSError) as exc:
+                return {"t": "env", "id": req.id, "error": "cwd %s: %s" % (_safe_str(req.cwd), _safe_str(exc))}
+            _START_DIR_SET[0] = True
         return {"t": "env", "id": req.id}
     try:
         return _command_action(req, link)
@@ -204,6 +217,10 @@ def _command_action(req, link):
             del _JOBS[done[0]]
         env = dict(os.environ)
         env.update(req.envs)
+        # A shell's pwd trusts PWD when it names the directory it is in; the
+        # workspace has two names, so a PWD inherited from the kernel could
+        # name the other one.
+        env["PWD"] = req.cwd
         proc = subprocess.Popen(
             ["/bin/bash", "-c", req.cmd],
             stdin=subprocess.DEVNULL,

@@ -93,10 +93,61 @@ def _put(bundle, mime, value):
 
 
 class _FigureBundle(dict):
-    """A figure's MIME bundle; its chart (see _chart_of) goes in the
-    display item beside the bundle, not in it as a MIME type."""
+    """A MIME bundle with data beside it, in the display item rather than
+    in the bundle as a MIME type (so that Jupyter's clients see the bundle
+    Jupyter would send): a figure's chart (see _chart_of), a DataFrame's
+    table (see _table_of)."""
 
     chart = None
+    table = None
+
+
+TABLE_CELLS = 10000  # a DataFrame larger than this has no table
+TABLE_TEXT = 1 << 10  # characters of one string value or column name kept
+
+
+def _table_value(v):
+    """One value of a table as JSON takes it: what is not a JSON scalar is
+    its text, NaN and infinities null, dates in ISO form (E2B's)."""
+    if v is None or isinstance(v, (bool, int)):
+        return v
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    iso = getattr(v, "isoformat", None)
+    if callable(iso):
+        try:
+            v = iso()
+        except Exception:
+            pass
+    if not isinstance(v, str):
+        try:
+            item = getattr(v, "item", None)  # a numpy scalar
+            if callable(item):
+                return _table_value(item())
+        except Exception:
+            pass
+        v = _plain(v)
+    return v[:TABLE_TEXT]
+
+
+def _table_of(obj):
+    """A pandas DataFrame's columns as {name: [values]}, E2B's Result.data
+    (to_dict(orient="list")), or None: not a DataFrame, or over
+    TABLE_CELLS cells (an agent gets the head in text/plain; the whole
+    frame is a file away)."""
+    pandas = sys.modules.get("pandas")
+    if pandas is None or not isinstance(obj, pandas.DataFrame):
+        return None
+    try:
+        if obj.size > TABLE_CELLS:
+            return None
+        table = {}
+        for name, values in obj.to_dict(orient="list").items():
+            key = name if isinstance(name, str) else _plain(name)
+            table[key[:TABLE_TEXT]] = [_table_value(v) for v in values]
+        return table
+    except Exception:
+        return None
 
 
 def _figure_bundle(obj):
@@ -133,7 +184,8 @@ def _mime_bundle(obj):
         fig = None
     if fig is not None:
         return fig
-    bundle = {}
+    bundle = _FigureBundle()
+    bundle.table = _table_of(obj)
     method = _repr_method(obj, "_repr_mimebundle_")
     if method is not None:
         try:
@@ -196,6 +248,9 @@ def _display_item(bundle):
     chart = getattr(bundle, "chart", None)
     if chart is not None:
         item["chart"] = chart
+    table = getattr(bundle, "table", None)
+    if table is not None:
+        item["table"] = table
     return item
 
 

@@ -104,11 +104,13 @@ class _Cell:
 
     def set_value(self, bundle):
         chart = getattr(bundle, "chart", None)  # a Figure's (see _chart_of)
+        table = getattr(bundle, "table", None)  # a DataFrame's (see _table_of)
         if not self._charge(bundle):
             bundle = {"text/plain": "[value dropped: over the %d MiB limit for one cell]" % (RICH_BUDGET >> 20)}
-            chart = None
+            chart = table = None
         self.value = bundle
         self.value_chart = chart if chart is not None and self._charge(chart) else None
+        self.value_table = table if table is not None and self._charge(table) else None
 
 
 class _Namespace:
@@ -333,6 +335,8 @@ class _Kernel:
         res = self._result(req, cell.value, cell.display_items(), cell.error, cap, _State.interrupted)
         if getattr(cell, "value_chart", None) is not None:
             res["value_chart"] = cell.value_chart
+        if getattr(cell, "value_table", None) is not None:
+            res["value_table"] = cell.value_table
         return res
 
     def _remember(self, value):

@@ -1,6 +1,7 @@
 package seam
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -69,6 +70,13 @@ const (
 // Workdir is the session's working directory inside the sandbox.
 const Workdir = "/work"
 
+// HomeDir is the workspace under a second name, the home of the sandbox's
+// user: /home/user, where E2B's sandboxes keep their files and where the
+// field's programs (and the models that write them) look for them. Every
+// sandbox has it; a session created with it as its cwd starts its cells
+// and commands there.
+const HomeDir = "/home/user"
+
 // File is a file handed into a cell's working directory.
 type File struct {
 	Path string `json:"path"`
@@ -119,6 +127,10 @@ type DisplayItem struct {
 	// Chart is what a matplotlib figure plotted, beside its PNG: type,
 	// title, axis labels and the series' data, validated by the host.
 	Chart *Chart `json:"chart,omitempty"`
+	// Table is a pandas DataFrame's columns, {"name": [values]} in column
+	// order, beside its bundle, for a frame of at most 10000 cells (E2B's
+	// Result.data); validated and encoded anew by the host.
+	Table json.RawMessage `json:"table,omitempty"`
 }
 
 // Chart and ChartElement are the kernel's chart data as runner validated
@@ -210,6 +222,9 @@ type Result struct {
 	// ValueChart is the chart data of Value when the value is a
 	// matplotlib Figure (fig on the cell's last line); see Chart.
 	ValueChart *Chart `json:"value_chart,omitempty"`
+	// ValueTable is Value's columns when the value is a pandas DataFrame
+	// (see DisplayItem.Table).
+	ValueTable json.RawMessage `json:"value_table,omitempty"`
 }
 
 // ExecRequest is one cell to run.
@@ -278,6 +293,19 @@ type CreateOptions struct {
 	// Envs is the session's environment, added to the kernel's for every
 	// cell and command (CheckEnvs bounds it).
 	Envs map[string]string
+	// Cwd is where the session's cells and commands start: "" or Workdir
+	// (the default), or HomeDir, the same directory under the name E2B's
+	// programs use (CheckStartDir).
+	Cwd string
+}
+
+// CheckStartDir validates a create's cwd: the workspace under one of its
+// two names.
+func CheckStartDir(cwd string) error {
+	if cwd != "" && cwd != Workdir && cwd != HomeDir {
+		return fmt.Errorf("%w: cwd %.80q: a session starts in its workspace, %s (the default) or %s (the same directory under its second name)", ErrBadRequest, cwd, Workdir, HomeDir)
+	}
+	return nil
 }
 
 // Info describes a session.
@@ -291,6 +319,9 @@ type Info struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	Cells     int       `json:"cells"`
 	Persist   string    `json:"persist,omitempty"`
+	// Cwd is where the session's cells and commands start when it is not
+	// Workdir: HomeDir, asked for at create.
+	Cwd string `json:"cwd,omitempty"`
 	// Restored lists files restored from the persist store at create.
 	Restored []string `json:"restored,omitempty"`
 	// Survives says what a persisted session keeps across sessions.

@@ -48,8 +48,9 @@ test('envs, cwd and the one user', async () => {
     const r = await sbx.commands.run('echo "$FOO-$BAR"; pwd', { envs: { FOO: 'foo', BAR: 'b a r' }, cwd: '/work/sub/dir' })
     assert.equal(r.stdout, 'foo-b a r\n/work/sub/dir\n')
     const rel = await sbx.commands.run('pwd', { cwd: 'sub' })
-    assert.equal(rel.stdout, '/work/sub\n')
-    assert.equal((await sbx.commands.run('pwd')).stdout, '/work\n', 'no cwd is /work')
+    assert.equal(rel.stdout, '/home/user/sub\n', 'relative to the home')
+    assert.equal((await sbx.commands.run('pwd')).stdout, '/home/user\n', "no cwd is E2B's home")
+    assert.equal((await sbx.commands.run('/bin/pwd; ls /work/sub', { cwd: '/home/user/sub' })).stdout, '/home/user/sub\ndir\n', 'the home is the workspace')
     for (const user of ['root', 'user']) {
       assert.equal((await sbx.commands.run('echo hi', { user })).stdout, 'hi\n', user)
     }

@@ -136,10 +136,11 @@ test('contexts: create, run with their own variables and cwd, list, restart, rem
     assert.equal((await sbx.runCode('x', { context: ctx })).text, 'ctx')
     assert.equal((await sbx.runCode('x')).text, 'main', "the default context's own x")
     assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: ctx })).text, '/work/sub')
-    assert.equal((await sbx.runCode('import os\nos.getcwd()')).text, '/work')
+    assert.equal((await sbx.runCode('import os\nos.getcwd()')).text, '/home/user', "the default context starts in E2B's home")
 
     const listed = await sbx.listCodeContexts()
     assert.deepEqual(listed.map((c) => c.id).sort(), ['default', ctx.id].sort())
+    assert.equal(listed.find((c) => c.id === 'default').cwd, '/home/user')
     assert.equal((await sbx.runCode('x', { context: listed.find((c) => c.id === 'default') })).text, 'main')
 
     await sbx.restartCodeContext(ctx)
@@ -163,7 +164,7 @@ test('a sandbox holds at most 16 contexts besides its default one', async () => 
     await assert.rejects(sbx.createCodeContext(), (e) => e instanceof SandboxError && /429/.test(e.message))
     await sbx.removeCodeContext(made[0])
     const again = await sbx.createCodeContext()
-    assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: again })).text, '/work')
+    assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: again })).text, '/home/user')
   })
 })
 

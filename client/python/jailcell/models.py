@@ -61,6 +61,9 @@ class Result:
     # The data a matplotlib figure plotted, beside its png (jailcell.charts;
     # as E2B's Result.chart); None for anything else.
     chart: Optional[ChartTypes] = None
+    # A pandas DataFrame's columns, {name: [values]} in column order (at
+    # most 10000 cells), as E2B's Result.data; None for anything else.
+    data: Optional[Dict[str, List[Any]]] = None
 
     @classmethod
     def from_bundle(cls, bundle: Dict[str, Any], is_main_result: bool = False) -> "Result":
@@ -87,6 +90,8 @@ class Result:
         r = cls.from_bundle(bundle)
         r.is_pager = item.get("pager") is True
         r.chart = deserialize_chart(item.get("chart"))
+        if isinstance(item.get("table"), dict):
+            r.data = item["table"]  # a DataFrame's columns, E2B's Result.data
         return r
 
     def formats(self) -> List[str]:
@@ -285,6 +290,8 @@ class Execution:
         if isinstance(res.get("value"), dict) and res["value"]:
             results.append(Result.from_bundle(res["value"], is_main_result=True))
             results[-1].chart = deserialize_chart(res.get("value_chart"))
+            if isinstance(res.get("value_table"), dict):
+                results[-1].data = res["value_table"]
         files = []
         for f in res.get("files") or []:
             data = f.get("data")

@@ -75,6 +75,8 @@ export interface WireDisplayItem {
   pager?: boolean;
   /** The figure's chart data (matplotlib figures only). */
   chart?: WireChart;
+  /** A pandas DataFrame's columns, {name: [values]} in column order (at most 10000 cells). */
+  table?: Record<string, Array<string | number | boolean | null>>;
 }
 
 /** A file a cell created, modified or deleted; one-shot cells return its data (base64). */
@@ -123,6 +125,8 @@ export interface WireResult {
   value?: MimeBundle;
   /** The chart data of value when the value is a matplotlib Figure. */
   value_chart?: WireChart;
+  /** value's columns when the value is a pandas DataFrame. */
+  value_table?: Record<string, Array<string | number | boolean | null>>;
   display?: WireDisplayItem[];
   files?: WireFileChange[];
   usage: WireUsage;
@@ -171,6 +175,8 @@ export interface SessionInfo {
   expires_at: string;
   cells: number;
   persist?: string;
+  /** The start directory when it is not /work: /home/user. */
+  cwd?: string;
   restored?: string[];
   survives?: string;
   installed?: string[];
@@ -268,6 +274,8 @@ export interface CreateFields {
   policy?: string;
   limits?: Limits;
   persist?: string;
+  /** The start directory: /work (default) or /home/user, the same workspace. */
+  cwd?: string;
   requirements?: string[];
   envs?: Envs;
 }

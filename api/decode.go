@@ -81,6 +81,10 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.str("cwd", &req.Cwd)
 	d.boolean("background", &req.Background)
 	d.str("job", &req.Job)
+	d.boolean("stdin", &req.Stdin)
+	d.pty(&req.PTY)
+	d.str("input", &req.Input)
+	d.boolean("eof", &req.EOF)
 	d.str("watch", &req.Watch)
 	d.boolean("recursive", &req.Recursive)
 	if d.err != nil {
@@ -120,6 +124,9 @@ func (r *Request) Validate() *Error {
 	}
 	if r.RawANSI && r.Op != OpExec {
 		return badRequest(`field "raw_ansi" is only allowed with op "exec": it keeps a cell's output as written`)
+	}
+	if (r.Stdin || r.PTY != nil || r.Input != "" || r.EOF) && r.Op != OpCommand {
+		return badRequest(`fields "stdin", "pty", "input" and "eof" are only allowed with op "command": they are a command's input and terminal`)
 	}
 	if r.Context != nil && r.Op != OpExec {
 		return badRequest(`field "context" is only allowed with op "exec": it names the namespace a cell runs in`)
@@ -186,10 +193,15 @@ func (r *Request) Validate() *Error {
 		switch r.Action {
 		case "", seam.CommandStart:
 			return need("cmd", "a bash command line, a non-empty string", r.Cmd != "")
-		case seam.CommandWait, seam.CommandKill:
+		case seam.CommandWait, seam.CommandKill, seam.CommandInput:
 			return need("job", "the job a background start answered", r.Job != "")
+		case seam.CommandResize:
+			if err := need("job", "the job a background start answered", r.Job != ""); err != nil {
+				return err
+			}
+			return need("pty", `the terminal's new size, {"rows": R, "cols": C}`, r.PTY != nil)
 		}
-		return badRequest(`field "action" = %q: allowed for op "command": "start" (default), "wait" or "kill"`, r.Action)
+		return badRequest(`field "action" = %q: allowed for op "command": "start" (default), "wait", "kill", "input" or "resize"`, r.Action)
 	case OpInfo, OpMetrics:
 		return need("session", "a session id", r.Session != "")
 	case OpSetTimeout:
@@ -400,6 +412,42 @@ func (d *decoder) fix(dst **Fix) {
 		return
 	}
 	*dst = f
+}
+
+// pty decodes {"rows": integer, "cols": integer}, each 1 to
+// seam.MaxPTYSide; an unknown key is refused, like fix's.
+func (d *decoder) pty(dst **seam.PTYSize) {
+	raw, ok := d.get("pty")
+	if !ok {
+		return
+	}
+	var obj map[string]json.RawMessage
+	if jsonKind(raw) != "object" || json.Unmarshal(raw, &obj) != nil {
+		d.wrongType("pty", `an object {"rows": integer, "cols": integer}`, raw)
+		return
+	}
+	p := &seam.PTYSize{}
+	for key, val := range obj {
+		var n *int
+		switch key {
+		case "rows":
+			n = &p.Rows
+		case "cols":
+			n = &p.Cols
+		default:
+			d.err = badRequest(`field "pty.%s" is not a terminal size; allowed: rows, cols`, key)
+			return
+		}
+		if jsonKind(val) != "number" || json.Unmarshal(val, n) != nil {
+			d.err = badRequest(`field "pty.%s" must be an integer, got %s`, key, jsonValueDesc(val))
+			return
+		}
+	}
+	if err := p.Check(`field "pty"`); err != nil {
+		d.err = badRequest("%v", err)
+		return
+	}
+	*dst = p
 }
 
 // context decodes {"id": string, "cwd": string, "reset": boolean}; an

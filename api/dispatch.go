@@ -209,7 +209,8 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Completion: a.Completion, Inspection: a.Inspection, Completeness: a.Completeness}, nil
 	case OpCommand:
-		cr := seam.CommandRequest{Action: req.Action, Cmd: req.Cmd, Envs: req.Envs, Cwd: req.Cwd, Timeout: duration(req.TimeoutS), Background: req.Background, Job: req.Job}
+		cr := seam.CommandRequest{Action: req.Action, Cmd: req.Cmd, Envs: req.Envs, Cwd: req.Cwd, Timeout: duration(req.TimeoutS), Background: req.Background, Job: req.Job,
+			Stdin: req.Stdin, PTY: req.PTY, Input: req.Input, EOF: req.EOF}
 		if req.Stream {
 			cr.OnOutput = func(stream, text string) { send(Event{ID: req.ID, Event: stream, Text: text}) }
 		}

@@ -168,8 +168,19 @@ type Request struct {
 	Cwd string `json:"cwd,omitempty"`
 	// Background makes a command's start answer at once with its job.
 	Background bool `json:"background,omitempty"`
-	// Job names a background command to wait for or kill.
+	// Job names a background command to wait for, kill, write to or
+	// resize.
 	Job string `json:"job,omitempty"`
+	// Stdin keeps a background command's stdin a pipe for action "input"
+	// (else it reads /dev/null).
+	Stdin bool `json:"stdin,omitempty"`
+	// PTY runs a background command in a new terminal of this size (all
+	// its output comes as stdout), or is the new size (action "resize").
+	PTY *seam.PTYSize `json:"pty,omitempty"`
+	// Input is written to a command's stdin (action "input"), at most
+	// 1 MiB; EOF closes its stdin after it (a pipe only).
+	Input string `json:"input,omitempty"`
+	EOF   bool   `json:"eof,omitempty"`
 	// Watch names a directory watch to poll or stop; Recursive makes a
 	// new one watch subdirectories too.
 	Watch     string `json:"watch,omitempty"`

@@ -11,10 +11,33 @@ import (
 
 // Command actions.
 const (
-	CommandStart = "start"
-	CommandWait  = "wait"
-	CommandKill  = "kill"
+	CommandStart  = "start"
+	CommandWait   = "wait"
+	CommandKill   = "kill"
+	CommandInput  = "input"
+	CommandResize = "resize"
 )
+
+// MaxCommandInput bounds the input one request writes to a job's stdin;
+// the kernel also refuses input while a job has 1 MiB it has not read.
+const MaxCommandInput = 1 << 20
+
+// MaxPTYSide bounds a terminal's rows and columns.
+const MaxPTYSide = 1000
+
+// PTYSize is a terminal's size in characters.
+type PTYSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// Check says what is wrong with the size, naming field.
+func (p *PTYSize) Check(field string) error {
+	if p.Rows < 1 || p.Rows > MaxPTYSide || p.Cols < 1 || p.Cols > MaxPTYSide {
+		return fmt.Errorf("%s rows %d, cols %d: each must be 1 to %d", field, p.Rows, p.Cols, MaxPTYSide)
+	}
+	return nil
+}
 
 // maxJobName bounds a job name the kernel may send back ("job-N").
 const maxJobName = 64
@@ -38,8 +61,19 @@ type CommandRequest struct {
 	// Cwd is the command's working directory, absolute inside the sandbox
 	// (start).
 	Cwd string
-	// Job names the job to wait for or kill.
+	// Job names the job to wait for, kill, write to or resize.
 	Job string
+	// Stdin keeps the started job's stdin a pipe for CommandInput (else it
+	// reads /dev/null).
+	Stdin bool
+	// PTY starts the job in a new terminal of this size (its stdin, stdout
+	// and stderr; its output comes as stdout), or is the new size
+	// (CommandResize).
+	PTY *PTYSize
+	// Input is written to the job's stdin (CommandInput), at most
+	// MaxCommandInput bytes; EOF closes the stdin after it (a pipe only).
+	Input string
+	EOF   bool
 	// MaxOutput caps the bytes kept per stream, in the kernel and here.
 	MaxOutput int64
 	// WaitS is how long the kernel waits for the job before answering (0:
@@ -76,9 +110,21 @@ type CommandReply struct {
 // as Assist's does.
 func (c *Conn) Command(ctx context.Context, req CommandRequest, onStream func(name, text string)) (*CommandReply, error) {
 	switch req.Action {
-	case CommandStart, CommandWait, CommandKill:
+	case CommandStart, CommandWait, CommandKill, CommandInput:
+	case CommandResize:
+		if req.PTY == nil {
+			return nil, fmt.Errorf("command %s: resize without a size", req.ID)
+		}
 	default:
-		return nil, fmt.Errorf("command: action %q: allowed %s, %s, %s", req.Action, CommandStart, CommandWait, CommandKill)
+		return nil, fmt.Errorf("command: action %q: allowed %s, %s, %s, %s, %s", req.Action, CommandStart, CommandWait, CommandKill, CommandInput, CommandResize)
+	}
+	if req.PTY != nil {
+		if err := req.PTY.Check("command " + req.ID + " pty"); err != nil {
+			return nil, err
+		}
+	}
+	if len(req.Input) > MaxCommandInput {
+		return nil, fmt.Errorf("command %s: input of %d bytes, at most %d", req.ID, len(req.Input), MaxCommandInput)
 	}
 	if req.ID == "" {
 		return nil, errors.New("command: empty id")
@@ -97,6 +143,16 @@ func (c *Conn) Command(ctx context.Context, req CommandRequest, onStream func(na
 			envs = map[string]string{}
 		}
 		frame["cmd"], frame["envs"], frame["cwd"] = req.Cmd, envs, req.Cwd
+		if req.Stdin {
+			frame["stdin"] = true
+		}
+		if req.PTY != nil {
+			frame["pty"] = req.PTY
+		}
+	case CommandInput:
+		frame["job"], frame["input"], frame["eof"] = req.Job, req.Input, req.EOF
+	case CommandResize:
+		frame["job"], frame["pty"] = req.Job, req.PTY
 	default:
 		frame["job"] = req.Job
 	}

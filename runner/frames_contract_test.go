@@ -26,6 +26,8 @@ const framesDoc = "FRAMES.md"
 // "`name` = value": each must be quoted, with its value.
 var contractBounds = map[string]int64{
 	"DefaultMaxFrame":  DefaultMaxFrame,
+	"MaxPTYSide":       MaxPTYSide,
+	"MaxCommandInput":  MaxCommandInput,
 	"smallFrame":       smallFrame,
 	"maxPythonLen":     maxPythonLen,
 	"maxDisplayItems":  maxDisplayItems,

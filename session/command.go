@@ -39,8 +39,18 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 		if err := CheckEnvs("envs", req.Envs); err != nil {
 			return nil, err
 		}
-		rreq.Cmd, rreq.Envs, rreq.Cwd = req.Cmd, req.Envs, req.Cwd
-	case CommandWait, CommandKill:
+		if (req.Stdin || req.PTY != nil) && !req.Background {
+			// A foreground start holds the session until the command ends,
+			// so no input could reach it.
+			return nil, fmt.Errorf("%w: stdin and pty need background: true (input is sent while the command runs)", ErrBadRequest)
+		}
+		if req.PTY != nil {
+			if err := req.PTY.Check("pty"); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+			}
+		}
+		rreq.Cmd, rreq.Envs, rreq.Cwd, rreq.Stdin, rreq.PTY = req.Cmd, req.Envs, req.Cwd, req.Stdin, req.PTY
+	case CommandWait, CommandKill, CommandInput, CommandResize:
 		if req.Job == "" {
 			return nil, fmt.Errorf("%w: %s needs job, the name a background start answered", ErrBadRequest, req.Action)
 		}
@@ -48,8 +58,23 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 			return nil, fmt.Errorf("%w: job %.64q is not a job name", ErrBadRequest, req.Job)
 		}
 		rreq.Job = req.Job
+		switch req.Action {
+		case CommandInput:
+			if len(req.Input) > MaxCommandInput {
+				return nil, fmt.Errorf("%w: input of %d bytes, at most %d a request", ErrLimit, len(req.Input), MaxCommandInput)
+			}
+			rreq.Input, rreq.EOF = req.Input, req.EOF
+		case CommandResize:
+			if req.PTY == nil {
+				return nil, fmt.Errorf("%w: resize needs pty, the terminal's new rows and cols", ErrBadRequest)
+			}
+			if err := req.PTY.Check("pty"); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+			}
+			rreq.PTY = req.PTY
+		}
 	default:
-		return nil, fmt.Errorf("%w: action %q: allowed %s, %s, %s", ErrBadRequest, req.Action, CommandStart, CommandWait, CommandKill)
+		return nil, fmt.Errorf("%w: action %q: allowed %s, %s, %s, %s, %s", ErrBadRequest, req.Action, CommandStart, CommandWait, CommandKill, CommandInput, CommandResize)
 	}
 	if req.Timeout < 0 {
 		return nil, fmt.Errorf("%w: timeout_s must be >= 0", ErrBadRequest)
@@ -143,7 +168,7 @@ func (m *Manager) Command(ctx context.Context, owner int, id string, req Command
 		if strings.HasPrefix(r.Error, "no job") {
 			return nil, fmt.Errorf("%w: no job %q in session %s (jobs end with their kernel; finished ones are forgotten after 16 newer)", ErrNotFound, req.Job, id)
 		}
-		if strings.Contains(r.Error, "commands are running") {
+		if strings.Contains(r.Error, "commands are running") || strings.HasPrefix(r.Error, "stdin is full") {
 			return nil, fmt.Errorf("%w: session %s: %s", ErrLimit, id, r.Error)
 		}
 		return nil, fmt.Errorf("%w: command in session %s: %s", ErrBadRequest, id, r.Error)

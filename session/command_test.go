@@ -356,3 +356,69 @@ func TestStartInHomeKeepsTheCellsChdir(t *testing.T) {
 		t.Errorf("fork: %+v, %v, cwd %q; want the parent's chdir and its start directory", res, err, child.Cwd)
 	}
 }
+
+// TestCommandStdinAndTerminal: a command's stdin and terminal in a real
+// sandbox: input to a background cat, then eof; an interactive bash in a
+// terminal of the asked size, resized, whose /dev/pts is the sandbox's
+// own; a foreground start with stdin is refused (nothing could write to
+// it while it holds the session), as are bad sizes and oversized input.
+func TestCommandStdinAndTerminal(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	cmd := func(req CommandRequest) *CommandResult {
+		t.Helper()
+		r, err := e.m.Command(ctx, 1000, id, req)
+		if err != nil {
+			t.Fatalf("%s: %v", req.Action, err)
+		}
+		return r
+	}
+	bg := cmd(CommandRequest{Cmd: "cat", Background: true, Stdin: true})
+	cmd(CommandRequest{Action: CommandInput, Job: bg.Job, Input: "line one\n"})
+	cmd(CommandRequest{Action: CommandInput, Job: bg.Job, Input: "line two\n", EOF: true})
+	if r := cmd(CommandRequest{Action: CommandWait, Job: bg.Job, Timeout: 20 * time.Second}); !r.Done || r.ExitCode != 0 || r.Stdout != "line one\nline two\n" {
+		t.Errorf("cat after eof = %+v", r)
+	}
+
+	term := cmd(CommandRequest{Cmd: "exec /bin/bash --norc -i", Background: true, PTY: &PTYSize{Rows: 30, Cols: 100}})
+	cmd(CommandRequest{Action: CommandInput, Job: term.Job, Input: "stty size; ls /dev/pts | wc -l\n"})
+	// The resize only after the shell answered with the first size.
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		if r := cmd(CommandRequest{Action: CommandWait, Job: term.Job, Timeout: 200 * time.Millisecond}); strings.Contains(r.Stdout, "30 100") {
+			break
+		}
+	}
+	cmd(CommandRequest{Action: CommandResize, Job: term.Job, PTY: &PTYSize{Rows: 40, Cols: 120}})
+	cmd(CommandRequest{Action: CommandInput, Job: term.Job, Input: "stty size; exit 3\n"})
+	r := cmd(CommandRequest{Action: CommandWait, Job: term.Job, Timeout: 20 * time.Second})
+	if !r.Done || r.ExitCode != 3 || !strings.Contains(r.Stdout, "30 100") || !strings.Contains(r.Stdout, "40 120") || r.Stderr != "" {
+		t.Errorf("terminal = %+v, want exit 3, both sizes, all output as stdout", r)
+	}
+	// The sandbox's own devpts instance: /dev/pts holds ptmx and this
+	// terminal, never the host's terminals.
+	if !strings.Contains(r.Stdout, "\r\n2\r\n") {
+		t.Errorf("entries in the sandbox's /dev/pts: output %q, want 2 (ptmx and this one)", r.Stdout)
+	}
+
+	for _, c := range []struct {
+		req  CommandRequest
+		want error
+	}{
+		{CommandRequest{Cmd: "cat", Stdin: true}, ErrBadRequest},
+		{CommandRequest{Cmd: "bash", PTY: &PTYSize{Rows: 24, Cols: 80}}, ErrBadRequest},
+		{CommandRequest{Cmd: "bash", Background: true, PTY: &PTYSize{Rows: 0, Cols: 80}}, ErrBadRequest},
+		{CommandRequest{Action: CommandResize, Job: term.Job}, ErrBadRequest},
+		{CommandRequest{Action: CommandInput, Job: bg.Job, Input: strings.Repeat("x", MaxCommandInput+1)}, ErrLimit},
+		{CommandRequest{Action: CommandInput, Job: "job-999", Input: "x"}, ErrNotFound},
+		{CommandRequest{Action: CommandInput, Job: bg.Job, Input: "x"}, ErrBadRequest},
+	} {
+		if _, err := e.m.Command(ctx, 1000, id, c.req); !errors.Is(err, c.want) {
+			t.Errorf("%+v: %v, want %v", c.req, err, c.want)
+		}
+	}
+}

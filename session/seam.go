@@ -107,10 +107,15 @@ type (
 
 // Command actions.
 const (
-	CommandStart = seam.CommandStart
-	CommandWait  = seam.CommandWait
-	CommandKill  = seam.CommandKill
+	CommandStart  = seam.CommandStart
+	CommandWait   = seam.CommandWait
+	CommandKill   = seam.CommandKill
+	CommandInput  = seam.CommandInput
+	CommandResize = seam.CommandResize
 )
+
+// PTYSize is a terminal's size (seam.PTYSize).
+type PTYSize = seam.PTYSize
 
 // Bounds of an environment handed in by a client (seam's command.go says
 // why only size and form are bounded).
@@ -119,6 +124,7 @@ const (
 	MaxEnvNameBytes  = seam.MaxEnvNameBytes
 	MaxEnvValueBytes = seam.MaxEnvValueBytes
 	MaxEnvBytes      = seam.MaxEnvBytes
+	MaxCommandInput  = seam.MaxCommandInput
 )
 
 // CheckEnvs validates a client's environment; field names the request

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -52,9 +53,6 @@ const (
 	// answers busy.
 	busyRetry = 3 * time.Second
 )
-
-// noStdin is why the input RPCs are refused.
-const noStdin = "a jailcell command has no stdin (it reads /dev/null): the command op takes no input while it runs; write the data to a file first, or pass it in the command line"
 
 // processes remembers the commands the process service started, by
 // sandbox and pid.
@@ -111,6 +109,8 @@ type proc struct {
 	info *process.ProcessInfo
 	subs map[*sub]struct{}
 	end  *process.ProcessEvent_EndEvent // set once it ended
+	// pty: it runs in a terminal, whose output is a DataEvent's pty.
+	pty bool
 }
 
 // sub is one stream (Start or Connect) of a process's events. Its queue
@@ -293,10 +293,13 @@ func (b *box) output(p *proc, stream, text string) {
 		return
 	}
 	var data process.ProcessEvent_DataEvent
-	switch stream {
-	case api.EventStdout:
+	switch {
+	case p.pty && stream == api.EventStdout:
+		// A terminal has one output, which the command op answers as stdout.
+		data.Output = &process.ProcessEvent_DataEvent_Pty{Pty: []byte(text)}
+	case stream == api.EventStdout:
 		data.Output = &process.ProcessEvent_DataEvent_Stdout{Stdout: []byte(text)}
-	case api.EventStderr:
+	case stream == api.EventStderr:
 		data.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: []byte(text)}
 	default:
 		return
@@ -551,12 +554,17 @@ var _ processconnect.ProcessHandler = processService{}
 // output and its end.
 func (s processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
 	d, t, m := s.d, targetOf(ctx), req.Msg
+	var size *seam.PTYSize
 	if m.Pty != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("a PTY: a jailcell command runs with pipes, not a terminal; run it without pty"))
+		sz := m.Pty.GetSize()
+		size = &seam.PTYSize{Rows: int(min(sz.GetRows(), seam.MaxPTYSide+1)), Cols: int(min(sz.GetCols(), seam.MaxPTYSide+1))}
+		if err := size.Check("pty.size"); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
 	}
-	if m.GetStdin() {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("stdin: true: "+noStdin))
-	}
+	// As envd: stdin unset is stdin open (older SDKs); the stock SDKs send
+	// false unless asked. A terminal is its stdin.
+	stdin := (m.Stdin == nil || m.GetStdin()) && size == nil
 	if err := checkUser(req.Header()); err != nil {
 		return err
 	}
@@ -576,7 +584,8 @@ func (s processService) Start(ctx context.Context, req *connect.Request[process.
 	// recorded, so that a process whose client left can still be listed
 	// and killed. The request is bounded by busyRetry and the op's own.
 	res, err := d.command(context.WithoutCancel(ctx), b, &api.Request{Op: api.OpCommand, Session: t.id, Action: seam.CommandStart, Cmd: line,
-		Envs: m.Process.GetEnvs(), Cwd: m.Process.GetCwd(), Background: true, TimeoutS: limit.Seconds()}, nil, busyRetry)
+		Envs: m.Process.GetEnvs(), Cwd: m.Process.GetCwd(), Background: true, TimeoutS: limit.Seconds(),
+		Stdin: stdin, PTY: size}, nil, busyRetry)
 	if err != nil {
 		b.mu.Lock()
 		b.pending--
@@ -585,7 +594,7 @@ func (s processService) Start(ctx context.Context, req *connect.Request[process.
 	}
 	info := &process.ProcessInfo{Pid: uint32(res.PID), Tag: m.Tag, Config: &process.ProcessConfig{
 		Cmd: m.Process.GetCmd(), Args: m.Process.GetArgs(), Envs: m.Process.GetEnvs(), Cwd: m.Process.Cwd}}
-	p := &proc{pid: uint32(res.PID), job: res.Job, info: info}
+	p := &proc{pid: uint32(res.PID), job: res.Job, info: info, pty: size != nil}
 	b.add(p)
 	sb := b.subscribe(d, p)
 	if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: p.pid}}}}); err != nil {
@@ -764,21 +773,88 @@ func pick(procs map[uint32]*proc, sel *process.ProcessSelector, ended bool) (*pr
 	return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process: want a selector, a pid or a tag"))
 }
 
-// Update changes a PTY's size; jailcell runs no PTYs.
-func (processService) Update(context.Context, *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("Update resizes a PTY: a jailcell command runs with pipes, never a terminal"))
+// Update resizes a process's terminal.
+func (s processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
+	d, t := s.d, targetOf(ctx)
+	sz := req.Msg.GetPty().GetSize()
+	if sz == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("pty.size: want the terminal's new cols and rows"))
+	}
+	size := &seam.PTYSize{Rows: int(min(sz.GetRows(), seam.MaxPTYSide+1)), Cols: int(min(sz.GetCols(), seam.MaxPTYSide+1))}
+	if err := size.Check("pty.size"); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	b, p, err := d.selectProc(ctx, t, req.Msg.GetProcess(), false)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.command(ctx, b, &api.Request{Op: api.OpCommand, Session: t.id, Action: seam.CommandResize, Job: p.job, PTY: size}, nil, busyRetry); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.UpdateResponse{}), nil
 }
 
-func (processService) SendInput(context.Context, *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("SendInput: "+noStdin))
+// input writes data to a process's stdin or terminal, eof closing its
+// stdin after.
+func (d *Door) input(ctx context.Context, t target, sel *process.ProcessSelector, in *process.ProcessInput, eof bool) error {
+	var data []byte
+	switch v := in.GetInput().(type) {
+	case *process.ProcessInput_Stdin:
+		data = v.Stdin
+	case *process.ProcessInput_Pty:
+		data = v.Pty
+	case nil:
+		if !eof {
+			return connect.NewError(connect.CodeInvalidArgument, errors.New("input: want stdin or pty bytes"))
+		}
+	}
+	if !utf8.Valid(data) {
+		// The command op carries text; a terminal's input is text too.
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("input: jailcell writes UTF-8 text to a command's stdin; these bytes are not valid UTF-8"))
+	}
+	b, p, err := d.selectProc(ctx, t, sel, false)
+	if err != nil {
+		return err
+	}
+	_, err = d.command(ctx, b, &api.Request{Op: api.OpCommand, Session: t.id, Action: seam.CommandInput, Job: p.job, Input: string(data), EOF: eof}, nil, busyRetry)
+	return err
 }
 
-func (processService) StreamInput(context.Context, *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("StreamInput: "+noStdin))
+func (s processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
+	if err := s.d.input(ctx, targetOf(ctx), req.Msg.GetProcess(), req.Msg.GetInput(), false); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.SendInputResponse{}), nil
 }
 
-func (processService) CloseStdin(context.Context, *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("CloseStdin: "+noStdin))
+// StreamInput writes each data message to the process its start message
+// names, in order; each message is bounded by the handler's read limit.
+func (s processService) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
+	var sel *process.ProcessSelector
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *process.StreamInputRequest_Start:
+			sel = ev.Start.GetProcess()
+		case *process.StreamInputRequest_Data:
+			if sel == nil {
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("StreamInput: data before the start message that names the process"))
+			}
+			if err := s.d.input(ctx, targetOf(ctx), sel, ev.Data.GetInput(), false); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.StreamInputResponse{}), nil
+}
+
+func (s processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
+	if err := s.d.input(ctx, targetOf(ctx), req.Msg.GetProcess(), nil, true); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.CloseStdinResponse{}), nil
 }
 
 // commandLine is the bash command line that runs a ProcessConfig. The

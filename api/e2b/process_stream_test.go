@@ -243,36 +243,49 @@ func TestStreamEndsOnPauseAndKill(t *testing.T) {
 	}
 }
 
-// TestRefusedRPCs: what jailcell cannot do is unimplemented, saying why.
-func TestRefusedRPCs(t *testing.T) {
+// TestInputRefusals: input, resize and terminal requests that name
+// nothing to act on, or carry what the command op cannot, are refused
+// before any reaches the sandbox, each with its reason; a signal other
+// than a kill is unimplemented. (The stock SDK's stdin and PTY paths run
+// end to end in test/e2bsdk's commands.test.mjs.)
+func TestInputRefusals(t *testing.T) {
 	c, _, hdr := fakeDoor(t, &fakeCommands{})
 	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: 1}}
+	check := func(what string, err error, code connect.Code, says string) {
+		t.Helper()
+		if connect.CodeOf(err) != code || !strings.Contains(err.Error(), says) {
+			t.Errorf("%s: %v, want %v saying %q", what, err, code, says)
+		}
+	}
 	in := connect.NewRequest(&process.SendInputRequest{Process: sel})
 	hdr(in)
 	_, err := c.SendInput(context.Background(), in)
-	check := func(what string, err error) {
-		t.Helper()
-		if connect.CodeOf(err) != connect.CodeUnimplemented {
-			t.Errorf("%s: %v, want unimplemented", what, err)
-		}
-	}
-	check("SendInput", err)
+	check("SendInput without input", err, connect.CodeInvalidArgument, "want stdin or pty bytes")
+	bad := connect.NewRequest(&process.SendInputRequest{Process: sel, Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte{0xff, 0xfe}}}})
+	hdr(bad)
+	_, err = c.SendInput(context.Background(), bad)
+	check("SendInput of bytes that are not UTF-8", err, connect.CodeInvalidArgument, "not valid UTF-8")
 	cl := connect.NewRequest(&process.CloseStdinRequest{Process: sel})
 	hdr(cl)
 	_, err = c.CloseStdin(context.Background(), cl)
-	check("CloseStdin", err)
+	check("CloseStdin of an unknown pid", err, connect.CodeNotFound, "pid 1 not found")
 	si := c.StreamInput(context.Background())
 	probe := connect.NewRequest(&process.ListRequest{})
 	hdr(probe)
 	for k, v := range probe.Header() {
 		si.RequestHeader()[k] = v
 	}
+	si.Send(&process.StreamInputRequest{Event: &process.StreamInputRequest_Data{Data: &process.StreamInputRequest_DataEvent{Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("x")}}}}})
 	_, err = si.CloseAndReceive()
-	check("StreamInput", err)
+	check("StreamInput data before its start", err, connect.CodeInvalidArgument, "before the start message")
 	up := connect.NewRequest(&process.UpdateRequest{Process: sel})
 	hdr(up)
 	_, err = c.Update(context.Background(), up)
-	check("Update", err)
+	check("Update without a size", err, connect.CodeInvalidArgument, "pty.size")
+	big := connect.NewRequest(&process.UpdateRequest{Process: sel, Pty: &process.PTY{Size: &process.PTY_Size{Rows: 24, Cols: 1 << 31}}})
+	hdr(big)
+	_, err = c.Update(context.Background(), big)
+	check("Update to 2^31 columns", err, connect.CodeInvalidArgument, "each must be 1 to 1000")
 	pty := startReq()
 	pty.Msg.Pty = &process.PTY{}
 	hdr(pty)
@@ -281,11 +294,11 @@ func TestRefusedRPCs(t *testing.T) {
 		st.Receive()
 		err = st.Err()
 	}
-	check("Start with a PTY", err)
+	check("Start with a PTY of no size", err, connect.CodeInvalidArgument, "rows 0, cols 0")
 	sig := connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal_SIGNAL_UNSPECIFIED})
 	hdr(sig)
 	_, err = c.SendSignal(context.Background(), sig)
-	check("an unspecified signal", err)
+	check("an unspecified signal", err, connect.CodeUnimplemented, "only SIGKILL")
 }
 
 // TestBusyAnswersAborted: a sandbox busy past busyRetry answers Aborted.

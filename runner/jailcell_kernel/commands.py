@@ -1,8 +1,11 @@
 """Commands and environment (the "command" and "env" frames)."""
 
+import fcntl
 import os
 import signal
+import struct
 import subprocess
+import termios
 import threading
 
 from .capture import DEFAULT_MAX_OUTPUT, _Pump
@@ -16,7 +19,12 @@ from .errors import _safe_str
 #  "max_output":N,"wait_s":S,"timeout_s":T,"grace_s":G,"stream":bool}
 # runs cmd with bash -c as a child of this kernel, in its own process group;
 # {"action":"wait","job":..,"wait_s":S,"stream":bool} waits for a job,
-# {"action":"kill","job":..} SIGKILLs its group. Each is answered with one
+# {"action":"kill","job":..} SIGKILLs its group. A start with "stdin": true
+# keeps the job's stdin a pipe, one with "pty": {"rows":R,"cols":C} runs it
+# in a new terminal (its stdin, stdout and stderr; the output comes as
+# stdout); {"action":"input","job":..,"input":TEXT,"eof":bool} queues TEXT
+# for its stdin (eof: then close it, a pipe only) and {"action":"resize",
+# "job":..,"pty":{..}} sizes its terminal. Each is answered with one
 # {"t":"command","id":..,"job":..,"done":..,"exit_code":..,"stdout":..,...},
 # after "stream" frames with the same id while the host waits with stream.
 # {"t":"env","id":..,"set":{..},"unset":[..]} edits os.environ (what cells
@@ -27,11 +35,15 @@ from .errors import _safe_str
 
 COMMAND_JOBS = 16  # jobs kept per kernel, finished ones dropped first
 COMMAND_READ = 64 << 10
-COMMAND_ACTIONS = ("start", "wait", "kill")
+COMMAND_ACTIONS = ("start", "wait", "kill", "input", "resize")
+# Input a job has not read yet, at most: a command that never reads its
+# stdin must not grow the kernel's memory without bound.
+COMMAND_INPUT_PENDING = 1 << 20
+SETSID = "/usr/bin/setsid"
 
 
 class _CommandRequest:
-    __slots__ = ("t", "id", "action", "cmd", "envs", "unset", "cwd", "limit", "wait", "timeout", "grace", "stream", "job", "gen")
+    __slots__ = ("t", "id", "action", "cmd", "envs", "unset", "cwd", "limit", "wait", "timeout", "grace", "stream", "job", "gen", "stdin", "pty", "input", "eof")
 
     @classmethod
     def parse(cls, msg, gen):
@@ -55,6 +67,16 @@ class _CommandRequest:
         req.limit = int(num("max_output", DEFAULT_MAX_OUTPUT))
         req.wait, req.timeout, req.grace = num("wait_s", 0), num("timeout_s", 0), num("grace_s", 2)
         req.stream = msg.get("stream") is True
+        req.stdin = msg.get("stdin") is True
+        req.eof = msg.get("eof") is True
+        data = msg.get("input")
+        req.input = data if isinstance(data, str) else ""
+        req.pty = None
+        pty = msg.get("pty")
+        if isinstance(pty, dict):
+            rows, cols = pty.get("rows"), pty.get("cols")
+            if all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536 for v in (rows, cols)):
+                req.pty = (rows, cols)
         return req
 
 
@@ -62,8 +84,20 @@ class _Job:
     """One command: its process, what it wrote (up to limit bytes a stream)
     and who listens for more."""
 
-    def __init__(self, name, proc, limit, link):
+    def __init__(self, name, proc, limit, link, stdin=None, pty=None):
         self.name, self.proc, self.limit, self.link = name, proc, limit, link
+        # stdin: the descriptor input is written to (the pipe's, or a copy
+        # of the terminal's master), owned by the writer thread; None: the
+        # job reads /dev/null. pty: the terminal's master, for resizes,
+        # used and closed under input_cv.
+        self.stdin_fd, self.pty = stdin, pty
+        self.had_stdin, self.terminal = stdin is not None, pty is not None
+        self.pending = []  # input not yet written, in order
+        self.pending_bytes = 0
+        self.eof = False  # close stdin once pending is written
+        self.writing = False  # the writer is in os.write on stdin_fd
+        self.deferred_close = None  # stdin_fd, closed by the writer after its write
+        self.input_cv = threading.Condition(threading.Lock())
         self.out = [bytearray(), bytearray()]
         self.cut = [False, False]
         self.sent = [0, 0]  # bytes already streamed to a host
@@ -72,10 +106,110 @@ class _Job:
         self.lock = threading.Lock()
         self.readers = []
         self.timer = None
-        for i, pipe in enumerate((proc.stdout, proc.stderr)):
+        pipes = (proc.stdout, proc.stderr) if pty is None else (os.fdopen(os.dup(pty), "rb", buffering=0),)
+        for i, pipe in enumerate(pipes):
             th = threading.Thread(target=self._read, args=(i, pipe), name="jailcell-cmd", daemon=True)
             th.start()
             self.readers.append(th)
+        if stdin is not None:
+            # Writes block while the job does not read: on a thread of
+            # their own, never on the kernel's, which answers every frame.
+            threading.Thread(target=self._write, name="jailcell-cmd-in", daemon=True).start()
+
+    def _write(self):
+        while True:
+            with self.input_cv:
+                while not self.pending and not self.eof and self.stdin_fd is not None:
+                    self.input_cv.wait()
+                if self.stdin_fd is None:
+                    return
+                if not self.pending:  # eof with everything written
+                    self._close_stdin_locked()
+                    return
+                chunk, fd = self.pending.pop(0), self.stdin_fd
+                self.writing = True
+            failed = False
+            try:
+                while chunk:
+                    chunk = chunk[os.write(fd, chunk):]
+            except OSError:
+                # The job closed its end or ended: what it did not read is
+                # dropped, as a pipe drops it.
+                failed = True
+            with self.input_cv:
+                self.writing = False
+                if failed:
+                    self.pending = []
+                    self._close_stdin_locked()
+                self.pending_bytes = sum(len(c) for c in self.pending)
+                if self.deferred_close is not None:
+                    # Closed while this thread wrote through it: only now,
+                    # or the number could name another file by then and
+                    # the rest of the input would go there.
+                    os.close(self.deferred_close)
+                    self.deferred_close = None
+                    return
+
+    def _close_stdin_locked(self):
+        fd, self.stdin_fd = self.stdin_fd, None
+        if fd is not None:
+            if self.writing:
+                self.deferred_close = fd
+            else:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.input_cv.notify_all()
+
+    def send_input(self, data, eof):
+        """Queue data for the job's stdin; None, or why it was refused."""
+        b = data.encode("utf-8", "surrogatepass")
+        with self.input_cv:
+            if not self.had_stdin:
+                return "%s was started without stdin: start it with stdin (or a pty) to write to it" % self.name
+            if self.eof:
+                return "%s: its stdin was closed (eof)" % self.name
+            if eof and self.terminal:
+                return "%s runs in a terminal, which has no end of input: send Ctrl-D (\\u0004) instead of eof" % self.name
+            if self.proc.poll() is not None:
+                return "%s has ended: its stdin is closed" % self.name
+            if self.stdin_fd is None:
+                return "%s closed its stdin" % self.name
+            if self.pending_bytes + len(b) > COMMAND_INPUT_PENDING:
+                return "stdin is full: %s has %d bytes of input it has not read, at most %d" % (self.name, self.pending_bytes, COMMAND_INPUT_PENDING)
+            if b:
+                self.pending.append(b)
+                self.pending_bytes += len(b)
+            self.eof = eof
+            self.input_cv.notify_all()
+        return None
+
+    def release(self):
+        """Close the job's stdin and terminal: it ended, or is forgotten."""
+        with self.input_cv:
+            self.pending, self.pending_bytes = [], 0
+            self._close_stdin_locked()
+            master, self.pty = self.pty, None
+        if master is not None:
+            try:
+                os.close(master)
+            except OSError:
+                pass
+
+    def resize(self, rows, cols):
+        with self.input_cv:
+            if self.pty is None:
+                if self.proc.poll() is not None:
+                    return "%s has ended: no terminal to resize" % self.name
+                if not self.terminal:
+                    return "%s has no terminal to resize: start it with pty" % self.name
+                return "%s: its terminal was closed" % self.name
+            try:
+                fcntl.ioctl(self.pty, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            except OSError as exc:
+                return "resize %s: %s" % (self.name, _safe_str(exc))
+        return None
 
     def _read(self, i, pipe):
         fd = pipe.fileno()
@@ -86,6 +220,10 @@ class _Job:
                 b = b""
             if not b:
                 pipe.close()
+                if self.pty is not None:
+                    # Every holder of the terminal is gone (EIO): its
+                    # master goes too, and input with it.
+                    self.release()
                 return
             with self.lock:
                 room = self.limit - len(self.out[i])
@@ -140,6 +278,13 @@ class _Job:
             os.killpg(self.proc.pid, sig)
         except OSError:
             pass
+        if self.terminal:
+            # setsid makes the group only once it runs: a signal sent
+            # before that must reach the process itself.
+            try:
+                os.kill(self.proc.pid, sig)
+            except OSError:
+                pass
 
     def stop(self, grace):
         """Interrupt, then kill the whole group after grace seconds."""
@@ -205,6 +350,37 @@ def _command(req, link):
         return {"t": "command", "id": req.id, "error": "%s: %s" % (type(exc).__name__, _safe_str(exc))}
 
 
+def _start_in_terminal(req, env):
+    """Start req's command in a new terminal of req.pty's size: its own
+    session with the terminal as its controlling one (setsid --ctty), so
+    that a shell's job control and ^C work as in a terminal."""
+    if not os.access(SETSID, os.X_OK):
+        raise OSError("%s is not in this sandbox's root: a terminal needs it" % SETSID)
+    master, slave = os.openpty()
+    try:
+        rows, cols = req.pty
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        if "TERM" not in req.envs:
+            env["TERM"] = "xterm-256color"
+        # Not start_new_session: setsid must find itself no group's leader,
+        # or it forks and the job's pid is of a process that has exited.
+        proc = subprocess.Popen(
+            [SETSID, "--ctty", "/bin/bash", "-c", req.cmd],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=req.cwd,
+            env=env,
+            close_fds=True,
+        )
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    return proc, master
+
+
 def _command_action(req, link):
     if req.action == "start":
         if not isinstance(req.cmd, str) or not isinstance(req.cwd, str):
@@ -214,25 +390,35 @@ def _command_action(req, link):
             return {"t": "command", "id": req.id, "error": "%d commands are running, at most %d" % (len(live), COMMAND_JOBS)}
         while len(_JOBS) >= COMMAND_JOBS:
             done = [n for n, j in _JOBS.items() if j.proc.poll() is not None]
-            del _JOBS[done[0]]
+            _JOBS.pop(done[0]).release()
         env = dict(os.environ)
         env.update(req.envs)
         # A shell's pwd trusts PWD when it names the directory it is in; the
         # workspace has two names, so a PWD inherited from the kernel could
         # name the other one.
         env["PWD"] = req.cwd
-        proc = subprocess.Popen(
-            ["/bin/bash", "-c", req.cmd],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=req.cwd,
-            env=env,
-            start_new_session=True,  # its own group: a kill reaches its children
-            close_fds=True,
-        )
+        if req.pty is not None:
+            proc, master = _start_in_terminal(req, env)
+            stdin = os.dup(master)
+        else:
+            master = None
+            proc = subprocess.Popen(
+                ["/bin/bash", "-c", req.cmd],
+                stdin=subprocess.PIPE if req.stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=req.cwd,
+                env=env,
+                start_new_session=True,  # its own group: a kill reaches its children
+                close_fds=True,
+            )
+            stdin = None
+            if req.stdin:
+                # Written unbuffered through the descriptor (_Job._write).
+                stdin = os.dup(proc.stdin.fileno())
+                proc.stdin.close()
         _JOB_SEQ[0] += 1
-        job = _Job("job-%d" % _JOB_SEQ[0], proc, req.limit, link)
+        job = _Job("job-%d" % _JOB_SEQ[0], proc, req.limit, link, stdin, master)
         _JOBS[job.name] = job
         if req.timeout > 0:
             job.timer = threading.Timer(req.timeout, job.expire, (req.grace,))
@@ -245,6 +431,14 @@ def _command_action(req, link):
         if req.action == "kill":
             job.signal(signal.SIGKILL)
             job.wait(5)
+        elif req.action == "input":
+            why = job.send_input(req.input, req.eof)
+            if why is not None:
+                return {"t": "command", "id": req.id, "error": why}
+        elif req.action == "resize":
+            why = job.resize(*req.pty) if req.pty is not None else "resize needs pty rows and cols"
+            if why is not None:
+                return {"t": "command", "id": req.id, "error": why}
     if req.wait > 0:
         # While the host waits, its interrupt (SIGINT to the sandbox, which
         # PID 1 forwards here) goes to the command's group, not the kernel.

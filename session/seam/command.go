@@ -12,10 +12,23 @@ import (
 
 // Command actions.
 const (
-	CommandStart = runner.CommandStart
-	CommandWait  = runner.CommandWait
-	CommandKill  = runner.CommandKill
+	CommandStart  = runner.CommandStart
+	CommandWait   = runner.CommandWait
+	CommandKill   = runner.CommandKill
+	CommandInput  = runner.CommandInput
+	CommandResize = runner.CommandResize
 )
+
+// MaxCommandInput bounds the input one request writes to a command's
+// stdin; MaxPTYSide a terminal's rows and columns.
+const (
+	MaxCommandInput = runner.MaxCommandInput
+	MaxPTYSide      = runner.MaxPTYSide
+)
+
+// PTYSize is a terminal's size in characters: rows and cols, each 1 to
+// MaxPTYSide.
+type PTYSize = runner.PTYSize
 
 // Bounds of an environment handed in by a client (a session's, a cell's or
 // a command's). The variables reach only processes inside the sandbox,
@@ -72,7 +85,8 @@ func sortedKeys(m map[string]string) []string {
 // CommandRequest runs, waits for or kills a shell command inside a
 // session's sandbox.
 type CommandRequest struct {
-	// Action is CommandStart (default), CommandWait or CommandKill.
+	// Action is CommandStart (default), CommandWait, CommandKill,
+	// CommandInput or CommandResize.
 	Action string
 	// Cmd is the command line, run with bash -c (start).
 	Cmd string
@@ -91,6 +105,17 @@ type CommandRequest struct {
 	// kill take that name.
 	Background bool
 	Job        string
+	// Stdin keeps a background start's stdin a pipe for CommandInput
+	// (else it reads /dev/null).
+	Stdin bool
+	// PTY runs a background start in a new terminal of this size (its
+	// stdin, stdout and stderr; all its output comes as stdout), or is the
+	// new size (CommandResize).
+	PTY *PTYSize
+	// Input is written to the job's stdin (CommandInput), at most
+	// MaxCommandInput bytes; EOF closes its stdin after it (a pipe only).
+	Input string
+	EOF   bool
 	// OnOutput, if set, receives output as it comes while the request
 	// waits for the command.
 	OnOutput func(stream, text string)

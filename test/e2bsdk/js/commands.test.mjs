@@ -197,21 +197,59 @@ test('commands share the sandbox: a file one writes, another reads', async () =>
   })
 })
 
-test('stdin and PTY are refused with a message that says why', async () => {
+// waitFor polls cond every 50 ms for up to 20 s.
+async function waitFor(cond, what) {
+  for (let i = 0; i < 400; i++) {
+    if (cond()) return
+    await sleep(50)
+  }
+  assert.fail(`timed out waiting for ${what}`)
+}
+
+test('stdin: sendStdin by handle and by pid, text and bytes, then closeStdin ends cat', async () => {
   await withSandbox(async (sbx) => {
-    const h = await sbx.commands.run('sleep 60', { background: true })
+    const h = await sbx.commands.run('cat', { background: true, stdin: true })
+    await h.sendStdin('Hello, ')
+    await sbx.commands.sendStdin(h.pid, new TextEncoder().encode('World!\n'))
+    await sbx.commands.sendStdin(h.pid, '')
+    await waitFor(() => h.stdout === 'Hello, World!\n', 'cat to echo the input')
+    await h.closeStdin()
+    const r = await h.wait()
+    assert.equal(r.exitCode, 0)
+    assert.equal(r.stdout, 'Hello, World!\n')
+
+    // A command started without stdin reads nothing, and says so.
+    const n = await sbx.commands.run('sleep 60', { background: true })
     try {
-      await assert.rejects(h.sendStdin('x'), (err) => {
-        assert.match(err.message, /unimplemented/)
-        assert.match(err.message, /no stdin/)
+      await assert.rejects(n.sendStdin('x'), (err) => {
+        assert.ok(err instanceof InvalidArgumentError, err.constructor.name)
+        assert.match(err.message, /without stdin/)
         return true
       })
-      await assert.rejects(sbx.commands.closeStdin(h.pid), /no stdin/)
-      await assert.rejects(sbx.commands.run('cat', { stdin: true }), /stdin: true: a jailcell command has no stdin/)
-      await assert.rejects(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }), /PTY/)
     } finally {
-      await h.kill()
+      await n.kill()
     }
+  })
+})
+
+test('pty: create with envs, sendInput, resize, onData, exit code; kill', async () => {
+  await withSandbox(async (sbx) => {
+    let out = ''
+    const dec = new TextDecoder()
+    const term = await sbx.pty.create({ cols: 80, rows: 24, envs: { ABC: '123' }, onData: (d) => { out += dec.decode(d) } })
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo A$ABC; stty size; tty\n'))
+    await waitFor(() => out.includes('24 80'), 'stty to print 24 80')
+    assert.match(out, /A123/)
+    assert.match(out, /\/dev\/pts\//)
+    await sbx.pty.resize(term.pid, { cols: 120, rows: 40 })
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; exit 3\n'))
+    const r = await term.wait().catch((e) => e.result ?? e)
+    assert.equal(r.exitCode, 3)
+    assert.match(out, /40 120/)
+
+    const other = await sbx.pty.create({ cols: 20, rows: 5, onData: () => {} })
+    assert.equal(await sbx.pty.kill(other.pid), true)
+    await assert.rejects(other.wait())
   })
 })
 

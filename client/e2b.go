@@ -20,7 +20,9 @@ import (
 // CommandOptions shape one command request; the zero value starts a
 // foreground command in /work with the policy's cell timeout.
 type CommandOptions struct {
-	// Action is "start" (default), "wait" or "kill".
+	// Action is "start" (default), "wait", "kill", "input" (write Input
+	// to a background job's stdin) or "resize" (its terminal, to PTY).
+	// Input and resize answer at once, as a wait with no Timeout does.
 	Action string
 	// Envs are added to the session's environment for the command.
 	Envs map[string]string
@@ -31,12 +33,37 @@ type CommandOptions struct {
 	Timeout time.Duration
 	// Background answers at once with the job to wait for or kill.
 	Background bool
-	// Job names the background command of a wait or kill.
+	// Job names the background command of a wait, kill, input or resize.
 	Job string
+	// Stdin (start, with Background) keeps the command's stdin a pipe open
+	// for action "input"; without it (and without PTY) stdin is /dev/null.
+	Stdin bool
+	// PTY (start, with Background) runs the command in a new terminal of
+	// this size: the terminal is its stdin, stdout and stderr, so all it
+	// prints, the echo of its input too, comes as Stdout. For "resize",
+	// the new size.
+	PTY *PTYSize
+	// Input (action "input") is written to the job's stdin: UTF-8, at most
+	// MaxCommandInput bytes a request; "" is allowed (with EOF, say).
+	Input string
+	// EOF (action "input") closes the job's stdin after Input. A terminal
+	// refuses it: send "\x04" (Ctrl-D) instead.
+	EOF bool
 	// OnOutput, if set, receives stdout and stderr while the request
 	// waits for the command (the request is then streamed).
 	OnOutput func(stream, text string)
 }
+
+// PTYSize is a terminal's size in character cells, each side 1 to 1000.
+type PTYSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// MaxCommandInput bounds the input of one "input" request, in bytes; the
+// service refuses a larger one, and any while the job has 1 MiB it has not
+// read (both with code limit).
+const MaxCommandInput = 1 << 20
 
 // CommandResult is what a command did, as far as the request waited.
 type CommandResult struct {
@@ -100,12 +127,17 @@ type commandBody struct {
 	TimeoutS   float64           `json:"timeout_s,omitempty"`
 	Background bool              `json:"background,omitempty"`
 	Job        string            `json:"job,omitempty"`
+	Stdin      bool              `json:"stdin,omitempty"`
+	PTY        *PTYSize          `json:"pty,omitempty"`
+	Input      string            `json:"input,omitempty"`
+	EOF        bool              `json:"eof,omitempty"`
 }
 
 func newCommandBody(cmd string, o *CommandOptions) commandBody {
 	b := commandBody{Cmd: cmd}
 	if o != nil {
 		b.Action, b.Envs, b.Cwd, b.TimeoutS, b.Background, b.Job = o.Action, o.Envs, o.Cwd, o.Timeout.Seconds(), o.Background, o.Job
+		b.Stdin, b.PTY, b.Input, b.EOF = o.Stdin, o.PTY, o.Input, o.EOF
 	}
 	return b
 }
@@ -150,8 +182,9 @@ func decodeHTTPInto(resp *http.Response, r *e2bResponse) error {
 }
 
 // Command runs a shell command in session id's sandbox (bash -c, cwd under
-// /work), or waits for or kills a background one (opts.Action, opts.Job).
-// With opts.OnOutput the response is streamed.
+// /work), or waits for, kills, writes to the stdin of or resizes the
+// terminal of a background one (opts.Action, opts.Job). With opts.OnOutput
+// the response is streamed.
 func (c *HTTP) Command(ctx context.Context, id, cmd string, opts *CommandOptions) (*CommandResult, error) {
 	path := sessionPath(id, "commands")
 	if opts == nil || opts.OnOutput == nil {

@@ -130,6 +130,13 @@ func TestHTTPClientE2B(t *testing.T) {
 }
 
 func TestJSONLClientE2B(t *testing.T) {
+	e2bConformance(t, startJSONL(t))
+}
+
+// startJSONL runs `jailcell json` until the test ends, logging its stderr
+// if the test failed.
+func startJSONL(t *testing.T) *JSONL {
+	t.Helper()
 	testenv.RequiresRoot(t)
 	bin := testenv.Jailcell(t)
 	dir := testenv.StateDir(t)
@@ -140,13 +147,13 @@ func TestJSONLClientE2B(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("jailcell json log:\n%s", stderr.String())
 		}
 		c.Close()
-	}()
-	e2bConformance(t, c)
+	})
+	return c
 }
 
 // TestE2BWireTypesMatch: the client's copies of the E2B-shaped ops' types

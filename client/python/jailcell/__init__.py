@@ -10,17 +10,17 @@ Sandbox(command=["jailcell", "json"]) speaks to a private `jailcell json`
 subprocess instead of the service; AsyncSandbox is the asyncio face of
 Sandbox, over asyncio streams (no threads); Client is the service's routes
 one to one, returning dicts. The names of E2B's SDK work the same
-(commands, envs, files.watch_dir, get_info, set_timeout, get_metrics,
-Sandbox.connect): README.md lists what differs.
+(commands with their stdin, pty, envs, files.watch_dir, get_info,
+set_timeout, get_metrics, Sandbox.connect): README.md lists what differs.
 """
 
-from .aio import AsyncCommandHandle, AsyncCommands, AsyncFiles, AsyncSandbox, AsyncWatchHandle
+from .aio import AsyncCommandHandle, AsyncCommands, AsyncFiles, AsyncPty, AsyncSandbox, AsyncWatchHandle
 from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTCPTransport, AsyncTransport,
                             ThreadedTransport)
 from .charts import (BarChart, BoxAndWhiskerChart, Chart, ChartType, HistogramChart, LineChart, PieChart, ScaleType,
                      ScatterChart, SuperChart)
 from .client import Client, Session
-from .commands import CommandExitException, CommandHandle, CommandResult, Commands
+from .commands import CommandExitException, CommandHandle, CommandResult, Commands, Pty, PtySize
 from .errors import (AuthenticationException, BadRequestError, BusyError, ExpiredError, FileNotFoundException,
                      ForbiddenError, InternalError, InvalidArgumentException, JailcellError, LimitError, NotFoundError,
                      NotFoundException, SandboxException, SandboxNotFoundException, UnavailableError)
@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "Files", "AsyncFiles", "AsyncCommands", "AsyncCommandHandle", "AsyncWatchHandle",
     "AsyncTransport", "AsyncSocketTransport", "AsyncTCPTransport", "AsyncJsonLinesTransport", "ThreadedTransport",
-    "Commands", "CommandResult", "CommandHandle", "CommandExitException", "SandboxInfo", "SandboxMetrics",
+    "Commands", "CommandResult", "CommandHandle", "CommandExitException", "Pty", "PtySize", "AsyncPty", "SandboxInfo", "SandboxMetrics",
     "FilesystemEvent", "FilesystemEventType", "WatchHandle",
     "Execution", "Result", "Logs", "OutputMessage", "ExecutionError", "FileChange", "EntryInfo", "Attempt",
     "Chart", "ChartType", "ScaleType", "LineChart", "ScatterChart", "BarChart", "PieChart", "HistogramChart",

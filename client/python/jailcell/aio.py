@@ -17,7 +17,8 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Uni
 
 from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTCPTransport, AsyncTransport,
                             ThreadedTransport)
-from .commands import DEFAULT_COMMAND_TIMEOUT, CommandExitException, CommandResult, _check_envs, _result
+from .commands import (DEFAULT_COMMAND_TIMEOUT, PTY_COMMAND, CommandExitException, CommandResult, PtySize, _check_envs,
+                       _pty_size, _pty_start, _result, _stdin_text)
 from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, NotFoundError
 from .models import EntryInfo, Execution, ExecutionError, Result
@@ -25,9 +26,10 @@ from .sandbox import Data, _bytes, _Collector, _exec_fields
 from .transport import DEFAULT_TIMEOUT, Transport, _env_socket
 from .watch import FilesystemEvent, _fs_events
 
-__all__ = ["AsyncSandbox", "AsyncFiles", "AsyncCommands", "AsyncCommandHandle", "AsyncWatchHandle"]
+__all__ = ["AsyncSandbox", "AsyncFiles", "AsyncCommands", "AsyncCommandHandle", "AsyncPty", "AsyncWatchHandle"]
 
 AsyncOutputHandler = Callable[[str], Union[Any, Awaitable[Any]]]
+AsyncPtyHandler = Callable[[bytes], Union[Any, Awaitable[Any]]]
 AsyncResultHandler = Callable[[Result], Union[Any, Awaitable[Any]]]
 
 
@@ -173,7 +175,10 @@ class AsyncWatchHandle:
 
 
 class AsyncCommandHandle:
-    """A background command of an AsyncSandbox: await wait() or kill()."""
+    """A background command of an AsyncSandbox: await wait() or kill(),
+    send_stdin() and close_stdin() (stdin=True), resize() (a terminal). As
+    CommandHandle, input and resizes are refused (BusyError) while a
+    wait() of the sandbox waits."""
 
     def __init__(self, sandbox: "AsyncSandbox", job: str, pid: int, on_stdout: Optional[AsyncOutputHandler],
                  on_stderr: Optional[AsyncOutputHandler]) -> None:
@@ -218,17 +223,64 @@ class AsyncCommandHandle:
             self._result = _result(c)
         return True
 
+    async def _tell(self, fields: Dict[str, Any]) -> None:
+        fields["job"] = self._job
+        await self._sbx._call("command", fields)
+
+    async def send_stdin(self, data: Union[str, bytes], request_timeout: Optional[float] = None) -> None:
+        """CommandHandle.send_stdin, awaitable."""
+        await self._tell({"action": "input", "input": _stdin_text(data)})
+
+    async def close_stdin(self, request_timeout: Optional[float] = None) -> None:
+        """CommandHandle.close_stdin, awaitable."""
+        await self._tell({"action": "input", "input": "", "eof": True})
+
+    async def resize(self, size: PtySize) -> None:
+        """CommandHandle.resize, awaitable."""
+        await self._tell({"action": "resize", "pty": _pty_size(size)})
+
 
 class AsyncCommands:
     """sandbox.commands, awaitable."""
 
     def __init__(self, sandbox: "AsyncSandbox") -> None:
         self._sbx = sandbox
+        self._handles: Dict[int, AsyncCommandHandle] = {}
+
+    async def _start(self, fields: Dict[str, Any], on_stdout: Optional[AsyncOutputHandler],
+                     on_stderr: Optional[AsyncOutputHandler]) -> AsyncCommandHandle:
+        c = (await self._sbx._call("command", fields)).get("command") or {}
+        h = AsyncCommandHandle(self._sbx, str(c.get("job", "")), int(c.get("pid", 0)), on_stdout, on_stderr)
+        if c.get("done"):
+            h._result = _result(c)
+        self._handles[h.pid] = h
+        return h
+
+    def connect(self, pid: int) -> AsyncCommandHandle:
+        """The handle of a background command started through this object."""
+        h = self._handles.get(pid)
+        if h is None:
+            raise NotFoundError(0, "not_found", "no background command with pid %d started through this sandbox" % pid)
+        return h
+
+    async def kill(self, pid: int) -> bool:
+        """Kill a background command started through this object, by pid."""
+        h = self._handles.get(pid)
+        return await h.kill() if h is not None else False
+
+    async def send_stdin(self, pid: int, data: Union[str, bytes], request_timeout: Optional[float] = None) -> None:
+        """Commands.send_stdin, awaitable."""
+        await self.connect(pid).send_stdin(data)
+
+    async def close_stdin(self, pid: int, request_timeout: Optional[float] = None) -> None:
+        """Commands.close_stdin, awaitable."""
+        await self.connect(pid).close_stdin()
 
     async def run(self, cmd: str, background: bool = False, envs: Optional[Dict[str, str]] = None,
                   user: Optional[str] = None, cwd: Optional[str] = None,
                   on_stdout: Optional[AsyncOutputHandler] = None, on_stderr: Optional[AsyncOutputHandler] = None,
-                  timeout: Optional[float] = DEFAULT_COMMAND_TIMEOUT, request_timeout: Optional[float] = None) -> Any:
+                  stdin: Optional[bool] = None, timeout: Optional[float] = DEFAULT_COMMAND_TIMEOUT,
+                  request_timeout: Optional[float] = None) -> Any:
         """Sandbox.commands.run, awaitable."""
         if not isinstance(cmd, str) or not cmd:
             raise BadRequestError(0, "bad_request", "cmd must be a non-empty string: a bash command line")
@@ -237,13 +289,11 @@ class AsyncCommands:
         fields: Dict[str, Any] = {"cmd": cmd, "envs": _check_envs(envs), "cwd": cwd}
         if timeout:
             fields["timeout_s"] = float(timeout)
+        if stdin:
+            fields["stdin"] = True
         if background:
             fields["background"] = True
-            c = (await self._sbx._call("command", fields)).get("command") or {}
-            h = AsyncCommandHandle(self._sbx, str(c.get("job", "")), int(c.get("pid", 0)), on_stdout, on_stderr)
-            if c.get("done"):
-                h._result = _result(c)
-            return h
+            return await self._start(fields, on_stdout, on_stderr)
         t = _Tasks()
         c = (await self._sbx._call("command", fields, _events(t, on_stdout, on_stderr))).get("command") or {}
         await t.done()
@@ -251,6 +301,35 @@ class AsyncCommands:
         if res.exit_code != 0:
             raise CommandExitException(res)
         return res
+
+
+class AsyncPty:
+    """sandbox.pty, awaitable (E2B's AsyncSandbox.pty): on_data gets the
+    terminal's output as UTF-8 bytes while the handle's wait() waits."""
+
+    def __init__(self, commands: AsyncCommands) -> None:
+        self._commands = commands
+
+    async def create(self, size: PtySize, on_data: AsyncPtyHandler, user: Optional[str] = None,
+                     cwd: Optional[str] = None, envs: Optional[Dict[str, str]] = None,
+                     timeout: Optional[float] = DEFAULT_COMMAND_TIMEOUT,
+                     request_timeout: Optional[float] = None) -> AsyncCommandHandle:
+        """Pty.create, awaitable."""
+        def on_stdout(text: str) -> Any:
+            return on_data(text.encode("utf-8"))
+        return await self._commands._start(_pty_start(PTY_COMMAND, size, envs, user, cwd, timeout), on_stdout, None)
+
+    async def send_stdin(self, pid: int, data: bytes, request_timeout: Optional[float] = None) -> None:
+        """Pty.send_stdin, awaitable."""
+        await self._commands.send_stdin(pid, data)
+
+    async def resize(self, pid: int, size: PtySize, request_timeout: Optional[float] = None) -> None:
+        """Pty.resize, awaitable."""
+        await self._commands.connect(pid).resize(size)
+
+    async def kill(self, pid: int, request_timeout: Optional[float] = None) -> bool:
+        """Pty.kill, awaitable."""
+        return await self._commands.kill(pid)
 
 
 class AsyncSandbox:
@@ -270,6 +349,7 @@ class AsyncSandbox:
         self.metadata: Dict[str, str] = dict(metadata or {})
         self.files = AsyncFiles(self)
         self.commands = AsyncCommands(self)
+        self.pty = AsyncPty(self.commands)
 
     @staticmethod
     async def _transport(socket: Optional[str], command: Optional[Sequence[str]], transport: Any,

@@ -5,7 +5,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from .commands import Commands, _check_envs
+from .commands import Commands, Pty, _check_envs
 from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, NotFoundError
 from .models import EntryInfo, Execution, ExecutionError, OutputMessage, Result
@@ -219,6 +219,7 @@ class Sandbox:
             raise
         self.files = Files(self)
         self.commands = Commands(self)
+        self.pty = Pty(self.commands)
 
     @classmethod
     def create(cls, *args: Any, **kwargs: Any) -> "Sandbox":

@@ -16,7 +16,7 @@ from typing import Any, List, Optional
 
 from jailcell import (AsyncJsonLinesTransport, JailcellError, AsyncSandbox, AsyncSocketTransport, BadRequestError, BusyError,
                       CommandExitException, CommandHandle, FilesystemEvent, FilesystemEventType, JsonLinesTransport,
-                      NotFoundError, Sandbox, SocketTransport, Transport)
+                      NotFoundError, PtySize, Sandbox, SocketTransport, Transport)
 
 SOCKET = os.environ.get("JAILCELL_SOCKET")
 TCP_URL = os.environ.get("JAILCELL_TCP_URL")
@@ -32,6 +32,7 @@ JSON_COMMAND: Optional[List[str]] = json.loads(os.environ["JAILCELL_JSON_COMMAND
 class _Cases:
     assertEqual: Any
     assertIn: Any
+    assertRaisesRegex: Any
     assertTrue: Any
     assertFalse: Any
     assertRaises: Any
@@ -150,6 +151,44 @@ class _Cases:
         with self.assertRaises(NotFoundError):
             Sandbox.connect("nope-0123", transport=self.transport())
 
+    def test_command_stdin(self) -> None:
+        sbx = self.sandbox()
+        cat = sbx.commands.run("cat", background=True, stdin=True)
+        cat.send_stdin("Hello\n")
+        cat.close_stdin()
+        r = cat.wait()
+        self.assertEqual((r.exit_code, r.stdout), (0, "Hello\n"))
+        with self.assertRaises(BadRequestError):
+            cat.send_stdin("late")  # it ended
+        # Bytes, by pid through sandbox.commands; bytes that are not UTF-8
+        # are refused here.
+        raw = sbx.commands.run("cat", background=True, stdin=True)
+        sbx.commands.send_stdin(raw.pid, "é\n".encode())
+        with self.assertRaisesRegex(BadRequestError, "UTF-8"):
+            raw.send_stdin(b"\xff")
+        sbx.commands.close_stdin(raw.pid)
+        self.assertEqual(raw.wait().stdout, "é\n")
+        no_stdin = sbx.commands.run("sleep 30", background=True)
+        with self.assertRaisesRegex(BadRequestError, "stdin"):
+            no_stdin.send_stdin("x")
+        no_stdin.kill()
+
+    def test_pty(self) -> None:
+        sbx = self.sandbox()
+        term = sbx.pty.create(PtySize(rows=24, cols=80))
+        with self.assertRaises(BadRequestError):
+            term.close_stdin()  # a terminal takes Ctrl-D, not an end of file
+        sbx.pty.send_stdin(term.pid, b"stty size; exit\n")
+        shown: List[bytes] = []
+        r = term.wait(on_pty=shown.append)
+        self.assertEqual(r.exit_code, 0)
+        self.assertIn("24 80", r.stdout)
+        self.assertEqual(b"".join(shown).decode(), r.stdout)
+        resized = sbx.pty.create(PtySize(rows=24, cols=80))
+        sbx.pty.resize(resized.pid, PtySize(rows=30, cols=100))
+        sbx.pty.send_stdin(resized.pid, b"stty size; exit\n")
+        self.assertIn("30 100", resized.wait().stdout)
+
     def test_busy_while_command_waits(self) -> None:
         sbx = self.sandbox()
         done: List[Any] = []
@@ -239,6 +278,19 @@ class AsyncSocketE2BTest(unittest.TestCase):
             self.assertGreater((await b.get_metrics())[0].mem_used, 0)
             again = await AsyncSandbox.connect(b.sandbox_id, SOCKET)
             self.assertEqual((await again.run_code("1 + 1")).text, "2")
+            # stdin and a terminal, awaitable.
+            cat = await b.commands.run("cat", background=True, stdin=True)
+            await cat.send_stdin("Hello\n")
+            await b.commands.close_stdin(cat.pid)
+            self.assertEqual(((await cat.wait()).stdout), "Hello\n")
+            shown: List[bytes] = []
+
+            async def on_data(data: bytes) -> None:
+                shown.append(data)
+            term = await b.pty.create(PtySize(rows=24, cols=80), on_data)
+            await b.pty.send_stdin(term.pid, b"stty size; exit\n")
+            self.assertIn("24 80", (await term.wait()).stdout)
+            self.assertIn(b"24 80", b"".join(shown))
             self.assertFalse(a_task.done(), "a's cell ended before it was killed")
             started = [t.name for t in threading.enumerate() if t not in before]
             self.assertEqual(started, [], "the asyncio transport started threads")

@@ -1,15 +1,17 @@
 /**
- * sandbox.commands: shell commands run inside the session's sandbox (bash
- * -c, a child of its kernel, its own process group, cwd under /work), with
- * the names of E2B's JS SDK: commands.run, CommandResult, CommandHandle,
- * CommandExitError. Each call is one `command` op (docs/service.md,
- * "Commands, environment, watches"). What a command prints and its exit
- * code come from inside the sandbox: as untrusted as a cell's output.
+ * sandbox.commands and sandbox.pty: shell commands run inside the
+ * session's sandbox (bash -c, a child of its kernel, its own process group,
+ * cwd under /work), with the names of E2B's JS SDK: commands.run,
+ * sendStdin, closeStdin, CommandResult, CommandHandle, CommandExitError,
+ * pty.create, sendInput, resize. Each call is one `command` op
+ * (docs/service.md, "Commands, environment, watches"). What a command
+ * prints and its exit code come from inside the sandbox: as untrusted as a
+ * cell's output.
  */
 
 import { JailcellError, NotFoundError, badRequest } from "./errors.js";
 import type { CallOptions, Fields } from "./transport.js";
-import type { CommandFields, Envs, WireCommandResult, WireEvent, WireResponse } from "./wire.js";
+import type { CommandFields, Envs, WireCommandResult, WireEvent, WirePtySize, WireResponse } from "./wire.js";
 
 /** What Commands needs from its sandbox: one call on its session. */
 export interface CommandCaller {
@@ -41,6 +43,34 @@ export interface CommandStartOpts {
   timeoutMs?: number;
   /** Bound on the call itself (default: the transport's, or timeoutMs + 60 s if more). */
   requestTimeoutMs?: number;
+  /**
+   * Keep the command's stdin open for sendStdin and closeStdin (E2B's
+   * option); without it stdin is /dev/null. Background only: a foreground
+   * command holds the session, so no input could reach it.
+   */
+  stdin?: boolean;
+}
+
+/** Options of a call on a running command (E2B's CommandRequestOpts). */
+export interface CommandRequestOpts {
+  /** Bound on the call (default: the transport's). */
+  requestTimeoutMs?: number;
+}
+
+const strictUTF8 = new TextDecoder("utf-8", { fatal: true });
+
+/** data as the wire's text: a string, or bytes that must be UTF-8. */
+function stdinText(data: string | Uint8Array): string {
+  if (typeof data === "string") return data;
+  if (!(data instanceof Uint8Array)) {
+    throw badRequest("stdin data must be a string or a Uint8Array");
+  }
+  try {
+    return strictUTF8.decode(data);
+  } catch {
+    // Replacing the bytes would send the command something it was not given.
+    throw badRequest("stdin data is not UTF-8: jailcell carries a command's input as text");
+  }
 }
 
 /** What a finished command did: E2B's CommandResult, plus jailcell's timedOut and truncation flags. */
@@ -129,9 +159,11 @@ function callOpts(timeoutMs: number | undefined, requestTimeoutMs: number | unde
 
 /**
  * A command started with background: true (E2B's CommandHandle): wait()
- * for its result, kill() it. It runs inside the sandbox between requests
- * (it ends with the session); while wait() waits, the session is busy (a
- * cell meanwhile is refused with BusyError).
+ * for its result, kill() it, sendStdin() and closeStdin() if it was started
+ * with stdin: true, resize() its terminal if it has one (sandbox.pty). It
+ * runs inside the sandbox between requests (it ends with the session);
+ * while wait() waits, the session is busy: a cell, sendStdin or resize
+ * meanwhile is refused with BusyError, so send the input, then wait.
  */
 export class CommandHandle {
   private result: CommandResult | undefined;
@@ -171,6 +203,31 @@ export class CommandHandle {
     const co: CallOptions = { timeoutMs: Infinity };
     if (onEvent) co.onEvent = onEvent;
     return (await this.sbx.call("command", f as Fields, co)).command;
+  }
+
+  /** input and resize: answered at once, so the transport's bound. */
+  private async tell(f: CommandFields, opts: CommandRequestOpts | undefined): Promise<void> {
+    await this.sbx.call("command", { ...f, job: this.job } as Fields, callOpts(undefined, opts?.requestTimeoutMs));
+  }
+
+  /**
+   * Write data to the command's stdin (E2B's sendStdin): a string, or
+   * bytes that are UTF-8. BadRequestError if it was started without stdin
+   * (or a terminal) or has ended; LimitError past 1 MiB a call, or while
+   * it has 1 MiB of input it has not read.
+   */
+  async sendStdin(data: string | Uint8Array, opts?: CommandRequestOpts): Promise<void> {
+    await this.tell({ action: "input", input: stdinText(data) }, opts);
+  }
+
+  /** Close the command's stdin, an end of file to it (E2B's closeStdin); a terminal refuses it (send "\x04", Ctrl-D). */
+  async closeStdin(opts?: CommandRequestOpts): Promise<void> {
+    await this.tell({ action: "input", input: "", eof: true }, opts);
+  }
+
+  /** Resize the command's terminal (sandbox.pty): rows and cols each 1 to 1000. */
+  async resize(size: { cols: number; rows: number }, opts?: CommandRequestOpts): Promise<void> {
+    await this.tell({ action: "resize", pty: ptySize(size) }, opts);
   }
 
   /**
@@ -245,12 +302,9 @@ export class Commands {
     if (opts.envs !== undefined) f.envs = checkEnvs(opts.envs);
     if (opts.cwd !== undefined) f.cwd = opts.cwd;
     if (timeoutMs > 0) f.timeout_s = timeoutMs / 1000;
+    if (opts.stdin === true) f.stdin = true;
     if (opts.background === true) {
-      f.background = true;
-      const c = (await this.sbx.call("command", f as Fields, callOpts(undefined, opts.requestTimeoutMs))).command;
-      const h = new CommandHandle(this.sbx, String(c?.job ?? ""), Number.isInteger(c?.pid) ? (c!.pid as number) : 0, opts.onStdout, opts.onStderr, c);
-      this.handles.set(h.pid, h);
-      return h;
+      return this.start(f, opts);
     }
     const resp = await this.sbx.call("command", f as Fields, callOpts(timeoutMs, opts.requestTimeoutMs, events(opts.onStdout, opts.onStderr)));
     const r = commandResult(resp.command);
@@ -260,10 +314,32 @@ export class Commands {
     return r;
   }
 
+  /**
+   * Start f in the background; its handle is known to kill, connect and
+   * sendStdin by pid. sandbox.pty starts its terminals here too.
+   * @internal
+   */
+  async start(f: CommandFields, opts: Pick<CommandStartOpts, "onStdout" | "onStderr" | "requestTimeoutMs">): Promise<CommandHandle> {
+    const c = (await this.sbx.call("command", { ...f, background: true } as Fields, callOpts(undefined, opts.requestTimeoutMs))).command;
+    const h = new CommandHandle(this.sbx, String(c?.job ?? ""), Number.isInteger(c?.pid) ? (c!.pid as number) : 0, opts.onStdout, opts.onStderr, c);
+    this.handles.set(h.pid, h);
+    return h;
+  }
+
   /** Kill a background command started through this object, by pid; false if none is known or it had ended. */
   async kill(pid: number): Promise<boolean> {
     const h = this.handles.get(pid);
     return h === undefined ? false : h.kill();
+  }
+
+  /** Write to the stdin of a background command started through this object with stdin: true (CommandHandle.sendStdin). */
+  async sendStdin(pid: number, data: string | Uint8Array, opts?: CommandRequestOpts): Promise<void> {
+    await (await this.connect(pid)).sendStdin(data, opts);
+  }
+
+  /** Close the stdin of a background command started through this object (CommandHandle.closeStdin). */
+  async closeStdin(pid: number, opts?: CommandRequestOpts): Promise<void> {
+    await (await this.connect(pid)).closeStdin(opts);
   }
 
   /** The handle of a background command started through this object. */
@@ -287,4 +363,76 @@ export function checkEnvs(envs: unknown, what = "envs"): Envs {
     }
   }
   return envs as Envs;
+}
+
+function ptySize(size: { cols: number; rows: number }): WirePtySize {
+  if (size === null || typeof size !== "object" || !Number.isInteger(size.rows) || !Number.isInteger(size.cols)) {
+    throw badRequest("size must be { cols, rows }: whole numbers, each 1 to 1000");
+  }
+  return { rows: size.rows, cols: size.cols };
+}
+
+export interface PtyCreateOpts {
+  /** The terminal's size: each 1 to 1000. */
+  cols: number;
+  rows: number;
+  /** What the terminal shows, as it is written: UTF-8 bytes (the echo of the input too). */
+  onData: (data: Uint8Array) => unknown;
+  /** Its limit, as commands.run's (default 60 s; 0: none). */
+  timeoutMs?: number;
+  /** Accepted for E2B's signature, as commands.run's. */
+  user?: string;
+  /** Added to the sandbox's environment; TERM is xterm-256color unless given. */
+  envs?: Envs;
+  /** Working directory, under /work (default /work). */
+  cwd?: string;
+  requestTimeoutMs?: number;
+}
+
+/**
+ * sandbox.pty (E2B's): an interactive bash in a new terminal, a background
+ * command whose handle is a CommandHandle. Its output reaches onData while
+ * the handle's wait() waits; input and resizes are requests of their own,
+ * refused with BusyError while a wait() of the sandbox waits.
+ */
+export class Pty {
+  constructor(private readonly commands: Commands) {}
+
+  /** Start bash -i -l in a terminal of opts' size. */
+  async create(opts: PtyCreateOpts): Promise<CommandHandle> {
+    if (opts === null || typeof opts !== "object" || typeof opts.onData !== "function") {
+      throw badRequest("pty.create needs { cols, rows, onData }");
+    }
+    if (opts.user !== undefined && opts.user !== "root" && opts.user !== "user") {
+      throw badRequest(`user = ${JSON.stringify(opts.user)}: commands run as the sandbox's root; allowed "root" or "user" (E2B's names), or none`);
+    }
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
+    if (typeof timeoutMs !== "number" || !Number.isFinite(timeoutMs) || timeoutMs < 0) {
+      throw badRequest(`timeoutMs = ${String(timeoutMs)}: must be a number of milliseconds >= 0 (0: none)`);
+    }
+    const f: CommandFields = { cmd: "bash -i -l", pty: ptySize(opts) };
+    if (opts.envs !== undefined) f.envs = checkEnvs(opts.envs);
+    if (opts.cwd !== undefined) f.cwd = opts.cwd;
+    if (timeoutMs > 0) f.timeout_s = timeoutMs / 1000;
+    const enc = new TextEncoder();
+    const onData = opts.onData;
+    const so: Pick<CommandStartOpts, "onStdout" | "requestTimeoutMs"> = { onStdout: (text) => onData(enc.encode(text)) };
+    if (opts.requestTimeoutMs !== undefined) so.requestTimeoutMs = opts.requestTimeoutMs;
+    return this.commands.start(f, so);
+  }
+
+  /** Type into the terminal: UTF-8 bytes ("\x03" is Ctrl-C, "\x04" Ctrl-D). */
+  async sendInput(pid: number, data: Uint8Array, opts?: CommandRequestOpts): Promise<void> {
+    await this.commands.sendStdin(pid, data, opts);
+  }
+
+  /** Resize the terminal. */
+  async resize(pid: number, size: { cols: number; rows: number }, opts?: CommandRequestOpts): Promise<void> {
+    await (await this.commands.connect(pid)).resize(size, opts);
+  }
+
+  /** SIGKILL the terminal's processes; false if none is known or it had ended. */
+  async kill(pid: number): Promise<boolean> {
+    return this.commands.kill(pid);
+  }
 }

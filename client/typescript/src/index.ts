@@ -18,8 +18,8 @@ export type {
   SandboxOpts,
   WatchOpts,
 } from "./sandbox.js";
-export { CommandExitError, CommandHandle, Commands, DEFAULT_COMMAND_TIMEOUT_MS } from "./commands.js";
-export type { CommandOutputHandler, CommandResult, CommandStartOpts } from "./commands.js";
+export { CommandExitError, CommandHandle, Commands, DEFAULT_COMMAND_TIMEOUT_MS, Pty } from "./commands.js";
+export type { CommandOutputHandler, CommandRequestOpts, CommandResult, CommandStartOpts, PtyCreateOpts } from "./commands.js";
 export { ChartType, ScaleType } from "./charts.js";
 export type {
   BarChart,

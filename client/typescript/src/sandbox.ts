@@ -3,7 +3,7 @@
  * JS SDK (Sandbox.create, runCode, files, kill), over any transport.
  */
 
-import { Commands, checkEnvs } from "./commands.js";
+import { Commands, Pty, checkEnvs } from "./commands.js";
 import { InternalError, NotFoundError, badRequest } from "./errors.js";
 import { EntryInfo, Execution, ExecutionError, OutputMessage, Result, WriteInfo } from "./models.js";
 import { type CallOptions, type Fields, type Transport, type TransportChoice, transportFor } from "./transport.js";
@@ -449,6 +449,8 @@ export class Sandbox {
   readonly files: Files;
   /** Shell commands inside the sandbox (E2B's sandbox.commands). */
   readonly commands: Commands;
+  /** Interactive terminals inside the sandbox (E2B's sandbox.pty). */
+  readonly pty: Pty;
   /** The labels given to create or connect (kept here; E2B's metadata). */
   readonly metadata: Record<string, string>;
   private closed = false;
@@ -462,6 +464,7 @@ export class Sandbox {
     this.info = info;
     this.files = new Files(this);
     this.commands = new Commands(this);
+    this.pty = new Pty(this.commands);
     this.metadata = { ...metadata };
   }
 

@@ -298,15 +298,32 @@ export interface ExecFields {
   context?: { id?: string; cwd?: string; reset?: boolean };
 }
 
-/** The fields of a command (run inside the sandbox, or wait for / kill a background one). */
+/** A terminal's size in character cells, rows and cols each 1 to 1000. */
+export interface WirePtySize {
+  rows: number;
+  cols: number;
+}
+
+/**
+ * The fields of a command: run one inside the sandbox, or wait for, kill,
+ * write to the stdin of (input) or resize the terminal of a background one.
+ */
 export interface CommandFields {
-  action?: "start" | "wait" | "kill";
+  action?: "start" | "wait" | "kill" | "input" | "resize";
   cmd?: string;
   envs?: Envs;
   cwd?: string;
   timeout_s?: number;
   background?: boolean;
   job?: string;
+  /** start: keep the command's stdin a pipe open for input (else /dev/null). */
+  stdin?: boolean;
+  /** start: run it in a new terminal of this size (all its output comes as stdout); resize: the new size. */
+  pty?: WirePtySize;
+  /** input: UTF-8 text for its stdin, at most 1 MiB a request. */
+  input?: string;
+  /** input: close its stdin after input (a pipe only). */
+  eof?: boolean;
 }
 
 /** The fields of a set_timeout. */

@@ -240,6 +240,39 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       await assert.rejects(sbx.commands.connect(1 << 30), NotFoundError);
     });
 
+    it("feeds a command's stdin and a terminal (E2B's stdin: true, sendStdin, closeStdin, pty)", async () => {
+      const sbx = await sandbox();
+      const cat = await sbx.commands.run("cat", { background: true, stdin: true });
+      await cat.sendStdin("Hello\n");
+      await cat.closeStdin();
+      const r = await cat.wait();
+      assert.deepEqual([r.exitCode, r.stdout], [0, "Hello\n"]);
+      await assert.rejects(cat.sendStdin("late"), (e) => e instanceof BadRequestError, "input after the command ended");
+      // Bytes, by pid through sandbox.commands; bytes that are not UTF-8 are refused here.
+      const bytes = await sbx.commands.run("cat", { background: true, stdin: true });
+      await sbx.commands.sendStdin(bytes.pid, new TextEncoder().encode("é\n"));
+      await assert.rejects(bytes.sendStdin(new Uint8Array([0xff])), (e) => e instanceof BadRequestError && /UTF-8/.test(e.message));
+      await sbx.commands.closeStdin(bytes.pid);
+      assert.equal((await bytes.wait()).stdout, "é\n");
+      const noStdin = await sbx.commands.run("sleep 30", { background: true });
+      await assert.rejects(noStdin.sendStdin("x"), (e) => e instanceof BadRequestError && /stdin/.test(e.message));
+      await noStdin.kill();
+      // A terminal: its size, its output (the echo too) through onData and as stdout.
+      const data = [];
+      const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => data.push(d) });
+      await assert.rejects(term.closeStdin(), (e) => e instanceof BadRequestError, "eof to a terminal");
+      await sbx.pty.sendInput(term.pid, new TextEncoder().encode("stty size; exit\n"));
+      const t = await term.wait();
+      assert.equal(t.exitCode, 0);
+      assert.match(t.stdout, /24 80/);
+      assert.ok(data.every((d) => d instanceof Uint8Array));
+      assert.equal(Buffer.concat(data).toString("utf8"), t.stdout);
+      const resized = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
+      await sbx.pty.resize(resized.pid, { cols: 100, rows: 30 });
+      await sbx.pty.sendInput(resized.pid, new TextEncoder().encode("stty size; exit\n"));
+      assert.match((await resized.wait()).stdout, /30 100/);
+    });
+
     it("makes, stats, removes and watches files (E2B's files.makeDir, exists, getInfo, remove, watchDir)", async () => {
       const sbx = await sandbox();
       assert.equal(await sbx.files.makeDir("data/raw"), true);

@@ -45,6 +45,18 @@ export async function use(): Promise<void> {
   const cr: CommandResult = await sbx.commands.run("ls", { envs: { A: "1" }, cwd: "sub", timeoutMs: 5000, onStdout: (d: string) => d.length });
   const ch: CommandHandle = await sbx.commands.run("sleep 1", { background: true });
   const waited: CommandResult = await ch.wait();
+  // stdin and terminals, with E2B's names.
+  const cat: CommandHandle = await sbx.commands.run("cat", { background: true, stdin: true });
+  await cat.sendStdin("text");
+  await cat.sendStdin(new Uint8Array([10]), { requestTimeoutMs: 1000 });
+  await sbx.commands.sendStdin(cat.pid, "more");
+  await cat.closeStdin();
+  await sbx.commands.closeStdin(cat.pid);
+  const term: CommandHandle = await sbx.pty.create({ cols: 80, rows: 24, onData: (d: Uint8Array) => d.byteLength, cwd: "sub" });
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode("exit\n"));
+  await sbx.pty.resize(term.pid, { cols: 100, rows: 30 });
+  const termKilled: boolean = await sbx.pty.kill(term.pid);
+  void termKilled;
   const w: WatchHandle = await sbx.files.watchDir("d", (ev: FilesystemEvent) => ev.type === "create");
   await w.stop();
   const si: SandboxInfo = await sbx.getInfo();
@@ -88,4 +100,6 @@ export async function use(): Promise<void> {
   // @ts-expect-error a foreground run gives a result, not a handle
   const notHandle: CommandHandle = await sbx.commands.run("ls");
   void notHandle;
+  // @ts-expect-error a terminal needs its size and onData
+  await sbx.pty.create({ cols: 80 });
 }

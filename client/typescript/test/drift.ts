@@ -91,6 +91,8 @@ check<SameKeys<Omit<S["CreateRequest"], "id">, W.CreateFields>>();
 check<SameKeys<Omit<S["ExecRequest"], "id" | "stream">, Omit<W.ExecFields, "session">>>();
 check<SameKeys<Omit<S["CommandRequest"], "id" | "stream">, W.CommandFields>>();
 check<Fits<Omit<S["CommandRequest"], "id" | "stream">, W.CommandFields>>();
+check<SameKeys<S["PTYSize"], W.WirePtySize>>();
+check<Fits<S["PTYSize"], W.WirePtySize>>();
 check<SameKeys<Omit<S["TimeoutRequest"], "id">, W.TimeoutFields>>();
 check<SameKeys<Omit<S["WatchRequest"], "id">, W.WatchFields>>();
 check<Fits<Omit<S["WatchRequest"], "id">, W.WatchFields>>();

@@ -114,6 +114,27 @@ func e2bConformance(t *testing.T, c e2bAPI) {
 	if e, err := c.Stat(ctx, s.ID, "d/e/x.txt"); err != nil || e.Size != 1 {
 		t.Errorf("stat = %+v, %v", e, err)
 	}
+	// The entry tells a link from its target and carries the bits and
+	// owner the sandbox set, so a caller need not follow a link to learn
+	// what it is.
+	if r, err := c.Command(ctx, s.ID, "printf hi > f.txt && chmod 640 f.txt && ln -s f.txt ln", nil); err != nil || r.ExitCode != 0 {
+		t.Fatalf("command = %+v, %v", r, err)
+	}
+	if e, err := c.Stat(ctx, s.ID, "f.txt"); err != nil || e.Mode != 0o640 || e.UID != 0 || e.GID != 0 || e.Symlink || e.Size != 2 {
+		t.Errorf("stat f.txt = %+v, %v", e, err)
+	}
+	if e, err := c.Stat(ctx, s.ID, "ln"); err != nil || !e.Symlink || e.Link != "f.txt" || e.Dir {
+		t.Errorf("stat ln = %+v, %v", e, err)
+	}
+	files, err := c.Files(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if f.Path == "ln" && (!f.Symlink || f.Link != "f.txt") || f.Path == "f.txt" && f.Mode != 0o640 {
+			t.Errorf("files: %+v", f)
+		}
+	}
 	if err := c.Remove(ctx, s.ID, "d"); err != nil {
 		t.Fatal(err)
 	}

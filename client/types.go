@@ -194,9 +194,19 @@ type Session struct {
 
 // Entry is one file in a session's working directory.
 type Entry struct {
-	Path    string    `json:"path"`
-	Size    int64     `json:"size"`
-	Dir     bool      `json:"dir,omitempty"`
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	Dir  bool   `json:"dir,omitempty"`
+	// Symlink: the entry is a symbolic link (never followed); Link is its
+	// target as written in the sandbox ("" if it could not be read).
+	Symlink bool   `json:"symlink,omitempty"`
+	Link    string `json:"link,omitempty"`
+	// Mode is the permission bits (st_mode & 07777); UID and GID the owner
+	// and group as the sandbox sees them (0 is its root; 65534 an id it
+	// does not map). Absent: 0, or not known (an upload's answer).
+	Mode    uint32    `json:"mode,omitempty"`
+	UID     int       `json:"uid,omitempty"`
+	GID     int       `json:"gid,omitempty"`
 	ModTime time.Time `json:"mtime"`
 }
 

@@ -422,3 +422,61 @@ func TestCommandStdinAndTerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestEntryDetails: stat and the listing tell permission bits, owner and
+// group as the sandbox sees them, and a symlink's target as written,
+// never followed (one to /etc/passwd shows its text, not the host's
+// file).
+func TestEntryDetails(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	// Every file is the sandbox root's: with no capability it can chown
+	// nothing, so the ids below are 0.
+	if res, err := e.m.Exec(ctx, 1000, id, ExecRequest{Code: `import os
+open('f.txt', 'w').write('hello')
+os.chmod('f.txt', 0o640)
+os.mkdir('d', 0o750)
+open('d/in', 'w').close()
+os.symlink('f.txt', 'ln')
+os.symlink('/etc/passwd', 'abs')`}); err != nil || res.Error != nil {
+		t.Fatalf("cell: %+v, %v", res, err)
+	}
+	want := map[string]Entry{
+		"f.txt": {Path: "f.txt", Size: 5, Mode: 0o640},
+		"d":     {Path: "d", Dir: true, Mode: 0o750},
+		"d/in":  {Path: "d/in", Mode: 0o644},
+		"ln":    {Path: "ln", Size: 5, Symlink: true, Link: "f.txt", Mode: 0o777},
+		"abs":   {Path: "abs", Size: 11, Symlink: true, Link: "/etc/passwd", Mode: 0o777},
+	}
+	same := func(got, w Entry) bool {
+		return got.Path == w.Path && got.Dir == w.Dir && got.Symlink == w.Symlink && got.Link == w.Link &&
+			got.Mode == w.Mode && got.UID == w.UID && got.GID == w.GID && (w.Dir || got.Size == w.Size)
+	}
+	for p, w := range want {
+		got, err := e.m.Workspace().Stat(ctx, 1000, id, p)
+		if err != nil || !same(*got, w) {
+			t.Errorf("stat %s = %+v, %v; want %+v", p, got, err, w)
+		}
+	}
+	files, err := e.m.Workspace().Files(ctx, 1000, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, f := range files {
+		if w, ok := want[f.Path]; ok {
+			seen++
+			if !same(f, w) {
+				t.Errorf("listed %+v, want %+v", f, w)
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("listing %+v: %d of the %d entries", files, seen, len(want))
+	}
+}

@@ -44,14 +44,46 @@ func (wk *Workspace) Stat(ctx context.Context, owner int, id, path string) (*Ent
 		return nil, fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, rel)
 	}
 	defer ws.Close()
-	st, err := lstat(ws, rel)
+	st, link, err := lstatLink(ws, rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, rel)
 	}
 	if err != nil {
 		return nil, badRequest(err)
 	}
-	return &Entry{Path: rel, Size: st.Size, Dir: confined.IsType(&st, unix.S_IFDIR), ModTime: time.Unix(0, st.Mtim.Nano()).UTC().Truncate(time.Millisecond)}, nil
+	e := entryOf(rel, &st, s.disk.HostID())
+	e.Link = link
+	return &e, nil
+}
+
+// lstatLink is lstat, with a symlink's target read through the same
+// parent descriptor.
+func lstatLink(root *os.Root, rel string) (unix.Stat_t, string, error) {
+	var st unix.Stat_t
+	fd, err := confined.RootFD(root)
+	if err != nil {
+		return st, "", err
+	}
+	defer unix.Close(fd)
+	pfd, base, err := confined.OpenParent(fd, rel, false, 0)
+	if err != nil {
+		return st, "", err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err == unix.ENOENT {
+			return st, "", fs.ErrNotExist
+		}
+		return st, "", fmt.Errorf("stat %s: %w", rel, err)
+	}
+	if isWhiteout(&st) {
+		return st, "", fs.ErrNotExist
+	}
+	link := ""
+	if confined.IsType(&st, unix.S_IFLNK) {
+		link = readLink(pfd, base)
+	}
+	return st, link, nil
 }
 
 // lstat stats rel below root through descriptors (confined.OpenParent): a
@@ -265,7 +297,7 @@ func (wk *Workspace) Files(ctx context.Context, owner int, id string) ([]Entry, 
 	// bound, then refused (busy).
 	deadline := time.Now().Add(scanTimeout)
 	for try := 1; ; try++ {
-		out, err := listWithin(ws, deadline)
+		out, err := listWithin(ws, deadline, s.disk.HostID())
 		if !errors.Is(err, errScanChanged) || try == 5 || time.Now().After(deadline) {
 			return out, err
 		}

@@ -188,7 +188,9 @@ func dirStamp(st *unix.Stat_t) [4]int64 {
 
 // walker is one bounded walk.
 type walker struct {
-	visit    func(p string, st *unix.Stat_t)
+	visit func(p string, st *unix.Stat_t)
+	// link, if set, gets each symlink's target right after its visit.
+	link     func(target string)
 	deadline time.Time
 	seen     int // directory entries examined, whiteouts included
 	n        int // entries visited
@@ -290,6 +292,9 @@ func (w *walker) entry(fd int, dir, name string, depth int, node *dirNode) {
 		return
 	}
 	w.visit(p, &st)
+	if w.link != nil && confined.IsType(&st, unix.S_IFLNK) {
+		w.link(readLink(fd, name))
+	}
 	if !confined.IsType(&st, unix.S_IFDIR) {
 		return
 	}
@@ -469,21 +474,69 @@ func writeFile(root *os.Root, rel string, data []byte, uid int) error {
 // listWithin returns the workspace entries under root, or an error if the
 // walk is not complete by deadline (errScanChanged, errScanLimit): never a
 // listing that leaves out files that exist.
-func listWithin(root *os.Root, deadline time.Time) ([]Entry, error) {
+func listWithin(root *os.Root, deadline time.Time, base int) ([]Entry, error) {
 	var out []Entry
-	err := walk(root, deadline, func(p string, st *unix.Stat_t) {
-		out = append(out, Entry{Path: p, Size: st.Size, Dir: confined.IsType(st, unix.S_IFDIR), ModTime: time.Unix(0, st.Mtim.Nano()).UTC().Truncate(time.Millisecond)})
-	})
+	fd, err := confined.RootFD(root)
 	if err != nil {
 		return nil, err
+	}
+	defer unix.Close(fd)
+	w := &walker{deadline: deadline, visit: func(p string, st *unix.Stat_t) {
+		out = append(out, entryOf(p, st, base))
+	}, link: func(target string) { out[len(out)-1].Link = target }}
+	top := &dirNode{}
+	w.dir(fd, "", 0, top)
+	if w.stop == nil {
+		w.check(fd, top)
+	}
+	if w.stop != nil {
+		return nil, w.stop
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
 
-// list returns the workspace entries under root (see listWithin).
+// list returns the workspace entries under root (see listWithin), owners
+// as the host sees them.
 func list(root *os.Root) ([]Entry, error) {
-	return listWithin(root, time.Now().Add(scanTimeout))
+	return listWithin(root, time.Now().Add(scanTimeout), 0)
+}
+
+// entryOf is the entry of the file at workspace path p whose lstat is st,
+// in a sandbox whose root is host uid base: its permission bits, and its
+// owner and group as the sandbox sees them (an id outside the sandbox's
+// map shows as the overflow id, 65534, as the kernel shows it inside).
+func entryOf(p string, st *unix.Stat_t, base int) Entry {
+	return Entry{Path: p, Size: st.Size, Dir: confined.IsType(st, unix.S_IFDIR), Symlink: confined.IsType(st, unix.S_IFLNK),
+		Mode: st.Mode & 0o7777, UID: sandboxID(st.Uid, base), GID: sandboxID(st.Gid, base),
+		ModTime: time.Unix(0, st.Mtim.Nano()).UTC().Truncate(time.Millisecond)}
+}
+
+// overflowID is the id the kernel shows for one a user namespace does not
+// map (/proc/sys/kernel/overflowuid).
+const overflowID = 65534
+
+func sandboxID(hostID uint32, base int) int {
+	if id := int64(hostID) - int64(base); id >= 0 && id < idsPerSandbox {
+		return int(id)
+	}
+	return overflowID
+}
+
+// idsPerSandbox is how many ids a sandbox's user namespace maps.
+const idsPerSandbox = 65536
+
+// readLink is the target of the symlink name in the directory open at fd,
+// "" if it cannot be read (gone or replaced since its stat). The target is
+// the sandbox's own text, never followed here: at most PATH_MAX bytes, as
+// the kernel bounds it, and cut to valid UTF-8 for the wire.
+func readLink(fd int, name string) string {
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(fd, name, buf)
+	if err != nil || n <= 0 {
+		return ""
+	}
+	return strings.ToValidUTF8(string(buf[:n]), "\uFFFD")
 }
 
 func sha256hex(b []byte) string {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,20 +101,58 @@ func errorf(c connect.Code, format string, a ...any) *connect.Error {
 	return connect.NewError(c, fmt.Errorf(format, a...))
 }
 
-// entryInfo is E2B's EntryInfo of a workspace entry. jailcell's entries
-// carry name, kind (directory or not), size and mtime; mode, permissions,
-// owner and group are not known to the workspace ops and stay empty
-// rather than made up.
+// entryInfo is E2B's EntryInfo of a workspace entry, as envd makes it: mode
+// the permission bits, permissions Go's FileMode text of the entry itself,
+// owner and group names. Unlike envd the door does not follow a symlink
+// (it sees the workspace from the host): its type is SYMLINK, its mode 0,
+// and its target the link's text made absolute against its directory.
 func entryInfo(shown string, e *seam.Entry) *fspb.EntryInfo {
 	t := fspb.FileType_FILE_TYPE_FILE
-	if e.Dir {
-		t = fspb.FileType_FILE_TYPE_DIRECTORY
+	fm := fs.FileMode(e.Mode & 0o777)
+	switch {
+	case e.Dir:
+		t, fm = fspb.FileType_FILE_TYPE_DIRECTORY, fm|fs.ModeDir
+	case e.Symlink:
+		t, fm = fspb.FileType_FILE_TYPE_SYMLINK, fm|fs.ModeSymlink
 	}
-	info := &fspb.EntryInfo{Name: path.Base(shown), Type: t, Path: shown, Size: e.Size}
+	if e.Mode&0o4000 != 0 {
+		fm |= fs.ModeSetuid
+	}
+	if e.Mode&0o2000 != 0 {
+		fm |= fs.ModeSetgid
+	}
+	if e.Mode&0o1000 != 0 {
+		fm |= fs.ModeSticky
+	}
+	info := &fspb.EntryInfo{Name: path.Base(shown), Type: t, Path: shown, Size: e.Size,
+		Mode: e.Mode & 0o777, Permissions: fm.String(), Owner: idName(e.UID), Group: idName(e.GID)}
+	if e.Symlink {
+		info.Mode = 0
+		if e.Link != "" {
+			target := e.Link
+			if !path.IsAbs(target) {
+				target = path.Join(path.Dir(shown), target)
+			}
+			info.SymlinkTarget = &target
+		}
+	}
 	if !e.ModTime.IsZero() {
 		info.ModifiedTime = timestamppb.New(e.ModTime)
 	}
 	return info
+}
+
+// idName names a sandbox's user or group id as its rootfs does for the two
+// it has (root, nobody); any other is its number, as envd answers an id
+// without a name.
+func idName(id int) string {
+	switch id {
+	case 0:
+		return "root"
+	case 65534:
+		return "nobody"
+	}
+	return strconv.Itoa(id)
 }
 
 // stat describes p; the workspace itself, which the stat op does not

@@ -21,7 +21,7 @@ from .commands import (DEFAULT_COMMAND_TIMEOUT, PTY_COMMAND, CommandExitExceptio
                        _pty_size, _pty_start, _result, _stdin_text)
 from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, NotFoundError
-from .models import EntryInfo, Execution, ExecutionError, Result
+from .models import EntryInfo, Execution, ExecutionError, Result, _entry, _workdir
 from .sandbox import Data, _bytes, _Collector, _exec_fields
 from .transport import DEFAULT_TIMEOUT, Transport, _env_socket
 from .watch import FilesystemEvent, _fs_events
@@ -99,8 +99,7 @@ class AsyncFiles:
             p = e.get("path", "")
             if prefix and p != prefix and not p.startswith(prefix + "/"):
                 continue
-            out.append(EntryInfo(name=p.rsplit("/", 1)[-1], path=p, size=int(e.get("size", 0)),
-                                 is_dir=bool(e.get("dir")), mtime=str(e.get("mtime", ""))))
+            out.append(_entry(e, p, _workdir(self._sbx.info)))
         return out
 
     async def exists(self, path: str) -> bool:
@@ -112,9 +111,7 @@ class AsyncFiles:
 
     async def get_info(self, path: str) -> EntryInfo:
         e = (await self._sbx._call("stat", {"path": path})).get("entry") or {}
-        p = str(e.get("path", path))
-        return EntryInfo(name=p.rsplit("/", 1)[-1], path=p, size=int(e.get("size", 0)), is_dir=bool(e.get("dir")),
-                         mtime=str(e.get("mtime", "")))
+        return _entry(e, path, _workdir(self._sbx.info))
 
     async def remove(self, path: str) -> None:
         await self._sbx._call("remove", {"path": path})

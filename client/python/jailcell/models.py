@@ -174,13 +174,82 @@ class FileChange:
 
 @dataclass
 class EntryInfo:
-    """A file or directory of the session's workspace."""
+    """A file, directory or symlink of the session's workspace, with E2B's
+    names: type "file", "dir" or "symlink" (a link is never followed: its
+    mode is 0), mode the permission bits (0o777), permissions Go's FileMode
+    text ("-rw-r--r--", "Lrwxrwxrwx"), owner and group names ("root",
+    "nobody" for an id the sandbox does not map, else the number), and
+    symlink_target a link's target made absolute against its directory
+    (untrusted: the sandbox wrote it). is_dir and mtime are jailcell's."""
 
     name: str
     path: str
     size: int
     is_dir: bool
     mtime: str
+    type: str = "file"
+    mode: int = 0
+    permissions: str = ""
+    owner: str = ""
+    group: str = ""
+    symlink_target: Optional[str] = None
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _id_name(v: Any) -> str:
+    # The two ids the sandbox's rootfs names; any other is its number, as
+    # E2B's envd answers an id without a name.
+    i = _int(v)
+    return {0: "root", 65534: "nobody"}.get(i, str(i))
+
+
+def _permissions(kind: str, bits: int) -> str:
+    """Go's os.FileMode.String() of an entry of this kind with st_mode bits."""
+    s = {"dir": "d", "symlink": "L"}.get(kind, "")
+    s += "u" if bits & 0o4000 else ""
+    s += "g" if bits & 0o2000 else ""
+    s += "t" if bits & 0o1000 else ""
+    s = s or "-"
+    return s + "".join(c if bits & (1 << (8 - i)) else "-" for i, c in enumerate("rwxrwxrwx"))
+
+
+def _clean(p: str) -> str:
+    """An absolute path with ".", ".." and repeated slashes resolved lexically (Go's path.Clean)."""
+    out: List[str] = []
+    for part in p.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if out:
+                out.pop()
+        else:
+            out.append(part)
+    return "/" + "/".join(out)
+
+
+def _entry(e: Any, fallback: str, workdir: str) -> EntryInfo:
+    """EntryInfo of a wire entry whose path is relative to workdir."""
+    if not isinstance(e, dict):
+        e = {}
+    p = e.get("path")
+    p = p if isinstance(p, str) else fallback
+    kind = "dir" if e.get("dir") is True else "symlink" if e.get("symlink") is True else "file"
+    bits = _int(e.get("mode")) & 0o7777
+    info = EntryInfo(name=p.rsplit("/", 1)[-1], path=p, size=_int(e.get("size")), is_dir=kind == "dir",
+                     mtime=str(e.get("mtime", "")), type=kind, mode=0 if kind == "symlink" else bits & 0o777,
+                     permissions=_permissions(kind, bits), owner=_id_name(e.get("uid")), group=_id_name(e.get("gid")))
+    link = e.get("link")
+    if kind == "symlink" and isinstance(link, str) and link:
+        info.symlink_target = _clean(link if link.startswith("/") else "%s/%s/%s" % (workdir, p.rpartition("/")[0], link))
+    return info
+
+
+def _workdir(info: Any) -> str:
+    """The directory entry paths are under, as the sandbox names it."""
+    return "/home/user" if isinstance(info, dict) and info.get("cwd") == "/home/user" else "/work"
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from .commands import Commands, Pty, _check_envs
 from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, NotFoundError
-from .models import EntryInfo, Execution, ExecutionError, OutputMessage, Result
+from .models import EntryInfo, Execution, ExecutionError, OutputMessage, Result, _entry, _workdir
 from .transport import DEFAULT_TIMEOUT, Transport, transport_for
 from .watch import WatchHandle
 
@@ -129,8 +129,7 @@ class Files:
             p = e.get("path", "")
             if prefix and p != prefix and not p.startswith(prefix + "/"):
                 continue
-            out.append(EntryInfo(name=p.rsplit("/", 1)[-1], path=p, size=int(e.get("size", 0)),
-                                 is_dir=bool(e.get("dir")), mtime=str(e.get("mtime", ""))))
+            out.append(_entry(e, p, _workdir(self._sbx.info)))
         return out
 
     def exists(self, path: str) -> bool:
@@ -144,9 +143,7 @@ class Files:
     def get_info(self, path: str) -> EntryInfo:
         """What is at path (NotFoundError if nothing)."""
         e = self._sbx._call("stat", {"path": path}).get("entry") or {}
-        p = str(e.get("path", path))
-        return EntryInfo(name=p.rsplit("/", 1)[-1], path=p, size=int(e.get("size", 0)), is_dir=bool(e.get("dir")),
-                         mtime=str(e.get("mtime", "")))
+        return _entry(e, path, _workdir(self._sbx.info))
 
     def remove(self, path: str) -> None:
         """Remove a file, or a directory with everything in it."""

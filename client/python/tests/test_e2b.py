@@ -114,6 +114,18 @@ class _Cases:
         self.assertIn(FilesystemEvent("b.txt", FilesystemEventType.WRITE), events)
         info = sbx.files.get_info("data/a.csv")
         self.assertEqual((info.size, info.is_dir), (4, False))
+        # E2B's mode, permissions, owner and symlink_target; a link is
+        # described, never followed.
+        sbx.run_code("import os\nopen('f.txt', 'w').write('hi')\nos.chmod('f.txt', 0o640)\nos.symlink('f.txt', 'ln')")
+        f = sbx.files.get_info("f.txt")
+        self.assertEqual((f.type, f.mode, f.permissions, f.owner, f.group, f.symlink_target),
+                         ("file", 0o640, "-rw-r-----", "root", "root", None))
+        ln = sbx.files.get_info("ln")
+        self.assertEqual((ln.type, ln.mode, ln.permissions, ln.is_dir, ln.symlink_target),
+                         ("symlink", 0, "Lrwxrwxrwx", False, "/work/f.txt"))
+        listed = {e.path: e for e in sbx.files.list()}
+        self.assertEqual((listed["f.txt"].mode, listed["ln"].type, listed["ln"].symlink_target),
+                         (0o640, "symlink", "/work/f.txt"))
         sbx.files.remove("data")
         self.assertFalse(sbx.files.exists("data/a.csv"))
         time.sleep(0.15)

@@ -12,6 +12,7 @@ from typing import Any, List, Tuple
 from jailcell import (BusyError, ChartType, JailcellError, JsonLinesTransport, LimitError, Result, Sandbox,
                       ScaleType, ScatterChart, SuperChart, UnavailableError)
 from jailcell.errors import error_for
+from jailcell.models import _entry, _workdir
 
 PNG = "iVBORw0KGgo="  # base64 of the PNG magic's first bytes: enough to tell it apart
 
@@ -142,6 +143,28 @@ class ReplayTest(unittest.TestCase):
             self.t.call("new_code_from_a_newer_server", {})
         self.assertEqual(type(cm2.exception), JailcellError)
         self.assertEqual(cm2.exception.code, "new_code_from_a_newer_server")
+
+    def test_entry_fields(self) -> None:
+        # E2B's EntryInfo from a wire entry: Go's FileMode text, id names,
+        # a link's target made absolute against its directory, and what a
+        # forged entry cannot do (a target climbing past / stays at /).
+        cases = (
+            ({"path": "d", "dir": True, "mode": 0o755}, ("dir", 0o755, "drwxr-xr-x", "root", "root", None)),
+            ({"path": "s", "mode": 0o4755, "uid": 1000, "gid": 65534},
+             ("file", 0o755, "urwxr-xr-x", "1000", "nobody", None)),
+            ({"path": "t", "dir": True, "mode": 0o1777}, ("dir", 0o777, "dtrwxrwxrwx", "root", "root", None)),
+            ({"path": "a/b/ln", "symlink": True, "link": "../c", "mode": 0o777},
+             ("symlink", 0, "Lrwxrwxrwx", "root", "root", "/home/user/a/c")),
+            ({"path": "ln", "symlink": True, "link": "/etc//x/../passwd"},
+             ("symlink", 0, "L---------", "root", "root", "/etc/passwd")),
+            ({"path": "ln", "symlink": True, "link": "../../../x"}, ("symlink", 0, "L---------", "root", "root", "/x")),
+            ({"path": "u", "size": 2}, ("file", 0, "----------", "root", "root", None)),
+            ({"path": "v", "mode": True, "uid": "0"}, ("file", 0, "----------", "root", "root", None)),
+        )
+        for wire, want in cases:
+            e = _entry(wire, "", _workdir({"cwd": "/home/user"}))
+            self.assertEqual((e.type, e.mode, e.permissions, e.owner, e.group, e.symlink_target), want, wire)
+        self.assertEqual(_workdir({}), "/work")
 
     def test_line_bound(self) -> None:
         t = JsonLinesTransport([sys.executable, "-c", REPLAY], timeout=30, max_line=1 << 10)

@@ -336,8 +336,18 @@ export class Execution {
 export interface EntryInfo {
   name: string;
   path: string;
-  type: "file" | "dir";
+  /** "symlink": the entry itself is a link; it is never followed. */
+  type: "file" | "dir" | "symlink";
   size: number;
+  /** Permission bits (0o777); 0 for a symlink. */
+  mode: number;
+  /** Go's FileMode text of the entry itself: "-rw-r--r--", "drwxr-xr-x", "Lrwxrwxrwx". */
+  permissions: string;
+  /** "root", "nobody" (an id the sandbox does not map), else the id's number. */
+  owner: string;
+  group: string;
+  /** A symlink's target, absolute against the link's directory; untrusted (the sandbox wrote it). */
+  symlinkTarget?: string;
   /** undefined if the server sent none or an unreadable one. */
   modifiedTime: Date | undefined;
 }

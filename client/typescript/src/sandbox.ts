@@ -219,14 +219,7 @@ export class Files {
       if (prefix !== "" && p !== prefix && !p.startsWith(prefix + "/")) {
         continue;
       }
-      const t = typeof e.mtime === "string" ? new Date(e.mtime) : undefined;
-      out.push({
-        name: p.split("/").pop() ?? p,
-        path: p,
-        type: e.dir === true ? "dir" : "file",
-        size: typeof e.size === "number" ? e.size : 0,
-        modifiedTime: t && !Number.isNaN(t.getTime()) ? t : undefined,
-      });
+      out.push(entryInfo(e, p, this.workdir()));
     }
     return out;
   }
@@ -245,7 +238,12 @@ export class Files {
   /** What is at path: a file or a directory (NotFoundError if nothing). */
   async getInfo(path: string): Promise<EntryInfo> {
     const e = (await this.sbx.call("stat", { path })).entry;
-    return entryInfo(e, path);
+    return entryInfo(e, path, this.workdir());
+  }
+
+  /** The directory entry paths are under, as the sandbox names it: /work, or /home/user if the session starts there. */
+  private workdir(): string {
+    return this.sbx.info.cwd === "/home/user" ? "/home/user" : "/work";
   }
 
   /** Remove a file, or a directory with everything in it (NotFoundError if nothing is there). */
@@ -283,16 +281,65 @@ export class Files {
   }
 }
 
-function entryInfo(e: WireEntry | undefined, fallback: string): EntryInfo {
+/**
+ * E2B's EntryInfo of a wire entry, as envd makes it: mode the permission
+ * bits, permissions Go's FileMode text, owner and group names. Unlike envd
+ * the link is not followed (the service reads the workspace from the host):
+ * a symlink's mode is 0 and its target is made absolute against its
+ * directory under workdir.
+ */
+function entryInfo(e: WireEntry | undefined, fallback: string, workdir: string): EntryInfo {
   const p = typeof e?.path === "string" ? e.path : fallback;
   const t = typeof e?.mtime === "string" ? new Date(e.mtime) : undefined;
-  return {
+  const bits = typeof e?.mode === "number" && Number.isInteger(e.mode) ? e.mode & 0o7777 : 0;
+  const type = e?.dir === true ? "dir" : e?.symlink === true ? "symlink" : "file";
+  const info: EntryInfo = {
     name: p.split("/").pop() ?? p,
     path: p,
-    type: e?.dir === true ? "dir" : "file",
+    type,
     size: typeof e?.size === "number" ? e.size : 0,
+    mode: type === "symlink" ? 0 : bits & 0o777,
+    permissions: permissions(type, bits),
+    owner: idName(e?.uid),
+    group: idName(e?.gid),
     modifiedTime: t && !Number.isNaN(t.getTime()) ? t : undefined,
   };
+  if (type === "symlink" && typeof e?.link === "string" && e.link !== "") {
+    info.symlinkTarget = e.link.startsWith("/") ? normalize(e.link) : normalize(`${workdir}/${p.split("/").slice(0, -1).join("/")}/${e.link}`);
+  }
+  return info;
+}
+
+/** Go's os.FileMode.String() of an entry of this type with st_mode bits (the 0o7777 part). */
+function permissions(type: EntryInfo["type"], bits: number): string {
+  let s = type === "dir" ? "d" : type === "symlink" ? "L" : "";
+  if (bits & 0o4000) s += "u";
+  if (bits & 0o2000) s += "g";
+  if (bits & 0o1000) s += "t";
+  if (s === "") s = "-";
+  const rwx = "rwxrwxrwx";
+  for (let i = 0; i < 9; i++) {
+    s += bits & (1 << (8 - i)) ? rwx[i] : "-";
+  }
+  return s;
+}
+
+/** A sandbox id by name, as its rootfs names the two it has; any other is its number. */
+function idName(id: number | undefined): string {
+  if (typeof id !== "number" || id === 0) return "root";
+  if (id === 65534) return "nobody";
+  return String(id);
+}
+
+/** An absolute path with ".", ".." and repeated slashes resolved lexically, as Go's path.Clean. */
+function normalize(p: string): string {
+  const out: string[] = [];
+  for (const part of p.split("/")) {
+    if (part === "" || part === ".") continue;
+    if (part === "..") out.pop();
+    else out.push(part);
+  }
+  return "/" + out.join("/");
 }
 
 /** E2B's filesystem event types; jailcell reports no chmod. */

@@ -193,6 +193,14 @@ export interface WireEntry {
   path: string;
   size: number;
   dir?: boolean;
+  /** A symbolic link, never followed; link is its target as written in the sandbox. */
+  symlink?: boolean;
+  link?: string;
+  /** Permission bits (st_mode & 0o7777); absent: 0, or not known (upload). */
+  mode?: number;
+  /** Owner and group as the sandbox sees them; absent: 0 (its root); 65534: an id it does not map. */
+  uid?: number;
+  gid?: number;
   mtime: string;
 }
 

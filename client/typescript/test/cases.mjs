@@ -296,6 +296,14 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       const info = await sbx.files.getInfo("data/a.csv");
       assert.deepEqual([info.name, info.path, info.type, info.size], ["a.csv", "data/a.csv", "file", 4]);
       assert.ok(info.modifiedTime instanceof Date);
+      // E2B's mode, permissions, owner and symlink fields; a link is described, never followed.
+      await sbx.runCode("import os\nopen('f.txt', 'w').write('hi')\nos.chmod('f.txt', 0o640)\nos.symlink('f.txt', 'ln')");
+      const f = await sbx.files.getInfo("f.txt");
+      assert.deepEqual([f.type, f.mode, f.permissions, f.owner, f.group, f.symlinkTarget], ["file", 0o640, "-rw-r-----", "root", "root", undefined]);
+      const ln = await sbx.files.getInfo("ln");
+      assert.deepEqual([ln.type, ln.mode, ln.permissions, ln.symlinkTarget], ["symlink", 0, "Lrwxrwxrwx", "/work/f.txt"]);
+      const listed = Object.fromEntries((await sbx.files.list()).map((e) => [e.path, e]));
+      assert.deepEqual([listed["f.txt"].mode, listed["ln"].type, listed["ln"].symlinkTarget], [0o640, "symlink", "/work/f.txt"]);
       await sbx.files.remove("data");
       assert.equal(await sbx.files.exists("data/a.csv"), false);
       assert.ok(await until(() => seen.some((e) => e.type === "remove")), JSON.stringify(seen));

@@ -57,7 +57,7 @@ func (wk *Workspace) Stat(ctx context.Context, owner int, id, path string) (*Ent
 }
 
 // lstatLink is lstat, with a symlink's target read through the same
-// parent descriptor.
+// parent descriptor ("" for anything else).
 func lstatLink(root *os.Root, rel string) (unix.Stat_t, string, error) {
 	var st unix.Stat_t
 	fd, err := confined.RootFD(root)
@@ -90,27 +90,8 @@ func lstatLink(root *os.Root, rel string) (unix.Stat_t, string, error) {
 // symlink on the way is refused, the last name is not followed, and an
 // overlay whiteout is a missing file.
 func lstat(root *os.Root, rel string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	fd, err := confined.RootFD(root)
-	if err != nil {
-		return st, err
-	}
-	defer unix.Close(fd)
-	pfd, base, err := confined.OpenParent(fd, rel, false, 0)
-	if err != nil {
-		return st, err
-	}
-	defer unix.Close(pfd)
-	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		if err == unix.ENOENT {
-			return st, fs.ErrNotExist
-		}
-		return st, fmt.Errorf("stat %s: %w", rel, err)
-	}
-	if isWhiteout(&st) {
-		return st, fs.ErrNotExist
-	}
-	return st, nil
+	st, _, err := lstatLink(root, rel)
+	return st, err
 }
 
 // Remove deletes path from session id's workspace, a directory with all it

@@ -219,7 +219,11 @@ func walk(root *os.Root, deadline time.Time, visit func(p string, st *unix.Stat_
 		return err
 	}
 	defer unix.Close(fd)
-	w := &walker{visit: visit, deadline: deadline}
+	return walkFD(fd, &walker{visit: visit, deadline: deadline})
+}
+
+// walkFD is walk over the workspace open at fd, with w's callbacks.
+func walkFD(fd int, w *walker) error {
 	top := &dirNode{}
 	w.dir(fd, "", 0, top)
 	if w.stop == nil {
@@ -481,16 +485,10 @@ func listWithin(root *os.Root, deadline time.Time, base int) ([]Entry, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	w := &walker{deadline: deadline, visit: func(p string, st *unix.Stat_t) {
+	if err := walkFD(fd, &walker{deadline: deadline, visit: func(p string, st *unix.Stat_t) {
 		out = append(out, entryOf(p, st, base))
-	}, link: func(target string) { out[len(out)-1].Link = target }}
-	top := &dirNode{}
-	w.dir(fd, "", 0, top)
-	if w.stop == nil {
-		w.check(fd, top)
-	}
-	if w.stop != nil {
-		return nil, w.stop
+	}, link: func(target string) { out[len(out)-1].Link = target }}); err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil

@@ -556,8 +556,7 @@ func (s processService) Start(ctx context.Context, req *connect.Request[process.
 	d, t, m := s.d, targetOf(ctx), req.Msg
 	var size *seam.PTYSize
 	if m.Pty != nil {
-		sz := m.Pty.GetSize()
-		size = &seam.PTYSize{Rows: int(min(sz.GetRows(), seam.MaxPTYSide+1)), Cols: int(min(sz.GetCols(), seam.MaxPTYSide+1))}
+		size = ptySize(m.Pty.GetSize())
 		if err := size.Check("pty.size"); err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
@@ -780,7 +779,7 @@ func (s processService) Update(ctx context.Context, req *connect.Request[process
 	if sz == nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("pty.size: want the terminal's new cols and rows"))
 	}
-	size := &seam.PTYSize{Rows: int(min(sz.GetRows(), seam.MaxPTYSide+1)), Cols: int(min(sz.GetCols(), seam.MaxPTYSide+1))}
+	size := ptySize(sz)
 	if err := size.Check("pty.size"); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -792,6 +791,13 @@ func (s processService) Update(ctx context.Context, req *connect.Request[process
 		return nil, err
 	}
 	return connect.NewResponse(&process.UpdateResponse{}), nil
+}
+
+// ptySize is envd's terminal size as the command op's, each side clamped
+// just past the bound so that Check refuses it by name rather than an
+// int conversion wrapping a uint32.
+func ptySize(sz *process.PTY_Size) *seam.PTYSize {
+	return &seam.PTYSize{Rows: int(min(sz.GetRows(), seam.MaxPTYSide+1)), Cols: int(min(sz.GetCols(), seam.MaxPTYSide+1))}
 }
 
 // input writes data to a process's stdin or terminal, eof closing its

@@ -60,6 +60,7 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.context(&req.Context)
 	d.str("path", &req.Path)
 	d.base64("data", &req.Data)
+	d.stringMap("metadata", "file metadata", &req.Metadata)
 	d.seconds("ttl_s", &req.TTLS)
 	d.seconds("max_lifetime_s", &req.MaxLifetimeS)
 	d.str("policy", &req.Policy)
@@ -77,7 +78,7 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 		req.DetailLevel = *detail
 	}
 	d.str("cmd", &req.Cmd)
-	d.envs(&req.Envs)
+	d.stringMap("envs", "environment variables", &req.Envs)
 	d.str("cwd", &req.Cwd)
 	d.boolean("background", &req.Background)
 	d.str("job", &req.Job)
@@ -127,6 +128,9 @@ func (r *Request) Validate() *Error {
 	}
 	if (r.Stdin || r.PTY != nil || r.Input != "" || r.EOF) && r.Op != OpCommand {
 		return badRequest(`fields "stdin", "pty", "input" and "eof" are only allowed with op "command": they are a command's input and terminal`)
+	}
+	if r.Metadata != nil && r.Op != OpUpload {
+		return badRequest(`field "metadata" is only allowed with op "upload": it is the uploaded file's metadata`)
 	}
 	if r.Context != nil && r.Op != OpExec {
 		return badRequest(`field "context" is only allowed with op "exec": it names the namespace a cell runs in`)
@@ -340,15 +344,16 @@ func (d *decoder) strings(name string, dst *[]string) {
 	*dst = out
 }
 
-// envs decodes an object of string values; seam.CheckEnvs bounds it.
-func (d *decoder) envs(dst *map[string]string) {
-	raw, ok := d.get("envs")
+// stringMap decodes field name, an object of string values (what says
+// what it maps); seam.CheckEnvs and the session's metadata check bound it.
+func (d *decoder) stringMap(name, what string, dst *map[string]string) {
+	raw, ok := d.get(name)
 	if !ok {
 		return
 	}
 	var obj map[string]json.RawMessage
 	if jsonKind(raw) != "object" || json.Unmarshal(raw, &obj) != nil {
-		d.wrongType("envs", "an object of environment variables, name to string value", raw)
+		d.wrongType(name, "an object of "+what+", name to string value", raw)
 		return
 	}
 	if len(obj) == 0 {
@@ -358,7 +363,7 @@ func (d *decoder) envs(dst *map[string]string) {
 	for k, v := range obj {
 		var s string
 		if jsonKind(v) != "string" || json.Unmarshal(v, &s) != nil {
-			d.err = badRequest("field %q must map names to strings, %.64q is %s", "envs", k, jsonKind(v))
+			d.err = badRequest("field %q must map names to strings, %.64q is %s", name, k, jsonKind(v))
 			return
 		}
 		out[k] = s

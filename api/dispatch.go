@@ -164,11 +164,11 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		}
 		return &Response{Info: info}, nil
 	case OpUpload:
-		e, err := m.Workspace().Upload(ctx, owner, req.Session, req.Path, req.Data)
+		e, err := m.Workspace().Upload(ctx, owner, req.Session, req.Path, req.Data, req.Metadata)
 		if err != nil {
 			return nil, err
 		}
-		return &Response{Path: e.Path, Size: &e.Size}, nil
+		return &Response{Path: e.Path, Size: &e.Size, Metadata: e.Metadata}, nil
 	case OpDownload:
 		dl, err := m.Workspace().Download(ctx, owner, req.Session, req.Path)
 		if err != nil {

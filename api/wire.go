@@ -124,6 +124,10 @@ type Request struct {
 	// names a download.
 	Path string `json:"path,omitempty"`
 	Data []byte `json:"data,omitzero"` // omitted only when nil: empty is an empty file
+	// Metadata becomes the uploaded file's whole metadata (upload): keys
+	// and values of printable ASCII, at most 4096 bytes in all; absent
+	// clears what the file had. Entries show it back.
+	Metadata map[string]string `json:"metadata,omitempty"`
 
 	// TTLS is a new session's idle timeout in seconds (0 = default).
 	TTLS float64 `json:"ttl_s,omitempty"`
@@ -241,6 +245,8 @@ type Response struct {
 	Size   *int64 `json:"size,omitempty"`
 	Data   []byte `json:"data,omitzero"` // non-nil for a download, even empty
 	SHA256 string `json:"sha256,omitempty"`
+	// upload: the file's metadata as written (absent: none).
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// files, sessions: non-nil for those ops so an empty list is [].
 	Files    []seam.Entry `json:"files,omitzero"`
 	Sessions []seam.Info  `json:"sessions,omitzero"`

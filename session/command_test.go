@@ -290,7 +290,7 @@ func TestStartInHome(t *testing.T) {
 		t.Errorf("the workspace has h.txt: %v, %v", dl, err)
 	}
 	// The file ops take either name too.
-	if _, err := e.m.Workspace().Upload(ctx, 1000, id, "/home/user/up.txt", []byte("up")); err != nil {
+	if _, err := e.m.Workspace().Upload(ctx, 1000, id, "/home/user/up.txt", []byte("up"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if dl, err := e.m.Workspace().Download(ctx, 1000, id, "/home/user/h.txt"); err != nil || string(dl.Data) != "via home" {

@@ -44,54 +44,63 @@ func (wk *Workspace) Stat(ctx context.Context, owner int, id, path string) (*Ent
 		return nil, fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, rel)
 	}
 	defer ws.Close()
-	st, link, err := lstatLink(ws, rel)
+	var e Entry
+	_, err = lstatWith(ws, rel, func(pfd int, base string, st *unix.Stat_t) {
+		e = entryOf(rel, st, s.disk.HostID())
+		entryDetail(&e, pfd, base, st)
+	})
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, rel)
 	}
 	if err != nil {
 		return nil, badRequest(err)
 	}
-	e := entryOf(rel, &st, s.disk.HostID())
-	e.Link = link
 	return &e, nil
 }
 
-// lstatLink is lstat, with a symlink's target read through the same
-// parent descriptor ("" for anything else).
-func lstatLink(root *os.Root, rel string) (unix.Stat_t, string, error) {
+// entryDetail fills in what an entry shows beyond its lstat, read through
+// the descriptor of its directory: a symlink's target, a file's metadata.
+func entryDetail(e *Entry, dirfd int, name string, st *unix.Stat_t) {
+	if confined.IsType(st, unix.S_IFLNK) {
+		e.Link = readLink(dirfd, name)
+	}
+	e.Metadata = readMetadata(dirfd, name, st)
+}
+
+// lstatWith is lstat, calling detail (if set) with the parent's descriptor
+// while it is open, for what is read beside the stat.
+func lstatWith(root *os.Root, rel string, detail func(pfd int, base string, st *unix.Stat_t)) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	fd, err := confined.RootFD(root)
 	if err != nil {
-		return st, "", err
+		return st, err
 	}
 	defer unix.Close(fd)
 	pfd, base, err := confined.OpenParent(fd, rel, false, 0)
 	if err != nil {
-		return st, "", err
+		return st, err
 	}
 	defer unix.Close(pfd)
 	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if err == unix.ENOENT {
-			return st, "", fs.ErrNotExist
+			return st, fs.ErrNotExist
 		}
-		return st, "", fmt.Errorf("stat %s: %w", rel, err)
+		return st, fmt.Errorf("stat %s: %w", rel, err)
 	}
 	if isWhiteout(&st) {
-		return st, "", fs.ErrNotExist
+		return st, fs.ErrNotExist
 	}
-	link := ""
-	if confined.IsType(&st, unix.S_IFLNK) {
-		link = readLink(pfd, base)
+	if detail != nil {
+		detail(pfd, base, &st)
 	}
-	return st, link, nil
+	return st, nil
 }
 
 // lstat stats rel below root through descriptors (confined.OpenParent): a
 // symlink on the way is refused, the last name is not followed, and an
 // overlay whiteout is a missing file.
 func lstat(root *os.Root, rel string) (unix.Stat_t, error) {
-	st, _, err := lstatLink(root, rel)
-	return st, err
+	return lstatWith(root, rel, nil)
 }
 
 // Remove deletes path from session id's workspace, a directory with all it
@@ -200,8 +209,9 @@ func (wk *Workspace) afterWrite(s *Session) {
 	}
 }
 
-// Upload writes data to path (relative to the working directory).
-func (wk *Workspace) Upload(ctx context.Context, owner int, id, path string, data []byte) (*Entry, error) {
+// Upload writes data to path (relative to the working directory), with
+// metadata as the file's whole metadata (nil clears it).
+func (wk *Workspace) Upload(ctx context.Context, owner int, id, path string, data []byte, metadata map[string]string) (*Entry, error) {
 	rel, err := cleanRel(path)
 	if err != nil {
 		return nil, err
@@ -209,12 +219,16 @@ func (wk *Workspace) Upload(ctx context.Context, owner int, id, path string, dat
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("%w: upload of %d bytes, at most %d", ErrLimit, len(data), MaxFileBytes)
 	}
+	// Checked before anything is written: a refused upload leaves no file.
+	if err := checkMetadata(metadata); err != nil {
+		return nil, err
+	}
 	s, err := wk.host.claim(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
 	defer s.run.Unlock()
-	if err := wk.placeFiles(s, []File{{Path: rel, Data: data}}); err != nil {
+	if err := wk.placeFiles(s, []File{{Path: rel, Data: data}}, metadata); err != nil {
 		return nil, err
 	}
 	wk.rescan(s)
@@ -231,7 +245,10 @@ func (wk *Workspace) Upload(ctx context.Context, owner int, id, path string, dat
 	s.mu.Lock()
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
-	return &Entry{Path: rel, Size: int64(len(data)), ModTime: time.Now().UTC()}, nil
+	if len(metadata) == 0 {
+		metadata = nil
+	}
+	return &Entry{Path: rel, Size: int64(len(data)), ModTime: time.Now().UTC(), Metadata: metadata}, nil
 }
 
 // Download reads path (relative to the working directory).
@@ -292,7 +309,7 @@ func (wk *Workspace) placeRequestFiles(s *Session, files []File) error {
 	if len(files) == 0 {
 		return nil
 	}
-	if err := wk.placeFiles(s, files); err != nil {
+	if err := wk.placeFiles(s, files, nil); err != nil {
 		return err
 	}
 	wk.rescan(s)
@@ -337,8 +354,9 @@ func (wk *Workspace) rescan(s *Session) {
 	s.mu.Unlock()
 }
 
-// placeFiles writes request files into the workspace.
-func (wk *Workspace) placeFiles(s *Session, files []File) error {
+// placeFiles writes request files into the workspace, each with metadata
+// as its whole metadata.
+func (wk *Workspace) placeFiles(s *Session, files []File, metadata map[string]string) error {
 	ws, err := s.writableWorkspace()
 	if err != nil {
 		return fmt.Errorf("open workspace: %w", err)
@@ -349,7 +367,7 @@ func (wk *Workspace) placeFiles(s *Session, files []File) error {
 		if err != nil {
 			return err
 		}
-		if err := writeFile(ws, rel, f.Data, s.disk.HostID()); err != nil {
+		if err := writeFile(ws, rel, f.Data, s.disk.HostID(), metadata); err != nil {
 			if errors.Is(err, syscall.ENOSPC) {
 				return fmt.Errorf("%w: workspace full writing %s", ErrLimit, rel)
 			}

@@ -189,8 +189,9 @@ func dirStamp(st *unix.Stat_t) [4]int64 {
 // walker is one bounded walk.
 type walker struct {
 	visit func(p string, st *unix.Stat_t)
-	// link, if set, gets each symlink's target right after its visit.
-	link     func(target string)
+	// detail, if set, is called right after each visit with the
+	// entry's directory descriptor, to read what its lstat does not say.
+	detail   func(dirfd int, name string, st *unix.Stat_t)
 	deadline time.Time
 	seen     int // directory entries examined, whiteouts included
 	n        int // entries visited
@@ -296,8 +297,8 @@ func (w *walker) entry(fd int, dir, name string, depth int, node *dirNode) {
 		return
 	}
 	w.visit(p, &st)
-	if w.link != nil && confined.IsType(&st, unix.S_IFLNK) {
-		w.link(readLink(fd, name))
+	if w.detail != nil {
+		w.detail(fd, name, &st)
 	}
 	if !confined.IsType(&st, unix.S_IFDIR) {
 		return
@@ -471,8 +472,8 @@ func readFile(root *os.Root, rel string, limit int64) ([]byte, error) {
 // (the sandbox's root), creating parent directories likewise. Ownership is
 // set on descriptors, never by path; a FIFO, socket, device or symlink
 // anywhere in the path is refused (ErrBadRequest) without being opened.
-func writeFile(root *os.Root, rel string, data []byte, uid int) error {
-	return badRequest(confined.WriteFile(root, rel, data, uid))
+func writeFile(root *os.Root, rel string, data []byte, uid int, metadata map[string]string) error {
+	return badRequest(confined.WriteFile(root, rel, data, uid, func(fd int) error { return setMetadata(fd, metadata) }))
 }
 
 // listWithin returns the workspace entries under root, or an error if the
@@ -485,9 +486,25 @@ func listWithin(root *os.Root, deadline time.Time, base int) ([]Entry, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	if err := walkFD(fd, &walker{deadline: deadline, visit: func(p string, st *unix.Stat_t) {
+	w := &walker{deadline: deadline, visit: func(p string, st *unix.Stat_t) {
 		out = append(out, entryOf(p, st, base))
-	}, link: func(target string) { out[len(out)-1].Link = target }}); err != nil {
+	}}
+	// Link targets (4 KiB each at most) and metadata (MaxMetadataBytes)
+	// are the sandbox's to inflate: 100,000 entries could carry 800 MB of
+	// them. The listing holds them to the bound of its paths.
+	detail := 0
+	w.detail = func(dirfd int, name string, st *unix.Stat_t) {
+		e := &out[len(out)-1]
+		entryDetail(e, dirfd, name, st)
+		detail += len(e.Link)
+		for k, v := range e.Metadata {
+			detail += len(k) + len(v)
+		}
+		if detail > maxScanPathBytes {
+			w.fail(fmt.Errorf("%w: symlink targets and metadata of more than %d bytes in all", errScanLimit, maxScanPathBytes))
+		}
+	}
+	if err := walkFD(fd, w); err != nil {
 		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })

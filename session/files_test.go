@@ -60,7 +60,7 @@ func TestHostileFIFOInPathHostTree(t *testing.T) {
 	}
 	for _, p := range []string{"p", "p/x", "p/a/b", "sock", "sock/x", "l", "l/passwd", "f.txt/x"} {
 		bounded(t, "writeFile "+p, release, func() {
-			err := writeFile(r, p, []byte("x"), 0)
+			err := writeFile(r, p, []byte("x"), 0, nil)
 			if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), p) {
 				t.Errorf("writeFile(%s) = %v, want a bad request naming it", p, err)
 			}
@@ -76,7 +76,7 @@ func TestHostileFIFOInPathHostTree(t *testing.T) {
 	if _, err := readFile(r, "missing/x", 10); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("readFile(missing/x) = %v, want not exist", err)
 	}
-	if err := writeFile(r, "new/dir/x.txt", []byte("ok"), 0); err != nil {
+	if err := writeFile(r, "new/dir/x.txt", []byte("ok"), 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := readFile(r, "new/dir/x.txt", 10); err != nil || string(b) != "ok" {

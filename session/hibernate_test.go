@@ -226,7 +226,7 @@ func TestHibernateSurvivesReboot(t *testing.T) {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	// A file uploaded while hibernated is in the saved copy too.
-	if _, err := m1.Workspace().Upload(context.Background(), 1000, id, "uploaded.txt", []byte("while asleep")); err != nil {
+	if _, err := m1.Workspace().Upload(context.Background(), 1000, id, "uploaded.txt", []byte("while asleep"), nil); err != nil {
 		t.Fatalf("Upload to hibernated: %v", err)
 	}
 	if err := m1.Shutdown(ctx); err != nil {

@@ -100,7 +100,7 @@ func TestHostileFIFOInUploadPath(t *testing.T) {
 	for _, p := range []string{"p/x.txt", "p/a/b/x.txt", "q", "sock", "sock/x", "l/x.txt", "l"} {
 		var err error
 		start := time.Now()
-		if within(t, bound, "Upload "+p, release, func() { _, err = e.m.Workspace().Upload(context.Background(), 0, id, p, []byte("data")) }) {
+		if within(t, bound, "Upload "+p, release, func() { _, err = e.m.Workspace().Upload(context.Background(), 0, id, p, []byte("data"), nil) }) {
 			badRequest("Upload "+p, p, err)
 			if d := time.Since(start); d > time.Second {
 				t.Errorf("Upload %s took %s", p, d)
@@ -126,12 +126,12 @@ func TestHostileFIFOInUploadPath(t *testing.T) {
 	// layer directly): a hibernated or restarting session.
 	s, _ := e.m.get(0, id)
 	within(t, bound, "Upload into the upper layer", release, func() {
-		err := e.m.ws.placeFiles(&Session{disk: s.disk}, []File{{Path: "p/x.txt", Data: []byte("x")}})
+		err := e.m.ws.placeFiles(&Session{disk: s.disk}, []File{{Path: "p/x.txt", Data: []byte("x")}}, nil)
 		badRequest("placeFiles into the upper layer", "p/x.txt", err)
 	})
 
 	// Still usable: a cell, an upload, a download, a listing.
-	if _, err := e.m.Workspace().Upload(context.Background(), 0, id, "ok/fine.txt", []byte("fine")); err != nil {
+	if _, err := e.m.Workspace().Upload(context.Background(), 0, id, "ok/fine.txt", []byte("fine"), nil); err != nil {
 		t.Fatalf("Upload after refusals: %v", err)
 	}
 	d, err := e.m.Workspace().Download(context.Background(), 0, id, "ok/fine.txt")

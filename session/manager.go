@@ -660,7 +660,7 @@ func (m *Manager) runOnce(ctx context.Context, owner int, p policy.Policy, req E
 	s.ttl = p.MaxTimeout
 	if len(req.Files) > 0 {
 		// Before the kernel starts, straight into the upper layer.
-		if err := m.ws.placeFiles(s, req.Files); err != nil {
+		if err := m.ws.placeFiles(s, req.Files, nil); err != nil {
 			return nil, err
 		}
 		req.Files = nil

@@ -51,7 +51,7 @@ func TestNotFoundNamesWhatIsMissing(t *testing.T) {
 	for what, op := range map[string]func() error{
 		"exec in a missing session":       func() error { _, err := e.m.Exec(ctx, 0, ghost, ExecRequest{Code: "1"}); return err },
 		"download from a missing session": func() error { _, err := e.m.Workspace().Download(ctx, 0, ghost, "a.txt"); return err },
-		"upload to a missing session":     func() error { _, err := e.m.Workspace().Upload(ctx, 0, ghost, "a.txt", []byte("x")); return err },
+		"upload to a missing session":     func() error { _, err := e.m.Workspace().Upload(ctx, 0, ghost, "a.txt", []byte("x"), nil); return err },
 		"files of a missing session":      func() error { _, err := e.m.Workspace().Files(ctx, 0, ghost); return err },
 		"close of a missing session":      func() error { return e.m.Close(ctx, 0, ghost) },
 		"hibernate of a missing session":  func() error { _, err := e.m.Durability().Hibernate(ctx, 0, ghost); return err },

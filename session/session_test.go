@@ -546,7 +546,7 @@ func TestPersistedWorkspaceComesBack(t *testing.T) {
 func TestUploadDownloadConfined(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.create(t, CreateOptions{})
-	if _, err := e.m.Workspace().Upload(context.Background(), 0, id, "in/data.txt", []byte("payload")); err != nil {
+	if _, err := e.m.Workspace().Upload(context.Background(), 0, id, "in/data.txt", []byte("payload"), nil); err != nil {
 		t.Fatal(err)
 	}
 	res := e.exec(t, id, "print(open('in/data.txt').read())\nopen('in/data.txt','a').write('!')", 0)
@@ -561,7 +561,7 @@ func TestUploadDownloadConfined(t *testing.T) {
 		if _, err := e.m.Workspace().Download(context.Background(), 0, id, bad); err == nil {
 			t.Errorf("download %q allowed", bad)
 		}
-		if _, err := e.m.Workspace().Upload(context.Background(), 0, id, bad, []byte("x")); err == nil {
+		if _, err := e.m.Workspace().Upload(context.Background(), 0, id, bad, []byte("x"), nil); err == nil {
 			t.Errorf("upload %q allowed", bad)
 		}
 	}
@@ -589,8 +589,8 @@ os.symlink(%q, 'overwrite')
 			t.Fatalf("download %s read a host file", p)
 		}
 	}
-	_, _ = e.m.Workspace().Upload(context.Background(), 0, id, "overwrite", []byte("pwned"))
-	_, _ = e.m.Workspace().Upload(context.Background(), 0, id, "rootlink/tmp/x", []byte("pwned"))
+	_, _ = e.m.Workspace().Upload(context.Background(), 0, id, "overwrite", []byte("pwned"), nil)
+	_, _ = e.m.Workspace().Upload(context.Background(), 0, id, "rootlink/tmp/x", []byte("pwned"), nil)
 	if b, _ := os.ReadFile(hostFile); string(b) != "host data" {
 		t.Fatalf("host file overwritten through a planted symlink: %q", b)
 	}

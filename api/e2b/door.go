@@ -21,11 +21,14 @@ import (
 
 // The sandbox ports E2B's SDKs address, and the envd version this door
 // answers as: the SDKs choose their wire by it (0.5.7: a file upload is
-// the raw body, not multipart; stdin may be refused; CloseStdin exists).
+// the raw body, not multipart; stdin may be refused; CloseStdin exists;
+// 0.6.2: uploads carry metadata; 0.6.3: watch events may carry their
+// entry; 0.6.4: a watch may allow network mounts, of which a sandbox has
+// none).
 const (
 	EnvdPort        = 49983
 	InterpreterPort = 49999
-	EnvdVersion     = "0.5.7"
+	EnvdVersion     = "0.6.4"
 )
 
 // DefaultTemplates maps the templates E2B's SDKs ask for by default to

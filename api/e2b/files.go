@@ -84,18 +84,36 @@ func (d *Door) getFile(w http.ResponseWriter, r *http.Request) {
 
 // uploadEntry is envd's EntryInfo as /files answers it.
 type uploadEntry struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataHeader prefixes the headers whose rest, lowercased, names a
+// metadata key of every file an upload writes.
+const metadataHeader = "X-Metadata-"
+
+// uploadMetadata is an upload's metadata, as envd reads it: a header sent
+// twice counts once, its first value. The session checks the keys, values
+// and size (seam's bounds, which are envd's).
+func uploadMetadata(h http.Header) map[string]string {
+	var m map[string]string
+	for name, vals := range h {
+		k, ok := strings.CutPrefix(name, metadataHeader)
+		if !ok || len(vals) == 0 {
+			continue
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[strings.ToLower(k)] = vals[0]
+	}
+	return m
 }
 
 func (d *Door) postFiles(w http.ResponseWriter, r *http.Request) {
-	for h := range r.Header {
-		if strings.HasPrefix(h, "X-Metadata-") {
-			writeError(w, http.StatusBadRequest, h+": jailcell keeps no file metadata (E2B keeps it in extended attributes from envd 0.6.2; this door is envd "+EnvdVersion+"); send no X-Metadata- headers")
-			return
-		}
-	}
+	meta := uploadMetadata(r.Header)
 	var body io.Reader = http.MaxBytesReader(w, r.Body, maxUploadBody)
 	switch enc := r.Header.Get("Content-Encoding"); enc {
 	case "", "identity":
@@ -124,13 +142,13 @@ func (d *Door) postFiles(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "path query parameter is required for raw body upload")
 			return
 		}
-		out, status, msg = d.uploadOne(r, query[0], body, nil)
+		out, status, msg = d.uploadOne(r, query[0], body, nil, meta)
 	case strings.HasPrefix(media, "multipart/"):
 		var q *string
 		if hasPath {
 			q = &query[0]
 		}
-		out, status, msg = d.uploadForm(r, body, params["boundary"], q)
+		out, status, msg = d.uploadForm(r, body, params["boundary"], q, meta)
 	default:
 		status, msg = http.StatusBadRequest, fmt.Sprintf("unsupported content type: %s, expected multipart/form-data or application/octet-stream", ct)
 	}
@@ -144,7 +162,7 @@ func (d *Door) postFiles(w http.ResponseWriter, r *http.Request) {
 // uploadOne reads one file (at most seam.MaxFileBytes) and writes it to
 // the workspace path p names; seen refuses a second file to one path in
 // one form, as envd does.
-func (d *Door) uploadOne(r *http.Request, p string, body io.Reader, seen map[string]bool) ([]uploadEntry, int, string) {
+func (d *Door) uploadOne(r *http.Request, p string, body io.Reader, seen map[string]bool, meta map[string]string) ([]uploadEntry, int, string) {
 	fp, err := mapPath(p)
 	if err != nil {
 		return nil, pathStatus(err), err.Error()
@@ -166,16 +184,17 @@ func (d *Door) uploadOne(r *http.Request, p string, body io.Reader, seen map[str
 	if len(data) > seam.MaxFileBytes {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s: a file is at most %d bytes here (seam.MaxFileBytes)", fp.show(), seam.MaxFileBytes)
 	}
-	if _, e := d.fsCall(r.Context(), &api.Request{Op: api.OpUpload, Path: fp.rel, Data: data}); e != nil {
+	resp, e := d.fsCall(r.Context(), &api.Request{Op: api.OpUpload, Path: fp.rel, Data: data, Metadata: meta})
+	if e != nil {
 		return nil, fsStatus(e), e.Message
 	}
-	return []uploadEntry{{Name: path.Base(fp.show()), Type: "file", Path: fp.show()}}, 0, ""
+	return []uploadEntry{{Name: path.Base(fp.show()), Type: "file", Path: fp.show(), Metadata: resp.Metadata}}, 0, ""
 }
 
 // uploadForm writes each "file" part of a multipart form: to the query's
 // path if given (one file), else to the path its filename names, in
 // full, as envd reads it (Go's Part.FileName would drop the directories).
-func (d *Door) uploadForm(r *http.Request, body io.Reader, boundary string, query *string) ([]uploadEntry, int, string) {
+func (d *Door) uploadForm(r *http.Request, body io.Reader, boundary string, query *string, meta map[string]string) ([]uploadEntry, int, string) {
 	if boundary == "" {
 		return nil, http.StatusBadRequest, "multipart body without a boundary"
 	}
@@ -209,7 +228,7 @@ func (d *Door) uploadForm(r *http.Request, body io.Reader, boundary string, quer
 			}
 			p = params["filename"]
 		}
-		got, status, msg := d.uploadOne(r, p, part, seen)
+		got, status, msg := d.uploadOne(r, p, part, seen, meta)
 		part.Close()
 		if msg != "" {
 			return nil, status, msg

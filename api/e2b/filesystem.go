@@ -139,6 +139,7 @@ func entryInfo(shown string, e *seam.Entry) *fspb.EntryInfo {
 	if !e.ModTime.IsZero() {
 		info.ModifiedTime = timestamppb.New(e.ModTime)
 	}
+	info.Metadata = e.Metadata
 	return info
 }
 
@@ -315,7 +316,7 @@ func (s fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveReque
 	if from.Type == fspb.FileType_FILE_TYPE_DIRECTORY {
 		e = s.d.copyTree(ctx, src, dst)
 	} else {
-		e = s.d.copyFile(ctx, src.rel, dst.rel)
+		e = s.d.copyFile(ctx, src.rel, dst.rel, from.Metadata)
 	}
 	if e != nil {
 		return nil, connectError(e)
@@ -330,7 +331,9 @@ func (s fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveReque
 	return connect.NewResponse(&fspb.MoveResponse{Entry: info}), nil
 }
 
-func (d *Door) copyFile(ctx context.Context, from, to string) *api.Error {
+// copyFile copies file from to to, with meta as its metadata (the
+// source's: a moved file keeps what it carried).
+func (d *Door) copyFile(ctx context.Context, from, to string, meta map[string]string) *api.Error {
 	resp, e := d.fsCall(ctx, &api.Request{Op: api.OpDownload, Path: from})
 	if e != nil {
 		return e
@@ -339,7 +342,7 @@ func (d *Door) copyFile(ctx context.Context, from, to string) *api.Error {
 	if data == nil {
 		data = []byte{}
 	}
-	_, e = d.fsCall(ctx, &api.Request{Op: api.OpUpload, Path: to, Data: data})
+	_, e = d.fsCall(ctx, &api.Request{Op: api.OpUpload, Path: to, Data: data, Metadata: meta})
 	return e
 }
 
@@ -377,7 +380,7 @@ func (d *Door) copyTree(ctx context.Context, src, dst fsPath) *api.Error {
 		if f.Dir {
 			_, e = d.fsCall(ctx, &api.Request{Op: api.OpMkdir, Path: dst.rel + "/" + f.Path})
 		} else {
-			e = d.copyFile(ctx, src.rel+"/"+f.Path, dst.rel+"/"+f.Path)
+			e = d.copyFile(ctx, src.rel+"/"+f.Path, dst.rel+"/"+f.Path, f.Metadata)
 		}
 		if e != nil {
 			return e

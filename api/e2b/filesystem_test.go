@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -120,13 +121,14 @@ type fakeFS struct {
 	id      string
 	gone    bool
 	files   map[string][]byte // rel -> content; nil content: a directory
+	meta    map[string]map[string]string
 	watches map[string]bool
 	polled  map[string]bool
 	calls   []string
 }
 
 func newFakeFS(id string) *fakeFS {
-	return &fakeFS{id: id, files: map[string][]byte{}, watches: map[string]bool{}, polled: map[string]bool{}}
+	return &fakeFS{id: id, files: map[string][]byte{}, meta: map[string]map[string]string{}, watches: map[string]bool{}, polled: map[string]bool{}}
 }
 
 func (f *fakeFS) Handle(_ context.Context, _ int, req *api.Request, _ func(api.Event)) *api.Response {
@@ -145,7 +147,7 @@ func (f *fakeFS) Handle(_ context.Context, _ int, req *api.Request, _ func(api.E
 		if !there {
 			return nil
 		}
-		return &seam.Entry{Path: p, Size: int64(len(d)), Dir: d == nil, ModTime: time.Unix(1700000000, 0)}
+		return &seam.Entry{Path: p, Size: int64(len(d)), Dir: d == nil, ModTime: time.Unix(1700000000, 0), Metadata: f.meta[p]}
 	}
 	mkdirs := func(p string) {
 		for i := range p {
@@ -203,6 +205,7 @@ func (f *fakeFS) Handle(_ context.Context, _ int, req *api.Request, _ func(api.E
 	case api.OpUpload:
 		mkdirs(req.Path)
 		f.files[req.Path] = append([]byte{}, req.Data...)
+		f.meta[req.Path], ok.Metadata = req.Metadata, req.Metadata
 		return ok
 	case api.OpWatch:
 		switch req.Action {
@@ -305,15 +308,30 @@ func TestFilesystemService(t *testing.T) {
 		t.Errorf("listDir depth 2 = %v", paths)
 	}
 
-	if _, err := cl.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "d2", IncludeEntry: true})); connect.CodeOf(err) != connect.CodeUnimplemented {
-		t.Errorf("include_entry: %v; want Unimplemented", err)
+	// include_entry: each event names the entry it is about, stat'ed
+	// through the session; the watcher id carries the directory.
+	fs.files["d2/x"] = []byte("new")
+	we, err := cl.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "d2", IncludeEntry: true}))
+	if err != nil {
+		t.Fatal(err)
 	}
+	evs, err := cl.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: we.Msg.WatcherId}))
+	if err != nil || len(evs.Msg.Events) != 1 || evs.Msg.Events[0].Entry.GetPath() != "/home/user/d2/x" || evs.Msg.Events[0].Entry.GetSize() != 3 {
+		t.Errorf("getWatcherEvents with entries = %v, %v; want x's entry", evs, err)
+	}
+	if _, err := cl.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: "watch-1+entries:%%%"})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("a watcher id with a mangled directory: %v; want InvalidArgument", err)
+	}
+	if _, err := cl.RemoveWatcher(ctx, connect.NewRequest(&fspb.RemoveWatcherRequest{WatcherId: we.Msg.WatcherId})); err != nil {
+		t.Error(err)
+	}
+	delete(fs.files, "d2/x")
 	w, err := cl.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "d2"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, err := cl.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: w.Msg.WatcherId}))
-	if err != nil || len(evs.Msg.Events) != 1 || evs.Msg.Events[0].Type != fspb.EventType_EVENT_TYPE_CREATE {
+	evs, err = cl.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: w.Msg.WatcherId}))
+	if err != nil || len(evs.Msg.Events) != 1 || evs.Msg.Events[0].Entry != nil || evs.Msg.Events[0].Type != fspb.EventType_EVENT_TYPE_CREATE {
 		t.Errorf("getWatcherEvents = %v, %v", evs, err)
 	}
 	if _, err := cl.RemoveWatcher(ctx, connect.NewRequest(&fspb.RemoveWatcherRequest{WatcherId: w.Msg.WatcherId})); err != nil {
@@ -439,8 +457,23 @@ func TestFileRoutes(t *testing.T) {
 	if code, body := post("application/octet-stream", strings.NewReader("x"), "?path=/etc/x", nil); code != http.StatusForbidden || !strings.Contains(body, "outside the workspace") {
 		t.Errorf("upload outside: %d %s; want 403 naming the workspace", code, body)
 	}
-	if code, _ := post("application/octet-stream", strings.NewReader("x"), "?path=m.txt", map[string]string{"X-Metadata-K": "v"}); code != http.StatusBadRequest {
-		t.Errorf("upload with metadata: %d; want 400", code)
+	// Metadata: X-Metadata-KEY headers, keys lowercased, the first of a
+	// repeated header; answered back and kept for stat.
+	req, _ := http.NewRequest(http.MethodPost, url+"/files?path=m.txt", strings.NewReader("x"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Add("X-Metadata-Author", "mish")
+	req.Header.Add("X-Metadata-Author", "second")
+	req.Header.Set("x-metadata-PURPOSE", "upload")
+	if resp, err := c.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		var got []uploadEntry
+		err := json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		want := map[string]string{"author": "mish", "purpose": "upload"}
+		if err != nil || len(got) != 1 || !maps.Equal(got[0].Metadata, want) || !maps.Equal(fs.meta["m.txt"], want) {
+			t.Errorf("upload with metadata answered %v (%v), kept %v; want %v", got, err, fs.meta["m.txt"], want)
+		}
 	}
 	if code, _ := post("text/plain", strings.NewReader("x"), "?path=m.txt", nil); code != http.StatusBadRequest {
 		t.Errorf("upload as text/plain: %d; want 400", code)

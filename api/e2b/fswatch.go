@@ -2,7 +2,10 @@ package e2b
 
 import (
 	"context"
+	"encoding/base64"
+	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -68,22 +71,18 @@ func lostEvents(resp *api.Response) *connect.Error {
 	return nil
 }
 
-// startWatch starts a watch of the directory path names.
-func (d *Door) startWatch(ctx context.Context, p string, recursive, includeEntry bool) (string, *connect.Error) {
-	if includeEntry {
-		// The SDKs send it only to envd 0.6.3 and later; this door is
-		// EnvdVersion.
-		return "", errorf(connect.CodeUnimplemented, "include_entry: events carry no entry here (envd %s); stat the path named by the event", EnvdVersion)
-	}
+// startWatch starts a watch of the directory path names; dir is that
+// directory as the caller named it.
+func (d *Door) startWatch(ctx context.Context, p string, recursive bool) (id string, dir fsPath, _ *connect.Error) {
 	fp, err := mapPath(p)
 	if err != nil {
-		return "", pathError(err)
+		return "", fsPath{}, pathError(err)
 	}
 	resp, e := d.fsCall(ctx, &api.Request{Op: api.OpWatch, Action: seam.WatchStart, Path: fp.rel, Recursive: recursive})
 	if e != nil {
-		return "", connectError(e)
+		return "", fsPath{}, connectError(e)
 	}
-	return resp.Watch, nil
+	return resp.Watch, fp, nil
 }
 
 func (d *Door) pollWatch(ctx context.Context, id string) ([]*fspb.FilesystemEvent, *connect.Error) {
@@ -95,6 +94,49 @@ func (d *Door) pollWatch(ctx context.Context, id string) ([]*fspb.FilesystemEven
 		return nil, err
 	}
 	return fsEvents(resp.Events), nil
+}
+
+// withEntries adds to each event the entry of the path it names below
+// dir, where one is there to stat (include_entry): never to a removal,
+// and not to a name gone again since (as envd, best effort).
+func (d *Door) withEntries(ctx context.Context, dir fsPath, evs []*fspb.FilesystemEvent) {
+	for _, ev := range evs {
+		if ev.Type == fspb.EventType_EVENT_TYPE_REMOVE {
+			continue
+		}
+		p := fsPath{base: dir.base, rel: path.Join(dir.rel, ev.Name)}
+		if info, e := d.stat(ctx, p); e == nil {
+			ev.Entry = info
+		}
+	}
+}
+
+// A watcher (CreateWatcher) that includes entries carries its directory
+// in the id it is answered, after entryWatchSep: the door keeps no state
+// per watcher, and the directory is only stat'ed through the session's
+// own confined stat, so a forged one reaches nothing the caller could not
+// stat anyway.
+const entryWatchSep = "+entries:"
+
+func entryWatchID(id string, dir fsPath) string {
+	return id + entryWatchSep + base64.RawURLEncoding.EncodeToString([]byte(dir.show()))
+}
+
+// splitWatchID is the session's watch id in a watcher id, with the
+// directory to stat entries in if it asks for them.
+func splitWatchID(id string) (watch string, dir fsPath, entries bool, _ *connect.Error) {
+	watch, enc, entries := strings.Cut(id, entryWatchSep)
+	if !entries {
+		return id, fsPath{}, false, nil
+	}
+	shown, err := base64.RawURLEncoding.DecodeString(enc)
+	if err == nil {
+		dir, err = mapPath(string(shown))
+	}
+	if err != nil {
+		return "", fsPath{}, false, errorf(connect.CodeInvalidArgument, "watcher id %.80q: not one this sandbox answered", id)
+	}
+	return watch, dir, true, nil
 }
 
 // keepaliveOf is the keepalive interval a request asks for, bounded.
@@ -113,7 +155,7 @@ func keepaliveOf(h string) time.Duration {
 // ends or events were lost.
 func (s fsService) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], stream *connect.ServerStream[fspb.WatchDirResponse]) error {
 	m := req.Msg
-	id, cerr := s.d.startWatch(ctx, m.GetPath(), m.GetRecursive(), m.GetIncludeEntry())
+	id, dir, cerr := s.d.startWatch(ctx, m.GetPath(), m.GetRecursive())
 	if cerr != nil {
 		return cerr
 	}
@@ -149,6 +191,9 @@ func (s fsService) WatchDir(ctx context.Context, req *connect.Request[fspb.Watch
 				}
 				return cerr
 			}
+			if m.GetIncludeEntry() {
+				s.d.withEntries(ctx, dir, evs)
+			}
 			for _, ev := range evs {
 				if err := stream.Send(&fspb.WatchDirResponse{Event: &fspb.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
 					return err
@@ -163,9 +208,12 @@ func (s fsService) WatchDir(ctx context.Context, req *connect.Request[fspb.Watch
 
 func (s fsService) CreateWatcher(ctx context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
 	m := req.Msg
-	id, cerr := s.d.startWatch(ctx, m.GetPath(), m.GetRecursive(), m.GetIncludeEntry())
+	id, dir, cerr := s.d.startWatch(ctx, m.GetPath(), m.GetRecursive())
 	if cerr != nil {
 		return nil, cerr
+	}
+	if m.GetIncludeEntry() {
+		id = entryWatchID(id, dir)
 	}
 	return connect.NewResponse(&fspb.CreateWatcherResponse{WatcherId: id}), nil
 }
@@ -173,15 +221,26 @@ func (s fsService) CreateWatcher(ctx context.Context, req *connect.Request[fspb.
 // GetWatcherEvents answers the changes since the watcher's last call (or
 // its creation). A call sooner than 100 ms after the last answers none.
 func (s fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[fspb.GetWatcherEventsRequest]) (*connect.Response[fspb.GetWatcherEventsResponse], error) {
-	evs, cerr := s.d.pollWatch(ctx, req.Msg.GetWatcherId())
+	id, dir, entries, cerr := splitWatchID(req.Msg.GetWatcherId())
 	if cerr != nil {
 		return nil, cerr
+	}
+	evs, cerr := s.d.pollWatch(ctx, id)
+	if cerr != nil {
+		return nil, cerr
+	}
+	if entries {
+		s.d.withEntries(ctx, dir, evs)
 	}
 	return connect.NewResponse(&fspb.GetWatcherEventsResponse{Events: evs}), nil
 }
 
 func (s fsService) RemoveWatcher(ctx context.Context, req *connect.Request[fspb.RemoveWatcherRequest]) (*connect.Response[fspb.RemoveWatcherResponse], error) {
-	if _, e := s.d.fsCall(ctx, &api.Request{Op: api.OpWatch, Action: seam.WatchStop, Watch: req.Msg.GetWatcherId()}); e != nil {
+	id, _, _, cerr := splitWatchID(req.Msg.GetWatcherId())
+	if cerr != nil {
+		return nil, cerr
+	}
+	if _, e := s.d.fsCall(ctx, &api.Request{Op: api.OpWatch, Action: seam.WatchStop, Watch: id}); e != nil {
 		return nil, connectError(e)
 	}
 	return connect.NewResponse(&fspb.RemoveWatcherResponse{}), nil

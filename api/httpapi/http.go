@@ -736,7 +736,12 @@ func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, ow
 	if body == nil {
 		body = []byte{} // an empty body is an empty file
 	}
-	s.respondIn(w, pl, s.d.Handle(r.Context(), owner, &api.Request{ID: s.nextID(), Op: api.OpUpload, Session: rt.session, Path: rt.path, Data: body}, nil))
+	meta, e := api.MetadataFromHeader(r.Header)
+	if e != nil {
+		s.respondIn(w, pl, &api.Response{Error: e})
+		return
+	}
+	s.respondIn(w, pl, s.d.Handle(r.Context(), owner, &api.Request{ID: s.nextID(), Op: api.OpUpload, Session: rt.session, Path: rt.path, Data: body, Metadata: meta}, nil))
 }
 
 // download answers the file's raw bytes; errors are JSON like every other

@@ -98,7 +98,7 @@ func (r *Remote) forward(ctx context.Context, req *api.Request, emit func(api.Ev
 		}
 		return r.callJSON(ctx, path, req)
 	case api.OpUpload:
-		return r.call(ctx, http.MethodPut, sp("files", escapeFilePath(req.Path)), bytes.NewReader(req.Data), "application/octet-stream")
+		return r.upload(ctx, sp("files", escapeFilePath(req.Path)), req)
 	case api.OpDownload:
 		return r.download(ctx, sp("files", escapeFilePath(req.Path)), req.Path)
 	case api.OpFiles:
@@ -174,7 +174,7 @@ func (r *Remote) callJSON(ctx context.Context, path string, req *api.Request) (*
 	return r.call(ctx, http.MethodPost, path, b, "application/json")
 }
 
-func (r *Remote) send(ctx context.Context, method, path string, b io.Reader, contentType, accept string) (*http.Response, error) {
+func (r *Remote) send(ctx context.Context, method, path string, b io.Reader, contentType, accept string, meta map[string]string) (*http.Response, error) {
 	hr, err := http.NewRequestWithContext(ctx, method, "http://jailcell"+path, b)
 	if err != nil {
 		return nil, err
@@ -185,6 +185,7 @@ func (r *Remote) send(ctx context.Context, method, path string, b io.Reader, con
 	if accept != "" {
 		hr.Header.Set("Accept", accept)
 	}
+	api.SetMetadataHeader(hr.Header, meta)
 	resp, err := r.hc.Do(hr)
 	var ue *url.Error
 	if errors.As(err, &ue) {
@@ -193,9 +194,19 @@ func (r *Remote) send(ctx context.Context, method, path string, b io.Reader, con
 	return resp, err
 }
 
+// upload sends a file as a PUT body, its metadata as MetadataHeader.
+func (r *Remote) upload(ctx context.Context, path string, req *api.Request) (*api.Response, error) {
+	hresp, err := r.send(ctx, http.MethodPut, path, bytes.NewReader(req.Data), "application/octet-stream", "", req.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	defer hresp.Body.Close()
+	return decodeRemote(hresp.Body, hresp.StatusCode)
+}
+
 // call sends one request and decodes its one JSON response.
 func (r *Remote) call(ctx context.Context, method, path string, b io.Reader, contentType string) (*api.Response, error) {
-	hresp, err := r.send(ctx, method, path, b, contentType, "")
+	hresp, err := r.send(ctx, method, path, b, contentType, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +239,7 @@ func (r *Remote) stream(ctx context.Context, path string, req *api.Request, emit
 	if err != nil {
 		return nil, err
 	}
-	hresp, err := r.send(ctx, http.MethodPost, path, b, "application/json", "application/x-ndjson")
+	hresp, err := r.send(ctx, http.MethodPost, path, b, "application/json", "application/x-ndjson", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +296,7 @@ func readBoundedLine(br *bufio.Reader, max int) ([]byte, error) {
 
 // download fetches a file's raw bytes; an error is JSON like any route's.
 func (r *Remote) download(ctx context.Context, path, file string) (*api.Response, error) {
-	hresp, err := r.send(ctx, http.MethodGet, path, nil, "", "")
+	hresp, err := r.send(ctx, http.MethodGet, path, nil, "", "", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -350,7 +350,7 @@ func writeReturned(dir string, files []session.FileChange, stderr io.Writer) err
 	defer root.Close()
 	var failed int
 	for _, f := range todo {
-		if err := confined.WriteFile(root, f.Path, f.Data, -1); err != nil {
+		if err := confined.WriteFile(root, f.Path, f.Data, -1, nil); err != nil {
 			fmt.Fprintf(stderr, "jailcell: not writing %q: %v\n", f.Path, err)
 			failed++
 			continue

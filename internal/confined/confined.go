@@ -211,7 +211,9 @@ func OpenFile(root *os.Root, rel string, flags int, uid int) (*os.File, error) {
 // directories; with uid >= 0 the file (and, if uid > 0, each directory
 // made that root owns) is handed to uid, on descriptors, never by path.
 // The file is truncated only once it is known to be a regular file.
-func WriteFile(root *os.Root, rel string, data []byte, uid int) error {
+// prepare, if set, runs on the open file's descriptor before the data is
+// written (its attributes, say); its error is returned as it is.
+func WriteFile(root *os.Root, rel string, data []byte, uid int, prepare func(fd int) error) error {
 	f, err := OpenFile(root, rel, unix.O_WRONLY|unix.O_CREAT, uid)
 	if err != nil {
 		if errors.Is(err, ErrPath) || errors.Is(err, ErrType) {
@@ -227,6 +229,12 @@ func WriteFile(root *os.Root, rel string, data []byte, uid int) error {
 		if err := f.Chown(uid, uid); err != nil {
 			f.Close()
 			return fmt.Errorf("chown %s: %w", rel, err)
+		}
+	}
+	if prepare != nil {
+		if err := prepare(int(f.Fd())); err != nil {
+			f.Close()
+			return err
 		}
 	}
 	if _, err := f.Write(data); err != nil {

@@ -109,7 +109,7 @@ func TestHostileUnsafeTypesConfined(t *testing.T) {
 	cases[filepath.Join(decoy, "passwd")] = ErrPath
 	for p, want := range cases {
 		done := make(chan error, 1)
-		go func() { done <- WriteFile(r, p, []byte("x"), -1) }()
+		go func() { done <- WriteFile(r, p, []byte("x"), -1, nil) }()
 		select {
 		case err := <-done:
 			if !errors.Is(err, want) || !strings.Contains(err.Error(), strings.TrimPrefix(p, "/")) {
@@ -127,10 +127,10 @@ func TestHostileUnsafeTypesConfined(t *testing.T) {
 	if _, err := OpenFile(r, "missing/x", unix.O_RDONLY, -1); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("OpenFile(missing/x) = %v, want not exist", err)
 	}
-	if err := WriteFile(r, "new/dir/x.txt", []byte("ok"), -1); err != nil {
+	if err := WriteFile(r, "new/dir/x.txt", []byte("ok"), -1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteFile(r, "new/dir/x.txt", []byte("k"), -1); err != nil {
+	if err := WriteFile(r, "new/dir/x.txt", []byte("k"), -1, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "new/dir/x.txt")); err != nil || string(b) != "k" {

@@ -363,6 +363,9 @@ type Entry struct {
 	UID     int       `json:"uid,omitempty"`
 	GID     int       `json:"gid,omitempty"`
 	ModTime time.Time `json:"mtime"`
+	// Metadata is the file's user metadata (its user.e2b.* extended
+	// attributes, prefix cut), absent if it has none.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Download is a file's content.

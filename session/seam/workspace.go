@@ -7,7 +7,7 @@ import "context"
 // (Manager.Workspace) rather than forwarding each file op, and the API
 // names this interface because it may not name session's types.
 type Workspace interface {
-	Upload(ctx context.Context, owner int, id, path string, data []byte) (*Entry, error)
+	Upload(ctx context.Context, owner int, id, path string, data []byte, metadata map[string]string) (*Entry, error)
 	Download(ctx context.Context, owner int, id, path string) (*Download, error)
 	Files(ctx context.Context, owner int, id string) ([]Entry, error)
 	Stat(ctx context.Context, owner int, id, path string) (*Entry, error)

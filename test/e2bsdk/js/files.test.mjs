@@ -177,6 +177,60 @@ test('watchDir sees what is written after it starts, recursive or not, and ends 
   }
 })
 
+test('file metadata: written with a file, shown by getInfo, list and rename, replaced by the next write, set from inside', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const f = sbx.files
+    const meta = { author: 'mish', purpose: 'upload' }
+    assert.deepEqual((await f.write('m.txt', 'with metadata', { metadata: meta })).metadata, meta)
+    assert.deepEqual((await f.getInfo('m.txt')).metadata, meta)
+    assert.deepEqual((await f.write('o.txt', 'octet', { metadata: meta, useOctetStream: true })).metadata, meta)
+    assert.deepEqual((await f.getInfo('/home/user/o.txt')).metadata, meta)
+
+    const infos = await f.writeFiles([{ path: 'md/1.txt', data: '1' }, { path: 'md/2.txt', data: '2' }], { metadata: { source: 'suite' } })
+    assert.equal(infos.length, 2)
+    for (const i of infos) assert.deepEqual((await f.getInfo(i.path)).metadata, { source: 'suite' })
+    const listed = (await f.list('md')).find((e) => e.name === '1.txt')
+    assert.deepEqual(listed.metadata, { source: 'suite' })
+
+    assert.deepEqual((await f.rename('m.txt', 'moved.txt')).metadata, meta)
+    assert.equal((await f.write('moved.txt', 'plain')).metadata, undefined)
+    assert.equal((await f.getInfo('moved.txt')).metadata, undefined)
+
+    // What a program in the sandbox sets under user.e2b. is metadata too.
+    await f.write('x.txt', 'x')
+    await sbx.commands.run('python3 -c "import os; os.setxattr(\'/home/user/x.txt\', \'user.e2b.by\', b\'cell\')"')
+    assert.deepEqual((await f.getInfo('x.txt')).metadata, { by: 'cell' })
+
+    await assert.rejects(f.write('bad.txt', 'x', { metadata: { 'bad key': 'v' } }), InvalidArgumentError)
+    assert.equal(await f.exists('bad.txt'), false)
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('watchDir with includeEntry: each event carries its entry; allowNetworkMounts is accepted', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const f = sbx.files
+    await f.makeDir('we')
+    const evs = []
+    const h = await f.watchDir('we', (e) => evs.push(e), { includeEntry: true, allowNetworkMounts: true })
+    await f.write('we/a.txt', 'abc')
+    await waitFor(() => evs.some((e) => e.name === 'a.txt' && e.entry), 10_000, () => JSON.stringify(evs))
+    const e = evs.find((e) => e.name === 'a.txt' && e.entry)
+    assert.equal(e.entry.path, '/home/user/we/a.txt')
+    assert.equal(e.entry.type, FileType.FILE)
+    assert.equal(e.entry.size, 3)
+    await f.remove('we/a.txt')
+    await waitFor(() => evs.some((e) => e.type === FilesystemEventType.REMOVE), 10_000, () => JSON.stringify(evs))
+    assert.equal(evs.find((e) => e.type === FilesystemEventType.REMOVE).entry, undefined)
+    await h.stop()
+  } finally {
+    await sbx.kill()
+  }
+})
+
 test('paths outside the workspace are refused by name; /envs', async () => {
   const sbx = await Sandbox.create({ envs: { GREETING: 'hi', N: '1' } })
   try {

@@ -1,0 +1,112 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+)
+
+func TestCheckMetadata(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		m    map[string]string
+		want string // "" ok, else a word the refusal names
+	}{
+		{"none", nil, ""},
+		{"two", map[string]string{"author": "mish", "purpose": "upload"}, ""},
+		{"spaces and punctuation", map[string]string{"a b!~": "x y = z"}, ""},
+		{"empty value", map[string]string{"k": ""}, ""},
+		{"empty key", map[string]string{"": "v"}, "empty"},
+		{"newline in key", map[string]string{"key\n": "v"}, "printable"},
+		{"newline in value", map[string]string{"k": "v\n"}, "printable"},
+		{"non-ASCII value", map[string]string{"k": "ü"}, "printable"},
+		{"key at the bound", map[string]string{strings.Repeat("k", MaxMetadataKey): "v"}, ""},
+		{"key past the bound", map[string]string{strings.Repeat("k", MaxMetadataKey+1): "v"}, "bytes"},
+		{"total at the bound", map[string]string{"k": strings.Repeat("v", MaxMetadataBytes-len(MetadataPrefix)-1)}, ""},
+		{"total past the bound", map[string]string{"k": strings.Repeat("v", MaxMetadataBytes-len(MetadataPrefix))}, "4096"},
+	} {
+		err := checkMetadata(c.m)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v; want it accepted", c.name, err)
+		case c.want != "" && (!errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v; want a bad request naming %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestFileMetadata: metadata an upload sets is what stat and listings
+// show and what the sandbox reads as user.e2b.* attributes; what the
+// sandbox sets there shows too, within the bounds, and nothing else; a
+// new upload replaces it; a refused one writes nothing.
+func TestFileMetadata(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ws := info.ID, e.m.Workspace()
+	meta := map[string]string{"author": "mish", "purpose": "up load"}
+	up, err := ws.Upload(ctx, 1000, id, "m.txt", []byte("content"), meta)
+	if err != nil || !maps.Equal(up.Metadata, meta) {
+		t.Fatalf("upload with metadata = %+v, %v", up, err)
+	}
+	if st, err := ws.Stat(ctx, 1000, id, "m.txt"); err != nil || !maps.Equal(st.Metadata, meta) {
+		t.Errorf("stat = %+v, %v; want metadata %v", st, err, meta)
+	}
+	res, err := e.m.Exec(ctx, 1000, id, ExecRequest{Code: `import os
+os.mkdir('d')
+open('c.txt', 'w').write('c')
+os.setxattr('c.txt', 'user.e2b.k', b'v')
+os.setxattr('c.txt', 'user.other', b'not metadata')
+os.setxattr('c.txt', 'user.e2b.big', b'x' * 5000)
+os.setxattr('c.txt', 'user.e2b.ctl', b'a\x1b[2Jb')
+os.setxattr('d', 'user.e2b.dir', b'yes')
+print(os.getxattr('m.txt', 'user.e2b.author').decode())`})
+	if err != nil || res.Error != nil || res.Stdout != "mish\n" {
+		t.Fatalf("cell: %+v, %v; want the sandbox to read the upload's metadata", res, err)
+	}
+	// A value larger than the bound, or one with a control byte, is the
+	// sandbox's own doing and not shown; other namespaces are not metadata.
+	if st, err := ws.Stat(ctx, 1000, id, "c.txt"); err != nil || !maps.Equal(st.Metadata, map[string]string{"k": "v"}) {
+		t.Errorf("stat of a file the sandbox labelled = %+v, %v; want only k=v", st, err)
+	}
+	files, err := ws.Files(ctx, 1000, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]string{}
+	for _, f := range files {
+		got[f.Path] = f.Metadata
+	}
+	if !maps.Equal(got["m.txt"], meta) || !maps.Equal(got["d"], map[string]string{"dir": "yes"}) || !maps.Equal(got["c.txt"], map[string]string{"k": "v"}) {
+		t.Errorf("listing's metadata = %v", got)
+	}
+
+	// A new upload replaces the metadata: none clears it.
+	if up, err := ws.Upload(ctx, 1000, id, "m.txt", []byte("second"), nil); err != nil || up.Metadata != nil {
+		t.Fatalf("upload without metadata = %+v, %v", up, err)
+	}
+	if st, err := ws.Stat(ctx, 1000, id, "m.txt"); err != nil || st.Metadata != nil {
+		t.Errorf("stat after an upload without metadata = %+v, %v; want none", st, err)
+	}
+	if _, err := ws.Upload(ctx, 1000, id, "m.txt", []byte("third"), map[string]string{"purpose": "new"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ws.Stat(ctx, 1000, id, "m.txt"); err != nil || !maps.Equal(st.Metadata, map[string]string{"purpose": "new"}) {
+		t.Errorf("stat after a new upload = %+v, %v; want only purpose=new", st, err)
+	}
+
+	// Refused metadata writes nothing.
+	for _, bad := range []map[string]string{{"bad\nkey": "v"}, {"k": strings.Repeat("v", MaxMetadataBytes)}} {
+		if _, err := ws.Upload(ctx, 1000, id, "bad.txt", []byte("x"), bad); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("upload with bad metadata: %v; want a bad request", err)
+		}
+	}
+	if _, err := ws.Stat(ctx, 1000, id, "bad.txt"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("stat after refused uploads: %v; want no file", err)
+	}
+}

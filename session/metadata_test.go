@@ -110,3 +110,38 @@ print(os.getxattr('m.txt', 'user.e2b.author').decode())`})
 		t.Errorf("stat after refused uploads: %v; want no file", err)
 	}
 }
+
+// TestFileMetadataTravels: a hibernated session and a fork keep their
+// files' metadata (their copies carry user.* attributes).
+func TestFileMetadataTravels(t *testing.T) {
+	requiresCriu(t)
+	r := newRestartable(t)
+	ctx := context.Background()
+	m := r.startWith(func(*Config) {})
+	defer m.Shutdown(ctx)
+	info, err := m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := map[string]string{"stage": "kept"}
+	if _, err := m.Workspace().Upload(ctx, 1000, info.ID, "m.txt", []byte("x"), meta); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Durability().Hibernate(ctx, 1000, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := m.Workspace().Stat(ctx, 1000, info.ID, "m.txt"); err != nil || !maps.Equal(st.Metadata, meta) {
+		t.Errorf("stat while hibernated = %+v, %v; want %v", st, err, meta)
+	}
+	child, err := m.Durability().Fork(ctx, 1000, info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := m.Workspace().Stat(ctx, 1000, child.ID, "m.txt"); err != nil || !maps.Equal(st.Metadata, meta) {
+		t.Errorf("stat in the fork = %+v, %v; want %v", st, err, meta)
+	}
+	res, err := m.Exec(ctx, 1000, child.ID, ExecRequest{Code: "import os; print(os.getxattr('m.txt', 'user.e2b.stage').decode())"})
+	if err != nil || res.Stdout != "kept\n" {
+		t.Errorf("the fork's kernel reads %+v, %v; want kept", res, err)
+	}
+}

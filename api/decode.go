@@ -67,6 +67,7 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.limits(&req.Limits)
 	d.str("persist", &req.Persist)
 	d.strings("requirements", &req.Requirements)
+	d.boolean("hibernate_on_idle", &req.HibernateOnIdle)
 	d.fix(&req.Fix)
 	d.boolean("memory", &req.Memory)
 	d.boolean("force", &req.Force)
@@ -122,6 +123,9 @@ func (r *Request) Validate() *Error {
 	}
 	if r.MaxLifetimeS != 0 && r.Op != OpCreate {
 		return badRequest(`field "max_lifetime_s" is only allowed with op "create"`)
+	}
+	if r.HibernateOnIdle && r.Op != OpCreate {
+		return badRequest(`field "hibernate_on_idle" is only allowed with op "create": it says what a session's idle TTL does to it`)
 	}
 	if r.RawANSI && r.Op != OpExec {
 		return badRequest(`field "raw_ansi" is only allowed with op "exec": it keeps a cell's output as written`)

@@ -149,15 +149,16 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 		return &Response{Result: res}, nil
 	case OpCreate:
 		info, err := m.Create(ctx, seam.CreateOptions{
-			Owner:        owner,
-			TTL:          duration(req.TTLS),
-			MaxLifetime:  duration(req.MaxLifetimeS),
-			Policy:       req.Policy,
-			Override:     req.Limits,
-			Persist:      req.Persist,
-			Requirements: req.Requirements,
-			Envs:         req.Envs,
-			Cwd:          req.Cwd,
+			Owner:           owner,
+			TTL:             duration(req.TTLS),
+			MaxLifetime:     duration(req.MaxLifetimeS),
+			Policy:          req.Policy,
+			Override:        req.Limits,
+			Persist:         req.Persist,
+			Requirements:    req.Requirements,
+			Envs:            req.Envs,
+			Cwd:             req.Cwd,
+			HibernateOnIdle: req.HibernateOnIdle,
 		})
 		if err != nil {
 			return nil, err

@@ -142,6 +142,9 @@ type Request struct {
 	Persist string `json:"persist,omitempty"`
 	// Requirements are pip requirement strings installed at create.
 	Requirements []string `json:"requirements,omitempty"`
+	// HibernateOnIdle hibernates a new session at its idle TTL instead of
+	// ending it (create; needs checkpoint/restore on the host).
+	HibernateOnIdle bool `json:"hibernate_on_idle,omitempty"`
 
 	// Fix turns on fix-and-retry for an exec (needs a configured fixer).
 	Fix *Fix `json:"fix,omitempty"`

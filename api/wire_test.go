@@ -121,6 +121,21 @@ var decodeCases = []decodeCase{
 	{name: "limits on exec", line: `{"id":1,"op":"exec","code":"1","limits":{"pids":8}}`, wantErr: []string{`field "limits" is only allowed with op "create"`}, wantID: `1`},
 	{name: "max lifetime negative", line: `{"id":1,"op":"create","max_lifetime_s":-1}`, wantErr: []string{`field "max_lifetime_s" = -1`}, wantID: `1`},
 	{name: "max lifetime on exec", line: `{"id":1,"op":"exec","code":"1","max_lifetime_s":5}`, wantErr: []string{`field "max_lifetime_s" is only allowed with op "create"`}, wantID: `1`},
+	{name: "hibernate_on_idle on create", line: `{"id":1,"op":"create","hibernate_on_idle":true}`, wantID: `1`,
+		check: func(t *testing.T, r *Request) {
+			if !r.HibernateOnIdle {
+				t.Errorf("hibernate_on_idle not decoded: %+v", r)
+			}
+		}},
+	{name: "hibernate_on_idle on exec", line: `{"id":1,"op":"exec","code":"1","hibernate_on_idle":true}`, wantErr: []string{`field "hibernate_on_idle" is only allowed with op "create"`}, wantID: `1`},
+	{name: "metadata on upload", line: `{"id":1,"op":"upload","session":"s","path":"a","data":"","metadata":{"k":"v"}}`, wantID: `1`,
+		check: func(t *testing.T, r *Request) {
+			if r.Metadata["k"] != "v" {
+				t.Errorf("metadata not decoded: %+v", r)
+			}
+		}},
+	{name: "metadata not strings", line: `{"id":1,"op":"upload","session":"s","path":"a","data":"","metadata":{"k":1}}`, wantErr: []string{`field "metadata" must map names to strings`}, wantID: `1`},
+	{name: "metadata on download", line: `{"id":1,"op":"download","session":"s","path":"a","metadata":{"k":"v"}}`, wantErr: []string{`field "metadata" is only allowed with op "upload"`}, wantID: `1`},
 	{name: "snapshot on a one-shot exec", line: `{"id":1,"op":"exec","code":"1","snapshot":true}`, wantErr: []string{`field "snapshot" needs "session"`}, wantID: `1`},
 	{name: "snapshot not a bool", line: `{"id":1,"op":"exec","code":"1","session":"s","snapshot":"yes"}`, wantErr: []string{`"snapshot"`}, wantID: `1`},
 	{name: "raw_ansi on exec", line: `{"id":1,"op":"exec","code":"1","raw_ansi":true}`, wantID: `1`,

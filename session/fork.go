@@ -76,7 +76,7 @@ func (m *durable) Fork(ctx context.Context, owner int, id string) (*Info, error)
 	_, end := m.mgr.lifeEnd(parent)
 	parent.mu.Lock()
 	child.maxLife = max(end.Round(0).Sub(child.created.Round(0)), time.Nanosecond)
-	child.info = Info{Policy: parent.info.Policy, Installed: parent.info.Installed, ForkedFrom: parent.id, Cwd: parent.info.Cwd}
+	child.info = Info{Policy: parent.info.Policy, Installed: parent.info.Installed, ForkedFrom: parent.id, Cwd: parent.info.Cwd, HibernateOnIdle: parent.info.HibernateOnIdle}
 	child.envs = parent.envs // never written in place: setEnvs and create replace the map
 	parent.mu.Unlock()
 

@@ -366,6 +366,23 @@ func (m *Manager) destroy(s *Session) error {
 	return errors.Join(errs...)
 }
 
+// finishPooled gives the pooled session a create took what the create
+// asked beyond the pool's shape, and saves it.
+func (m *Manager) finishPooled(info *Info, opt CreateOptions) *Info {
+	m.env.setEnvs(info.ID, opt.Envs, opt.Cwd)
+	info.Cwd = opt.Cwd
+	if opt.HibernateOnIdle {
+		if s, err := m.get(0, info.ID); err == nil {
+			s.mu.Lock()
+			s.info.HibernateOnIdle = true
+			s.mu.Unlock()
+		}
+		info.HibernateOnIdle = true
+	}
+	m.dur.savePooledMeta(info)
+	return info
+}
+
 // Create starts a new session and returns once its kernel is ready.
 func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retErr error) {
 	p, err := m.cfg.policyFor(opt.Policy, opt.Override)
@@ -404,16 +421,20 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	if opt.Cwd == Workdir {
 		opt.Cwd = "" // the default, shown as none
 	}
+	if opt.HibernateOnIdle {
+		// Refused rather than ended at the TTL: the caller asked not to
+		// lose the session's state then.
+		if err := m.host.CriuCheck(); err != nil {
+			return nil, fmt.Errorf("%w: hibernate_on_idle needs checkpoint/restore, which this host lacks: %v", ErrUnavailable, err)
+		}
+	}
 	releaseOwner, err := m.reserveOwner(opt.Owner)
 	if err != nil {
 		return nil, err
 	}
 	defer releaseOwner()
 	if info := m.takePooled(opt, ttl); info != nil {
-		m.env.setEnvs(info.ID, opt.Envs, opt.Cwd)
-		info.Cwd = opt.Cwd
-		m.dur.savePooledMeta(info)
-		return info, nil
+		return m.finishPooled(info, opt), nil
 	}
 	if err := m.reserve(); err != nil {
 		// At the limit with a pool member being built on the last place:
@@ -422,10 +443,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 			return nil, err
 		}
 		if info := m.takePooled(opt, ttl); info != nil {
-			m.env.setEnvs(info.ID, opt.Envs, opt.Cwd)
-			info.Cwd = opt.Cwd
-			m.dur.savePooledMeta(info)
-			return info, nil
+			return m.finishPooled(info, opt), nil
 		}
 		if err := m.reserve(); err != nil {
 			return nil, err
@@ -445,7 +463,7 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 	cl.Add(func() error { return m.destroy(s) })
 	s.ttl, s.persist, s.maxLife = ttl, opt.Persist, opt.MaxLifetime
 	s.envs = maps.Clone(opt.Envs)
-	s.info = Info{Policy: p.Name, Persist: opt.Persist, Cwd: opt.Cwd}
+	s.info = Info{Policy: p.Name, Persist: opt.Persist, Cwd: opt.Cwd, HibernateOnIdle: opt.HibernateOnIdle}
 	if opt.Persist != "" {
 		restored, err := m.dur.restorePersist(s)
 		if err != nil {
@@ -861,6 +879,7 @@ func (m *Manager) janitor() {
 		}
 		m.mu.Lock()
 		var expired []expiry
+		var idleOut []*Session // past the idle TTL, to hibernate
 		for _, s := range m.sessions {
 			s.mu.Lock()
 			busy := s.busy
@@ -878,10 +897,24 @@ func (m *Manager) janitor() {
 				}
 				expired = append(expired, expiry{s, lifeWhy(life, end), ErrExpired})
 			case !busy && now.After(s.expiry(life)):
+				s.mu.Lock()
+				keep := s.info.HibernateOnIdle && !s.hibernated
+				s.mu.Unlock()
+				if keep {
+					idleOut = append(idleOut, s)
+					continue
+				}
 				expired = append(expired, expiry{s, "expired at " + s.expiry(life).UTC().Format(time.RFC3339), nil})
 			}
 		}
 		m.mu.Unlock()
+		for _, s := range idleOut {
+			ending.Add(1)
+			go func() {
+				defer ending.Done()
+				m.hibernateAtIdle(s)
+			}()
+		}
 		// Each expiry on its own: a session stuck for endLockWait delays
 		// neither the others nor the next sweep.
 		for _, e := range expired {
@@ -900,6 +933,26 @@ func (m *Manager) janitor() {
 			}()
 		}
 	}
+}
+
+// hibernateAtIdle hibernates s, a HibernateOnIdle session past its idle
+// TTL, instead of ending it. One in use is left for the next sweep; one
+// that cannot be hibernated ends, and its id answers why: it is never
+// kept running past its TTL, which would hold its memory without end.
+func (m *Manager) hibernateAtIdle(s *Session) {
+	if !s.run.TryLock() {
+		return
+	}
+	err := m.dur.hibernate(s)
+	s.run.Unlock()
+	if err == nil || errors.Is(err, ErrNotFound) {
+		return
+	}
+	m.log().Warn("hibernate at idle timeout", "session", s.id, "err", err)
+	if err := m.endAs(s, "its idle timeout came and hibernating it failed: "+err.Error(), nil); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log().Warn("expire session", "session", s.id, "err", err)
+	}
+	m.metrics.expired()
 }
 
 // Shutdown stops taking work, waits for running cells until ctx is done,

@@ -56,6 +56,7 @@ type newSandbox struct {
 	Timeout             *int64            `json:"timeout"`
 	AutoPause           *bool             `json:"autoPause"`
 	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          *autoResume       `json:"autoResume"`
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Metadata            map[string]string `json:"metadata"`
@@ -64,6 +65,17 @@ type newSandbox struct {
 	Mcp                 map[string]any    `json:"mcp"`
 	VolumeMounts        []any             `json:"volumeMounts"`
 	Iam                 map[string]any    `json:"iam"`
+}
+
+// autoResume is E2B's SandboxAutoResumeConfig.
+type autoResume struct {
+	Enabled bool `json:"enabled"`
+}
+
+// lifecycle is E2B's SandboxLifecycle, in a sandbox's detail.
+type lifecycle struct {
+	AutoResume bool   `json:"autoResume"`
+	OnTimeout  string `json:"onTimeout"` // kill | pause
 }
 
 // sandbox is E2B's Sandbox answer.
@@ -94,6 +106,7 @@ type listed struct {
 	EnvdVersion     string            `json:"envdVersion"`
 	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
 	Domain          *string           `json:"domain,omitempty"`
+	Lifecycle       *lifecycle        `json:"lifecycle,omitempty"`
 }
 
 // clientID is E2B's deprecated, required clientID: the node's name would
@@ -127,7 +140,10 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request) {
 	}
 	// E2B's sandboxes start in the user's home; a jailcell sandbox's is
 	// its workspace under that name.
-	req := &api.Request{Op: api.OpCreate, Policy: pol, Envs: body.EnvVars, Cwd: seam.HomeDir}
+	// autoPause: the timeout hibernates the session (E2B's pause) rather
+	// than ending it.
+	pause := body.AutoPause != nil && *body.AutoPause
+	req := &api.Request{Op: api.OpCreate, Policy: pol, Envs: body.EnvVars, Cwd: seam.HomeDir, HibernateOnIdle: pause}
 	if body.Timeout != nil && *body.Timeout > 0 {
 		req.TTLS = float64(*body.Timeout)
 	}
@@ -141,7 +157,8 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request) {
 	if envs == nil {
 		envs = map[string]string{}
 	}
-	d.records.put(id, record{Owner: t.owner, Template: tmpl, Metadata: body.Metadata, Started: resp.Info.CreatedAt, Envs: envs})
+	d.records.put(id, record{Owner: t.owner, Template: tmpl, Metadata: body.Metadata, Started: resp.Info.CreatedAt, Envs: envs,
+		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled})
 	writeJSON(w, http.StatusCreated, d.sandboxAnswer(t.owner, id, tmpl))
 }
 
@@ -182,12 +199,13 @@ func refusedCreate(b *newSandbox) string {
 		return "volumeMounts: jailcell has no volumes; a session's files persist with it (and with persist, docs/persistence.md)"
 	case len(b.Iam) > 0:
 		return "iam: jailcell has no workload identity tokens; leave it unset"
-	case b.AutoPause != nil && *b.AutoPause:
-		// A session's timeout ends it: the session layer has no way to
-		// hibernate one at its timeout instead.
-		return "autoPause: true: a jailcell sandbox ends at its timeout, it is never paused then; leave autoPause unset or false (the SDKs' lifecycle onTimeout \"kill\"), and pause the sandbox yourself before its timeout to keep it"
 	case b.AutoPauseMemory != nil && !*b.AutoPauseMemory:
-		return "autoPauseMemory: false: it applies only with autoPause, which jailcell refuses, and jailcell pauses a sandbox with its memory only; leave it unset or true"
+		// A filesystem-only pause would drop the kernel's state at every
+		// timeout; jailcell's hibernation keeps it, and never drops it
+		// unasked.
+		return "autoPauseMemory: false: jailcell pauses a sandbox with its memory (its variables and processes), never its files alone; leave it unset or true"
+	case b.AutoResume != nil && b.AutoResume.Enabled && (b.AutoPause == nil || !*b.AutoPause):
+		return "autoResume.enabled: true needs autoPause: true (lifecycle onTimeout \"pause\"): only a paused sandbox resumes"
 	case len(b.Metadata) > maxMetadata:
 		return fmt.Sprintf("metadata: %d keys, at most %d", len(b.Metadata), maxMetadata)
 	}
@@ -232,6 +250,10 @@ func (d *Door) listedOf(r *http.Request, owner int, info seam.Info) listed {
 	}
 	if info.State == "hibernated" {
 		l.State = "paused"
+	}
+	l.Lifecycle = &lifecycle{OnTimeout: "kill", AutoResume: rec.AutoResume}
+	if info.HibernateOnIdle {
+		l.Lifecycle.OnTimeout = "pause"
 	}
 	if resp, e := d.call(r.Context(), owner, &api.Request{Op: api.OpMetrics, Session: info.ID}, nil); e == nil && resp.Metrics != nil {
 		l.CPUCount = max(1, int(resp.Metrics.CPUCount+0.5))
@@ -450,7 +472,7 @@ func (d *Door) fork(w http.ResponseWriter, r *http.Request) {
 		}
 		child := resp.Info.ID
 		// The child's kernel is a copy of the parent's, contexts and all.
-		d.records.put(child, record{Owner: t.owner, Template: d.templateOf(id), Metadata: rec.Metadata, Started: resp.Info.CreatedAt, Envs: rec.Envs, Contexts: rec.Contexts})
+		d.records.put(child, record{Owner: t.owner, Template: d.templateOf(id), Metadata: rec.Metadata, Started: resp.Info.CreatedAt, Envs: rec.Envs, Contexts: rec.Contexts, AutoResume: rec.AutoResume})
 		s := d.sandboxAnswer(t.owner, child, d.templateOf(id))
 		out = append(out, result{Sandbox: &s})
 	}

@@ -32,11 +32,19 @@ func (d *Door) health(w http.ResponseWriter, r *http.Request) {
 
 // running says whether the request's sandbox runs, having answered 502 if
 // it does not exist or is paused (a paused one is not resumed: Info leaves
-// it as it is).
+// it as it is), unless it was made to resume on traffic (autoResume).
 func (d *Door) running(w http.ResponseWriter, r *http.Request) bool {
 	info, ok := d.lookup(w, r)
 	if ok && info != nil && info.State == "hibernated" {
-		writeError(w, http.StatusBadGateway, "sandbox "+targetOf(r.Context()).id+" is paused: connect to it (or resume it) to run it again")
+		t := targetOf(r.Context())
+		if rec, _ := d.records.get(t.id); rec.AutoResume {
+			if _, e := d.call(r.Context(), t.owner, &api.Request{Op: api.OpRestore, Session: t.id}, nil); e != nil {
+				writeError(w, http.StatusBadGateway, "sandbox "+t.id+" is paused and did not resume: "+e.Message)
+				return false
+			}
+			return true
+		}
+		writeError(w, http.StatusBadGateway, "sandbox "+t.id+" is paused: connect to it (or resume it) to run it again")
 		return false
 	}
 	return ok

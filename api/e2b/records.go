@@ -29,6 +29,9 @@ type record struct {
 	// Contexts are the code interpreter's contexts made in the sandbox
 	// (besides its default one), each a namespace of its kernel.
 	Contexts []codeContext `json:"contexts,omitempty"`
+	// AutoResume: traffic to the sandbox while paused resumes it
+	// (lifecycle autoResume), its health check included.
+	AutoResume bool `json:"auto_resume,omitempty"`
 }
 
 type records struct {

@@ -297,6 +297,10 @@ type CreateOptions struct {
 	// (the default), or HomeDir, the same directory under the name E2B's
 	// programs use (CheckStartDir).
 	Cwd string
+	// HibernateOnIdle hibernates the session at its idle TTL instead of
+	// ending it: its kernel and files wait on disk for the next cell (or
+	// a restore), until the hibernated TTL. Needs checkpoint/restore.
+	HibernateOnIdle bool
 }
 
 // CheckStartDir validates a create's cwd: the workspace under one of its
@@ -322,6 +326,10 @@ type Info struct {
 	// Cwd is where the session's cells and commands start when it is not
 	// Workdir: HomeDir, asked for at create.
 	Cwd string `json:"cwd,omitempty"`
+	// HibernateOnIdle: the session is hibernated at its idle TTL, not
+	// ended (ExpiresAt is then when it hibernates, if its lifetime is
+	// later).
+	HibernateOnIdle bool `json:"hibernate_on_idle,omitempty"`
 	// Restored lists files restored from the persist store at create.
 	Restored []string `json:"restored,omitempty"`
 	// Survives says what a persisted session keeps across sessions.

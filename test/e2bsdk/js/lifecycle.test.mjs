@@ -94,14 +94,62 @@ test('pause and connect resume the sandbox', async () => {
   }
 })
 
-test('pausing at the timeout is refused; ending at it is what a sandbox does', async () => {
-  await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: 'pause' } }), (err) => {
+// waitPaused polls getInfo until the sandbox is paused.
+async function waitPaused (sbx, ms) {
+  const end = Date.now() + ms
+  for (;;) {
+    const info = await sbx.getInfo()
+    if (info.state === 'paused') return info
+    if (Date.now() > end) assert.fail(`not paused within ${ms} ms: ${JSON.stringify(info)}`)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+}
+
+test('onTimeout pause: the timeout pauses the sandbox with its processes; connect resumes it', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 3_000, lifecycle: { onTimeout: 'pause', autoResume: false } })
+  try {
+    assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
+    const bg = await sbx.commands.run('sleep 600', { background: true })
+    // An open stream keeps a sandbox from its timeout: let go of it.
+    await bg.disconnect()
+    await sbx.files.write('kept.txt', 'kept')
+    await waitPaused(sbx, 30_000)
+    assert.equal(await sbx.isRunning(), false, 'paused, without autoResume: not running')
+    await sbx.connect()
+    assert.equal((await sbx.getInfo()).state, 'running')
+    assert.equal(await sbx.isRunning(), true)
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid), 'the background command lives on')
+    assert.equal(await sbx.files.read('kept.txt'), 'kept')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('autoResume: traffic to a paused sandbox resumes it', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 3_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  try {
+    assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+    await waitPaused(sbx, 30_000)
+    assert.equal(await sbx.isRunning(), true, 'the health check resumes it')
+    assert.equal((await sbx.getInfo()).state, 'running')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('a pause without memory is refused; onTimeout kill ends the sandbox', async () => {
+  await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }), (err) => {
     assert.ok(err instanceof SandboxError && err.statusCode === 400, `${err?.name}: ${err?.message}`)
-    assert.match(err.message, /autoPause: true: a jailcell sandbox ends at its timeout/)
+    assert.match(err.message, /autoPauseMemory: false/)
     return true
   })
-  const sbx = await Sandbox.create({ lifecycle: { onTimeout: 'kill' } })
-  await sbx.kill()
+  const sbx = await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'kill' } })
+  assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'kill', autoResume: false })
+  const end = Date.now() + 30_000
+  while (await sbx.isRunning()) {
+    assert.ok(Date.now() < end, 'still running 30 s past its 2 s timeout')
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
 })
 
 test('fork makes running copies', async () => {

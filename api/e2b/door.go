@@ -123,6 +123,11 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if !ok {
+		if sid, found := d.signedSandbox(r); found {
+			id, port, ok = sid, EnvdPort, true
+		}
+	}
 	var owner int
 	if ok {
 		owner, err = d.sandboxOwner(r, id)
@@ -244,26 +249,62 @@ func (d *Door) signedOwner(r *http.Request, id string) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("sandbox %s: a signed URL is admitted only for a sandbox made through this door; send X-Access-Token", id)
 	}
-	op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
-	parts := []string{q.Get("path"), op, q.Get("username"), d.accessToken(rec.Owner, id)}
-	var exp *int64
-	if e := q.Get("signature_expiration"); e != "" {
-		n, err := strconv.ParseInt(e, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("signature_expiration %q: want a Unix time in seconds", e)
-		}
-		exp = &n
-		parts = append(parts, e)
+	want, exp, err := d.signature(r, rec.Owner, id)
+	if err != nil {
+		return 0, err
 	}
-	sum := sha256.Sum256([]byte(strings.Join(parts, ":")))
-	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
-	if op == "" || !hmac.Equal([]byte(q.Get("signature")), []byte(want)) {
+	if want == "" || !hmac.Equal([]byte(q.Get("signature")), []byte(want)) {
 		return 0, errors.New("invalid signature")
 	}
 	if exp != nil && *exp < time.Now().Unix() {
 		return 0, errors.New("signature is already expired")
 	}
 	return rec.Owner, nil
+}
+
+// signature is what r's signature must be for sandbox id of owner, and
+// the expiration it names; "" for a method that has no operation.
+func (d *Door) signature(r *http.Request, owner int, id string) (string, *int64, error) {
+	q := r.URL.Query()
+	op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
+	if op == "" {
+		return "", nil, nil
+	}
+	parts := []string{q.Get("path"), op, q.Get("username"), d.accessToken(owner, id)}
+	var exp *int64
+	if e := q.Get("signature_expiration"); e != "" {
+		n, err := strconv.ParseInt(e, 10, 64)
+		if err != nil {
+			return "", nil, fmt.Errorf("signature_expiration %q: want a Unix time in seconds", e)
+		}
+		exp = &n
+		parts = append(parts, e)
+	}
+	sum := sha256.Sum256([]byte(strings.Join(parts, ":")))
+	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:]), exp, nil
+}
+
+// signedSandbox finds the sandbox a signed /files URL is for when nothing
+// in the request names one: with E2B_SANDBOX_URL the SDKs' downloadUrl and
+// uploadUrl are that URL with a path and a signature only, for a browser
+// or another program to fetch. The signature names its sandbox, being
+// made with its token: each sandbox made through this door is tried. The
+// cost an unauthenticated caller can ask is two SHA-256 per such sandbox
+// (bounded by sessions.max and the door's request budget); a match
+// identifies one sandbox only, and signedOwner then checks it again,
+// expiry included.
+func (d *Door) signedSandbox(r *http.Request) (string, bool) {
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if r.URL.Path != "/files" || sig == "" {
+		return "", false
+	}
+	for id, owner := range d.records.owners() {
+		if want, _, err := d.signature(r, owner, id); err == nil && want != "" && hmac.Equal([]byte(sig), []byte(want)) {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // accessToken is sandbox id's token for owner: "jc1.OWNER.MAC". It names

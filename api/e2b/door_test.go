@@ -180,8 +180,8 @@ func TestCreateRefusals(t *testing.T) {
 		`{"templateID":"base","mcp":{"x":{}}}`:                                                "mcp",
 		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`:                     "volumeMounts",
 		`{"templateID":"base","iam":{"tokens":{}}}`:                                           "",
-		`{"templateID":"base","autoPause":true}`:                                              "autoPause: true: a jailcell sandbox ends at its timeout",
-		`{"templateID":"base","autoPause":false,"autoPauseMemory":false}`:                     "autoPauseMemory: false",
+		`{"templateID":"base","autoPause":true,"autoPauseMemory":false}`:                      "autoPauseMemory: false",
+		`{"templateID":"base","autoResume":{"enabled":true}}`:                                 "autoResume.enabled: true needs autoPause: true",
 		`{"templateID":`: "not the JSON this route takes",
 		string(bigJSON):  "metadata: 65 keys, at most 64",
 	} {

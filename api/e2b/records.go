@@ -89,6 +89,17 @@ func (r *records) get(id string) (record, bool) {
 }
 
 // put keeps rec for id, written whole and renamed into place.
+// owners is every recorded sandbox's owner, by id (a copy).
+func (r *records) owners() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.m))
+	for id, rec := range r.m {
+		out[id] = rec.Owner
+	}
+	return out
+}
+
 func (r *records) put(id string, rec record) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -265,35 +265,44 @@ test('paths outside the workspace are refused by name; /envs', async () => {
 
 test('signed URLs: downloadUrl and uploadUrl of a secure sandbox work without a header token, and expire', async () => {
   const sbx = await Sandbox.create({ secure: true })
+  const other = await Sandbox.create({ secure: true })
   try {
     await sbx.files.write('hello.txt', 'hello world')
-    // A signed URL carries no token; E2B routes it by its host
-    // (PORT-ID.DOMAIN). With E2B_SANDBOX_URL the URL names no sandbox, so
-    // the headers that route the SDK's own requests are added here: the
-    // signature is what admits the request.
-    const route = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
+    await other.files.write('hello.txt', 'the other one')
+    // A signed URL is fetched as a browser would, with nothing but the
+    // URL: with E2B_SANDBOX_URL it names no sandbox, and its signature
+    // (made with the sandbox's token) is what finds and admits it.
     const url = await sbx.downloadUrl('hello.txt', { useSignatureExpiration: 600 })
     assert.match(url, /signature=v1_/)
-    let res = await fetch(url, { headers: route })
+    let res = await fetch(url)
     assert.equal(res.status, 200)
+    assert.equal(await res.text(), 'hello world')
+    res = await fetch(await other.downloadUrl('hello.txt'))
+    assert.equal(await res.text(), 'the other one')
+    // With the routing headers (E2B_DOMAIN's host would do the same).
+    const route = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
+    res = await fetch(url, { headers: route })
     assert.equal(await res.text(), 'hello world')
 
     const up = await sbx.uploadUrl('up.txt')
     const form = new FormData()
     form.append('file', new Blob(['uploaded']), 'up.txt')
-    res = await fetch(up, { method: 'POST', body: form, headers: route })
+    res = await fetch(up, { method: 'POST', body: form })
     assert.equal(res.status, 200, await res.text())
     assert.equal(await sbx.files.read('up.txt'), 'uploaded')
 
-    // A read's URL does not write, and an expired one is refused as envd
-    // refuses it.
-    res = await fetch(url, { method: 'POST', body: form, headers: route })
+    // A read's URL does not write, a forged signature admits nothing, and
+    // an expired one is refused as envd refuses it.
+    res = await fetch(url, { method: 'POST', body: form })
+    assert.equal(res.status, 401)
+    res = await fetch(url.replace(/signature=v1_[^&]*/, 'signature=v1_forged'))
     assert.equal(res.status, 401)
     const expired = await sbx.downloadUrl('hello.txt', { useSignatureExpiration: -10 })
-    res = await fetch(expired, { headers: route })
+    res = await fetch(expired)
     assert.equal(res.status, 401)
     assert.deepEqual(await res.json(), { code: 401, message: 'signature is already expired' })
   } finally {
     await sbx.kill()
+    await other.kill()
   }
 })

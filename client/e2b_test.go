@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"maps"
 	"os/exec"
 	"reflect"
 	"slices"
@@ -135,11 +136,65 @@ func e2bConformance(t *testing.T, c e2bAPI) {
 			t.Errorf("files: %+v", f)
 		}
 	}
+	fileMetadata(ctx, t, c, s.ID)
 	if err := c.Remove(ctx, s.ID, "d"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Stat(ctx, s.ID, "d"); !IsCode(err, "not_found") {
 		t.Errorf("stat after remove: %v, want not_found", err)
+	}
+}
+
+// fileMetadata: an upload's metadata comes back, keys exactly as given,
+// from the upload, stat and the listing; an upload without it clears it;
+// metadata the service refuses is bad_request and leaves no file.
+func fileMetadata(ctx context.Context, t *testing.T, c e2bAPI, id string) {
+	t.Helper()
+	meta := map[string]string{"author": "ana", "Mixed Case": `"quoted" <&> \ ~`, "empty": ""}
+	e, err := c.UploadWith(ctx, id, "m.txt", []byte("m"), UploadOptions{Metadata: meta})
+	if err != nil || e.Path != "m.txt" || e.Size != 1 || !maps.Equal(e.Metadata, meta) {
+		t.Fatalf("upload with metadata = %+v, %v", e, err)
+	}
+	if e, err := c.Stat(ctx, id, "m.txt"); err != nil || !maps.Equal(e.Metadata, meta) || e.Size != 1 {
+		t.Errorf("stat m.txt = %+v, %v", e, err)
+	}
+	files, err := c.Files(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if f.Path == "m.txt" && !maps.Equal(f.Metadata, meta) || f.Path != "m.txt" && f.Metadata != nil {
+			t.Errorf("files: %+v", f)
+		}
+	}
+	// Each upload replaces the whole map.
+	if e, err := c.UploadWith(ctx, id, "m.txt", []byte("mm"), UploadOptions{Metadata: map[string]string{"author": "bo"}}); err != nil || !maps.Equal(e.Metadata, map[string]string{"author": "bo"}) {
+		t.Errorf("upload replacing metadata = %+v, %v", e, err)
+	}
+	if e, err := c.Stat(ctx, id, "m.txt"); err != nil || !maps.Equal(e.Metadata, map[string]string{"author": "bo"}) {
+		t.Errorf("stat after replacing = %+v, %v", e, err)
+	}
+	if err := c.Upload(ctx, id, "m.txt", []byte("plain")); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := c.Stat(ctx, id, "m.txt"); err != nil || e.Metadata != nil || e.Size != 5 {
+		t.Errorf("stat after an upload without metadata = %+v, %v", e, err)
+	}
+	for _, bad := range []map[string]string{
+		{"a\nb": "v"},
+		{"": "v"},
+		{"k": "caf\u00e9"},
+		{"del\x7f": "v"},
+		{strings.Repeat("k", 247): "v"},
+		{"big": strings.Repeat("v", 4096)},
+		{"bigger": strings.Repeat("v", 16<<10)}, // past the HTTP header bound
+	} {
+		if _, err := c.UploadWith(ctx, id, "bad.txt", []byte("x"), UploadOptions{Metadata: bad}); !IsCode(err, "bad_request") || !strings.Contains(err.Error(), "metadata") {
+			t.Errorf("upload with metadata %.60q: %v, want bad_request naming the metadata", bad, err)
+		}
+	}
+	if _, err := c.Stat(ctx, id, "bad.txt"); !IsCode(err, "not_found") {
+		t.Errorf("stat after refused uploads: %v, want not_found", err)
 	}
 }
 

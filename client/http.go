@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf16"
 )
 
 // DefaultSocket is where `jailcell serve` listens unless configured.
@@ -78,9 +79,15 @@ func (c *HTTP) do(ctx context.Context, method, path string, body io.Reader, cont
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	return c.send(req, out)
+}
+
+// send sends req and decodes a JSON response into out; a wire error
+// becomes *Error.
+func (c *HTTP) send(req *http.Request, out *response) error {
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("jailcell %s %s: %w", method, path, err)
+		return fmt.Errorf("jailcell %s %s: %w", req.Method, req.URL.EscapedPath(), err)
 	}
 	defer resp.Body.Close()
 	return decodeHTTP(resp, out)
@@ -296,8 +303,73 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 
 // Upload implements API: the raw bytes go in the body.
 func (c *HTTP) Upload(ctx context.Context, id, path string, data []byte) error {
+	_, err := c.UploadWith(ctx, id, path, data, UploadOptions{})
+	return err
+}
+
+// UploadWith implements API: the raw bytes go in the body, the metadata
+// in the Jailcell-Metadata header.
+func (c *HTTP) UploadWith(ctx context.Context, id, path string, data []byte, opts UploadOptions) (*Entry, error) {
+	meta, err := metadataHeaderValue(opts.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+sessionPath(id, "files", filePath(path)), bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if meta != "" {
+		req.Header.Set(metadataHeader, meta)
+	}
 	var r response
-	return c.do(ctx, http.MethodPut, sessionPath(id, "files", filePath(path)), bytes.NewReader(data), "application/octet-stream", &r)
+	if err := c.send(req, &r); err != nil {
+		return nil, err
+	}
+	return r.uploaded(), nil
+}
+
+// metadataHeader carries an upload's metadata as one JSON object of
+// strings (the server's api.MetadataHeader: TestRoutesMatchServer holds
+// them equal).
+const metadataHeader = "Jailcell-Metadata"
+
+// maxMetadataHeader is the longest header a map the service keeps can
+// make: 4096 bytes in all, no byte escaped to more than two, and each
+// key's 9-byte share covering its quotes, colon and comma. A longer one
+// is refused here, since past the service's header bound (16 KiB) it
+// would be answered 431, not bad_request.
+const maxMetadataHeader = 2*4096 + 2
+
+// metadataHeaderValue is m as the header's JSON ("" for none), in ASCII:
+// DEL and every non-ASCII character go \u-escaped, since Go's HTTP client
+// refuses DEL in a header and HTTP leaves other bytes to each side's
+// reading. So a key the service refuses reaches it and is refused by
+// name, as over JSON lines.
+func metadataHeaderValue(m map[string]string) (string, error) {
+	if len(m) == 0 {
+		return "", nil
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "<" as one byte, within maxMetadataHeader
+	if err := enc.Encode(m); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, r := range strings.TrimSuffix(buf.String(), "\n") {
+		if r < 0x7f {
+			b.WriteRune(r)
+			continue
+		}
+		for _, u := range utf16.Encode([]rune{r}) {
+			fmt.Fprintf(&b, `\u%04x`, u)
+		}
+	}
+	if b.Len() > maxMetadataHeader {
+		return "", &Error{Code: "bad_request", Message: fmt.Sprintf("metadata of %d bytes as JSON: a file's metadata is at most 4096 bytes (each key counted with a 9-byte prefix)", b.Len())}
+	}
+	return b.String(), nil
 }
 
 // Download implements API.

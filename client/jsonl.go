@@ -310,11 +310,24 @@ func (c *JSONL) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*
 
 // Upload implements API.
 func (c *JSONL) Upload(ctx context.Context, id, path string, data []byte) error {
+	_, err := c.UploadWith(ctx, id, path, data, UploadOptions{})
+	return err
+}
+
+// UploadWith implements API.
+func (c *JSONL) UploadWith(ctx context.Context, id, path string, data []byte, opts UploadOptions) (*Entry, error) {
 	if data == nil {
 		data = []byte{}
 	}
-	_, err := c.roundTrip(ctx, map[string]any{"op": "upload", "session": id, "path": path, "data": data}, nil)
-	return err
+	req := map[string]any{"op": "upload", "session": id, "path": path, "data": data}
+	if len(opts.Metadata) > 0 {
+		req["metadata"] = opts.Metadata
+	}
+	r, err := c.roundTrip(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.uploaded(), nil
 }
 
 // Download implements API.

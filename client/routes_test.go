@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -53,6 +54,9 @@ func TestRoutesMatchServer(t *testing.T) {
 		{api.OpExec, func() { _, _ = c.Exec(ctx, "s1", "x", nil) }},
 		{api.OpExec, func() { _, _ = c.Exec(ctx, "", "x", nil) }},
 		{api.OpUpload, func() { _ = c.Upload(ctx, "s1", "dir/a.txt", []byte("x")) }},
+		{api.OpUpload, func() {
+			_, _ = c.UploadWith(ctx, "s1", "dir/a.txt", []byte("x"), UploadOptions{Metadata: map[string]string{"k": "v"}})
+		}},
 		{api.OpDownload, func() { _, _ = c.Download(ctx, "s1", "dir/a.txt") }},
 		{api.OpFiles, func() { _, _ = c.Files(ctx, "s1") }},
 		{"", func() { _, _ = c.Metrics(ctx) }},
@@ -80,5 +84,74 @@ func TestRoutesMatchServer(t *testing.T) {
 		if !ok {
 			t.Errorf("op %q: the client sends %s %s, which the route table does not give that op", tc.op, verb, pattern)
 		}
+	}
+}
+
+// TestMetadataHeader: what the HTTP client puts in the metadata header is
+// what the server's reader (api.MetadataFromHeader) takes from it, key for
+// key, whatever the map holds: a key the service must refuse by name has
+// to reach it intact, not fail in an HTTP library or arrive changed.
+func TestMetadataHeader(t *testing.T) {
+	if metadataHeader != api.MetadataHeader {
+		t.Fatalf("client sends metadata in %q, the server reads %q", metadataHeader, api.MetadataHeader)
+	}
+	sock := filepath.Join(t.TempDir(), "s")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []http.Header
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Clone())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true,"path":"a.txt","size":1,"metadata":{"k":"v"}}`))
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	c := NewHTTP(sock)
+	ctx := context.Background()
+	for _, m := range []map[string]string{
+		nil,
+		{},
+		{"author": "ana", "Mixed Case": `"q" <&> \ ~`, "empty": ""},
+		{"a\nb": "tab\there", "nul": "\x00"},
+		{"del\x7f": "caf\u00e9", "emoji \U0001F600": "\u2028"},
+		{"big": strings.Repeat("\"", 4080)}, // 4092 bytes, each escaped to two
+	} {
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		e, err := c.UploadWith(ctx, "s1", "a.txt", []byte("x"), UploadOptions{Metadata: m})
+		if err != nil || e.Path != "a.txt" || e.Size != 1 || !maps.Equal(e.Metadata, map[string]string{"k": "v"}) {
+			t.Fatalf("upload %q: %+v, %v", m, e, err)
+		}
+		mu.Lock()
+		h := got[0]
+		mu.Unlock()
+		read, apiErr := api.MetadataFromHeader(h)
+		if apiErr != nil || !maps.Equal(read, m) || len(m) == 0 && read != nil {
+			t.Errorf("sent %q; the server reads %q, %v (header %q)", m, read, apiErr, h.Values(api.MetadataHeader))
+		}
+		for _, v := range h.Values(api.MetadataHeader) {
+			for i := range len(v) {
+				if v[i] < 0x20 || v[i] > 0x7e {
+					t.Errorf("header %q: byte %#x is not printable ASCII", v, v[i])
+				}
+			}
+		}
+	}
+	// More than any map the service keeps can make: refused here, as the
+	// service's header bound would answer 431 instead of bad_request.
+	mu.Lock()
+	got = nil
+	mu.Unlock()
+	if _, err := c.UploadWith(ctx, "s1", "a.txt", nil, UploadOptions{Metadata: map[string]string{"k": strings.Repeat("v", 9000)}}); !IsCode(err, "bad_request") || !strings.Contains(err.Error(), "4096") {
+		t.Errorf("oversized metadata: %v, want bad_request naming the bound", err)
+	}
+	if len(got) != 0 {
+		t.Errorf("oversized metadata was sent")
 	}
 }

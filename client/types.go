@@ -19,8 +19,12 @@ type API interface {
 	// Exec runs code in session id, or in a fresh one-shot sandbox when id
 	// is "". opts may be nil.
 	Exec(ctx context.Context, id, code string, opts *ExecOptions) (*Result, error)
-	// Upload writes data to path in the session's working directory.
+	// Upload writes data to path in the session's working directory; the
+	// file is left with no metadata.
 	Upload(ctx context.Context, id, path string, data []byte) error
+	// UploadWith is Upload shaped by opts (its metadata); it returns the
+	// file's entry as the upload answers it: Path, Size and Metadata.
+	UploadWith(ctx context.Context, id, path string, data []byte, opts UploadOptions) (*Entry, error)
 	// Download reads path from the session's working directory.
 	Download(ctx context.Context, id, path string) ([]byte, error)
 	// Files lists the session's working directory.
@@ -156,6 +160,18 @@ type ExecOptions struct {
 	Envs map[string]string
 }
 
+// UploadOptions shape one upload; the zero value writes the file with no
+// metadata.
+type UploadOptions struct {
+	// Metadata becomes the file's whole metadata, kept in its user.e2b.*
+	// extended attributes (E2B's; a program in the sandbox may read and set
+	// them too): keys of 1 to 246 bytes, keys and values printable ASCII
+	// (0x20-0x7e), at most 4096 bytes in all counting 9 per key. nil or
+	// empty clears what the file had. The service refuses anything else
+	// (ErrBadRequest, naming the key) and writes no file.
+	Metadata map[string]string
+}
+
 // File is a file handed to a cell.
 type File struct {
 	Path string `json:"path"`
@@ -208,6 +224,10 @@ type Entry struct {
 	UID     int       `json:"uid,omitempty"`
 	GID     int       `json:"gid,omitempty"`
 	ModTime time.Time `json:"mtime"`
+	// Metadata is the file's metadata (see UploadOptions), nil if none.
+	// A program in the sandbox may set it too: untrusted, though the
+	// service shows only what is within the bounds an upload has.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Result is the outcome of one cell.
@@ -392,9 +412,18 @@ type response struct {
 	Data      []byte         `json:"data"`
 	Files     []Entry        `json:"files"`
 	Sessions  []Session      `json:"sessions"`
+	// Path, Size and Metadata answer an upload: the file as written.
+	Path     string            `json:"path"`
+	Size     int64             `json:"size"`
+	Metadata map[string]string `json:"metadata"`
 	// Interrupted answers an interrupt.
 	Interrupted bool `json:"interrupted"`
 	Session
+}
+
+// uploaded is the entry an upload's response describes.
+func (r *response) uploaded() *Entry {
+	return &Entry{Path: r.Path, Size: r.Size, Metadata: r.Metadata}
 }
 
 // event is one streamed line before a response: output text, or a

@@ -22,7 +22,7 @@ from .commands import (DEFAULT_COMMAND_TIMEOUT, PTY_COMMAND, CommandExitExceptio
 from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, NotFoundError
 from .models import EntryInfo, Execution, ExecutionError, Result, _entry, _workdir
-from .sandbox import Data, _bytes, _Collector, _exec_fields
+from .sandbox import Data, _bytes, _check_metadata, _Collector, _exec_fields, _written
 from .transport import DEFAULT_TIMEOUT, Transport, _env_socket
 from .watch import FilesystemEvent, _fs_events
 
@@ -77,11 +77,9 @@ class AsyncFiles:
     def __init__(self, sandbox: "AsyncSandbox") -> None:
         self._sbx = sandbox
 
-    async def write(self, path: str, data: Data) -> EntryInfo:
-        resp = await self._sbx._call("upload", {"path": path, "data": _bytes(data)})
-        size = resp.get("size")
-        return EntryInfo(name=path.rsplit("/", 1)[-1], path=path, size=size if isinstance(size, int) else 0,
-                         is_dir=False, mtime="")
+    async def write(self, path: str, data: Data, *, metadata: Optional[Dict[str, str]] = None) -> EntryInfo:
+        resp = await self._sbx._call("upload", {"path": path, "data": _bytes(data), "metadata": _check_metadata(metadata)})
+        return _written(path, resp)
 
     async def read(self, path: str, format: str = "text") -> Union[str, bytes]:
         if format not in ("text", "bytes"):

@@ -18,8 +18,8 @@ import urllib.parse
 from typing import Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import InternalError, UnavailableError
-from .transport import (_IDEMPOTENT, DEFAULT_TIMEOUT, IDLE_AGE, MAX_IDLE, MAX_LINE, BadRequest, Transport, _checked,
-                        _decode, _encode, _readable)
+from .transport import (_IDEMPOTENT, DEFAULT_TIMEOUT, IDLE_AGE, MAX_IDLE, MAX_LINE, METADATA_HEADER, BadRequest,
+                        Transport, _checked, _decode, _encode, _metadata_header, _readable)
 
 __all__ = ["AsyncTransport", "AsyncSocketTransport", "AsyncTCPTransport", "AsyncJsonLinesTransport", "ThreadedTransport"]
 
@@ -66,18 +66,21 @@ def _file(session: Any, kind: str, path: Any) -> str:
     return _path(session, kind, urllib.parse.quote(path))
 
 
-def route(op: str, fields: Dict[str, Any], streamed: bool) -> Tuple[str, str, Optional[bytes], str, str]:
+Route = Tuple[str, str, Optional[bytes], str, str, List[str]]
+
+
+def route(op: str, fields: Dict[str, Any], streamed: bool) -> Route:
     """The HTTP request of a wire request on the service's socket: method,
-    path, body, content type and how to read the answer ("json", "raw"
-    for a download, "stream" for NDJSON)."""
+    path, body, content type, how to read the answer ("json", "raw"
+    for a download, "stream" for NDJSON) and any other header lines."""
     fields = {k: v for k, v in fields.items() if v is not None}
     session = fields.pop("session", None)
     fields.pop("stream", None)
 
-    def js(method: str, path: str, body: Optional[Dict[str, Any]] = None, kind: str = "json") -> Tuple[str, str, Optional[bytes], str, str]:
+    def js(method: str, path: str, body: Optional[Dict[str, Any]] = None, kind: str = "json") -> Route:
         if body is None:
-            return method, path, None, "", kind
-        return method, path, json.dumps(body, default=_encode).encode(), "application/json", kind
+            return method, path, None, "", kind, []
+        return method, path, json.dumps(body, default=_encode).encode(), "application/json", kind, []
 
     if op == "ping":
         return js("GET", "/healthz")
@@ -97,9 +100,11 @@ def route(op: str, fields: Dict[str, Any], streamed: bool) -> Tuple[str, str, Op
         data = fields.get("data", b"")
         if isinstance(data, str):
             data = data.encode()
-        return "PUT", _file(session, "files", fields.get("path")), bytes(data), "application/octet-stream", "json"
+        meta = _metadata_header(fields.get("metadata"))
+        extra = [] if meta is None else ["%s: %s" % (METADATA_HEADER, meta)]
+        return "PUT", _file(session, "files", fields.get("path")), bytes(data), "application/octet-stream", "json", extra
     if op == "download":
-        return "GET", _file(session, "files", fields.get("path")), None, "", "raw"
+        return "GET", _file(session, "files", fields.get("path")), None, "", "raw", []
     if op == "exec":
         # Nothing to stream to: a plain JSON answer (the service streams
         # only when the Accept header or "stream" asks).
@@ -262,12 +267,13 @@ class AsyncSocketTransport(AsyncTransport):
         return []
 
     async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None) -> Dict[str, Any]:
-        method, path, body, ctype, kind = route(op, fields, on_event is not None)
-        return await asyncio.wait_for(self._exchange(op, fields, method, path, body, ctype, kind, on_event), self.timeout)
+        method, path, body, ctype, kind, extra = route(op, fields, on_event is not None)
+        return await asyncio.wait_for(self._exchange(op, fields, method, path, body, ctype, kind, extra, on_event),
+                                      self.timeout)
 
     async def _exchange(self, op: str, fields: Dict[str, Any], method: str, path: str, body: Optional[bytes],
-                        ctype: str, kind: str, on_event: Optional[AsyncOnEvent]) -> Dict[str, Any]:
-        head = ["%s %s HTTP/1.1" % (method, path), "Host: jailcell"] + self._auth()
+                        ctype: str, kind: str, extra: List[str], on_event: Optional[AsyncOnEvent]) -> Dict[str, Any]:
+        head = ["%s %s HTTP/1.1" % (method, path), "Host: jailcell"] + self._auth() + extra
         if not self._keep_alive:
             head.append("Connection: close")
         if ctype:

@@ -25,7 +25,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from .errors import InternalError, JailcellError, NotFoundError
-from .transport import DEFAULT_SOCKET, SocketTransport, _decode
+from .transport import DEFAULT_SOCKET, METADATA_HEADER, SocketTransport, _decode, _metadata_header
 
 __all__ = ["Client", "Session", "JailcellError", "DEFAULT_SOCKET"]
 
@@ -134,13 +134,19 @@ class Client:
         result = self._t._exec(path, fields, on_event)["result"]
         return result
 
-    def upload(self, session_id: str, path: str, data: Union[str, bytes]) -> Dict[str, Any]:
-        """PUT /v1/sessions/{id}/files/{path}: raw bytes into the workspace."""
+    def upload(self, session_id: str, path: str, data: Union[str, bytes], *,
+               metadata: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+        """PUT /v1/sessions/{id}/files/{path}: raw bytes into the workspace,
+        with metadata as the file's whole metadata (header
+        Jailcell-Metadata; none clears what it had)."""
         if isinstance(data, str):
             data = data.encode()
+        headers = {"Content-Type": "application/octet-stream"}
+        meta = _metadata_header(metadata)
+        if meta is not None:
+            headers[METADATA_HEADER] = meta
         status, _, body = self._request(
-            "PUT", self._session_path(session_id, "files", urllib.parse.quote(path)),
-            data, {"Content-Type": "application/octet-stream"})
+            "PUT", self._session_path(session_id, "files", urllib.parse.quote(path)), data, headers)
         return _decode(status, body)
 
     def download(self, session_id: str, path: str) -> bytes:
@@ -202,8 +208,8 @@ class Session:
     def exec(self, code: str, **kw: Any) -> Dict[str, Any]:
         return self.client.exec(code, session=self.id, **kw)
 
-    def upload(self, path: str, data: Union[str, bytes]) -> Dict[str, Any]:
-        return self.client.upload(self.id, path, data)
+    def upload(self, path: str, data: Union[str, bytes], *, metadata: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+        return self.client.upload(self.id, path, data, metadata=metadata)
 
     def download(self, path: str) -> bytes:
         return self.client.download(self.id, path)

@@ -180,7 +180,10 @@ class EntryInfo:
     text ("-rw-r--r--", "Lrwxrwxrwx"), owner and group names ("root",
     "nobody" for an id the sandbox does not map, else the number), and
     symlink_target a link's target made absolute against its directory
-    (untrusted: the sandbox wrote it). is_dir and mtime are jailcell's."""
+    (untrusted: the sandbox wrote it), and metadata the file's metadata
+    (what files.write gave it, or a program in the sandbox set in its
+    user.e2b.* attributes: untrusted, though bounded as a write's; None if
+    none). is_dir and mtime are jailcell's."""
 
     name: str
     path: str
@@ -193,6 +196,7 @@ class EntryInfo:
     owner: str = ""
     group: str = ""
     symlink_target: Optional[str] = None
+    metadata: Optional[Dict[str, str]] = None
 
 
 def _int(v: Any) -> int:
@@ -244,7 +248,17 @@ def _entry(e: Any, fallback: str, workdir: str) -> EntryInfo:
     link = e.get("link")
     if kind == "symlink" and isinstance(link, str) and link:
         info.symlink_target = _clean(link if link.startswith("/") else "%s/%s/%s" % (workdir, p.rpartition("/")[0], link))
+    info.metadata = _metadata(e.get("metadata"))
     return info
+
+
+def _metadata(m: Any) -> Optional[Dict[str, str]]:
+    """The string entries of a wire metadata map; None for none or anything
+    but an object."""
+    if not isinstance(m, dict):
+        return None
+    out = {k: v for k, v in m.items() if isinstance(k, str) and isinstance(v, str)}
+    return out or None
 
 
 def _workdir(info: Any) -> str:

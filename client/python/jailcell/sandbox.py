@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from .commands import Commands, Pty, _check_envs
 from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, NotFoundError
-from .models import EntryInfo, Execution, ExecutionError, OutputMessage, Result, _entry, _workdir
+from .models import EntryInfo, Execution, ExecutionError, OutputMessage, Result, _entry, _metadata, _workdir
 from .transport import DEFAULT_TIMEOUT, Transport, transport_for
 from .watch import WatchHandle
 
@@ -24,6 +24,29 @@ def _bytes(data: Data) -> bytes:
     if isinstance(data, str):
         return data.encode("utf-8")
     return bytes(data)
+
+
+def _check_metadata(metadata: Optional[Dict[str, str]]) -> Optional[Dict[str, str]]:
+    """files.write's metadata: a dict of str to str, or None. The service
+    checks the rest (printable ASCII, key lengths, 4096 bytes in all) and
+    names what it refuses."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise BadRequestError(0, "bad_request", "metadata must be a dict of str to str, got %s" % type(metadata).__name__)
+    for k, v in metadata.items():
+        if not isinstance(k, str):
+            raise BadRequestError(0, "bad_request", "metadata key %.60r is %s: keys must be str" % (k, type(k).__name__))
+        if not isinstance(v, str):
+            raise BadRequestError(0, "bad_request", "metadata[%.60r] is %s: values must be str" % (k, type(v).__name__))
+    return dict(metadata)
+
+
+def _written(path: str, resp: Dict[str, Any]) -> EntryInfo:
+    """The EntryInfo of a file an upload wrote, as its response says."""
+    size = resp.get("size")
+    return EntryInfo(name=path.rsplit("/", 1)[-1], path=path, size=size if isinstance(size, int) else 0,
+                     is_dir=False, mtime="", metadata=_metadata(resp.get("metadata")))
 
 
 def _exec_fields(code: str, session: Optional[str], timeout: Optional[float], files: Optional[Dict[str, Data]],
@@ -103,13 +126,15 @@ class Files:
     def __init__(self, sandbox: "Sandbox") -> None:
         self._sbx = sandbox
 
-    def write(self, path: str, data: Data) -> EntryInfo:
+    def write(self, path: str, data: Data, *, metadata: Optional[Dict[str, str]] = None) -> EntryInfo:
         """Write data (str as UTF-8, or bytes) to path, relative to the
-        working directory; parent directories are made."""
-        resp = self._sbx._call("upload", {"path": path, "data": _bytes(data)})
-        size = resp.get("size")
-        return EntryInfo(name=path.rsplit("/", 1)[-1], path=path, size=size if isinstance(size, int) else 0,
-                         is_dir=False, mtime="")
+        working directory; parent directories are made. The file's metadata
+        becomes metadata (E2B's: kept in its user.e2b.* extended
+        attributes; keys and values printable ASCII, at most 4096 bytes in
+        all), or none: BadRequestError naming a key the service refuses,
+        and no file written."""
+        resp = self._sbx._call("upload", {"path": path, "data": _bytes(data), "metadata": _check_metadata(metadata)})
+        return _written(path, resp)
 
     def read(self, path: str, format: str = "text") -> Union[str, bytes]:
         """The file's content: format "text" (UTF-8, the default) or "bytes"."""

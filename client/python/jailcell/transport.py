@@ -280,8 +280,11 @@ class SocketTransport(Transport):
             data = fields.get("data", b"")
             if isinstance(data, str):
                 data = data.encode()
-            status, _, body = self.request("PUT", self._file_path(session, fields.get("path")), bytes(data),
-                                           {"Content-Type": "application/octet-stream"})
+            headers = {"Content-Type": "application/octet-stream"}
+            meta = _metadata_header(fields.get("metadata"))
+            if meta is not None:
+                headers[METADATA_HEADER] = meta
+            status, _, body = self.request("PUT", self._file_path(session, fields.get("path")), bytes(data), headers)
             return _decode(status, body)
         if op == "download":
             status, hdrs, body = self.request("GET", self._file_path(session, fields.get("path")))
@@ -384,6 +387,35 @@ class SocketTransport(Transport):
 def BadRequest(message: str) -> JailcellError:
     """A request this client refuses before sending it."""
     return error_for(0, "bad_request", message)
+
+
+# Carries an HTTP upload's metadata as one JSON object of strings
+# (api/metadata.go).
+METADATA_HEADER = "Jailcell-Metadata"
+
+# The longest header a map the service keeps can make: 4096 bytes in all,
+# no byte escaped to more than two, and each key's 9-byte share covering
+# its quotes, colon and comma. A longer one is refused here, since past the
+# service's header bound (16 KiB) it would be answered 431, not bad_request.
+_MAX_METADATA_HEADER = 2 * 4096 + 2
+
+
+def _metadata_header(m: Any) -> Optional[str]:
+    """An upload's metadata as the header's JSON (None for none), in ASCII:
+    json's ensure_ascii escapes DEL and every non-ASCII character, so a key
+    the service refuses reaches it intact and is refused by name, as over
+    JSON lines, not mangled by the header's Latin-1."""
+    if m is None:
+        return None
+    if not isinstance(m, dict):
+        raise BadRequest("metadata must be a dict of str to str")
+    if not m:
+        return None
+    v = json.dumps(m, ensure_ascii=True, separators=(",", ":"))
+    if len(v) > _MAX_METADATA_HEADER:
+        raise BadRequest("metadata of %d bytes as JSON: a file's metadata is at most 4096 bytes (each key counted "
+                         "with a 9-byte prefix)" % len(v))
+    return v
 
 
 class _Pending:

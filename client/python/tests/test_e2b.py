@@ -134,6 +134,32 @@ class _Cases:
         with self.assertRaises(NotFoundError):
             sbx.files.remove("data")
 
+    def test_file_metadata(self) -> None:
+        sbx = self.sandbox()
+        # E2B's metadata= on write, back on get_info and list; keys as
+        # given (E2B's door lowercases them, this wire does not).
+        meta = {"author": "ana", "Mixed Case": '"q" <&> \\ ~', "empty": ""}
+        w = sbx.files.write("m.txt", "m", metadata=meta)
+        self.assertEqual((w.path, w.size, w.metadata), ("m.txt", 1, meta))
+        self.assertEqual(sbx.files.get_info("m.txt").metadata, meta)
+        listed = {e.path: e.metadata for e in sbx.files.list()}
+        self.assertEqual(listed["m.txt"], meta)
+        # Each write replaces the whole map; one without clears it.
+        self.assertEqual(sbx.files.write("m.txt", "mm", metadata={"author": "bo"}).metadata, {"author": "bo"})
+        self.assertEqual(sbx.files.get_info("m.txt").metadata, {"author": "bo"})
+        self.assertIsNone(sbx.files.write("m.txt", "plain").metadata)
+        self.assertIsNone(sbx.files.get_info("m.txt").metadata)
+        # What a program in the sandbox sets under user.e2b. is metadata too.
+        sbx.run_code("import os\nos.setxattr('m.txt', 'user.e2b.by', b'cell')")
+        self.assertEqual(sbx.files.get_info("m.txt").metadata, {"by": "cell"})
+        # Refused by name, and nothing written.
+        for bad in ({"a\nb": "v"}, {"": "v"}, {"k": "caf\u00e9"}, {"del\x7f": "v"}, {"\U0001F600": "v"},
+                    {"k": "v" * 4096}):
+            with self.assertRaises(BadRequestError, msg=repr(bad)) as cm:
+                sbx.files.write("bad.txt", "x", metadata=bad)
+            self.assertIn("metadata", cm.exception.message)
+        self.assertFalse(sbx.files.exists("bad.txt"))
+
     def test_info_timeout_metrics_connect(self) -> None:
         sbx = self.sandbox(metadata={"user": "me"})
         sbx.run_code("x = 41\nblob = bytearray(32 << 20)")
@@ -217,6 +243,21 @@ class _Cases:
         self.assertEqual(done[0].stdout, "ok\n")
 
 
+async def _async_metadata(t: unittest.TestCase, sbx: AsyncSandbox) -> None:
+    """File metadata through AsyncSandbox: written, shown, cleared, and a
+    key the service refuses raises BadRequestError with no file written."""
+    meta = {"author": "ana", "Mixed Case": "<&>"}
+    t.assertEqual((await sbx.files.write("m.txt", "m", metadata=meta)).metadata, meta)
+    t.assertEqual((await sbx.files.get_info("m.txt")).metadata, meta)
+    t.assertEqual({e.path: e.metadata for e in await sbx.files.list()}["m.txt"], meta)
+    t.assertIsNone((await sbx.files.write("m.txt", "plain")).metadata)
+    t.assertIsNone((await sbx.files.get_info("m.txt")).metadata)
+    for bad in ({"a\nb": "v"}, {"\U0001F600": "v"}):
+        with t.assertRaises(BadRequestError, msg=repr(bad)):
+            await sbx.files.write("bad.txt", "x", metadata=bad)
+    t.assertFalse(await sbx.files.exists("bad.txt"))
+
+
 @unittest.skipUnless(SOCKET, "JAILCELL_SOCKET is not set: no jailcell serve to test against")
 class SocketE2BTest(_Cases, unittest.TestCase):
     def transport(self) -> Transport:
@@ -280,6 +321,7 @@ class AsyncSocketE2BTest(unittest.TestCase):
                 await asyncio.sleep(0.05)
             await w.stop()
             self.assertIn(FilesystemEvent("x.txt", FilesystemEventType.CREATE), seen)
+            await _async_metadata(self, b)
             h = await b.commands.run("sleep 0.2; echo bg", background=True)
             self.assertEqual((await h.wait()).stdout, "bg\n")
             with self.assertRaises(CommandExitException):
@@ -330,6 +372,7 @@ class AsyncTCPE2BTest(unittest.TestCase):
             r = await sbx.commands.run("echo over tcp", on_stdout=out.append)
             self.assertEqual((r.stdout, "".join(out)), ("over tcp\n", "over tcp\n"))
             self.assertEqual((await sbx.run_code("6 * 7")).text, "42")
+            await _async_metadata(self, sbx)
             again = await AsyncSandbox.connect(sbx.sandbox_id, url=TCP_URL, token=TCP_TOKEN)
             self.assertEqual((await again.get_info()).sandbox_id, sbx.sandbox_id)
         finally:
@@ -363,6 +406,7 @@ class AsyncJsonLinesE2BTest(unittest.TestCase):
             r = await sbx.commands.run("cat f.txt; echo", on_stdout=on_out)
             self.assertEqual((r.stdout, "".join(out)), ("data\n", "data\n"))
             self.assertEqual(await sbx.files.read("f.txt"), "data")
+            await _async_metadata(self, sbx)
         finally:
             await sbx.kill()
         assert isinstance(t, AsyncJsonLinesTransport)

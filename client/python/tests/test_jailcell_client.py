@@ -77,6 +77,16 @@ class ClientTest(unittest.TestCase):
             paths = [f["path"] for f in s.files()]
             self.assertIn("dir/in put.bin", paths)
             self.assertIn("out.bin", paths)
+            # Metadata rides in the Jailcell-Metadata header: answered by
+            # the upload, shown by the listing, cleared by the next upload.
+            self.assertEqual(s.upload("m.txt", "m", metadata={"author": "ana"})["metadata"], {"author": "ana"})
+            self.assertEqual({f["path"]: f.get("metadata") for f in s.files()}["m.txt"], {"author": "ana"})
+            self.assertNotIn("metadata", s.upload("m.txt", "plain"))
+            self.assertNotIn("metadata", {f["path"]: f for f in s.files()}["m.txt"])
+            with self.assertRaises(JailcellError) as cm:
+                s.upload("bad.txt", "x", metadata={"a\nb": "v"})
+            self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_request"))
+            self.assertNotIn("bad.txt", [f["path"] for f in s.files()])
             with self.assertRaises(JailcellError) as cm:
                 s.download("../../etc/passwd")
             self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_request"))

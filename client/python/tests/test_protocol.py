@@ -4,6 +4,7 @@ send, so the transport, the event handling and the errors are exercised
 exactly as with the real process. Here: the `display` event (figures reach
 on_result as they are shown, once), bounds and error mapping."""
 
+import json
 import sys
 import textwrap
 import unittest
@@ -11,7 +12,8 @@ from typing import Any, List, Tuple
 
 from jailcell import (BusyError, ChartType, JailcellError, JsonLinesTransport, LimitError, Result, Sandbox,
                       ScaleType, ScatterChart, SuperChart, UnavailableError)
-from jailcell.errors import error_for
+from jailcell.aio_transport import route
+from jailcell.errors import BadRequestError, error_for
 from jailcell.models import _entry, _workdir
 
 PNG = "iVBORw0KGgo="  # base64 of the PNG magic's first bytes: enough to tell it apart
@@ -165,6 +167,40 @@ class ReplayTest(unittest.TestCase):
             e = _entry(wire, "", _workdir({"cwd": "/home/user"}))
             self.assertEqual((e.type, e.mode, e.permissions, e.owner, e.group, e.symlink_target), want, wire)
         self.assertEqual(_workdir({}), "/work")
+        # Metadata: the map's string entries, None for none or a forged
+        # shape.
+        for wire_meta, want_meta in (({"a": "1", "B c": ""}, {"a": "1", "B c": ""}), (None, None), ({}, None),
+                                     ("a=1", None), ([["a", "1"]], None), ({"a": 1, "b": "2"}, {"b": "2"})):
+            e = _entry({"path": "f", "metadata": wire_meta}, "", "/work")
+            self.assertEqual(e.metadata, want_meta, wire_meta)
+        self.assertIsNone(_entry({"path": "f"}, "", "/work").metadata)
+
+    def test_metadata_header(self) -> None:
+        # The HTTP upload's header is the map as ASCII JSON, whatever it
+        # holds: a key the service must refuse by name reaches it intact,
+        # and what no valid map can make is refused here (the service's
+        # header bound would answer 431). Over JSON lines it is a field.
+        for meta in ({"author": "ana", "Mixed Case": '"q" <&> \\ ~', "empty": ""},
+                     {"a\nb": "tab\there", "del\x7f": "caf\u00e9", "emoji \U0001F600": "\u2028"},
+                     {"big": '"' * 4080}):
+            method, path, body, ctype, kind, extra = route("upload", {"session": "s1", "path": "d/a b.txt",
+                                                                      "data": b"x", "metadata": meta}, False)
+            self.assertEqual((method, path, body, ctype, kind), ("PUT", "/v1/sessions/s1/files/d/a%20b.txt", b"x",
+                                                                  "application/octet-stream", "json"))
+            self.assertEqual(len(extra), 1)
+            name, _, value = extra[0].partition(": ")
+            self.assertEqual(name, "Jailcell-Metadata")
+            self.assertTrue(all(0x20 <= ord(c) <= 0x7e for c in value), value)
+            self.assertEqual(json.loads(value), meta)
+        for none in (None, {}):
+            self.assertEqual(route("upload", {"session": "s1", "path": "a", "data": b"", "metadata": none}, False)[5], [])
+        with self.assertRaises(BadRequestError) as cm:
+            route("upload", {"session": "s1", "path": "a", "data": b"", "metadata": {"k": "v" * 9000}}, False)
+        self.assertIn("4096", cm.exception.message)
+        with self.assertRaises(BadRequestError):
+            self.sbx.files.write("a", "x", metadata={"k": 1})  # type: ignore[dict-item]
+        with self.assertRaises(BadRequestError):
+            self.sbx.files.write("a", "x", metadata="k=v")  # type: ignore[arg-type]
 
     def test_line_bound(self) -> None:
         t = JsonLinesTransport([sys.executable, "-c", REPLAY], timeout=30, max_line=1 << 10)

@@ -17,6 +17,7 @@ export type {
   SandboxMetrics,
   SandboxOpts,
   WatchOpts,
+  WriteOpts,
 } from "./sandbox.js";
 export { CommandExitError, CommandHandle, Commands, DEFAULT_COMMAND_TIMEOUT_MS, Pty } from "./commands.js";
 export type { CommandOutputHandler, CommandRequestOpts, CommandResult, CommandStartOpts, PtyCreateOpts } from "./commands.js";

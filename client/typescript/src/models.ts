@@ -350,6 +350,12 @@ export interface EntryInfo {
   symlinkTarget?: string;
   /** undefined if the server sent none or an unreadable one. */
   modifiedTime: Date | undefined;
+  /**
+   * The file's metadata (E2B's): what the last files.write gave it, or what
+   * a program in the sandbox set in its user.e2b.* attributes (so
+   * untrusted, though bounded as a write's); undefined if none.
+   */
+  metadata?: Record<string, string>;
 }
 
 /** What files.write returns. */
@@ -358,6 +364,8 @@ export interface WriteInfo {
   path: string;
   type: "file";
   size: number;
+  /** The metadata the file was written with; undefined if none. */
+  metadata?: Record<string, string>;
 }
 
 export type { SessionInfo };

@@ -173,24 +173,35 @@ function callOpts(o: RunCodeOpts, c: Collector): CallOptions {
 export class Files {
   constructor(private readonly sbx: Sandbox) {}
 
-  /** Write data (a string as UTF-8, or bytes) to path, relative to the working directory; parent directories are made. */
-  async write(path: string, data: Data): Promise<WriteInfo>;
-  /** Write several files, one after another. */
-  async write(files: { path: string; data: Data }[]): Promise<WriteInfo[]>;
-  async write(pathOrFiles: string | { path: string; data: Data }[], data?: Data): Promise<WriteInfo | WriteInfo[]> {
+  /**
+   * Write data (a string as UTF-8, or bytes) to path, relative to the
+   * working directory; parent directories are made. The file's metadata
+   * becomes opts.metadata, or none.
+   */
+  async write(path: string, data: Data, opts?: WriteOpts): Promise<WriteInfo>;
+  /** Write several files, one after another, each with opts.metadata. */
+  async write(files: { path: string; data: Data }[], opts?: WriteOpts): Promise<WriteInfo[]>;
+  async write(pathOrFiles: string | { path: string; data: Data }[], dataOrOpts?: Data | WriteOpts, opts?: WriteOpts): Promise<WriteInfo | WriteInfo[]> {
     if (Array.isArray(pathOrFiles)) {
+      const o = (dataOrOpts ?? {}) as WriteOpts;
+      const metadata = checkMetadata(o.metadata);
       const out: WriteInfo[] = [];
       for (const f of pathOrFiles) {
-        out.push(await this.write(f.path, f.data));
+        out.push(await this.write(f.path, f.data, { metadata }));
       }
       return out;
     }
     const path = pathOrFiles;
+    const data = dataOrOpts as Data | undefined;
     if (data === undefined) {
       throw badRequest("files.write needs data: a string, Uint8Array, ArrayBuffer or Blob");
     }
-    const resp = await this.sbx.call("upload", { path, data: await bytes(data, "data") });
-    return { name: path.split("/").pop() ?? path, path, type: "file", size: typeof resp.size === "number" ? resp.size : 0 };
+    const metadata = checkMetadata(opts?.metadata);
+    const resp = await this.sbx.call("upload", { path, data: await bytes(data, "data"), metadata });
+    const info: WriteInfo = { name: path.split("/").pop() ?? path, path, type: "file", size: typeof resp.size === "number" ? resp.size : 0 };
+    const written = strings(resp.metadata);
+    if (written !== undefined) info.metadata = written;
+    return info;
   }
 
   /** The file's content: format "text" (UTF-8, the default), "bytes" or "blob". */
@@ -307,7 +318,37 @@ function entryInfo(e: WireEntry | undefined, fallback: string, workdir: string):
   if (type === "symlink" && typeof e?.link === "string" && e.link !== "") {
     info.symlinkTarget = e.link.startsWith("/") ? normalize(e.link) : normalize(`${workdir}/${p.split("/").slice(0, -1).join("/")}/${e.link}`);
   }
+  const metadata = strings(e?.metadata);
+  if (metadata !== undefined) info.metadata = metadata;
   return info;
+}
+
+/**
+ * The string entries of a wire map, as own properties (a key such as
+ * "__proto__" stays a key); undefined for none or anything but an object.
+ */
+function strings(m: unknown): Record<string, string> | undefined {
+  if (m === null || typeof m !== "object" || Array.isArray(m)) return undefined;
+  const kept = Object.entries(m).filter((kv): kv is [string, string] => typeof kv[1] === "string");
+  return kept.length > 0 ? Object.fromEntries(kept) : undefined;
+}
+
+/**
+ * files.write's metadata: an object of strings, or undefined. The service
+ * checks the rest (printable ASCII, key lengths, 4096 bytes in all) and
+ * names what it refuses.
+ */
+function checkMetadata(m: unknown): Record<string, string> | undefined {
+  if (m === undefined || m === null) return undefined;
+  if (typeof m !== "object" || Array.isArray(m)) {
+    throw badRequest("metadata must be an object of key to string value");
+  }
+  for (const [k, v] of Object.entries(m)) {
+    if (typeof v !== "string") {
+      throw badRequest(`metadata[${JSON.stringify(k)}] must be a string, got ${typeof v}`);
+    }
+  }
+  return m as Record<string, string>;
 }
 
 /** Go's os.FileMode.String() of an entry of this type with st_mode bits (the 0o7777 part). */
@@ -356,6 +397,18 @@ export type FilesystemEventType = (typeof FilesystemEventType)[keyof typeof File
 export interface FilesystemEvent {
   name: string;
   type: FilesystemEventType;
+}
+
+/** files.write's options, E2B's names. */
+export interface WriteOpts {
+  /**
+   * The file's metadata, replacing what it had (none: cleared), kept in its
+   * user.e2b.* extended attributes: keys of 1 to 246 bytes, keys and values
+   * printable ASCII, at most 4096 bytes in all counting 9 per key; the
+   * service refuses others (BadRequestError naming the key) and writes no
+   * file. Keys are kept as given (E2B's lowercases them).
+   */
+  metadata?: Record<string, string>;
 }
 
 export interface WatchOpts {

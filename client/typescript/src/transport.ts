@@ -71,13 +71,9 @@ export function toWire(v: unknown): unknown {
     return v.map(toWire);
   }
   if (v !== null && typeof v === "object") {
-    const out: Record<string, unknown> = {};
-    for (const [k, x] of Object.entries(v)) {
-      if (x !== undefined && x !== null) {
-        out[k] = toWire(x);
-      }
-    }
-    return out;
+    // fromEntries, not assignment: a key such as "__proto__" (a file's
+    // metadata may have one) stays a key instead of vanishing.
+    return Object.fromEntries(Object.entries(v).flatMap(([k, x]) => (x !== undefined && x !== null ? [[k, toWire(x)]] : [])));
   }
   return v;
 }
@@ -234,6 +230,38 @@ function sessionPath(session: string | undefined, ...rest: string[]): string {
   return ["/v1/sessions/" + encodeURIComponent(session), ...rest].join("/");
 }
 
+/** Carries an upload's metadata as one JSON object of strings (api/metadata.go). */
+const METADATA_HEADER = "jailcell-metadata";
+
+/**
+ * The longest header a map the service keeps can make: 4096 bytes in all,
+ * no byte escaped to more than two, and each key's 9-byte share covering
+ * its quotes, colon and comma. A longer one is refused here, since past
+ * the service's header bound (16 KiB) it would be answered 431, not
+ * bad_request.
+ */
+const MAX_METADATA_HEADER = 2 * 4096 + 2;
+
+/**
+ * An upload's metadata as the header's JSON (undefined for none), in
+ * ASCII: DEL and every non-ASCII character go \u-escaped, since node
+ * refuses DEL and characters past U+00FF in a header and sends the rest as
+ * Latin-1. So a key the service refuses reaches it intact and is refused
+ * by name, as over JSON lines.
+ */
+function metadataHeader(m: unknown): string | undefined {
+  if (m === undefined || m === null) return undefined;
+  if (typeof m !== "object" || Array.isArray(m)) {
+    throw badRequest("metadata must be an object of key to string value");
+  }
+  if (Object.keys(m).length === 0) return undefined;
+  const v = JSON.stringify(m).replace(/[\u007f-\uffff]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+  if (v.length > MAX_METADATA_HEADER) {
+    throw badRequest(`metadata of ${v.length} bytes as JSON: a file's metadata is at most 4096 bytes (each key counted with a 9-byte prefix)`);
+  }
+  return v;
+}
+
 /** The URL path of a path op under the session's segment (files, stat, dirs). */
 const pathIn =
   (segment: string) =>
@@ -355,6 +383,10 @@ export class HttpTransport implements Transport {
         }
         body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
         headers["content-type"] = "application/octet-stream";
+        const meta = metadataHeader(f["metadata"]);
+        if (meta !== undefined) {
+          headers[METADATA_HEADER] = meta;
+        }
         break;
       }
     }

@@ -202,7 +202,17 @@ export interface WireEntry {
   uid?: number;
   gid?: number;
   mtime: string;
+  /** The file's metadata; absent: none. */
+  metadata?: Metadata;
 }
+
+/**
+ * A file's metadata, kept in its user.e2b.* extended attributes (a program
+ * in the sandbox may set them too): keys of 1 to 246 bytes, keys and values
+ * printable ASCII, at most 4096 bytes in all counting 9 per key. An upload
+ * replaces the file's metadata with its own; one without clears it.
+ */
+export type Metadata = Record<string, string>;
 
 /** What a shell command run inside the sandbox did (op command). */
 export interface WireCommandResult {
@@ -368,6 +378,8 @@ export interface WireResponse extends Partial<SessionInfo> {
   size?: number;
   data?: Uint8Array;
   sha256?: string;
+  /** upload: the file's metadata as written (absent: none). */
+  metadata?: Metadata;
   // files, sessions
   files?: WireEntry[];
   sessions?: SessionInfo[];

@@ -324,6 +324,39 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       assert.ok(why instanceof JailcellError, String(why));
     });
 
+    it("writes file metadata and shows it back (E2B's files.write metadata, EntryInfo.metadata)", async () => {
+      const sbx = await sandbox();
+      // Keys as given (E2B's door lowercases; this wire does not), any printable ASCII.
+      const meta = { author: "ana", "Mixed Case": '"q" <&> \\ ~', empty: "" };
+      const w = await sbx.files.write("m.txt", "m", { metadata: meta });
+      assert.deepEqual([w.path, w.size, w.metadata], ["m.txt", 1, meta]);
+      assert.deepEqual((await sbx.files.getInfo("m.txt")).metadata, meta);
+      const listed = Object.fromEntries((await sbx.files.list()).map((e) => [e.path, e.metadata]));
+      assert.deepEqual(listed["m.txt"], meta);
+      // Several files, the same map on each.
+      const ws = await sbx.files.write([{ path: "md/1.txt", data: "1" }, { path: "md/2.txt", data: "2" }], { metadata: { source: "suite" } });
+      assert.deepEqual(ws.map((i) => [i.path, i.metadata]), [["md/1.txt", { source: "suite" }], ["md/2.txt", { source: "suite" }]]);
+      const md = Object.fromEntries((await sbx.files.list("md")).map((e) => [e.path, e.metadata]));
+      assert.deepEqual(md, { md: undefined, "md/1.txt": { source: "suite" }, "md/2.txt": { source: "suite" } });
+      // A write without metadata clears it.
+      assert.equal((await sbx.files.write("m.txt", "plain")).metadata, undefined);
+      assert.equal((await sbx.files.getInfo("m.txt")).metadata, undefined);
+      // What a program in the sandbox sets under user.e2b. is metadata too.
+      await sbx.runCode("import os\nos.setxattr('m.txt', 'user.e2b.by', b'cell')");
+      assert.deepEqual((await sbx.files.getInfo("m.txt")).metadata, { by: "cell" });
+      // Refused by name, and nothing written.
+      for (const bad of [{ "a\nb": "v" }, { "": "v" }, { k: "caf\u00e9" }, { "del\x7f": "v" }, { "\u{1F600}": "v" }, { k: "v".repeat(4096) }]) {
+        await assert.rejects(
+          sbx.files.write("bad.txt", "x", { metadata: bad }),
+          (e) => e instanceof BadRequestError && e.status === badRequestStatus && /metadata/.test(e.message),
+          JSON.stringify(bad),
+        );
+      }
+      await assert.rejects(sbx.files.write("bad.txt", "x", { metadata: { k: 1 } }), (e) => e instanceof BadRequestError && /metadata\["k"\]/.test(e.message));
+      await assert.rejects(sbx.files.write("bad.txt", "x", { metadata: "k=v" }), BadRequestError);
+      assert.equal(await sbx.files.exists("bad.txt"), false);
+    });
+
     it("reports info, renews the timeout, samples metrics, reconnects by id", async () => {
       const sbx = await sandbox({ metadata: { user: "me" } });
       await sbx.runCode("x = 41\nblob = bytearray(32 << 20)");

@@ -21,6 +21,7 @@ import {
   Sandbox,
   type SessionInfo,
   type WireResult,
+  type WriteInfo,
 } from "../dist/index.js";
 
 export async function use(): Promise<void> {
@@ -68,6 +69,11 @@ export async function use(): Promise<void> {
   const b: Uint8Array = await sbx.files.read("b.bin", { format: "bytes" });
   const blob: Blob = await sbx.files.read("b.bin", { format: "blob" });
   const list: EntryInfo[] = await sbx.files.list();
+  // File metadata, E2B's names: on a write (one file or several), back on entries.
+  const wi: WriteInfo = await sbx.files.write("m.txt", "x", { metadata: { author: "ana" } });
+  const wis: WriteInfo[] = await sbx.files.write([{ path: "a.txt", data: "1" }], { metadata: { k: "v" } });
+  const md: Record<string, string> | undefined = list[0]?.metadata ?? wi.metadata ?? wis[0]?.metadata;
+  void md;
   const info: SessionInfo = await sbx.hibernate();
   const killed: boolean = await sbx.kill();
   void [text, png, raw, s, b, blob, list, info, killed];
@@ -100,6 +106,8 @@ export async function use(): Promise<void> {
   // @ts-expect-error a foreground run gives a result, not a handle
   const notHandle: CommandHandle = await sbx.commands.run("ls");
   void notHandle;
+  // @ts-expect-error metadata values are strings
+  await sbx.files.write("m.txt", "x", { metadata: { n: 1 } });
   // @ts-expect-error a terminal needs its size and onData
   await sbx.pty.create({ cols: 80 });
 }

@@ -67,7 +67,9 @@ check<SameKeys<Omit<S["ExecResponse"], "id" | "ok">, Pick<W.WireResponse, "resul
 check<SameKeys<Omit<S["PingResponse"], "id" | "ok">, Pick<W.WireResponse, "version" | "isolation">>>();
 check<SameKeys<Omit<S["SessionResponse"], "id" | "ok">, W.SessionInfo>>();
 check<SameKeys<Omit<S["InterruptResponse"], "id" | "ok">, Pick<W.WireResponse, "interrupted">>>();
-check<SameKeys<Omit<S["UploadResponse"], "id" | "ok">, Pick<W.WireResponse, "path" | "size">>>();
+check<SameKeys<Omit<S["UploadResponse"], "id" | "ok">, Pick<W.WireResponse, "path" | "size" | "metadata">>>();
+check<Fits<Omit<S["UploadResponse"], "id" | "ok">, Pick<W.WireResponse, "path" | "size" | "metadata">>>();
+check<Fits<S["Metadata"], W.Metadata>>();
 check<SameKeys<S["CommandResult"], W.WireCommandResult>>();
 check<Fits<S["CommandResult"], W.WireCommandResult>>();
 check<SameKeys<S["SessionMetrics"], W.WireSessionMetrics>>();

@@ -42,12 +42,16 @@ const (
 	// maxBoxes is how many sandboxes' tables are kept before those of
 	// sandboxes that ended without the door's kill are swept.
 	maxBoxes = 4096
-	// pollWait is how long one wait holds the sandbox; between rounds
-	// the pump sleeps pollMin after output, doubling up to pollMax while
-	// the processes are silent.
-	pollWait = 10 * time.Millisecond
-	pollMin  = 25 * time.Millisecond
-	pollMax  = 250 * time.Millisecond
+	// pollWait is how long one wait holds the sandbox (it answers at
+	// once when the process ends); between rounds the pump sleeps
+	// pollMin after output, and while the processes are silent from
+	// pollStart doubling up to pollMax. A new stream starts at pollStart:
+	// most commands an agent runs end within a few rounds, and each
+	// round's sleep is latency added to their answer.
+	pollWait  = 10 * time.Millisecond
+	pollStart = 2 * time.Millisecond
+	pollMin   = 25 * time.Millisecond
+	pollMax   = 250 * time.Millisecond
 	// busyRetry is how long a Start, List or SendSignal retries a sandbox
 	// busy with another request (a cell, a file, another door) before it
 	// answers busy.
@@ -379,7 +383,7 @@ func (b *box) streamed() []*proc {
 // pump streams the output and ends of b's streamed processes until none
 // is streamed: it holds the sandbox for pollWait per process per round.
 func (d *Door) pump(b *box) {
-	interval := pollMin
+	interval := pollStart
 	for {
 		procs := b.streamed()
 		if len(procs) == 0 {
@@ -416,7 +420,7 @@ func (d *Door) pump(b *box) {
 		case <-t.C:
 		case <-b.wake:
 			t.Stop()
-			interval = pollMin
+			interval = pollStart
 		}
 	}
 }

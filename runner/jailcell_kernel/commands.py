@@ -2,6 +2,7 @@
 
 import fcntl
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -106,6 +107,9 @@ class _Job:
         self.lock = threading.Lock()
         self.readers = []
         self.timer = None
+        # Set once the process is reaped: a wait returns at its exit, not
+        # at the next step of Popen.wait's sleep-and-poll (up to 50 ms).
+        self.exited = threading.Event()
         pipes = (proc.stdout, proc.stderr) if pty is None else (os.fdopen(os.dup(pty), "rb", buffering=0),)
         for i, pipe in enumerate(pipes):
             th = threading.Thread(target=self._read, args=(i, pipe), name="jailcell-cmd", daemon=True)
@@ -263,15 +267,63 @@ class _Job:
             self.listener = None
 
     def wait(self, seconds):
-        try:
-            self.proc.wait(seconds)
-        except subprocess.TimeoutExpired:
+        if not self.exited.wait(seconds):
             return False
         for th in self.readers:
             # The group's other processes may hold the pipes open: do not
             # wait for them past a moment.
             th.join(0.5)
         return True
+
+    def start_reaper(self, timeout, grace):
+        """Reap the process on a thread of its own, ending it at timeout
+        seconds (0: none), as stop does. With a pidfd the thread sleeps in
+        poll(2) until the exit or the timeout, and is also the job's timer;
+        without one (a kernel before 5.3) it blocks in waitpid and a Timer
+        keeps the timeout."""
+        try:
+            fd = os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):
+            fd = None
+        if fd is None:
+            threading.Thread(target=self._reap_blocking, name="jailcell-cmd-wait", daemon=True).start()
+            if timeout > 0:
+                self.timer = threading.Timer(timeout, self.expire, (grace,))
+                self.timer.daemon = True
+                self.timer.start()
+            return
+        threading.Thread(target=self._reap_pidfd, args=(fd, timeout, grace), name="jailcell-cmd-wait", daemon=True).start()
+
+    def _reap_blocking(self):
+        try:
+            self.proc.wait()
+        finally:
+            self.exited.set()
+
+    def _reap_pidfd(self, fd, timeout, grace):
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+
+            def ended(seconds):
+                while True:
+                    try:
+                        return bool(poller.poll(None if seconds is None else int(seconds * 1000)))
+                    except InterruptedError:
+                        continue
+
+            if not ended(timeout if timeout > 0 else None):
+                self.timed_out = True
+                self.signal(signal.SIGINT)
+                if not ended(grace):
+                    self.signal(signal.SIGKILL)
+                    ended(None)
+                else:
+                    self.signal(signal.SIGKILL)  # leftovers of the group
+            self.proc.wait()
+        finally:
+            os.close(fd)
+            self.exited.set()
 
     def signal(self, sig):
         try:
@@ -420,10 +472,7 @@ def _command_action(req, link):
         _JOB_SEQ[0] += 1
         job = _Job("job-%d" % _JOB_SEQ[0], proc, req.limit, link, stdin, master)
         _JOBS[job.name] = job
-        if req.timeout > 0:
-            job.timer = threading.Timer(req.timeout, job.expire, (req.grace,))
-            job.timer.daemon = True
-            job.timer.start()
+        job.start_reaper(req.timeout, req.grace)
     else:
         job = _JOBS.get(req.job) if isinstance(req.job, str) else None
         if job is None:

@@ -203,10 +203,13 @@ func TestHTTPClientE2B(t *testing.T) {
 	c := NewHTTP(svc.Sock)
 	defer c.CloseIdleConnections()
 	e2bConformance(t, c)
+	t.Run("hibernate on idle", func(t *testing.T) { hibernateOnIdle(t, c) })
 }
 
 func TestJSONLClientE2B(t *testing.T) {
-	e2bConformance(t, startJSONL(t))
+	c := startJSONL(t)
+	e2bConformance(t, c)
+	t.Run("hibernate on idle", func(t *testing.T) { hibernateOnIdle(t, c) })
 }
 
 // startJSONL runs `jailcell json` until the test ends, logging its stderr

@@ -141,8 +141,7 @@ func (c *HTTP) Create(ctx context.Context, opts CreateOptions) (*Session, error)
 	if err := c.do(ctx, http.MethodPost, "/v1/sessions", body, "application/json", &r); err != nil {
 		return nil, err
 	}
-	s := r.Session
-	return &s, nil
+	return created(ctx, c, opts, r.Session)
 }
 
 // Sessions implements API.

@@ -229,8 +229,7 @@ func (c *JSONL) Create(ctx context.Context, opts CreateOptions) (*Session, error
 	if err != nil {
 		return nil, err
 	}
-	s := r.Session
-	return &s, nil
+	return created(ctx, c, opts, r.Session)
 }
 
 // Sessions implements API.

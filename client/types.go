@@ -109,6 +109,13 @@ type CreateOptions struct {
 	// Cwd is where cells and commands start: "" or "/work" (the
 	// default), or "/home/user", the same workspace under E2B's name.
 	Cwd string
+	// HibernateOnIdle hibernates the session at its TTL instead of ending
+	// it (E2B's pause at its timeout): its kernel, processes and files
+	// wait on disk and its next cell (or Restore) brings them back. A host
+	// without checkpoint/restore refuses the create (ErrUnavailable)
+	// rather than end the session at its TTL all the same; so does the
+	// client when a service older than the field ignores it.
+	HibernateOnIdle bool
 }
 
 // Limits tighten a session's policy; nil fields keep the policy's value.
@@ -189,10 +196,13 @@ type Session struct {
 	Persist   string    `json:"persist,omitempty"`
 	// Cwd is where the session's cells and commands start when it is not
 	// /work: /home/user, the same workspace under its second name.
-	Cwd       string   `json:"cwd,omitempty"`
-	Restored  []string `json:"restored,omitempty"`
-	Survives  string   `json:"survives,omitempty"`
-	Installed []string `json:"installed,omitempty"`
+	Cwd string `json:"cwd,omitempty"`
+	// HibernateOnIdle: the session is hibernated at its TTL, not ended
+	// (ExpiresAt is then when it hibernates).
+	HibernateOnIdle bool     `json:"hibernate_on_idle,omitempty"`
+	Restored        []string `json:"restored,omitempty"`
+	Survives        string   `json:"survives,omitempty"`
+	Installed       []string `json:"installed,omitempty"`
 	// ForkedFrom is the session this one was forked from.
 	ForkedFrom string `json:"forked_from,omitempty"`
 	// Start says how its kernel started: "template" or "import"; Pooled,
@@ -481,8 +491,25 @@ type createBody struct {
 	Requirements []string          `json:"requirements,omitempty"`
 	Envs         map[string]string `json:"envs,omitempty"`
 	Cwd          string            `json:"cwd,omitempty"`
+	// HibernateOnIdle: a server older than the field ignores it, which
+	// created catches.
+	HibernateOnIdle bool `json:"hibernate_on_idle,omitempty"`
+}
+
+// created is a create's answer checked against what was asked: a server
+// older than hibernate_on_idle ignores the field, and its session would
+// end at its TTL, losing what the caller meant to keep. That session is
+// closed and the create refused.
+func created(ctx context.Context, c API, opts CreateOptions, s Session) (*Session, error) {
+	if opts.HibernateOnIdle && !s.HibernateOnIdle {
+		_ = c.CloseSession(context.WithoutCancel(ctx), s.ID)
+		return nil, &Error{Code: "unavailable", Message: fmt.Sprintf(
+			"the service ignored hibernate_on_idle (it is older than the field): session %s would end at its TTL, so it was closed", s.ID)}
+	}
+	return &s, nil
 }
 
 func newCreateBody(o CreateOptions) createBody {
-	return createBody{TTLS: o.TTL.Seconds(), MaxLifetimeS: o.MaxLifetime.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist, Requirements: o.Requirements, Envs: o.Envs, Cwd: o.Cwd}
+	return createBody{TTLS: o.TTL.Seconds(), MaxLifetimeS: o.MaxLifetime.Seconds(), Policy: o.Policy, Limits: o.Limits, Persist: o.Persist,
+		Requirements: o.Requirements, Envs: o.Envs, Cwd: o.Cwd, HibernateOnIdle: o.HibernateOnIdle}
 }

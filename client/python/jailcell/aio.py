@@ -13,14 +13,15 @@ awaited before the call returns."""
 
 import asyncio
 import inspect
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTCPTransport, AsyncTransport,
                             ThreadedTransport)
 from .commands import (DEFAULT_COMMAND_TIMEOUT, PTY_COMMAND, CommandExitException, CommandResult, PtySize, _check_envs,
                        _pty_size, _pty_start, _result, _stdin_text)
 from .info import SandboxInfo, SandboxMetrics
-from .errors import BadRequestError, NotFoundError
+from .errors import BadRequestError, JailcellError, NotFoundError
+from .lifecycle import check_created, hibernate_field
 from .models import EntryInfo, Execution, ExecutionError, Result, _entry, _workdir
 from .sandbox import Data, _bytes, _check_metadata, _Collector, _exec_fields, _written
 from .transport import DEFAULT_TIMEOUT, Transport, _env_socket
@@ -377,7 +378,8 @@ class AsyncSandbox:
                      envs: Optional[Dict[str, str]] = None, timeout: Optional[float] = None,
                      metadata: Optional[Dict[str, str]] = None, template: Optional[str] = None,
                      api_key: Optional[str] = None, domain: Optional[str] = None, url: Optional[str] = None,
-                     token: Optional[str] = None) -> "AsyncSandbox":
+                     token: Optional[str] = None, hibernate_on_idle: Optional[bool] = None,
+                     lifecycle: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
         """url (tcp://HOST:PORT) and token reach a node's TCP listener;
         socket a local `jailcell serve`; command a `jailcell json` child."""
         if timeout is not None and ttl is not None:
@@ -385,11 +387,20 @@ class AsyncSandbox:
         if template is not None:
             raise BadRequestError(0, "bad_request", "template = %r: jailcell has no templates; name a configured "
                                                     "policy with policy=" % (template,))
+        hibernate = hibernate_field(hibernate_on_idle, lifecycle)
         t, owns = await cls._transport(socket, command, transport, request_timeout, url, token)
         try:
             info = await t.call("create", {
                 "ttl_s": timeout if ttl is None else ttl, "policy": policy, "limits": limits, "persist": persist,
-                "requirements": requirements, "max_lifetime_s": max_lifetime, "envs": _check_envs(envs)})
+                "requirements": requirements, "max_lifetime_s": max_lifetime, "envs": _check_envs(envs),
+                "hibernate_on_idle": hibernate})
+            ignored = check_created(hibernate, info)
+            if ignored is not None:
+                try:
+                    await t.call("close", {"session": info.get("session")})
+                except JailcellError:
+                    pass  # the create's refusal says more than the close's
+                raise ignored
         except BaseException:
             if owns:
                 await t.close()

@@ -25,6 +25,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from .errors import InternalError, JailcellError, NotFoundError
+from .lifecycle import check_created
 from .transport import DEFAULT_SOCKET, METADATA_HEADER, SocketTransport, _decode, _metadata_header
 
 __all__ = ["Client", "Session", "JailcellError", "DEFAULT_SOCKET"]
@@ -87,12 +88,25 @@ class Client:
 
     def create(self, ttl_s: Optional[float] = None, policy: Optional[str] = None,
                limits: Optional[Dict[str, Any]] = None, persist: Optional[str] = None,
-               requirements: Optional[List[str]] = None, max_lifetime_s: Optional[float] = None) -> Dict[str, Any]:
-        """POST /v1/sessions: a new session (dict with "session", "expires_at", ...)."""
-        return self._json("POST", "/v1/sessions", {
+               requirements: Optional[List[str]] = None, max_lifetime_s: Optional[float] = None,
+               hibernate_on_idle: bool = False) -> Dict[str, Any]:
+        """POST /v1/sessions: a new session (dict with "session", "expires_at", ...).
+        hibernate_on_idle: at its TTL the session is hibernated (its next
+        exec or restore brings it back), not ended; a host without
+        checkpoint/restore refuses it (UnavailableError)."""
+        info = self._json("POST", "/v1/sessions", {
             "ttl_s": ttl_s, "policy": policy, "limits": limits,
             "persist": persist, "requirements": requirements, "max_lifetime_s": max_lifetime_s,
+            "hibernate_on_idle": True if hibernate_on_idle else None,
         })
+        ignored = check_created(hibernate_on_idle, info)
+        if ignored is not None:
+            try:
+                self.close(str(info.get("session")))
+            except JailcellError:
+                pass  # the create's refusal says more than the close's
+            raise ignored
+        return info
 
     def session(self, **create_args: Any) -> "Session":
         """A new Session, usable as a context manager that closes it."""

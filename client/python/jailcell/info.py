@@ -28,7 +28,10 @@ def _time(v: Any) -> Optional[datetime.datetime]:
 class SandboxInfo:
     """A sandbox as it is now (E2B's SandboxInfo). state is E2B's
     "running" or "paused" (hibernated); jailcell_state is the session's own
-    (ready, busy, starting, hibernated)."""
+    (ready, busy, starting, hibernated). hibernate_on_idle: its timeout
+    hibernates it rather than ending it; lifecycle says the same in E2B's
+    words ({"on_timeout": "pause" or "kill", "auto_resume": ...}: a paused
+    jailcell sandbox comes back on its next cell)."""
 
     sandbox_id: str
     started_at: Optional[datetime.datetime]
@@ -40,14 +43,18 @@ class SandboxInfo:
     metadata: Dict[str, str] = field(default_factory=dict)
     template_id: Optional[str] = None
     name: Optional[str] = None
+    hibernate_on_idle: bool = False
+    lifecycle: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_info(cls, info: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> "SandboxInfo":
         st = str(info.get("state", ""))
+        hib = info.get("hibernate_on_idle") is True
         return cls(sandbox_id=str(info.get("session", "")), started_at=_time(info.get("created_at")),
                    end_at=_time(info.get("expires_at")), state="paused" if st == "hibernated" else "running",
                    jailcell_state=st, policy=str(info.get("policy", "")), cells=int(info.get("cells", 0)),
-                   metadata=dict(metadata or {}), template_id=str(info.get("policy", "")) or None)
+                   metadata=dict(metadata or {}), template_id=str(info.get("policy", "")) or None,
+                   hibernate_on_idle=hib, lifecycle={"on_timeout": "pause" if hib else "kill", "auto_resume": hib})
 
 
 @dataclass

@@ -3,11 +3,12 @@ SDK (run_code, files, kill), over either transport."""
 
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from .commands import Commands, Pty, _check_envs
 from .info import SandboxInfo, SandboxMetrics
-from .errors import BadRequestError, NotFoundError
+from .errors import BadRequestError, JailcellError, NotFoundError
+from .lifecycle import check_created, hibernate_field
 from .models import EntryInfo, Execution, ExecutionError, OutputMessage, Result, _entry, _metadata, _workdir
 from .transport import DEFAULT_TIMEOUT, Transport, transport_for
 from .watch import WatchHandle
@@ -199,7 +200,9 @@ class Sandbox:
     --state-dir); transport: a transport shared with other sandboxes (not
     closed by kill). The rest shape the session: ttl (idle seconds), policy (a
     configured name), limits (tighten the policy: {"memory_bytes": ...}),
-    persist, requirements, max_lifetime (seconds)."""
+    persist, requirements, max_lifetime (seconds), hibernate_on_idle (at
+    its ttl the session is hibernated, its next cell bringing its variables
+    back, instead of ended; or E2B's lifecycle={"on_timeout": "pause"})."""
 
     def __init__(self, socket: Optional[str] = None, *, command: Optional[Sequence[str]] = None,
                  transport: Optional[Transport] = None, ttl: Optional[float] = None, policy: Optional[str] = None,
@@ -208,6 +211,7 @@ class Sandbox:
                  request_timeout: float = DEFAULT_TIMEOUT, envs: Optional[Dict[str, str]] = None,
                  timeout: Optional[float] = None, metadata: Optional[Dict[str, str]] = None,
                  template: Optional[str] = None, api_key: Optional[str] = None, domain: Optional[str] = None,
+                 hibernate_on_idle: Optional[bool] = None, lifecycle: Optional[Mapping[str, Any]] = None,
                  _connect: Optional[str] = None) -> None:
         # E2B's spelling: timeout is the seconds the sandbox lives unused
         # (set_timeout renews it); template, api_key and domain name E2B's
@@ -218,6 +222,7 @@ class Sandbox:
             raise BadRequestError(0, "bad_request", "template = %r: jailcell has no templates; name a configured "
                                                     "policy with policy=" % (template,))
         ttl = timeout if ttl is None else ttl
+        hibernate = hibernate_field(hibernate_on_idle, lifecycle)
         self.metadata: Dict[str, str] = dict(metadata or {})
         if transport is not None and (socket is not None or command is not None):
             raise BadRequestError(0, "bad_request", "give transport, or socket or command; not both")
@@ -234,7 +239,15 @@ class Sandbox:
             else:
                 self.info = transport.call("create", {
                     "ttl_s": ttl, "policy": policy, "limits": limits, "persist": persist,
-                    "requirements": requirements, "max_lifetime_s": max_lifetime, "envs": _check_envs(envs)})
+                    "requirements": requirements, "max_lifetime_s": max_lifetime, "envs": _check_envs(envs),
+                    "hibernate_on_idle": hibernate})
+                ignored = check_created(hibernate, self.info)
+                if ignored is not None:
+                    try:
+                        transport.call("close", {"session": self.info.get("session")})
+                    except JailcellError:
+                        pass  # the create's refusal says more than the close's
+                    raise ignored
         except BaseException:
             if self._owns_transport:
                 transport.close()

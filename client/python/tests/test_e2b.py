@@ -12,11 +12,11 @@ import os
 import threading
 import time
 import unittest
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from jailcell import (AsyncJsonLinesTransport, JailcellError, AsyncSandbox, AsyncSocketTransport, BadRequestError, BusyError,
                       CommandExitException, CommandHandle, FilesystemEvent, FilesystemEventType, JsonLinesTransport,
-                      NotFoundError, PtySize, Sandbox, SocketTransport, Transport)
+                      NotFoundError, PtySize, Sandbox, SocketTransport, Transport, UnavailableError)
 
 SOCKET = os.environ.get("JAILCELL_SOCKET")
 TCP_URL = os.environ.get("JAILCELL_TCP_URL")
@@ -39,6 +39,8 @@ class _Cases:
     assertGreater: Any
     assertLessEqual: Any
     assertIsInstance: Any
+    assertLess: Any
+    assertIsNone: Any
 
     def transport(self) -> Transport:
         raise NotImplementedError
@@ -189,6 +191,34 @@ class _Cases:
         with self.assertRaises(NotFoundError):
             Sandbox.connect("nope-0123", transport=self.transport())
 
+    def test_lifecycle_pause(self) -> None:
+        # E2B's lifecycle: the timeout pauses the sandbox with its memory,
+        # and its next cell finds its variables.
+        sbx = Sandbox.create(transport=self.transport(), timeout=1, lifecycle={"on_timeout": "pause"})
+        self.addCleanup(sbx.kill)  # type: ignore[attr-defined]
+        self.assertEqual(sbx.info.get("hibernate_on_idle"), True)
+        sbx.run_code("x = 41")
+        # get_info does not renew the timeout: polling it waits for the sweep.
+        deadline = time.monotonic() + 30
+        info = sbx.get_info()
+        while info.state != "paused":
+            self.assertLess(time.monotonic(), deadline, "not paused 30 s past its 1 s timeout: %r" % (info,))
+            time.sleep(0.1)
+            info = sbx.get_info()
+        self.assertEqual((info.jailcell_state, info.hibernate_on_idle, info.lifecycle),
+                         ("hibernated", True, {"on_timeout": "pause", "auto_resume": True}))
+        self.assertEqual(sbx.run_code("x + 1").text, "42")
+        # kill, E2B's default, and pause written as E2B's dict form.
+        for lifecycle, pause in (({"on_timeout": "kill"}, False),
+                                 ({"on_timeout": {"action": "pause", "keep_memory": True}, "auto_resume": True}, True)):
+            other = Sandbox.create(transport=self.transport(), timeout=60, lifecycle=lifecycle)
+            try:
+                got = other.get_info()
+                self.assertEqual((got.hibernate_on_idle, got.lifecycle["on_timeout"]),
+                                 (pause, "pause" if pause else "kill"), lifecycle)
+            finally:
+                other.kill()
+
     def test_command_stdin(self) -> None:
         sbx = self.sandbox()
         cat = sbx.commands.run("cat", background=True, stdin=True)
@@ -256,6 +286,54 @@ async def _async_metadata(t: unittest.TestCase, sbx: AsyncSandbox) -> None:
         with t.assertRaises(BadRequestError, msg=repr(bad)):
             await sbx.files.write("bad.txt", "x", metadata=bad)
     t.assertFalse(await sbx.files.exists("bad.txt"))
+
+
+class _OldServer(Transport):
+    """A server older than hibernate_on_idle: it ignores the field."""
+
+    def __init__(self) -> None:
+        self.calls: List[Any] = []
+
+    def call(self, op: str, fields: Dict[str, Any], on_event: Any = None) -> Dict[str, Any]:
+        self.calls.append((op, fields.get("hibernate_on_idle"), fields.get("session")))
+        return {"ok": True, "session": "n-0123", "state": "ready", "policy": "default"}
+
+
+class LifecycleRefusedTest(unittest.TestCase):
+    """What jailcell cannot do with a sandbox's timeout is refused by name,
+    before anything is sent (the socket given does not exist)."""
+
+    def test_refused(self) -> None:
+        cases: List[Tuple[Dict[str, Any], str]] = [
+            ({"lifecycle": {"on_timeout": "hibernate"}}, 'allowed "kill" .*"pause"'),
+            ({"lifecycle": {}}, r'lifecycle\["on_timeout"\] = None: allowed "kill"'),
+            ({"lifecycle": {"on_timeout": {"action": "pause", "keep_memory": False}}},
+             "keep_memory.* = False: jailcell pauses a sandbox with its memory"),
+            ({"lifecycle": {"on_timeout": {"action": "kill", "keep_memory": True}}}, 'goes with action "pause" only'),
+            ({"lifecycle": {"on_timeout": "kill", "auto_resume": True}}, 'needs on_timeout "pause"'),
+            ({"lifecycle": "pause"}, "must be a dict"),
+            ({"lifecycle": {"on_timeout": "pause"}, "hibernate_on_idle": True}, "not both"),
+            ({"hibernate_on_idle": "yes"}, "must be a bool"),
+        ]
+        for kw, message in cases:
+            with self.assertRaisesRegex(BadRequestError, message, msg=repr(kw)):
+                Sandbox.create("/nonexistent/jailcell.sock", **kw)
+            with self.assertRaisesRegex(BadRequestError, message, msg=repr(kw)):
+                asyncio.run(AsyncSandbox.create("/nonexistent/jailcell.sock", **kw))
+
+    def test_ignored_by_an_old_server(self) -> None:
+        # Its session would end at its TTL: it is closed, the create refused.
+        old = _OldServer()
+        with self.assertRaisesRegex(UnavailableError, "ignored hibernate_on_idle"):
+            Sandbox.create(transport=old, hibernate_on_idle=True)
+        self.assertEqual(old.calls, [("create", True, None), ("close", None, "n-0123")])
+        old.calls.clear()
+        with self.assertRaisesRegex(UnavailableError, "ignored hibernate_on_idle"):
+            asyncio.run(AsyncSandbox.create(transport=old, lifecycle={"on_timeout": "pause"}))
+        self.assertEqual(old.calls, [("create", True, None), ("close", None, "n-0123")])
+        old.calls.clear()
+        self.assertEqual(Sandbox.create(transport=old, lifecycle={"on_timeout": "kill"}).sandbox_id, "n-0123")
+        self.assertEqual(old.calls, [("create", None, None)])
 
 
 @unittest.skipUnless(SOCKET, "JAILCELL_SOCKET is not set: no jailcell serve to test against")

@@ -14,6 +14,7 @@ export type {
   FilesystemEvent,
   RunCodeOpts,
   SandboxInfo,
+  SandboxLifecycle,
   SandboxMetrics,
   SandboxOpts,
   WatchOpts,

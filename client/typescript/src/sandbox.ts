@@ -4,7 +4,7 @@
  */
 
 import { Commands, Pty, checkEnvs } from "./commands.js";
-import { InternalError, NotFoundError, badRequest } from "./errors.js";
+import { InternalError, NotFoundError, UnavailableError, badRequest } from "./errors.js";
 import { EntryInfo, Execution, ExecutionError, OutputMessage, Result, WriteInfo } from "./models.js";
 import { type CallOptions, type Fields, type Transport, type TransportChoice, transportFor } from "./transport.js";
 import type { CreateFields, Envs, Limits, SessionInfo, WireEntry, WireEvent, WireResponse, WireSessionMetrics, WireWatchEvent } from "./wire.js";
@@ -504,10 +504,77 @@ export interface SandboxOpts extends TransportChoice {
   requirements?: string[];
   /** Environment variables of every cell and command in the sandbox. */
   envs?: Envs;
+  /**
+   * At its idle timeout, hibernate the session (kernel, processes and files
+   * checkpointed to disk; its next cell or restore() brings them back)
+   * instead of ending it; maxLifetimeMs still ends it. A host without
+   * checkpoint/restore refuses the create (UnavailableError).
+   */
+  hibernateOnIdle?: boolean;
+  /** E2B's name for hibernateOnIdle (give one of them): onTimeout "pause" is hibernateOnIdle, "kill" (the default) is not. */
+  lifecycle?: SandboxLifecycle;
+}
+
+/**
+ * E2B's SandboxLifecycle: what the sandbox's timeout does to it. A jailcell
+ * sandbox pauses only with its memory, so keepMemory may only be true.
+ */
+export interface SandboxLifecycle {
+  onTimeout: "kill" | "pause" | { action: "pause"; keepMemory?: boolean } | { action: "kill" };
+  /**
+   * E2B's: traffic resumes a paused sandbox. A paused jailcell sandbox comes
+   * back on its next cell either way; true needs onTimeout "pause", as E2B's.
+   */
+  autoResume?: boolean;
 }
 
 /** E2B's default templates: create(template) with one of them is the default policy. */
 const E2B_DEFAULT_TEMPLATES = new Set(["base", "code-interpreter-v1"]);
+
+function shown(v: unknown): string {
+  return JSON.stringify(v) ?? String(v);
+}
+
+/**
+ * Whether E2B's lifecycle asks for a pause at the timeout. What jailcell
+ * cannot do is refused by name rather than dropped: a sandbox that ends
+ * where its caller expected it paused loses its state.
+ */
+function pauseOnTimeout(l: unknown): boolean {
+  if (l === null || typeof l !== "object" || Array.isArray(l)) {
+    throw badRequest(`lifecycle = ${shown(l)}: must be an object, { onTimeout: "kill" | "pause", autoResume?: boolean }`);
+  }
+  const { onTimeout, autoResume } = l as Record<string, unknown>;
+  let action = onTimeout;
+  if (onTimeout !== null && typeof onTimeout === "object" && !Array.isArray(onTimeout)) {
+    const o = onTimeout as Record<string, unknown>;
+    action = o["action"];
+    const keep = o["keepMemory"];
+    if (keep === false) {
+      throw badRequest(
+        "lifecycle.onTimeout.keepMemory = false: jailcell pauses a sandbox with its memory (its variables and processes), never its files alone; leave it unset or true",
+      );
+    }
+    if (keep !== undefined && keep !== true) {
+      throw badRequest(`lifecycle.onTimeout.keepMemory = ${shown(keep)}: must be true or unset`);
+    }
+    if (keep === true && action !== "pause") {
+      throw badRequest(`lifecycle.onTimeout.keepMemory goes with action "pause" only, not ${shown(action)}`);
+    }
+  }
+  if (action !== "kill" && action !== "pause") {
+    throw badRequest(
+      `lifecycle.onTimeout = ${shown(onTimeout)}: allowed "kill" (the default: the timeout ends the sandbox), "pause" (it hibernates it, memory and all) or { action: "kill" | "pause", keepMemory?: true }`,
+    );
+  }
+  if (autoResume !== undefined && typeof autoResume !== "boolean") {
+    throw badRequest(`lifecycle.autoResume = ${shown(autoResume)}: must be a boolean`);
+  }
+  if (autoResume === true && action !== "pause") {
+    throw badRequest('lifecycle.autoResume: true needs onTimeout "pause": only a paused sandbox resumes');
+  }
+  return action === "pause";
+}
 
 function createFields(o: SandboxOpts): CreateFields {
   const f: CreateFields = {};
@@ -523,6 +590,15 @@ function createFields(o: SandboxOpts): CreateFields {
   if (o.persist !== undefined) f.persist = o.persist;
   if (o.requirements !== undefined) f.requirements = o.requirements;
   if (o.envs !== undefined) f.envs = checkEnvs(o.envs);
+  if (o.hibernateOnIdle !== undefined && o.lifecycle !== undefined) {
+    throw badRequest("give hibernateOnIdle or lifecycle (E2B's name for it), not both");
+  }
+  if (o.hibernateOnIdle !== undefined && typeof o.hibernateOnIdle !== "boolean") {
+    throw badRequest(`hibernateOnIdle = ${shown(o.hibernateOnIdle)}: must be a boolean`);
+  }
+  if (o.lifecycle !== undefined ? pauseOnTimeout(o.lifecycle) : o.hibernateOnIdle === true) {
+    f.hibernate_on_idle = true;
+  }
   return f;
 }
 
@@ -583,8 +659,18 @@ export class Sandbox {
     const fields = createFields(opts);
     const { transport, owned } = ownTransport(opts);
     try {
-      const resp = await transport.call("create", fields as Fields);
-      return new Sandbox(transport, owned, sessionInfo(resp), opts.metadata);
+      const info = sessionInfo(await transport.call("create", fields as Fields));
+      if (fields.hibernate_on_idle === true && info.hibernate_on_idle !== true) {
+        // A server older than the field ignores it: its session would end
+        // at the timeout, with what the caller meant to keep.
+        await transport.call("close", { session: info.session }).catch(() => {});
+        throw new UnavailableError(
+          0,
+          "unavailable",
+          `the service ignored hibernate_on_idle (it is older than the field): session ${info.session} would end at its timeout, so it was closed`,
+        );
+      }
+      return new Sandbox(transport, owned, info, opts.metadata);
     } catch (e) {
       if (owned) await transport.close();
       throw e;
@@ -797,6 +883,8 @@ export interface SandboxInfo {
   jailcellState: SessionInfo["state"];
   policy: string;
   cells: number;
+  /** E2B's: "pause" when the timeout hibernates the sandbox (hibernateOnIdle), which its next cell resumes. */
+  lifecycle: { onTimeout: "kill" | "pause"; autoResume: boolean };
 }
 
 function date(v: unknown): Date | undefined {
@@ -816,6 +904,7 @@ function sandboxInfo(info: SessionInfo, metadata: Record<string, string>): Sandb
     jailcellState: info.state,
     policy: info.policy,
     cells: info.cells,
+    lifecycle: { onTimeout: info.hibernate_on_idle === true ? "pause" : "kill", autoResume: info.hibernate_on_idle === true },
   };
 }
 

@@ -177,6 +177,8 @@ export interface SessionInfo {
   persist?: string;
   /** The start directory when it is not /work: /home/user. */
   cwd?: string;
+  /** Hibernated at its idle TTL, not ended (expires_at is then when it hibernates). */
+  hibernate_on_idle?: boolean;
   restored?: string[];
   survives?: string;
   installed?: string[];
@@ -296,6 +298,8 @@ export interface CreateFields {
   cwd?: string;
   requirements?: string[];
   envs?: Envs;
+  /** Hibernate the session at its idle TTL instead of ending it (a host without checkpoint/restore refuses: unavailable). */
+  hibernate_on_idle?: boolean;
 }
 
 /** The fields of an exec; files' data is bytes here, base64 on the wire. */

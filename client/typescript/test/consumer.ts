@@ -108,6 +108,17 @@ export async function use(): Promise<void> {
   void notHandle;
   // @ts-expect-error metadata values are strings
   await sbx.files.write("m.txt", "x", { metadata: { n: 1 } });
+  // E2B's lifecycle, every shape of it; jailcell's own name.
+  await Sandbox.create({ timeoutMs: 1000, lifecycle: { onTimeout: "pause", autoResume: true } });
+  await Sandbox.create({ lifecycle: { onTimeout: { action: "pause", keepMemory: true } } });
+  await Sandbox.create({ lifecycle: { onTimeout: { action: "kill" } } });
+  await Sandbox.create({ hibernateOnIdle: true });
+  const paused: "kill" | "pause" = si.lifecycle.onTimeout;
+  void paused;
+  // @ts-expect-error onTimeout is "kill" or "pause"
+  await Sandbox.create({ lifecycle: { onTimeout: "hibernate" } });
+  // @ts-expect-error keepMemory goes with action "pause" only
+  await Sandbox.create({ lifecycle: { onTimeout: { action: "kill", keepMemory: true } } });
   // @ts-expect-error a terminal needs its size and onData
   await sbx.pty.create({ cols: 80 });
 }

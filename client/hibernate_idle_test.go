@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -68,14 +66,9 @@ func hibernateOnIdle(t *testing.T, c e2bAPI) {
 // its TTL; the client closes that session and refuses the create, and
 // sends the field only when asked.
 func TestHibernateOnIdleRefusedByOldServer(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "s")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var sent []string
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	sock := fakeSocket(t, func(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		_, asked := body["hibernate_on_idle"]
@@ -84,9 +77,7 @@ func TestHibernateOnIdleRefusedByOldServer(t *testing.T) {
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"ok":true,"session":"n-0123","state":"ready","policy":"default"}`))
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	})
 	c := NewHTTP(sock)
 	defer c.CloseIdleConnections()
 	ctx := context.Background()

@@ -14,26 +14,34 @@ import (
 	"github.com/jailcell/jailcell/api"
 )
 
-// TestRoutesMatchServer: each method of the HTTP client sends its op to
-// the method and path api.Routes (the server's route table) gives that
-// op. The client does not import the server; only this test does.
-func TestRoutesMatchServer(t *testing.T) {
+// fakeSocket serves h on a Unix socket of the test's own and returns its
+// path.
+func fakeSocket(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return sock
+}
+
+// TestRoutesMatchServer: each method of the HTTP client sends its op to
+// the method and path api.Routes (the server's route table) gives that
+// op. The client does not import the server; only this test does.
+func TestRoutesMatchServer(t *testing.T) {
 	var mu sync.Mutex
 	var sent []string
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	sock := fakeSocket(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		sent = append(sent, r.Method+" "+r.URL.EscapedPath())
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"ok":true}`))
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	})
 	c := NewHTTP(sock)
 	ctx := context.Background()
 	// op "" is a path that runs no op (the Prometheus metrics).

@@ -3,6 +3,8 @@ package session
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,7 +35,7 @@ const (
 // checkMetadata refuses a map that breaks the bounds above, naming the key.
 func checkMetadata(m map[string]string) error {
 	total := 0
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v := m[k]
 		switch {
 		case k == "":
@@ -62,15 +64,6 @@ func printable(s string) bool {
 	return true
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // setMetadata replaces the metadata of the regular file open for writing
 // at fd with m (already checked).
 func setMetadata(fd int, m map[string]string) error {
@@ -86,7 +79,7 @@ func setMetadata(fd int, m map[string]string) error {
 			return fmt.Errorf("remove metadata %s: %w", name, err)
 		}
 	}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if err := unix.Fsetxattr(fd, MetadataPrefix+k, []byte(m[k]), 0); err != nil {
 			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.E2BIG) {
 				return fmt.Errorf("%w: no room for metadata %s", ErrLimit, k)

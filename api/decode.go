@@ -59,6 +59,7 @@ func DecodeRequest(line []byte) (*Request, *Error) {
 	d.files(&req.Files)
 	d.context(&req.Context)
 	d.str("path", &req.Path)
+	d.str("to", &req.To)
 	d.base64("data", &req.Data)
 	d.stringMap("metadata", "file metadata", &req.Metadata)
 	d.seconds("ttl_s", &req.TTLS)
@@ -132,6 +133,9 @@ func (r *Request) Validate() *Error {
 	}
 	if (r.Stdin || r.PTY != nil || r.Input != "" || r.EOF) && r.Op != OpCommand {
 		return badRequest(`fields "stdin", "pty", "input" and "eof" are only allowed with op "command": they are a command's input and terminal`)
+	}
+	if r.To != "" && r.Op != OpRename {
+		return badRequest(`field "to" is only allowed with op "rename": it is the new path`)
 	}
 	if r.Metadata != nil && r.Op != OpUpload {
 		return badRequest(`field "metadata" is only allowed with op "upload": it is the uploaded file's metadata`)
@@ -222,6 +226,14 @@ func (r *Request) Validate() *Error {
 			return err
 		}
 		return need("path", "a path relative to the working directory", r.Path != "")
+	case OpRename:
+		if err := need("session", "a session id", r.Session != ""); err != nil {
+			return err
+		}
+		if err := need("path", "the path to move, relative to the working directory", r.Path != ""); err != nil {
+			return err
+		}
+		return need("to", "the new path, relative to the working directory", r.To != "")
 	case OpWatch:
 		if err := need("session", "a session id", r.Session != ""); err != nil {
 			return err

@@ -249,6 +249,12 @@ func (d *Dispatcher) do(ctx context.Context, owner int, req *Request, send func(
 			return nil, err
 		}
 		return &Response{Path: req.Path}, nil
+	case OpRename:
+		e, err := m.Workspace().Rename(ctx, owner, req.Session, req.Path, req.To)
+		if err != nil {
+			return nil, err
+		}
+		return &Response{Entry: e}, nil
 	case OpMkdir:
 		created, err := m.Workspace().MakeDir(ctx, owner, req.Session, req.Path)
 		if err != nil {

@@ -23,6 +23,7 @@ const (
 	RouteWatch    = "session_watch"   // /v1/sessions/{id}/watch
 	RouteStat     = "stat"            // /v1/sessions/{id}/stat/{path...}
 	RouteDir      = "dir"             // /v1/sessions/{id}/dirs/{path...}
+	RouteRename   = "rename"          // /v1/sessions/{id}/rename
 	RouteOpenAPI  = "openapi"         // /v1/openapi.json
 	RouteUnknown  = "unknown"
 	RouteMCP      = "mcp" // /mcp, served by api/httpapi with api/mcp
@@ -72,6 +73,7 @@ var Routes = []RouteSpec{
 	{Path: "/v1/sessions/{id}/watch", Methods: []string{http.MethodPost}, Name: RouteWatch, Ops: map[string]string{http.MethodPost: OpWatch}},
 	{Path: "/v1/sessions/{id}/stat/{path}", Methods: []string{http.MethodGet}, Name: RouteStat, Ops: map[string]string{http.MethodGet: OpStat}},
 	{Path: "/v1/sessions/{id}/dirs/{path}", Methods: []string{http.MethodPut}, Name: RouteDir, Ops: map[string]string{http.MethodPut: OpMkdir}},
+	{Path: "/v1/sessions/{id}/rename", Methods: []string{http.MethodPost}, Name: RouteRename, Ops: map[string]string{http.MethodPost: OpRename}},
 	{Path: MCPPath, Methods: MCPMethods, Name: RouteMCP},
 }
 

@@ -75,13 +75,17 @@ const (
 	OpStat   = "stat"
 	OpRemove = "remove"
 	OpMkdir  = "mkdir"
+	// OpRename moves "path" to "to" in one rename(2), answering the moved
+	// "entry": a file may replace a file, a directory goes only to a new
+	// path.
+	OpRename = "rename"
 	// OpWatch starts (action "start", "path", "recursive"), polls or stops
 	// ("watch") a directory watch: the response's "watch", "events" and
 	// "overflow".
 	OpWatch = "watch"
 )
 
-var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt, OpComplete, OpInspect, OpIsComplete, OpCommand, OpInfo, OpSetTimeout, OpMetrics, OpStat, OpRemove, OpMkdir, OpWatch}
+var ops = []string{OpPing, OpExec, OpCreate, OpUpload, OpDownload, OpFiles, OpClose, OpSessions, OpFailures, OpHibernate, OpRestore, OpFork, OpSnapshot, OpRollback, OpInterrupt, OpComplete, OpInspect, OpIsComplete, OpCommand, OpInfo, OpSetTimeout, OpMetrics, OpStat, OpRemove, OpMkdir, OpRename, OpWatch}
 
 // allowedOps is the list bad requests quote.
 var allowedOps = strings.Join(ops, ", ")
@@ -124,6 +128,9 @@ type Request struct {
 	// names a download.
 	Path string `json:"path,omitempty"`
 	Data []byte `json:"data,omitzero"` // omitted only when nil: empty is an empty file
+	// To is where a rename moves Path (relative to the working directory,
+	// or absolute in the workspace).
+	To string `json:"to,omitempty"`
 	// Metadata becomes the uploaded file's whole metadata (upload): keys
 	// and values of printable ASCII, at most 4096 bytes in all; absent
 	// clears what the file had. Entries show it back.

@@ -15,7 +15,7 @@ import (
 // Commands, environment, session info, timeout, metrics, paths and
 // watches: the ops E2B's SDK has names for (sandbox.commands, envs,
 // get_info, set_timeout, get_metrics, files.exists/remove/make_dir/
-// watch_dir). Both transports implement them.
+// rename/watch_dir). Both transports implement them.
 
 // CommandOptions shape one command request; the zero value starts a
 // foreground command in /work with the policy's cell timeout.
@@ -297,6 +297,25 @@ func (c *HTTP) MakeDir(ctx context.Context, id, path string) (bool, error) {
 	return r.Created, nil
 }
 
+// Rename moves path to newPath in one rename(2), so the sandbox sees one
+// or the other, never a copy half made; metadata goes along and missing
+// parents of newPath are made. A file may replace a file; a directory
+// moves only to a path where nothing is (bad_request otherwise, as for
+// onto or into itself). It returns the entry at newPath; not_found if
+// nothing is at path.
+func (c *HTTP) Rename(ctx context.Context, id, path, newPath string) (*Entry, error) {
+	r, err := c.doE2B(ctx, http.MethodPost, sessionPath(id, "rename"), renameBody{path, newPath})
+	if err != nil {
+		return nil, err
+	}
+	return r.Entry, nil
+}
+
+type renameBody struct {
+	Path string `json:"path"`
+	To   string `json:"to"`
+}
+
 // Watch starts (action "start", path, recursive), polls or stops (action,
 // watch) a directory watch.
 func (c *HTTP) Watch(ctx context.Context, id, action, path string, recursive bool, watch string) (*WatchResult, error) {
@@ -397,6 +416,15 @@ func (c *JSONL) MakeDir(ctx context.Context, id, path string) (bool, error) {
 		return false, err
 	}
 	return r.Created, nil
+}
+
+// Rename implements HTTP.Rename over JSON lines.
+func (c *JSONL) Rename(ctx context.Context, id, path, newPath string) (*Entry, error) {
+	r, err := c.e2b(ctx, map[string]any{"op": "rename", "session": id, "path": path, "to": newPath}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.Entry, nil
 }
 
 // Watch implements HTTP.Watch over JSON lines.

@@ -25,6 +25,7 @@ type e2bAPI interface {
 	Stat(ctx context.Context, id, path string) (*Entry, error)
 	Remove(ctx context.Context, id, path string) error
 	MakeDir(ctx context.Context, id, path string) (bool, error)
+	Rename(ctx context.Context, id, path, newPath string) (*Entry, error)
 	Watch(ctx context.Context, id, action, path string, recursive bool, watch string) (*WatchResult, error)
 }
 
@@ -137,11 +138,54 @@ func e2bConformance(t *testing.T, c e2bAPI) {
 		}
 	}
 	fileMetadata(ctx, t, c, s.ID)
+	fileRename(ctx, t, c, s.ID)
 	if err := c.Remove(ctx, s.ID, "d"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Stat(ctx, s.ID, "d"); !IsCode(err, "not_found") {
 		t.Errorf("stat after remove: %v, want not_found", err)
+	}
+}
+
+// fileRename: a file moves into a directory the rename makes, with its
+// content and metadata, and is gone from its old path; a directory moves
+// with what it holds; a directory is never moved onto what exists, nor
+// into itself (bad_request), and a missing source is not_found.
+func fileRename(ctx context.Context, t *testing.T, c e2bAPI, id string) {
+	t.Helper()
+	meta := map[string]string{"author": "ana"}
+	if _, err := c.UploadWith(ctx, id, "r/a.txt", []byte("moved"), UploadOptions{Metadata: meta}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Rename(ctx, id, "r/a.txt", "r/new/sub/b.txt")
+	if err != nil || e.Path != "r/new/sub/b.txt" || e.Size != 5 || e.Dir || !maps.Equal(e.Metadata, meta) {
+		t.Fatalf("rename a file into a new directory = %+v, %v", e, err)
+	}
+	if _, err := c.Stat(ctx, id, "r/a.txt"); !IsCode(err, "not_found") {
+		t.Errorf("stat of the old path: %v, want not_found", err)
+	}
+	if b, err := c.Download(ctx, id, "r/new/sub/b.txt"); err != nil || string(b) != "moved" {
+		t.Errorf("download of the new path = %q, %v", b, err)
+	}
+	// Absolute paths, under either name of the workspace.
+	if e, err := c.Rename(ctx, id, "/work/r/new", "/home/user/moved"); err != nil || e.Path != "moved" || !e.Dir {
+		t.Errorf("rename a directory = %+v, %v", e, err)
+	}
+	if e, err := c.Stat(ctx, id, "moved/sub/b.txt"); err != nil || !maps.Equal(e.Metadata, meta) {
+		t.Errorf("stat of the moved directory's file = %+v, %v", e, err)
+	}
+	for _, to := range []string{"r", "moved/in"} {
+		if _, err := c.Rename(ctx, id, "moved", to); !IsCode(err, "bad_request") {
+			t.Errorf("rename a directory to %s: %v, want bad_request", to, err)
+		}
+	}
+	if _, err := c.Rename(ctx, id, "nothing", "x"); !IsCode(err, "not_found") {
+		t.Errorf("rename of a missing path: %v, want not_found", err)
+	}
+	for _, p := range []string{"r", "moved"} {
+		if err := c.Remove(ctx, id, p); err != nil {
+			t.Error(err)
+		}
 	}
 }
 

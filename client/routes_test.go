@@ -67,6 +67,10 @@ func TestRoutesMatchServer(t *testing.T) {
 		}},
 		{api.OpDownload, func() { _, _ = c.Download(ctx, "s1", "dir/a.txt") }},
 		{api.OpFiles, func() { _, _ = c.Files(ctx, "s1") }},
+		{api.OpStat, func() { _, _ = c.Stat(ctx, "s1", "dir/a.txt") }},
+		{api.OpRemove, func() { _ = c.Remove(ctx, "s1", "dir/a.txt") }},
+		{api.OpMkdir, func() { _, _ = c.MakeDir(ctx, "s1", "dir/a.txt") }},
+		{api.OpRename, func() { _, _ = c.Rename(ctx, "s1", "dir/a.txt", "dir/b.txt") }},
 		{"", func() { _, _ = c.Metrics(ctx) }},
 	} {
 		mu.Lock()

@@ -376,3 +376,93 @@ func (wk *Workspace) placeFiles(s *Session, files []File, metadata map[string]st
 	}
 	return nil
 }
+
+// Rename moves path to newPath in session id's workspace with one
+// rename(2), through descriptors of both parents (confined.OpenParent: a
+// symlink on the way is refused, the names themselves are never
+// followed): atomic, whatever it holds, with its metadata. The new path's
+// missing parents are made, owned by the sandbox's root. A file replaces a
+// file there; a directory is never moved onto anything. It answers the
+// entry at the new path.
+func (wk *Workspace) Rename(ctx context.Context, owner int, id, path, newPath string) (*Entry, error) {
+	from, err := workspacePath(path)
+	if err != nil {
+		return nil, err
+	}
+	to, err := workspacePath(newPath)
+	if err != nil {
+		return nil, err
+	}
+	if to == from || strings.HasPrefix(to, from+"/") {
+		return nil, fmt.Errorf("%w: rename %s to %s: a path cannot be moved onto or into itself", ErrBadRequest, from, to)
+	}
+	s, err := wk.host.claim(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer s.run.Unlock()
+	ws, err := s.writableWorkspace()
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	defer ws.Close()
+	fd, err := confined.RootFD(ws)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	spfd, sbase, err := confined.OpenParent(fd, from, false, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, from)
+		}
+		return nil, badRequest(err)
+	}
+	defer unix.Close(spfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(spfd, sbase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || isWhiteout(&st) {
+		return nil, fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, from)
+	}
+	uid := s.disk.HostID()
+	dpfd, dbase, err := confined.OpenParent(fd, to, true, uid)
+	if err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			return nil, fmt.Errorf("%w: workspace full making the parents of %s", ErrLimit, to)
+		}
+		return nil, badRequest(err)
+	}
+	defer unix.Close(dpfd)
+	// A directory never replaces anything (it would take an empty
+	// directory's place silently); a file may replace a file, and fails
+	// on a directory (EISDIR).
+	var flags uint
+	if confined.IsType(&st, unix.S_IFDIR) {
+		flags = unix.RENAME_NOREPLACE
+	}
+	switch err := unix.Renameat2(spfd, sbase, dpfd, dbase, flags); {
+	case err == nil:
+	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOTEMPTY):
+		return nil, fmt.Errorf("%w: rename %s to %s: %s exists; a directory is moved only to a new path", ErrBadRequest, from, to, to)
+	case errors.Is(err, unix.EISDIR):
+		return nil, fmt.Errorf("%w: rename %s to %s: %s is a directory; name the new path itself", ErrBadRequest, from, to, to)
+	case errors.Is(err, unix.ENOTDIR):
+		return nil, fmt.Errorf("%w: rename %s to %s: %s is not a directory", ErrBadRequest, from, to, to)
+	case errors.Is(err, unix.EXDEV):
+		// overlayfs moves a directory of the image's lower layer only with
+		// redirect_dir, which a sandbox's overlay does not turn on.
+		return nil, fmt.Errorf("%w: rename %s: a directory that came with the sandbox's image cannot be moved; copy it", ErrBadRequest, from)
+	case errors.Is(err, unix.ENOENT):
+		return nil, fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, from)
+	default:
+		return nil, fmt.Errorf("rename %s to %s: %w", from, to, err)
+	}
+	wk.afterWrite(s)
+	var e Entry
+	if _, err := lstatWith(ws, to, func(pfd int, base string, st *unix.Stat_t) {
+		e = entryOf(to, st, uid)
+		entryDetail(&e, pfd, base, st)
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %s was moved to %s, and was gone again at once", ErrNotFound, from, to)
+	}
+	return &e, nil
+}

@@ -256,13 +256,14 @@ func (m *durable) hibernateIdle(now time.Time) {
 		if m.mgr.pastLife(s, now) != nil {
 			continue // the janitor ends it: no checkpoint to write and remove
 		}
-		if !s.run.TryLock() {
+		done, ok := s.tryPause()
+		if !ok {
 			continue
 		}
 		if err := m.hibernate(s); err != nil {
 			m.log().Warn("hibernate idle session", "session", s.id, "err", err)
 		}
-		s.run.Unlock()
+		done()
 	}
 }
 

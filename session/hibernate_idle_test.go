@@ -106,3 +106,54 @@ func TestHibernateOnIdleFailsClosed(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimWaitsForIdlePause: a request that comes while the janitor
+// hibernates an idle session waits for the hibernation and then runs (its
+// op wakes the session); it does not meet busy for work nobody asked for.
+func TestClaimWaitsForIdlePause(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.m.get(1000, info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, ok := s.tryPause()
+	if !ok {
+		t.Fatal("tryPause of an idle session failed")
+	}
+	if _, again := s.tryPause(); again {
+		t.Fatal("a second pause of the same session was let in")
+	}
+	got := make(chan error, 1)
+	go func() {
+		c, err := e.m.claim(ctx, 1000, info.ID)
+		if err == nil {
+			c.run.Unlock()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("claim during the pause answered at once: %v; want it to wait", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	done()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("claim after the pause: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("claim still waiting after the pause ended")
+	}
+	// A cell holding the session is still busy, at once.
+	s.run.Lock()
+	defer s.run.Unlock()
+	if _, err := e.m.claim(ctx, 1000, info.ID); !errors.Is(err, ErrBusy) {
+		t.Errorf("claim while a cell runs: %v; want busy", err)
+	}
+}

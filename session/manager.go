@@ -536,10 +536,30 @@ func (m *Manager) claim(ctx context.Context, owner int, id string) (*Session, er
 			return nil, fmt.Errorf("%w: session %s is starting a new kernel after a lost one: %v", ErrBusy, id, context.Cause(ctx))
 		}
 	}
-	if !s.run.TryLock() {
-		return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
+	// The janitor may be hibernating the idle session: wait for that, then
+	// take it (the op wakes it). It marks the session before it takes the
+	// lock, so a claim that misses the lock sees the mark.
+	for try := 0; ; try++ {
+		s.mu.Lock()
+		pausing := s.pausing
+		s.mu.Unlock()
+		if pausing != nil {
+			select {
+			case <-pausing:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w: session %s is being hibernated for its idle time: %v", ErrBusy, id, context.Cause(ctx))
+			}
+		}
+		if s.run.TryLock() {
+			return s, nil
+		}
+		s.mu.Lock()
+		pausing = s.pausing
+		s.mu.Unlock()
+		if pausing == nil || try >= 3 {
+			return nil, fmt.Errorf("%w: session %s is running a cell", ErrBusy, id)
+		}
 	}
-	return s, nil
 }
 
 func (m *Manager) infoOf(s *Session) Info {
@@ -940,11 +960,12 @@ func (m *Manager) janitor() {
 // that cannot be hibernated ends, and its id answers why: it is never
 // kept running past its TTL, which would hold its memory without end.
 func (m *Manager) hibernateAtIdle(s *Session) {
-	if !s.run.TryLock() {
+	done, ok := s.tryPause()
+	if !ok {
 		return
 	}
 	err := m.dur.hibernate(s)
-	s.run.Unlock()
+	done()
 	if err == nil || errors.Is(err, ErrNotFound) {
 		return
 	}

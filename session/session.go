@@ -75,7 +75,12 @@ type Session struct {
 	watchScans    int
 	// restarting is closed when the background start of a kernel that
 	// replaces a lost one ends; nil when none runs. stopRestart cancels it.
-	restarting  chan struct{}
+	restarting chan struct{}
+	// pausing is closed when the janitor's hibernation of the idle session
+	// (HibernateOnIdle, HibernateAfter) is over: a cell that comes
+	// meanwhile waits for it, then wakes the session, instead of meeting
+	// busy for work nobody asked for.
+	pausing     chan struct{}
 	stopRestart context.CancelFunc
 }
 
@@ -94,6 +99,34 @@ func (s *Session) expiry(maxLife time.Duration) time.Time {
 		return life
 	}
 	return idle
+}
+
+// tryPause takes s.run for the janitor's hibernation of an idle session,
+// marking it pausing first (so that a claim that misses the lock knows to
+// wait); done releases both. ok is false if s is in use.
+func (s *Session) tryPause() (done func(), ok bool) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	if s.pausing != nil { // a pause of an earlier sweep still runs
+		s.mu.Unlock()
+		return nil, false
+	}
+	s.pausing = ch
+	s.mu.Unlock()
+	clear := func() {
+		s.mu.Lock()
+		s.pausing = nil
+		s.mu.Unlock()
+		close(ch)
+	}
+	if !s.run.TryLock() {
+		clear()
+		return nil, false
+	}
+	return func() {
+		s.run.Unlock()
+		clear()
+	}, true
 }
 
 // workspace opens the workspace for reading: the upper layer holds every

@@ -7,10 +7,8 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -271,16 +269,11 @@ func (s fsService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveR
 	return connect.NewResponse(&fspb.RemoveResponse{}), nil
 }
 
-// Bounds of a directory moved by copying (Move says why it is copied).
-const (
-	maxMoveEntries = 10000
-	maxMoveBytes   = seam.MaxFileBytes
-)
-
-// Move has no rename op beneath it: it copies, then removes the source.
-// It is therefore not atomic: a process in the sandbox can see the copy
-// half made, and a failure midway leaves the copy made so far while the
-// source, removed only after the whole copy succeeded, stays whole.
+// Move is the rename op: one rename(2) in the sandbox's workspace, so a
+// process in the sandbox sees the old path or the new, never a half-made
+// copy, and a watch sees a rename. envd's answers are kept: a destination
+// that is a directory, or that exists when the source is one, is
+// AlreadyExists; the same path answers its entry.
 func (s fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequest]) (*connect.Response[fspb.MoveResponse], error) {
 	src, err := mapPath(req.Msg.GetSource())
 	if err != nil {
@@ -313,81 +306,9 @@ func (s fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveReque
 	case e == nil && from.Type == fspb.FileType_FILE_TYPE_DIRECTORY:
 		return nil, errorf(connect.CodeAlreadyExists, "move %s to %s: the destination exists and is not a directory", src.show(), dst.show())
 	}
-	if from.Type == fspb.FileType_FILE_TYPE_DIRECTORY {
-		e = s.d.copyTree(ctx, src, dst)
-	} else {
-		e = s.d.copyFile(ctx, src.rel, dst.rel, from.Metadata)
-	}
+	resp, e := s.d.fsCall(ctx, &api.Request{Op: api.OpRename, Path: src.rel, To: dst.rel})
 	if e != nil {
 		return nil, connectError(e)
 	}
-	if _, e := s.d.fsCall(ctx, &api.Request{Op: api.OpRemove, Path: src.rel}); e != nil {
-		return nil, connectError(&api.Error{Code: e.Code, Message: fmt.Sprintf("%s was copied to %s, but removing the source failed: %s", src.show(), dst.show(), e.Message)})
-	}
-	info, e := s.d.stat(ctx, dst)
-	if e != nil {
-		return nil, connectError(e)
-	}
-	return connect.NewResponse(&fspb.MoveResponse{Entry: info}), nil
+	return connect.NewResponse(&fspb.MoveResponse{Entry: entryInfo(dst.show(), resp.Entry)}), nil
 }
-
-// copyFile copies file from to to, with meta as its metadata (the
-// source's: a moved file keeps what it carried).
-func (d *Door) copyFile(ctx context.Context, from, to string, meta map[string]string) *api.Error {
-	resp, e := d.fsCall(ctx, &api.Request{Op: api.OpDownload, Path: from})
-	if e != nil {
-		return e
-	}
-	data := resp.Data
-	if data == nil {
-		data = []byte{}
-	}
-	_, e = d.fsCall(ctx, &api.Request{Op: api.OpUpload, Path: to, Data: data, Metadata: meta})
-	return e
-}
-
-// copyTree copies directory src to dst, which does not exist, parents
-// first, within maxMoveEntries and maxMoveBytes.
-func (d *Door) copyTree(ctx context.Context, src, dst fsPath) *api.Error {
-	resp, e := d.fsCall(ctx, &api.Request{Op: api.OpFiles})
-	if e != nil {
-		return e
-	}
-	var todo []seam.Entry
-	var bytes int64
-	for _, f := range resp.Files {
-		if rel, ok := within(src.rel, f.Path, 1<<30); ok {
-			f.Path = rel
-			todo = append(todo, f)
-			if !f.Dir {
-				bytes += f.Size
-			}
-		}
-	}
-	if len(todo) > maxMoveEntries || bytes > maxMoveBytes {
-		return &api.Error{Code: api.CodeLimit, Message: fmt.Sprintf("move %s: %d entries, %d bytes; a directory is moved by copying (jailcell has no rename), at most %d entries and %d bytes", src.show(), len(todo), bytes, maxMoveEntries, maxMoveBytes)}
-	}
-	sort.Slice(todo, func(i, j int) bool { return todo[i].Path < todo[j].Path })
-	if _, e := d.fsCall(ctx, &api.Request{Op: api.OpMkdir, Path: dst.rel}); e != nil {
-		return e
-	}
-	deadline := time.Now().Add(moveTimeout)
-	for _, f := range todo {
-		if time.Now().After(deadline) {
-			return &api.Error{Code: api.CodeLimit, Message: fmt.Sprintf("move %s: not copied within %s; the copy made so far is at %s", src.show(), moveTimeout, dst.show())}
-		}
-		var e *api.Error
-		if f.Dir {
-			_, e = d.fsCall(ctx, &api.Request{Op: api.OpMkdir, Path: dst.rel + "/" + f.Path})
-		} else {
-			e = d.copyFile(ctx, src.rel+"/"+f.Path, dst.rel+"/"+f.Path, f.Metadata)
-		}
-		if e != nil {
-			return e
-		}
-	}
-	return nil
-}
-
-// moveTimeout bounds a directory's copy.
-const moveTimeout = 2 * time.Minute

@@ -274,6 +274,8 @@ func matchRoute(escaped string) (route, *api.Error) {
 			return route{name: api.RouteMetricsS, session: id}, nil
 		case n == 4 && segs[3] == "watch":
 			return route{name: api.RouteWatch, session: id}, nil
+		case n == 4 && segs[3] == "rename":
+			return route{name: api.RouteRename, session: id}, nil
 		case n >= 5 && segs[3] == "stat":
 			return route{name: api.RouteStat, session: id, path: strings.Join(segs[4:], "/")}, nil
 		case n >= 5 && segs[3] == "dirs":
@@ -286,7 +288,7 @@ func matchRoute(escaped string) (route, *api.Error) {
 			return route{name: api.RouteFile, session: id, path: strings.Join(segs[4:], "/")}, nil
 		}
 	}
-	return route{name: api.RouteUnknown}, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /readyz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt|/complete|/inspect|/is_complete|/commands|/timeout|/metrics|/watch|/stat/{path}|/dirs/{path}]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
+	return route{name: api.RouteUnknown}, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no route %s; routes: /healthz, /readyz, /metrics, /v1/sessions[/{id}[/exec|/files[/{path}]|/hibernate|/restore|/fork|/snapshot|/rollback|/interrupt|/complete|/inspect|/is_complete|/commands|/timeout|/metrics|/watch|/rename|/stat/{path}|/dirs/{path}]], /v1/exec, /v1/openapi.json", clip(escaped, 200))}
 }
 
 // statusWriter remembers the status code for the request log and metrics.
@@ -415,6 +417,8 @@ func (s *HTTPServer) ServeHTTP(hw http.ResponseWriter, r *http.Request) {
 		s.jsonOp(w, r, api.OpSetTimeout, rt.session, owner)
 	case api.RouteWatch:
 		s.jsonOp(w, r, api.OpWatch, rt.session, owner)
+	case api.RouteRename:
+		s.jsonOp(w, r, api.OpRename, rt.session, owner)
 	case api.RouteMetricsS:
 		s.handle(w, r, &api.Request{ID: s.nextID(), Op: api.OpMetrics, Session: rt.session}, owner)
 	case api.RouteStat:

@@ -55,6 +55,7 @@ var sampleBodies = map[string]string{
 	"POST /v1/sessions/{id}/commands":    `{"cmd":"true"}`,
 	"POST /v1/sessions/{id}/timeout":     `{"timeout_s":60}`,
 	"POST /v1/sessions/{id}/watch":       `{"path":"."}`,
+	"POST /v1/sessions/{id}/rename":      `{"path":"a","to":"b"}`,
 }
 
 // docOps lists every documented operation, with or without /mcp.

@@ -740,6 +740,9 @@ func contractJSONL(t *testing.T, s *spec, d *api.Dispatcher) {
 		t.Errorf("watch poll after an upload: %v, want events", r)
 	}
 	do("stat", sf+`,"path":"w/n.txt"`)
+	if r, _ := do("rename", sf+`,"path":"w/n.txt","to":"w/m.txt"`); r["ok"] != true {
+		t.Errorf("rename: %v", r)
+	}
 	do("remove", sf+`,"path":"w"`)
 	do("stat", sf+`,"path":"w"`)
 	do("snapshot", sf)
@@ -836,6 +839,11 @@ func e2bContractHTTP(h *httpContract, sp string, js map[string]string) {
 		t.Errorf("stat: %s", b)
 	}
 	h.must(404, "GET", "/v1/sessions/{id}/stat/{path}", sp+"/stat/nope", nil, nil)
+	if b := h.must(200, "POST", "/v1/sessions/{id}/rename", sp+"/rename", []byte(`{"path":"d/e/f.txt","to":"d/g.txt"}`), js); !bytes.Contains(b, []byte(`"path":"d/g.txt"`)) {
+		t.Errorf("rename: %s", b)
+	}
+	h.must(404, "POST", "/v1/sessions/{id}/rename", sp+"/rename", []byte(`{"path":"nope","to":"x"}`), js)
+	h.must(400, "POST", "/v1/sessions/{id}/rename", sp+"/rename", []byte(`{"path":"d","to":"d/in"}`), js)
 	h.must(200, "DELETE", "/v1/sessions/{id}/files/{path}", sp+"/files/d", nil, nil)
 	h.must(404, "DELETE", "/v1/sessions/{id}/files/{path}", sp+"/files/d", nil, nil)
 	h.must(400, "PUT", "/v1/sessions/{id}/dirs/{path}", sp+"/dirs/..%2Fx", nil, nil)

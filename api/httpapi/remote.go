@@ -126,6 +126,8 @@ func (r *Remote) forward(ctx context.Context, req *api.Request, emit func(api.Ev
 		return r.call(ctx, http.MethodGet, sp("stat", escapeFilePath(req.Path)), nil, "")
 	case api.OpRemove:
 		return r.call(ctx, http.MethodDelete, sp("files", escapeFilePath(req.Path)), nil, "")
+	case api.OpRename:
+		return r.callJSON(ctx, sp("rename"), req)
 	case api.OpMkdir:
 		return r.call(ctx, http.MethodPut, sp("dirs", escapeFilePath(req.Path)), nil, "")
 	}

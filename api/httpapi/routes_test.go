@@ -251,6 +251,9 @@ func TestRouteTableMatchesRemote(t *testing.T) {
 				session = ""
 			}
 			req := &api.Request{Op: op, Session: session, Path: "dir/a.txt", Code: "x", Cmd: "true", Data: []byte("x"), TimeoutS: 1, Action: "start"}
+			if op == api.OpRename {
+				req.To = "dir/b.txt"
+			}
 			if err := req.Validate(); err != nil {
 				t.Fatalf("op %s: the test's request is not valid: %v", op, err)
 			}

@@ -13,5 +13,6 @@ type Workspace interface {
 	Stat(ctx context.Context, owner int, id, path string) (*Entry, error)
 	Remove(ctx context.Context, owner int, id, path string) error
 	MakeDir(ctx context.Context, owner int, id, path string) (created bool, _ error)
+	Rename(ctx context.Context, owner int, id, path, newPath string) (*Entry, error)
 	Watch(ctx context.Context, owner int, id string, req WatchRequest) (*WatchResult, error)
 }

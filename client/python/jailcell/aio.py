@@ -115,6 +115,10 @@ class AsyncFiles:
     async def remove(self, path: str) -> None:
         await self._sbx._call("remove", {"path": path})
 
+    async def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        e = (await self._sbx._call("rename", {"path": old_path, "to": new_path})).get("entry") or {}
+        return _entry(e, new_path, _workdir(self._sbx.info))
+
     async def make_dir(self, path: str) -> bool:
         return bool((await self._sbx._call("mkdir", {"path": path})).get("created"))
 

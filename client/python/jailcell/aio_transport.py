@@ -123,6 +123,8 @@ def route(op: str, fields: Dict[str, Any], streamed: bool) -> Route:
         return js("DELETE", _file(session, "files", fields.get("path")))
     if op == "mkdir":
         return js("PUT", _file(session, "dirs", fields.get("path")))
+    if op == "rename":
+        return js("POST", _path(session, "rename"), fields)
     raise BadRequest("op %r has no route on the service's socket" % (op,))
 
 

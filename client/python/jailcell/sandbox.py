@@ -175,6 +175,17 @@ class Files:
         """Remove a file, or a directory with everything in it."""
         self._sbx._call("remove", {"path": path})
 
+    def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        """Move a file or directory to new_path (E2B's files.rename) in one
+        rename(2): the sandbox sees the old path or the new, never a copy
+        half made, and metadata goes along; new_path's missing parents are
+        made. A file may replace a file; a directory moves only to where
+        nothing is, and nothing onto or into itself (BadRequestError).
+        NotFoundError if nothing is at old_path. Returns the entry at
+        new_path."""
+        e = self._sbx._call("rename", {"path": old_path, "to": new_path}).get("entry") or {}
+        return _entry(e, new_path, _workdir(self._sbx.info))
+
     def make_dir(self, path: str) -> bool:
         """Make a directory and its parents; False if it was there already."""
         return bool(self._sbx._call("mkdir", {"path": path}).get("created"))

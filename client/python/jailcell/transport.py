@@ -316,9 +316,11 @@ class SocketTransport(Transport):
             return self._json("DELETE", self._file_path(session, fields.get("path")))
         if op == "mkdir":
             return self._json("PUT", self._path_of(session, "dirs", fields.get("path")))
+        if op == "rename":
+            return self._json("POST", self._session_path(session, "rename"), fields)
         raise BadRequest("op %r has no route on the service's socket; allowed: ping, sessions, create, close, "
                          "exec, upload, download, files, command, info, set_timeout, metrics, watch, stat, remove, "
-                         "mkdir, %s" % (op, ", ".join(_LIFE_OPS)))
+                         "mkdir, rename, %s" % (op, ", ".join(_LIFE_OPS)))
 
     @staticmethod
     def _path_of(session: Any, kind: str, path: Any) -> str:

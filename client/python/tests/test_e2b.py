@@ -1,5 +1,5 @@
 """Tests of the E2B-shaped surface (sandbox.commands, envs, files.remove/
-make_dir/exists/watch_dir, get_info, set_timeout, get_metrics,
+make_dir/exists/rename/watch_dir, get_info, set_timeout, get_metrics,
 Sandbox.connect) against the real jailcell, through both transports: a
 `jailcell serve` socket (JAILCELL_SOCKET) and a `jailcell json` subprocess
 (JAILCELL_JSON_COMMAND); AsyncSandbox also over the service's TCP listener
@@ -135,6 +135,30 @@ class _Cases:
         handle.stop()
         with self.assertRaises(NotFoundError):
             sbx.files.remove("data")
+
+    def test_files_rename(self) -> None:
+        sbx = self.sandbox()
+        meta = {"author": "ana"}
+        sbx.files.write("r/a.txt", "moved", metadata=meta)
+        # Into a directory the rename makes: the entry at the new path,
+        # metadata and all; the old path is gone.
+        e = sbx.files.rename("r/a.txt", "r/new/sub/b.txt")
+        self.assertEqual((e.name, e.path, e.type, e.size, e.metadata), ("b.txt", "r/new/sub/b.txt", "file", 5, meta))
+        self.assertFalse(sbx.files.exists("r/a.txt"))
+        self.assertEqual(sbx.files.read("r/new/sub/b.txt"), "moved")
+        # A directory with what it holds; absolute paths under either name
+        # of the workspace.
+        d = sbx.files.rename("/work/r/new", "/home/user/moved")
+        self.assertEqual((d.name, d.path, d.type, d.is_dir), ("moved", "moved", "dir", True))
+        self.assertEqual(sbx.files.get_info("moved/sub/b.txt").metadata, meta)
+        self.assertFalse(sbx.files.exists("r/new"))
+        # A directory never goes onto what exists, nor into itself.
+        with self.assertRaisesRegex(BadRequestError, "exists"):
+            sbx.files.rename("moved", "r")
+        with self.assertRaises(BadRequestError):
+            sbx.files.rename("moved", "moved/in")
+        with self.assertRaisesRegex(NotFoundError, "nope"):
+            sbx.files.rename("nope", "x")
 
     def test_file_metadata(self) -> None:
         sbx = self.sandbox()
@@ -288,6 +312,24 @@ async def _async_metadata(t: unittest.TestCase, sbx: AsyncSandbox) -> None:
     t.assertFalse(await sbx.files.exists("bad.txt"))
 
 
+async def _async_rename(t: unittest.TestCase, sbx: AsyncSandbox) -> None:
+    """files.rename through AsyncSandbox: a file into a new directory with
+    its metadata, a directory, one onto what exists refused, a missing
+    source not found."""
+    meta = {"author": "ana"}
+    await sbx.files.write("r/a.txt", "moved", metadata=meta)
+    e = await sbx.files.rename("r/a.txt", "r/new/b.txt")
+    t.assertEqual((e.path, e.size, e.metadata), ("r/new/b.txt", 5, meta))
+    t.assertFalse(await sbx.files.exists("r/a.txt"))
+    t.assertEqual(await sbx.files.read("r/new/b.txt"), "moved")
+    t.assertTrue((await sbx.files.rename("r/new", "moved")).is_dir)
+    t.assertEqual(await sbx.files.read("moved/b.txt"), "moved")
+    with t.assertRaises(BadRequestError):
+        await sbx.files.rename("moved", "r")
+    with t.assertRaises(NotFoundError):
+        await sbx.files.rename("nope", "x")
+
+
 class _OldServer(Transport):
     """A server older than hibernate_on_idle: it ignores the field."""
 
@@ -400,6 +442,7 @@ class AsyncSocketE2BTest(unittest.TestCase):
             await w.stop()
             self.assertIn(FilesystemEvent("x.txt", FilesystemEventType.CREATE), seen)
             await _async_metadata(self, b)
+            await _async_rename(self, b)
             h = await b.commands.run("sleep 0.2; echo bg", background=True)
             self.assertEqual((await h.wait()).stdout, "bg\n")
             with self.assertRaises(CommandExitException):
@@ -451,6 +494,7 @@ class AsyncTCPE2BTest(unittest.TestCase):
             self.assertEqual((r.stdout, "".join(out)), ("over tcp\n", "over tcp\n"))
             self.assertEqual((await sbx.run_code("6 * 7")).text, "42")
             await _async_metadata(self, sbx)
+            await _async_rename(self, sbx)
             again = await AsyncSandbox.connect(sbx.sandbox_id, url=TCP_URL, token=TCP_TOKEN)
             self.assertEqual((await again.get_info()).sandbox_id, sbx.sandbox_id)
         finally:
@@ -485,6 +529,7 @@ class AsyncJsonLinesE2BTest(unittest.TestCase):
             self.assertEqual((r.stdout, "".join(out)), ("data\n", "data\n"))
             self.assertEqual(await sbx.files.read("f.txt"), "data")
             await _async_metadata(self, sbx)
+            await _async_rename(self, sbx)
         finally:
             await sbx.kill()
         assert isinstance(t, AsyncJsonLinesTransport)

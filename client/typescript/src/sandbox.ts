@@ -262,6 +262,19 @@ export class Files {
     await this.sbx.call("remove", { path });
   }
 
+  /**
+   * Move a file or directory to newPath (E2B's files.rename), in one
+   * rename(2): the sandbox sees the old path or the new, never a copy half
+   * made, and metadata goes along. newPath's missing parents are made. A
+   * file may replace a file; a directory moves only to where nothing is,
+   * and nothing onto or into itself (BadRequestError). NotFoundError if
+   * nothing is at oldPath.
+   */
+  async rename(oldPath: string, newPath: string): Promise<EntryInfo> {
+    const e = (await this.sbx.call("rename", { path: oldPath, to: newPath })).entry;
+    return entryInfo(e, newPath, this.workdir());
+  }
+
   /** Make a directory and its parents; false if it was a directory already. */
   async makeDir(path: string): Promise<boolean> {
     return (await this.sbx.call("mkdir", { path })).created === true;

@@ -307,6 +307,7 @@ const ROUTES: Record<string, Route> = {
   stat: { method: "GET", path: pathIn("stat"), body: "none" },
   mkdir: { method: "PUT", path: pathIn("dirs"), body: "none" },
   remove: { method: "DELETE", path: filePath, body: "none" },
+  rename: assist("rename"),
 };
 
 /**

@@ -353,6 +353,12 @@ export interface TimeoutFields {
   timeout_s: number;
 }
 
+/** The fields of a rename: what to move and its new path. */
+export interface RenameFields {
+  path: string;
+  to: string;
+}
+
 /** The fields of a watch. */
 export interface WatchFields {
   action?: "start" | "poll" | "stop";
@@ -393,7 +399,7 @@ export interface WireResponse extends Partial<SessionInfo> {
   command?: WireCommandResult;
   // metrics
   metrics?: WireSessionMetrics;
-  // stat
+  // stat, rename
   entry?: WireEntry;
   // mkdir (path above)
   created?: boolean;

@@ -324,6 +324,26 @@ export function cases(name, opts, { badRequestStatus }, more = () => {}) {
       assert.ok(why instanceof JailcellError, String(why));
     });
 
+    it("renames files and directories (E2B's files.rename)", async () => {
+      const sbx = await sandbox();
+      const meta = { author: "ana" };
+      await sbx.files.write("r/a.txt", "moved", { metadata: meta });
+      // Into a directory the rename makes: the entry at the new path, metadata and all.
+      const e = await sbx.files.rename("r/a.txt", "r/new/sub/b.txt");
+      assert.deepEqual([e.name, e.path, e.type, e.size, e.metadata], ["b.txt", "r/new/sub/b.txt", "file", 5, meta]);
+      assert.equal(await sbx.files.exists("r/a.txt"), false);
+      assert.equal(await sbx.files.read("r/new/sub/b.txt"), "moved");
+      // A directory, with what it holds; absolute paths under either name of the workspace.
+      const d = await sbx.files.rename("/work/r/new", "/home/user/moved");
+      assert.deepEqual([d.name, d.path, d.type], ["moved", "moved", "dir"]);
+      assert.deepEqual((await sbx.files.getInfo("moved/sub/b.txt")).metadata, meta);
+      assert.equal(await sbx.files.exists("r/new"), false);
+      // A directory never goes onto what exists, nor into itself; a missing source is not found.
+      await assert.rejects(sbx.files.rename("moved", "r"), (e) => e instanceof BadRequestError && e.status === badRequestStatus && /exists/.test(e.message));
+      await assert.rejects(sbx.files.rename("moved", "moved/in"), BadRequestError);
+      await assert.rejects(sbx.files.rename("nope", "x"), (e) => e instanceof NotFoundError && /nope/.test(e.message));
+    });
+
     it("writes file metadata and shows it back (E2B's files.write metadata, EntryInfo.metadata)", async () => {
       const sbx = await sandbox();
       // Keys as given (E2B's door lowercases; this wire does not), any printable ASCII.

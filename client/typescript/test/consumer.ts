@@ -64,7 +64,8 @@ export async function use(): Promise<void> {
   const sm: SandboxMetrics[] = await sbx.getMetrics();
   const again: Sandbox = await Sandbox.connect(sbx.sandboxId, { socket: "/s", timeoutMs: 1000 });
   await sbx.setTimeout(60_000);
-  void [cr, waited, si, sm, again, await sbx.files.makeDir("d"), await sbx.files.remove("d"), await sbx.files.getInfo("d")];
+  const moved: EntryInfo = await sbx.files.rename("a.txt", "d/b.txt");
+  void [cr, waited, si, sm, again, moved, await sbx.files.makeDir("d"), await sbx.files.remove("d"), await sbx.files.getInfo("d")];
   const s: string = await sbx.files.read("a.txt");
   const b: Uint8Array = await sbx.files.read("b.bin", { format: "bytes" });
   const blob: Blob = await sbx.files.read("b.bin", { format: "blob" });

@@ -97,6 +97,8 @@ check<SameKeys<S["PTYSize"], W.WirePtySize>>();
 check<Fits<S["PTYSize"], W.WirePtySize>>();
 check<SameKeys<Omit<S["TimeoutRequest"], "id">, W.TimeoutFields>>();
 check<SameKeys<Omit<S["WatchRequest"], "id">, W.WatchFields>>();
+check<SameKeys<Omit<S["RenameRequest"], "id">, W.RenameFields>>();
+check<Fits<Omit<S["RenameRequest"], "id">, W.RenameFields>>();
 check<Fits<Omit<S["WatchRequest"], "id">, W.WatchFields>>();
 // Error classes: one per documented wire code, no more, no fewer.
 check<SameKeys<Record<S["Error"]["code"], 0>, typeof ERROR_STATUS>>();

@@ -313,13 +313,7 @@ class _Job:
                         continue
 
             if not ended(timeout if timeout > 0 else None):
-                self.timed_out = True
-                self.signal(signal.SIGINT)
-                if not ended(grace):
-                    self.signal(signal.SIGKILL)
-                    ended(None)
-                else:
-                    self.signal(signal.SIGKILL)  # leftovers of the group
+                self.expire(grace, ended)
             self.proc.wait()
         finally:
             os.close(fd)
@@ -338,18 +332,21 @@ class _Job:
             except OSError:
                 pass
 
-    def stop(self, grace):
-        """Interrupt, then kill the whole group after grace seconds."""
+    def stop(self, grace, ended=None):
+        """Interrupt, then kill the whole group after grace seconds.
+        ended(seconds) waits for the exit: the job's wait, or, on the
+        reaper's own thread, which sets the exit, its poll of the pidfd."""
+        ended = ended or self.wait
         self.signal(signal.SIGINT)
-        if not self.wait(grace):
+        if not ended(grace):
             self.signal(signal.SIGKILL)
-            self.wait(5)
+            ended(5)
         else:
             self.signal(signal.SIGKILL)  # leftovers of the group
 
-    def expire(self, grace):
+    def expire(self, grace, ended=None):
         self.timed_out = True
-        self.stop(grace)
+        self.stop(grace, ended)
 
     def report(self, rid):
         code = self.proc.poll()

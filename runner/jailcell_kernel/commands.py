@@ -313,7 +313,13 @@ class _Job:
                         continue
 
             if not ended(timeout if timeout > 0 else None):
-                self.expire(grace, ended)
+                self.timed_out = True
+                self.signal(signal.SIGINT)
+                if not ended(grace):
+                    self.signal(signal.SIGKILL)
+                    ended(None)
+                else:
+                    self.signal(signal.SIGKILL)  # leftovers of the group
             self.proc.wait()
         finally:
             os.close(fd)
@@ -332,21 +338,18 @@ class _Job:
             except OSError:
                 pass
 
-    def stop(self, grace, ended=None):
-        """Interrupt, then kill the whole group after grace seconds.
-        ended(seconds) waits for the exit: the job's wait, or, on the
-        reaper's own thread, which sets the exit, its poll of the pidfd."""
-        ended = ended or self.wait
+    def stop(self, grace):
+        """Interrupt, then kill the whole group after grace seconds."""
         self.signal(signal.SIGINT)
-        if not ended(grace):
+        if not self.wait(grace):
             self.signal(signal.SIGKILL)
-            ended(5)
+            self.wait(5)
         else:
             self.signal(signal.SIGKILL)  # leftovers of the group
 
-    def expire(self, grace, ended=None):
+    def expire(self, grace):
         self.timed_out = True
-        self.stop(grace, ended)
+        self.stop(grace)
 
     def report(self, rid):
         code = self.proc.poll()

@@ -44,16 +44,25 @@ func (wk *Workspace) Stat(ctx context.Context, owner int, id, path string) (*Ent
 		return nil, fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, rel)
 	}
 	defer ws.Close()
-	var e Entry
-	_, err = lstatWith(ws, rel, func(pfd int, base string, st *unix.Stat_t) {
-		e = entryOf(rel, st, s.disk.HostID())
-		entryDetail(&e, pfd, base, st)
-	})
+	e, err := entryAt(ws, rel, s.disk.HostID())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, rel)
 	}
 	if err != nil {
 		return nil, badRequest(err)
+	}
+	return e, nil
+}
+
+// entryAt is the entry of rel below root (see lstat), with its details,
+// in a sandbox whose root is host uid base.
+func entryAt(root *os.Root, rel string, base int) (*Entry, error) {
+	var e Entry
+	if _, err := lstatWith(root, rel, func(pfd int, name string, st *unix.Stat_t) {
+		e = entryOf(rel, st, base)
+		entryDetail(&e, pfd, name, st)
+	}); err != nil {
+		return nil, err
 	}
 	return &e, nil
 }
@@ -457,12 +466,9 @@ func (wk *Workspace) Rename(ctx context.Context, owner int, id, path, newPath st
 		return nil, fmt.Errorf("rename %s to %s: %w", from, to, err)
 	}
 	wk.afterWrite(s)
-	var e Entry
-	if _, err := lstatWith(ws, to, func(pfd int, base string, st *unix.Stat_t) {
-		e = entryOf(to, st, uid)
-		entryDetail(&e, pfd, base, st)
-	}); err != nil {
+	e, err := entryAt(ws, to, uid)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s was moved to %s, and was gone again at once", ErrNotFound, from, to)
 	}
-	return &e, nil
+	return e, nil
 }

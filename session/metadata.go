@@ -118,28 +118,23 @@ func metadataNames(list func([]byte) (int, error)) ([]string, error) {
 // readMetadata is the metadata of name in the directory open at dirfd
 // whose lstat is st, nil if it has none. Only regular files and
 // directories carry user attributes. The attributes are the sandbox's
-// own to set, so they are read as untrusted: through an O_PATH
-// descriptor (a FIFO swapped in is never opened for reading, a symlink
-// never followed), checked to be the inode st described, and bounded as a
-// write is (MaxMetadataBytes in all; keys or values the host would refuse
-// are left out, as are keys past the bound, in name order).
+// own to set, so they are read as untrusted: by the directory's /proc link
+// and the one name below it with the l*xattr calls (nothing is opened, so
+// a FIFO swapped in blocks nothing; a symlink is never followed), and
+// bounded as a write is (MaxMetadataBytes in all; keys or values the host
+// would refuse are left out, as are keys past the bound, in name order).
+// A name swapped meanwhile shows another file of the same sandbox.
 func readMetadata(dirfd int, name string, st *unix.Stat_t) map[string]string {
 	if !confined.IsType(st, unix.S_IFREG) && !confined.IsType(st, unix.S_IFDIR) {
 		return nil
 	}
-	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
+	// One name below the directory, never a path: ".." or a slash would
+	// leave the confined directory (a path walk out of the workspace).
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
 		return nil
 	}
-	defer unix.Close(fd)
-	var now unix.Stat_t
-	if unix.Fstat(fd, &now) != nil || now.Ino != st.Ino || now.Dev != st.Dev {
-		return nil
-	}
-	// An O_PATH descriptor takes no f*xattr call; its /proc link does, and
-	// resolves to this very inode, not to a path the sandbox can change.
-	p := "/proc/self/fd/" + strconv.Itoa(fd)
-	names, err := metadataNames(func(buf []byte) (int, error) { return unix.Listxattr(p, buf) })
+	p := "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + name
+	names, err := metadataNames(func(buf []byte) (int, error) { return unix.Llistxattr(p, buf) })
 	if err != nil || len(names) == 0 {
 		return nil
 	}
@@ -148,7 +143,7 @@ func readMetadata(dirfd int, name string, st *unix.Stat_t) map[string]string {
 	val := make([]byte, MaxMetadataBytes)
 	for _, attr := range names {
 		k := strings.TrimPrefix(attr, MetadataPrefix)
-		n, err := unix.Getxattr(p, attr, val)
+		n, err := unix.Lgetxattr(p, attr, val)
 		if err != nil { // ERANGE: longer than any metadata the host writes
 			continue
 		}

@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestCheckMetadata(t *testing.T) {
@@ -143,5 +148,69 @@ func TestFileMetadataTravels(t *testing.T) {
 	res, err := m.Exec(ctx, 1000, child.ID, ExecRequest{Code: "import os; print(os.getxattr('m.txt', 'user.e2b.stage').decode())"})
 	if err != nil || res.Stdout != "kept\n" {
 		t.Errorf("the fork's kernel reads %+v, %v; want kept", res, err)
+	}
+}
+
+// TestReadMetadataStaysBelowItsDirectory: readMetadata reads one name in
+// the directory it is given, with the l*xattr calls: ".." or a path would
+// read another directory's attributes (a walk out of the workspace), a
+// symlink is not followed to its target, and a FIFO is never opened (it
+// would block the reader).
+func TestReadMetadataStaysBelowItsDirectory(t *testing.T) {
+	top := t.TempDir()
+	dir := filepath.Join(top, "ws")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set := func(p, v string) {
+		if err := unix.Setxattr(p, MetadataPrefix+"k", []byte(v), 0); err != nil {
+			t.Skipf("the test directory's filesystem takes no user xattrs (%v)", err)
+		}
+	}
+	set(top, "outside")
+	set(dir, "dir")
+	set(filepath.Join(dir, "f"), "file")
+	if err := os.Symlink(filepath.Join(dir, "f"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	var dirSt, fileSt unix.Stat_t
+	if err := unix.Lstat(dir, &dirSt); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Lstat(filepath.Join(dir, "f"), &fileSt); err != nil {
+		t.Fatal(err)
+	}
+	if got := readMetadata(dfd, "f", &fileSt); got["k"] != "file" {
+		t.Errorf("f: %v; want k=file", got)
+	}
+	for _, name := range []string{"..", ".", "../ws/f", "f/", ""} {
+		if got := readMetadata(dfd, name, &dirSt); got != nil {
+			t.Errorf("%q: %v; want nothing read outside one name below the directory", name, got)
+		}
+	}
+	// Given a regular file's lstat for a name that is now a symlink or a
+	// FIFO (swapped meanwhile): nothing is followed or opened.
+	for _, name := range []string{"link", "fifo"} {
+		done := make(chan map[string]string, 1)
+		go func() { done <- readMetadata(dfd, name, &fileSt) }()
+		select {
+		case got := <-done:
+			if got != nil {
+				t.Errorf("%s: %v; want nothing (a symlink's target or a FIFO read)", name, got)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: readMetadata blocked", name)
+		}
 	}
 }

@@ -591,6 +591,37 @@ func TestKernelInterrupt(t *testing.T) {
 	}
 }
 
+// TestKernelInterruptOffTheMainThread: a SIGINT whose C-level handler runs
+// on another of the kernel's threads, or on the main thread just before it
+// enters a blocking call, leaves CPython's Python-level handler pending
+// while the main thread sleeps on: the interrupt was lost (one in a few
+// hundred under load, when the host interrupted right after the cell's
+// first line), and a timeout's SIGINT turned into a kill after the grace,
+// the session's state gone. Here the cell blocks SIGINT on its main thread,
+// so every SIGINT lands on another thread: the kernel must still end the
+// cell with KeyboardInterrupt, well before the cell's own end.
+func TestKernelInterruptOffTheMainThread(t *testing.T) {
+	k := startKernel(t)
+	requireOK(t, k.exec("kept = 'still here'"))
+	code := "import signal, time\n" +
+		"signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n" +
+		"try:\n" +
+		"    print('sleeping', flush=True)\n" +
+		"    time.sleep(30)\n" +
+		"finally:\n" +
+		"    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+	start := time.Now()
+	r := k.interruptWhen(t, ExecRequest{ID: "blocked", Code: code}, "sleeping", 15*time.Second)
+	requireError(t, r, "KeyboardInterrupt")
+	if !r.Interrupted {
+		t.Errorf("result %+v, want interrupted", r)
+	}
+	t.Logf("interrupted after %s", time.Since(start))
+	if r := k.exec("kept"); plain(r) != "'still here'" {
+		t.Errorf("after the interrupt: %+v", r)
+	}
+}
+
 // TestKernelIdleSIGINT: a SIGINT that arrives between cells (a timeout that
 // raced the cell's end) must not kill the kernel.
 func TestKernelIdleSIGINT(t *testing.T) {

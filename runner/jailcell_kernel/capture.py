@@ -16,6 +16,20 @@ import traceback
 
 from .state import _State, _log
 
+# A SIGINT can reach the kernel and stay unhandled while the cell sleeps
+# on: CPython runs a Python-level handler only on the main thread, between
+# bytecodes, and a blocking call wakes for it only if the signal lands on
+# the main thread during the call. One that lands on another thread, or on
+# the main thread just before it enters the call (time.sleep after a print
+# that told the host to interrupt), is noted and left pending: the
+# interrupt was lost, and a timeout's SIGINT became a kill after the grace
+# with the session's state gone. So the pump, which sees every signal
+# arrive through the wakeup fd, wakes the main thread with KICK_SIGNAL (a
+# handler that does nothing) until the SIGINT handler has run: the blocking
+# call ends with EINTR and CPython runs the pending handler.
+KICK_SIGNAL = signal.SIGRTMAX
+KICK_AFTER = (0.005, 0.05, 0.5, 2.0)  # seconds after the SIGINT arrived
+
 STREAM_CHUNK = 64 << 10  # coalesce output up to this many characters a frame
 STREAM_INTERVAL = 0.010  # ... or for this long, whichever comes first
 PIPE_SIZE = 1 << 20  # the unprivileged maximum; fewer wake-ups under floods
@@ -67,12 +81,69 @@ class _Pump:
         except OSError:
             _State.log_fd = -1
         self.redirect()
+        self._install_wakeup()
         self.capture = None
         self.pending = []  # [stream index, text], in arrival order
         self.pending_size = 0
         self.pending_since = 0.0
         self.last_sent = 0.0  # time.monotonic() of the last stream frame
         self.lock = threading.Lock()
+
+    def _install_wakeup(self):
+        """On the main thread: the wakeup fd every Python-level signal
+        writes its number to, and the kick's handler."""
+        self.wake_r = self.wake_w = -1
+        self.kicks = []  # times left to wake the main thread at
+        self.kick_runs = 0  # _State.sigint_runs when the SIGINT arrived
+        self.main_ident = threading.main_thread().ident
+        try:
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            signal.signal(KICK_SIGNAL, _on_kick)
+            signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (OSError, ValueError):
+            return  # no kicks: a SIGINT is handled as CPython alone does
+        self.wake_r, self.wake_w = r, w
+
+    def own_wakeup(self):
+        """Take the wakeup fd back if a cell left it unset (asyncio resets
+        it to none when its loop closes); one a cell set is kept."""
+        if self.wake_w < 0:
+            return
+        try:
+            old = signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+            if old not in (-1, self.wake_w):
+                signal.set_wakeup_fd(old)
+        except ValueError:
+            pass
+
+    def _woken(self):
+        """Read what the wakeup fd holds; a SIGINT among it starts the
+        kicks, unless the handler has already run for it."""
+        try:
+            data = os.read(self.wake_r, 512)
+        except (BlockingIOError, InterruptedError):
+            return
+        if signal.SIGINT in data and _State.executing:
+            now = time.monotonic()
+            self.kick_runs = _State.sigint_runs
+            self.kicks = [now + d for d in KICK_AFTER]
+
+    def _kick(self):
+        """Wake the main thread at the times due, while the cell runs and
+        the SIGINT handler has not run since the signal came."""
+        now = time.monotonic()
+        while self.kicks and self.kicks[0] <= now:
+            self.kicks.pop(0)
+            if not _State.executing or _State.sigint_runs != self.kick_runs:
+                self.kicks = []
+                return
+            try:
+                signal.pthread_kill(self.main_ident, KICK_SIGNAL)
+            except OSError:
+                self.kicks = []
+                return
 
     def redirect(self):
         """Point fds 1 and 2 at the pipes again if a cell moved or closed them."""
@@ -171,20 +242,30 @@ class _Pump:
             poller.register(fd, select.POLLIN)
         if _State.init_pipe is not None:
             poller.register(_State.init_pipe, select.POLLIN)
+        if self.wake_r >= 0:
+            poller.register(self.wake_r, select.POLLIN)
         while True:
             timeout = None
             if self.pending:
                 left = self.pending_since + STREAM_INTERVAL - time.monotonic()
                 timeout = max(0, int(left * 1000) + 1)
+            if self.kicks:
+                left = max(0, int((self.kicks[0] - time.monotonic()) * 1000) + 1)
+                timeout = left if timeout is None else min(timeout, left)
             try:
                 events = poller.poll(timeout)
             except InterruptedError:
                 continue
+            if self.kicks:
+                self._kick()
             try:
                 with self.lock:
                     for fd, _ in events:
                         if fd == _State.init_pipe:
                             os._exit(128 + signal.SIGKILL)  # the init is gone; so is the sandbox
+                        if fd == self.wake_r:
+                            self._woken()
+                            continue
                         self._read(fd, None)
                     if self.pending and (
                         self.pending_size >= STREAM_CHUNK
@@ -255,6 +336,11 @@ class _Pump:
                 self.link.send({"t": "stream", "id": cap.id, "name": self.NAMES[idx], "text": chunk})
         if pending:
             self.last_sent = time.monotonic()
+
+
+def _on_kick(signum, frame):
+    """KICK_SIGNAL's handler: nothing. Its arrival ended the main thread's
+    blocking call, so CPython now runs the handlers still pending."""
 
 
 class _sigint_deferred:

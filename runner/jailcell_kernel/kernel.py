@@ -309,6 +309,7 @@ class _Kernel:
         self.pump.redirect()
         self._restore_stdio()
         self.pump.begin(req.id, req.max_output)
+        self.pump.own_wakeup()
         self.cell = cell
         _State.interrupted = False
         try:

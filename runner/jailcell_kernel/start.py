@@ -9,32 +9,47 @@ import sys
 
 from .state import _State, _log, _on_sigint
 
-# Signals PID 1 forwards to the kernel. In a pid namespace, PID 1 receives
-# only the signals it has handlers for, so each needs one to be forwarded.
+# Signals PID 1 forwards to the kernel.
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 
 # What PID 1 runs after the fork, exec'd into a bare interpreter: forward
 # signals to the kernel, reap every orphan, leave with the kernel's status.
+#
+# It takes its signals synchronously: they stay blocked and sigwaitinfo
+# dequeues them, one by one. A Python-level handler here lost signals:
+# CPython runs one between bytecodes, and a signal that came after the last
+# check but before os.wait() entered wait4 (the init was just starting,
+# slowed by load, when the host interrupted the first cell) stayed pending
+# until the next signal, 30 s later at the cell's timeout. A blocked signal
+# is also never dropped: in a pid namespace PID 1 gets only the signals it
+# handles or blocks.
 _INIT = """
 import os, signal, sys
 pid = int(sys.argv[1])
 F = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
-def forward(signum, frame):
+W = set(F) | {signal.SIGCHLD}
+signal.pthread_sigmask(signal.SIG_BLOCK, W)
+def reap():
+    while True:
+        try:
+            wpid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            os._exit(1)
+        if wpid == 0:
+            return
+        if wpid == pid:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(128 - code if code < 0 else code)
+reap()  # whatever ended before SIGCHLD was blocked
+while True:
+    sig = signal.sigwaitinfo(W).si_signo
+    if sig == signal.SIGCHLD:
+        reap()
+        continue
     try:
-        os.kill(pid, signum)
+        os.kill(pid, sig)
     except OSError:
         pass
-for sig in F:
-    signal.signal(sig, forward)
-signal.pthread_sigmask(signal.SIG_UNBLOCK, F)
-while True:
-    try:
-        wpid, status = os.wait()
-    except ChildProcessError:
-        os._exit(1)
-    if wpid == pid:
-        code = os.waitstatus_to_exitcode(status)
-        os._exit(128 - code if code < 0 else code)
 """
 
 
@@ -60,8 +75,8 @@ def _become_init():
     # Stay behind as a fresh, bare interpreter running only _INIT: a few MB
     # instead of this process's pages, which every checkpoint of the
     # sandbox would carry twice (here and, copy-on-write, in the kernel).
-    # The forwarded signals stay blocked across the exec until _INIT has
-    # its handlers; the pipe's write end stays open in it.
+    # The forwarded signals stay blocked across the exec, and in _INIT,
+    # which waits for them; the pipe's write end stays open in it.
     os.set_inheritable(death_w, True)
     try:
         os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _INIT, str(pid)])

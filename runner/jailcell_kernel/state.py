@@ -24,6 +24,10 @@ class _State:
     # a SIGINT then is only noted, and raised once the frame is whole.
     deferring = False
     deferred_sigint = False
+    # How many times the SIGINT handler ran: the pump, which sees each
+    # SIGINT arrive through the wakeup fd, wakes the main thread until this
+    # moves (see _Pump.run: a SIGINT can arrive and stay unhandled).
+    sigint_runs = 0
     # True once prepare() has run (in this process or in the zygote it was
     # forked from): the import hooks are in, the preload imported.
     prepared = False
@@ -45,6 +49,7 @@ def _ensure_shell():
 
 
 def _on_sigint(signum, frame):
+    _State.sigint_runs += 1
     if _State.executing:
         if _State.deferring:
             _State.deferred_sigint = True

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -200,4 +201,57 @@ func TestCommandForgedStream(t *testing.T) {
 	if got != 2500 || len(r.Stdout) != 2500 || !r.StdoutTruncated || !r.Done {
 		t.Errorf("streamed %d bytes, reply %d (truncated %v); want 2500 of each, cut", got, len(r.Stdout), r.StdoutTruncated)
 	}
+}
+
+// TestKernelCommandInterruptOffTheMainThread: the host's SIGINT while the
+// kernel waits for a command goes to the command's group. When its C-level
+// handler runs off the main thread (here a cell left SIGINT blocked there,
+// so every one does; under load it happened just before the wait blocked),
+// the Python-level handler that forwards it stays pending until the wait
+// ends: the command ran on, uninterrupted. The kernel must still forward
+// it, well before the command's own end. (The job starts before the block:
+// a job inherits the mask it was started with.)
+func TestKernelCommandInterruptOffTheMainThread(t *testing.T) {
+	k := startKernel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), execTimeout)
+	defer cancel()
+	start, err := k.conn.Command(ctx, CommandRequest{ID: k.nextID(), Action: CommandStart,
+		Cmd: "for i in $(seq 300); do echo tick; sleep 0.1; done", Cwd: t.TempDir(), MaxOutput: 1 << 20}, nil)
+	if err != nil || start.Error != "" || start.Job == "" {
+		t.Fatalf("start = %+v, %v", start, err)
+	}
+	requireOK(t, k.exec("import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})"))
+	waiting := make(chan struct{})
+	var once sync.Once
+	type reply struct {
+		r   *CommandReply
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		r, err := k.conn.Command(ctx, CommandRequest{ID: k.nextID(), Action: CommandWait, Job: start.Job,
+			WaitS: 60, Stream: true, MaxOutput: 1 << 20}, func(_, text string) { once.Do(func() { close(waiting) }) })
+		done <- reply{r, err}
+	}()
+	select {
+	case <-waiting:
+	case got := <-done:
+		t.Fatalf("the wait ended before any output: %+v, %v\n%s", got.r, got.err, k.logText())
+	case <-time.After(execTimeout):
+		t.Fatalf("no output while waiting\n%s", k.logText())
+	}
+	begin := time.Now()
+	if err := k.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if got.err != nil || !got.r.Done || got.r.ExitCode == 0 {
+			t.Fatalf("interrupted command = %+v, %v; want it ended by the SIGINT", got.r, got.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("SIGINT did not reach the command within 15s\n%s", k.logText())
+	}
+	t.Logf("ended %s after the SIGINT", time.Since(begin))
+	requireOK(t, k.exec("signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})"))
 }

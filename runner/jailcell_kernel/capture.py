@@ -125,7 +125,7 @@ class _Pump:
             data = os.read(self.wake_r, 512)
         except (BlockingIOError, InterruptedError):
             return
-        if signal.SIGINT in data and _State.executing:
+        if signal.SIGINT in data and (_State.executing or _State.command_wait):
             now = time.monotonic()
             self.kick_runs = _State.sigint_runs
             self.kicks = [now + d for d in KICK_AFTER]
@@ -136,7 +136,7 @@ class _Pump:
         now = time.monotonic()
         while self.kicks and self.kicks[0] <= now:
             self.kicks.pop(0)
-            if not _State.executing or _State.sigint_runs != self.kick_runs:
+            if not (_State.executing or _State.command_wait) or _State.sigint_runs != self.kick_runs:
                 self.kicks = []
                 return
             try:

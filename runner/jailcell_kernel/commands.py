@@ -11,6 +11,7 @@ import threading
 
 from .capture import DEFAULT_MAX_OUTPUT, _Pump
 from .errors import _safe_str
+from .state import _State
 
 
 # ---------------------------------------------------------------------------
@@ -313,13 +314,7 @@ class _Job:
                         continue
 
             if not ended(timeout if timeout > 0 else None):
-                self.timed_out = True
-                self.signal(signal.SIGINT)
-                if not ended(grace):
-                    self.signal(signal.SIGKILL)
-                    ended(None)
-                else:
-                    self.signal(signal.SIGKILL)  # leftovers of the group
+                self.expire(grace, ended)
             self.proc.wait()
         finally:
             os.close(fd)
@@ -338,18 +333,21 @@ class _Job:
             except OSError:
                 pass
 
-    def stop(self, grace):
-        """Interrupt, then kill the whole group after grace seconds."""
+    def stop(self, grace, ended=None):
+        """Interrupt, then kill the whole group after grace seconds.
+        ended(seconds) waits for the exit: the job's wait, or, on the
+        reaper's own thread, which sets the exit, its poll of the pidfd."""
+        ended = ended or self.wait
         self.signal(signal.SIGINT)
-        if not self.wait(grace):
+        if not ended(grace):
             self.signal(signal.SIGKILL)
-            self.wait(5)
+            ended(5)
         else:
             self.signal(signal.SIGKILL)  # leftovers of the group
 
-    def expire(self, grace):
+    def expire(self, grace, ended=None):
         self.timed_out = True
-        self.stop(grace)
+        self.stop(grace, ended)
 
     def report(self, rid):
         code = self.proc.poll()
@@ -494,12 +492,20 @@ def _command_action(req, link):
         # Set before the output is streamed: the host may interrupt as soon
         # as it sees some, and a SIGINT before this went to the kernel's
         # idle handler and was lost (TestCommandInterrupt, under load).
-        prev = signal.signal(signal.SIGINT, lambda signum, frame: job.signal(signal.SIGINT))
+        def forward(signum, frame):
+            _State.sigint_runs += 1
+            job.signal(signal.SIGINT)
+
+        prev = signal.signal(signal.SIGINT, forward)
+        # The pump wakes this wait as it does a cell for a SIGINT left
+        # pending (capture.KICK_SIGNAL): one is forwarded late otherwise.
+        _State.command_wait = True
         try:
             if req.stream:
                 job.listen(req.id)
             job.wait(req.wait)
         finally:
+            _State.command_wait = False
             signal.signal(signal.SIGINT, prev)
             if req.stream:
                 job.unlisten()

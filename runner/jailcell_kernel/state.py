@@ -28,6 +28,9 @@ class _State:
     # SIGINT arrive through the wakeup fd, wakes the main thread until this
     # moves (see _Pump.run: a SIGINT can arrive and stay unhandled).
     sigint_runs = 0
+    # True while the main thread waits for a command (its SIGINT goes to
+    # the command's group): the pump wakes that wait as it does a cell.
+    command_wait = False
     # True once prepare() has run (in this process or in the zygote it was
     # forked from): the import hooks are in, the preload imported.
     prepared = False

@@ -119,8 +119,11 @@ class _Pump:
             pass
 
     def _woken(self):
-        """Read what the wakeup fd holds; a SIGINT among it starts the
-        kicks, unless the handler has already run for it."""
+        """Read what the wakeup fd holds (the numbers of signals with a
+        Python-level handler, the cells' own included); a SIGINT among it,
+        while a cell or a command wait runs, starts the kicks, which stop
+        once the handler has run (it may have already: a kick then only
+        restarts a blocking call)."""
         try:
             data = os.read(self.wake_r, 512)
         except (BlockingIOError, InterruptedError):
@@ -131,8 +134,8 @@ class _Pump:
             self.kicks = [now + d for d in KICK_AFTER]
 
     def _kick(self):
-        """Wake the main thread at the times due, while the cell runs and
-        the SIGINT handler has not run since the signal came."""
+        """Wake the main thread at the times due, while the cell or wait
+        runs and the SIGINT handler has not run since the signal was read."""
         now = time.monotonic()
         while self.kicks and self.kicks[0] <= now:
             self.kicks.pop(0)

@@ -3,6 +3,7 @@ package isolate
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -110,6 +111,11 @@ type wantMount struct {
 	fstype string // "" for any (masked paths, devices)
 	dev    string // major:minor a bind must come from, "" for any
 	flags  int    // MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC that must be set
+	// required: the mount must be there. A masked or read-only path of
+	// the host's /proc or /sys is: an image edited in the store to leave
+	// a mask out would otherwise come back with the host file readable,
+	// a check that only refuses extra mounts never noticing.
+	required bool
 }
 
 // posture is a cold start's confinement, derived from the libcontainer
@@ -186,10 +192,10 @@ func coldPostureOf(cfg *configs.Config) (posture, error) {
 		p.mounts[m.Destination] = w
 	}
 	for _, path := range cfg.MaskPaths {
-		p.mounts[path] = wantMount{}
+		p.mounts[path] = wantMount{required: hostHas(path) && !slices.Contains(lateMasks, path)}
 	}
 	for _, path := range cfg.ReadonlyPaths {
-		p.mounts[path] = wantMount{flags: unix.MS_RDONLY}
+		p.mounts[path] = wantMount{flags: unix.MS_RDONLY, required: hostHas(path)}
 	}
 	// In a user namespace libcontainer bind-mounts each device from the
 	// host's /dev.
@@ -199,6 +205,23 @@ func coldPostureOf(cfg *configs.Config) (posture, error) {
 		}
 	}
 	return p, nil
+}
+
+// lateMasks are masked paths a sandbox hibernated by an older jailcell
+// lacks: its restore is not refused for their absence alone (it had the
+// same view before the upgrade), every fork and cold start has them.
+var lateMasks = []string{bootIDPath}
+
+// hostHas says whether a masked or read-only path exists in the host's
+// /proc or /sys: a sandbox's own proc and sysfs, of the same kernel, have
+// the same entries, and libcontainer and the zygote skip a path that does
+// not exist.
+func hostHas(path string) bool {
+	if !strings.HasPrefix(path, "/proc/") && !strings.HasPrefix(path, "/sys/") {
+		return false
+	}
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 // rlimitNames are /proc/PID/limits' names of the limits a configuration
@@ -533,7 +556,8 @@ var mountFlagNames = []struct {
 // checkMounts: every mount the init sees is one a cold start has, of the
 // same filesystem type, from the same device for binds and the root, with
 // at least the cold start's ro/nosuid/nodev/noexec; no mount point is
-// stacked twice (a host directory mounted over a sandbox's).
+// stacked twice (a host directory mounted over a sandbox's); every
+// required one (masks, read-only paths) is there.
 func checkMounts(pid string, want map[string]wantMount, d *diffs) {
 	b, err := readProc("/proc/" + pid + "/mountinfo")
 	if err != nil {
@@ -563,6 +587,11 @@ func checkMounts(pid string, want map[string]wantMount, d *diffs) {
 	}
 	if seen["/"] == 0 {
 		d.addf("no root mount")
+	}
+	for _, point := range slices.Sorted(maps.Keys(want)) {
+		if want[point].required && seen[point] == 0 {
+			d.addf("mount %s that a cold start has is missing", point)
+		}
 	}
 }
 

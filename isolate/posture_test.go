@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -413,6 +415,7 @@ func TestPostureCheckNamesDifferences(t *testing.T) {
 		{"read-only", "mount /tmp lacks ro", func(p *posture) { m := p.mounts["/tmp"]; m.flags |= unix.MS_RDONLY; p.mounts["/tmp"] = m }},
 		{"rlimit", "Max open files", func(p *posture) { p.rlimits["Max open files"] = "1 1" }},
 		{"interface", `network interface "lo" that a cold start lacks`, func(p *posture) { delete(p.ifaces, "lo") }},
+		{"missing mask", "mount /proc/uptime that a cold start has is missing", func(p *posture) { p.mounts["/proc/uptime"] = wantMount{required: true} }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -426,6 +429,41 @@ func TestPostureCheckNamesDifferences(t *testing.T) {
 				t.Fatalf("check = %v, want ErrPosture naming %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestPostureRefusesAMaskTakenAway: a sandbox whose masks were undone
+// (here by the host, entering its namespaces; in the field by an image
+// edited in the store) fails the check, naming each path; one whose only
+// missing mask is a late one (an image hibernated before it existed)
+// passes.
+func TestPostureRefusesAMaskTakenAway(t *testing.T) {
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		t.Fatalf("nsenter (util-linux) is needed to undo a mask: %v", err)
+	}
+	h := newTestHost(t)
+	sb := startSleeper(t, h, policy.Default())
+	waitExec(t, sb.Pid())
+	cfg := sb.container.Config()
+	if !slices.Contains(cfg.MaskPaths, bootIDPath) {
+		t.Fatalf("the sandbox's masks %v lack %s", cfg.MaskPaths, bootIDPath)
+	}
+	umount := func(path string) {
+		t.Helper()
+		out, err := exec.Command(nsenter, "-t", strconv.Itoa(sb.Pid()), "-U", "-m", "-p", "-r", "-w", "umount", path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("umount %s in the sandbox: %v: %s", path, err, out)
+		}
+	}
+	umount(bootIDPath)
+	if err := h.verifyPosture(sb, &cfg); err != nil {
+		t.Fatalf("a sandbox lacking only the late mask %s: %v, want it to pass", bootIDPath, err)
+	}
+	umount("/proc/keys")
+	err = h.verifyPosture(sb, &cfg)
+	if !errors.Is(err, ErrPosture) || !strings.Contains(err.Error(), "mount /proc/keys that a cold start has is missing") {
+		t.Fatalf("check with /proc/keys unmasked = %v, want ErrPosture naming it", err)
 	}
 }
 

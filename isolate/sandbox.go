@@ -677,6 +677,7 @@ func (h *Host) containerConfig(spec Spec, id, root string, hostID int, sec *conf
 			"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
 			"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
 			"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap", "/sys/kernel/debug",
+			bootIDPath,
 		},
 		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		Rlimits: []configs.Rlimit{
@@ -702,6 +703,12 @@ func (h *Host) containerConfig(spec Spec, id, root string, hostID int, sec *conf
 		Version:         "1.3.0",
 	}
 }
+
+// bootIDPath is the kernel's boot id, the host's and the same in every
+// sandbox: a stable identifier of the host that a cell could read to
+// track it across sessions or to find which sandboxes share a host
+// (co-residence). Masked, it reads empty.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // removeCgroup kills whatever is left in the sandbox's cgroup and removes
 // it, in either layout. Only cgroups under the host's own CgroupRoot are

@@ -76,6 +76,8 @@ out["ro_sys"] = wfile("/sys/kernel/uevent_helper", "/tmp/x")
 out["ro_sysrq"] = wfile("/proc/sysrq-trigger", "b")
 out["masked_kcore"] = len(open("/proc/kcore", "rb").read(16)) if os.path.exists("/proc/kcore") else 0
 out["masked_keys"] = len(open("/proc/keys").read()) if os.path.exists("/proc/keys") else 0
+# The host's boot id: the same in every sandbox, a host identifier.
+out["masked_boot_id"] = len(open("/proc/sys/kernel/random/boot_id").read())
 # TIOCSTI: inject input into a terminal (CVE-2017-5226 class).
 import fcntl, termios
 def sti(fd):

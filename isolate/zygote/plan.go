@@ -124,11 +124,15 @@ func PlanOf(cfg *configs.Config, cwd string, env, args []string) (Plan, []int, e
 			}
 		}
 	}
-	for _, p := range cfg.MaskPaths {
-		plan.Mounts = append(plan.Mounts, Mount{Kind: "mask", Dest: p})
-	}
+	// Read-only paths before masks, in libcontainer's order: a read-only
+	// path is a recursive bind of itself, so a mask below it made first
+	// would be copied into that bind and also stay beneath it, the point
+	// mounted twice where a cold start has it once.
 	for _, p := range cfg.ReadonlyPaths {
 		plan.Mounts = append(plan.Mounts, Mount{Kind: "readonly", Dest: p})
+	}
+	for _, p := range cfg.MaskPaths {
+		plan.Mounts = append(plan.Mounts, Mount{Kind: "mask", Dest: p})
 	}
 	return plan, trees, nil
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -254,4 +255,34 @@ func TestKernelCommandInterruptOffTheMainThread(t *testing.T) {
 	}
 	t.Logf("ended %s after the SIGINT", time.Since(begin))
 	requireOK(t, k.exec("signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})"))
+}
+
+// TestKernelJobsStartWithSIGINT: a job started after a cell blocked and
+// ignored SIGINT on the kernel's main thread gets neither (a job inherits
+// both across fork and exec), so an interrupt or a timeout's SIGINT still
+// reaches it.
+func TestKernelJobsStartWithSIGINT(t *testing.T) {
+	k := startKernel(t)
+	requireOK(t, k.exec("import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\nsignal.signal(signal.SIGINT, signal.SIG_IGN)"))
+	ctx, cancel := context.WithTimeout(context.Background(), execTimeout)
+	defer cancel()
+	r, err := k.conn.Command(ctx, CommandRequest{ID: k.nextID(), Action: CommandStart, Cmd: "grep -E '^Sig(Blk|Ign):' /proc/self/status",
+		Cwd: t.TempDir(), WaitS: 30, MaxOutput: 1 << 20}, nil)
+	if err != nil || r.Error != "" || !r.Done || r.ExitCode != 0 {
+		t.Fatalf("command = %+v, %v", r, err)
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("status lines %q", r.Stdout)
+	}
+	for _, l := range lines {
+		name, hex, _ := strings.Cut(l, ":")
+		mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+		if err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		if mask&(1<<(int(syscall.SIGINT)-1)) != 0 {
+			t.Errorf("the job's %s %s has SIGINT", name, strings.TrimSpace(hex))
+		}
+	}
 }

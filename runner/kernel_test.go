@@ -1147,3 +1147,28 @@ func TestKernelInterruptMidPrint(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelTakesSIGINTBackEachCell: a cell that set SIGINT to its default
+// (the next interrupt would kill the kernel), ignored it or blocked it
+// (every later cell uninterruptible, each timeout a kill) does so for
+// itself only: the next cell is interrupted and the session's state kept.
+func TestKernelTakesSIGINTBackEachCell(t *testing.T) {
+	k := startKernel(t)
+	requireOK(t, k.exec("kept = 'still here'"))
+	for _, left := range []string{
+		"import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)",
+		"import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)",
+		"import signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})",
+		"import signal; signal.signal(signal.SIGRTMAX, signal.SIG_DFL)",
+	} {
+		t.Run(left, func(t *testing.T) {
+			requireOK(t, k.exec(left))
+			code := "import time\nprint('sleeping', flush=True)\ntime.sleep(30)\n"
+			r := k.interruptWhen(t, ExecRequest{ID: k.nextID(), Code: code}, "sleeping", 15*time.Second)
+			requireError(t, r, "KeyboardInterrupt")
+			if r := k.exec("kept"); plain(r) != "'still here'" {
+				t.Fatalf("after the interrupt: %+v\n%s", r, k.logText())
+			}
+		})
+	}
+}

@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 
-from .state import _State, _log
+from .state import _on_sigint, _State, _log
 
 # A SIGINT can reach the kernel and stay unhandled while the cell sleeps
 # on: CPython runs a Python-level handler only on the main thread, between
@@ -106,7 +106,27 @@ class _Pump:
             return  # no kicks: a SIGINT is handled as CPython alone does
         self.wake_r, self.wake_w = r, w
 
-    def own_wakeup(self):
+    def own_signals(self):
+        """Take the kernel's signal handling back before a cell or a
+        command: a cell's own handling of SIGINT lasts that cell, as under
+        ipykernel, which installs its handler for each request. A cell
+        that set SIGINT to SIG_DFL left the next interrupt (a timeout's)
+        to kill the kernel and lose the session's state; one that ignored,
+        blocked or took it left every later cell uninterruptible, each
+        timeout then a kill; a job started after it inherited the blocked
+        or ignored SIGINT. The kick's handler too: SIGRTMAX's default
+        ends the process."""
+        try:
+            if signal.getsignal(signal.SIGINT) is not _on_sigint:
+                signal.signal(signal.SIGINT, _on_sigint)
+            if self.wake_w >= 0 and signal.getsignal(KICK_SIGNAL) is not _on_kick:
+                signal.signal(KICK_SIGNAL, _on_kick)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, KICK_SIGNAL})
+        except (OSError, ValueError):
+            pass  # not the main thread: nothing of it is the cells' to change
+        self._own_wakeup()
+
+    def _own_wakeup(self):
         """Take the wakeup fd back if a cell left it unset (asyncio resets
         it to none when its loop closes); one a cell set is kept."""
         if self.wake_w < 0:

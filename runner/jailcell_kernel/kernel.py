@@ -253,6 +253,10 @@ class _Kernel:
                     continue  # its host has gone; a new one does not know the id
                 if isinstance(req, _CommandRequest):
                     # Between cells, like assist: see _command below.
+                    # A job inherits the signals' mask and ignored
+                    # dispositions of this thread, as a cell left them.
+                    if req.t == "command" and req.action == "start":
+                        self.pump.own_signals()
                     self.link.send(_command(req, self.link))
                     continue
                 if isinstance(req, _AssistRequest):
@@ -309,7 +313,7 @@ class _Kernel:
         self.pump.redirect()
         self._restore_stdio()
         self.pump.begin(req.id, req.max_output)
-        self.pump.own_wakeup()
+        self.pump.own_signals()
         self.cell = cell
         _State.interrupted = False
         try:

@@ -146,9 +146,18 @@ func (d *Disk) restore(imageDir string, spec Spec, wait bool) (*Sandbox, error) 
 	// libcontainer hands criu as its fds 1 and 2.
 	var conf strings.Builder
 	conf.WriteString(criu.BaseConfig)
-	if b, err := os.ReadFile(filepath.Join(imageDir, criu.StdioName)); err == nil {
+	if b, err := readProc(filepath.Join(imageDir, criu.StdioName)); err == nil { // bounded: it comes with the images
 		seen := map[string]bool{}
 		for i, k := range strings.Split(string(b), "\n") {
+			// Only the keys ExternalStdio writes: the file comes with the
+			// images (a store's, a fork's), and criu reads its config
+			// line by line as options, so a line with spaces or more
+			// lines would hand criu, running as root, options of the
+			// image's choosing (--action-script: a command run on the
+			// host).
+			if k != "" && !criu.StdioKey(k) {
+				return nil, fmt.Errorf("%w: the checkpoint's stdio names %q, not a file key of criu's (file[MNT:INODE])", ErrPosture, k)
+			}
 			if k != "" && !seen[k] && i < 2 {
 				fmt.Fprintf(&conf, "inherit-fd fd[%d]:%s\n", i+1, k)
 				seen[k] = true

@@ -15,6 +15,7 @@ import (
 	criuseccomp "github.com/checkpoint-restore/go-criu/v8/crit/images/seccomp"
 	"golang.org/x/sys/unix"
 
+	"github.com/jailcell/jailcell/isolate/criu"
 	"github.com/jailcell/jailcell/isolate/seccomp"
 )
 
@@ -199,6 +200,32 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 			assertNothingLeft(t, h, d, ctl)
 		})
 	}
+	// The stdio keys come with the images onto a line of criu's config:
+	// words after a key would be options of criu's, run as root
+	// (--action-script runs a command on the host).
+	t.Run("stdio key with criu options", func(t *testing.T) {
+		edited := filepath.Join(t.TempDir(), "images")
+		if _, err := LinkImages(images, edited); err != nil {
+			t.Fatal(err)
+		}
+		mark := filepath.Join(t.TempDir(), "ran")
+		key := "file[1:2] --action-script /bin/touch " + mark
+		if err := os.WriteFile(filepath.Join(edited, criu.StdioName), []byte(key+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := d.Restore(edited, spec)
+		if err == nil {
+			_ = rs.Destroy()
+			t.Fatal("restore of images whose stdio adds criu options succeeded")
+		}
+		if !errors.Is(err, ErrPosture) || !strings.Contains(err.Error(), "stdio") {
+			t.Fatalf("restore: %v, want ErrPosture naming the stdio key", err)
+		}
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatal("the image's action script ran")
+		}
+		assertNothingLeft(t, h, d, ctl)
+	})
 	rs, err := d.Restore(images, spec)
 	if err != nil {
 		t.Fatalf("restore of the unedited checkpoint on the same disk: %v", err)

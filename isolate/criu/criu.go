@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -62,6 +63,13 @@ func ExternalStdio(pid int) ([2]string, error) {
 	}
 	return keys, nil
 }
+
+// stdioKey is the shape of a key ExternalStdio writes.
+var stdioKey = regexp.MustCompile(`^file\[[0-9a-f]{1,16}:[0-9a-f]{1,16}\]$`)
+
+// StdioKey says whether k has the shape of a key ExternalStdio writes,
+// and so is safe on a line of criu's config.
+func StdioKey(k string) bool { return stdioKey.MatchString(k) }
 
 const ConfigLabel = "org.criu.config"
 

@@ -220,6 +220,11 @@ func (m *durable) putFile(put func(string, io.Reader, int64) error, name, p stri
 	return put(name, f, fi.Size())
 }
 
+// upperTarMax bounds a saved upper layer's tar, stored and taken back
+// alike: dense (sparse files in full), at 2x the disk plus room for
+// headers; the file data inside is bounded at the disk itself.
+func upperTarMax(diskBytes int64) int64 { return 2*diskBytes + 64<<20 }
+
 // putUpper uploads s's saved upper layer as one tar, written to a
 // temporary file first (its checksum precedes its upload on S3).
 func (m *durable) putUpper(put func(string, io.Reader, int64) error, s *Session) error {
@@ -235,6 +240,13 @@ func (m *durable) putUpper(put func(string, io.Reader, int64) error, s *Session)
 	size, err := tmp.Seek(0, io.SeekCurrent)
 	if err != nil {
 		return err
+	}
+	// A tar no node would take back is never stored: the session stays
+	// here, hibernated, instead of being handed to the store and then
+	// refused by every take (tar headers count against no disk: tens of
+	// thousands of empty files made one past the import's bound).
+	if max := upperTarMax(s.policy.DiskBytes); size > max {
+		return fmt.Errorf("%w: the saved files make a tar of %d bytes, over the %d a node takes back for a %d-byte disk (many small files: each costs about 1.5 KiB of headers)", ErrLimit, size, max, s.policy.DiskBytes)
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return err
@@ -667,9 +679,7 @@ func (m *durable) importStored(ctx context.Context, l lease) (_ *Session, retErr
 				pr.CloseWithError(err)
 				done <- err
 			}()
-			// The tar is dense (sparse files in full): bounded at 2x the
-			// disk, the file data inside at the disk itself.
-			err := get(o, 2*meta.Policy.DiskBytes+(64<<20), pw)
+			err := get(o, upperTarMax(meta.Policy.DiskBytes), pw)
 			pw.CloseWithError(err)
 			uerr := <-done
 			if err != nil {

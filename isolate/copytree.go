@@ -93,7 +93,19 @@ func (d *Disk) SaveUpper(dir string, m Meter) error {
 // d's tmpfs bounds the copy; holes stay holes, so what fit on the disk it
 // was saved from fits again.
 func (d *Disk) LoadUpper(dir string) error {
-	b, err := os.ReadFile(filepath.Join(dir, hostIDFile))
+	// The file may have come from a store (a hibernated session taken
+	// over from another node): not followed if a link (to /dev/zero, to a
+	// host file echoed back in the error), a FIFO never waited on, and
+	// read to a bound.
+	f, err := os.OpenFile(filepath.Join(dir, hostIDFile), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("load upper layer: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("load upper layer: %s is not a regular file", hostIDFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 16))
 	if err != nil {
 		return fmt.Errorf("load upper layer: %w", err)
 	}

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/policy"
 )
 
 // TestCopyTreeHostileSource: a copied upper layer keeps symlinks as
@@ -282,5 +285,39 @@ func TestCopyFileDataSum(t *testing.T) {
 	}
 	if fi, _ := dst.Stat(); fi.Sys().(*syscall.Stat_t).Blocks*512 > 256<<10 {
 		t.Errorf("the copy is not sparse: %d blocks", fi.Sys().(*syscall.Stat_t).Blocks)
+	}
+}
+
+// TestLoadUpperReadsOnlyItsOwnHostID: a saved layer's host id file that
+// is a link (it may come from a store) is not followed, and a FIFO is
+// not waited on: the load is refused, naming neither's target.
+func TestLoadUpperReadsOnlyItsOwnHostID(t *testing.T) {
+	h := newTestHost(t)
+	d := testDisk(t, h, policy.Default(), "hostid")
+	for name, plant := range map[string]func(p string) error{
+		"symlink": func(p string) error { return os.Symlink("/etc/hostname", p) },
+		"fifo":    func(p string) error { return unix.Mkfifo(p, 0o600) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Mkdir(filepath.Join(dir, "upper"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := plant(filepath.Join(dir, hostIDFile)); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- d.LoadUpper(dir) }()
+			select {
+			case err := <-done:
+				host, _ := os.ReadFile("/etc/hostname")
+				if err == nil || (len(host) > 0 && strings.Contains(err.Error(), strings.TrimSpace(string(host)))) {
+					t.Fatalf("LoadUpper = %v, want a refusal that names no host file's content", err)
+				}
+				t.Logf("refused: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("LoadUpper waits on a FIFO")
+			}
+		})
 	}
 }

@@ -59,7 +59,14 @@ type Options struct {
 	MaxInFlight         int
 	MaxInFlightBytes    int64
 	MaxInFlightPerOwner int
+	// BodyTimeout is how long a client has to send a request's body once
+	// admitted (0: DefaultBodyTimeout).
+	BodyTimeout time.Duration
 }
+
+// DefaultBodyTimeout is Options.BodyTimeout's default: the largest upload
+// at 1 MB/s.
+const DefaultBodyTimeout = 5 * time.Minute
 
 // Door serves E2B's protocol over an api.Handler. Safe for concurrent use.
 type Door struct {
@@ -83,6 +90,9 @@ func New(h api.Handler, o Options) (*Door, error) {
 	if o.Templates == nil {
 		o.Templates = DefaultTemplates
 	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = DefaultBodyTimeout
+	}
 	b, log := api.NewBudget(o.MaxInFlight, o.MaxInFlightBytes, o.Logger)
 	per := o.MaxInFlightPerOwner
 	if per == 0 {
@@ -105,6 +115,7 @@ func New(h api.Handler, o Options) (*Door, error) {
 type target struct {
 	owner int
 	id    string
+	place *api.Place // the request's in the budget, which a stream grows
 }
 
 type targetKey struct{}
@@ -139,18 +150,44 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	weight := max(r.ContentLength, 1)
+	// A body is weighed at what it may become in memory, before it is
+	// admitted: a declared length over the route's bound is refused at
+	// once (one Content-Length of 2^62 was admitted alone into an empty
+	// budget and then held every other owner's request waiting, its body
+	// never coming). A chunked or compressed one (it weighed one byte
+	// whatever it held) is weighed at the bound or an eighth of the
+	// budget's bytes, the less, and its place grows by what is read past
+	// that: weighed at its whole bound (an upload's is over an owner's
+	// share) it would wait for the owner's other requests to end, an open
+	// watch of the SDK's holding its writes off for good.
+	bound := bodyBound(r)
+	if r.ContentLength > bound {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is %d bytes, over this route's %d", r.ContentLength, bound))
+		return
+	}
+	weight := r.ContentLength
+	if enc := r.Header.Get("Content-Encoding"); weight < 0 || (enc != "" && enc != "identity") {
+		weight = min(bound, d.budget.MaxWeight()/8)
+	}
+	weight = max(weight, 1)
 	place, err := d.budget.TakeFor(r.Context(), owner, weight)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "the service is at its bound of requests in flight: "+err.Error())
 		return
 	}
 	defer place.Release()
+	if r.ContentLength != 0 {
+		// A sender too slow or silent ends within the body timeout, never
+		// holding its place (slowloris on the body).
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(d.o.BodyTimeout))
+		r.Body = &admittedBody{ReadCloser: http.MaxBytesReader(w, r.Body, bound), rc: rc, place: place, left: weight}
+	}
 	if !ok {
 		d.control.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{owner: owner})))
 		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), targetKey{}, target{owner: owner, id: id}))
+	r = r.WithContext(context.WithValue(r.Context(), targetKey{}, target{owner: owner, id: id, place: place}))
 	switch port {
 	case EnvdPort:
 		d.envd.ServeHTTP(w, r)
@@ -161,6 +198,45 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// port; a jailcell sandbox has no network to reach.
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("port %d of sandbox %s: jailcell serves only envd (%d) and the code interpreter (%d); a sandbox's own servers cannot be reached", port, id, EnvdPort, InterpreterPort))
 	}
+}
+
+// bodyBound is the most a request's body may hold on its route, inflated:
+// an upload's, or a JSON or Connect message's.
+func bodyBound(r *http.Request) int64 {
+	if r.Method == http.MethodPost && r.URL.Path == "/files" {
+		return maxUploadBody
+	}
+	return maxJSONBody
+}
+
+// admittedBody is an admitted request's body: what is read past the
+// place's weight grows the place (a compressed body's bytes are counted
+// as they come, the handler's inflated copy weighed by the bound), and
+// the body's read deadline is lifted once it has been read to its end:
+// the deadline bounds the sender, not the answer, and Go's server reads
+// the connection after a body's end to see a client leave, a read that a
+// stale deadline would fail, cancelling a long stream. A body that failed
+// keeps it: the server then reads what is left of the body before
+// answering, and would wait on a stalled sender.
+type admittedBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	place *api.Place
+	left  int64 // of the weight, not yet read
+	done  bool
+}
+
+func (b *admittedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.left -= int64(n); b.left < 0 {
+		b.place.Grow(-b.left)
+		b.left = 0
+	}
+	if err == io.EOF && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // sandboxOf finds the sandbox a request is for: the E2b-Sandbox-Id and
@@ -245,16 +321,19 @@ func (d *Door) sandboxOwner(r *http.Request, id string) (int, error) {
 // matches, as envd refuses it.
 func (d *Door) signedOwner(r *http.Request, id string) (int, error) {
 	q := r.URL.Query()
+	// One answer whether or not the door holds the sandbox: a caller with
+	// no credentials must not learn which ids exist.
+	refused := errors.New("invalid signature: a signed URL is admitted only with a valid signature for a sandbox made through this door; otherwise send X-Access-Token")
 	rec, ok := d.records.get(id)
 	if !ok {
-		return 0, fmt.Errorf("sandbox %s: a signed URL is admitted only for a sandbox made through this door; send X-Access-Token", id)
+		return 0, refused
 	}
 	want, exp, err := d.signature(r, rec.Owner, id)
 	if err != nil {
 		return 0, err
 	}
 	if want == "" || !hmac.Equal([]byte(q.Get("signature")), []byte(want)) {
-		return 0, errors.New("invalid signature")
+		return 0, refused
 	}
 	if exp != nil && *exp < time.Now().Unix() {
 		return 0, errors.New("signature is already expired")

@@ -29,9 +29,23 @@ type fakeSessions struct {
 	calls []api.Request
 	owner []int
 	live  map[string]seam.Info
+	// execOut is how many bytes of stdout an exec streams, in 1 MiB
+	// events; execDone is closed when an exec has returned.
+	execOut  int
+	execDone chan struct{}
 }
 
-func (f *fakeSessions) Handle(_ context.Context, owner int, req *api.Request, _ func(api.Event)) *api.Response {
+func (f *fakeSessions) Handle(_ context.Context, owner int, req *api.Request, emit func(api.Event)) *api.Response {
+	if req.Op == api.OpExec {
+		chunk := strings.Repeat("x", 1<<20)
+		for range f.execOut >> 20 {
+			emit(api.Event{Event: api.EventStdout, Text: chunk})
+		}
+		if f.execDone != nil {
+			close(f.execDone)
+		}
+		return &api.Response{ID: req.ID, OK: true, Result: &seam.Result{Status: seam.StatusOK}}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, *req)

@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/internal/ndjson"
 	"github.com/jailcell/jailcell/session/seam"
 )
 
@@ -127,7 +127,7 @@ func (d *Door) execute(w http.ResponseWriter, r *http.Request) {
 	if !d.alive(w, r) {
 		return
 	}
-	out := newLineWriter(w)
+	out := newLineWriter(w, t.place)
 	req := &api.Request{Op: api.OpExec, Session: t.id, Code: body.Code, Stream: true, Envs: body.EnvVars, Context: cc}
 	shown := 0
 	emit := func(ev api.Event) {
@@ -150,11 +150,15 @@ func (d *Door) execute(w http.ResponseWriter, r *http.Request) {
 		// not running and raise TimeoutError saying it was killed; lines
 		// ending well would be taken for the cell's own outcome, and the
 		// SDK would return them as a result.
+		// What was streamed goes out, then the cut.
+		out.finish()
 		panic(http.ErrAbortHandler)
 	}
 	for _, l := range finalLines(resp, e, shown) {
 		out.line(l)
 	}
+	// The cell is over; the client has the grace to take what is left.
+	out.finish()
 }
 
 // ranWell: the cell ran and ended as a cell ends by itself.
@@ -176,22 +180,23 @@ func (d *Door) callWhileBusy(ctx context.Context, owner int, req *api.Request, e
 	}
 }
 
-// lineWriter writes JSON lines, each flushed at once, from the handler's
-// goroutine and the dispatcher's (never at the same time: the mutex makes
-// sure).
+// lineWriter writes JSON lines, each flushed at once, from a goroutine of
+// its own: a cell's output is queued (counted in the request's place in
+// the in-flight budget) and never waits on the client, so a client that
+// stops reading does not keep its sandbox busy (before the fix it held
+// the cell's output on a full socket, and the sandbox with it, for as long
+// as the connection stayed open).
 type lineWriter struct {
-	mu     sync.Mutex
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	broken bool
+	out   *ndjson.Writer
+	place *api.Place
 }
 
-func newLineWriter(w http.ResponseWriter) *lineWriter {
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	lw := &lineWriter{w: w, rc: http.NewResponseController(w)}
-	_ = lw.rc.Flush()
-	return lw
+// streamGrace is how long a client has, once its cell is over, to take
+// the rest of the stream (http.stream_grace's default on the HTTP door).
+const streamGrace = 30 * time.Second
+
+func newLineWriter(w http.ResponseWriter, place *api.Place) *lineWriter {
+	return &lineWriter{out: ndjson.Start(w, http.StatusOK, nil), place: place}
 }
 
 func (lw *lineWriter) line(v any) {
@@ -199,17 +204,13 @@ func (lw *lineWriter) line(v any) {
 	if err != nil {
 		b, _ = json.Marshal(errorLine{Type: "error", Name: "EncodingError", Value: "jailcell could not encode an output line: " + err.Error()})
 	}
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	if lw.broken {
-		return // the caller went away; its context stops the cell
+	if lw.place != nil {
+		lw.place.Grow(int64(len(b) + 1))
 	}
-	if _, err := lw.w.Write(append(b, '\n')); err != nil {
-		lw.broken = true
-		return
-	}
-	_ = lw.rc.Flush()
+	lw.out.Push(http.StatusOK, append(b, '\n'))
 }
+
+func (lw *lineWriter) finish() { lw.out.Finish(streamGrace) }
 
 // E2B's output lines (template/server/api/models).
 type (

@@ -13,12 +13,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/api/internal/ndjson"
 	"github.com/jailcell/jailcell/session/seam"
 )
 
@@ -616,12 +616,7 @@ func (s *HTTPServer) jsonOp(w http.ResponseWriter, r *http.Request, op, sessionI
 // The session is free when the cell ends; the writer then has the
 // stream grace to hand over the rest, after which the response is cut.
 func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner int, req *api.Request, pl *api.Place) *api.Response {
-	q := &lineQueue{wake: make(chan struct{}, 1)}
-	wrote := make(chan struct{})
-	go func() {
-		defer close(wrote)
-		s.writeLines(w, q)
-	}()
+	out := ndjson.Start(w, 0, func() { s.log.Debug("streamed response cut: the client did not take it") })
 	emit := func(ev api.Event) {
 		b, err := api.EncodeLine(ev)
 		if err != nil {
@@ -629,7 +624,7 @@ func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner in
 			return
 		}
 		pl.Grow(int64(len(b)))
-		q.push(http.StatusOK, b)
+		out.Push(http.StatusOK, b)
 	}
 	resp := s.d.Handle(ctx, owner, req, emit)
 	b, err := api.EncodeLine(resp)
@@ -640,95 +635,9 @@ func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner in
 	}
 	pl.Grow(int64(len(b)))
 	// The cell is over; the client has the grace to take what is left.
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamGrace))
-	q.push(httpStatus(resp), b)
-	q.close()
-	<-wrote
-	_ = rc.SetWriteDeadline(time.Time{})
+	out.Push(httpStatus(resp), b)
+	out.Finish(s.opts.StreamGrace)
 	return resp
-}
-
-// lineQueue carries a stream's lines from the cell to the writer.
-type lineQueue struct {
-	mu     sync.Mutex
-	lines  [][]byte
-	status int // of the first line, which decides the response's
-	closed bool
-	wake   chan struct{}
-}
-
-func (q *lineQueue) push(status int, b []byte) {
-	q.mu.Lock()
-	if q.status == 0 {
-		q.status = status
-	}
-	q.lines = append(q.lines, b)
-	q.mu.Unlock()
-	q.signal()
-}
-
-func (q *lineQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.signal()
-}
-
-func (q *lineQueue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take waits for lines; it returns none once the queue is closed and
-// empty.
-func (q *lineQueue) take() (lines [][]byte, status int, more bool) {
-	for {
-		q.mu.Lock()
-		lines, q.lines = q.lines, nil
-		status, closed := q.status, q.closed
-		q.mu.Unlock()
-		if len(lines) > 0 || closed {
-			return lines, status, len(lines) > 0
-		}
-		<-q.wake
-	}
-}
-
-// writeLines writes q's lines to w until q is closed, or the client fails
-// to take them (gone, or past the write deadline): the rest are dropped.
-func (s *HTTPServer) writeLines(w http.ResponseWriter, q *lineQueue) {
-	rc := http.NewResponseController(w)
-	started, broken := false, false
-	for {
-		lines, status, more := q.take()
-		if !more {
-			return
-		}
-		if broken {
-			continue
-		}
-		if !started {
-			w.Header().Set("Content-Type", "application/x-ndjson")
-			w.Header().Set("Cache-Control", "no-store")
-			w.WriteHeader(status)
-			started = true
-		}
-		for _, b := range lines {
-			if _, err := w.Write(b); err != nil {
-				broken = true
-				break
-			}
-		}
-		if !broken && rc.Flush() != nil {
-			broken = true
-		}
-		if broken {
-			s.log.Debug("streamed response cut: the client did not take it")
-		}
-	}
 }
 
 func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, owner int) {

@@ -1,0 +1,195 @@
+package e2b
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawRequest writes head (request line and headers, CRLF-ended, no blank
+// line) and then part of a body on a new connection to srv, and returns
+// the connection for the answer.
+func rawRequest(t *testing.T, srv *httptest.Server, head, body string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := fmt.Fprintf(c, "%s\r\n%s", head, body); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// readStatus reads the answer's status code within limit (0 if the
+// connection ended or nothing came).
+func readStatus(c net.Conn, limit time.Duration) int {
+	_ = c.SetReadDeadline(time.Now().Add(limit))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestBodiesAreBoundedBeforeTheyAreAdmitted: a declared body over the
+// route's bound is refused at once (it was admitted alone into the empty
+// budget at its declared 2^62 bytes and held every other owner's request
+// waiting for a body that never came), and a sender that stops mid-body
+// is cut off at the body timeout, its place given back; meanwhile
+// another owner is served.
+func TestBodiesAreBoundedBeforeTheyAreAdmitted(t *testing.T) {
+	d, _ := newTestDoor(t, Options{BodyTimeout: 500 * time.Millisecond,
+		Keys: NewKeys(map[string]uint32{testKey: 1000, testKey + "2": 1001}).Owner})
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close) // after the raw connections close
+	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
+	var s sandbox
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	upload := "POST /files?path=a.txt HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n" +
+		"E2b-Sandbox-Id: " + s.SandboxID + "\r\nE2b-Sandbox-Port: 49983\r\nX-Access-Token: " + s.EnvdAccessToken + "\r\n"
+
+	huge := rawRequest(t, srv, upload+"Content-Length: 4611686018427387904\r\n", "")
+	if code := readStatus(huge, 5*time.Second); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a declared 2^62-byte upload: status %d, want 413 at once", code)
+	}
+
+	slow := rawRequest(t, srv, upload+"Content-Length: 1000\r\n", strings.Repeat("x", 10))
+	other := srv.Client()
+	other.Timeout = 5 * time.Second
+	req, _ := http.NewRequest("GET", srv.URL+"/sandboxes", nil)
+	req.Header.Set("X-API-KEY", testKey+"2")
+	resp, err := other.Do(req)
+	if err != nil {
+		t.Fatalf("another owner's request while an upload stalls: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("another owner's list: %d", resp.StatusCode)
+	}
+	start := time.Now()
+	code := readStatus(slow, 10*time.Second)
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("a stalled upload was cut off after %s, want about the body timeout (500ms)", time.Since(start))
+	}
+	t.Logf("a stalled upload ended with status %d after %s", code, time.Since(start))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, used := d.budget.InFlight()
+		if n == 0 && used == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the budget still holds %d requests, %d bytes after the stalled upload ended", n, used)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestChunkedAndCompressedBodiesWeighTheirBound: a body whose size the
+// request does not state, or states compressed, takes the route's bound
+// or an eighth of the budget's bytes (the less; here the eighth) from the
+// budget, not one byte.
+func TestChunkedAndCompressedBodiesWeighTheirBound(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(r *http.Request)
+	}{
+		{"chunked", func(r *http.Request) { r.ContentLength = -1 }},
+		{"gzip", func(r *http.Request) { r.Header.Set("Content-Encoding", "gzip") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/files?path=a.txt", strings.NewReader("x"))
+			c.edit(r)
+			if got := max(r.ContentLength, 1); got >= maxUploadBody {
+				t.Fatalf("test request already weighs %d", got)
+			}
+			const budget = 1 << 30
+			d, _ := newTestDoor(t, Options{MaxInFlightBytes: budget})
+			w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
+			var s sandbox
+			if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+				t.Fatal(err)
+			}
+			// Hold all but an eighth of the budget, less a byte: the
+			// request weighed an eighth must wait, one weighed a byte
+			// would pass.
+			held, err := d.budget.TakeFor(t.Context(), 2000, budget-budget/8+1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Release()
+			for k, v := range map[string]string{"E2b-Sandbox-Id": s.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": s.EnvdAccessToken,
+				"Content-Type": "application/octet-stream"} {
+				r.Header.Set(k, v)
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), 300*time.Millisecond)
+			defer cancel()
+			rec := httptest.NewRecorder()
+			d.ServeHTTP(rec, r.WithContext(ctx))
+			if rec.Code != http.StatusServiceUnavailable {
+				t.Errorf("status %d %s, want 503: weighed an eighth of the budget, it waits for the held place", rec.Code, rec.Body)
+			}
+		})
+	}
+}
+
+// TestSignedURLRefusalIsTheSameForAnyID: a caller with no credentials gets
+// the same answer for a sandbox the door made and for an id it never
+// made: no oracle of which ids exist.
+func TestSignedURLRefusalIsTheSameForAnyID(t *testing.T) {
+	d, _ := newTestDoor(t, Options{})
+	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
+	var s sandbox
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	answer := func(id string) (int, string) {
+		w := do(d, "GET", "/files?path=a.txt&signature=v1_x", "", map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"})
+		return w.Code, w.Body.String()
+	}
+	c1, b1 := answer(s.SandboxID)
+	c2, b2 := answer("n1-" + strings.Repeat("b", 32))
+	if c1 != http.StatusUnauthorized || c1 != c2 || b1 != b2 {
+		t.Errorf("made: %d %s; never made: %d %s; want the same 401", c1, b1, c2, b2)
+	}
+}
+
+// TestExecuteFreesTheSandboxForAClientThatStopsReading: a cell's output
+// is queued, never written under the cell, so a client that sends
+// /execute and stops reading (its connection open) does not keep the
+// sandbox busy: the cell's call returns with 64 MiB of output unread.
+func TestExecuteFreesTheSandboxForAClientThatStopsReading(t *testing.T) {
+	d, f := newTestDoor(t, Options{MaxInFlightBytes: 1 << 30})
+	f.execOut, f.execDone = 64<<20, make(chan struct{})
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close) // after the raw connection closes
+	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
+	var s sandbox
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"code":"print('x' * 2**26)"}`
+	c := rawRequest(t, srv, fmt.Sprintf("POST /execute HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %d\r\nX-Access-Token: %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n", s.SandboxID, InterpreterPort, s.EnvdAccessToken, len(body)), body)
+	_ = c // never read
+	select {
+	case <-f.execDone:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the cell's call has not returned 15 s after its client stopped reading: the sandbox stays busy")
+	}
+	if _, used := d.budget.InFlight(); used < 64<<20 {
+		t.Errorf("the budget holds %d bytes while 64 MiB of output is queued, want them counted", used)
+	}
+}

@@ -143,6 +143,7 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request) {
 	// autoPause: the timeout hibernates the session (E2B's pause) rather
 	// than ending it.
 	pause := body.AutoPause != nil && *body.AutoPause
+	d.pruneRecords(r, t.owner)
 	req := &api.Request{Op: api.OpCreate, Policy: pol, Envs: body.EnvVars, Cwd: seam.HomeDir, HibernateOnIdle: pause}
 	if body.Timeout != nil && *body.Timeout > 0 {
 		req.TTLS = float64(*body.Timeout)
@@ -160,6 +161,28 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request) {
 	d.records.put(id, record{Owner: t.owner, Template: tmpl, Metadata: body.Metadata, Started: resp.Info.CreatedAt, Envs: envs,
 		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled})
 	writeJSON(w, http.StatusCreated, d.sandboxAnswer(t.owner, id, tmpl))
+}
+
+// pruneRecords drops the records of owner's sandboxes that have ended
+// (by their timeout, or through another door), as a list does: each
+// create prunes its owner's, so the records stay bounded by the sessions
+// each owner had alive (they were kept for good, and an unauthenticated
+// signed URL tries every record).
+func (d *Door) pruneRecords(r *http.Request, owner int) {
+	resp, e := d.call(r.Context(), owner, &api.Request{Op: api.OpSessions}, nil)
+	if e != nil {
+		return // kept: a record is dropped only for a session known gone
+	}
+	d.records.keepOnly(owner, liveOf(resp.Sessions))
+}
+
+// liveOf is the set of the sessions' ids.
+func liveOf(infos []seam.Info) map[string]bool {
+	live := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		live[info.ID] = true
+	}
+	return live
 }
 
 // networkRefused names what of a create's network config jailcell cannot
@@ -323,6 +346,9 @@ func (d *Door) setTimeout(w http.ResponseWriter, r *http.Request) {
 func (d *Door) extend(r *http.Request, owner int, id string, s int64) *api.Error {
 	if s == 0 {
 		_, e := d.call(r.Context(), owner, &api.Request{Op: api.OpClose, Session: id}, nil)
+		if e == nil {
+			d.records.drop(id)
+		}
 		return e
 	}
 	_, e := d.call(r.Context(), owner, &api.Request{Op: api.OpSetTimeout, Session: id, TimeoutS: float64(s)}, nil)

@@ -369,7 +369,9 @@ func (d *Door) signature(r *http.Request, owner int, id string) (string, *int64,
 // or another program to fetch. The signature names its sandbox, being
 // made with its token: each sandbox made through this door is tried. The
 // cost an unauthenticated caller can ask is two SHA-256 per such sandbox
-// (bounded by sessions.max and the door's request budget); a match
+// (the records: each owner's sandboxes alive at its last create or list,
+// so bounded by sessions.max per owner; and by the door's request
+// budget); a match
 // identifies one sandbox only, and signedOwner then checks it again,
 // expiry included.
 func (d *Door) signedSandbox(r *http.Request) (string, bool) {

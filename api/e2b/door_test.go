@@ -33,6 +33,7 @@ type fakeSessions struct {
 	// events; execDone is closed when an exec has returned.
 	execOut  int
 	execDone chan struct{}
+	seq      int // of the sandboxes made, naming each
 }
 
 func (f *fakeSessions) Handle(_ context.Context, owner int, req *api.Request, emit func(api.Event)) *api.Response {
@@ -53,7 +54,8 @@ func (f *fakeSessions) Handle(_ context.Context, owner int, req *api.Request, em
 	now := time.Now()
 	switch req.Op {
 	case api.OpCreate:
-		info := seam.Info{ID: "n1-" + strings.Repeat("a", 31) + string(rune('0'+len(f.live))), State: "ready", CreatedAt: now, ExpiresAt: now.Add(time.Minute)}
+		f.seq++
+		info := seam.Info{ID: fmt.Sprintf("n1-%032x", f.seq), State: "ready", CreatedAt: now, ExpiresAt: now.Add(time.Minute)}
 		f.live[info.ID] = info
 		return &api.Response{ID: req.ID, OK: true, Info: &info}
 	case api.OpInfo:
@@ -237,9 +239,11 @@ func TestCreateMapsToTheSession(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
 		t.Fatal(err)
 	}
-	c := f.calls[0]
-	if c.Op != api.OpCreate || c.Policy != "big" || c.TTLS != 90 || c.Envs["A"] != "b" || c.Cwd != seam.HomeDir || f.owner[0] != 1000 {
-		t.Errorf("create sent %+v as owner %d", c, f.owner[0])
+	// The first call lists the owner's sessions (its ended sandboxes'
+	// records are pruned); the second creates.
+	c := f.calls[1]
+	if f.calls[0].Op != api.OpSessions || c.Op != api.OpCreate || c.Policy != "big" || c.TTLS != 90 || c.Envs["A"] != "b" || c.Cwd != seam.HomeDir || f.owner[1] != 1000 {
+		t.Errorf("create sent %+v as owner %d", c, f.owner[1])
 	}
 	if owner, ok := d.verifyToken(s.EnvdAccessToken, s.SandboxID); !ok || owner != 1000 || s.TrafficAccessToken != s.EnvdAccessToken || s.EnvdVersion != EnvdVersion {
 		t.Errorf("answer %+v: token for owner %d %v", s, owner, ok)
@@ -393,5 +397,45 @@ func TestSignedFileURLs(t *testing.T) {
 	hdr["E2b-Sandbox-Id"] = other.SandboxID
 	if w := do(d, "GET", q(url.Values{"path": {"a.txt"}, "signature": {sign("a.txt", "read", "", "")}}), "", hdr); w.Code != 401 {
 		t.Errorf("a signature of another sandbox: %d %s, want 401", w.Code, w.Body)
+	}
+}
+
+// TestRecordsOfEndedSandboxesArePruned: a sandbox that ended by its
+// timeout or through another door leaves no record once its owner creates
+// another, and one ended by a timeout of 0 leaves none at once: records
+// were kept for good, and an unauthenticated signed URL tries each.
+func TestRecordsOfEndedSandboxesArePruned(t *testing.T) {
+	d, f := newTestDoor(t, Options{})
+	create := func() string {
+		w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
+		var s sandbox
+		if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+			t.Fatal(err)
+		}
+		return s.SandboxID
+	}
+	var ended []string
+	for range 5 {
+		ended = append(ended, create())
+	}
+	f.mu.Lock()
+	for _, id := range ended {
+		delete(f.live, id) // ended where the door does not see it
+	}
+	f.mu.Unlock()
+	kept := create()
+	for _, id := range ended {
+		if _, ok := d.records.get(id); ok {
+			t.Errorf("record of ended sandbox %s kept after its owner's next create", id)
+		}
+	}
+	if _, ok := d.records.get(kept); !ok {
+		t.Fatalf("record of the live sandbox %s dropped", kept)
+	}
+	if w := do(d, "POST", "/sandboxes/"+kept+"/timeout", `{"timeout":0}`, map[string]string{"X-API-KEY": testKey}); w.Code >= 300 {
+		t.Fatalf("timeout 0: %d %s", w.Code, w.Body)
+	}
+	if _, ok := d.records.get(kept); ok {
+		t.Error("record kept after a timeout of 0 ended the sandbox")
 	}
 }

@@ -93,11 +93,7 @@ func (d *Door) list(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	live := map[string]bool{}
-	for _, info := range resp.Sessions {
-		live[info.ID] = true
-	}
-	d.records.keepOnly(t.owner, live)
+	d.records.keepOnly(t.owner, liveOf(resp.Sessions))
 	infos := slices.Clone(resp.Sessions)
 	slices.SortFunc(infos, func(a, b seam.Info) int { return compareListed(a.CreatedAt, a.ID, b.CreatedAt, b.ID, asc) })
 

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -192,4 +193,38 @@ func TestExecuteFreesTheSandboxForAClientThatStopsReading(t *testing.T) {
 	if _, used := d.budget.InFlight(); used < 64<<20 {
 		t.Errorf("the budget holds %d bytes while 64 MiB of output is queued, want them counted", used)
 	}
+}
+
+// TestDownloadsAreWeighed: a download's bytes, in memory until written,
+// are counted in its request's place while a client does not read them,
+// and given back when the client leaves.
+func TestDownloadsAreWeighed(t *testing.T) {
+	d, f := newTestDoor(t, Options{MaxInFlightBytes: 1 << 30})
+	f.download = bytes.Repeat([]byte("z"), 64<<20)
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
+	var s sandbox
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	c := rawRequest(t, srv, fmt.Sprintf("GET /files?path=big.bin HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %d\r\nX-Access-Token: %s\r\n",
+		s.SandboxID, EnvdPort, s.EnvdAccessToken), "")
+	waitBudget := func(what string, ok func(used int64) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, used := d.budget.InFlight()
+			if ok(used) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the budget holds %d bytes", what, used)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitBudget("an unread 64 MiB download", func(used int64) bool { return used >= 64<<20 })
+	c.Close()
+	waitBudget("after the client left", func(used int64) bool { return used == 0 })
 }

@@ -33,10 +33,14 @@ type fakeSessions struct {
 	// events; execDone is closed when an exec has returned.
 	execOut  int
 	execDone chan struct{}
-	seq      int // of the sandboxes made, naming each
+	seq      int    // of the sandboxes made, naming each
+	download []byte // what a download answers, if set
 }
 
 func (f *fakeSessions) Handle(_ context.Context, owner int, req *api.Request, emit func(api.Event)) *api.Response {
+	if req.Op == api.OpDownload && f.download != nil {
+		return &api.Response{ID: req.ID, OK: true, Data: f.download}
+	}
 	if req.Op == api.OpExec {
 		chunk := strings.Repeat("x", 1<<20)
 		for range f.execOut >> 20 {

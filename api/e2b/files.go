@@ -79,7 +79,23 @@ func (d *Door) getFile(w http.ResponseWriter, r *http.Request) {
 	// Accept-Encoding: gzip is answered with identity, which every client
 	// that asks for gzip also takes.
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": name}))
+	// The file is in memory until written: counted in the request's place
+	// (it weighed one byte, and four unread 64 MiB downloads held 256 MiB
+	// unseen by the budget), and written within a time that a reader of
+	// 1 MB/s meets, so a client that stops reading lets it go.
+	if t := targetOf(r.Context()); t.place != nil {
+		t.place.Grow(int64(len(resp.Data)))
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(downloadTime(len(resp.Data))))
 	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(resp.Data))
+	_ = rc.SetWriteDeadline(time.Time{})
+}
+
+// downloadTime is how long a download of n bytes may take to write: 30 s,
+// or n at 1 MB/s if longer.
+func downloadTime(n int) time.Duration {
+	return max(30*time.Second, time.Duration(n)*time.Microsecond)
 }
 
 // uploadEntry is envd's EntryInfo as /files answers it.

@@ -3,12 +3,16 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
+	"github.com/jailcell/jailcell/store"
 )
 
 // The sparse-file attack on the host disk: a session limited to 16 MiB of
@@ -354,4 +358,52 @@ func TestQuotaLedger(t *testing.T) {
 	if q.inUse() != 20<<20 || q.charge("y", 1) == nil {
 		t.Fatalf("force: %d in use", q.inUse())
 	}
+}
+
+// TestHostileSparseFilesPersistToS3: an object store keeps files dense,
+// so sparse files that each fit the disk were each stored whole (8 of
+// 4 MiB from a 16 MiB disk: 32 MiB stored, a workspace no create could
+// restore, and the node's store quota filled for every owner). The
+// entry is held to what the disk can restore: the files past it are
+// refused, and the workspace restores.
+func TestHostileSparseFilesPersistToS3(t *testing.T) {
+	srv := testenv.StartS3(t)
+	srv.SetEnv(t)
+	e := sparseEnv(t, func(c *Config) {
+		st, err := store.Open(store.Options{URL: "s3://" + srv.Bucket + "/node", Timeout: 5 * time.Second,
+			S3: store.S3Options{Endpoint: srv.Endpoint, Region: "us-east-1"}, Keys: fleetKeys(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.StoreDir, c.Store = "", st
+	})
+	id := e.create(t, CreateOptions{Persist: "sparse"})
+	res := e.exec(t, id, `for i in range(8):
+    with open(f"sparse{i}", "wb") as f:
+        f.seek((4 << 20) - 1); f.write(b"z")
+print("ok")
+`, 60*time.Second)
+	if res.Status != StatusOK || res.Stdout != "ok\n" {
+		t.Fatalf("sparse cell: %+v", res)
+	}
+	if err := e.m.Close(context.Background(), 0, id); err != nil {
+		t.Fatal(err)
+	}
+	var stored int64
+	for i := range 8 {
+		if fi, err := os.Stat(srv.ObjectPath(fmt.Sprintf("node/uid=0/sparse/sparse%d", i))); err == nil {
+			stored += fi.Size()
+		}
+	}
+	if stored > sparseDisk {
+		t.Errorf("%d MiB stored for a %d MiB disk", stored>>20, sparseDisk>>20)
+	}
+	info, err := e.m.Create(context.Background(), CreateOptions{Persist: "sparse"})
+	if err != nil {
+		t.Fatalf("the persisted workspace does not restore into the limits of the session that made it: %v", err)
+	}
+	if n := len(info.Restored); n == 0 || n == 8 {
+		t.Errorf("restored %d of 8 files, want those that fit the disk (3)", n)
+	}
+	t.Logf("stored %d MiB, restored %v", stored>>20, info.Restored)
 }

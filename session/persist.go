@@ -371,6 +371,14 @@ func (m *durable) syncPersistObjects(s *Session, changes []FileChange) error {
 	defer ws.Close()
 	ctx := context.Background() // every store call is bounded by the store
 	prefix := m.persistPrefix(s)
+	if s.persisted == nil {
+		// A session adopted after a restart: read what the store holds.
+		objs, err := m.objects.List(ctx, prefix, maxPersistObjects)
+		if err != nil {
+			return storeErr("persist to store "+m.objects.Name(), err)
+		}
+		s.setPersisted(prefix, objs)
+	}
 	var errs []error
 	for _, c := range changes {
 		key := prefix + c.Path
@@ -384,7 +392,10 @@ func (m *durable) syncPersistObjects(s *Session, changes []FileChange) error {
 			}
 			if err := m.objects.Delete(ctx, key); err != nil {
 				errs = append(errs, err)
+				continue
 			}
+			s.persistedBytes -= s.persisted[c.Path]
+			delete(s.persisted, c.Path)
 			continue
 		}
 		if c.Size > MaxFileBytes {
@@ -413,8 +424,33 @@ func (m *durable) putWorkspaceFile(ctx context.Context, s *Session, ws *os.Root,
 	if fi.Size() > min(MaxFileBytes, s.policy.DiskBytes-restoreHeadroom) {
 		return fmt.Errorf("%w: %d MiB, more than a session's disk (disk_bytes = %d MiB) can restore", ErrLimit, mib(fi.Size()), s.policy.DiskBytes>>20)
 	}
-	_, err = m.objects.Put(ctx, key, io.LimitReader(f, fi.Size()), fi.Size())
-	return err
+	// The objects are dense, the workspace may be sparse: a cell's
+	// hundreds of sparse 256 MiB files cost its disk nothing, and each
+	// went to the store whole, filling the node's store quota (every
+	// other owner's persists and hibernations then refused) with a
+	// workspace no create could restore. The whole entry is held to what
+	// the disk can restore.
+	total := s.persistedBytes - s.persisted[rel] + fi.Size()
+	if limit := s.policy.DiskBytes - restoreHeadroom; total > limit {
+		return fmt.Errorf("%w: the persisted workspace %q would hold %d MiB, more than a session's disk (disk_bytes = %d MiB, less %d MiB kept free) can restore (sparse files are stored whole)",
+			ErrLimit, s.persist, mib(total), s.policy.DiskBytes>>20, restoreHeadroom>>20)
+	}
+	if _, err = m.objects.Put(ctx, key, io.LimitReader(f, fi.Size()), fi.Size()); err != nil {
+		return err
+	}
+	s.persistedBytes = total
+	s.persisted[rel] = fi.Size()
+	return nil
+}
+
+// setPersisted records the objects of s's persisted workspace (under
+// prefix) and their sizes.
+func (s *Session) setPersisted(prefix string, objs []store.Object) {
+	s.persisted, s.persistedBytes = make(map[string]int64, len(objs)), 0
+	for _, o := range objs {
+		s.persisted[strings.TrimPrefix(o.Key, prefix)] = o.Size
+		s.persistedBytes += o.Size
+	}
 }
 
 // restorePersistObjects copies s's persisted workspace from the object
@@ -428,6 +464,8 @@ func (m *durable) restorePersistObjects(s *Session) ([]string, error) {
 	if err != nil {
 		return nil, storeErr(what, err)
 	}
+	s.setPersisted(prefix, objs)
+	s.setPersisted(prefix, objs)
 	ws, err := s.writableWorkspace()
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)

@@ -54,6 +54,11 @@ type Session struct {
 	hibernated bool
 	hibTTL     time.Duration
 	info       Info
+	// persisted is the size of each file of the session's persisted
+	// workspace in an object store, and persistedBytes their sum (nil
+	// until read: persist.go); guarded by run.
+	persisted      map[string]int64
+	persistedBytes int64
 	// envs is the session's environment (create's envs), given to every
 	// kernel it runs before its first cell or command (syncEnv).
 	envs map[string]string

@@ -688,6 +688,13 @@ func (m *durable) importStored(ctx context.Context, l lease) (_ *Session, retErr
 			if uerr != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, what, uerr)
 			}
+			// On this node's disk now, as a hibernation's saved files are:
+			// charged to the state quota (it was charged to nothing until
+			// a restart, so taking many sessions over passed the quota).
+			saved := filepath.Join(dir, savedName)
+			if err := m.stateQuota.charge(saved, allocatedBytes(saved)); err != nil {
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
 			upper = true
 		default:
 			return nil, fmt.Errorf("%w: %s: unexpected object %q in its manifest", ErrUnavailable, what, trunc(o.Name))

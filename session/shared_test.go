@@ -94,6 +94,14 @@ func TestHibernateIntoSharedStore(t *testing.T) {
 	if _, err := mB.Lookup(ctx, 1001, id); !errors.Is(err, ErrNotFound) || strings.Contains(err.Error(), "node") {
 		t.Fatalf("another owner's lookup: %v, want a plain not found", err)
 	}
+	// Taken over, its saved files are on B's disk: charged to B's state
+	// quota as a hibernation's are.
+	if _, err := mB.Lookup(ctx, 1000, id); err != nil {
+		t.Fatalf("node B takes it: %v", err)
+	}
+	if n := chargedFor(mB.dur.stateQuota, id+"/"+savedName); n <= 0 {
+		t.Errorf("node B's state quota charges %d bytes for the taken session's saved files", n)
+	}
 	start := time.Now()
 	res, err := mB.Exec(ctx, 1000, id, ExecRequest{Code: hibernateCheck + "print(open('link').read())\n"})
 	if err != nil || res.Status != StatusOK || res.State != StateKept {
@@ -367,4 +375,17 @@ func TestHibernatedExpireInStore(t *testing.T) {
 			t.Fatal("node C's janitor did not expire a session hibernated past its TTL")
 		}
 	}
+}
+
+// chargedFor is what q charges for paths ending in suffix.
+func chargedFor(q *quota, suffix string) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var n int64
+	for k, v := range q.items {
+		if strings.HasSuffix(k, "/"+suffix) {
+			n += v
+		}
+	}
+	return n
 }

@@ -65,8 +65,10 @@ type Manager struct {
 	stop        chan struct{}
 	janitorDone chan struct{} // closed when the janitor has stopped
 
-	// takeMu serialises takes of sessions from the shared store.
+	// taking holds a channel for each session being taken from the
+	// shared store, closed when its take ends (takeMu guards the map).
 	takeMu sync.Mutex
+	taking map[string]chan struct{}
 }
 
 // New makes a manager and reconciles what a previous run left behind.

@@ -434,13 +434,48 @@ func (m *Manager) find(ctx context.Context, owner int, id string) (*Session, err
 	return m.get(owner, id)
 }
 
+// lockTake waits, as long as ctx allows, until no other take of id runs
+// here, and makes this one the take of id. Takes of other ids go on side
+// by side: one lock for all held every lookup of an id this node does not
+// hold, a mistyped one included, behind another owner's download of a
+// large session.
+func (m *Manager) lockTake(ctx context.Context, id string) (unlock func(), err error) {
+	for {
+		m.takeMu.Lock()
+		ch, busy := m.taking[id]
+		if !busy {
+			if m.taking == nil {
+				m.taking = map[string]chan struct{}{}
+			}
+			ch = make(chan struct{})
+			m.taking[id] = ch
+			m.takeMu.Unlock()
+			return func() {
+				m.takeMu.Lock()
+				delete(m.taking, id)
+				m.takeMu.Unlock()
+				close(ch)
+			}, nil
+		}
+		m.takeMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: session %s is being taken from the store by another request: %v", ErrUnavailable, id, ctx.Err())
+		}
+	}
+}
+
 // take makes session id, hibernated in the shared store, this node's.
 func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	if !storedIDRE.MatchString(id) {
 		return errNotStored
 	}
-	m.takeMu.Lock() // one take at a time here: a second request waits for the first
-	defer m.takeMu.Unlock()
+	unlock, err := m.lockTake(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if _, err := m.get(owner, id); err == nil {
 		return nil // taken while this one waited
 	}
@@ -485,7 +520,11 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 		return fmt.Errorf("%w: session %s expired in store %s: hibernated there since %s, longer than sessions.hibernated_ttl (%s)",
 			ErrNotFound, id, st.Name(), l.At.Format(time.RFC3339), m.cfg.HibernatedTTL)
 	}
-	if n := m.hibernatedCount(); n >= m.cfg.MaxHibernated {
+	// The other takes running here count: each may become one.
+	m.takeMu.Lock()
+	others := len(m.taking) - 1
+	m.takeMu.Unlock()
+	if n := m.hibernatedCount() + others; n >= m.cfg.MaxHibernated {
 		return fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
 	}
 	mine := l

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jailcell/jailcell/policy"
 )
@@ -42,4 +44,43 @@ func TestUpperTarNoNodeTakesBackIsNotStored(t *testing.T) {
 		t.Fatalf("putUpper = %v, want ErrLimit", err)
 	}
 	t.Logf("refused: %v", err)
+}
+
+// TestTakesOfOtherSessionsDoNotWait: a take from the store holds only its
+// own session's id: a lookup of another id (another owner's, a mistyped
+// one) goes on at once, and a second take of the same id waits only as
+// long as its request does.
+func TestTakesOfOtherSessionsDoNotWait(t *testing.T) {
+	m := &Manager{}
+	unlockA, err := m.lockTake(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		unlockB, err := m.lockTake(context.Background(), "b")
+		if err == nil {
+			unlockB()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a take of another id waits for the first")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := m.lockTake(ctx, "a"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a second take of the same id, its request ended: %v, want ErrUnavailable", err)
+	}
+	unlockA()
+	unlock, err := m.lockTake(context.Background(), "a")
+	if err != nil {
+		t.Fatalf("the id once its take ended: %v", err)
+	}
+	unlock()
 }

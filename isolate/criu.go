@@ -136,7 +136,7 @@ func (d *Disk) restore(imageDir string, spec Spec, wait bool) (*Sandbox, error) 
 	}
 	// A checkpoint taken on another disk (a fork, a disk rebuilt after a
 	// reboot) comes back in this disk's uid slot.
-	if err := criu.MoveUserns(imageDir, d.HostID()); err != nil {
+	if err := criu.MoveUserns(imageDir, d.HostID(), idsPerSlot); err != nil {
 		return nil, err
 	}
 	if err := d.prepareImageDir(imageDir); err != nil {

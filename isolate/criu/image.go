@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -38,7 +39,13 @@ const maxUsernsImage = 64 << 10
 
 func readUsernsImage(path string) (usernsMaps, error) {
 	var m usernsMaps
-	b, err := os.ReadFile(path)
+	// Bounded before it is read: the image may come from a store.
+	f, err := os.Open(path)
+	if err != nil {
+		return m, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxUsernsImage+1))
 	if err != nil {
 		return m, err
 	}
@@ -139,8 +146,10 @@ func encodeUserns(m usernsMaps) []byte {
 }
 
 // imageHostID is the host id the checkpoint in imageDir mapped root to: the
-// lower end of its one-extent uid map, as every sandbox is built.
-func imageHostID(imageDir string) (int, error) {
+// lower end of its one-extent uid map of size ids, as every sandbox is
+// built. An extent of another size is refused: moved to this disk's slot
+// as it was, it would map the sandbox's ids onto another slot's.
+func imageHostID(imageDir string, size uint32) (int, error) {
 	paths, err := filepath.Glob(filepath.Join(imageDir, "userns-*.img"))
 	if err != nil || len(paths) != 1 {
 		return 0, fmt.Errorf("checkpoint in %s: want one user namespace image, have %d", imageDir, len(paths))
@@ -149,16 +158,17 @@ func imageHostID(imageDir string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(m.uid) != 1 || m.uid[0].first != 0 || len(m.gid) != 1 || m.gid[0] != m.uid[0] {
+	if len(m.uid) != 1 || m.uid[0].first != 0 || m.uid[0].count != size || len(m.gid) != 1 || m.gid[0] != m.uid[0] {
 		return 0, fmt.Errorf("checkpoint in %s: user namespace maps %+v are not a sandbox's", imageDir, m)
 	}
 	return int(m.uid[0].lowerFirst), nil
 }
 
 // MoveUserns rewrites the checkpoint's user namespace maps to put root at
-// hostID, keeping their size. The sandbox's own ids inside do not change.
-func MoveUserns(imageDir string, hostID int) error {
-	from, err := imageHostID(imageDir)
+// hostID; their size must be size, a slot's. The sandbox's own ids inside
+// do not change.
+func MoveUserns(imageDir string, hostID int, size uint32) error {
+	from, err := imageHostID(imageDir, size)
 	if err != nil || from == hostID {
 		return err
 	}

@@ -1,6 +1,11 @@
 package criu
 
-import "testing"
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 func TestUsernsImageRoundTrip(t *testing.T) {
 	m := usernsMaps{uid: []idExtent{{0, 100000, 65536}}, gid: []idExtent{{0, 100000, 65536}}}
@@ -40,4 +45,43 @@ func FuzzDecodeUserns(f *testing.F) {
 			}
 		}
 	})
+}
+
+// writeUserns writes a userns image of m into dir, as criu lays it out.
+func writeUserns(t *testing.T, dir string, m usernsMaps) {
+	t.Helper()
+	entry := encodeUserns(m)
+	b := make([]byte, 12, 12+len(entry))
+	binary.LittleEndian.PutUint32(b, criuCommonMagic)
+	binary.LittleEndian.PutUint32(b[4:], criuUsernsMagic)
+	binary.LittleEndian.PutUint32(b[8:], uint32(len(entry)))
+	if err := os.WriteFile(filepath.Join(dir, "userns-1.img"), append(b, entry...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMoveUsernsRefusesAnotherSize: a checkpoint whose map is not one
+// slot's size (an image from a store, edited) is not moved: moved as it
+// was, its extent would reach into the next slots' host ids. A slot's is
+// moved, keeping its size.
+func TestMoveUsernsRefusesAnotherSize(t *testing.T) {
+	const slot = 65536
+	for _, count := range []uint32{slot * 4, 1<<32 - 1, slot - 1} {
+		dir := t.TempDir()
+		e := idExtent{0, 100000, count}
+		writeUserns(t, dir, usernsMaps{uid: []idExtent{e}, gid: []idExtent{e}})
+		if err := MoveUserns(dir, 200000, slot); err == nil {
+			t.Errorf("a map of %d ids was moved to a slot of %d", count, slot)
+		}
+	}
+	dir := t.TempDir()
+	e := idExtent{0, 100000, slot}
+	writeUserns(t, dir, usernsMaps{uid: []idExtent{e}, gid: []idExtent{e}})
+	if err := MoveUserns(dir, 200000, slot); err != nil {
+		t.Fatal(err)
+	}
+	m, err := readUsernsImage(filepath.Join(dir, "userns-1.img"))
+	if err != nil || m.uid[0] != (idExtent{0, 200000, slot}) || m.gid[0] != m.uid[0] {
+		t.Fatalf("moved: %+v %v", m, err)
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/runner"
 )
@@ -117,7 +119,16 @@ func (m *durable) hibernate(s *Session) error {
 	if err := m.saveUpper(s); err != nil {
 		m.log().Warn("hibernated session's files not saved to disk: it survives a daemon restart, not a reboot", "session", s.id, "err", err)
 	}
-	if err := os.WriteFile(filepath.Join(s.dir, hibernatedMark), []byte(time.Now().UTC().Format(time.RFC3339)), 0o600); err != nil {
+	// On the disk before the marker says so: the images, the saved files
+	// and the metadata were in the page cache only, and after a power loss
+	// a marker over images never written made a restore fail (the
+	// session's state lost, and reported as a failed restore). syncfs
+	// flushes the state dir's filesystem in one call; the marker is then
+	// written whole and synced with its directory.
+	if err := syncFS(s.dir); err != nil {
+		m.log().Warn("hibernated session not synced to disk: it survives a daemon restart, perhaps not a power loss", "session", s.id, "err", err)
+	}
+	if err := writeStateFile(filepath.Join(s.dir, hibernatedMark), []byte(time.Now().UTC().Format(time.RFC3339))); err != nil {
 		m.log().Warn("hibernation marker", "session", s.id, "err", err)
 	}
 	s.mu.Lock()
@@ -128,6 +139,16 @@ func (m *durable) hibernate(s *Session) error {
 	s.mu.Unlock()
 	m.log().Info("session hibernated", "session", s.id, "checkpoint_ms", dump.Milliseconds(), "image_bytes", dirBytes(images))
 	return m.storeHibernated(s)
+}
+
+// syncFS flushes the filesystem that holds dir.
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
 }
 
 // storeHibernated moves s, hibernated here, to a shared store (if there is

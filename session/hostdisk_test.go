@@ -12,7 +12,6 @@ import (
 
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/policy"
-	"github.com/jailcell/jailcell/store"
 )
 
 // The sparse-file attack on the host disk: a session limited to 16 MiB of
@@ -368,15 +367,7 @@ func TestQuotaLedger(t *testing.T) {
 // refused, and the workspace restores.
 func TestHostileSparseFilesPersistToS3(t *testing.T) {
 	srv := testenv.StartS3(t)
-	srv.SetEnv(t)
-	e := sparseEnv(t, func(c *Config) {
-		st, err := store.Open(store.Options{URL: "s3://" + srv.Bucket + "/node", Timeout: 5 * time.Second,
-			S3: store.S3Options{Endpoint: srv.Endpoint, Region: "us-east-1"}, Keys: fleetKeys(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.StoreDir, c.Store = "", st
-	})
+	e := sparseEnv(t, useS3(t, srv))
 	id := e.create(t, CreateOptions{Persist: "sparse"})
 	res := e.exec(t, id, `for i in range(8):
     with open(f"sparse{i}", "wb") as f:

@@ -49,15 +49,7 @@ func TestPersistWithDefaultFileStore(t *testing.T) {
 // the store while sessions already running keep running cells.
 func TestPersistToS3(t *testing.T) {
 	srv := testenv.StartS3(t)
-	srv.SetEnv(t)
-	e := newEnv(t, func(c *Config) {
-		st, err := store.Open(store.Options{URL: "s3://" + srv.Bucket + "/node", Timeout: 5 * time.Second,
-			S3: store.S3Options{Endpoint: srv.Endpoint, Region: "us-east-1"}, Keys: fleetKeys(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.StoreDir, c.Store = "", st
-	})
+	e := newEnv(t, useS3(t, srv))
 	ctx := context.Background()
 	id := e.create(t, CreateOptions{Owner: 1000, Persist: "proj"})
 	if _, err := e.m.Exec(ctx, 1000, id, ExecRequest{Code: "import os\nos.makedirs('data/deep', exist_ok=True)\nopen('data/deep/model.txt','w').write('v1')\nopen('gone.txt','w').write('x')\nv = 1"}); err != nil {
@@ -110,5 +102,19 @@ func TestPersistToS3(t *testing.T) {
 	res, err = e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "open('more.txt','w').write('y'); print('ran')"})
 	if err != nil || res.Stdout != "ran\n" {
 		t.Fatalf("cell of a persisted session with the store down: %v %+v", err, res)
+	}
+}
+
+// useS3 is a config change that keeps persisted workspaces in srv (a real
+// versitygw), signed with the fleet key, under the prefix node.
+func useS3(t *testing.T, srv *testenv.S3) func(*Config) {
+	srv.SetEnv(t)
+	return func(c *Config) {
+		st, err := store.Open(store.Options{URL: "s3://" + srv.Bucket + "/node", Timeout: 5 * time.Second,
+			S3: store.S3Options{Endpoint: srv.Endpoint, Region: "us-east-1"}, Keys: fleetKeys(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.StoreDir, c.Store = "", st
 	}
 }

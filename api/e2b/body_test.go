@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -53,11 +52,7 @@ func TestBodiesAreBoundedBeforeTheyAreAdmitted(t *testing.T) {
 		Keys: NewKeys(map[string]uint32{testKey: 1000, testKey + "2": 1001}).Owner})
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close) // after the raw connections close
-	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
-	var s sandbox
-	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
-		t.Fatal(err)
-	}
+	s := makeSandbox(t, d)
 	upload := "POST /files?path=a.txt HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n" +
 		"E2b-Sandbox-Id: " + s.SandboxID + "\r\nE2b-Sandbox-Port: 49983\r\nX-Access-Token: " + s.EnvdAccessToken + "\r\n"
 
@@ -118,11 +113,7 @@ func TestChunkedAndCompressedBodiesWeighTheirBound(t *testing.T) {
 			}
 			const budget = 1 << 30
 			d, _ := newTestDoor(t, Options{MaxInFlightBytes: budget})
-			w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
-			var s sandbox
-			if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
-				t.Fatal(err)
-			}
+			s := makeSandbox(t, d)
 			// Hold all but an eighth of the budget, less a byte: the
 			// request weighed an eighth must wait, one weighed a byte
 			// would pass.
@@ -151,11 +142,7 @@ func TestChunkedAndCompressedBodiesWeighTheirBound(t *testing.T) {
 // made: no oracle of which ids exist.
 func TestSignedURLRefusalIsTheSameForAnyID(t *testing.T) {
 	d, _ := newTestDoor(t, Options{})
-	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
-	var s sandbox
-	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
-		t.Fatal(err)
-	}
+	s := makeSandbox(t, d)
 	answer := func(id string) (int, string) {
 		w := do(d, "GET", "/files?path=a.txt&signature=v1_x", "", map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"})
 		return w.Code, w.Body.String()
@@ -176,11 +163,7 @@ func TestExecuteFreesTheSandboxForAClientThatStopsReading(t *testing.T) {
 	f.execOut, f.execDone = 64<<20, make(chan struct{})
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close) // after the raw connection closes
-	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
-	var s sandbox
-	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
-		t.Fatal(err)
-	}
+	s := makeSandbox(t, d)
 	body := `{"code":"print('x' * 2**26)"}`
 	c := rawRequest(t, srv, fmt.Sprintf("POST /execute HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %d\r\nX-Access-Token: %s\r\n"+
 		"Content-Type: application/json\r\nContent-Length: %d\r\n", s.SandboxID, InterpreterPort, s.EnvdAccessToken, len(body)), body)
@@ -203,11 +186,7 @@ func TestDownloadsAreWeighed(t *testing.T) {
 	f.download = bytes.Repeat([]byte("z"), 64<<20)
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
-	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
-	var s sandbox
-	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
-		t.Fatal(err)
-	}
+	s := makeSandbox(t, d)
 	c := rawRequest(t, srv, fmt.Sprintf("GET /files?path=big.bin HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %d\r\nX-Access-Token: %s\r\n",
 		s.SandboxID, EnvdPort, s.EnvdAccessToken), "")
 	waitBudget := func(what string, ok func(used int64) bool) {

@@ -104,6 +104,17 @@ func newTestDoor(t *testing.T, o Options) (*Door, *fakeSessions) {
 	return d, f
 }
 
+// makeSandbox creates a base sandbox through d as testKey's owner.
+func makeSandbox(t *testing.T, d http.Handler) sandbox {
+	t.Helper()
+	w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
+	var s sandbox
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatalf("create: %d %s: %v", w.Code, w.Body, err)
+	}
+	return s
+}
+
 func do(d http.Handler, method, target string, body string, hdr map[string]string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, target, strings.NewReader(body))
 	for k, v := range hdr {
@@ -410,14 +421,7 @@ func TestSignedFileURLs(t *testing.T) {
 // were kept for good, and an unauthenticated signed URL tries each.
 func TestRecordsOfEndedSandboxesArePruned(t *testing.T) {
 	d, f := newTestDoor(t, Options{})
-	create := func() string {
-		w := do(d, "POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-KEY": testKey})
-		var s sandbox
-		if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
-			t.Fatal(err)
-		}
-		return s.SandboxID
-	}
+	create := func() string { return makeSandbox(t, d).SandboxID }
 	var ended []string
 	for range 5 {
 		ended = append(ended, create())

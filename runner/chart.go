@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // Chart is the data of a matplotlib figure, read by the kernel from the
@@ -438,4 +440,28 @@ func chartPoints(dst *[][2]float64, k, v []byte, b *chartBudget) error {
 		*dst = out
 	}
 	return err
+}
+
+// chartMemory estimates what c takes in the host's memory: its elements
+// and their numbers, and its nested charts'.
+func chartMemory(c *Chart) int {
+	if c == nil {
+		return 0
+	}
+	n := int(unsafe.Sizeof(Chart{})) + 8*(len(c.XTicks)+len(c.YTicks))
+	for _, l := range append(slices.Clip(c.XTickLabels), c.YTickLabels...) {
+		n += 16 + len(l)
+	}
+	for i := range c.Elements {
+		e := &c.Elements[i]
+		n += int(unsafe.Sizeof(ChartElement{})) + len(e.Label) + len(e.Group)
+		n += 16*len(e.Points) + 8*(len(e.Edges)+len(e.Counts)+len(e.Outliers))
+		for _, p := range []*float64{e.Value, e.Angle, e.Radius, e.Min, e.FirstQuartile, e.Median, e.ThirdQuartile, e.Max} {
+			if p != nil {
+				n += 8
+			}
+		}
+		n += chartMemory(e.Chart)
+	}
+	return n
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // chartSeeds is the expected outcome of each seed of FuzzDecodeChart: the
@@ -331,5 +332,42 @@ func TestChartCharged(t *testing.T) {
 	}
 	if _, cost, _ := decodeItem(raw, len(enc)-100); cost != 0 {
 		t.Errorf("an item over the budget was kept, charged %d", cost)
+	}
+}
+
+// TestChartChargedAtItsMemory: a chart is charged at what it takes in the
+// host's memory where that is more than its JSON (1000 empty elements are
+// 3 KB of JSON and 200 KB of elements: 1000 such items held 192 MiB for
+// one 3 MB result), and an item with no MIME type, dropped by every
+// caller, has its chart never decoded.
+func TestChartChargedAtItsMemory(t *testing.T) {
+	chart := `{"type":"line","elements":[` + repeatJoin("{}", maxChartElements) + `]}`
+	item, cost, err := decodeItem([]byte(`{"mime":"image/png","data":"","chart":`+chart+`}`), maxRichBytes)
+	if err != nil || item.Chart == nil || len(item.Chart.Elements) != maxChartElements {
+		t.Fatalf("decodeItem: %v, %v", item.Chart, err)
+	}
+	if mem := maxChartElements * int(unsafe.Sizeof(ChartElement{})); cost < mem {
+		t.Errorf("charged %d bytes for a chart of %d bytes of elements", cost, mem)
+	}
+	raw := []byte(`{"data":"","chart":{"type":"bogus"}}`)
+	item, _, err = decodeItem(raw, maxRichBytes)
+	if err != nil || item.Chart != nil {
+		t.Errorf("an item with no MIME type had its chart decoded: %+v, %v", item.Chart, err)
+	}
+	// Dropped items count: after the cap of them, a renderable one is not
+	// passed on either.
+	s := newExecState(ExecRequest{ID: "c1"}, nil)
+	for range maxDisplayItems {
+		if _, err := s.handle([]byte(`{"t":"display","id":"c1","item":{"data":"","chart":` + chart + `}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shown := 0
+	s.req.OnDisplay = func(DisplayItem) { shown++ }
+	if _, err := s.handle([]byte(`{"t":"display","id":"c1","item":{"mime":"text/plain","data":"x"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if shown != 0 {
+		t.Errorf("an item was passed on after %d dropped ones: dropped items do not count", maxDisplayItems)
 	}
 }

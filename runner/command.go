@@ -2,11 +2,9 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // Command actions.
@@ -198,18 +196,19 @@ func (c *Conn) SetStartDir(ctx context.Context, id, dir string) error {
 	if err != nil {
 		return err
 	}
-	var ans struct {
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(b, &ans); err != nil {
+	// Out of the sandbox: the error is read to the bound of a command's,
+	// never unmarshalled whole (a frame may hold 64 MiB of it).
+	var msg string
+	err = eachMember(b, func(k, v []byte) error {
+		if string(k) == `"error"` && kind(v) == '"' {
+			msg, _, _ = unquote(v, maxCommandError)
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("env %s: %w", id, err)
 	}
-	if ans.Error != "" {
-		// Out of the sandbox: held to the bound of a command's error.
-		msg := ans.Error
-		if len(msg) > maxCommandError {
-			msg = strings.ToValidUTF8(msg[:maxCommandError], "")
-		}
+	if msg != "" {
 		return fmt.Errorf("env %s: the kernel refused: %s", id, msg)
 	}
 	return nil
@@ -230,14 +229,20 @@ func (c *Conn) request(ctx context.Context, what string, frame map[string]any, t
 	if err := c.broken(); err != nil {
 		return nil, err
 	}
+	// The deadline covers the write too: a kernel that stops reading (a
+	// cell holding the GIL) left a write of a command's input or of
+	// assist's code blocked for good, the session busy until it ended.
+	stop := watchDeadline(ctx, c.nc.SetDeadline)
+	defer stop()
 	if err := WriteFrame(c.nc, frame); err != nil {
 		if errors.Is(err, ErrFrameTooLarge) {
 			return nil, fmt.Errorf("%s: %w", what, err) // nothing was written
 		}
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+		}
 		return nil, c.fail(fmt.Errorf("%s: %w", what, err))
 	}
-	stop := watchDeadline(ctx, c.nc.SetDeadline)
-	defer stop()
 	failed := func(err error) error {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)

@@ -176,10 +176,12 @@ func (s *execState) display(obj []byte) error {
 	if err != nil {
 		return err
 	}
+	// Every item decoded counts, the dropped ones too: the work the host
+	// does for a cell's display frames is bounded by their number.
+	s.displayed++
 	if cost == 0 || item.MIME == "" {
 		return nil
 	}
-	s.displayed++
 	s.displayBudget -= cost
 	if s.req.OnDisplay != nil {
 		s.req.OnDisplay(item)
@@ -515,6 +517,12 @@ func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 	if err != nil {
 		return item, 0, fmt.Errorf("decode display item: %w", err)
 	}
+	if fits && item.MIME == "" {
+		// Nothing a client could render: dropped by the callers, so its
+		// chart or table is never decoded (each cost the host a
+		// millisecond of CPU for 3 KB the sandbox wrote, and none counted).
+		return item, cost, nil
+	}
 	if fits && kind(chart) != 0 && kind(chart) != 'n' {
 		// A chart the host refuses leaves the item PNG only, with the
 		// reason in its place: it is the cell's own output, so it does
@@ -526,7 +534,11 @@ func decodeItem(obj []byte, budget int) (DisplayItem, int, error) {
 			n = len(b)
 		}
 		item.Chart = c
-		cost += len(`,"chart":`) + n
+		// Charged at what it takes in the host's memory where that is
+		// more than its JSON: an empty element "{}" is 2 bytes of JSON
+		// and a 200-byte ChartElement (1000 items of 1000 of them held
+		// 192 MiB for one 3 MB result).
+		cost += len(`,"chart":`) + max(n, chartMemory(c))
 	}
 	if fits && kind(table) == '{' {
 		// A table over its caps is left out; the bundle has the frame.

@@ -392,3 +392,33 @@ func TestHostileForgedDisplayFrames(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestToAKernelThatStopsReading: a command's input written to a
+// kernel that no longer reads (a cell holding the GIL) ends at the
+// request's deadline, breaking the connection, instead of blocking the
+// write, and the session, for good.
+func TestRequestToAKernelThatStopsReading(t *testing.T) {
+	host, kernel := unixPair(t)
+	go func() {
+		_ = WriteFrame(kernel, map[string]any{"t": "hello", "pid": 2, "python": "3.11.2", "acks": true})
+		// Then nothing is read: the socket's buffers fill.
+	}()
+	c := handshakeT(t, host)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Command(ctx, CommandRequest{ID: "in1", Action: CommandInput, Job: "job-1", Input: strings.Repeat("x", MaxCommandInput)}, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("input to a kernel that reads nothing was answered")
+		}
+		t.Logf("ended: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the write to a kernel that stopped reading is still blocked 15 s after its 200 ms deadline")
+	}
+}

@@ -741,3 +741,67 @@ print(json.dumps(out))`, &o)
 		}
 	}
 }
+
+// TestEgressClosedWhileTheGatewayIsRebuilt: a sandbox whose code keeps
+// sending to a forbidden host while its gateway is rebuilt (here by
+// daemon restarts: each adoption builds the gateway anew for the running
+// sandbox, as a restore and a snapshot do) gets nothing through: the
+// gateway forwarded unfiltered while its rules were loaded, its links and
+// routes already up.
+func TestEgressClosedWhileTheGatewayIsRebuilt(t *testing.T) {
+	tn := newTestNet(t)
+	r := newRestartable(t)
+	r.hostMod = func(h *isolate.Host) { h.SetEgress(isolate.Egress{Upstream: tn.path, Resolve: tn.resolve}) }
+	start := func() *Manager {
+		return r.startWith(func(c *Config) {
+			c.KeepOnShutdown = true
+			c.Policies = map[string]policy.Policy{"default": policy.Default(), "egress": egressPolicy()}
+		})
+	}
+	ctx := context.Background()
+	m := start()
+	info, err := m.Create(ctx, CreateOptions{Policy: "egress"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	res, err := m.Exec(ctx, 0, info.ID, ExecRequest{Code: `import socket, threading, time
+stop = threading.Event()
+sent = [0]
+def flood():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    while not stop.is_set():
+        try:
+            s.sendto(b"x", ("` + forbiddenAddr + `", 5353))
+            sent[0] += 1
+        except OSError:
+            pass
+        time.sleep(0.0002)
+threading.Thread(target=flood, daemon=True).start()
+time.sleep(0.2)
+print(sent[0] > 0)
+`})
+	if err != nil || res.Status != StatusOK || res.Stdout != "True\n" {
+		t.Fatalf("flood cell: %v %+v", err, res)
+	}
+	for i := range 5 {
+		if err := m.Shutdown(ctx); err != nil {
+			t.Fatalf("shutdown %d: %v", i, err)
+		}
+		m = start()
+	}
+	res, err = m.Exec(ctx, 0, info.ID, ExecRequest{Code: "stop.set(); time.sleep(0.1); print(sent[0])"})
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("stop cell: %v %+v", err, res)
+	}
+	t.Logf("datagrams the sandbox sent to the forbidden host: %s", strings.TrimSpace(res.Stdout))
+	if err := m.Close(ctx, 0, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := tn.hits["udp/"+forbiddenAddr+":5353"].Load(); n != 0 {
+		t.Fatalf("the forbidden host received %d datagrams while the gateway was rebuilt", n)
+	}
+}

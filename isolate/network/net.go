@@ -136,7 +136,8 @@ func SandboxNetns(pid int) (netns.NsHandle, error) {
 }
 
 // newNetns creates an anonymous network namespace with loopback up, IPv4
-// forwarding on and IPv6 off.
+// forwarding off (forwardOn turns it on once the rules are in) and IPv6
+// off.
 func newNetns() (netns.NsHandle, error) {
 	h := netns.None()
 	err := inNetns(-1, func() error {
@@ -144,7 +145,7 @@ func newNetns() (netns.NsHandle, error) {
 			return fmt.Errorf("unshare network namespace: %w", err)
 		}
 		for _, kv := range [][2]string{
-			{"/proc/sys/net/ipv4/ip_forward", "1"},
+			{"/proc/sys/net/ipv4/ip_forward", "0"},
 			{"/proc/sys/net/ipv6/conf/all/disable_ipv6", "1"},
 			{"/proc/sys/net/ipv6/conf/default/disable_ipv6", "1"},
 			// Every refusal is answered with an ICMP reject, to the sandbox
@@ -241,11 +242,21 @@ func Attach(p policy.Policy, eg Egress, pid, idx int) (_ *Gateway, retErr error)
 	upPeer := UplinkName(idx)
 	upAddr, gwUpAddr := uplinkAddrs(idx)
 
-	if err := g.links(sbNS, upNS, upPeer, upAddr, gwUpAddr); err != nil {
-		return nil, err
-	}
+	// The rules first, forwarding after them, the links and routes last:
+	// a gateway rebuilt for a sandbox whose code already runs (an
+	// adoption after a restart, a restore, a checkpoint that leaves it
+	// running) forwarded its packets unfiltered to the upstream while nft
+	// ran. The rules name the links, which need not exist yet.
 	if err := g.nft(ruleset(p)); err != nil {
 		return nil, fmt.Errorf("install gateway rules: %w", err)
+	}
+	if err := inNetns(g.ns, func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0)
+	}); err != nil {
+		return nil, fmt.Errorf("gateway forwarding: %w", err)
+	}
+	if err := g.links(sbNS, upNS, upPeer, upAddr, gwUpAddr); err != nil {
+		return nil, err
 	}
 	err = inNetns(g.ns, func() error {
 		var err error
@@ -354,6 +365,12 @@ func (g *Gateway) Close() error {
 			_ = g.dns.Close()
 		}
 		if g.ns.IsOpen() {
+			// Forwarding off before the namespace goes: its teardown,
+			// after the last handle, unregisters the rules with the links
+			// still up, and a sandbox sending meanwhile got through.
+			_ = inNetns(g.ns, func() error {
+				return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0"), 0)
+			})
 			_ = g.ns.Close()
 		}
 	})

@@ -364,6 +364,8 @@ func (g *Gateway) Close() error {
 		if g.dns != nil {
 			_ = g.dns.Close()
 		}
+		g.nftMu.Lock() // no nft runs in the namespace as it goes (nftOut)
+		defer g.nftMu.Unlock()
 		if g.ns.IsOpen() {
 			// Forwarding off before the namespace goes: its teardown,
 			// after the last handle, unregisters the rules with the links
@@ -372,6 +374,7 @@ func (g *Gateway) Close() error {
 				return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0"), 0)
 			})
 			_ = g.ns.Close()
+			g.ns = netns.None()
 		}
 	})
 	return nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/jailcell/jailcell/policy"
@@ -304,5 +305,18 @@ func TestParseCounters(t *testing.T) {
 	}
 	if _, err := parseCounters([]byte("{")); err == nil {
 		t.Error("truncated JSON accepted")
+	}
+}
+
+// TestClosedGatewayRunsNoNft: nft is never run for a gateway whose
+// namespace is released (a DNS answer pinned as the gateway closed ran it
+// with the handle at -1, in the daemon's own namespace, or with a reused
+// number, in another sandbox's gateway).
+func TestClosedGatewayRunsNoNft(t *testing.T) {
+	g := testGateway()
+	g.ns, g.done = netns.None(), make(chan struct{})
+	_, err := g.nftOut("add element inet jailcell pins { 192.0.2.9 . 443 }\n")
+	if err == nil || !strings.Contains(err.Error(), "the gateway is closed") {
+		t.Fatalf("nft on a closed gateway: %v, want it refused before it runs", err)
 	}
 }

@@ -3,6 +3,7 @@ package network
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -87,6 +88,13 @@ func (g *Gateway) nft(script string, args ...string) error {
 func (g *Gateway) nftOut(stdin string, args ...string) ([]byte, error) {
 	g.nftMu.Lock()
 	defer g.nftMu.Unlock()
+	// Close releases the namespace under nftMu: a DNS answer pinned as it
+	// closed would otherwise run nft with the handle closed (-1: in the
+	// daemon's own namespace) or, its number reused, in another sandbox's
+	// gateway, opening those addresses to that sandbox.
+	if !g.ns.IsOpen() {
+		return nil, errors.New("nft: the gateway is closed")
+	}
 	if len(args) == 0 {
 		args = []string{"-f", "-"}
 	}

@@ -246,10 +246,22 @@ func (m *durable) wake(ctx context.Context, s *Session) (string, error) {
 	k, err := m.kernels.restoreKernel(ctx, s, images)
 	s.mu.Lock()
 	s.hibernated = false
-	if err == nil {
+	// Woken is used: its idle TTL counts from now, not from its last cell
+	// (a restore of a session hibernated longer than its TTL was ended by
+	// the janitor's next sweep, its state just restored lost).
+	s.lastUsed = time.Now()
+	closed := s.closed
+	if err == nil && !closed {
 		s.k = k
 	}
 	s.mu.Unlock()
+	if err == nil && closed {
+		// Closed while it was restored: the restored sandbox was never
+		// the session's (a close found no kernel to end), so it is ended
+		// here, not left running uncounted.
+		_ = k.close()
+		return "", fmt.Errorf("%w: session %s was closed", ErrNotFound, s.id)
+	}
 	_ = os.Remove(filepath.Join(s.dir, hibernatedMark))
 	for _, p := range []string{images, filepath.Join(s.dir, savedName)} {
 		_ = os.RemoveAll(p)

@@ -489,3 +489,29 @@ func TestShutdownHibernationIsBounded(t *testing.T) {
 		t.Fatalf("after restart: %v %+v", err, res)
 	}
 }
+
+// TestRestoreOfALongHibernatedSessionIsKept: a session hibernated longer
+// than its idle TTL, then restored by Restore (no cell), stays: it was
+// ended by the janitor's next sweep, its idle time counted from its last
+// cell, and the state just restored was lost.
+func TestRestoreOfALongHibernatedSessionIsKept(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	m, id := criuDaemon(t, r, func(c *Config) {
+		c.IdleTTL, c.HibernatedTTL, c.JanitorInterval = 2*time.Second, time.Hour, 100*time.Millisecond
+	}, hibernateState)
+	defer m.Shutdown(ctx)
+	if _, err := m.Durability().Hibernate(ctx, 1000, id); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // past the idle TTL, hibernated
+	info, err := m.Durability().Restore(ctx, 1000, id)
+	if err != nil || info.State == StateLost {
+		t.Fatalf("restore: %v %+v", err, info)
+	}
+	time.Sleep(time.Second) // several sweeps
+	res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: hibernateCheck})
+	if err != nil || res.Status != StatusOK || res.State != StateKept {
+		t.Fatalf("cell after the restore: %v %+v", err, res)
+	}
+}

@@ -898,6 +898,9 @@ func (m *Manager) janitor() {
 			s    *Session
 			why  string
 			kind error
+			// life is set for an idle expiry: checked again, the session
+			// held, just before it is ended.
+			life time.Duration
 		}
 		m.mu.Lock()
 		var expired []expiry
@@ -917,7 +920,7 @@ func (m *Manager) janitor() {
 				if busy && now.Before(end.Add(s.policy.InterruptGrace+lifeSlack)) {
 					continue
 				}
-				expired = append(expired, expiry{s, lifeWhy(life, end), ErrExpired})
+				expired = append(expired, expiry{s, lifeWhy(life, end), ErrExpired, 0})
 			case !busy && now.After(s.expiry(life)):
 				s.mu.Lock()
 				keep := s.info.HibernateOnIdle && !s.hibernated
@@ -926,7 +929,7 @@ func (m *Manager) janitor() {
 					idleOut = append(idleOut, s)
 					continue
 				}
-				expired = append(expired, expiry{s, "expired at " + s.expiry(life).UTC().Format(time.RFC3339), nil})
+				expired = append(expired, expiry{s, "expired at " + s.expiry(life).UTC().Format(time.RFC3339), nil, life})
 			}
 		}
 		m.mu.Unlock()
@@ -944,6 +947,9 @@ func (m *Manager) janitor() {
 			ending.Add(1)
 			go func() {
 				defer ending.Done()
+				if e.life > 0 && !s.stillIdle(e.life) {
+					return // used since the sweep looked: the next one looks again
+				}
 				err := m.endAs(s, e.why, e.kind)
 				if errors.Is(err, ErrNotFound) {
 					return // ended meanwhile (closed, or by an earlier sweep)

@@ -106,6 +106,22 @@ func (s *Session) expiry(maxLife time.Duration) time.Time {
 	return idle
 }
 
+// stillIdle says, holding s.run for a moment, whether s is still past its
+// idle expiry: an operation that held it since the janitor looked (a
+// restore of a hibernated session, a fork, a cell just claimed) made it
+// used, and it was ended under that operation, its sandbox killed and a
+// restored kernel's state lost. One whose run lock is held is in use.
+func (s *Session) stillIdle(maxLife time.Duration) bool {
+	if !s.run.TryLock() {
+		return false
+	}
+	defer s.run.Unlock()
+	s.mu.Lock()
+	busy := s.busy
+	s.mu.Unlock()
+	return !busy && time.Now().After(s.expiry(maxLife))
+}
+
 // tryPause takes s.run for the janitor's hibernation of an idle session,
 // marking it pausing first (so that a claim that misses the lock knows to
 // wait); done releases both. ok is false if s is in use.

@@ -100,6 +100,7 @@ func (m *durable) hibernate(s *Session) error {
 		// The kernel still runs: take its connection back.
 		if rerr := m.reconnect(s, k); rerr != nil {
 			m.mgr.dropKernel(s, k)
+			s.lost(fmt.Sprintf("hibernating it failed (%v) and its kernel was lost: %v", err, rerr))
 			return fmt.Errorf("%w: hibernate session %s: %v; its kernel was lost: %v", ErrUnavailable, s.id, err, rerr)
 		}
 		return hostErr(ErrUnavailable, fmt.Errorf("hibernate session %s: %w", s.id, err))
@@ -114,6 +115,7 @@ func (m *durable) hibernate(s *Session) error {
 		_ = os.RemoveAll(images)
 		m.stateQuota.release(images)
 		m.mgr.dropKernel(s, k)
+		s.lost(fmt.Sprintf("hibernating it failed after its kernel was dumped (%v): a fresh kernel was started (variables are gone, files remain)", err))
 		return fmt.Errorf("hibernate session %s (its kernel is gone, files remain): %w", s.id, err)
 	}
 	if err := m.saveUpper(s); err != nil {
@@ -200,15 +202,14 @@ func (m *durable) Restore(ctx context.Context, owner int, id string) (*Info, err
 		return nil, err
 	}
 	defer s.run.Unlock()
-	lost, err := m.wake(ctx, s)
-	if err != nil {
+	if _, err := m.wake(ctx, s); err != nil {
 		return nil, err
 	}
 	if _, err := m.mgr.ensureKernel(ctx, s); err != nil {
 		return nil, err
 	}
 	info := m.mgr.infoOf(s)
-	if lost != "" {
+	if s.takeLost() != "" {
 		info.State = StateLost
 	}
 	return &info, nil
@@ -243,7 +244,11 @@ func (m *durable) wake(ctx context.Context, s *Session) (string, error) {
 	defer m.mgr.unreserve()
 	images := filepath.Join(s.dir, imagesName)
 	start := time.Now()
-	k, err := m.kernels.restoreKernel(ctx, s, images)
+	// Not ended by the caller leaving: a failed restore removes the
+	// images, and one cancelled by a client's disconnect or deadline lost
+	// the session's state for good (then answered "kept" by the next cell,
+	// a fresh kernel's). The kernel start bounds it (sessions.start_timeout).
+	k, err := m.kernels.restoreKernel(context.WithoutCancel(ctx), s, images)
 	s.mu.Lock()
 	s.hibernated = false
 	// Woken is used: its idle TTL counts from now, not from its last cell
@@ -269,7 +274,9 @@ func (m *durable) wake(ctx context.Context, s *Session) (string, error) {
 	}
 	if err != nil {
 		m.log().Warn("restore of hibernated session failed; starting a fresh kernel", "session", s.id, "err", err)
-		return "restoring the hibernated kernel failed (" + err.Error() + "); a fresh kernel was started (variables are gone, files remain)", nil
+		why := "restoring the hibernated kernel failed (" + err.Error() + "); a fresh kernel was started (variables are gone, files remain)"
+		s.lost(why)
+		return why, nil
 	}
 	m.log().Info("session restored", "session", s.id, "restore_ms", time.Since(start).Milliseconds())
 	return "", nil

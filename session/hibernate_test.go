@@ -515,3 +515,28 @@ func TestRestoreOfALongHibernatedSessionIsKept(t *testing.T) {
 		t.Fatalf("cell after the restore: %v %+v", err, res)
 	}
 }
+
+// TestRestoreOutlivesItsCaller: a restore whose caller leaves midway (a
+// client's deadline, a disconnect) still restores the session: it was
+// cancelled with the caller, its images removed as for a failed restore,
+// and the next cell, a fresh kernel's, answered "kept".
+func TestRestoreOutlivesItsCaller(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	m, id := criuDaemon(t, r, nil, hibernateState)
+	defer m.Shutdown(ctx)
+	if _, err := m.Durability().Hibernate(ctx, 1000, id); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	info, err := m.Durability().Restore(short, 1000, id)
+	t.Logf("restore with a 50 ms deadline: %v, %+v", err, info)
+	res, err := m.Exec(ctx, 1000, id, ExecRequest{Code: hibernateCheck})
+	if err != nil || res.Status != StatusOK || res.State != StateKept {
+		t.Fatalf("cell after a restore its caller left: %v %+v", err, res)
+	}
+	if want := "499999500000.0 332833500 kept before after"; strings.TrimSpace(res.Stdout) != want {
+		t.Fatalf("state after a restore its caller left: %q, want %q", res.Stdout, want)
+	}
+}

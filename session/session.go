@@ -54,6 +54,11 @@ type Session struct {
 	hibernated bool
 	hibTTL     time.Duration
 	info       Info
+	// lostWhy says why the session's kernel state was lost outside a
+	// cell (a restore that failed, a hibernation that ended the kernel),
+	// until a cell's result or a restore's answer has said so: a loss is
+	// never answered "kept" because the request that caused it went away.
+	lostWhy string
 	// persisted is the size of each file of the session's persisted
 	// workspace in an object store, and persistedBytes their sum (nil
 	// until read: persist.go); guarded by run.
@@ -104,6 +109,24 @@ func (s *Session) expiry(maxLife time.Duration) time.Time {
 		return life
 	}
 	return idle
+}
+
+// lost records why s's kernel state was lost outside a cell, for the
+// next cell's result (takeLost).
+func (s *Session) lost(why string) {
+	s.mu.Lock()
+	s.lostWhy = why
+	s.mu.Unlock()
+}
+
+// takeLost returns, and forgets, why s's state was lost since its last
+// cell ("" if it was not).
+func (s *Session) takeLost() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	why := s.lostWhy
+	s.lostWhy = ""
+	return why
 }
 
 // stillIdle says, holding s.run for a moment, whether s is still past its
@@ -271,12 +294,15 @@ func (m *Manager) prepareCell(ctx context.Context, s *Session, req ExecRequest) 
 		}
 	}
 	var err error
-	if c.woke, err = m.dur.wake(ctx, s); err != nil {
+	if _, err = m.dur.wake(ctx, s); err != nil {
 		return nil, err
 	}
 	if c.k, err = m.ensureKernel(ctx, s); err != nil {
 		return nil, err
 	}
+	// A loss since the last cell (this wake's, or one an earlier request
+	// could not report), said by this cell's result.
+	c.woke = s.takeLost()
 	// A kernel that died since its last cell (a timer or thread an earlier
 	// cell left behind, an OOM kill between cells) is replaced before this
 	// cell is sent: the cell runs, and its result says the state was lost.

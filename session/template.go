@@ -310,7 +310,9 @@ func (m *warmStarts) startFromTemplate(ctx context.Context, s *Session) (*kernel
 		}
 	}
 	t.mu.Lock()
-	if err != nil {
+	// A start its caller abandoned says nothing of the template (see
+	// startFromZygote).
+	if err != nil && ctx.Err() == nil {
 		t.failures++
 		if t.failures >= templateFailures && !t.retired {
 			t.retired = true

@@ -246,7 +246,10 @@ func (m *warmStarts) startFromZygote(ctx context.Context, s *Session) (*kernel, 
 		}
 	}
 	e.mu.Lock()
-	if err != nil && !errors.Is(err, isolate.ErrUnsupported) {
+	// A start its caller abandoned (a create cancelled, a client gone)
+	// says nothing of the zygote: counted, three of them retired it for
+	// every caller until a restart.
+	if err != nil && !errors.Is(err, isolate.ErrUnsupported) && ctx.Err() == nil {
 		e.failures++
 		if e.failures >= zygoteFailures && !e.retired {
 			e.retired = true

@@ -1,8 +1,10 @@
 package session
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFirstCreateWaitsForTheZygote: a create right after the manager
@@ -40,4 +42,29 @@ func TestZygoteFallbackIsCounted(t *testing.T) {
 	if n := counterOf(t, e.m.Metrics().Fallbacks, "from", StartZygote); n != 1 {
 		t.Errorf("jailcell_kernel_start_fallbacks_total{from=zygote} = %v, want 1", n)
 	}
+}
+
+// TestCancelledCreatesDoNotRetireTheZygote: creates whose callers leave
+// while their fork starts (a client's deadline) are no failure of the
+// zygote's: counted as one, three of them retired it for every caller
+// until a restart.
+func TestCancelledCreatesDoNotRetireTheZygote(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Preload = []string{"json"}; c.NoTemplate = true })
+	waitZygote(t, e.m)
+	for _, d := range []time.Duration{2, 5, 10, 20, 40, 80} {
+		ctx, cancel := context.WithTimeout(context.Background(), d*time.Millisecond)
+		info, err := e.m.Create(ctx, CreateOptions{})
+		cancel()
+		if err == nil {
+			_ = e.m.Close(context.Background(), 0, info.ID)
+		}
+	}
+	z := e.m.warm.zygoteFor(e.m.cfg.Policies["default"])
+	z.mu.Lock()
+	failures, retired := z.failures, z.retired
+	z.mu.Unlock()
+	if retired || failures != 0 {
+		t.Fatalf("after cancelled creates the zygote counts %d failures (retired %v), want none", failures, retired)
+	}
+	createStarted(t, e.m, StartZygote)
 }

@@ -540,3 +540,31 @@ func TestRestoreOutlivesItsCaller(t *testing.T) {
 		t.Fatalf("state after a restore its caller left: %q, want %q", res.Stdout, want)
 	}
 }
+
+// TestRollbackOfAHibernatedSessionCountsForItsOwner: rolling a hibernated
+// session back makes it live, so it counts toward its owner's share as a
+// wake does: an owner at max_per_owner is refused (it went one over, as
+// often as it had hibernated sessions with snapshots).
+func TestRollbackOfAHibernatedSessionCountsForItsOwner(t *testing.T) {
+	r := newRestartable(t)
+	requiresCriu(t)
+	ctx := context.Background()
+	m := r.startWith(func(c *Config) { c.MaxPerOwner = 1 })
+	defer m.Shutdown(ctx)
+	a, err := m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Durability().Snapshot(ctx, 1000, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Durability().Hibernate(ctx, 1000, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, CreateOptions{Owner: 1000}); err != nil {
+		t.Fatalf("a second session while the first is hibernated: %v", err)
+	}
+	if _, err := m.Durability().Rollback(ctx, 1000, a.ID); !errors.Is(err, ErrLimit) {
+		t.Fatalf("rollback of the hibernated session with its owner at max_per_owner: %v, want ErrLimit", err)
+	}
+}

@@ -114,7 +114,14 @@ func (m *durable) Rollback(ctx context.Context, owner int, id string) (*Info, er
 	hib := s.hibernated
 	s.mu.Unlock()
 	if hib {
-		// Live again afterwards: it counts toward MaxSessions.
+		// Live again afterwards: it counts toward MaxSessions and its
+		// owner's share, as a wake does (an owner at max_per_owner rolled
+		// hibernated sessions back one over, again and again).
+		releaseOwner, err := m.mgr.reserveOwner(s.owner)
+		if err != nil {
+			return nil, fmt.Errorf("session %s is hibernated and cannot be rolled back now: %w", id, err)
+		}
+		defer releaseOwner()
 		if err := m.mgr.reserve(); err != nil {
 			return nil, fmt.Errorf("session %s is hibernated and cannot be rolled back now: %w", id, err)
 		}
@@ -143,11 +150,20 @@ func (m *durable) Rollback(ctx context.Context, owner int, id string) (*Info, er
 	}
 	// The restore writes its log and config next to the images; the
 	// snapshot's images themselves are only read.
-	nk, rerr := m.kernels.restoreKernel(ctx, s, filepath.Join(snap, imagesName))
+	nk, rerr := m.kernels.restoreKernel(context.WithoutCancel(ctx), s, filepath.Join(snap, imagesName))
 	if rerr == nil {
 		s.mu.Lock()
-		s.k = nk
+		closed := s.closed
+		if !closed {
+			s.k = nk
+		}
 		s.mu.Unlock()
+		if closed {
+			// Closed meanwhile: the restored sandbox is not left running
+			// uncounted (see wake).
+			_ = nk.close()
+			return nil, fmt.Errorf("%w: session %s was closed", ErrNotFound, id)
+		}
 	}
 	m.files.rescan(s)
 	s.mu.Lock()

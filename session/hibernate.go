@@ -70,9 +70,11 @@ func (m *durable) hibernate(s *Session) error {
 	case k == nil:
 		return fmt.Errorf("%w: session %s has no kernel to hibernate", ErrUnavailable, s.id)
 	}
-	if n := m.mgr.hibernatedCount(); n >= m.cfg.MaxHibernated {
-		return fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
+	release, err := m.mgr.reserveHibernation()
+	if err != nil {
+		return err
 	}
+	defer release()
 	images := filepath.Join(s.dir, imagesName)
 	_ = os.RemoveAll(images)
 	m.stateQuota.release(images)
@@ -86,7 +88,6 @@ func (m *durable) hibernate(s *Session) error {
 	// 50 ms reconnects fail) and let the kernel drop its end.
 	_ = k.conn.Close()
 	_ = k.listener.Close()
-	var err error
 	for try := 0; try < 3; try++ {
 		time.Sleep(time.Duration(20+50*try) * time.Millisecond)
 		// A hung criu is not tried again: each try costs its bound.

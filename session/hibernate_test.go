@@ -568,3 +568,40 @@ func TestRollbackOfAHibernatedSessionCountsForItsOwner(t *testing.T) {
 		t.Fatalf("rollback of the hibernated session with its owner at max_per_owner: %v, want ErrLimit", err)
 	}
 }
+
+// TestHibernationsSideBySideKeepTheCap: hibernations asked for at once
+// hold sessions.max_hibernated between them (each checked the count, then
+// wrote its checkpoint: all three of three passed a cap of one).
+func TestHibernationsSideBySideKeepTheCap(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	m, first := criuDaemon(t, r, func(c *Config) { c.MaxHibernated = 1 }, "x = 1")
+	defer m.Shutdown(ctx)
+	ids := []string{first}
+	for range 2 {
+		info, err := m.Create(ctx, CreateOptions{Owner: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ID)
+	}
+	errs := make(chan error, len(ids))
+	for _, id := range ids {
+		go func() {
+			_, err := m.Durability().Hibernate(ctx, 1000, id)
+			errs <- err
+		}()
+	}
+	ok := 0
+	for range ids {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case !errors.Is(err, ErrLimit):
+			t.Errorf("hibernate: %v, want success or the limit", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d of %d hibernations at once went through a cap of 1", ok, len(ids))
+	}
+}

@@ -65,6 +65,8 @@ type Manager struct {
 	stop        chan struct{}
 	janitorDone chan struct{} // closed when the janitor has stopped
 
+	// hibernating counts the hibernations being written (guarded by mu).
+	hibernating int
 	// taking holds a channel for each session being taken from the
 	// shared store, closed when its take ends (takeMu guards the map).
 	takeMu sync.Mutex
@@ -238,7 +240,24 @@ func (m *Manager) liveLocked() int {
 func (m *Manager) hibernatedCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.sessions) - m.liveLocked()
+	return len(m.sessions) - m.liveLocked() + m.hibernating
+}
+
+// reserveHibernation takes a place among sessions.max_hibernated for a
+// hibernation about to be written, or answers ErrLimit: a count checked
+// and then acted on let hibernations run side by side all pass it.
+func (m *Manager) reserveHibernation() (release func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.sessions) - m.liveLocked() + m.hibernating; n >= m.cfg.MaxHibernated {
+		return nil, fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
+	}
+	m.hibernating++
+	return func() {
+		m.mu.Lock()
+		m.hibernating--
+		m.mu.Unlock()
+	}, nil
 }
 
 // sessionsWhere lists the sessions in the table for which keep says so;

@@ -193,11 +193,27 @@ func (m *durable) exportHibernated(ctx context.Context, s *Session) error {
 	if _, err := st.Put(ctx, prefix+"manifest.json", bytes.NewReader(mb), int64(len(mb))); err != nil {
 		return storeErr(what, err)
 	}
+	// A close that came during the upload ends the session here: its
+	// lease must not then name a hibernation any node could take (it came
+	// back from the store after it was closed).
+	isClosed := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.closed
+	}
+	if isClosed() {
+		m.dropGen(s.id, gen)
+		return fmt.Errorf("%w: session %s was closed", ErrNotFound, s.id)
+	}
 	l := lease{Version: leaseVersion, ID: s.id, Owner: s.owner, Node: m.node(), State: leaseHib, Gen: gen, At: time.Now().UTC()}
 	lb, _ := json.Marshal(l)
 	if _, err := st.Swap(ctx, leaseKey(s.id), ver, lb); err != nil {
 		m.dropGen(s.id, gen)
 		return storeErr(what, err)
+	}
+	if isClosed() {
+		m.dropStored(s.id) // closed as the lease was written
+		return fmt.Errorf("%w: session %s was closed", ErrNotFound, s.id)
 	}
 	if gen > 1 {
 		m.dropGen(s.id, gen-1)

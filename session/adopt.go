@@ -70,14 +70,18 @@ func (m *Manager) adoptAll() map[string]bool {
 			now := time.Now()
 			why := fmt.Sprintf("was lost when jailcell restarted at %s: %v", now.UTC().Format(time.RFC3339), err)
 			until := now.Add(m.cfg.IdleTTL)
+			owner := unknownOwner
 			if b, rerr := os.ReadFile(filepath.Join(m.cfg.StateDir, "sessions", id, metaName)); rerr == nil {
 				m.log().Warn("session lost on restart; persisted files are kept", "session", id, "err", err)
 				var meta sessionMeta
 				if json.Unmarshal(b, &meta) == nil {
 					until = m.dur.idEnd(meta.Created, now, meta.TTL, meta.MaxLife)
+					if meta.Owner >= 0 {
+						owner = meta.Owner
+					}
 				}
 			}
-			m.dur.markLost(id, why, LostRestart, until)
+			m.dur.markLost(id, owner, why, LostRestart, until)
 			continue
 		}
 		m.mu.Lock()

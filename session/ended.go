@@ -30,29 +30,37 @@ type endedIDs struct {
 	// lostUntil is when each lost id stops answering ErrLost, kept across
 	// restarts in the state dir (lost.go).
 	lostUntil map[string]time.Time
+	// owner is each id's owner, where known: only that owner (and root)
+	// is told why it ended; another gets not_found as for an id that
+	// never was (an ended session's answer was an existence oracle).
+	owner map[string]int
 }
+
+// unknownOwner is an owner not recorded (a lost record written before
+// owners were): answered to anyone, as it was.
+const unknownOwner = -1
 
 func newEndedIDs() *endedIDs {
-	return &endedIDs{why: map[string]string{}, kind: map[string]error{}, lostUntil: map[string]time.Time{}}
+	return &endedIDs{why: map[string]string{}, kind: map[string]error{}, lostUntil: map[string]time.Time{}, owner: map[string]int{}}
 }
 
-// add remembers why id is gone, and as what (kind: ErrLost, ErrExpired or
-// nil), pushing out the oldest beyond maxTombstones.
-func (e *endedIDs) add(id, why string, kind error) {
+// add remembers why id, owner's, is gone, and as what (kind: ErrLost,
+// ErrExpired or nil), pushing out the oldest beyond maxTombstones.
+func (e *endedIDs) add(id string, owner int, why string, kind error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.addLocked(id, why, kind)
+	e.addLocked(id, owner, why, kind)
 }
 
 // addLost makes id answer ErrLost with why until until.
-func (e *endedIDs) addLost(id, why string, until time.Time) {
+func (e *endedIDs) addLost(id string, owner int, why string, until time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.addLocked(id, why, ErrLost)
+	e.addLocked(id, owner, why, ErrLost)
 	e.lostUntil[id] = until
 }
 
-func (e *endedIDs) addLocked(id, why string, kind error) {
+func (e *endedIDs) addLocked(id string, owner int, why string, kind error) {
 	if _, ok := e.why[id]; !ok {
 		e.order = append(e.order, id)
 	}
@@ -61,21 +69,29 @@ func (e *endedIDs) addLocked(id, why string, kind error) {
 	if kind == ErrLost || kind == ErrExpired {
 		e.kind[id] = kind
 	}
+	delete(e.owner, id)
+	if owner != unknownOwner {
+		e.owner[id] = owner
+	}
 	if len(e.order) > maxTombstones {
 		old := e.order[0]
 		delete(e.why, old)
 		delete(e.kind, old)
+		delete(e.owner, old)
 		e.order = e.order[1:]
 	}
 }
 
-// answer is the error a request for id gets, or nil if id did not end
-// here (as far as the record reaches).
-func (e *endedIDs) answer(id string) error {
+// answer is the error a request of asker (0: root) for id gets, or nil if
+// id did not end here (as far as the record reaches) or not as asker's.
+func (e *endedIDs) answer(id string, asker int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	why, ok := e.why[id]
 	if !ok {
+		return nil
+	}
+	if o, known := e.owner[id]; known && asker != 0 && asker != o {
 		return nil
 	}
 	switch e.kind[id] {
@@ -99,7 +115,11 @@ func (e *endedIDs) stillLost(now time.Time) []lostEntry {
 			delete(e.lostUntil, id)
 			continue
 		}
-		entries = append(entries, lostEntry{ID: id, Why: why, Until: until})
+		entry := lostEntry{ID: id, Why: why, Until: until}
+		if o, known := e.owner[id]; known {
+			entry.Owner = &o
+		}
+		entries = append(entries, entry)
 	}
 	return entries
 }

@@ -37,12 +37,15 @@ type lostEntry struct {
 	ID    string    `json:"id"`
 	Why   string    `json:"why"`
 	Until time.Time `json:"until"`
+	// Owner is the session's owner, told why; nil in a list written
+	// before owners were recorded (then anyone asking is).
+	Owner *int `json:"owner,omitempty"`
 }
 
-// markLost remembers that session id was lost, why and until when its id
-// answers so, and counts it by reason.
-func (m *durable) markLost(id, why, reason string, until time.Time) {
-	m.ended.addLost(id, why, until)
+// markLost remembers that session id, owner's, was lost, why and until
+// when its id answers so, and counts it by reason.
+func (m *durable) markLost(id string, owner int, why, reason string, until time.Time) {
+	m.ended.addLost(id, owner, why, until)
 	m.metrics.lost(reason)
 }
 
@@ -82,7 +85,11 @@ func (m *durable) loadLost() {
 		if e.ID == "" || !e.Until.After(now) {
 			continue
 		}
-		m.ended.addLost(e.ID, e.Why, e.Until)
+		owner := unknownOwner
+		if e.Owner != nil && *e.Owner >= 0 {
+			owner = *e.Owner
+		}
+		m.ended.addLost(e.ID, owner, e.Why, e.Until)
 	}
 }
 

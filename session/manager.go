@@ -611,7 +611,7 @@ func (m *Manager) get(owner int, id string) (*Session, error) {
 	defer m.mu.Unlock()
 	s, ok := m.sessions[id]
 	if !ok || (owner != 0 && s.owner != owner) {
-		if err := m.ended.answer(id); err != nil && (s == nil || owner == 0 || s.owner == owner) {
+		if err := m.ended.answer(id, owner); err != nil && (s == nil || owner == 0 || s.owner == owner) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("session %q %w", id, ErrNotFound)
@@ -778,7 +778,7 @@ func (m *Manager) endAs(s *Session, why string, kind error) error {
 		return fmt.Errorf("%w: session %s already ended", ErrNotFound, s.id)
 	}
 	delete(m.sessions, s.id)
-	m.ended.add(s.id, why, kind)
+	m.ended.add(s.id, s.owner, why, kind)
 	m.mu.Unlock()
 	if m.dur.shared() {
 		// Before its objects leave the store (destroy): a writer of the
@@ -1126,7 +1126,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 				emu.Unlock()
 				return
 			}
-			m.dur.markLost(s.id, why, LostShutdown, until)
+			m.dur.markLost(s.id, s.owner, why, LostShutdown, until)
 		}()
 	}
 	wg.Wait()

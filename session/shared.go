@@ -498,22 +498,25 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	if err := m.heldHere(id); err != nil {
 		return err
 	}
-	if at, ok := m.closed.has(id, time.Now()); ok {
-		// Whatever the store says now: its objects may have been put back.
-		m.log().Warn("a request names a session this node closed: not taken from the store, whatever it holds",
-			"session", id, "store", m.dur.objects.Name(), "closed_at", at.Format(time.RFC3339))
-		return fmt.Errorf("%w: session %s was closed on this node at %s", ErrNotFound, id, at.Format(time.RFC3339))
-	}
+	closedAt, closed := m.closed.has(id, time.Now())
 	st := m.dur.objects
 	l, ver, err := m.dur.readLease(ctx, id)
 	if err != nil {
-		if errors.Is(err, errNotStored) {
-			return err
+		if closed || errors.Is(err, errNotStored) {
+			return errNotStored // the closed id's owner is not known: as if there were none
 		}
 		return storeErr(fmt.Sprintf("look up session %s in store %s", id, st.Name()), err)
 	}
 	if owner != 0 && l.Owner != owner {
 		return errNotStored // another user's: as if there were none
+	}
+	if closed {
+		// Whatever the store says now: its objects may have been put
+		// back. Said only to its owner (the lease names it): to another,
+		// when it was closed would tell that it was.
+		m.log().Warn("a request names a session this node closed: not taken from the store, whatever it holds",
+			"session", id, "store", st.Name(), "closed_at", closedAt.Format(time.RFC3339))
+		return fmt.Errorf("%w: session %s was closed on this node at %s", ErrNotFound, id, closedAt.Format(time.RFC3339))
 	}
 	if l.State == leaseExpired {
 		return fmt.Errorf("%w: session %s expired in store %s: hibernated there longer than sessions.hibernated_ttl (%s); being removed since %s",
@@ -563,7 +566,7 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 		// store (this node holds its lease now); the id answers expired.
 		var ee *expiredError
 		if errors.As(err, &ee) {
-			m.ended.add(id, ee.why, ErrExpired)
+			m.ended.add(id, l.Owner, ee.why, ErrExpired)
 		}
 		m.log().Info("session past its max lifetime in the store: not restored, removed", "session", id, "store", st.Name(), "err", err)
 		m.dur.dropStored(id)

@@ -84,3 +84,40 @@ func TestTakesOfOtherSessionsDoNotWait(t *testing.T) {
 	}
 	unlock()
 }
+
+// TestEndedSessionsAnswerOnlyTheirOwner: why a session ended (closed,
+// expired, lost) is told to its owner and root; another owner asking for
+// its id gets what an id that never was gets (it was told "closed at",
+// "expired" or "lost", an existence oracle).
+func TestEndedSessionsAnswerOnlyTheirOwner(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	id := e.create(t, CreateOptions{Owner: 1000})
+	if err := e.m.Close(ctx, 1000, id); err != nil {
+		t.Fatal(err)
+	}
+	never := strings.Repeat("0", len(id))
+	answer := func(owner int, id string) string {
+		_, err := e.m.Exec(ctx, owner, id, ExecRequest{Code: "1"})
+		if err == nil {
+			t.Fatalf("owner %d's exec in %s answered", owner, id)
+		}
+		return strings.ReplaceAll(err.Error(), id, "ID")
+	}
+	if got, want := answer(1001, id), answer(1001, never); got != want {
+		t.Errorf("another owner asking for a closed session: %q; for an id that never was: %q", got, want)
+	}
+	for _, owner := range []int{1000, 0} {
+		if got := answer(owner, id); !strings.Contains(got, "was closed at") {
+			t.Errorf("owner %d asking for its closed session: %q, want why", owner, got)
+		}
+	}
+	// A lost one likewise, across a restart of its record.
+	e.m.dur.markLost("lost-1", 1000, "was lost for a test", LostRestart, time.Now().Add(time.Hour))
+	if got, want := answer(1001, "lost-1"), answer(1001, never); got != want {
+		t.Errorf("another owner asking for a lost session: %q, want %q", got, want)
+	}
+	if _, err := e.m.Exec(ctx, 1000, "lost-1", ExecRequest{Code: "1"}); !errors.Is(err, ErrLost) {
+		t.Errorf("its owner asking for a lost session: %v, want ErrLost", err)
+	}
+}

@@ -90,7 +90,7 @@ func NewServer(d api.Handler, opts Options, sopts *mcp.ServerOptions) (*mcp.Serv
 	mcp.AddTool(s, &mcp.Tool{Name: "upload_file", Annotations: ann(false, true, true),
 		Description: "Write a file into the session's working directory (replacing one of the same name)."}, c.upload)
 	mcp.AddTool(s, &mcp.Tool{Name: "download_file", Annotations: ann(true, false, true),
-		Description: "Read a file from the session's working directory."}, c.download)
+		Description: "Read a file from the session's working directory (at most 8 MiB)."}, c.download)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_files", Annotations: ann(true, false, true),
 		Description: "List the files in the session's working directory."}, c.listFiles)
 	mcp.AddTool(s, &mcp.Tool{Name: "reset_session", Annotations: ann(false, true, true),
@@ -428,14 +428,30 @@ func (c *Conn) upload(ctx context.Context, _ *mcp.CallToolRequest, in uploadIn) 
 	return text(fmt.Sprintf("wrote %s (%d bytes)", resp.Path, *resp.Size)), fileOut{Path: resp.Path, Size: *resp.Size}, nil
 }
 
+// maxToolDownload bounds what download_file hands a model: the file's
+// bytes are held in the daemon and grow up to six times as JSON text
+// (a 256 MiB file was about 1.5 GiB per call, weighed nowhere). A larger
+// file is refused by its size before it is read, and refused again if it
+// grew past the bound in between.
+const maxToolDownload = 8 << 20
+
 func (c *Conn) download(ctx context.Context, _ *mcp.CallToolRequest, in pathIn) (*mcp.CallToolResult, fileOut, error) {
 	id, e := c.ensureSession(ctx)
 	if e != nil {
 		return errorResult(e, nil), fileOut{}, nil
 	}
+	tooLarge := func(n int64) (*mcp.CallToolResult, fileOut, error) {
+		return toolError("%s is %d bytes: download_file returns at most %d (8 MiB); read it in parts with run_python, or take it over jailcell's HTTP API", in.Path, n, maxToolDownload), fileOut{}, nil
+	}
+	if st := c.handle(ctx, &api.Request{Op: api.OpStat, Session: id, Path: in.Path}); st.Error == nil && st.Entry != nil && st.Entry.Size > maxToolDownload {
+		return tooLarge(st.Entry.Size)
+	}
 	resp := c.handle(ctx, &api.Request{Op: api.OpDownload, Session: id, Path: in.Path})
 	if resp.Error != nil {
 		return errorResult(resp.Error, nil), fileOut{}, nil
+	}
+	if len(resp.Data) > maxToolDownload {
+		return tooLarge(int64(len(resp.Data)))
 	}
 	out := fileOut{Path: resp.Path, Size: int64(len(resp.Data)), SHA256: resp.SHA256}
 	switch {

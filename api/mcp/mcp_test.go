@@ -114,6 +114,14 @@ func TestMCP(t *testing.T) {
 	if res := call("download_file", map[string]any{"path": "../etc/passwd"}); !res.IsError {
 		t.Fatalf("escape not refused: %q", textOf(res))
 	}
+	// A file past download_file's bound (a sparse one costs the session
+	// nothing) is refused by its size, naming it.
+	if res := call("run_python", map[string]any{"code": "open('big.bin','wb').truncate(256 << 20)"}); res.IsError {
+		t.Fatalf("sparse file: %s", textOf(res))
+	}
+	if res := call("download_file", map[string]any{"path": "big.bin"}); !res.IsError || !strings.Contains(textOf(res), "268435456 bytes") {
+		t.Fatalf("a 256 MiB download_file: %v %q, want refused naming its size", res.IsError, textOf(res))
+	}
 	// snapshot_session and rollback_session: a subtest, skipped by name
 	// without a working criu.
 	t.Run("snapshot and rollback", func(t *testing.T) {

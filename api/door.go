@@ -86,6 +86,9 @@ func (b *Budget) MaxWeight() int64 { return b.b.maxWeight }
 // HTTP); one request of an owner holding nothing always fits.
 func (b *Budget) Share(perCount int, perWeight int64) { b.b.share(perCount, perWeight) }
 
+// ShareWeight is one owner's share of the bytes (0: no share).
+func (b *Budget) ShareWeight() int64 { return b.b.perWeight }
+
 // TakeFor waits for a place of weight w in owner's share, or returns
 // ctx's end.
 func (b *Budget) TakeFor(ctx context.Context, owner int, w int64) (*Place, error) {

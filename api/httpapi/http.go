@@ -499,6 +499,14 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int,
 	if weight < 0 { // chunked: reserve the most it may be
 		weight = max
 	}
+	// Taken at most at the owner's share, and grown by what is read past
+	// it: a body declared near the upload bound (the node's whole byte
+	// budget by default) was admitted alone at its full weight, and one
+	// that never came held every other owner's bodies waiting until the
+	// body timeout.
+	if sw := s.lim.ShareWeight(); sw > 0 && weight > sw {
+		weight = sw
+	}
 	var err error
 	if pl, err = s.lim.TakeFor(r.Context(), owner, weight); err != nil {
 		s.writeError(w, &api.Error{Code: api.CodeUnavailable, Message: "request abandoned while waiting for a place: " + err.Error()})
@@ -506,7 +514,7 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int,
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	body, err = io.ReadAll(&growingBody{r: http.MaxBytesReader(w, r.Body, max), place: pl, left: weight})
 	// The deadline is for the body only: a long cell must not trip it.
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
@@ -524,6 +532,22 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int,
 		return nil, nil, false
 	}
 	return body, pl, true
+}
+
+// growingBody grows place by what is read past its first weight.
+type growingBody struct {
+	r     io.Reader
+	place *api.Place
+	left  int64
+}
+
+func (b *growingBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.left -= int64(n); b.left < 0 {
+		b.place.Grow(-b.left)
+		b.left = 0
+	}
+	return n, err
 }
 
 func isTimeout(err error) bool {

@@ -61,6 +61,30 @@ func TestBodiesAreBoundedBeforeTheyAreAdmitted(t *testing.T) {
 		t.Errorf("a declared 2^62-byte upload: status %d, want 413 at once", code)
 	}
 
+	// A large declared upload that stalls holds an eighth of the budget,
+	// not its declared length (admitted alone at that, it held it all).
+	large := rawRequest(t, srv, upload+"Content-Length: 209715200\r\n", strings.Repeat("x", 10))
+	waitFor := func(what string, ok func(n int, used int64) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n, used := d.budget.InFlight()
+			if ok(n, used) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the budget holds %d requests, %d bytes", what, n, used)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("a stalled 200 MiB upload", func(n int, used int64) bool { return n == 1 })
+	if _, used := d.budget.InFlight(); used > d.budget.MaxWeight()/8 {
+		t.Errorf("a stalled upload declared at 200 MiB holds %d bytes, more than an eighth of the budget", used)
+	}
+	large.Close()
+	waitFor("after the stalled upload's client left", func(n int, used int64) bool { return n == 0 })
+
 	slow := rawRequest(t, srv, upload+"Content-Length: 1000\r\n", strings.Repeat("x", 10))
 	other := srv.Client()
 	other.Timeout = 5 * time.Second

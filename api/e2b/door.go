@@ -154,12 +154,14 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// admitted: a declared length over the route's bound is refused at
 	// once (one Content-Length of 2^62 was admitted alone into an empty
 	// budget and then held every other owner's request waiting, its body
-	// never coming). A chunked or compressed one (it weighed one byte
-	// whatever it held) is weighed at the bound or an eighth of the
-	// budget's bytes, the less, and its place grows by what is read past
-	// that: weighed at its whole bound (an upload's is over an owner's
-	// share) it would wait for the owner's other requests to end, an open
-	// watch of the SDK's holding its writes off for good.
+	// never coming). A body is weighed at its declared length (a chunked
+	// or compressed one, which weighed one byte whatever it held, at the
+	// bound) and at most an eighth of the budget's bytes, and its place
+	// grows by what is read past that: weighed at more (an upload's bound
+	// is over an owner's share) it would wait for the owner's other
+	// requests to end, an open watch of the SDK's holding its writes off
+	// for good, and one admitted alone that never came held the whole
+	// budget.
 	bound := bodyBound(r)
 	if r.ContentLength > bound {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is %d bytes, over this route's %d", r.ContentLength, bound))
@@ -167,9 +169,9 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	weight := r.ContentLength
 	if enc := r.Header.Get("Content-Encoding"); weight < 0 || (enc != "" && enc != "identity") {
-		weight = min(bound, d.budget.MaxWeight()/8)
+		weight = bound
 	}
-	weight = max(weight, 1)
+	weight = max(min(weight, d.budget.MaxWeight()/8), 1)
 	place, err := d.budget.TakeFor(r.Context(), owner, weight)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "the service is at its bound of requests in flight: "+err.Error())

@@ -177,6 +177,7 @@ func (m *Manager) release(s *Session) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.released = true
 	if s.k != nil {
 		_ = s.k.conn.Close()
 		_ = s.k.listener.Close()

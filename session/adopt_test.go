@@ -365,3 +365,40 @@ func crash(m *Manager) {
 	<-m.janitorDone
 	m.warm.closeTemplates()
 }
+
+// TestCellOutlivingADrainKeepsItsSession: a cell still running when a
+// drain that keeps sessions hands its session on loses only its
+// connection; its sandbox runs on and the next daemon adopts the session
+// with its state (the cell's end killed the handed-on sandbox 5 s later).
+func TestCellOutlivingADrainKeepsItsSession(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	m1 := r.start(true)
+	info, err := m1.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m1.Exec(ctx, 1000, info.ID, ExecRequest{Code: "x = 41"}); err != nil || res.Status != StatusOK {
+		t.Fatalf("first cell: %v %+v", err, res)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = m1.Exec(ctx, 1000, info.ID, ExecRequest{Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(8)"})
+	}()
+	time.Sleep(500 * time.Millisecond)
+	drain, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_ = m1.Shutdown(drain)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cell that outlived the drain did not return")
+	}
+	m2 := r.start(false)
+	defer m2.Shutdown(ctx)
+	res, err := m2.Exec(ctx, 1000, info.ID, ExecRequest{Code: "print(x + 1)"})
+	if err != nil || strings.TrimSpace(res.Stdout) != "42" || res.State != StateKept {
+		t.Fatalf("the session after a drain its cell outlived: %v %+v", err, res)
+	}
+}

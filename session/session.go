@@ -54,6 +54,9 @@ type Session struct {
 	hibernated bool
 	hibTTL     time.Duration
 	info       Info
+	// released: the session was handed, sandbox running, to the next
+	// daemon (a drain that kept it): its sandbox is that daemon's to end.
+	released bool
 	// lostWhy says why the session's kernel state was lost outside a
 	// cell (a restore that failed, a hibernation that ended the kernel),
 	// until a cell's result or a restore's answer has said so: a loss is
@@ -225,6 +228,16 @@ func (m *Manager) exec(ctx context.Context, s *Session, req ExecRequest) (*Resul
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	handedOn := s.released
+	s.mu.Unlock()
+	if handedOn {
+		// Its connection went with the session, handed on by a drain:
+		// the kernel runs on, state and all, for the next daemon, and no
+		// verdict can be given here (judged as a lost link, it said
+		// "lost" and its sandbox was killed).
+		return nil, fmt.Errorf("%w: the service stopped while the cell ran: session %s is kept running, with its state, for the service's next start; this cell's result was not received", ErrUnavailable, s.id)
+	}
 	if plain != nil {
 		plain.flush()
 	}
@@ -393,7 +406,13 @@ func (m *Manager) sendCell(ctx context.Context, c *cell) error {
 func (m *Manager) measure(c *cell) (measured, Usage) {
 	s, k, o := c.s, c.k, c.o
 	lost := o.err != nil || o.killed
-	if lost {
+	s.mu.Lock()
+	handedOn := s.released
+	s.mu.Unlock()
+	// A cell that outlived a drain lost its connection when its session
+	// was handed on: its sandbox runs on for the next daemon, and killing
+	// it here (5 s later) lost the state the drain kept.
+	if lost && !handedOn {
 		// Wait for the init's exit so the cgroup counters are final.
 		select {
 		case <-k.sb.Done():
@@ -599,10 +618,15 @@ func (m *Manager) replaceKernel(ctx context.Context, s *Session, k *kernel) (*ke
 // dropKernel destroys k if it is still the session's kernel.
 func (m *Manager) dropKernel(s *Session, k *kernel) {
 	s.mu.Lock()
-	if s.k == k {
+	mine := s.k == k
+	if mine {
 		s.k = nil
 	}
+	handedOn := !mine && s.released
 	s.mu.Unlock()
+	if handedOn {
+		return // the next daemon's now (release)
+	}
 	if err := k.close(); err != nil {
 		m.log().Warn("destroy sandbox", "session", s.id, "err", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"slices"
 )
@@ -62,6 +63,28 @@ func (p *Place) Grow(n int64) { p.p.grow(n) }
 
 // Release gives the place back.
 func (p *Place) Release() { p.p.release() }
+
+// Reader reads r, a request's body taken at first bytes, and grows the
+// place by what is read past them: a body is admitted at a share of the
+// budget, not at what it declares, and weighed as it comes.
+func (p *Place) Reader(r io.Reader, first int64) io.Reader {
+	return &growingReader{r: r, p: p, left: first}
+}
+
+type growingReader struct {
+	r    io.Reader
+	p    *Place
+	left int64 // of the first weight, not yet read
+}
+
+func (g *growingReader) Read(b []byte) (int, error) {
+	n, err := g.r.Read(b)
+	if g.left -= int64(n); g.left < 0 {
+		g.p.Grow(-g.left)
+		g.left = 0
+	}
+	return n, err
+}
 
 // DefaultMaxLineBytes bounds one JSON request line or body, in every door
 // that reads them (32 MiB).

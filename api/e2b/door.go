@@ -183,7 +183,8 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// holding its place (slowloris on the body).
 		rc := http.NewResponseController(w)
 		_ = rc.SetReadDeadline(time.Now().Add(d.o.BodyTimeout))
-		r.Body = &admittedBody{ReadCloser: http.MaxBytesReader(w, r.Body, bound), rc: rc, place: place, left: weight}
+		body := http.MaxBytesReader(w, r.Body, bound)
+		r.Body = &admittedBody{Closer: body, r: place.Reader(body, weight), rc: rc}
 	}
 	if !ok {
 		d.control.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{owner: owner})))
@@ -212,28 +213,23 @@ func bodyBound(r *http.Request) int64 {
 }
 
 // admittedBody is an admitted request's body: what is read past the
-// place's weight grows the place (a compressed body's bytes are counted
-// as they come, the handler's inflated copy weighed by the bound), and
-// the body's read deadline is lifted once it has been read to its end:
+// place's weight grows the place (Place.Reader; a compressed body's bytes
+// are counted as they come), and the body's read deadline is lifted once
+// it has been read to its end:
 // the deadline bounds the sender, not the answer, and Go's server reads
 // the connection after a body's end to see a client leave, a read that a
 // stale deadline would fail, cancelling a long stream. A body that failed
 // keeps it: the server then reads what is left of the body before
 // answering, and would wait on a stalled sender.
 type admittedBody struct {
-	io.ReadCloser
-	rc    *http.ResponseController
-	place *api.Place
-	left  int64 // of the weight, not yet read
-	done  bool
+	io.Closer
+	r    io.Reader
+	rc   *http.ResponseController
+	done bool
 }
 
 func (b *admittedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if b.left -= int64(n); b.left < 0 {
-		b.place.Grow(-b.left)
-		b.left = 0
-	}
+	n, err := b.r.Read(p)
 	if err == io.EOF && !b.done {
 		b.done = true
 		_ = b.rc.SetReadDeadline(time.Time{})

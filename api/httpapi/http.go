@@ -514,7 +514,7 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int,
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	body, err = io.ReadAll(&growingBody{r: http.MaxBytesReader(w, r.Body, max), place: pl, left: weight})
+	body, err = io.ReadAll(pl.Reader(http.MaxBytesReader(w, r.Body, max), weight))
 	// The deadline is for the body only: a long cell must not trip it.
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
@@ -532,22 +532,6 @@ func (s *HTTPServer) readBody(w http.ResponseWriter, r *http.Request, owner int,
 		return nil, nil, false
 	}
 	return body, pl, true
-}
-
-// growingBody grows place by what is read past its first weight.
-type growingBody struct {
-	r     io.Reader
-	place *api.Place
-	left  int64
-}
-
-func (b *growingBody) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if b.left -= int64(n); b.left < 0 {
-		b.place.Grow(-b.left)
-		b.left = 0
-	}
-	return n, err
 }
 
 func isTimeout(err error) bool {

@@ -67,10 +67,8 @@ type Manager struct {
 
 	// hibernating counts the hibernations being written (guarded by mu).
 	hibernating int
-	// taking holds a channel for each session being taken from the
-	// shared store, closed when its take ends (takeMu guards the map).
-	takeMu sync.Mutex
-	taking map[string]chan struct{}
+	// takes are the takes from the shared store running here.
+	takes takeLocks
 }
 
 // New makes a manager and reconciles what a previous run left behind.

@@ -132,16 +132,11 @@ func (s *Session) takeLost() string {
 	return why
 }
 
-// stillIdle says, holding s.run for a moment, whether s is still past its
-// idle expiry: an operation that held it since the janitor looked (a
-// restore of a hibernated session, a fork, a cell just claimed) made it
-// used, and it was ended under that operation, its sandbox killed and a
-// restored kernel's state lost. One whose run lock is held is in use.
+// stillIdle says whether s is still past its idle expiry, read again
+// just before the janitor ends it: a cell or a wake since the sweep
+// looked made it used. Its run lock is not waited for: a session stuck in
+// an operation past its TTL is still ended.
 func (s *Session) stillIdle(maxLife time.Duration) bool {
-	if !s.run.TryLock() {
-		return false
-	}
-	defer s.run.Unlock()
 	s.mu.Lock()
 	busy := s.busy
 	s.mu.Unlock()

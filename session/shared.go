@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jailcell/jailcell/policy"
@@ -450,30 +451,37 @@ func (m *Manager) find(ctx context.Context, owner int, id string) (*Session, err
 	return m.get(owner, id)
 }
 
-// lockTake waits, as long as ctx allows, until no other take of id runs
-// here, and makes this one the take of id. Takes of other ids go on side
-// by side: one lock for all held every lookup of an id this node does not
+// takeLocks holds a channel for each session being taken from the
+// shared store, closed when its take ends.
+type takeLocks struct {
+	mu     sync.Mutex
+	taking map[string]chan struct{}
+}
+
+// lock waits, as long as ctx allows, until no other take of id runs here,
+// and makes this one the take of id. Takes of other ids go on side by
+// side: one lock for all held every lookup of an id this node does not
 // hold, a mistyped one included, behind another owner's download of a
 // large session.
-func (m *Manager) lockTake(ctx context.Context, id string) (unlock func(), err error) {
+func (t *takeLocks) lock(ctx context.Context, id string) (unlock func(), err error) {
 	for {
-		m.takeMu.Lock()
-		ch, busy := m.taking[id]
+		t.mu.Lock()
+		ch, busy := t.taking[id]
 		if !busy {
-			if m.taking == nil {
-				m.taking = map[string]chan struct{}{}
+			if t.taking == nil {
+				t.taking = map[string]chan struct{}{}
 			}
 			ch = make(chan struct{})
-			m.taking[id] = ch
-			m.takeMu.Unlock()
+			t.taking[id] = ch
+			t.mu.Unlock()
 			return func() {
-				m.takeMu.Lock()
-				delete(m.taking, id)
-				m.takeMu.Unlock()
+				t.mu.Lock()
+				delete(t.taking, id)
+				t.mu.Unlock()
 				close(ch)
 			}, nil
 		}
-		m.takeMu.Unlock()
+		t.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -482,12 +490,19 @@ func (m *Manager) lockTake(ctx context.Context, id string) (unlock func(), err e
 	}
 }
 
+// running is how many takes run here.
+func (t *takeLocks) running() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.taking)
+}
+
 // take makes session id, hibernated in the shared store, this node's.
 func (m *Manager) take(ctx context.Context, owner int, id string) error {
 	if !storedIDRE.MatchString(id) {
 		return errNotStored
 	}
-	unlock, err := m.lockTake(ctx, id)
+	unlock, err := m.takes.lock(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -540,9 +555,7 @@ func (m *Manager) take(ctx context.Context, owner int, id string) error {
 			ErrNotFound, id, st.Name(), l.At.Format(time.RFC3339), m.cfg.HibernatedTTL)
 	}
 	// The other takes running here count: each may become one.
-	m.takeMu.Lock()
-	others := len(m.taking) - 1
-	m.takeMu.Unlock()
+	others := m.takes.running() - 1
 	if n := m.hibernatedCount() + others; n >= m.cfg.MaxHibernated {
 		return fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
 	}

@@ -51,14 +51,14 @@ func TestUpperTarNoNodeTakesBackIsNotStored(t *testing.T) {
 // one) goes on at once, and a second take of the same id waits only as
 // long as its request does.
 func TestTakesOfOtherSessionsDoNotWait(t *testing.T) {
-	m := &Manager{}
-	unlockA, err := m.lockTake(context.Background(), "a")
+	var m takeLocks
+	unlockA, err := m.lock(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	go func() {
-		unlockB, err := m.lockTake(context.Background(), "b")
+		unlockB, err := m.lock(context.Background(), "b")
 		if err == nil {
 			unlockB()
 		}
@@ -74,11 +74,11 @@ func TestTakesOfOtherSessionsDoNotWait(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := m.lockTake(ctx, "a"); !errors.Is(err, ErrUnavailable) {
+	if _, err := m.lock(ctx, "a"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a second take of the same id, its request ended: %v, want ErrUnavailable", err)
 	}
 	unlockA()
-	unlock, err := m.lockTake(context.Background(), "a")
+	unlock, err := m.lock(context.Background(), "a")
 	if err != nil {
 		t.Fatalf("the id once its take ended: %v", err)
 	}

@@ -150,11 +150,10 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	// A body is weighed at what it may become in memory, before it is
-	// admitted: a declared length over the route's bound is refused at
-	// once (one Content-Length of 2^62 was admitted alone into an empty
-	// budget and then held every other owner's request waiting, its body
-	// never coming). A body is weighed at its declared length (a chunked
+	// A declared length over the route's bound is refused before it is
+	// admitted (one Content-Length of 2^62 was admitted alone into an
+	// empty budget and then held every other owner's request waiting, its
+	// body never coming). A body is weighed at its declared length (a chunked
 	// or compressed one, which weighed one byte whatever it held, at the
 	// bound) and at most an eighth of the budget's bytes, and its place
 	// grows by what is read past that: weighed at more (an upload's bound
@@ -215,12 +214,11 @@ func bodyBound(r *http.Request) int64 {
 // admittedBody is an admitted request's body: what is read past the
 // place's weight grows the place (Place.Reader; a compressed body's bytes
 // are counted as they come), and the body's read deadline is lifted once
-// it has been read to its end:
-// the deadline bounds the sender, not the answer, and Go's server reads
-// the connection after a body's end to see a client leave, a read that a
-// stale deadline would fail, cancelling a long stream. A body that failed
-// keeps it: the server then reads what is left of the body before
-// answering, and would wait on a stalled sender.
+// it has been read to its end: the deadline bounds the sender, not the
+// answer, and Go's server reads the connection after a body's end to see
+// a client leave, a read that a stale deadline would fail, cancelling a
+// long stream. A body that failed keeps it: the server then reads what is
+// left of the body before answering, and would wait on a stalled sender.
 type admittedBody struct {
 	io.Closer
 	r    io.Reader

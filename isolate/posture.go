@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
@@ -215,14 +216,22 @@ var lateMasks = []string{bootIDPath}
 // hostHas says whether a masked or read-only path exists in the host's
 // /proc or /sys: a sandbox's own proc and sysfs, of the same kernel, have
 // the same entries, and libcontainer and the zygote skip a path that does
-// not exist.
+// not exist. Looked up once per path: every fork's posture check asks.
 func hostHas(path string) bool {
-	if !strings.HasPrefix(path, "/proc/") && !strings.HasPrefix(path, "/sys/") {
-		return false
+	if has, ok := hostPaths.Load(path); ok {
+		return has.(bool)
 	}
-	_, err := os.Lstat(path)
-	return err == nil
+	has := strings.HasPrefix(path, "/proc/") || strings.HasPrefix(path, "/sys/")
+	if has {
+		_, err := os.Lstat(path)
+		has = err == nil
+	}
+	hostPaths.Store(path, has)
+	return has
 }
+
+// hostPaths caches hostHas.
+var hostPaths sync.Map
 
 // rlimitNames are /proc/PID/limits' names of the limits a configuration
 // sets.

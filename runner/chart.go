@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -449,8 +448,10 @@ func chartMemory(c *Chart) int {
 		return 0
 	}
 	n := int(unsafe.Sizeof(Chart{})) + 8*(len(c.XTicks)+len(c.YTicks))
-	for _, l := range append(slices.Clip(c.XTickLabels), c.YTickLabels...) {
-		n += 16 + len(l)
+	for _, labels := range [][]string{c.XTickLabels, c.YTickLabels} {
+		for _, l := range labels {
+			n += 16 + len(l)
+		}
 	}
 	for i := range c.Elements {
 		e := &c.Elements[i]

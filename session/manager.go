@@ -238,6 +238,12 @@ func (m *Manager) liveLocked() int {
 func (m *Manager) hibernatedCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.hibernatedLocked()
+}
+
+// hibernatedLocked counts the hibernated sessions and the hibernations
+// being written; m.mu is held.
+func (m *Manager) hibernatedLocked() int {
 	return len(m.sessions) - m.liveLocked() + m.hibernating
 }
 
@@ -247,7 +253,7 @@ func (m *Manager) hibernatedCount() int {
 func (m *Manager) reserveHibernation() (release func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if n := len(m.sessions) - m.liveLocked() + m.hibernating; n >= m.cfg.MaxHibernated {
+	if n := m.hibernatedLocked(); n >= m.cfg.MaxHibernated {
 		return nil, fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
 	}
 	m.hibernating++
@@ -915,8 +921,8 @@ func (m *Manager) janitor() {
 			s    *Session
 			why  string
 			kind error
-			// life is set for an idle expiry: checked again, the session
-			// held, just before it is ended.
+			// life is set for an idle expiry: checked again just before
+			// it is ended (stillIdle).
 			life time.Duration
 		}
 		m.mu.Lock()

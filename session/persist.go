@@ -465,7 +465,6 @@ func (m *durable) restorePersistObjects(s *Session) ([]string, error) {
 		return nil, storeErr(what, err)
 	}
 	s.setPersisted(prefix, objs)
-	s.setPersisted(prefix, objs)
 	ws, err := s.writableWorkspace()
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)

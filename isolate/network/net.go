@@ -136,8 +136,8 @@ func SandboxNetns(pid int) (netns.NsHandle, error) {
 }
 
 // newNetns creates an anonymous network namespace with loopback up, IPv4
-// forwarding off (forwardOn turns it on once the rules are in) and IPv6
-// off.
+// forwarding off (Attach turns it on once the rules are in: setForwarding)
+// and IPv6 off.
 func newNetns() (netns.NsHandle, error) {
 	h := netns.None()
 	err := inNetns(-1, func() error {
@@ -177,6 +177,15 @@ func newNetns() (netns.NsHandle, error) {
 		h.Close()
 	}
 	return h, err
+}
+
+// setForwarding turns IPv4 forwarding in ns on or off.
+func setForwarding(ns netns.NsHandle, on bool) error {
+	v := []byte("0")
+	if on {
+		v = []byte("1")
+	}
+	return inNetns(ns, func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", v, 0) })
 }
 
 // Gateway is one allowlisted sandbox's gateway namespace and DNS server.
@@ -250,9 +259,7 @@ func Attach(p policy.Policy, eg Egress, pid, idx int) (_ *Gateway, retErr error)
 	if err := g.nft(ruleset(p)); err != nil {
 		return nil, fmt.Errorf("install gateway rules: %w", err)
 	}
-	if err := inNetns(g.ns, func() error {
-		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0)
-	}); err != nil {
+	if err := setForwarding(g.ns, true); err != nil {
 		return nil, fmt.Errorf("gateway forwarding: %w", err)
 	}
 	if err := g.links(sbNS, upNS, upPeer, upAddr, gwUpAddr); err != nil {
@@ -370,9 +377,7 @@ func (g *Gateway) Close() error {
 			// Forwarding off before the namespace goes: its teardown,
 			// after the last handle, unregisters the rules with the links
 			// still up, and a sandbox sending meanwhile got through.
-			_ = inNetns(g.ns, func() error {
-				return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0"), 0)
-			})
+			_ = setForwarding(g.ns, false)
 			_ = g.ns.Close()
 			g.ns = netns.None()
 		}

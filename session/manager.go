@@ -238,12 +238,6 @@ func (m *Manager) liveLocked() int {
 func (m *Manager) hibernatedCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.hibernatedLocked()
-}
-
-// hibernatedLocked counts the hibernated sessions and the hibernations
-// being written; m.mu is held.
-func (m *Manager) hibernatedLocked() int {
 	return len(m.sessions) - m.liveLocked() + m.hibernating
 }
 
@@ -253,7 +247,7 @@ func (m *Manager) hibernatedLocked() int {
 func (m *Manager) reserveHibernation() (release func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if n := m.hibernatedLocked(); n >= m.cfg.MaxHibernated {
+	if n := len(m.sessions) - m.liveLocked() + m.hibernating; n >= m.cfg.MaxHibernated {
 		return nil, fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
 	}
 	m.hibernating++

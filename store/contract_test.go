@@ -35,22 +35,32 @@ func fileBackend(t *testing.T) backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Down: a filesystem that hangs (a dead NFS server) is a FIFO here: an
-	// open of it blocks until a writer comes.
-	fifo := filepath.Join(dir, "uid=1", "d", "x")
+	// Down: a filesystem that hangs (a dead NFS server) is, here, an object
+	// under a write lease this test holds and never gives up while down: an
+	// open of it for reading waits for the lease's break (45 s by default),
+	// as an open on a dead server waits. Up gives the lease back.
+	hung := filepath.Join(dir, "uid=1", "d", "x")
+	var lease *os.File
 	return backend{name: "file", st: st, file: func(k string) string { return filepath.Join(dir, k) },
 		down: func() {
-			os.MkdirAll(filepath.Dir(fifo), 0o700)
-			if err := unix.Mkfifo(fifo, 0o600); err != nil {
+			os.MkdirAll(filepath.Dir(hung), 0o700)
+			if err := os.WriteFile(hung, []byte("x"), 0o600); err != nil {
 				t.Fatal(err)
+			}
+			var err error
+			if lease, err = os.OpenFile(hung, os.O_RDWR, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := unix.FcntlInt(lease.Fd(), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+				t.Fatalf("take a write lease on %s (the hung filesystem): %v", hung, err)
 			}
 		},
 		up: func() {
-			// Release the blocked open, then drop the FIFO.
-			if w, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
-				w.Close()
+			if lease != nil {
+				unix.FcntlInt(lease.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
+				lease.Close()
 			}
-			os.Remove(fifo)
+			os.Remove(hung)
 		}}
 }
 
@@ -293,7 +303,7 @@ func contract(t *testing.T, b backend) {
 		}
 		if strings.HasSuffix(b.name, "file") {
 			t.Logf("hung file store answered in %s", time.Since(start).Round(time.Millisecond))
-			return // a FIFO hangs reads; writes go elsewhere
+			return // a lease hangs opens of its file; writes go elsewhere
 		}
 		_, err := st.Put(ctx, "uid=1/d/x", strings.NewReader("x"), 1)
 		if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), st.Name()) {
@@ -402,4 +412,36 @@ func FuzzCheckKey(f *testing.F) {
 			t.Fatalf("CheckKey accepted %q", k)
 		}
 	})
+}
+
+// TestHostileFIFOUnderAnObjectName: whoever else writes a shared file
+// store can put a FIFO where an object is looked for. Before the fix a Get
+// opened it for reading and blocked until a writer came: the caller got
+// the store's timeout and a goroutine and an fd stayed behind, per call.
+// Now it is not an object, at once, and nothing is left open.
+func TestHostileFIFOUnderAnObjectName(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.OpenUnsigned(store.Options{URL: "file://" + dir, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "uid=1", "d", "fifo")
+	os.MkdirAll(filepath.Dir(fifo), 0o700)
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		// Free an open that blocked, so a failing run does not hang.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+	}()
+	start := time.Now()
+	_, _, err = st.Get(context.Background(), "uid=1/d/fifo", 10)
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get of a FIFO: %v, want ErrNotFound", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Get of a FIFO answered after %s: it waited for a writer", d)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -204,9 +205,15 @@ func (f *fileStore) Get(ctx context.Context, key string, max int64) (io.ReadClos
 	}
 	var file *os.File
 	obj := Object{Key: key}
-	err := f.do(ctx, func(context.Context) error {
-		var err error
-		file, obj, err = f.open(key)
+	err := f.do(ctx, func(ctx context.Context) error {
+		fl, o, err := f.open(key)
+		if err == nil && ctx.Err() != nil {
+			// Opened after the caller was told the store did not answer:
+			// nobody is left to close it.
+			fl.Close()
+			return ctx.Err()
+		}
+		file, obj = fl, o
 		return err
 	})
 	if err != nil {
@@ -223,17 +230,26 @@ func (f *fileStore) Get(ctx context.Context, key string, max int64) (io.ReadClos
 }
 
 func (f *fileStore) open(key string) (*os.File, Object, error) {
-	file, err := f.root.OpenFile(key, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	// A store others write may hold a FIFO or a device under an object's
+	// name: an open for reading of a FIFO blocks until a writer comes, so
+	// every Get of it would leave a goroutine and an fd behind past its
+	// timeout. The name is pinned with O_PATH (which opens nothing), and
+	// only a regular file is opened for reading, through that very inode.
+	pin, err := f.root.OpenFile(key, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
 		return nil, Object{}, fmt.Errorf("%w: %s in %s", ErrNotFound, key, f.Name())
 	}
 	if err != nil {
 		return nil, Object{}, fmt.Errorf("open %s: %w", key, err)
 	}
-	fi, err := file.Stat()
+	defer pin.Close()
+	fi, err := pin.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
-		file.Close()
 		return nil, Object{}, fmt.Errorf("%w: %s in %s", ErrNotFound, key, f.Name())
+	}
+	file, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(pin.Fd())), os.O_RDONLY, 0)
+	if err != nil {
+		return nil, Object{}, fmt.Errorf("open %s: %w", key, err)
 	}
 	sum, err := FileSum(file)
 	if err != nil || sum == "" {

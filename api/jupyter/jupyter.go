@@ -173,7 +173,9 @@ type jkernel struct {
 
 	shell, control, stdin, iopub zmq4.Socket
 	pubMu                        sync.Mutex
-	count                        int // Jupyter's execution_count (shell only)
+	// count is Jupyter's execution_count. Atomic: an execute_request may
+	// come on the control socket too, whose loop runs beside the shell's.
+	count atomic.Int64
 	hist                         *jhistory
 	reqs                         atomic.Int64
 	closeOnce                    sync.Once
@@ -373,14 +375,14 @@ func (k *jkernel) execute(ctx context.Context, sock zmq4.Socket, m *jmsg) {
 		StoreHistory *bool  `json:"store_history"`
 	}
 	if err := json.Unmarshal(m.content, &c); err != nil {
-		k.reply(sock, m, "execute_reply", map[string]any{"status": "error", "ename": "BadRequest", "evalue": "execute_request content: " + err.Error(), "traceback": []string{}, "execution_count": k.count})
+		k.reply(sock, m, "execute_reply", map[string]any{"status": "error", "ename": "BadRequest", "evalue": "execute_request content: " + err.Error(), "traceback": []string{}, "execution_count": k.count.Load()})
 		return
 	}
 	store := c.StoreHistory == nil || *c.StoreHistory
+	n := int(k.count.Load())
 	if !c.Silent && store {
-		k.count++
+		n = int(k.count.Add(1))
 	}
-	n := k.count
 	if !c.Silent {
 		k.publish(m, "execute_input", map[string]any{"code": c.Code, "execution_count": n})
 	}

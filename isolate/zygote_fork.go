@@ -2,6 +2,8 @@ package isolate
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -111,11 +114,15 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 		defer null.Close()
 		logfd = int(null.Fd())
 	}
-	req, err := json.Marshal(map[string]any{"op": "fork", "plan": plan})
+	nonce := make([]byte, 16)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, nil, err
+	}
+	req, err := json.Marshal(map[string]any{"op": "fork", "nonce": hex.EncodeToString(nonce), "plan": plan})
 	if err != nil {
 		return nil, nil, err
 	}
-	pid, err := z.request(req, append([]int{theirs, logfd}, trees...))
+	pid, err := z.request(req, hex.EncodeToString(nonce), append([]int{theirs, logfd}, trees...))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -125,16 +132,25 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("find forked init %d: %w", pid, err)
 	}
+	// The pid is only killed on failure once it is known to be this
+	// fork: a zygote (or code that reached its socket) answering with a
+	// host service's pid, or another session's init, had the daemon kill
+	// and reap it.
+	zpid, err := z.process.Pid()
+	if err != nil {
+		return nil, nil, fmt.Errorf("the zygote's pid: %w", err)
+	}
+	if err := isForkOf(zpid, pid, proc); err != nil {
+		z.mu.Lock()
+		z.broken = err
+		z.mu.Unlock()
+		return nil, nil, err
+	}
 	defer func() {
 		if retErr != nil {
 			_, _ = reapInit(proc)
 		}
 	}()
-	// Its parent must be us (CLONE_PARENT): a zygote that answered with a
-	// stranger's pid gets no maps and no cgroup written for it.
-	if st, ok := procfs.ReadStat(pid); !ok || st.PPid != os.Getpid() {
-		return nil, nil, fmt.Errorf("zygote answered pid %d, which is not this daemon's child", pid)
-	}
 	if err := zygote.MapIDs(z.mapper, pid, d.HostID()-z.h.cfg.UIDBase, zygoteForkTimeout); err != nil {
 		return nil, nil, fmt.Errorf("map the ids of forked init: %w", err)
 	}
@@ -168,8 +184,54 @@ func (z *Zygote) fork(d *Disk, c *libcontainer.Container, id string, spec Spec, 
 	return lc, proc, nil
 }
 
-// request sends one fork request with fds and returns the pid answered.
-func (z *Zygote) request(req []byte, fds []int) (int, error) {
+// isForkOf checks that pid, pinned by proc's pidfd, is a child just
+// forked by the zygote zpid: the daemon's child (CLONE_PARENT), in a user
+// namespace whose parent is the zygote's, with no id maps yet (another
+// session's init has its maps). A stranger's pid gets no maps, no cgroup
+// and no kill.
+func isForkOf(zpid, pid int, proc *os.Process) error {
+	bad := func(why string) error {
+		return fmt.Errorf("zygote answered pid %d, which is not its fork: %s", pid, why)
+	}
+	if st, ok := procfs.ReadStat(pid); !ok || st.PPid != os.Getpid() {
+		return bad("not this daemon's child")
+	}
+	var zns unix.Stat_t
+	if err := unix.Stat("/proc/"+strconv.Itoa(zpid)+"/ns/user", &zns); err != nil {
+		return bad("the zygote's user namespace: " + err.Error())
+	}
+	nsf, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/user")
+	if err != nil {
+		return bad("its user namespace: " + err.Error())
+	}
+	defer nsf.Close()
+	parent, err := unix.IoctlRetInt(int(nsf.Fd()), unix.NS_GET_PARENT)
+	if err != nil {
+		return bad("the parent of its user namespace: " + err.Error())
+	}
+	var pns unix.Stat_t
+	err = unix.Fstat(parent, &pns)
+	unix.Close(parent)
+	if err != nil || pns.Dev != zns.Dev || pns.Ino != zns.Ino {
+		return bad("its user namespace is not a child of the zygote's")
+	}
+	m, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/uid_map")
+	if err != nil || len(bytes.TrimSpace(m)) != 0 {
+		return bad("its ids are mapped already")
+	}
+	// All of the above was read by pid: it still names the process the
+	// pidfd holds only if that one is alive.
+	if err := proc.Signal(syscall.Signal(0)); err != nil {
+		return bad("it ended: " + err.Error())
+	}
+	return nil
+}
+
+// request sends one fork request with fds and returns the pid answered
+// to it: an answer carrying another nonce (one queued by something else
+// that reached the socket, or a late answer to an earlier request) breaks
+// the zygote.
+func (z *Zygote) request(req []byte, nonce string, fds []int) (int, error) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.broken != nil {
@@ -188,8 +250,9 @@ func (z *Zygote) request(req []byte, fds []int) (int, error) {
 	var rep struct {
 		Pid   int    `json:"pid"`
 		Error string `json:"error"`
+		Nonce string `json:"nonce"`
 	}
-	if err := json.Unmarshal(msg, &rep); err != nil || (rep.Pid <= 0 && rep.Error == "") {
+	if err := json.Unmarshal(msg, &rep); err != nil || (rep.Pid <= 0 && rep.Error == "") || rep.Nonce != nonce {
 		z.broken = fmt.Errorf("answer %q", zygote.Truncate(msg, 100))
 		return 0, fmt.Errorf("zygote answered %q", zygote.Truncate(msg, 100))
 	}

@@ -276,3 +276,72 @@ func TestReconcileKillsRunningLeftover(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileZygoteForkImportsNothingFromSessionRoot: a fork pivots into
+// the session's root (its overlay, which cells write) before its seccomp
+// filter is loaded. A module the fork imported there ran with no filter,
+// every capability of its user namespace and the zygote's control socket
+// still open (fd 3): a cell's resource.py in the stdlib's directory did.
+// Now nothing is imported between the fork and the filter, and the
+// zygote's socket is closed first.
+func TestHostileZygoteForkImportsNothingFromSessionRoot(t *testing.T) {
+	h := newTestHost(t)
+	p := policy.Default()
+	z := startTestZygote(t, h, p)
+	libs, _ := filepath.Glob(filepath.Join(h.cfg.Rootfs, "usr/lib/python3.*"))
+	if len(libs) == 0 {
+		t.Fatalf("no usr/lib/python3.* in the rootfs %s", h.cfg.Rootfs)
+	}
+	stdlib := strings.TrimPrefix(libs[0], h.cfg.Rootfs)
+	d := testDisk(t, h, p, "zygimp")
+	out := t.TempDir()
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	payload := `import os
+with open("/proc/self/status") as f:
+    seccomp = [l.split()[1] for l in f if l.startswith("Seccomp:")]
+try:
+    import stat
+    fd3 = "socket" if stat.S_ISSOCK(os.fstat(3).st_mode) else "other"
+except OSError:
+    fd3 = "closed"
+for d in ("/out", "/work"):
+    try:
+        with open(d + "/pwned", "w") as f:
+            f.write("seccomp %s fd3 %s\n" % (seccomp, fd3))
+    except OSError:
+        pass
+from importlib.machinery import ExtensionFileLoader  # then the real module, so setup goes on
+`
+	for _, name := range []string{"resource.py", "fcntl.py"} {
+		dir := filepath.Join(d.UpperDir(), stdlib)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(payload), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, err := d.Fork(z, Spec{
+		Policy: p,
+		Args:   []string{"/usr/bin/python3", "-s", "/run/jailcell/probe.py", "/out/probe"},
+		Env:    []string{"PATH=/usr/bin:/bin"},
+		Cwd:    "/work",
+		Binds:  []Bind{{Source: out, Dest: "/out", Writable: true}},
+	})
+	if err == nil {
+		defer sb.Destroy()
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(out, "probe")); err == nil {
+				break
+			}
+		}
+	}
+	if b, rerr := os.ReadFile(filepath.Join(out, "pwned")); rerr == nil {
+		t.Fatalf("a module from the session's root ran in the fork before its filter: %s(fork: %v)", b, err)
+	}
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+}

@@ -5,8 +5,8 @@ net, ipc, uts and cgroup namespaces, an unprivileged host uid, no
 capabilities, no_new_privs) and talks to it over fd 3, a SOCK_SEQPACKET
 socket: one JSON message per request, descriptors beside it.
 
-  {"op": "fork", "plan": {...}}   + fds: session socket, log, mount trees
-  -> {"pid": N} or {"error": "..."}
+  {"op": "fork", "nonce": "...", "plan": {...}}   + fds: session socket, log, mount trees
+  -> {"pid": N, "nonce": "..."} or {"error": "...", "nonce": "..."}
 
 The child is cloned with CLONE_PARENT (the daemon is its parent and reaps
 it, as it reaps a cold start's init) and fresh user, mount, pid, net, ipc
@@ -19,18 +19,23 @@ start loads, says "R" and runs the kernel. Nothing of this file's state
 survives into the session but the imported modules. The host then checks
 the child's posture against a cold start's before handing it out.
 
-Only this file's code runs before the seccomp filter is in place; a cell's
-code runs only after, in the kernel. x86_64 and aarch64.
+Only this file's code runs before the seccomp filter is in place (nothing is
+imported between the fork and the filter: the import path is then the
+session's root, which cells write); a cell's code runs only after, in the
+kernel. x86_64 and aarch64.
 """
 
 import array
 import base64
 import ctypes
+import fcntl
 import gc
 import importlib
+import importlib.machinery
 import json
 import os
 import platform
+import resource
 import socket
 import struct
 import sys
@@ -126,7 +131,6 @@ def _load_seccomp(prog):
 
 
 def _loopback_up():
-    import fcntl
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         ifr = struct.pack("16sH14x", b"lo", 0)
@@ -186,8 +190,41 @@ def _build(plan, trees):
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
 
 
+def _close_all_but(keep):
+    lo = 3
+    for fd in sorted(keep):
+        if fd >= lo:
+            os.closerange(lo, fd)
+            lo = fd + 1
+    os.closerange(lo, 1 << 20)
+
+
+def _seal_imports():
+    """Until the seccomp filter is in, nothing is imported: after the
+    pivot the import path is the session's root, which its cells write (a
+    resource.py of theirs, imported here, ran with every capability of its
+    user namespace and no filter). Only built-in and frozen modules stay
+    importable. Returns what _unseal_imports puts back."""
+    saved = (sys.path[:], sys.meta_path[:])
+    sys.path[:] = []
+    sys.meta_path[:] = [m for m in sys.meta_path
+                        if m in (importlib.machinery.BuiltinImporter, importlib.machinery.FrozenImporter)]
+    sys.path_importer_cache.clear()
+    return saved
+
+
+def _unseal_imports(saved):
+    sys.path[:], sys.meta_path[:] = saved
+    sys.path_importer_cache.clear()
+
+
 def _child(sock, log, trees, plan, prog, run):
     """The forked child: become the session's sandbox, then its kernel."""
+    sealed = _seal_imports()
+    # The zygote's control socket (fd 3) and anything else it held are
+    # not the child's: with the socket, code in the child could read other
+    # sessions' fork requests (their mount trees) and forge answers.
+    _close_all_but([sock.fileno(), log] + list(trees))
     # The daemon writes the id maps and moves us into the session's
     # cgroup, then says go.
     if sock.recv(16) != b"G":
@@ -203,7 +240,6 @@ def _child(sock, log, trees, plan, prog, run):
     name = plan["hostname"].encode()
     _check(_libc.sethostname(name, len(name)), "sethostname")
     _loopback_up()
-    import resource
     for res, soft, hard in plan["rlimits"]:
         inf = resource.RLIM_INFINITY
         resource.setrlimit(res, (inf if soft >= 1 << 63 else soft, inf if hard >= 1 << 63 else hard))
@@ -230,6 +266,7 @@ def _child(sock, log, trees, plan, prog, run):
     _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "set dumpable")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
     _load_seccomp(prog)
+    _unseal_imports(sealed)
     sock.send(b"R")
     sock.close()
     # The kernel, as `python3 SCRIPT ARGS...` would run it.
@@ -318,8 +355,10 @@ def main():
                 a = array.array("i")
                 a.frombytes(data[:len(data) - len(data) % a.itemsize])
                 fds.extend(a)
+        nonce = None
         try:
             req = json.loads(msg)
+            nonce = req.get("nonce")
             if req.get("op") != "fork" or len(fds) < 3:
                 raise ValueError("want a fork request with a socket, a log and a root")
             reply = _fork(req, fds, prog, (argv0, code))
@@ -330,6 +369,8 @@ def main():
                 except OSError:
                     pass
             reply = {"error": "%s: %s" % (type(e).__name__, e)}
+        # The daemon ties an answer to its request by the nonce it sent.
+        reply["nonce"] = nonce
         ctl.send(json.dumps(reply).encode())
 
 

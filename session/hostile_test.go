@@ -47,6 +47,19 @@ out = {
   "af_packet": sock(17, socket.SOCK_RAW),
   "af_vsock": sock(40, socket.SOCK_STREAM),
   "raw_inet": sock(socket.AF_INET, socket.SOCK_RAW, 1),
+  # Families and protocols whose socket has the host load a module.
+  "af_tipc": sock(30, socket.SOCK_SEQPACKET),
+  "af_rds": sock(21, socket.SOCK_SEQPACKET),
+  "af_can": sock(29, socket.SOCK_RAW, 1),
+  "af_kcm": sock(41, socket.SOCK_DGRAM),
+  "af_inet_sctp": sock(socket.AF_INET, socket.SOCK_STREAM, 132),
+  "af_inet_l2tp": sock(socket.AF_INET, socket.SOCK_DGRAM, 115),
+  "af_netlink_netfilter": sock(16, socket.SOCK_RAW, 12),
+  "af_xdp": sock(44, socket.SOCK_RAW),
+  "af_inet_mptcp": sock(socket.AF_INET, socket.SOCK_STREAM, 262),
+  "af_inet_udplite": sock(socket.AF_INET, socket.SOCK_DGRAM, 136),
+  "af_tipc_socketpair": sc(53, 30, socket.SOCK_SEQPACKET, 0, ctypes.addressof(buf)),
+  "modify_ldt": sc(154, 0, ctypes.addressof(buf), 16),
 }
 # x32 ABI: getpid with the x32 bit. A bad-ABI call may kill the caller, so
 # it runs in a child; anything but a successful return is a refusal.

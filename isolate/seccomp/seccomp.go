@@ -44,6 +44,10 @@ var denied = []string{
 	// refuses it without CAP_SYS_ADMIN already; named here so that a
 	// profile that ever allows it does not bring the hole back.
 	"fanotify_init", //
+	// Custom LDT segments: a kernel corner with its own CVEs
+	// (CVE-2017-17053, espfix and 16-bit segment bugs); neither CPython
+	// nor the wheels a cell loads use them.
+	"modify_ldt", //
 }
 
 // Deliberately still refused, as by Docker without CAP_SYS_NICE: mbind,
@@ -53,15 +57,36 @@ var denied = []string{
 // fails; session's TestProfileImportsInSandbox runs numpy, scipy and
 // scikit-learn through that path.
 
-// maxNetlinkProtocol is the kernel's MAX_LINKS: netlink protocols are
-// 0..31.
-const maxNetlinkProtocol = 32
+// socketRule is a family a sandbox may open sockets of, and the
+// protocols it may ask for; nil: any.
+type socketRule struct {
+	family uint64
+	protos []uint64
+}
+
+// sockets is every socket a sandbox may open. Docker's profile admits
+// about thirty families (TIPC, RDS, CAN, KCM, SMC, NFC, ...), every IP
+// protocol (SCTP, L2TP) and every netlink protocol but audit: creating
+// one has the host load its module (request_module("net-pf-N..."), from
+// any namespace, before any capability check), and then the cell drives
+// its unprivileged paths: CVE-2010-3904 (RDS), CVE-2021-3609 (CAN BCM),
+// CVE-2017-6074 (DCCP). A Python cell needs Unix sockets, TCP, UDP and
+// ping over IPv4 and IPv6, and netlink's route protocol (getifaddrs,
+// if_nameindex). Protocols are compared in all 64 bits: a value with
+// garbage in its upper half, which the kernel truncates to int, matches
+// no rule. The audit protocol (not namespaced) is outside too.
+var sockets = []socketRule{
+	{unix.AF_UNIX, nil},
+	{unix.AF_INET, []uint64{0, unix.IPPROTO_ICMP, unix.IPPROTO_TCP, unix.IPPROTO_UDP}},
+	{unix.AF_INET6, []uint64{0, unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_ICMPV6}},
+	{unix.AF_NETLINK, []uint64{unix.NETLINK_ROUTE}},
+}
 
 // Config builds the sandbox's filter from Docker's default allowlist
 // (github.com/moby/profiles, computed for a process with no capabilities,
 // which also removes mount, unshare, setns, namespace clone flags, reboot,
-// kexec, module loading and clock setting), minus the calls in denied and
-// netlink audit sockets (see noNetlinkAudit). Only the native ABI is
+// kexec, module loading and clock setting), minus the calls in denied, and
+// with sockets only of the families and protocols in sockets. Only the native ABI is
 // allowed: 32-bit and x32 entry points are refused (the 32-bit path has
 // been the way around filters before, e.g. CVE-2009-0835). Nothing Docker
 // refuses an unprivileged container is allowed here; TestSeccompParity
@@ -91,9 +116,7 @@ func Config(errno uint) (*configs.Seccomp, error) {
 			calls = append(calls, c)
 		}
 	}
-	if prof.Syscalls, err = noNetlinkAudit(calls); err != nil {
-		return nil, err
-	}
+	prof.Syscalls = ownSockets(calls)
 	cfg, err := specconv.SetupSeccomp(prof)
 	if err != nil {
 		return nil, fmt.Errorf("convert seccomp profile: %w", err)
@@ -101,50 +124,48 @@ func Config(errno uint) (*configs.Seccomp, error) {
 	return cfg, nil
 }
 
-// noNetlinkAudit replaces Docker's socket(AF_NETLINK, *, *) rule with one
-// rule per netlink protocol but NETLINK_AUDIT. The audit subsystem is not
-// namespaced: its socket reaches the host's audit code from any network
-// namespace, and a sandbox has no business there (systemd-nspawn and
-// Podman's profile refuse it without CAP_AUDIT_WRITE too). Each protocol is
-// compared in all 64 bits, so a protocol of 9 with garbage in the upper
-// half (which the kernel truncates to int) matches no rule and is refused
-// as well: a "protocol != 9" rule would let that through. Protocols above
-// 31 do not exist. Fails closed if another socket rule admits AF_NETLINK.
-func noNetlinkAudit(calls []specs.LinuxSyscall) ([]specs.LinuxSyscall, error) {
+// ownSockets takes socket and socketpair out of every allowing rule and
+// allows them only as sockets says (socketpair: Unix sockets, the one
+// family that pairs; another family's module is loaded by a socketpair
+// too).
+func ownSockets(calls []specs.LinuxSyscall) []specs.LinuxSyscall {
 	var out []specs.LinuxSyscall
-	found := false
 	for _, c := range calls {
-		if c.Action != specs.ActAllow || !slices.Contains(c.Names, "socket") {
-			out = append(out, c)
-			continue
-		}
-		if len(c.Args) == 1 && c.Args[0] == (specs.LinuxSeccompArg{Index: 0, Value: unix.AF_NETLINK, Op: specs.OpEqualTo}) {
-			found = true
-			if others := slices.DeleteFunc(slices.Clone(c.Names), func(n string) bool { return n == "socket" }); len(others) > 0 {
-				o := c
-				o.Names = others
-				out = append(out, o)
+		if c.Action == specs.ActAllow {
+			c.Names = slices.DeleteFunc(slices.Clone(c.Names), func(n string) bool { return n == "socket" || n == "socketpair" })
+			if len(c.Names) == 0 {
+				continue
 			}
-			for proto := range uint64(maxNetlinkProtocol) {
-				if proto == unix.NETLINK_AUDIT {
-					continue
-				}
-				out = append(out, specs.LinuxSyscall{Names: []string{"socket"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{
-					{Index: 0, Value: unix.AF_NETLINK, Op: specs.OpEqualTo},
-					{Index: 2, Value: proto, Op: specs.OpEqualTo},
-				}})
-			}
-			continue
-		}
-		if ruleAdmits(c.Args, []uint64{unix.AF_NETLINK, 0, unix.NETLINK_AUDIT, 0, 0, 0}) {
-			return nil, fmt.Errorf("%w: seccomp profile: socket rule %+v admits NETLINK_AUDIT sockets", errdefs.ErrUnsupported, c.Args)
 		}
 		out = append(out, c)
 	}
-	if !found {
-		return nil, fmt.Errorf("%w: seccomp profile: no socket(AF_NETLINK) rule to restrict", errdefs.ErrUnsupported)
+	out = append(out, specs.LinuxSyscall{Names: []string{"socketpair"}, Action: specs.ActAllow,
+		Args: []specs.LinuxSeccompArg{{Index: 0, Value: unix.AF_UNIX, Op: specs.OpEqualTo}}})
+	for _, r := range sockets {
+		if r.protos == nil {
+			out = append(out, specs.LinuxSyscall{Names: []string{"socket"}, Action: specs.ActAllow,
+				Args: []specs.LinuxSeccompArg{{Index: 0, Value: r.family, Op: specs.OpEqualTo}}})
+			continue
+		}
+		for _, proto := range r.protos {
+			out = append(out, specs.LinuxSyscall{Names: []string{"socket"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{
+				{Index: 0, Value: r.family, Op: specs.OpEqualTo},
+				{Index: 2, Value: proto, Op: specs.OpEqualTo},
+			}})
+		}
 	}
-	return out, nil
+	return out
+}
+
+// SocketAllowed reports whether a sandbox may call socket(family, _,
+// proto): the sockets table, for tests and docs.
+func SocketAllowed(family, proto uint64) bool {
+	for _, r := range sockets {
+		if r.family == family {
+			return r.protos == nil || slices.Contains(r.protos, proto)
+		}
+	}
+	return false
 }
 
 // ruleAdmits reports whether a rule with these argument conditions matches

@@ -33,11 +33,12 @@ var deliberate = map[string]difference{
 	"personality":       {nil, "READ_IMPLIES_EXEC and other legacy execution domains"},
 	"inotify_init":      {nil, "inotify instances are charged up to host root's uid: a cell holding them starves the host and other sessions"},
 	"inotify_init1":     {nil, "inotify instances are charged up to host root's uid: a cell holding them starves the host and other sessions"},
-	"socket": {func(a []uint64) bool {
-		return a[0] == unix.AF_NETLINK && (a[2] == unix.NETLINK_AUDIT || a[2] >= maxNetlinkProtocol)
-	},
-		"NETLINK_AUDIT reaches the host's audit subsystem, which is not namespaced (refused without CAP_AUDIT_WRITE by systemd-nspawn and Podman); " +
-			"protocols are matched in all 64 bits, so 9 with garbage upper bits and the nonexistent protocols above 31 are refused too"},
+	"modify_ldt":        {nil, "custom LDT segments: CVE-2017-17053, espfix and 16-bit segment bugs; nothing a cell runs uses them"},
+	"socket": {func(a []uint64) bool { return !SocketAllowed(a[0], a[2]) },
+		"only Unix, IPv4 and IPv6 (TCP, UDP, ping) and netlink route sockets: any other family or protocol has the host load its module (CVE-2010-3904 RDS, CVE-2021-3609 CAN BCM); " +
+			"NETLINK_AUDIT reaches the host's audit subsystem, which is not namespaced; protocols are matched in all 64 bits"},
+	"socketpair": {func(a []uint64) bool { return a[0] != unix.AF_UNIX },
+		"Unix sockets only: a socketpair of another family loads its module as a socket does"},
 }
 
 // deliberateArches: Docker also allows the 32-bit and x32 ABIs of the
@@ -292,5 +293,43 @@ func TestRuleAdmits(t *testing.T) {
 		if got := ruleAdmits(c.conds, c.args); got != c.want {
 			t.Errorf("ruleAdmits(%+v, %#x) = %v, want %v", c.conds, c.args, got, c.want)
 		}
+	}
+}
+
+// TestSocketFamiliesMinimal: the filter admits socket(family, type, proto)
+// for exactly the families and protocols of the sockets table, over every
+// family the kernel numbers and the IP protocols whose modules a socket
+// would load (SCTP, DCCP, L2TP), with garbage in the upper bits refused.
+func TestSocketFamiliesMinimal(t *testing.T) {
+	_, ours := ourRules(t)
+	protos := []uint64{0, 1, 6, 9, 17, 33, 58, 115, 132, 256, 1 << 32, 6 | 1<<32}
+	admitted := 0
+	for family := uint64(0); family <= 50; family++ {
+		for _, proto := range protos {
+			for _, typ := range []uint64{unix.SOCK_STREAM, unix.SOCK_DGRAM, unix.SOCK_RAW, unix.SOCK_SEQPACKET} {
+				got := allows(ours["socket"], []uint64{family, typ, proto, 0, 0, 0}, false)
+				if want := SocketAllowed(family, proto); got != want {
+					t.Errorf("socket(%d, %d, %#x): admitted %v, want %v", family, typ, proto, got, want)
+				}
+				if got {
+					admitted++
+				}
+			}
+		}
+		if got := allows(ours["socketpair"], []uint64{family, unix.SOCK_STREAM, 0, 0, 0, 0}, false); got != (family == unix.AF_UNIX) {
+			t.Errorf("socketpair(%d): admitted %v", family, got)
+		}
+	}
+	for _, bad := range [][2]uint64{{unix.AF_INET, unix.IPPROTO_SCTP}, {unix.AF_INET6, unix.IPPROTO_SCTP}, {unix.AF_INET, unix.IPPROTO_L2TP},
+		{unix.AF_NETLINK, unix.NETLINK_AUDIT}, {unix.AF_NETLINK, unix.NETLINK_NETFILTER}, {unix.AF_TIPC, 0}, {unix.AF_RDS, 0}, {unix.AF_CAN, 0}, {unix.AF_PACKET, 0}} {
+		if SocketAllowed(bad[0], bad[1]) {
+			t.Errorf("socket(%d, _, %d) is in the table", bad[0], bad[1])
+		}
+	}
+	if admitted == 0 {
+		t.Fatal("no socket admitted at all")
+	}
+	if _, ok := ours["modify_ldt"]; ok && allows(ours["modify_ldt"], make([]uint64, 6), false) {
+		t.Error("modify_ldt is allowed")
 	}
 }

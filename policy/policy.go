@@ -117,7 +117,9 @@ var checks = []check{
 	func(p *Policy) error { return rangeInt("memory_bytes", p.MemoryBytes, 32<<20, 1<<40) },
 	func(p *Policy) error { return rangeInt("pids", p.Pids, 8, 1<<16) },
 	func(p *Policy) error {
-		if p.CPUs < 0.05 || p.CPUs > 1024 {
+		// Written so NaN fails too: it passed "< 0.05 || > 1024", became
+		// a negative CFS quota, and that is no CPU limit at all.
+		if !(p.CPUs >= 0.05 && p.CPUs <= 1024) {
 			return fmt.Errorf("%w: cpus = %g, allowed 0.05..1024", ErrInvalid, p.CPUs)
 		}
 		return nil
@@ -201,7 +203,7 @@ func (o *Override) Apply(base Policy) (Policy, error) {
 	tighten("disk_bytes", o.DiskBytes, &p.DiskBytes)
 	tighten("output_bytes", o.OutputBytes, &p.OutputBytes)
 	if o.CPUs != nil {
-		if *o.CPUs > p.CPUs || *o.CPUs <= 0 {
+		if !(*o.CPUs > 0 && *o.CPUs <= p.CPUs) { // NaN fails
 			errs = append(errs, fmt.Errorf("%w: cpus = %g, allowed up to %g (the policy's ceiling)", ErrInvalid, *o.CPUs, p.CPUs))
 		} else {
 			p.CPUs = *o.CPUs
@@ -231,7 +233,7 @@ func (o *Override) Apply(base Policy) (Policy, error) {
 // CellTimeout resolves a request's timeout in seconds (0 = not given) to the
 // duration a cell gets: the default when absent, clamped to MaxTimeout.
 func (p *Policy) CellTimeout(seconds float64) (time.Duration, error) {
-	if seconds < 0 {
+	if !(seconds >= 0) { // NaN fails
 		return 0, fmt.Errorf("%w: timeout_s = %g, must be positive", ErrInvalid, seconds)
 	}
 	if seconds == 0 {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +97,26 @@ func TestCellTimeout(t *testing.T) {
 		if (err != nil) != c.err || (!c.err && got != c.want) {
 			t.Errorf("CellTimeout(%g) = %s, %v", c.in, got, err)
 		}
+	}
+}
+
+// TestValidateRefusesNonFiniteCPUs: NaN passed the range check (every
+// comparison with it is false), became a negative CFS quota, and that is
+// no CPU limit. A config's `cpus: .nan` or JAILCELL_..._CPUS=nan did it.
+func TestValidateRefusesNonFiniteCPUs(t *testing.T) {
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		p := Default()
+		p.CPUs = v
+		if err := p.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cpus") {
+			t.Errorf("cpus = %g: %v, want ErrInvalid naming cpus", v, err)
+		}
+		o := Override{CPUs: &v}
+		if _, err := o.Apply(Default()); !errors.Is(err, ErrInvalid) {
+			t.Errorf("override cpus = %g: %v, want ErrInvalid", v, err)
+		}
+	}
+	p := Default()
+	if _, err := p.CellTimeout(math.NaN()); !errors.Is(err, ErrInvalid) {
+		t.Errorf("timeout NaN: %v, want ErrInvalid", err)
 	}
 }

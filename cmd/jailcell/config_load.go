@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/jailcell/jailcell/internal/secretfile"
 	"github.com/jailcell/jailcell/policy"
 )
 
@@ -59,6 +60,9 @@ func configFlag(fs *pflag.FlagSet) {
 	fs.String("config", defaultConfigPath, "configuration file (YAML; also JAILCELL_CONFIG); the default one may be absent")
 }
 
+// maxConfigFile bounds the config file read: a config is a few KiB.
+const maxConfigFile = 4 << 20
+
 // configPath is the file to read, and whether it was asked for (a missing
 // file asked for is an error; the default one may be absent).
 func configPath(flags *pflag.FlagSet) (string, bool) {
@@ -89,7 +93,9 @@ func loadConfig(flags *pflag.FlagSet) (*config, error) {
 func loadConfigFor(flags *pflag.FlagSet, client bool) (*config, error) {
 	l := &configLoader{v: viper.New(), file: viper.New(), flags: flags, keys: configKeys, cfg: &config{sources: map[string]string{}}}
 	path, explicit := configPath(flags)
-	b, err := os.ReadFile(path)
+	// Others may read it; only root or this user may have written it: it
+	// names programs root runs (fixer.command) and every policy.
+	b, err := secretfile.ReadTrusted("config file", path, maxConfigFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !explicit:
 		path = ""
@@ -97,7 +103,7 @@ func loadConfigFor(flags *pflag.FlagSet, client bool) (*config, error) {
 		l.cfg.Unreadable = fmt.Errorf("read config file: %w", err)
 		path = ""
 	case err != nil:
-		return nil, fmt.Errorf("read config file: %w", err)
+		return nil, fmt.Errorf("read %w", err)
 	}
 	l.path = path
 	l.cfg.File = path

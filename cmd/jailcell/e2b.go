@@ -128,10 +128,10 @@ func e2bServer(cfg *config, h api.Handler, log *slog.Logger) (net.Listener, *htt
 		return nil, nil, fmt.Errorf("listen on %s: %w", cfg.E2BListen, err)
 	}
 	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		cert, err := loadKeyPair(cfg)
 		if err != nil {
 			l.Close()
-			return nil, nil, fmt.Errorf("tls.cert, tls.key: %w", err)
+			return nil, nil, err
 		}
 		l = tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}

@@ -136,15 +136,17 @@ func remoteListener(cfg *config) (net.Listener, *httpapi.RemoteAuth, error) {
 	}
 	var tc *tls.Config
 	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		cert, err := loadKeyPair(cfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("tls.cert, tls.key: %w", err)
+			return nil, nil, err
 		}
 		tc = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		if cfg.TLSClientCA != "" {
-			pem, err := os.ReadFile(cfg.TLSClientCA)
+			// Whoever could write the CA could sign a certificate naming
+			// root (owner 0, every owner's sessions).
+			pem, err := secretfile.ReadTrusted("tls.client_ca", cfg.TLSClientCA, maxTLSFile)
 			if err != nil {
-				return nil, nil, fmt.Errorf("tls.client_ca: %w", err)
+				return nil, nil, err
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
@@ -168,4 +170,28 @@ func remoteListener(cfg *config) (net.Listener, *httpapi.RemoteAuth, error) {
 		l = tls.NewListener(l, tc)
 	}
 	return l, auth, nil
+}
+
+// maxTLSFile bounds a PEM file read: a certificate chain or key is a few
+// KiB.
+const maxTLSFile = 1 << 20
+
+// loadKeyPair reads the listener's certificate and key. The key must be
+// the daemon's user's, unreadable by others (0600, 0400, or 0640/0440 for
+// a group of operators), as an ssh host key must: anyone who reads it can
+// be this node to its callers.
+func loadKeyPair(cfg *config) (tls.Certificate, error) {
+	certPEM, err := secretfile.ReadTrusted("tls.cert", cfg.TLSCert, maxTLSFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := secretfile.Read("tls.key", cfg.TLSKey, maxTLSFile, true)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("tls.cert, tls.key: %w", err)
+	}
+	return cert, nil
 }

@@ -50,3 +50,44 @@ func Read(key, path string, max int64, groupRead bool) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// ReadTrusted returns the content of path, the value of config key key,
+// at most max bytes: a file the daemon acts on that need not be secret (its
+// config, a client CA). Anyone may read it; only its owner, this process's
+// user or root, may change it. A config a group member could write names
+// the programs root runs (fixer.command) and the policies; a client CA
+// they could write lets them sign a certificate that names root.
+func ReadTrusted(key, path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s %s: not a regular file", key, path)
+	case fi.Mode().Perm()&0o022 != 0:
+		return nil, fmt.Errorf("%s %s: mode %04o lets others change it; want it writable by its owner only (chmod go-w %s)", key, path, fi.Mode().Perm(), path)
+	case st == nil || int(st.Uid) != os.Geteuid() && st.Uid != 0:
+		owner := -1
+		if st != nil {
+			owner = int(st.Uid)
+		}
+		return nil, fmt.Errorf("%s %s: owned by uid %d, neither root nor this process's user (%d)", key, path, owner, os.Geteuid())
+	case fi.Size() > max:
+		return nil, fmt.Errorf("%s %s: %d bytes, over the %d-byte limit", key, path, fi.Size(), max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s %s: over the %d-byte limit", key, path, max)
+	}
+	return b, nil
+}

@@ -22,6 +22,14 @@ type Handler interface {
 
 var _ Handler = (*Dispatcher)(nil)
 
+// Opener is a Handler that can also hand a door a workspace file to
+// stream (Dispatcher.Open); a door over a Handler without it downloads.
+type Opener interface {
+	Open(ctx context.Context, owner int, session, path string) (*seam.OpenFile, *Error)
+}
+
+var _ Opener = (*Dispatcher)(nil)
+
 // Dispatcher carries out requests. It is the only place requests turn into
 // manager calls, so every transport behaves the same. Safe for concurrent
 // use.
@@ -92,6 +100,32 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 	}
 	r.ID, r.OK = req.ID, true
 	return r
+}
+
+// Open opens a workspace file for a door that streams it (HTTP's file
+// route, E2B's /files): the daemon then holds a descriptor while the
+// client reads, never the file's bytes (downloads read whole let one
+// owner's many reads of a 256 MiB file pass the node's byte bound). The
+// caller closes the file. The request is checked as a download's.
+func (d *Dispatcher) Open(ctx context.Context, owner int, session, path string) (f *seam.OpenFile, e *Error) {
+	defer func() {
+		if v := recover(); v != nil {
+			d.logger().Error("handler panic", "op", "open", "panic", v, "stack", string(debug.Stack()))
+			f, e = nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: panic in open: %v", v)}
+		}
+	}()
+	req := &Request{Op: OpDownload, Session: session, Path: path}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Manager == nil {
+		return nil, &Error{Code: CodeUnavailable, Message: "no sandbox manager is configured"}
+	}
+	f, err := d.Manager.Workspace().Open(ctx, owner, session, path)
+	if err != nil {
+		return nil, errorFor(err)
+	}
+	return f, nil
 }
 
 // sessionOps are the ops on one session that answer with its info (fork:

@@ -288,6 +288,44 @@ func (wk *Workspace) Download(ctx context.Context, owner int, id, path string) (
 	return &Download{Path: rel, Data: b, Size: int64(len(b)), SHA256: sha256hex(b)}, nil
 }
 
+// Open opens path (relative to the working directory) for reading, as
+// Download reads it: confined, a regular file only, within MaxFileBytes.
+func (wk *Workspace) Open(ctx context.Context, owner int, id, path string) (*OpenFile, error) {
+	rel, err := cleanRel(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := wk.host.lookup(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := s.workspace()
+	if err != nil {
+		return nil, err
+	}
+	if ws == nil {
+		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
+	}
+	defer ws.Close()
+	f, err := openFile(ws, rel, unix.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if fi.Size() > MaxFileBytes {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is %d bytes, more than the %d allowed", ErrLimit, rel, fi.Size(), MaxFileBytes)
+	}
+	return &OpenFile{Path: rel, Size: fi.Size(), Content: f}, nil
+}
+
 // Files lists the workspace.
 func (wk *Workspace) Files(ctx context.Context, owner int, id string) ([]Entry, error) {
 	s, err := wk.host.lookup(ctx, owner, id)

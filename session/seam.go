@@ -82,6 +82,7 @@ type (
 	Info           = seam.Info
 	Entry          = seam.Entry
 	Download       = seam.Download
+	OpenFile       = seam.OpenFile
 	SessionMetrics = seam.SessionMetrics
 	SessionUsage   = seam.SessionUsage
 )

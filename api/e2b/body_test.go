@@ -5,12 +5,20 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jailcell/jailcell/api"
+	"github.com/jailcell/jailcell/session/seam"
 )
 
 // rawRequest writes head (request line and headers, CRLF-ended, no blank
@@ -230,4 +238,95 @@ func TestDownloadsAreWeighed(t *testing.T) {
 	waitBudget("an unread 64 MiB download", func(used int64) bool { return used >= 64<<20 })
 	c.Close()
 	waitBudget("after the client left", func(used int64) bool { return used == 0 })
+}
+
+// openingSessions is fakeSessions that can also open a file to stream,
+// as the daemon's dispatcher can: every open is of file.
+type openingSessions struct {
+	*fakeSessions
+	file string
+}
+
+// Handle answers a download with the whole file, as the dispatcher's
+// download op does.
+func (o openingSessions) Handle(ctx context.Context, owner int, req *api.Request, emit func(api.Event)) *api.Response {
+	if req.Op == api.OpDownload {
+		b, err := os.ReadFile(o.file)
+		if err != nil {
+			return api.Fail(req.ID, &api.Error{Code: api.CodeInternal, Message: err.Error()})
+		}
+		return &api.Response{ID: req.ID, OK: true, Data: b}
+	}
+	return o.fakeSessions.Handle(ctx, owner, req, emit)
+}
+
+func (o openingSessions) Open(_ context.Context, _ int, _, rel string) (*seam.OpenFile, *api.Error) {
+	f, err := os.Open(o.file)
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInternal, Message: err.Error()}
+	}
+	fi, _ := f.Stat()
+	return &seam.OpenFile{Path: rel, Size: fi.Size(), Content: f}, nil
+}
+
+// TestHostileDownloadsAreStreamed: a download is streamed from the file,
+// so the daemon holds a copy buffer per request, not the file. Read whole,
+// four unread downloads of a sparse 256 MiB file held 1 GiB (within a
+// budget that counted them, but far past what a node should hold for one
+// owner's reads). Ranges are served from the file too.
+func TestHostileDownloadsAreStreamed(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "sparse.bin")
+	if err := os.WriteFile(big, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := newTestDoorOver(t, Options{MaxInFlightBytes: 1 << 30}, func(f *fakeSessions) api.Handler { return openingSessions{f, big} })
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	s := makeSandbox(t, d)
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var conns []net.Conn
+	for range 4 {
+		conns = append(conns, rawRequest(t, srv, fmt.Sprintf("GET /files?path=big.bin HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %d\r\nX-Access-Token: %s\r\n",
+			s.SandboxID, EnvdPort, s.EnvdAccessToken), ""))
+	}
+	// Each answer has begun: its status line is readable.
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || !strings.Contains(line, "200") {
+			t.Fatalf("download answer: %q %v", line, err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, used := d.budget.InFlight(); used > 1<<20 {
+		t.Errorf("four unread 256 MiB downloads hold %d bytes of the budget, want copy buffers only", used)
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 64<<20 {
+		t.Errorf("the heap grew by %d MiB with four downloads of 256 MiB in flight, want buffers only", grew>>20)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	// A range is answered from the file.
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/files?path=big.bin", nil)
+	req.Header.Set("E2b-Sandbox-Id", s.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
+	req.Header.Set("X-Access-Token", s.EnvdAccessToken)
+	req.Header.Set("Range", "bytes=100-199")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusPartialContent || len(b) != 100 {
+		t.Errorf("range of a streamed file: %s, %d bytes; want 206 and 100", resp.Status, len(b))
+	}
 }

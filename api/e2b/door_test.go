@@ -90,14 +90,24 @@ const testKey = "door-test-key-0123456789abcdef0123456789"
 
 func newTestDoor(t *testing.T, o Options) (*Door, *fakeSessions) {
 	t.Helper()
+	return newTestDoorOver(t, o, nil)
+}
+
+// newTestDoorOver is newTestDoor whose handler is wrap(f) (nil: f).
+func newTestDoorOver(t *testing.T, o Options, wrap func(*fakeSessions) api.Handler) (*Door, *fakeSessions) {
+	t.Helper()
 	f := &fakeSessions{live: map[string]seam.Info{}}
+	var h api.Handler = f
+	if wrap != nil {
+		h = wrap(f)
+	}
 	if o.Secret == nil {
 		o.Secret = bytes.Repeat([]byte{7}, 32)
 	}
 	if o.Keys == nil {
 		o.Keys = NewKeys(map[string]uint32{testKey: 1000}).Owner
 	}
-	d, err := New(f, o)
+	d, err := New(h, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package e2b
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -65,7 +66,7 @@ func (d *Door) getFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", p.show()))
 		return
 	}
-	resp, e := d.fsCall(r.Context(), &api.Request{Op: api.OpDownload, Path: p.rel})
+	content, size, e := d.fsOpen(r.Context(), p.rel)
 	if e != nil {
 		if e.Code == api.CodeNotFound {
 			e = &api.Error{Code: e.Code, Message: fmt.Sprintf("path '%s' does not exist", p.show())}
@@ -73,28 +74,60 @@ func (d *Door) getFile(w http.ResponseWriter, r *http.Request) {
 		writeFSError(w, e)
 		return
 	}
+	defer content.Close()
 	name := path.Base(p.show())
 	// As envd: inline, named for the file, typed by its extension (or
 	// sniffed) by http.ServeContent, which also answers Range requests.
 	// Accept-Encoding: gzip is answered with identity, which every client
 	// that asks for gzip also takes.
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": name}))
-	// The file is in memory until written: counted in the request's place
-	// (it weighed one byte, and four unread 64 MiB downloads held 256 MiB
-	// unseen by the budget), and written within a time that a reader of
-	// 1 MB/s meets, so a client that stops reading lets it go.
+	// What the daemon holds until written is counted in the request's
+	// place (it weighed one byte, and four unread 64 MiB downloads held
+	// 256 MiB unseen by the budget): a copy buffer when streamed from the
+	// file, the file when downloaded through a handler that cannot open
+	// it. It is written within a time that a reader of 1 MB/s meets, so a
+	// client that stops reading lets it go.
 	if t := targetOf(r.Context()); t.place != nil {
-		t.place.Grow(int64(len(resp.Data)))
+		t.place.Grow(content.weight)
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Now().Add(downloadTime(len(resp.Data))))
-	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(resp.Data))
+	_ = rc.SetWriteDeadline(time.Now().Add(downloadTime(size)))
+	http.ServeContent(w, r, name, time.Time{}, content)
 	_ = rc.SetWriteDeadline(time.Time{})
 }
 
+// fileContent is a file to answer with and what it holds in memory.
+type fileContent struct {
+	io.ReadSeekCloser
+	weight int64
+}
+
+// fsOpen opens rel in the target sandbox's workspace to stream it, or,
+// through a handler that cannot open files, downloads it.
+func (d *Door) fsOpen(ctx context.Context, rel string) (*fileContent, int64, *api.Error) {
+	o, ok := d.h.(api.Opener)
+	if !ok {
+		resp, e := d.fsCall(ctx, &api.Request{Op: api.OpDownload, Path: rel})
+		if e != nil {
+			return nil, 0, e
+		}
+		return &fileContent{nopCloser{bytes.NewReader(resp.Data)}, int64(len(resp.Data))}, int64(len(resp.Data)), nil
+	}
+	t := targetOf(ctx)
+	f, e := o.Open(ctx, t.owner, t.id, rel)
+	if e != nil {
+		return nil, 0, d.goneOr(ctx, t.owner, t.id, e)
+	}
+	return &fileContent{f.Content, 64 << 10}, f.Size, nil
+}
+
+type nopCloser struct{ io.ReadSeeker }
+
+func (nopCloser) Close() error { return nil }
+
 // downloadTime is how long a download of n bytes may take to write: 30 s,
 // or n at 1 MB/s if longer.
-func downloadTime(n int) time.Duration {
+func downloadTime(n int64) time.Duration {
 	return max(30*time.Second, time.Duration(n)*time.Microsecond)
 }
 

@@ -50,16 +50,26 @@ func (d *Door) fsCall(ctx context.Context, req *api.Request) (*api.Response, *ap
 	t := targetOf(ctx)
 	req.Session = t.id
 	resp, e := d.call(ctx, t.owner, req, nil)
-	if e == nil || (e.Code != api.CodeNotFound && e.Code != api.CodeExpired) {
-		return resp, e
+	if e != nil {
+		return nil, d.goneOr(ctx, t.owner, t.id, e)
 	}
-	if _, ie := d.call(ctx, t.owner, &api.Request{Op: api.OpInfo, Session: t.id}, nil); ie != nil {
+	return resp, nil
+}
+
+// goneOr is e, an op's error on sandbox id, unless it is a not-found or
+// expired because the sandbox itself is gone: that says so (the SDKs raise
+// their sandbox-gone error, not a file's not-found).
+func (d *Door) goneOr(ctx context.Context, owner int, id string, e *api.Error) *api.Error {
+	if e.Code != api.CodeNotFound && e.Code != api.CodeExpired {
+		return e
+	}
+	if _, ie := d.call(ctx, owner, &api.Request{Op: api.OpInfo, Session: id}, nil); ie != nil {
 		if ie.Code == api.CodeNotFound || ie.Code == api.CodeExpired {
-			return nil, &api.Error{Code: codeGone, Message: "sandbox " + t.id + " is not running: " + ie.Message}
+			return &api.Error{Code: codeGone, Message: "sandbox " + id + " is not running: " + ie.Message}
 		}
-		return nil, ie
+		return ie
 	}
-	return nil, e
+	return e
 }
 
 // connectCodes maps the wire's codes to Connect's, as the SDKs act on

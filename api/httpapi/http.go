@@ -3,6 +3,8 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -666,25 +668,59 @@ func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, ow
 }
 
 // download answers the file's raw bytes; errors are JSON like every other
-// route's.
+// route's. The file is streamed from its descriptor: its place weighs a
+// copy buffer, not the file (read whole, one owner's downloads of a sparse
+// 256 MiB file passed the node's byte bound and held other owners'
+// requests), and the write must end within the body timeout, so a client
+// that stops reading lets the descriptor go.
 func (s *HTTPServer) download(w http.ResponseWriter, r *http.Request, rt route, owner int) {
 	pl := s.admit(w, r, owner)
 	if pl == nil {
 		return
 	}
 	defer pl.Release()
-	resp := s.d.Handle(r.Context(), owner, &api.Request{ID: s.nextID(), Op: api.OpDownload, Session: rt.session, Path: rt.path}, nil)
-	if !resp.OK {
-		s.respondIn(w, pl, resp)
+	id := s.nextID()
+	f, e := s.d.Open(r.Context(), owner, rt.session, rt.path)
+	if e != nil {
+		s.respondIn(w, pl, api.Fail(id, e))
 		return
 	}
-	pl.Grow(int64(len(resp.Data)))
-	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Content-Length", strconv.Itoa(len(resp.Data)))
-	h.Set("X-Jailcell-Sha256", resp.SHA256)
-	s.writeWithin(w, http.StatusOK, resp.Data)
+	defer f.Content.Close()
+	pl.Grow(copyBuffer)
+	buf := make([]byte, copyBuffer)
+	// The digest goes in a header, before the bytes: one pass to hash,
+	// one to send, each through the one buffer. A file the cell changes
+	// between them is sent as it is then, cut at the size first read.
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, io.LimitReader(f.Content, f.Size), buf); err != nil {
+		s.respondIn(w, pl, api.Fail(id, &api.Error{Code: api.CodeInternal, Message: "read " + f.Path + ": " + err.Error()}))
+		return
+	}
+	if _, err := f.Content.Seek(0, io.SeekStart); err != nil {
+		s.respondIn(w, pl, api.Fail(id, &api.Error{Code: api.CodeInternal, Message: "read " + f.Path + ": " + err.Error()}))
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Content-Length", strconv.FormatInt(f.Size, 10))
+	hd.Set("X-Jailcell-Sha256", hex.EncodeToString(h.Sum(nil)))
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.BodyTimeout))
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.CopyBuffer(onlyWriter{w}, io.LimitReader(f.Content, f.Size), buf); err == nil {
+		_ = rc.Flush()
+	}
+	_ = rc.SetWriteDeadline(time.Time{})
 }
+
+// copyBuffer is what a streamed download holds in memory.
+const copyBuffer = 64 << 10
+
+// onlyWriter hides a ResponseWriter's ReadFrom, so a copy goes through the
+// buffer given (and its weight) rather than one of the server's own.
+type onlyWriter struct{ w io.Writer }
+
+func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
 
 // respondIn is respond for a request holding place pl: the response's bytes
 // count in the budget until written, within the body timeout, so a client

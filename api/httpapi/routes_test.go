@@ -147,7 +147,7 @@ from jailcell.errors import BadRequestError
 from jailcell.transport import SocketTransport
 sent = []
 class Recorder(SocketTransport):
-    def request(self, method, path, body=None, headers=None):
+    def request(self, method, path, body=None, headers=None, timeout=None):
         sent.append((method, path))
         return 200, {}, b'{"ok": true}'
 t = Recorder("/nonexistent")

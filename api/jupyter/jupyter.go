@@ -175,10 +175,10 @@ type jkernel struct {
 	pubMu                        sync.Mutex
 	// count is Jupyter's execution_count. Atomic: an execute_request may
 	// come on the control socket too, whose loop runs beside the shell's.
-	count atomic.Int64
-	hist                         *jhistory
-	reqs                         atomic.Int64
-	closeOnce                    sync.Once
+	count     atomic.Int64
+	hist      *jhistory
+	reqs      atomic.Int64
+	closeOnce sync.Once
 }
 
 func newUUID() string {

@@ -1,6 +1,9 @@
 package seam
 
-import "context"
+import (
+	"context"
+	"io"
+)
 
 // Workspace is one session's files as the host sees them, the API's view
 // of session's workspace part: the Manager hands the part out
@@ -9,10 +12,21 @@ import "context"
 type Workspace interface {
 	Upload(ctx context.Context, owner int, id, path string, data []byte, metadata map[string]string) (*Entry, error)
 	Download(ctx context.Context, owner int, id, path string) (*Download, error)
+	// Open is Download for a door that streams: the file opened, not
+	// read, so the daemon holds a descriptor, never the file's bytes.
+	Open(ctx context.Context, owner int, id, path string) (*OpenFile, error)
 	Files(ctx context.Context, owner int, id string) ([]Entry, error)
 	Stat(ctx context.Context, owner int, id, path string) (*Entry, error)
 	Remove(ctx context.Context, owner int, id, path string) error
 	MakeDir(ctx context.Context, owner int, id, path string) (created bool, _ error)
 	Rename(ctx context.Context, owner int, id, path, newPath string) (*Entry, error)
 	Watch(ctx context.Context, owner int, id string, req WatchRequest) (*WatchResult, error)
+}
+
+// OpenFile is a workspace file opened for reading: a regular file, at
+// most MaxFileBytes when opened. Its reader is the caller's to close.
+type OpenFile struct {
+	Path    string
+	Size    int64
+	Content io.ReadSeekCloser
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -128,8 +129,25 @@ type OpenAIFixer struct {
 	// response body (default 1 MiB).
 	Timeout     time.Duration
 	MaxResponse int64
-	// Client is the HTTP client (default: a plain one, no proxies' env).
+	// Client is the HTTP client (default fixerClient).
 	Client *http.Client
+}
+
+// fixerClient is OpenAIFixer's default client. It ignores the proxy
+// environment, which would send the code and the key through a host the
+// operator never configured, and follows no redirect: a 307 or 308 would
+// resend both to wherever the endpoint points. A redirect is an HTTP error.
+var fixerClient = &http.Client{
+	Transport: &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          10,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	},
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
 // Name implements Fixer.
@@ -181,7 +199,7 @@ func (o *OpenAIFixer) Fix(ctx context.Context, in FixInput) (string, error) {
 	}
 	client := o.Client
 	if client == nil {
-		client = &http.Client{}
+		client = fixerClient
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -198,6 +216,9 @@ func (o *OpenAIFixer) Fix(ctx context.Context, in FixInput) (string, error) {
 	}
 	if int64(len(raw)) > limit {
 		return "", fmt.Errorf("reply from %s is over %d bytes", url, limit)
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return "", fmt.Errorf("ask %s: HTTP %d: redirects are not followed (set fixer.openai.base_url to the final address)", url, resp.StatusCode)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("ask %s: HTTP %d: %s", url, resp.StatusCode, trim(string(raw), 300))

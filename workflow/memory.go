@@ -1,16 +1,22 @@
 package workflow
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jailcell/jailcell/policy"
@@ -20,8 +26,22 @@ import (
 // FailuresFile is the failure memory's file in the review directory.
 const FailuresFile = "failures.json"
 
-// maxCodesPerFailure bounds the code hashes one fingerprint remembers.
-const maxCodesPerFailure = 32
+const (
+	// maxCodesPerFailure bounds the code hashes one fingerprint remembers.
+	maxCodesPerFailure = 32
+	// A failure keeps at most maxModules of the modules a cell imports,
+	// each at most maxModuleName bytes: any line that looks like an import
+	// counts, even one in a string.
+	maxModules    = 64
+	maxModuleName = 64
+	// maxFailuresPerOwner and maxFailures bound the fingerprints kept, the
+	// least recently seen going first: an owner failing on purpose with
+	// ever new code pushes out its own, not another owner's.
+	maxFailuresPerOwner = 1000
+	maxFailures         = 100000
+	// maxFailuresFile bounds failures.json, read at start and written.
+	maxFailuresFile = 64 << 20
+)
 
 // Failure is one remembered fingerprint of one owner's requests under one
 // policy. Owners never share them: another user's failures would skip your
@@ -56,34 +76,72 @@ type memory struct {
 	path string // "" = not persisted
 	ttl  time.Duration
 	now  func() time.Time
+	log  *slog.Logger
 	m    map[string]*Failure
+	// perOwner and total are maxFailuresPerOwner and maxFailures (tests
+	// lower them).
+	perOwner, total int
 }
 
-func openMemory(dir string, ttl time.Duration, now func() time.Time) (*memory, error) {
-	mem := &memory{ttl: ttl, now: now, m: map[string]*Failure{}}
+// openMemory loads the failure memory in dir. A file it cannot read back
+// (corrupt, over maxFailuresFile, not a regular file) is renamed
+// failures.json.corrupt-<time> and memory starts empty, with a warning:
+// losing remembered failures is better than a daemon that will not start.
+func openMemory(dir string, ttl time.Duration, now func() time.Time, log *slog.Logger) (*memory, error) {
+	mem := &memory{ttl: ttl, now: now, log: log, m: map[string]*Failure{}, perOwner: maxFailuresPerOwner, total: maxFailures}
 	if dir == "" {
 		return mem, nil
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create review dir %s: %w", dir, err)
+	if err := checkReviewDir(dir); err != nil {
+		return nil, err
 	}
 	mem.path = filepath.Join(dir, FailuresFile)
-	b, err := os.ReadFile(mem.path)
-	if os.IsNotExist(err) {
+	list, err := readFailures(mem.path)
+	if errors.Is(err, os.ErrNotExist) {
 		return mem, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read failure memory: %w", err)
-	}
-	var list []*Failure
-	if err := json.Unmarshal(b, &list); err != nil {
-		return nil, fmt.Errorf("decode failure memory %s: %w", mem.path, err)
+		aside := mem.path + ".corrupt-" + now().UTC().Format("20060102T150405.000000000Z")
+		if rerr := os.Rename(mem.path, aside); rerr != nil {
+			return nil, fmt.Errorf("set aside failure memory %s (%v): %w", mem.path, err, rerr)
+		}
+		log.Warn("failure memory unreadable: set aside, starting empty", "path", mem.path, "moved_to", aside, "err", err)
+		return mem, nil
 	}
 	for _, f := range list {
+		f.Modules = capModules(f.Modules)
 		mem.m[memKey(f.UID, scope{f.Policy, f.PolicyHash}, f.Fingerprint)] = f
 	}
 	mem.expire()
+	mem.trim()
 	return mem, nil
+}
+
+// readFailures reads a failures file: never through a symlink, never
+// waiting on a FIFO, never more than maxFailuresFile.
+func readFailures(path string) ([]*Failure, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("read failure memory %s: %w", path, err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("read failure memory %s: a %s, not a regular file", path, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFailuresFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read failure memory %s: %w", path, err)
+	}
+	if len(b) > maxFailuresFile {
+		return nil, fmt.Errorf("read failure memory %s: over %d bytes", path, maxFailuresFile)
+	}
+	var list []*Failure
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("decode failure memory %s: %w", path, err)
+	}
+	return list, nil
 }
 
 var (
@@ -125,7 +183,22 @@ func Imports(code string) []string {
 	for k := range set {
 		out = append(out, k)
 	}
+	return capModules(out)
+}
+
+// capModules sorts names and keeps at most maxModules of at most
+// maxModuleName bytes.
+func capModules(names []string) []string {
+	out := names[:0:0]
+	for _, n := range names {
+		if len(n) <= maxModuleName {
+			out = append(out, n)
+		}
+	}
 	sort.Strings(out)
+	if len(out) > maxModules {
+		out = out[:maxModules]
+	}
 	return out
 }
 
@@ -179,7 +252,8 @@ func (m *memory) record(owner int, sc scope, first, last string, res *seam.Resul
 	m.expire()
 	k := memKey(owner, sc, fp)
 	f := m.m[k]
-	if f == nil {
+	added := f == nil
+	if added {
 		f = &Failure{UID: owner, Policy: sc.name, PolicyHash: sc.hash, Fingerprint: fp, Type: typ, Message: Normalise(msg), Modules: mods, FirstSeen: now}
 		m.m[k] = f
 	}
@@ -193,8 +267,36 @@ func (m *memory) record(owner int, sc scope, first, last string, res *seam.Resul
 	if len(f.Codes) > maxCodesPerFailure {
 		f.Codes = f.Codes[len(f.Codes)-maxCodesPerFailure:]
 	}
-	m.save()
+	if added {
+		m.trim()
+	}
+	if err := m.save(); err != nil {
+		m.log.Warn("save failure memory", "path", m.path, "err", err)
+	}
 	return fp
+}
+
+// trim forgets the least recently seen fingerprints while an owner has
+// more than perOwner, or everyone more than total. Caller holds mu.
+func (m *memory) trim() {
+	per := map[int]int{}
+	for _, f := range m.m {
+		per[f.UID]++
+	}
+	all := len(m.m) > m.total
+	var list []*Failure
+	for _, f := range m.m {
+		if all || per[f.UID] > m.perOwner {
+			list = append(list, f)
+		}
+	}
+	slices.SortFunc(list, func(a, b *Failure) int { return a.LastSeen.Compare(b.LastSeen) })
+	for _, f := range list {
+		if per[f.UID] > m.perOwner || len(m.m) > m.total {
+			delete(m.m, memKey(f.UID, scope{f.Policy, f.PolicyHash}, f.Fingerprint))
+			per[f.UID]--
+		}
+	}
 }
 
 func contains(list []string, s string) bool {
@@ -237,22 +339,49 @@ func (m *memory) expire() {
 	}
 }
 
-// save writes the memory atomically. Caller holds mu. A failure to save
-// loses memory, never a request: it is logged by the caller's logger.
+// save writes the memory atomically: to a new temporary file, never one
+// found in place, renamed over the old. The least recently seen entries
+// past maxFailuresFile are forgotten, so what is written reads back.
+// Caller holds mu. A failure to save loses memory, never a request: the
+// caller logs it.
 func (m *memory) save() error {
 	if m.path == "" {
 		return nil
 	}
-	list := m.listLocked()
-	b, err := json.MarshalIndent(list, "", "  ")
-	if err != nil {
-		return err
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	full := false
+	for i, f := range m.listLocked() { // most recent first
+		b, err := json.Marshal(f)
+		if err != nil {
+			return err
+		}
+		if full = full || buf.Len()+len(b)+2 > maxFailuresFile; full {
+			delete(m.m, memKey(f.UID, scope{f.Policy, f.PolicyHash}, f.Fingerprint))
+			continue
+		}
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(b)
 	}
-	tmp := m.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	buf.WriteByte(']')
+	tmp, err := os.CreateTemp(filepath.Dir(m.path), FailuresFile+".tmp-*")
+	if err != nil {
 		return fmt.Errorf("write failure memory: %w", err)
 	}
-	return os.Rename(tmp, m.path)
+	_, err = tmp.Write(buf.Bytes())
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), m.path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write failure memory: %w", err)
+	}
+	return nil
 }
 
 func (m *memory) listLocked() []*Failure { return m.listOf(-1) }
@@ -292,10 +421,14 @@ func (r *Runner) ClearFailures() (int, error) {
 	return n, r.mem.save()
 }
 
+// cliLog is the logger of the functions the review command calls: their
+// warnings go to its user.
+var cliLog = slog.New(slog.NewTextHandler(os.Stderr, nil))
+
 // LoadFailures reads the failure memory in dir without a Runner (the
 // review command), dropping entries older than ttl.
 func LoadFailures(dir string, ttl time.Duration) ([]*Failure, error) {
-	mem, err := openMemory(dir, ttl, time.Now)
+	mem, err := openMemory(dir, ttl, time.Now, cliLog)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +437,7 @@ func LoadFailures(dir string, ttl time.Duration) ([]*Failure, error) {
 
 // ClearFailuresIn empties the failure memory in dir.
 func ClearFailuresIn(dir string) (int, error) {
-	mem, err := openMemory(dir, 100*365*24*time.Hour, time.Now)
+	mem, err := openMemory(dir, 100*365*24*time.Hour, time.Now, cliLog)
 	if err != nil {
 		return 0, err
 	}

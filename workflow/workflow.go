@@ -103,7 +103,7 @@ func New(m Sessions, cfg Config) (*Runner, error) {
 	if cfg.TTL < 0 {
 		return nil, fmt.Errorf("failures.ttl = %s, must be positive", cfg.TTL)
 	}
-	mem, err := openMemory(cfg.ReviewDir, cfg.TTL, cfg.Now)
+	mem, err := openMemory(cfg.ReviewDir, cfg.TTL, cfg.Now, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -371,7 +371,8 @@ jailcell's user.`},
 it is never configured, logged or echoed).`},
 	{name: "review.dir", def: defaultReviewDir, flag: "review-dir", dec: strKey(func(c *config) *string { return &c.Workflow.ReviewDir }),
 		doc: `Review log (review.jsonl) and failure memory (failures.json)
-(flag --review-dir of ` + "`jailcell review`" + `).`},
+(flag --review-dir of ` + "`jailcell review`" + `). A directory owned by
+jailcell's user, not writable by group or others; made 0700 if missing.`},
 	{name: "failures.threshold", def: workflow.DefaultThreshold, dec: intKey(func(c *config) *int { return &c.Workflow.Threshold }, 1, 1<<20),
 		doc: `Failures of one fingerprint before a request is answered "skipped".`},
 	{name: "failures.ttl", def: workflow.DefaultTTL, dec: durKey(func(c *config) *time.Duration { return &c.Workflow.TTL }),

@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/session/seam"
 	"github.com/jailcell/jailcell/workflow"
 )
 
@@ -87,5 +90,49 @@ func TestReviewCommandReadsAWorkflowLog(t *testing.T) {
 	}
 	if status, _, errOut := review("nonsense"); status == 0 || !strings.Contains(errOut, "nonsense") {
 		t.Errorf("review nonsense: exit %d %q", status, errOut)
+	}
+}
+
+// TestReviewEscapesControlChars: what a cell put in its exception (a type
+// name holding OSC 52, a CSI, DEL) reaches the administrator's terminal
+// escaped, in every field `jailcell review` prints.
+func TestReviewEscapesControlChars(t *testing.T) {
+	hermeticConfig(t)
+	t.Setenv("JAILCELL_CONFIG", writeConfig(t, ""))
+	dir := t.TempDir()
+	hostile := "Evil\x1b]52;c;cm0gLXJmIH4=\x07\u009b31m\x7f\xff\n"
+	e := workflow.ReviewEntry{Time: time.Now(), Session: hostile, Code: hostile, Errors: []string{hostile}, Reason: hostile, Fingerprint: hostile,
+		Attempts: []workflow.Attempt{{Attempt: 1, Code: hostile, Status: hostile, Error: &seam.CellError{Type: hostile, Message: hostile, Traceback: hostile}, Stdout: hostile, Stderr: hostile}}}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, workflow.ReviewFile), append(b, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := []workflow.Failure{{Policy: hostile, Fingerprint: hostile, Type: hostile, Message: hostile, Modules: []string{hostile}, Count: 3, FirstSeen: time.Now(), LastSeen: time.Now()}}
+	if b, err = json.Marshal(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, workflow.FailuresFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"list"}, {"show", "1"}, {"failures"}} {
+		out, err := runCmd(newReviewCmd(), append([]string{"--review-dir", dir}, args...)...)
+		if err != nil {
+			t.Fatalf("review %v: %v", args, err)
+		}
+		if !strings.Contains(out, "Evil") {
+			t.Errorf("review %v does not show the entry:\n%s", args, out)
+		}
+		if strings.ContainsAny(out, "\x1b\x07\x7f\u009b") || strings.IndexByte(out, 0x9b) >= 0 || !utf8.ValidString(out) {
+			t.Errorf("review %v prints control bytes: %q", args, out)
+		}
+		if args[0] == "show" {
+			var got workflow.ReviewEntry
+			if err := json.Unmarshal([]byte(out), &got); err != nil || got.Reason != strings.ToValidUTF8(hostile, "\ufffd") {
+				t.Errorf("review show: %v, reason %q; want the escaped JSON of the entry", err, got.Reason)
+			}
+		}
 	}
 }

@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jailcell/jailcell/api"
 	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/session"
+	"github.com/jailcell/jailcell/workflow"
 )
 
 // conformance drives every API call against a live jailcell; both
@@ -300,6 +302,10 @@ func TestWireTypesMatch(t *testing.T) {
 		{Entry{}, session.Entry{}},
 		{File{}, session.File{}},
 		{Limits{}, policy.Override{}},
+		{Attempt{}, workflow.Attempt{}},
+		{Fallback{}, workflow.Fallback{}},
+		{Known{}, workflow.Known{}},
+		{wireError{}, api.Error{}},
 	} {
 		mine, theirs := jsonFields(reflect.TypeOf(tc.mine)), jsonFields(reflect.TypeOf(tc.theirs))
 		for name, typ := range theirs {
@@ -313,6 +319,21 @@ func TestWireTypesMatch(t *testing.T) {
 			if _, ok := theirs[name]; !ok {
 				t.Errorf("%T has field %q that %T does not", tc.mine, name, tc.theirs)
 			}
+		}
+	}
+}
+
+// TestExecResponseFieldsRead: every field the server puts beside an
+// exec's result is read by the client, with the server's type.
+func TestExecResponseFieldsRead(t *testing.T) {
+	mine, theirs := jsonFields(reflect.TypeOf(response{})), jsonFields(reflect.TypeOf(api.Response{}))
+	for _, name := range []string{"result", "attempts", "fallback", "mode", "known", "error"} {
+		if _, ok := theirs[name]; !ok {
+			t.Errorf("api.Response has no %q: update this list", name)
+		}
+		kind := func(s string) string { _, k, _ := strings.Cut(s, ") "); return k }
+		if m, ok := mine[name]; !ok || kind(m) != kind(theirs[name]) {
+			t.Errorf("response.%s is %q, api.Response's %q", name, m, theirs[name])
 		}
 	}
 }

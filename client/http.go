@@ -111,7 +111,7 @@ func checkResponse(status int, r *response) error {
 	if r.Error == nil {
 		return &Error{Status: status, Code: "internal", Message: "response without ok or error"}
 	}
-	return &Error{Status: status, Code: r.Error.Code, Message: r.Error.Message}
+	return &Error{Status: status, Code: r.Error.Code, Message: r.Error.Message, State: r.Error.State}
 }
 
 func jsonBody(v any) (io.Reader, error) {
@@ -219,7 +219,7 @@ func (c *HTTP) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*R
 		if err := c.do(ctx, http.MethodPost, path, body, "application/json", &r); err != nil {
 			return nil, err
 		}
-		return r.Result, nil
+		return r.result(), nil
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, body)
 	if err != nil {
@@ -237,7 +237,7 @@ func (c *HTTP) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*R
 		if err := decodeHTTP(resp, &r); err != nil {
 			return nil, err
 		}
-		return r.Result, nil
+		return r.result(), nil
 	}
 	r, err := readStream(resp.Body, opts)
 	if err != nil {
@@ -246,7 +246,7 @@ func (c *HTTP) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*R
 	if err := checkResponse(resp.StatusCode, r); err != nil {
 		return nil, err
 	}
-	return r.Result, nil
+	return r.result(), nil
 }
 
 // readStream reads JSON lines: output and display events, then the one

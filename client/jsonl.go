@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // JSONL is a client of the JSON-lines protocol: requests as lines on a
@@ -32,9 +33,49 @@ type JSONL struct {
 
 var _ API = (*JSONL)(nil)
 
+// call is one request waiting for its answer. Its events are queued by
+// the reader and delivered by the caller's own goroutine: a callback that
+// calls the client (an Interrupt from OnOutput) needs the reader free to
+// read that call's answer, and would deadlock if it ran on the reader.
 type call struct {
 	events *ExecOptions // nil: no events expected
 	resp   chan json.RawMessage
+
+	mu sync.Mutex
+	// queued are the events read and not yet delivered. Unbounded on
+	// purpose: jailcell bounds what one cell may print (the policy's
+	// output_bytes), and a reader that waited on a slow callback would
+	// stall every other request's answers.
+	queued []event
+	wake   chan struct{} // one pending signal: queued has more
+}
+
+// queue hands an event to the caller's goroutine.
+func (cl *call) queue(ev event) {
+	cl.mu.Lock()
+	cl.queued = append(cl.queued, ev)
+	cl.mu.Unlock()
+	select {
+	case cl.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliver runs the callbacks of every queued event, in order, on the
+// calling goroutine.
+func (cl *call) deliver() {
+	for {
+		cl.mu.Lock()
+		evs := cl.queued
+		cl.queued = nil
+		cl.mu.Unlock()
+		if len(evs) == 0 {
+			return
+		}
+		for _, ev := range evs {
+			cl.events.deliver(ev)
+		}
+	}
 }
 
 // NewJSONL speaks JSON lines over r and w, e.g. the two ends of a pipe to
@@ -74,20 +115,54 @@ func StartJSONCmd(cmd *exec.Cmd) (*JSONL, error) {
 	}
 	c := NewJSONL(out, in)
 	c.closer = func() error {
+		if cmd.WaitDelay == 0 {
+			// A process it started holding stderr open must not keep Wait
+			// from returning once jailcell itself is gone.
+			cmd.WaitDelay = time.Second
+		}
+		killed := make(chan struct{})
+		exited := make(chan error, 1)
+		go func() {
+			// Wait closes our end of stdout: only once the reader has seen
+			// its end, so no answer still in the pipe is lost, or once
+			// jailcell is killed.
+			select {
+			case <-c.done:
+			case <-killed:
+			}
+			exited <- cmd.Wait()
+		}()
 		// EOF on stdin: jailcell answers what it has, tears every sandbox
 		// down and exits.
 		in.Close()
-		<-c.done
-		if err := cmd.Wait(); err != nil {
-			return fmt.Errorf("%s: %w", cmd.Path, err)
+		timer := time.NewTimer(closeWait)
+		defer timer.Stop()
+		select {
+		case err := <-exited:
+			if err != nil {
+				return fmt.Errorf("%s: %w", cmd.Path, err)
+			}
+			return nil
+		case <-timer.C:
 		}
-		return nil
+		// One that does not exit (a teardown stuck in the kernel, a child
+		// that stopped reading) must not hang the caller's Close for ever.
+		_ = cmd.Process.Kill()
+		close(killed)
+		err := <-exited
+		return fmt.Errorf("%s did not exit within %s of its stdin closing, so it was killed (a jailcell started on its state directory sweeps what it left): %w",
+			cmd.Path, closeWait, err)
 	}
 	return c, nil
 }
 
-// Close ends a process started by StartJSON and waits for it; otherwise
-// it does nothing (the caller owns the stream).
+// closeWait bounds what Close waits for a `jailcell json` it started to
+// exit, and the close of a session the client refuses (created).
+var closeWait = 30 * time.Second
+
+// Close ends a process started by StartJSON and waits for it, up to 30 s
+// (then it is killed, and Close says so); otherwise it does nothing (the
+// caller owns the stream).
 func (c *JSONL) Close() error {
 	if c.closer == nil {
 		return nil
@@ -124,7 +199,7 @@ func (c *JSONL) read(r io.Reader) {
 		}
 		if head.Event != "" {
 			if cl.events != nil {
-				cl.events.deliver(head.event)
+				cl.queue(head.event)
 			}
 			continue
 		}
@@ -168,7 +243,7 @@ func (c *JSONL) roundTripRaw(ctx context.Context, req map[string]any, events *Ex
 	if !events.streamed() {
 		events = nil
 	}
-	cl := &call{events: events, resp: make(chan json.RawMessage, 1)}
+	cl := &call{events: events, resp: make(chan json.RawMessage, 1), wake: make(chan struct{}, 1)}
 	c.pending[id] = cl
 	c.mu.Unlock()
 
@@ -188,18 +263,25 @@ func (c *JSONL) roundTripRaw(ctx context.Context, req map[string]any, events *Ex
 		c.forget(id)
 		return nil, fmt.Errorf("jailcell: send request: %w", err)
 	}
-	select {
-	case raw, ok := <-cl.resp:
-		if !ok {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return nil, c.err
+	for {
+		select {
+		case <-cl.wake:
+			cl.deliver()
+		case raw, ok := <-cl.resp:
+			// The reader queued every event before the answer: all are
+			// delivered before the call returns.
+			cl.deliver()
+			if !ok {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				return nil, c.err
+			}
+			return raw, nil
+		case <-ctx.Done():
+			// The request runs on in jailcell; its answer is dropped.
+			c.forget(id)
+			return nil, ctx.Err()
 		}
-		return raw, nil
-	case <-ctx.Done():
-		// The request runs on in jailcell; its answer is dropped.
-		c.forget(id)
-		return nil, ctx.Err()
 	}
 }
 
@@ -304,7 +386,7 @@ func (c *JSONL) Exec(ctx context.Context, id, code string, opts *ExecOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	return r.Result, nil
+	return r.result(), nil
 }
 
 // Upload implements API.

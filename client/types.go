@@ -56,6 +56,11 @@ type Error struct {
 	// unavailable, internal, or forbidden (HTTP only).
 	Code    string
 	Message string
+	// State is "lost" on a not_found for a session that existed and was
+	// lost with its kernel (its node was killed, its kernel died while no
+	// daemon held it): retrying or recreating it will not bring back its
+	// variables, though its persisted files remain. "" otherwise.
+	State string
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("jailcell: %s: %s", e.Code, e.Message) }
@@ -149,13 +154,15 @@ type ExecOptions struct {
 	// under its own.
 	Policy string
 	// OnOutput, if set, receives stdout and stderr as the cell writes them
-	// (the request is then streamed). It is called from one goroutine at
-	// a time.
+	// (the request is then streamed). It is called on the goroutine that
+	// called Exec, in order, and every call is made before Exec returns.
+	// It may call the client, e.g. Interrupt this cell or run another
+	// session's: over JSON lines too, answers are read while it runs.
 	OnOutput func(stream, text string)
 	// OnDisplay, if set, receives each display item (a figure, a
 	// display() call) as the cell shows it; the result's Display list
-	// still has them all. The request is then streamed; it is called from
-	// the same goroutine as OnOutput, in the order the cell produced them.
+	// still has them all. The request is then streamed; it is called as
+	// OnOutput is, in the order the cell produced them.
 	OnDisplay func(DisplayItem)
 	// Snapshot takes a snapshot of the session before the cell runs: the
 	// target of a later Rollback.
@@ -265,6 +272,60 @@ type Result struct {
 	// ValueTable is Value's columns when it is a pandas DataFrame of at
 	// most 10000 cells: {"name": [values]} in column order.
 	ValueTable json.RawMessage `json:"value_table,omitempty"`
+
+	// The rest travel beside the wire's result, in the exec response (the
+	// workflow's fields), and are copied here so a caller cannot miss them.
+
+	// Mode is "degraded" when this result came from the degraded stateless
+	// run (a policy with degraded: stateless, after the cell could not be
+	// made to work): the cell ran once in a fresh one-shot sandbox, so
+	// nothing it defined or imported is in the session. "" for a normal run.
+	Mode string `json:"-"`
+	// Fallback is what a person needs when the fix-and-retry loop could not
+	// make the cell work (also set beside a degraded result).
+	Fallback *Fallback `json:"-"`
+	// Attempts is every run of a fix-and-retry loop, the first included.
+	Attempts []Attempt `json:"-"`
+	// Known is the remembered failure behind a "skipped" result.
+	Known *Known `json:"-"`
+}
+
+// Attempt is one run of the fix-and-retry loop.
+type Attempt struct {
+	Attempt int        `json:"attempt"`
+	Code    string     `json:"code"`
+	Status  string     `json:"status"`
+	Error   *CellError `json:"error,omitempty"`
+	Stdout  string     `json:"stdout,omitempty"`
+	Stderr  string     `json:"stderr,omitempty"`
+}
+
+// Fallback is what the fix-and-retry loop leaves when it could not make
+// the cell work.
+type Fallback struct {
+	// Code is the last code tried, to run by hand.
+	Code string `json:"code"`
+	// Error is the exact error: the traceback, or the sandbox error.
+	Error string `json:"error"`
+	// Reason says why the loop ended.
+	Reason string `json:"reason"`
+	// Tried lists what was attempted, in order.
+	Tried []string `json:"tried"`
+}
+
+// Known is the remembered failure a skipped cell matched, and how to run
+// it anyway.
+type Known struct {
+	Fingerprint string    `json:"fingerprint"`
+	Policy      string    `json:"policy"`
+	Type        string    `json:"type"`
+	Message     string    `json:"message"`
+	Modules     []string  `json:"modules,omitempty"`
+	Count       int       `json:"count"`
+	FirstSeen   time.Time `json:"first_seen"`
+	LastSeen    time.Time `json:"last_seen"`
+	// Force says how to run the cell anyway.
+	Force string `json:"force"`
 }
 
 // CellError is a Python exception raised by a cell.
@@ -410,6 +471,7 @@ type Health struct {
 type wireError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	State   string `json:"state,omitempty"`
 }
 
 // response is every field of a response the client reads.
@@ -428,7 +490,24 @@ type response struct {
 	Metadata map[string]string `json:"metadata"`
 	// Interrupted answers an interrupt.
 	Interrupted bool `json:"interrupted"`
+	// Attempts, Fallback, Mode and Known answer an exec run through the
+	// workflow, beside its result.
+	Attempts []Attempt `json:"attempts"`
+	Fallback *Fallback `json:"fallback"`
+	Mode     string    `json:"mode"`
+	Known    *Known    `json:"known"`
 	Session
+}
+
+// result is an exec's result with the response's workflow fields on it
+// (nil if the response has none).
+func (r *response) result() *Result {
+	if r.Result == nil {
+		return nil
+	}
+	res := r.Result
+	res.Mode, res.Fallback, res.Attempts, res.Known = r.Mode, r.Fallback, r.Attempts, r.Known
+	return res
 }
 
 // uploaded is the entry an upload's response describes.
@@ -502,7 +581,11 @@ type createBody struct {
 // closed and the create refused.
 func created(ctx context.Context, c API, opts CreateOptions, s Session) (*Session, error) {
 	if opts.HibernateOnIdle && !s.HibernateOnIdle {
-		_ = c.CloseSession(context.WithoutCancel(ctx), s.ID)
+		// The close outlives a cancelled ctx (the session must not be left
+		// to end at its TTL), but not a service that never answers.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeWait)
+		defer cancel()
+		_ = c.CloseSession(cctx, s.ID)
 		return nil, &Error{Code: "unavailable", Message: fmt.Sprintf(
 			"the service ignored hibernate_on_idle (it is older than the field): session %s would end at its TTL, so it was closed", s.ID)}
 	}

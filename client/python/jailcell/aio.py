@@ -16,7 +16,7 @@ import inspect
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from .aio_transport import (AsyncJsonLinesTransport, AsyncSocketTransport, AsyncTCPTransport, AsyncTransport,
-                            ThreadedTransport)
+                            ThreadedTransport, call_with_timeout_async)
 from .commands import (DEFAULT_COMMAND_TIMEOUT, PTY_COMMAND, CommandExitException, CommandResult, PtySize, _check_envs,
                        _pty_size, _pty_start, _result, _stdin_text)
 from .info import SandboxInfo, SandboxMetrics
@@ -24,7 +24,7 @@ from .errors import BadRequestError, JailcellError, NotFoundError
 from .lifecycle import check_created, hibernate_field
 from .models import EntryInfo, Execution, ExecutionError, Result, _entry, _workdir
 from .sandbox import Data, _bytes, _check_metadata, _Collector, _exec_fields, _written
-from .transport import DEFAULT_TIMEOUT, Transport, _env_socket
+from .transport import DEFAULT_TIMEOUT, Transport, _env_socket, exec_timeout
 from .watch import FilesystemEvent, _fs_events
 
 __all__ = ["AsyncSandbox", "AsyncFiles", "AsyncCommands", "AsyncCommandHandle", "AsyncPty", "AsyncWatchHandle"]
@@ -457,7 +457,8 @@ class AsyncSandbox:
         c = _Collector(t.wrap(on_stdout), t.wrap(on_stderr), t.wrap(on_result))
         fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None,
                               raw_ansi=raw_ansi, envs=envs)
-        ex = c.finish(await self.transport.call("exec", fields, c.event))
+        ex = c.finish(await call_with_timeout_async(self.transport, "exec", fields, c.event,
+                                                    exec_timeout(self.transport, timeout, request_timeout)))
         await t.done()
         if on_error is not None and ex.error is not None:
             out = on_error(ex.error)

@@ -19,7 +19,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, O
 
 from .errors import InternalError, UnavailableError
 from .transport import (_IDEMPOTENT, DEFAULT_TIMEOUT, IDLE_AGE, MAX_IDLE, MAX_LINE, METADATA_HEADER, BadRequest,
-                        Transport, _checked, _decode, _encode, _metadata_header, _readable)
+                        Transport, _checked, _decode, _encode, _metadata_header, _readable, call_with_timeout,
+                        takes_timeout)
 
 __all__ = ["AsyncTransport", "AsyncSocketTransport", "AsyncTCPTransport", "AsyncJsonLinesTransport", "ThreadedTransport"]
 
@@ -42,13 +43,24 @@ async def _deliver(on_event: Optional[AsyncOnEvent], ev: Event) -> None:
 class AsyncTransport:
     """What AsyncSandbox needs from a way to reach jailcell."""
 
-    async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None) -> Dict[str, Any]:
+    async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None,
+                   timeout: Optional[float] = None) -> Dict[str, Any]:
         """Send one request and return its response object; on_event (a
-        function or coroutine function) gets the streamed events first."""
+        function or coroutine function) gets the streamed events first.
+        timeout: seconds this call may take (None: the transport's bound)."""
         raise NotImplementedError
 
     async def close(self) -> None:
         """Release what the transport holds."""
+
+
+async def call_with_timeout_async(t: AsyncTransport, op: str, fields: Dict[str, Any],
+                                  on_event: Optional[AsyncOnEvent], timeout: Optional[float]) -> Dict[str, Any]:
+    """t.call bounded by timeout seconds (None: t's own bound); one written
+    before call took timeout= keeps its own."""
+    if timeout is not None and takes_timeout(t.call):
+        return await t.call(op, fields, on_event, timeout=timeout)
+    return await t.call(op, fields, on_event)
 
 
 def _path(session: Any, *rest: str) -> str:
@@ -268,10 +280,11 @@ class AsyncSocketTransport(AsyncTransport):
     def _auth(self) -> List[str]:
         return []
 
-    async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None) -> Dict[str, Any]:
+    async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None,
+                   timeout: Optional[float] = None) -> Dict[str, Any]:
         method, path, body, ctype, kind, extra = route(op, fields, on_event is not None)
         return await asyncio.wait_for(self._exchange(op, fields, method, path, body, ctype, kind, extra, on_event),
-                                      self.timeout)
+                                      self.timeout if timeout is None else timeout)
 
     async def _exchange(self, op: str, fields: Dict[str, Any], method: str, path: str, body: Optional[bytes],
                         ctype: str, kind: str, extra: List[str], on_event: Optional[AsyncOnEvent]) -> Dict[str, Any]:
@@ -469,7 +482,8 @@ class AsyncJsonLinesTransport(AsyncTransport):
         for q in self._pending.values():
             q.put_nowait(self._dead)
 
-    async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None) -> Dict[str, Any]:
+    async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None,
+                   timeout: Optional[float] = None) -> Dict[str, Any]:
         if self._dead is not None:
             raise self._dead
         assert self._proc is not None and self._proc.stdin is not None
@@ -484,7 +498,7 @@ class AsyncJsonLinesTransport(AsyncTransport):
             self._proc.stdin.write(json.dumps(req, default=_encode).encode() + b"\n")
             await self._proc.stdin.drain()
             while True:
-                msg = await asyncio.wait_for(q.get(), self.timeout)
+                msg = await asyncio.wait_for(q.get(), self.timeout if timeout is None else timeout)
                 if isinstance(msg, BaseException):
                     raise msg
                 if "event" in msg:
@@ -525,7 +539,14 @@ class ThreadedTransport(AsyncTransport):
     def __repr__(self) -> str:
         return "ThreadedTransport(%r)" % (self.sync,)
 
-    async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None) -> Dict[str, Any]:
+    @property
+    def timeout(self) -> float:
+        """The blocking transport's own bound on a call."""
+        t = getattr(self.sync, "timeout", DEFAULT_TIMEOUT)
+        return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else DEFAULT_TIMEOUT
+
+    async def call(self, op: str, fields: Dict[str, Any], on_event: Optional[AsyncOnEvent] = None,
+                   timeout: Optional[float] = None) -> Dict[str, Any]:
         loop = asyncio.get_running_loop()
         pending: List["asyncio.Future[Any]"] = []
 
@@ -538,7 +559,8 @@ class ThreadedTransport(AsyncTransport):
                     pending.append(asyncio.ensure_future(out))
             loop.call_soon_threadsafe(run)
 
-        resp = await loop.run_in_executor(None, lambda: self.sync.call(op, fields, hop if on_event else None))
+        resp = await loop.run_in_executor(
+            None, lambda: call_with_timeout(self.sync, op, fields, hop if on_event else None, timeout))
         await asyncio.sleep(0)  # the hops scheduled before this resumed have run
         if pending:
             await asyncio.gather(*pending)

@@ -15,8 +15,10 @@ still imports it). Sandbox is the higher-level surface.
 
 A result is the JSON object documented in docs/service.md: status (ok,
 error, timeout, oom, killed), stdout, stderr, error, value, display, files,
-usage, state. Errors jailcell answers raise a JailcellError subclass (one
-per wire code) with its HTTP status and code.
+usage, state; and mode "degraded" when the service's workflow ran the
+cell in a fresh stateless sandbox instead of the session. Errors jailcell
+answers raise a JailcellError subclass (one per wire code) with its HTTP
+status, code and state ("lost": the session was lost with its kernel).
 """
 
 import base64
@@ -44,6 +46,22 @@ def _files(files: Optional[Files]) -> Optional[List[Dict[str, str]]]:
             data = data.encode()
         out.append({"path": path, "data": base64.b64encode(data).decode("ascii")})
     return out
+
+
+# An exec response's fields beside its result (api/wire.go Response).
+_WORKFLOW_FIELDS = ("mode", "fallback", "attempts", "known")
+
+
+def _result(resp: Dict[str, Any]) -> Dict[str, Any]:
+    """An exec's result with the response's workflow fields copied onto it:
+    a caller reading only the result must still see that a degraded run
+    left its session untouched."""
+    result: Dict[str, Any] = resp["result"]
+    if isinstance(result, dict):
+        for k in _WORKFLOW_FIELDS:
+            if k in resp and k not in result:
+                result[k] = resp[k]
+    return result
 
 
 class Client:
@@ -131,13 +149,16 @@ class Client:
         raw_ansi=True keeps the output as written: by default ANSI escape
         sequences are removed and "\r\n" comes as "\n".
         on_output(stream, text), if given, is called as output happens
-        (the response is then streamed as JSON lines). Returns the result."""
+        (the response is then streamed as JSON lines). Returns the result,
+        with what the response carries beside it when the service's
+        workflow ran the cell: "mode" ("degraded": the cell ran once in a
+        fresh stateless sandbox, so nothing it defined is in the session),
+        "fallback", "attempts" and "known" (docs/workflow.md)."""
         path = self._session_path(session, "exec") if session else "/v1/exec"
         payload = {"code": code, "timeout_s": timeout_s, "files": _files(files), "policy": policy, "snapshot": snapshot,
                    "raw_ansi": raw_ansi}
         if on_output is None:
-            result: Dict[str, Any] = self._json("POST", path, payload)["result"]
-            return result
+            return _result(self._json("POST", path, payload))
         out = on_output
 
         def on_event(ev: Dict[str, Any]) -> None:
@@ -145,8 +166,7 @@ class Client:
                 out(ev["event"], ev.get("text", ""))
 
         fields = {k: v for k, v in payload.items() if v is not None}
-        result = self._t._exec(path, fields, on_event)["result"]
-        return result
+        return _result(self._t._exec(path, fields, on_event))
 
     def upload(self, session_id: str, path: str, data: Union[str, bytes], *,
                metadata: Optional[Dict[str, str]] = None) -> Dict[str, Any]:

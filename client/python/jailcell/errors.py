@@ -27,15 +27,19 @@ __all__ = [
 
 class JailcellError(Exception):
     """An error answered by jailcell: code is the wire code, status the
-    HTTP status (0 through `jailcell json`, which has none)."""
+    HTTP status (0 through `jailcell json`, which has none). state is
+    "lost" on a not_found for a session that existed and was lost with its
+    kernel (its node was killed, its kernel died while no daemon held it):
+    its variables are gone, its persisted files remain; None otherwise."""
 
     code = "internal"
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, state: Optional[str] = None) -> None:
         super().__init__("%s: %s" % (code, message))
         self.status = status
         self.code = code
         self.message = message
+        self.state = state
 
 
 class BadRequestError(JailcellError):
@@ -106,9 +110,9 @@ _BY_CODE: Dict[str, Type[JailcellError]] = {
 }
 
 
-def error_for(status: int, code: Optional[str], message: Optional[str]) -> JailcellError:
+def error_for(status: int, code: Optional[str], message: Optional[str], state: Optional[str] = None) -> JailcellError:
     """The exception for a wire error; an unknown code is a JailcellError
     that keeps it, so a newer server's code is not lost."""
     code = code or "internal"
     cls = _BY_CODE.get(code, JailcellError)
-    return cls(status, code, message or "no error message")
+    return cls(status, code, message or "no error message", state)

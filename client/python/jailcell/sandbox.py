@@ -10,7 +10,7 @@ from .info import SandboxInfo, SandboxMetrics
 from .errors import BadRequestError, JailcellError, NotFoundError
 from .lifecycle import check_created, hibernate_field
 from .models import EntryInfo, Execution, ExecutionError, OutputMessage, Result, _entry, _metadata, _workdir
-from .transport import DEFAULT_TIMEOUT, Transport, transport_for
+from .transport import DEFAULT_TIMEOUT, Transport, call_with_timeout, exec_timeout, transport_for
 from .watch import WatchHandle
 
 __all__ = ["Sandbox", "Files", "OutputHandler"]
@@ -345,6 +345,8 @@ class Sandbox:
         skip it; snapshot: save the session first, the target of rollback();
         raw_ansi: keep the output as written (by default ANSI escape
         sequences are removed and "\r\n" comes as "\n").
+        request_timeout: seconds the call may take (default: the
+        transport's bound, or timeout + 60 s if that is more).
 
         An exception in the cell is Execution.error, not raised; errors of
         jailcell itself (busy, not_found, ...) raise JailcellError. envs
@@ -355,7 +357,8 @@ class Sandbox:
         c = _Collector(on_stdout, on_stderr, on_result)
         fields = _exec_fields(code, self.sandbox_id, timeout, files, fix_attempts, force, snapshot, None,
                               raw_ansi=raw_ansi, envs=envs)
-        ex = c.finish(self.transport.call("exec", fields, c.event))
+        ex = c.finish(call_with_timeout(self.transport, "exec", fields, c.event,
+                                        exec_timeout(self.transport, timeout, request_timeout)))
         if on_error is not None and ex.error is not None:
             on_error(ex.error)
         return ex
@@ -421,16 +424,19 @@ class Sandbox:
                  transport: Optional[Transport] = None, timeout: Optional[float] = None,
                  files: Optional[Dict[str, Data]] = None, policy: Optional[str] = None,
                  fix_attempts: Optional[int] = None, on_stdout: Optional[OutputHandler] = None,
-                 on_stderr: Optional[OutputHandler] = None, on_result: Optional[ResultHandler] = None) -> Execution:
+                 on_stderr: Optional[OutputHandler] = None, on_result: Optional[ResultHandler] = None,
+                 request_timeout: Optional[float] = None) -> Execution:
         """One cell in a fresh sandbox that ends with it; the files it made
-        come back in Execution.files with their data."""
+        come back in Execution.files with their data. request_timeout as
+        run_code's."""
         own = transport is None
         if transport is None:
             transport, _ = transport_for(socket, command, DEFAULT_TIMEOUT)
         try:
             c = _Collector(on_stdout, on_stderr, on_result)
             fields = _exec_fields(code, None, timeout, files, fix_attempts, False, False, policy)
-            return c.finish(transport.call("exec", fields, c.event))
+            return c.finish(call_with_timeout(transport, "exec", fields, c.event,
+                                              exec_timeout(transport, timeout, request_timeout)))
         finally:
             if own:
                 transport.close()

@@ -10,6 +10,7 @@ most MAX_LINE bytes.
 import base64
 import collections
 import http.client
+import inspect
 import itertools
 import json
 import os
@@ -64,21 +65,56 @@ def _checked(status: int, msg: Dict[str, Any]) -> Dict[str, Any]:
         err = msg.get("error")
         if not isinstance(err, dict):
             err = {}
-        raise error_for(status, err.get("code"), err.get("message"))
+        state = err.get("state")
+        raise error_for(status, err.get("code"), err.get("message"), state if isinstance(state, str) else None)
     return msg
 
 
 class Transport:
     """What Sandbox needs from a way to reach jailcell."""
 
-    def call(self, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent] = None) -> Dict[str, Any]:
+    def call(self, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent] = None,
+             timeout: Optional[float] = None) -> Dict[str, Any]:
         """Send one request (op and its wire fields; bytes values are sent
         as base64) and return its response object; on_event, for an exec,
-        receives the streamed events first. A download's "data" is bytes."""
+        receives the streamed events first. A download's "data" is bytes.
+        timeout: seconds this call may wait (None: the transport's bound)."""
         raise NotImplementedError
 
     def close(self) -> None:
         """Release what the transport holds."""
+
+
+def takes_timeout(call: Callable[..., Any]) -> bool:
+    """Whether a transport's call accepts timeout=: one written before it
+    did keeps working, bounded by its own timeout."""
+    try:
+        params = inspect.signature(call).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "timeout" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def call_with_timeout(t: Transport, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent],
+                      timeout: Optional[float]) -> Dict[str, Any]:
+    """t.call bounded by timeout seconds (None: t's own bound)."""
+    if timeout is not None and takes_timeout(t.call):
+        return t.call(op, fields, on_event, timeout=timeout)
+    return t.call(op, fields, on_event)
+
+
+def exec_timeout(transport: Any, timeout: Optional[float], request_timeout: Optional[float]) -> Optional[float]:
+    """The bound on one exec call: request_timeout if given; with a cell
+    timeout, the cell's time and a minute more, never less than the
+    transport's own bound (a cell allowed 20 minutes must not be cut off at
+    the default 15); otherwise None, the transport's bound."""
+    if request_timeout is not None:
+        return float(request_timeout)
+    if timeout is None:
+        return None
+    own = getattr(transport, "timeout", None)
+    own = float(own) if isinstance(own, (int, float)) and not isinstance(own, bool) else DEFAULT_TIMEOUT
+    return max(own, float(timeout) + 60)
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -171,17 +207,19 @@ class SocketTransport(Transport):
         except Exception:
             pass
 
-    def _take(self) -> Tuple[_UnixConnection, bool]:
-        """A connection for one request, and whether it was reused."""
+    def _take(self, timeout: float) -> Tuple[_UnixConnection, bool]:
+        """A connection for one request, its socket operations bounded by
+        timeout, and whether it was reused."""
         while True:
             with self._lock:
                 if not self._idle:
                     break
                 conn, since = self._idle.pop()
             if time.monotonic() - since <= IDLE_AGE and not conn.stale():
+                _bound(conn, timeout)
                 return conn, True
             conn.close()
-        return _UnixConnection(self.socket_path, self.timeout), False
+        return _UnixConnection(self.socket_path, timeout), False
 
     def _give(self, conn: _UnixConnection, resp: http.client.HTTPResponse) -> None:
         """Keep conn for the next request if its answer was read to the end
@@ -189,6 +227,7 @@ class SocketTransport(Transport):
         if conn.sock is None or resp.will_close or not resp.isclosed():
             conn.close()
             return
+        _bound(conn, self.timeout)  # a call's own bound ends with it
         now, drop, kept = time.monotonic(), [], False
         with self._lock:
             while self._idle and now - self._idle[0][1] > IDLE_AGE:
@@ -206,16 +245,18 @@ class SocketTransport(Transport):
         restarted, so the others are closed too."""
         self.close()
 
-    def _send(self, method: str, path: str, body: Optional[bytes],
-              headers: Dict[str, str]) -> Tuple[_UnixConnection, http.client.HTTPResponse]:
+    def _send(self, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
+              timeout: Optional[float] = None) -> Tuple[_UnixConnection, http.client.HTTPResponse]:
         """Send one request and read its response head; the caller reads the
-        body and gives the connection back (or closes it)."""
+        body and gives the connection back (or closes it). timeout bounds
+        each socket operation (None: the transport's)."""
+        t = self.timeout if timeout is None else timeout
         retried = False
         while True:
             if retried:  # on a new connection: any idle one may be stale too
-                conn, reused = _UnixConnection(self.socket_path, self.timeout), False
+                conn, reused = _UnixConnection(self.socket_path, t), False
             else:
-                conn, reused = self._take()
+                conn, reused = self._take(t)
             try:
                 conn.request(method, path, body=body, headers=headers)
                 return conn, conn.getresponse()
@@ -238,9 +279,10 @@ class SocketTransport(Transport):
                 raise
 
     def request(self, method: str, path: str, body: Optional[bytes] = None,
-                headers: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, str], bytes]:
+                headers: Optional[Dict[str, str]] = None,
+                timeout: Optional[float] = None) -> Tuple[int, Dict[str, str], bytes]:
         """One raw HTTP exchange: status, headers (lower-case names), body."""
-        conn, resp = self._send(method, path, body, headers or {})
+        conn, resp = self._send(method, path, body, headers or {}, timeout)
         try:
             data = resp.read(MAX_LINE + 1)
             if len(data) > MAX_LINE:
@@ -261,21 +303,26 @@ class SocketTransport(Transport):
             p += "/" + r
         return p
 
-    def call(self, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent] = None) -> Dict[str, Any]:
+    def call(self, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent] = None,
+             timeout: Optional[float] = None) -> Dict[str, Any]:
         fields = {k: v for k, v in fields.items() if v is not None}
         session = fields.pop("session", None)
+
+        def _json(method: str, path: str, payload: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+            return self._json(method, path, payload, timeout)
+
         if op == "ping":
-            return self._json("GET", "/healthz")
+            return _json("GET", "/healthz")
         if op == "sessions":
-            return self._json("GET", "/v1/sessions")
+            return _json("GET", "/v1/sessions")
         if op == "create":
-            return self._json("POST", "/v1/sessions", fields)
+            return _json("POST", "/v1/sessions", fields)
         if op == "close":
-            return self._json("DELETE", self._session_path(session))
+            return _json("DELETE", self._session_path(session))
         if op == "files":
-            return self._json("GET", self._session_path(session, "files"))
+            return _json("GET", self._session_path(session, "files"))
         if op in _LIFE_OPS:
-            return self._json("POST", self._session_path(session, op))
+            return _json("POST", self._session_path(session, op))
         if op == "upload":
             data = fields.get("data", b"")
             if isinstance(data, str):
@@ -284,10 +331,11 @@ class SocketTransport(Transport):
             meta = _metadata_header(fields.get("metadata"))
             if meta is not None:
                 headers[METADATA_HEADER] = meta
-            status, _, body = self.request("PUT", self._file_path(session, fields.get("path")), bytes(data), headers)
+            status, _, body = self.request("PUT", self._file_path(session, fields.get("path")), bytes(data), headers,
+                                           timeout)
             return _decode(status, body)
         if op == "download":
-            status, hdrs, body = self.request("GET", self._file_path(session, fields.get("path")))
+            status, hdrs, body = self.request("GET", self._file_path(session, fields.get("path")), timeout=timeout)
             if status != 200:
                 _decode(status, body)
                 raise InternalError(status, "internal", "download answered %d without an error" % status)
@@ -296,28 +344,28 @@ class SocketTransport(Transport):
         if op == "exec":
             path = self._session_path(session, "exec") if session else "/v1/exec"
             fields.pop("stream", None)
-            return self._exec(path, fields, on_event)
+            return self._exec(path, fields, on_event, timeout)
         if op == "command":
             fields.pop("stream", None)
             if on_event is None:
-                return self._json("POST", self._session_path(session, "commands"), fields)
-            return self._exec(self._session_path(session, "commands"), fields, on_event)
+                return _json("POST", self._session_path(session, "commands"), fields)
+            return self._exec(self._session_path(session, "commands"), fields, on_event, timeout)
         if op == "info":
-            return self._json("GET", self._session_path(session))
+            return _json("GET", self._session_path(session))
         if op == "set_timeout":
-            return self._json("POST", self._session_path(session, "timeout"), fields)
+            return _json("POST", self._session_path(session, "timeout"), fields)
         if op == "metrics":
-            return self._json("GET", self._session_path(session, "metrics"))
+            return _json("GET", self._session_path(session, "metrics"))
         if op == "watch":
-            return self._json("POST", self._session_path(session, "watch"), fields)
+            return _json("POST", self._session_path(session, "watch"), fields)
         if op == "stat":
-            return self._json("GET", self._path_of(session, "stat", fields.get("path")))
+            return _json("GET", self._path_of(session, "stat", fields.get("path")))
         if op == "remove":
-            return self._json("DELETE", self._file_path(session, fields.get("path")))
+            return _json("DELETE", self._file_path(session, fields.get("path")))
         if op == "mkdir":
-            return self._json("PUT", self._path_of(session, "dirs", fields.get("path")))
+            return _json("PUT", self._path_of(session, "dirs", fields.get("path")))
         if op == "rename":
-            return self._json("POST", self._session_path(session, "rename"), fields)
+            return _json("POST", self._session_path(session, "rename"), fields)
         raise BadRequest("op %r has no route on the service's socket; allowed: ping, sessions, create, close, "
                          "exec, upload, download, files, command, info, set_timeout, metrics, watch, stat, remove, "
                          "mkdir, rename, %s" % (op, ", ".join(_LIFE_OPS)))
@@ -334,22 +382,24 @@ class SocketTransport(Transport):
             raise BadRequest("a file op needs a path relative to the working directory")
         return SocketTransport._session_path(session, "files", urllib.parse.quote(path))
 
-    def _json(self, method: str, path: str, payload: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    def _json(self, method: str, path: str, payload: Optional[Dict[str, Any]] = None,
+              timeout: Optional[float] = None) -> Dict[str, Any]:
         body, headers = None, {}
         if payload is not None:
             body = json.dumps(payload, default=_encode).encode()
             headers["Content-Type"] = "application/json"
-        status, _, data = self.request(method, path, body, headers)
+        status, _, data = self.request(method, path, body, headers, timeout)
         return _decode(status, data)
 
-    def _exec(self, path: str, payload: Dict[str, Any], on_event: Optional[OnEvent]) -> Dict[str, Any]:
+    def _exec(self, path: str, payload: Dict[str, Any], on_event: Optional[OnEvent],
+              timeout: Optional[float] = None) -> Dict[str, Any]:
         if on_event is None:
             # Nothing to stream to: a plain JSON answer (the service streams
             # only when the Accept header or "stream" asks).
-            return self._json("POST", path, payload)
+            return self._json("POST", path, payload, timeout)
         body = json.dumps(payload, default=_encode).encode()
         conn, resp = self._send("POST", path, body, {
-            "Content-Type": "application/json", "Accept": "application/x-ndjson"})
+            "Content-Type": "application/json", "Accept": "application/x-ndjson"}, timeout)
         try:
             if not (resp.getheader("Content-Type") or "").startswith("application/x-ndjson"):
                 # Refused before any output: a plain JSON error (or answer).
@@ -384,6 +434,13 @@ class SocketTransport(Transport):
                 on_event(msg)
                 continue
             return line
+
+
+def _bound(conn: _UnixConnection, timeout: float) -> None:
+    """Bound each socket operation of conn (and of a socket it opens later)."""
+    conn.timeout = timeout
+    if conn.sock is not None:
+        conn.sock.settimeout(timeout)
 
 
 def BadRequest(message: str) -> JailcellError:
@@ -546,7 +603,9 @@ class JsonLinesTransport(Transport):
         for p in pending.values():
             p.q.put(err)
 
-    def call(self, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent] = None) -> Dict[str, Any]:
+    def call(self, op: str, fields: Dict[str, Any], on_event: Optional[OnEvent] = None,
+             timeout: Optional[float] = None) -> Dict[str, Any]:
+        limit = self.timeout if timeout is None else timeout
         rid = next(self._ids)
         req = {k: v for k, v in fields.items() if v is not None}
         req["id"], req["op"] = rid, op
@@ -570,12 +629,12 @@ class JsonLinesTransport(Transport):
             if dead is not None:
                 raise dead from e
             raise UnavailableError(0, "unavailable", "write to jailcell json: %s" % e) from e
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + limit
         try:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError("jailcell json did not answer %s (id %d) within %gs" % (op, rid, self.timeout))
+                    raise TimeoutError("jailcell json did not answer %s (id %d) within %gs" % (op, rid, limit))
                 try:
                     msg = p.q.get(timeout=left)
                 except queue.Empty:

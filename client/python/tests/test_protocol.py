@@ -4,17 +4,25 @@ send, so the transport, the event handling and the errors are exercised
 exactly as with the real process. Here: the `display` event (figures reach
 on_result as they are shown, once), bounds and error mapping."""
 
+import asyncio
 import json
+import os
+import shutil
+import socket
 import sys
+import tempfile
 import textwrap
+import time
 import unittest
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from jailcell import (BusyError, ChartType, JailcellError, JsonLinesTransport, LimitError, Result, Sandbox,
-                      ScaleType, ScatterChart, SuperChart, UnavailableError)
+from jailcell import (AsyncSandbox, BusyError, ChartType, Client, JailcellError, JsonLinesTransport, LimitError,
+                      NotFoundError, Result, Sandbox, ScaleType, ScatterChart, SocketTransport, SuperChart, Transport,
+                      UnavailableError)
 from jailcell.aio_transport import route
 from jailcell.errors import BadRequestError, error_for
 from jailcell.models import _entry, _workdir
+from jailcell.transport import _checked
 
 PNG = "iVBORw0KGgo="  # base64 of the PNG magic's first bytes: enough to tell it apart
 
@@ -210,6 +218,133 @@ class ReplayTest(unittest.TestCase):
         self.assertIn("over 1024 bytes", cm.exception.message)
         with self.assertRaises(UnavailableError):  # the transport is dead after a protocol error
             Sandbox(transport=t)
+
+
+# An exec answered by the degraded stateless run: the workflow's fields
+# travel beside the result.
+DEGRADED = {"id": 1, "ok": True, "mode": "degraded",
+            "fallback": {"code": "import pandas", "error": "ModuleNotFoundError", "reason": "the fixer gave up",
+                         "tried": ["attempt 1", "degraded stateless run"]},
+            "result": {"status": "ok"}}
+
+
+class _FakeSocket:
+    """Stands in for Client's SocketTransport: every exec answers resp."""
+
+    def __init__(self, resp: Dict[str, Any]) -> None:
+        self.resp = resp
+
+    def request(self, method: str, path: str, body: Any = None, headers: Any = None,
+                timeout: Any = None) -> Tuple[int, Dict[str, str], bytes]:
+        return 200, {"content-type": "application/json"}, json.dumps(self.resp).encode()
+
+    def _exec(self, path: str, fields: Dict[str, Any], on_event: Any, timeout: Any = None) -> Dict[str, Any]:
+        on_event({"event": "stdout", "text": "x\n"})
+        return json.loads(json.dumps(self.resp))
+
+
+class _Recorder(Transport):
+    """A transport that records the bound each exec was given."""
+
+    def __init__(self, timeout: float = 900.0) -> None:
+        self.timeout = timeout
+        self.bounds: List[Optional[float]] = []
+
+    def call(self, op: str, fields: Dict[str, Any], on_event: Any = None,
+             timeout: Optional[float] = None) -> Dict[str, Any]:
+        if op == "create":
+            return {"ok": True, "session": "s" * 32, "state": "ready"}
+        self.bounds.append(timeout)
+        return {"ok": True, "result": {"status": "ok"}}
+
+
+class _OldTransport(Transport):
+    """A transport written before call took timeout=."""
+
+    def call(self, op: str, fields: Dict[str, Any], on_event: Any = None) -> Dict[str, Any]:
+        if op == "create":
+            return {"ok": True, "session": "s" * 32, "state": "ready"}
+        return {"ok": True, "result": {"status": "ok"}}
+
+
+class FakePeerTest(unittest.TestCase):
+    """What the wire carries beside a result or an error reaches the caller,
+    and each call's bound reaches the transport; fakes stand in for jailcell."""
+
+    def test_client_exec_degraded(self) -> None:
+        # A caller of Client.exec must see that the cell ran in a fresh
+        # stateless sandbox: its variables are not in the session.
+        jc = Client("/nonexistent/jailcell.sock")
+        jc._t = _FakeSocket(DEGRADED)  # type: ignore[assignment]
+        for kw in ({}, {"on_output": lambda stream, text: None}):
+            r = jc.exec("import pandas", session="s1", **kw)  # type: ignore[arg-type]
+            self.assertEqual((r["status"], r.get("mode")), ("ok", "degraded"), kw)
+            self.assertEqual(r.get("fallback"), DEGRADED["fallback"], kw)
+        plain = dict(DEGRADED, result={"status": "ok"})
+        for k in ("mode", "fallback"):
+            del plain[k]
+        jc._t = _FakeSocket(plain)  # type: ignore[assignment]
+        self.assertEqual(jc.exec("1", session="s1"), {"status": "ok"})
+
+    def test_error_state_lost(self) -> None:
+        # A session lost with its kernel: not_found with state "lost".
+        with self.assertRaises(NotFoundError) as cm:
+            _checked(404, {"ok": False, "error": {"code": "not_found", "message": "m", "state": "lost"}})
+        self.assertEqual((cm.exception.state, cm.exception.status, cm.exception.message), ("lost", 404, "m"))
+        with self.assertRaises(NotFoundError) as cm:
+            _checked(404, {"ok": False, "error": {"code": "not_found", "message": "m"}})
+        self.assertIsNone(cm.exception.state)
+        with self.assertRaises(NotFoundError) as cm:
+            _checked(404, {"ok": False, "error": {"code": "not_found", "message": "m", "state": ["forged"]}})
+        self.assertIsNone(cm.exception.state)
+
+    def test_run_code_request_timeout(self) -> None:
+        # request_timeout bounds the call; a cell timeout alone gives the
+        # cell a minute more, never less than the transport's own bound.
+        cases = [({"request_timeout": 5}, 5.0), ({"timeout": 1200}, 1260.0), ({"timeout": 10}, 900.0),
+                 ({"timeout": 1200, "request_timeout": 30}, 30.0), ({}, None)]
+        rec = _Recorder()
+        sbx = Sandbox(transport=rec)
+        for kw, _ in cases:
+            sbx.run_code("x = 1", **kw)  # type: ignore[arg-type]
+        self.assertEqual(rec.bounds, [want for _, want in cases])
+        rec = _Recorder(timeout=2000)
+        Sandbox(transport=rec).run_code("x = 1", timeout=10)
+        Sandbox.run_once("x = 1", transport=rec, timeout=3000)
+        self.assertEqual(rec.bounds, [2000.0, 3060.0])
+
+        async def aio() -> List[Optional[float]]:
+            r = _Recorder()
+            a = await AsyncSandbox.create(transport=r)  # a blocking transport, through ThreadedTransport
+            for kw, _ in cases:
+                await a.run_code("x = 1", **kw)  # type: ignore[arg-type]
+            return r.bounds
+        self.assertEqual(asyncio.run(aio()), [want for _, want in cases])
+        # A transport without timeout= keeps working, on its own bound.
+        self.assertEqual(Sandbox(transport=_OldTransport()).run_code("x = 1", timeout=1200).status, "ok")
+
+    def test_call_timeout_reaches_the_wire(self) -> None:
+        # A per-call bound shorter than the transport's ends a call that
+        # gets no answer: over the socket and over JSON lines.
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        path = os.path.join(d, "s")
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(path)
+        srv.listen(1)
+        self.addCleanup(srv.close)
+        t = SocketTransport(path, timeout=60)
+        self.addCleanup(t.close)
+        start = time.monotonic()
+        with self.assertRaises(OSError):  # socket.timeout
+            t.call("exec", {"session": "s1", "code": "x"}, timeout=0.3)
+        self.assertLess(time.monotonic() - start, 10)
+        j = JsonLinesTransport([sys.executable, "-c", "import sys\nfor _ in sys.stdin: pass"], timeout=60)
+        self.addCleanup(j.close)
+        start = time.monotonic()
+        with self.assertRaises(TimeoutError):
+            j.call("exec", {"session": "s1", "code": "x"}, timeout=0.3)
+        self.assertLess(time.monotonic() - start, 10)
 
 
 if __name__ == "__main__":

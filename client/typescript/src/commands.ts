@@ -10,12 +10,14 @@
  */
 
 import { JailcellError, NotFoundError, badRequest } from "./errors.js";
-import type { CallOptions, Fields } from "./transport.js";
+import { type CallOptions, type Fields, type Transport, boundFor } from "./transport.js";
 import type { CommandFields, Envs, WireCommandResult, WireEvent, WirePtySize, WireResponse } from "./wire.js";
 
 /** What Commands needs from its sandbox: one call on its session. */
 export interface CommandCaller {
   call(op: string, fields: Fields, opts?: CallOptions): Promise<WireResponse>;
+  /** Whose own bound a long command's call may exceed, never undercut. */
+  readonly transport?: Pick<Transport, "requestTimeoutMs">;
 }
 
 /** E2B's default limit on a command: 60 s. */
@@ -149,11 +151,16 @@ function events(onStdout: CommandOutputHandler | undefined, onStderr: CommandOut
   };
 }
 
-function callOpts(timeoutMs: number | undefined, requestTimeoutMs: number | undefined, onEvent?: (ev: WireEvent) => Promise<void>): CallOptions {
+function callOpts(
+  sbx: CommandCaller,
+  timeoutMs: number | undefined,
+  requestTimeoutMs: number | undefined,
+  onEvent?: (ev: WireEvent) => Promise<void>,
+): CallOptions {
   const co: CallOptions = {};
   if (onEvent) co.onEvent = onEvent;
   if (requestTimeoutMs !== undefined) co.timeoutMs = requestTimeoutMs;
-  else if (timeoutMs !== undefined && timeoutMs > 0) co.timeoutMs = Math.max(timeoutMs + 60_000, 900_000);
+  else if (timeoutMs !== undefined && timeoutMs > 0) co.timeoutMs = boundFor(sbx.transport, timeoutMs);
   return co;
 }
 
@@ -207,7 +214,7 @@ export class CommandHandle {
 
   /** input and resize: answered at once, so the transport's bound. */
   private async tell(f: CommandFields, opts: CommandRequestOpts | undefined): Promise<void> {
-    await this.sbx.call("command", { ...f, job: this.job } as Fields, callOpts(undefined, opts?.requestTimeoutMs));
+    await this.sbx.call("command", { ...f, job: this.job } as Fields, callOpts(this.sbx, undefined, opts?.requestTimeoutMs));
   }
 
   /**
@@ -306,7 +313,7 @@ export class Commands {
     if (opts.background === true) {
       return this.start(f, opts);
     }
-    const resp = await this.sbx.call("command", f as Fields, callOpts(timeoutMs, opts.requestTimeoutMs, events(opts.onStdout, opts.onStderr)));
+    const resp = await this.sbx.call("command", f as Fields, callOpts(this.sbx, timeoutMs, opts.requestTimeoutMs, events(opts.onStdout, opts.onStderr)));
     const r = commandResult(resp.command);
     if (r.exitCode !== 0) {
       throw new CommandExitError(r);
@@ -320,7 +327,7 @@ export class Commands {
    * @internal
    */
   async start(f: CommandFields, opts: Pick<CommandStartOpts, "onStdout" | "onStderr" | "requestTimeoutMs">): Promise<CommandHandle> {
-    const c = (await this.sbx.call("command", { ...f, background: true } as Fields, callOpts(undefined, opts.requestTimeoutMs))).command;
+    const c = (await this.sbx.call("command", { ...f, background: true } as Fields, callOpts(this.sbx, undefined, opts.requestTimeoutMs))).command;
     const h = new CommandHandle(this.sbx, String(c?.job ?? ""), Number.isInteger(c?.pid) ? (c!.pid as number) : 0, opts.onStdout, opts.onStderr, c);
     this.handles.set(h.pid, h);
     return h;

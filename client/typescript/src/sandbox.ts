@@ -6,7 +6,7 @@
 import { Commands, Pty, checkEnvs } from "./commands.js";
 import { InternalError, NotFoundError, UnavailableError, badRequest } from "./errors.js";
 import { EntryInfo, Execution, ExecutionError, OutputMessage, Result, WriteInfo } from "./models.js";
-import { type CallOptions, type Fields, type Transport, type TransportChoice, transportFor } from "./transport.js";
+import { type CallOptions, type Fields, type Transport, type TransportChoice, boundFor, transportFor } from "./transport.js";
 import type { CreateFields, Envs, Limits, SessionInfo, WireEntry, WireEvent, WireResponse, WireSessionMetrics, WireWatchEvent } from "./wire.js";
 
 /** What files.write and runCode's files take; strings are written as UTF-8. */
@@ -158,12 +158,12 @@ async function execFields(code: string, session: string | undefined, o: RunCodeO
   return f;
 }
 
-function callOpts(o: RunCodeOpts, c: Collector): CallOptions {
+function callOpts(o: RunCodeOpts, c: Collector, t: Transport): CallOptions {
   const co: CallOptions = { onEvent: c.event };
   if (o.requestTimeoutMs !== undefined) {
     co.timeoutMs = o.requestTimeoutMs;
   } else if (o.timeoutMs !== undefined) {
-    co.timeoutMs = Math.max(o.timeoutMs + 60_000, 900_000);
+    co.timeoutMs = boundFor(t, o.timeoutMs);
   }
   if (o.signal) co.signal = o.signal;
   return co;
@@ -757,7 +757,7 @@ export class Sandbox {
     const { transport, owned } = ownTransport(opts);
     try {
       const c = new Collector(opts);
-      return await c.finish(await transport.call("exec", fields, callOpts(opts, c)));
+      return await c.finish(await transport.call("exec", fields, callOpts(opts, c, transport)));
     } finally {
       if (owned) await transport.close();
     }
@@ -785,7 +785,7 @@ export class Sandbox {
   async runCode(code: string, opts: RunCodeOpts = {}): Promise<Execution> {
     const c = new Collector(opts);
     const fields = await execFields(code, this.sandboxId, opts);
-    return c.finish(await this.transport.call("exec", fields, callOpts(opts, c)));
+    return c.finish(await this.transport.call("exec", fields, callOpts(opts, c, this.transport)));
   }
 
   /**

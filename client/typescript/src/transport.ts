@@ -60,6 +60,19 @@ export interface Transport {
   /** Release what the transport holds. */
   close(): Promise<void>;
   readonly description: string;
+  /**
+   * The transport's own bound on a call, in ms (default 900 s when absent):
+   * a call for a longer cell is given more, never less.
+   */
+  readonly requestTimeoutMs?: number;
+}
+
+/**
+ * The bound on a call that waits for a cell or command of timeoutMs: the
+ * transport's own bound, or timeoutMs and a minute more if that is longer.
+ */
+export function boundFor(transport: Pick<Transport, "requestTimeoutMs"> | undefined, timeoutMs: number): number {
+  return Math.max(transport?.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS, timeoutMs + 60_000);
 }
 
 /** Deep copy of v with every Uint8Array as standard base64, for JSON. */
@@ -318,11 +331,16 @@ const ROUTES: Record<string, Route> = {
  */
 export class HttpTransport implements Transport {
   readonly description: string;
+  readonly requestTimeoutMs: number;
   private readonly socketPath: string | undefined;
-  private readonly base: URL | undefined;
-  private readonly token: string | undefined;
-  private readonly tls: https.RequestOptions;
-  private readonly timeoutMs: number;
+  // The credentials are ES private fields, not TypeScript's compile-time
+  // private: those are ordinary properties at run time, and console.log,
+  // util.inspect or JSON.stringify of a Sandbox (which holds its
+  // transport) would print the bearer token, the TLS key and a URL's
+  // password into whatever log the caller keeps.
+  readonly #base: URL | undefined;
+  readonly #token: string | undefined;
+  readonly #tls: https.RequestOptions;
   private readonly max: number;
 
   constructor(opts: HttpTransportOptions = {}) {
@@ -339,7 +357,7 @@ export class HttpTransport implements Transport {
       if (u.protocol !== "http:" && u.protocol !== "https:") {
         throw badRequest(`url ${JSON.stringify(opts.url)}: scheme ${u.protocol} not allowed; allowed http: or https:`);
       }
-      this.base = u;
+      this.#base = u;
       this.description = `HttpTransport(${u.origin})`;
     } else {
       this.socketPath = opts.socketPath ?? (process.env["JAILCELL_SOCKET"] || DEFAULT_SOCKET);
@@ -348,9 +366,9 @@ export class HttpTransport implements Transport {
     if (opts.token !== undefined && /[\r\n]/.test(opts.token)) {
       throw badRequest("token must not contain a line break");
     }
-    this.token = opts.token;
-    this.tls = opts.tls ?? {};
-    this.timeoutMs = opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    this.#token = opts.token;
+    this.#tls = opts.tls ?? {};
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     this.max = opts.maxResponseBytes ?? MAX_RESPONSE_BYTES;
   }
 
@@ -391,7 +409,7 @@ export class HttpTransport implements Transport {
         break;
       }
     }
-    const deadline = new Deadline(`${op} via ${this.description}`, opts.timeoutMs ?? this.timeoutMs, opts.signal);
+    const deadline = new Deadline(`${op} via ${this.description}`, opts.timeoutMs ?? this.requestTimeoutMs, opts.signal);
     let req: http.ClientRequest | undefined;
     let res: http.IncomingMessage | undefined;
     const work = (async () => {
@@ -436,17 +454,17 @@ export class HttpTransport implements Transport {
     reject: (e: Error) => void,
   ): http.ClientRequest {
     const h: http.OutgoingHttpHeaders = { ...headers, "content-length": body ? body.length : 0 };
-    if (this.token !== undefined) {
-      h["authorization"] = `Bearer ${this.token}`;
+    if (this.#token !== undefined) {
+      h["authorization"] = `Bearer ${this.#token}`;
     }
     // agent: false: one connection per call; a kept-alive one can be
     // closed by the server's idle timeout just as it is reused.
     let req: http.ClientRequest;
-    if (this.base !== undefined) {
-      const u = this.base;
+    if (this.#base !== undefined) {
+      const u = this.#base;
       const prefix = u.pathname.replace(/\/+$/, "");
       const o: https.RequestOptions = {
-        ...(u.protocol === "https:" ? this.tls : {}),
+        ...(u.protocol === "https:" ? this.#tls : {}),
         protocol: u.protocol,
         hostname: u.hostname.replace(/^\[|\]$/g, ""),
         port: u.port || (u.protocol === "https:" ? 443 : 80),
@@ -460,7 +478,7 @@ export class HttpTransport implements Transport {
       req = http.request({ socketPath: this.socketPath, host: "jailcell", method, path, headers: h, agent: false }, resolve);
     }
     req.on("error", (e: NodeJS.ErrnoException) => {
-      const where = this.base ? this.base.origin : this.socketPath;
+      const where = this.#base ? this.#base.origin : this.socketPath;
       reject(new UnavailableError(0, "unavailable", `${method} ${path} via ${where}: ${e.message}`));
     });
     req.end(body);
@@ -589,8 +607,8 @@ interface Pending {
 export class JsonLinesTransport implements Transport {
   readonly description: string;
   readonly command: string[];
+  readonly requestTimeoutMs: number;
   private readonly proc: ChildProcessWithoutNullStreams;
-  private readonly timeoutMs: number;
   private readonly closeWaitMs: number;
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
@@ -606,7 +624,7 @@ export class JsonLinesTransport implements Transport {
     }
     this.command = [...command];
     this.description = `JsonLinesTransport(${command.join(" ")})`;
-    this.timeoutMs = opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     this.closeWaitMs = opts.closeWaitMs ?? 30_000;
     const max = opts.maxLineBytes ?? MAX_RESPONSE_BYTES;
     this.proc = spawn(command[0]!, command.slice(1), { env: opts.env ?? process.env, stdio: ["pipe", "pipe", "pipe"] });
@@ -755,7 +773,7 @@ export class JsonLinesTransport implements Transport {
       req["stream"] = true; // events are how output arrives in order
     }
     const line = JSON.stringify(req) + "\n";
-    const deadline = new Deadline(`${op} (id ${id}) via ${this.description}`, opts.timeoutMs ?? this.timeoutMs, opts.signal);
+    const deadline = new Deadline(`${op} (id ${id}) via ${this.description}`, opts.timeoutMs ?? this.requestTimeoutMs, opts.signal);
     const answer = new Promise<WireResponse>((resolve, reject) => {
       this.pending.set(id, { op, onEvent: opts.onEvent, chain: Promise.resolve(), resolve, reject, failed: false });
     });

@@ -213,6 +213,17 @@ type Gateway struct {
 	logQuiet int64 // refusals not logged in the current window
 }
 
+// rooted is host as a fully qualified name: an allowed name that does
+// not resolve must not be tried with the host's search domains appended
+// ("api.example.com.corp.internal"), which would reach an internal
+// address under an allowed name.
+func rooted(host string) string {
+	if strings.HasSuffix(host, ".") {
+		return host
+	}
+	return host + "."
+}
+
 // Attach builds the gateway for a sandbox whose init is pid and connects
 // it to the upstream eg names through uplink index idx. The sandbox's own namespace is owned by its user namespace,
 // but its processes hold no capability there, so they cannot change the
@@ -221,7 +232,7 @@ type Gateway struct {
 func Attach(p policy.Policy, eg Egress, pid, idx int) (_ *Gateway, retErr error) {
 	if eg.Resolve == nil {
 		eg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+			return net.DefaultResolver.LookupNetIP(ctx, "ip4", rooted(host))
 		}
 	}
 	if eg.Log == nil {

@@ -320,3 +320,15 @@ func TestClosedGatewayRunsNoNft(t *testing.T) {
 		t.Fatalf("nft on a closed gateway: %v, want it refused before it runs", err)
 	}
 }
+
+// TestAllowedNamesResolveRooted: an allowed name is looked up as a fully
+// qualified name, so a name that does not resolve is not tried again with
+// the host's search domains appended (an internal name, reached under an
+// allowed one).
+func TestAllowedNamesResolveRooted(t *testing.T) {
+	for in, want := range map[string]string{"api.example.com": "api.example.com.", "api.example.com.": "api.example.com.", "localhost": "localhost."} {
+		if got := rooted(in); got != want {
+			t.Errorf("rooted(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -208,6 +208,10 @@ func (h *Host) NewDisk(id string, p policy.Policy) (_ *Disk, retErr error) {
 // mapped to; files it writes are owned by it.
 func (d *Disk) HostID() int { return d.h.cfg.UIDBase + d.slot*idsPerSlot }
 
+// HostIDs is the range of host uids (and gids) a sandbox on d runs as:
+// [first, end).
+func (d *Disk) HostIDs() (first, end int) { return d.HostID(), d.HostID() + idsPerSlot }
+
 // UpperDir is the host path of the overlay's upper layer: everything the
 // sandbox wrote. Only ever open paths below it through a root-confined open
 // (os.Root): the sandbox can plant symlinks there.
@@ -316,6 +320,10 @@ func (d *Disk) buildEarly(spec Spec, labels []string, verify bool, early func(cf
 	}
 	cfg := h.containerConfig(spec, id, root, d.HostID(), sec)
 	cfg.Labels = append(cfg.Labels, labels...)
+	cl.Add(func() error { return h.removeCgroup(id) })
+	if err := limitSocketMemory(cfg.Cgroups.Path, spec.Policy.MemoryBytes); err != nil {
+		return nil, err
+	}
 	if early != nil {
 		wait := early(cfg)
 		cl.Add(func() error { wait(); return h.removeCgroup(id) })
@@ -702,6 +710,38 @@ func (h *Host) containerConfig(spec Spec, id, root string, hostID int, sec *conf
 		NoNewKeyring:    true,
 		Version:         "1.3.0",
 	}
+}
+
+// limitSocketMemory caps the TCP socket buffers of the cgroup at path
+// (below each hierarchy's root) on a host whose memory controller is cgroup v1. There the kernel
+// charges socket buffers to a cgroup only once its
+// memory.kmem.tcp.limit_in_bytes is written; unwritten, a cell's unread
+// loopback connections held gigabytes outside its memory limit, up to the
+// host's tcp_mem, and past that every TCP socket on the host (the
+// daemon's API, other sessions' egress, the host's services) was short of
+// memory. A quarter of the memory limit, at least 16 MiB; cgroup v2
+// charges socket buffers to the memory limit itself.
+func limitSocketMemory(path string, memoryBytes int64) error {
+	if cgroups.IsCgroup2UnifiedMode() {
+		return nil
+	}
+	hier := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(hier, "memory.limit_in_bytes")); errors.Is(err, fs.ErrNotExist) {
+		return nil // memory is on the unified hierarchy of a hybrid host
+	}
+	// Made here, before libcontainer (which takes it as it finds it) or
+	// a fork's child joins it: the limit must be in place before the
+	// sandbox's first socket, which is charged only if it is.
+	dir := filepath.Join(hier, path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create memory cgroup %s: %w", path, err)
+	}
+	limit := max(memoryBytes/4, 16<<20)
+	err := os.WriteFile(filepath.Join(dir, "memory.kmem.tcp.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0)
+	if err != nil {
+		return fmt.Errorf("limit the socket buffers of cgroup %s: %w", path, err)
+	}
+	return nil
 }
 
 // bootIDPath is the kernel's boot id, the host's and the same in every

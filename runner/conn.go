@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxPythonLen bounds the version string a hello may carry.
@@ -62,12 +64,22 @@ type Conn struct {
 	closeOnce sync.Once
 }
 
+// UIDs is the host uids a kernel's peer may have: [First, End).
+type UIDs struct{ First, End int }
+
+// AnyUID admits every peer: for tests whose kernel runs unsandboxed.
+var AnyUID = UIDs{0, 1 << 32}
+
 // Accept waits for the kernel to connect and say hello, until ctx is done.
 // maxFrame bounds every frame read from the kernel (<= 0: DefaultMaxFrame).
-// A connection whose first frame is not a valid hello is closed and Accept
-// keeps waiting: only the kernel is expected, but anything able to reach the
-// socket could connect.
-func Accept(ctx context.Context, l *net.UnixListener, maxFrame int) (*Conn, error) {
+// The socket must be connectable by the sandbox's unprivileged host uid,
+// so any local user who finds it can connect too (a daemon outside
+// systemd has its sandboxes' mounts in the host's namespace): a peer whose
+// uid (SO_PEERCRED, from the kernel) is outside uids, the sandbox's, is
+// closed unread, as is one whose first frame is not a valid hello, and
+// Accept keeps waiting. A stranger who won the race took the session's
+// envs and every cell's code, and answered with forged results.
+func Accept(ctx context.Context, l *net.UnixListener, maxFrame int, uids UIDs) (*Conn, error) {
 	if maxFrame <= 0 {
 		maxFrame = DefaultMaxFrame
 	}
@@ -85,6 +97,11 @@ func Accept(ctx context.Context, l *net.UnixListener, maxFrame int) (*Conn, erro
 			}
 			return nil, fmt.Errorf("accept kernel: %w", err)
 		}
+		if err := peerIn(nc, uids); err != nil {
+			nc.Close()
+			rejected = err
+			continue
+		}
 		c, err := handshake(ctx, nc, maxFrame)
 		if err == nil {
 			return c, nil
@@ -92,6 +109,28 @@ func Accept(ctx context.Context, l *net.UnixListener, maxFrame int) (*Conn, erro
 		nc.Close()
 		rejected = err
 	}
+}
+
+// peerIn checks the connected peer's uid against uids.
+func peerIn(nc *net.UnixConn, uids UIDs) error {
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("peer credentials: %w", cerr)
+	}
+	if uid := int(cred.Uid); uid < uids.First || uid >= uids.End {
+		return fmt.Errorf("peer uid %d (pid %d) is not the sandbox's (%d-%d)", uid, cred.Pid, uids.First, uids.End-1)
+	}
+	return nil
 }
 
 func handshake(ctx context.Context, nc *net.UnixConn, maxFrame int) (*Conn, error) {

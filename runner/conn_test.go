@@ -400,7 +400,7 @@ func TestAcceptRejectsBadHello(t *testing.T) {
 		done <- nil
 		<-ctx.Done()
 	}()
-	c, err := Accept(ctx, l, 0)
+	c, err := Accept(ctx, l, 0, AnyUID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +421,7 @@ func TestAcceptContext(t *testing.T) {
 	defer l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := Accept(ctx, l, 0); !errors.Is(err, context.Canceled) {
+	if _, err := Accept(ctx, l, 0, AnyUID); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Accept with a cancelled context: %v, want context.Canceled", err)
 	}
 	// The cancelled call must not leave the listener unusable.
@@ -434,7 +434,7 @@ func TestAcceptContext(t *testing.T) {
 			c.Close()
 		}
 	}()
-	c, err := Accept(ctx2, l, 0)
+	c, err := Accept(ctx2, l, 0, AnyUID)
 	if err != nil {
 		t.Fatalf("Accept after a cancelled one: %v", err)
 	}
@@ -489,4 +489,41 @@ func TestExecKernelDiesMidCell(t *testing.T) {
 	if _, err := c.Exec(ExecRequest{ID: "c2", Code: "y", MaxOutput: 1 << 10}, nil); err == nil {
 		t.Error("the broken Conn ran another cell")
 	}
+}
+
+// TestHostileStrangerCannotBeTheKernel: the kernel's socket is 0666 (the
+// sandbox's root is an unprivileged host uid), so any local user who finds
+// it can connect, and one who won the race against the kernel got the
+// session's envs and every cell's code and answered with forged results.
+// A peer outside the sandbox's uids is now closed unread; one inside is
+// the kernel.
+func TestHostileStrangerCannotBeTheKernel(t *testing.T) {
+	l, err := Listen(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	me := os.Getuid()
+	hello := func(ctx context.Context) {
+		if c, err := net.Dial("unix", l.Addr().String()); err == nil {
+			WriteFrame(c, map[string]any{"t": "hello", "pid": 2, "python": "3.11.2"})
+			<-ctx.Done()
+			c.Close()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	go hello(ctx)
+	_, err = Accept(ctx, l, 0, UIDs{me + 1, me + 2})
+	if err == nil || !strings.Contains(err.Error(), "is not the sandbox's") {
+		t.Fatalf("a stranger's valid hello: %v, want it refused for its uid", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	go hello(ctx2)
+	c, err := Accept(ctx2, l, 0, UIDs{me, me + 1})
+	if err != nil {
+		t.Fatalf("a peer of the sandbox's uids: %v", err)
+	}
+	c.Close()
 }

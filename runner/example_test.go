@@ -27,7 +27,7 @@ func Example() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame)
+	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame, runner.AnyUID)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -149,7 +149,7 @@ func (k *testKernel) accept() Hello {
 	k.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	c, err := Accept(ctx, k.l, 0)
+	c, err := Accept(ctx, k.l, 0, AnyUID)
 	if err != nil {
 		k.t.Fatalf("accept kernel: %v\n%s", err, k.logText())
 	}

@@ -152,7 +152,7 @@ func (m *durable) adopt(id string) (_ *Session, retErr error) {
 		case <-ctx.Done():
 		}
 	}()
-	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame)
+	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame, kernelUIDs(sb))
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("kernel did not reconnect: %w", err)

@@ -183,7 +183,7 @@ func (m *durable) reconnect(s *Session, k *kernel) error {
 		case <-ctx.Done():
 		}
 	}()
-	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame)
+	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame, kernelUIDs(k.sb))
 	if err != nil {
 		l.Close()
 		return fmt.Errorf("kernel did not reconnect: %w", err)

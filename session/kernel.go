@@ -108,6 +108,12 @@ func (m *warmStarts) startKernel(ctx context.Context, disk *isolate.Disk, ctl st
 	return k, nil
 }
 
+// kernelUIDs is the host uids sb's kernel connects as: its disk's slot.
+func kernelUIDs(sb *isolate.Sandbox) runner.UIDs {
+	first, end := sb.Disk().HostIDs()
+	return runner.UIDs{First: first, End: end}
+}
+
 // launchKernel brings a kernel's sandbox up with build (a fresh start, a
 // restore from a checkpoint) and waits, at most timeout, for the kernel to
 // connect to ctl, the session's control directory on the host.
@@ -160,7 +166,7 @@ func (m *warmStarts) launchKernel(ctx context.Context, ctl string, p policy.Poli
 		case <-ctx.Done():
 		}
 	}()
-	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame)
+	conn, err := runner.Accept(ctx, l, runner.DefaultMaxFrame, kernelUIDs(sb))
 	if err != nil {
 		select {
 		case <-sb.Done():

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jailcell/jailcell/policy"
 	"github.com/jailcell/jailcell/store"
 )
@@ -99,6 +101,13 @@ type Config struct {
 	// MaxSessions (they hold no sandbox, only disk: their images and
 	// files). Default 1024.
 	MaxHibernated int
+	// HibernatedDiskBytes bounds the memory that hibernated sessions'
+	// workspace disks hold together: a disk is a tmpfs that stays mounted
+	// while its session sleeps (a wake takes its files back at once), and
+	// its pages are then charged to no sandbox's memory limit. A
+	// hibernation that would pass it is refused (limit). Default: a
+	// quarter of the machine's memory.
+	HibernatedDiskBytes int64
 	// HibernateOnShutdown hibernates every live session at Shutdown, so
 	// that the next daemon restores it, after a restart or a reboot. A
 	// session that cannot be hibernated (no criu, a dump that fails) is
@@ -191,6 +200,12 @@ func (c *Config) defaults() {
 	}
 	if c.MaxHibernated == 0 {
 		c.MaxHibernated = DefaultMaxHibernated
+	}
+	if c.HibernatedDiskBytes == 0 {
+		var si unix.Sysinfo_t
+		if unix.Sysinfo(&si) == nil {
+			c.HibernatedDiskBytes = int64(si.Totalram) * int64(si.Unit) / 4
+		}
 	}
 	if c.StateQuota == 0 {
 		c.StateQuota = defaultQuota(c.StateDir)

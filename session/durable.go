@@ -56,7 +56,7 @@ type durableHost interface {
 	reserveOwner(owner int) (release func(), _ error)
 	unreserve()
 	hibernatedCount() int
-	reserveHibernation() (release func(), err error)
+	reserveHibernation(s *Session) (release func(), err error)
 	pastLife(s *Session, now time.Time) error
 	metaPastLife(meta sessionMeta, now time.Time) error
 	forgetStored(s *Session)

@@ -70,7 +70,7 @@ func (m *durable) hibernate(s *Session) error {
 	case k == nil:
 		return fmt.Errorf("%w: session %s has no kernel to hibernate", ErrUnavailable, s.id)
 	}
-	release, err := m.mgr.reserveHibernation()
+	release, err := m.mgr.reserveHibernation(s)
 	if err != nil {
 		return err
 	}

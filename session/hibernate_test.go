@@ -605,3 +605,37 @@ func TestHibernationsSideBySideKeepTheCap(t *testing.T) {
 		t.Fatalf("%d of %d hibernations at once went through a cap of 1", ok, len(ids))
 	}
 }
+
+// TestHostileHibernatedDisksAreBounded: a hibernated session's disk (a
+// tmpfs) stays in memory, charged to no sandbox once its cgroup is gone.
+// One owner who filled workspaces and hibernated them pinned
+// max_hibernated disks of RAM that no limit saw. Now the disks of
+// hibernated sessions hold at most HibernatedDiskBytes together: a
+// hibernation past it is refused (limit) and its session keeps running,
+// its state whole.
+func TestHostileHibernatedDisksAreBounded(t *testing.T) {
+	r := newRestartable(t)
+	ctx := context.Background()
+	fill := "open('/work/ballast', 'wb').write(b'x' * (24 << 20)); x = 1"
+	m, first := criuDaemon(t, r, func(c *Config) { c.HibernatedDiskBytes = 40 << 20 }, fill)
+	defer m.Shutdown(ctx)
+	if _, err := m.Durability().Hibernate(ctx, 1000, first); err != nil {
+		t.Fatalf("the first hibernation, within the bound: %v", err)
+	}
+	info, err := m.Create(ctx, CreateOptions{Owner: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Exec(ctx, 1000, info.ID, ExecRequest{Code: fill})
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("fill the second: %v %+v", err, res)
+	}
+	_, err = m.Durability().Hibernate(ctx, 1000, info.ID)
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "hibernated sessions' disks") {
+		t.Fatalf("a second 24 MiB disk past a 40 MiB bound: %v, want a limit naming it", err)
+	}
+	res, err = m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "x + 1"})
+	if err != nil || res.Status != StatusOK || !strings.Contains(res.Value["text/plain"].(string), "2") {
+		t.Fatalf("the refused session after the refusal: %v %+v, want its state whole", err, res)
+	}
+}

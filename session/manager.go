@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jailcell/jailcell/internal/cleanup"
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
@@ -67,6 +69,9 @@ type Manager struct {
 
 	// hibernating counts the hibernations being written (guarded by mu).
 	hibernating int
+	// hibernatingBytes is what the disks of the hibernations under way
+	// hold (reserveHibernation).
+	hibernatingBytes int64
 	// takes are the takes from the shared store running here.
 	takes takeLocks
 }
@@ -244,18 +249,48 @@ func (m *Manager) hibernatedCount() int {
 // reserveHibernation takes a place among sessions.max_hibernated for a
 // hibernation about to be written, or answers ErrLimit: a count checked
 // and then acted on let hibernations run side by side all pass it.
-func (m *Manager) reserveHibernation() (release func(), err error) {
+func (m *Manager) reserveHibernation(s *Session) (release func(), err error) {
+	// A hibernated session's disk stays in memory, charged to no
+	// sandbox: one owner who filled a workspace and hibernated it, again
+	// and again, pinned max_hibernated disks of RAM (512 GiB at the
+	// defaults) that no limit saw and the OOM killer cannot free. The
+	// disks are measured outside the lock (a statfs each).
+	var held, mine int64
+	if m.cfg.HibernatedDiskBytes > 0 {
+		for _, o := range m.sessionsWhere(func(o *Session) bool { o.mu.Lock(); defer o.mu.Unlock(); return o.hibernated }) {
+			held += diskBytesHeld(o)
+		}
+		mine = diskBytesHeld(s)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n := len(m.sessions) - m.liveLocked() + m.hibernating; n >= m.cfg.MaxHibernated {
 		return nil, fmt.Errorf("%w: %d hibernated sessions, the configured maximum (sessions.max_hibernated)", ErrLimit, n)
 	}
+	if b := m.cfg.HibernatedDiskBytes; b > 0 && held+m.hibernatingBytes+mine > b {
+		return nil, fmt.Errorf("%w: hibernated sessions' disks hold %d MiB of memory and this one %d MiB, past the %d MiB they may hold together (a quarter of the machine's memory): "+
+			"remove files, or close hibernated sessions", ErrLimit, (held+m.hibernatingBytes)>>20, mine>>20, b>>20)
+	}
 	m.hibernating++
+	m.hibernatingBytes += mine
 	return func() {
 		m.mu.Lock()
 		m.hibernating--
+		m.hibernatingBytes -= mine
 		m.mu.Unlock()
 	}, nil
+}
+
+// diskBytesHeld is what s's workspace disk (a tmpfs) holds in memory.
+func diskBytesHeld(s *Session) int64 {
+	if s.disk == nil {
+		return 0
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(filepath.Dir(s.disk.UpperDir()), &st) != nil {
+		return 0
+	}
+	return int64(st.Blocks-st.Bfree) * int64(st.Bsize)
 }
 
 // sessionsWhere lists the sessions in the table for which keep says so;

@@ -60,6 +60,8 @@ out = {
   "af_inet_udplite": sock(socket.AF_INET, socket.SOCK_DGRAM, 136),
   "af_tipc_socketpair": sc(53, 30, socket.SOCK_SEQPACKET, 0, ctypes.addressof(buf)),
   "modify_ldt": sc(154, 0, ctypes.addressof(buf), 16),
+  # One AIO context of 65536 events took the host's whole fs.aio-max-nr.
+  "io_setup": sc(206, 65536, ctypes.addressof(ctypes.c_ulong(0))),
 }
 # x32 ABI: getpid with the x32 bit. A bad-ABI call may kill the caller, so
 # it runs in a child; anything but a successful return is a refusal.

@@ -44,6 +44,17 @@ var denied = []string{
 	// refuses it without CAP_SYS_ADMIN already; named here so that a
 	// profile that ever allows it does not bring the hole back.
 	"fanotify_init", //
+	// Linux AIO contexts: fs.aio-max-nr is one host-wide count, not per
+	// namespace or user, and one io_setup(65536) took all of it for the
+	// session's life (every other session's and the host's databases'
+	// io_setup then failed). CPython and the wheels a cell loads do not
+	// use it.
+	"io_setup",     //
+	"io_submit",    //
+	"io_cancel",    //
+	"io_getevents", //
+	"io_pgetevents",
+	"io_destroy", //
 	// Custom LDT segments: a kernel corner with its own CVEs
 	// (CVE-2017-17053, espfix and 16-bit segment bugs); neither CPython
 	// nor the wheels a cell loads use them.

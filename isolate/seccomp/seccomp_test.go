@@ -33,6 +33,12 @@ var deliberate = map[string]difference{
 	"personality":       {nil, "READ_IMPLIES_EXEC and other legacy execution domains"},
 	"inotify_init":      {nil, "inotify instances are charged up to host root's uid: a cell holding them starves the host and other sessions"},
 	"inotify_init1":     {nil, "inotify instances are charged up to host root's uid: a cell holding them starves the host and other sessions"},
+	"io_setup":          {nil, aioReason},
+	"io_submit":         {nil, aioReason},
+	"io_cancel":         {nil, aioReason},
+	"io_getevents":      {nil, aioReason},
+	"io_pgetevents":     {nil, aioReason},
+	"io_destroy":        {nil, aioReason},
 	"modify_ldt":        {nil, "custom LDT segments: CVE-2017-17053, espfix and 16-bit segment bugs; nothing a cell runs uses them"},
 	"socket": {func(a []uint64) bool { return !SocketAllowed(a[0], a[2]) },
 		"only Unix, IPv4 and IPv6 (TCP, UDP, ping) and netlink route sockets: any other family or protocol has the host load its module (CVE-2010-3904 RDS, CVE-2021-3609 CAN BCM); " +
@@ -40,6 +46,8 @@ var deliberate = map[string]difference{
 	"socketpair": {func(a []uint64) bool { return a[0] != unix.AF_UNIX },
 		"Unix sockets only: a socketpair of another family loads its module as a socket does"},
 }
+
+const aioReason = "fs.aio-max-nr is one host-wide count: one io_setup took it all from every session and the host"
 
 // deliberateArches: Docker also allows the 32-bit and x32 ABIs of the
 // native architecture; we allow the native ABI only (CVE-2009-0835: the

@@ -255,3 +255,33 @@ func installWheelAs(t *testing.T, cred *syscall.Credential) string {
 	}
 	return filepath.Join(venv, "bin", "python")
 }
+
+// TestDocStopLineSparesReusedPid: the doc's stop line signals only a
+// jailcell. By the pidfile alone, a stale pidfile (serve crashed; nothing
+// restarts it without systemd) whose pid the kernel gave to another
+// program had that program terminated, then killed.
+func TestDocStopLineSparesReusedPid(t *testing.T) {
+	if _, err := exec.LookPath("start-stop-daemon"); err != nil {
+		t.Skipf("requires start-stop-daemon (Debian's dpkg): %v", err)
+	}
+	_, stop := docCommands(t)
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { other.Wait(); close(exited) }()
+	defer func() { other.Process.Kill(); <-exited }()
+	pidfile := filepath.Join(t.TempDir(), "jailcell.pid")
+	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(other.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Not to wait 90 s for a process that would not end: TERM, then look.
+	args := substitute(stop[1:], map[string]string{"/run/jailcell.pid": pidfile, "TERM/90/KILL/5": "TERM/1/KILL/1"})
+	out, _ := exec.Command(stop[0], args...).CombinedOutput()
+	select {
+	case <-exited:
+		t.Fatalf("the doc's stop line (%s) ended pid %d, a sleep that only reused the pidfile's number: %s", strings.Join(stop, " "), other.Process.Pid, out)
+	case <-time.After(100 * time.Millisecond):
+	}
+}

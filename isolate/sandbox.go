@@ -175,10 +175,22 @@ func (h *Host) NewDisk(id string, p policy.Policy) (_ *Disk, retErr error) {
 	}
 	cl.Add(func() error { h.freeSlot(slot); return nil })
 	d := &Disk{ID: id, h: h, dir: h.sandboxDir(id), slot: slot}
-	if err := os.Mkdir(d.dir, 0o711); err != nil {
+	if err := os.Mkdir(d.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}
 	cl.Add(func() error { return os.RemoveAll(d.dir) })
+	// Searchable by root and the sandbox's own group only: the sandbox
+	// reaches its root and binds through here, and nobody else may. With
+	// the daemon's mounts in the host's namespace (no systemd), any local
+	// user read the workspace's files (0644 in 0755 directories) and
+	// reached the kernel's socket through a 0711 directory. Nothing is
+	// in it yet, so the chown cannot be raced.
+	if err := os.Chown(d.dir, 0, d.HostID()); err != nil {
+		return nil, fmt.Errorf("chown sandbox dir: %w", err)
+	}
+	if err := os.Chmod(d.dir, 0o710); err != nil {
+		return nil, fmt.Errorf("chmod sandbox dir: %w", err)
+	}
 	disk := filepath.Join(d.dir, "disk")
 	if err := os.Mkdir(disk, 0o711); err != nil {
 		return nil, fmt.Errorf("create disk dir: %w", err)

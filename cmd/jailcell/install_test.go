@@ -277,3 +277,48 @@ func TestCheckUnits(t *testing.T) {
 		t.Errorf("enabled: %+v", c)
 	}
 }
+
+// TestHostileSharedSocketDirWritableByOthers: the socket is chowned and
+// chmodded by its path once it listens. In a shared directory another
+// user could write without the sticky bit (or one they own), they could
+// swap it for a symlink in between, and root chowned its target (say
+// /etc/shadow) to the socket group, mode 0660. Such a directory is now
+// refused; a sticky one (/tmp) and root's own are still used as shared.
+func TestHostileSharedSocketDirWritableByOthers(t *testing.T) {
+	testenv.RequiresRoot(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ours := map[string]bool{"jailcell.sock": true}
+	mk := func(mode os.FileMode, uid int) string {
+		d := filepath.Join(t.TempDir(), "sockdir")
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "other"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		name string
+		mode os.FileMode
+		uid  int
+		ok   bool
+	}{
+		{"world-writable, no sticky bit", 0o777, 0, false},
+		{"group-writable", 0o775, 0, false},
+		{"another user's", 0o755, 65534, false},
+		{"sticky, as /tmp", 0o777 | os.ModeSticky, 0, true},
+		{"root's own", 0o755, 0, true},
+	} {
+		err := claimDir(mk(tc.mode, tc.uid), ours, 64135, log)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}

@@ -488,6 +488,18 @@ func claimDir(dir string, ours map[string]bool, gid int, log *slog.Logger) error
 		}
 		for _, e := range ents {
 			if !ours[e.Name()] {
+				// The socket is chowned and chmodded by its path here: in a
+				// directory another user may write without the sticky bit,
+				// they could swap it for a symlink between the listen and
+				// the chmod, and root would make their target (/etc/shadow)
+				// the socket group's.
+				st, ok := fi.Sys().(*syscall.Stat_t)
+				switch {
+				case !ok || st.Uid != 0 && int(st.Uid) != os.Geteuid():
+					return fmt.Errorf("socket directory %s: shared and owned by another user; choose another --socket", dir)
+				case fi.Mode().Perm()&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0:
+					return fmt.Errorf("socket directory %s: shared and writable by others without the sticky bit (mode %04o); choose another --socket", dir, fi.Mode().Perm())
+				}
 				log.Warn("socket directory is shared, leaving its owner and mode alone", "dir", dir)
 				return nil
 			}

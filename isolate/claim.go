@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"strings"
 	"sync/atomic"
 
@@ -85,6 +86,15 @@ func claimRange(dir string, base, n int, shareable bool, stateDir string) (*UIDC
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create claim dir %s: %w", dir, err)
+	}
+	// Claims decide which host uids sandboxes run as: a directory another
+	// user made first (a fixed name in /tmp) or may write let them hold
+	// the lock for good, delete running daemons' claims (two daemons then
+	// map sandboxes onto the same uids) or plant links root writes through.
+	if fi, err := os.Lstat(dir); err != nil {
+		return nil, fmt.Errorf("claim dir %s: %w", dir, err)
+	} else if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("claim dir %s: want a directory of uid %d that no one else may write (mode %v); remove it or set sandbox.claim_dir", dir, os.Geteuid(), fi.Mode())
 	}
 	// One claimer at a time scans and writes, so two daemons starting
 	// together cannot both see a free range.
@@ -189,7 +199,7 @@ func claimRange(dir string, base, n int, shareable bool, stateDir string) (*UIDC
 			_ = os.Remove(o)
 		}
 		resv := filepath.Join(dir, fmt.Sprintf("state-%d-%d.%s", base, end, pathHash(stateDir)))
-		if err := os.WriteFile(resv, []byte(stateDir+"\n"), 0o600); err != nil {
+		if err := writeNoFollow(resv, []byte(stateDir+"\n")); err != nil {
 			_ = os.Remove(path)
 			f.Close()
 			return nil, fmt.Errorf("reserve uid range %d..%d for %s: %w", base, end-1, stateDir, err)
@@ -339,4 +349,18 @@ func writeRecord(stateDir string, base int) error {
 		return fmt.Errorf("record uid range of %s: %w", stateDir, err)
 	}
 	return nil
+}
+
+// writeNoFollow replaces path with data, never writing through a link.
+func writeNoFollow(path string, data []byte) error {
+	_ = os.Remove(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

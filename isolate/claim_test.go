@@ -150,3 +150,53 @@ func TestClaimStateRange(t *testing.T) {
 		t.Errorf("corrupt record: %v; want an error naming it", err)
 	}
 }
+
+// TestHostileClaimDirOfAnotherUser: the claim directory decides which host
+// uids sandboxes run as. One another user made first (the tests' fixed
+// name in /tmp) or may write let them hold the claims lock for good,
+// delete running daemons' claims, or plant a link root wrote through (the
+// state reservation). It is now refused, and a reservation replaces a
+// planted link rather than writing through it.
+func TestHostileClaimDirOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the directory is chowned to another user")
+	}
+	for _, tc := range []struct {
+		name string
+		uid  int
+		mode os.FileMode
+	}{{"another user's", 65534, 0o700}, {"writable by others", 0, 0o777}} {
+		dir := filepath.Join(t.TempDir(), "claims")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(dir, tc.uid, tc.uid)
+		os.Chmod(dir, tc.mode)
+		if c, err := claimRange(dir, 1<<30, 1<<16, true, "/x"); err == nil {
+			c.Close()
+			t.Errorf("a claim dir %s: taken", tc.name)
+		} else if !strings.Contains(err.Error(), "claim dir") {
+			t.Errorf("a claim dir %s: %v, want it named", tc.name, err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "claims")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(target, []byte("untouched"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, n := 1<<30, 1<<16
+	if err := os.Symlink(target, filepath.Join(dir, fmt.Sprintf("state-%d-%d.%s", base, base+n, pathHash("/x")))); err != nil {
+		t.Fatal(err)
+	}
+	c, err := claimRange(dir, base, n, true, "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if b, _ := os.ReadFile(target); string(b) != "untouched" {
+		t.Errorf("the reservation wrote through a planted link: target now %q", b)
+	}
+}

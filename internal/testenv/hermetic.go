@@ -45,6 +45,13 @@ func HermeticConfig() string {
 		if err == nil {
 			err = os.Chmod(d, 0o755)
 		}
+		// The socket's directory too: another user who made it could
+		// listen there and be the "service" a test's front door reaches.
+		if sd := filepath.Dir(NoServiceSocket); err == nil {
+			if err = os.MkdirAll(sd, 0o755); err == nil {
+				err = ownDir(sd)
+			}
+		}
 		if err == nil {
 			err = writeWhole(f, fmt.Sprintf("# a test's jailcell: never the host's config or service\nsocket: %s\n", NoServiceSocket))
 		}

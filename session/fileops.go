@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -260,36 +261,25 @@ func (wk *Workspace) Upload(ctx context.Context, owner int, id, path string, dat
 	return &Entry{Path: rel, Size: int64(len(data)), ModTime: time.Now().UTC(), Metadata: metadata}, nil
 }
 
-// Download reads path (relative to the working directory).
+// Download reads path (relative to the working directory), whole.
 func (wk *Workspace) Download(ctx context.Context, owner int, id, path string) (*Download, error) {
-	rel, err := cleanRel(path)
+	f, err := wk.Open(ctx, owner, id, path)
 	if err != nil {
 		return nil, err
 	}
-	s, err := wk.host.lookup(ctx, owner, id)
+	defer f.Content.Close()
+	b, err := io.ReadAll(io.LimitReader(f.Content, MaxFileBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	ws, err := s.workspace()
-	if err != nil {
-		return nil, err
+	if int64(len(b)) > MaxFileBytes {
+		return nil, fmt.Errorf("%w: %s grew past %d bytes", ErrLimit, f.Path, MaxFileBytes)
 	}
-	if ws == nil {
-		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
-	}
-	defer ws.Close()
-	b, err := readFile(ws, rel, MaxFileBytes)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("file %s %w in the workspace of session %s", rel, ErrNotFound, id)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &Download{Path: rel, Data: b, Size: int64(len(b)), SHA256: sha256hex(b)}, nil
+	return &Download{Path: f.Path, Data: b, Size: int64(len(b)), SHA256: sha256hex(b)}, nil
 }
 
-// Open opens path (relative to the working directory) for reading, as
-// Download reads it: confined, a regular file only, within MaxFileBytes.
+// Open opens path (relative to the working directory) for reading:
+// confined, a regular file only, within MaxFileBytes when opened.
 func (wk *Workspace) Open(ctx context.Context, owner int, id, path string) (*OpenFile, error) {
 	rel, err := cleanRel(path)
 	if err != nil {

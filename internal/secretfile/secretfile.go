@@ -38,17 +38,8 @@ func Read(key, path string, max int64, groupRead bool) ([]byte, error) {
 			owner = int(st.Uid)
 		}
 		return nil, fmt.Errorf("%s %s: owned by uid %d, not by this daemon's user (%d)", key, path, owner, os.Geteuid())
-	case fi.Size() > max:
-		return nil, fmt.Errorf("%s %s: %d bytes, over the %d-byte limit", key, path, fi.Size(), max)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s %s: over the %d-byte limit", key, path, max)
-	}
-	return b, nil
+	return readAtMost(key, path, f, fi.Size(), max)
 }
 
 // ReadTrusted returns the content of path, the value of config key key,
@@ -79,8 +70,15 @@ func ReadTrusted(key, path string, max int64) ([]byte, error) {
 			owner = int(st.Uid)
 		}
 		return nil, fmt.Errorf("%s %s: owned by uid %d, neither root nor this process's user (%d)", key, path, owner, os.Geteuid())
-	case fi.Size() > max:
-		return nil, fmt.Errorf("%s %s: %d bytes, over the %d-byte limit", key, path, fi.Size(), max)
+	}
+	return readAtMost(key, path, f, fi.Size(), max)
+}
+
+// readAtMost reads f, path of key whose size was size, to at most max
+// bytes.
+func readAtMost(key, path string, f *os.File, size, max int64) ([]byte, error) {
+	if size > max {
+		return nil, fmt.Errorf("%s %s: %d bytes, over the %d-byte limit", key, path, size, max)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,6 +81,8 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 		checkControllers(f),
 		checkSwap(f),
 		checkSeccomp(f),
+		checkCorePattern("/proc/sys/kernel/core_pattern"),
+		checkHugePages("/proc/sys/vm/nr_hugepages"),
 	}
 	checks = placeProblems(checks, f.Problems)
 	failed := false
@@ -276,6 +279,46 @@ func checkSwap(f isolate.Features) *check {
 		c.status, c.found = statusFail, fmt.Sprintf("%d swap device(s) on and no swap accounting: memory limits can be bypassed by swapping", swapOn)
 	default:
 		c.status, c.found = statusWarn, "no swap accounting; harmless while swap stays off (it is off now)"
+	}
+	return c
+}
+
+// checkCorePattern warns of a core_pattern that pipes to a helper: the
+// kernel ignores a sandbox's RLIMIT_CORE of 0 for it, and every crash in
+// a cell starts that helper as root on the host, outside the sandbox's
+// cgroup.
+func checkCorePattern(path string) *check {
+	c := &check{name: "core dumps", status: statusOK}
+	b, err := os.ReadFile(path)
+	pattern := strings.TrimSpace(string(b))
+	switch {
+	case err != nil:
+		c.status, c.found = statusWarn, "cannot read "+path+": "+err.Error()
+	case strings.HasPrefix(pattern, "|"):
+		c.status = statusWarn
+		c.found = fmt.Sprintf("kernel.core_pattern pipes to %q: a crash in a cell starts it as root on the host, outside the sandbox's limits (RLIMIT_CORE 0 does not stop a pipe)", pattern)
+		c.fix = "sysctl kernel.core_pattern=core (or disable the helper, e.g. systemd-coredump's Storage=none)"
+	default:
+		c.found = "kernel.core_pattern writes a file; a sandbox's RLIMIT_CORE 0 keeps cells from dumping"
+	}
+	return c
+}
+
+// checkHugePages warns of a huge page pool: no hugetlb limit is set on
+// sandboxes, so one cell can take all of it.
+func checkHugePages(path string) *check {
+	c := &check{name: "huge pages", status: statusOK}
+	b, err := os.ReadFile(path)
+	n, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	switch {
+	case err != nil || perr != nil:
+		c.status, c.found = statusWarn, "cannot read "+path
+	case n > 0:
+		c.status = statusWarn
+		c.found = fmt.Sprintf("vm.nr_hugepages is %d: any one cell can take the whole pool (sandboxes have no hugetlb limit)", n)
+		c.fix = "sysctl vm.nr_hugepages=0 on a host that runs jailcell, or keep what needs huge pages elsewhere"
+	default:
+		c.found = "no huge page pool for a cell to take"
 	}
 	return c
 }

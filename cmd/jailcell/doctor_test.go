@@ -90,3 +90,32 @@ func TestDoctorServiceNotHereIsANote(t *testing.T) {
 		t.Errorf("a listening service behind a 0700 directory: socket dir is %s, want FAIL", got["socket dir"])
 	}
 }
+
+// TestDoctorWarnsOfHostSettingsCellsCanUse: a core_pattern that pipes to
+// a helper (every crash in a cell starts it as root, outside the
+// sandbox's limits; RLIMIT_CORE 0 does not stop a pipe) and a huge page
+// pool (no hugetlb limit on sandboxes) are warnings naming the fix; a
+// file pattern and no pool are ok.
+func TestDoctorWarnsOfHostSettingsCellsCanUse(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, v string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		c    *check
+		want string
+	}{
+		{checkCorePattern(write("pipe", "|/usr/share/apport/apport -p%p")), statusWarn},
+		{checkCorePattern(write("file", "core")), statusOK},
+		{checkHugePages(write("huge", "512")), statusWarn},
+		{checkHugePages(write("nohuge", "0")), statusOK},
+	} {
+		if tc.c.status != tc.want || tc.want == statusWarn && tc.c.fix == "" {
+			t.Errorf("%s: %s %q (fix %q), want %s with a fix", tc.c.name, tc.c.status, tc.c.found, tc.c.fix, tc.want)
+		}
+	}
+}

@@ -278,12 +278,12 @@ func TestHostileExchangeDirFIFOWhileListing(t *testing.T) {
 // TestHostileStuckSessionDoesNotStopExpiry: a session whose run lock is
 // held by a stuck host-side operation (simulated: the test holds it) does
 // not stop the janitor: the other sessions expire on time, the stuck one
-// is ended and reported, and Shutdown returns within its bound with the
+// is ended and reported once it was held idleHoldWait past its TTL, and Shutdown returns within its bound with the
 // stuck session named.
 func TestHostileStuckSessionDoesNotStopExpiry(t *testing.T) {
-	old := endLockWait
-	endLockWait = 2 * time.Second
-	t.Cleanup(func() { endLockWait = old })
+	old, oldHold := endLockWait, idleHoldWait
+	endLockWait, idleHoldWait = 2*time.Second, time.Second
+	t.Cleanup(func() { endLockWait, idleHoldWait = old, oldHold })
 	e := newEnv(t, func(c *Config) { c.JanitorInterval = 100 * time.Millisecond })
 	stuckID := e.create(t, CreateOptions{TTL: time.Hour})
 	otherID := e.create(t, CreateOptions{TTL: time.Hour})

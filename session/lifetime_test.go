@@ -274,3 +274,44 @@ func TestHostileLifetimeStoredNotRestored(t *testing.T) {
 	_, err = mB.Exec(ctx, 1000, id, ExecRequest{Code: "print(x)"})
 	wantExpired(t, "node B again", err, life)
 }
+
+// TestIdleExpiryWaitsForAnOperationHoldingTheSession: hibernate, restore,
+// fork, snapshots and file operations hold a session without marking it
+// busy. One that outlasts the idle TTL (a criu dump under load took longer
+// than a 2 s TTL) must not have the janitor kill the sandbox under it and
+// end the session once it returns: that ended a session its caller had
+// just hibernated, its state lost. Here the operation is the run lock held
+// past the TTL, then the use recorded as an operation records it.
+func TestIdleExpiryWaitsForAnOperationHoldingTheSession(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.JanitorInterval = 50 * time.Millisecond })
+	ctx := context.Background()
+	info, err := e.m.Create(ctx, CreateOptions{Owner: 1000, TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "x = 41"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.m.claim(ctx, 1000, info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	k := s.k
+	s.mu.Unlock()
+	time.Sleep(2500 * time.Millisecond) // the TTL passes, many sweeps, while the operation holds it
+	select {
+	case <-k.sb.Done():
+		t.Error("the janitor killed the sandbox under an operation holding the session")
+	default:
+	}
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	s.run.Unlock()
+	time.Sleep(300 * time.Millisecond) // sweeps after the operation
+	res, err := e.m.Exec(ctx, 1000, info.ID, ExecRequest{Code: "x + 1"})
+	if err != nil || res.Status != StatusOK || res.Value["text/plain"] != "42" || res.State != StateKept {
+		t.Fatalf("after an operation that outlasted the idle TTL: %v %+v", err, res)
+	}
+}

@@ -805,33 +805,12 @@ func (m *Manager) end(s *Session, why string) error { return m.endAs(s, why, nil
 // endAs is end, the id answering kind afterwards: ErrExpired, or nil for
 // not found.
 func (m *Manager) endAs(s *Session, why string, kind error) error {
-	m.mu.Lock()
-	if _, ok := m.sessions[s.id]; !ok {
-		m.mu.Unlock()
-		return fmt.Errorf("%w: session %s already ended", ErrNotFound, s.id)
-	}
-	delete(m.sessions, s.id)
-	m.ended.add(s.id, s.owner, why, kind)
-	m.mu.Unlock()
-	if m.dur.shared() {
-		// Before its objects leave the store (destroy): a writer of the
-		// store who puts them back finds the id refused here.
-		if err := m.closed.add(s.id, time.Now()); err != nil {
-			m.log().Error("closed session not recorded on disk: after a restart this node could restore it if its objects were put back in the store",
-				"session", s.id, "err", err)
-		}
+	if err := m.unlist(s, why, kind); err != nil {
+		return err
 	}
 	// Kill a running cell, and cancel a kernel start after a lost one, so
 	// that the run lock is released promptly.
-	s.mu.Lock()
-	s.closed = true
-	if s.k != nil {
-		_ = s.k.sb.Kill()
-	}
-	if s.stopRestart != nil {
-		s.stopRestart()
-	}
-	s.mu.Unlock()
+	s.markClosed()
 	if !lockWithin(&s.run, endLockWait) {
 		// Something on the host side is stuck inside the session (a bug:
 		// no file operation into a session can block). The janitor and
@@ -854,6 +833,77 @@ func (m *Manager) endAs(s *Session, why string, kind error) error {
 	m.log().Info("session ended", "session", s.id, "why", why)
 	return err
 }
+
+// endIdle ends s at its idle TTL, and only if it is still idle with its
+// run lock held. Hibernate, restore, fork, snapshots and file operations
+// hold that lock without marking the session busy as a cell does: ending
+// the session under one of them (endAs kills the sandbox, then waits for
+// the lock) killed a kernel mid-dump, and ended a session its caller had
+// just hibernated, its state lost, because the dump outlasted the idle TTL.
+// ended is false when s is in use: the next sweep looks again. An
+// operation holding it idleHoldWait past its idle expiry is taken as stuck
+// (each has its own bound, far shorter): s is ended as endAs ends it.
+func (m *Manager) endIdle(s *Session, life time.Duration) (ended bool, _ error) {
+	if !s.run.TryLock() {
+		if !s.stillIdle(life) || time.Since(s.expiry(life)) < idleHoldWait {
+			return false, nil
+		}
+		return true, m.endAs(s, "expired at "+s.expiry(life).UTC().Format(time.RFC3339)+", held by an operation "+idleHoldWait.String()+" past it", nil)
+	}
+	defer s.run.Unlock()
+	if !s.stillIdle(life) {
+		return false, nil
+	}
+	why := "expired at " + s.expiry(life).UTC().Format(time.RFC3339)
+	if err := m.unlist(s, why, nil); err != nil {
+		return false, err
+	}
+	s.markClosed()
+	err := m.destroy(s)
+	m.log().Info("session ended", "session", s.id, "why", why)
+	return true, err
+}
+
+// unlist takes s out of the live sessions, remembering why it ended for
+// its id's later answers; ErrNotFound if it was already ended.
+func (m *Manager) unlist(s *Session, why string, kind error) error {
+	m.mu.Lock()
+	if _, ok := m.sessions[s.id]; !ok {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: session %s already ended", ErrNotFound, s.id)
+	}
+	delete(m.sessions, s.id)
+	m.ended.add(s.id, s.owner, why, kind)
+	m.mu.Unlock()
+	if m.dur.shared() {
+		// Before its objects leave the store (destroy): a writer of the
+		// store who puts them back finds the id refused here.
+		if err := m.closed.add(s.id, time.Now()); err != nil {
+			m.log().Error("closed session not recorded on disk: after a restart this node could restore it if its objects were put back in the store",
+				"session", s.id, "err", err)
+		}
+	}
+	return nil
+}
+
+// markClosed marks s closed, kills its sandbox and cancels a kernel start
+// after a lost one.
+func (s *Session) markClosed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.k != nil {
+		_ = s.k.sb.Kill()
+	}
+	if s.stopRestart != nil {
+		s.stopRestart()
+	}
+}
+
+// idleHoldWait is how long past its idle expiry an operation (not a
+// cell) may hold a session before the janitor takes it as stuck. A
+// variable so that tests can shorten it.
+var idleHoldWait = time.Minute
 
 // endLockWait bounds how long end waits for a session's run lock once its
 // sandbox is killed: a cell returns promptly then (its result, a scan of
@@ -999,10 +1049,15 @@ func (m *Manager) janitor() {
 			ending.Add(1)
 			go func() {
 				defer ending.Done()
-				if e.life > 0 && !s.stillIdle(e.life) {
-					return // used since the sweep looked: the next one looks again
+				var err error
+				if e.life > 0 {
+					var ended bool
+					if ended, err = m.endIdle(s, e.life); !ended && err == nil {
+						return // in use since the sweep looked: the next one looks again
+					}
+				} else {
+					err = m.endAs(s, e.why, e.kind)
 				}
-				err := m.endAs(s, e.why, e.kind)
 				if errors.Is(err, ErrNotFound) {
 					return // ended meanwhile (closed, or by an earlier sweep)
 				}

@@ -9,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )

@@ -455,19 +455,27 @@ func sandboxProcs(pid int, cgDirs map[string]string, d *diffs) ([]int, error) {
 	if !slices.Contains(procs, pid) {
 		d.addf("init %d is not in the sandbox's cgroup", pid)
 	}
-	// Descendants, from every process's parent (no /proc/PID/task/TID/
-	// children on kernels built without CONFIG_PROC_CHILDREN).
-	kids := map[int][]int{}
-	for p, st := range procfs.Table() {
-		kids[st.PPid] = append(kids[st.PPid], p)
-	}
-	for todo := []int{pid}; len(todo) > 0; {
-		p := todo[len(todo)-1]
-		todo = todo[:len(todo)-1]
-		for _, k := range kids[p] {
-			if !set[k] {
-				set[k] = true
-				todo = append(todo, k)
+	// Descendants: walked from the init where the kernel lists each
+	// thread's children, else from every host process's parent (a scan
+	// that grows with the host's processes, each create's cost).
+	if desc, ok := procfs.Descendants(pid); ok {
+		for _, k := range desc {
+			set[k] = true
+		}
+	} else {
+		kids := map[int][]int{}
+		for p, st := range procfs.Table() {
+			kids[st.PPid] = append(kids[st.PPid], p)
+		}
+		seen := map[int]bool{pid: true} // a pid reused during the scan must not loop
+		for todo := []int{pid}; len(todo) > 0; {
+			p := todo[len(todo)-1]
+			todo = todo[:len(todo)-1]
+			for _, k := range kids[p] {
+				if !seen[k] {
+					seen[k], set[k] = true, true
+					todo = append(todo, k)
+				}
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jailcell/jailcell/internal/testenv"
+	"github.com/jailcell/jailcell/isolate/internal/procfs"
 	"github.com/jailcell/jailcell/isolate/seccomp"
 	"github.com/jailcell/jailcell/policy"
 )
@@ -488,4 +489,73 @@ func testDisk(t *testing.T, h *Host, p policy.Policy, prefix string) *Disk {
 		}
 	})
 	return d
+}
+
+// TestPostureFindsADescendantOutsideTheCgroup: a sandbox's process that
+// is no longer in its cgroup (a restored image can place one elsewhere)
+// is still checked, found from the init's tree (each thread's children
+// list), and named.
+func TestPostureFindsADescendantOutsideTheCgroup(t *testing.T) {
+	h := newTestHost(t)
+	d := testDisk(t, h, policy.Default(), "posturechild")
+	sb, err := d.Create(Spec{
+		Policy: policy.Default(),
+		Args:   []string{"/usr/bin/python3", "-c", "import subprocess, time\nsubprocess.Popen(['/bin/sleep', '60'])\ntime.sleep(60)"},
+		Env:    []string{"PATH=/usr/bin:/bin"},
+		Cwd:    "/work",
+	})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Destroy(); err != nil {
+			t.Errorf("destroy sandbox: %v", err)
+		}
+	})
+	waitExec(t, sb.Pid())
+	var child int
+	for i := 0; child == 0; i++ {
+		kids, ok := procfs.Descendants(sb.Pid())
+		if !ok {
+			t.Skip("this kernel lists no children in /proc (CONFIG_PROC_CHILDREN off): the scan of every process covers it (TestPosture)")
+		}
+		for _, k := range kids {
+			if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", k)); strings.TrimSpace(string(c)) == "sleep" {
+				child = k
+			}
+		}
+		if i == 500 {
+			t.Fatalf("the init %d never started its child (descendants %v)", sb.Pid(), kids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cfg := sb.container.Config()
+	want, err := h.coldPosture(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPosture(sb.Pid(), sb.cgDirs(), want); err != nil {
+		t.Fatalf("before the move: %v", err)
+	}
+	// Moved to a cgroup of this test's own, beside the sandbox's, in the
+	// hierarchy whose members the check lists.
+	own := filepath.Join(filepath.Dir(sb.cgDirs()["pids"]), "posture-escape-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Back where it came from, before the sandbox is destroyed (the
+		// cleanups run last first): its cgroup is then empty.
+		_ = os.WriteFile(filepath.Join(sb.cgDirs()["pids"], "cgroup.procs"), []byte(strconv.Itoa(child)), 0o644)
+		if err := os.Remove(own); err != nil {
+			t.Errorf("remove cgroup %s: %v", own, err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(own, "cgroup.procs"), []byte(strconv.Itoa(child)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = checkPosture(sb.Pid(), sb.cgDirs(), want)
+	if !errors.Is(err, ErrPosture) || !strings.Contains(err.Error(), fmt.Sprintf("(pid %d)", child)) {
+		t.Fatalf("check with pid %d outside the sandbox's cgroup = %v, want ErrPosture naming it", child, err)
+	}
 }

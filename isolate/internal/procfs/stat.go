@@ -51,6 +51,49 @@ func Table() map[int]Stat {
 	return out
 }
 
+// Descendants lists pid's descendants (not pid) from each thread's
+// /proc/PID/task/TID/children: a walk of the tree itself, whose cost is
+// the tree's, where a scan of every /proc/PID/stat costs every process on
+// the host (thousands beside a thousand sessions). ok is false when the
+// kernel has no such files (built without CONFIG_PROC_CHILDREN) or pid is
+// gone: the caller scans (Table). A child is listed by the thread that
+// made it, and when that thread ends, by the thread it is handed to, so
+// every thread is read. A process that ends during the walk is skipped.
+func Descendants(pid int) (out []int, ok bool) {
+	seen := map[int]bool{pid: true}
+	for todo := []int{pid}; len(todo) > 0; {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		dir := "/proc/" + strconv.Itoa(p) + "/task/"
+		tids, err := os.ReadDir(dir)
+		if err != nil {
+			if p == pid {
+				return nil, false
+			}
+			continue
+		}
+		for _, t := range tids {
+			b, err := os.ReadFile(dir + t.Name() + "/children")
+			if err != nil {
+				if p == pid && os.IsNotExist(err) {
+					if _, serr := os.Stat(dir + t.Name()); serr == nil {
+						return nil, false // the thread is there, its children file is not
+					}
+				}
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if k, err := strconv.Atoi(f); err == nil && !seen[k] {
+					seen[k] = true
+					out = append(out, k)
+					todo = append(todo, k)
+				}
+			}
+		}
+	}
+	return out, true
+}
+
 // Alive says whether pid runs (not a zombie).
 func Alive(pid int) bool {
 	st, ok := ReadStat(pid)

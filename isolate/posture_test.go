@@ -60,10 +60,17 @@ func newTestHost(t testing.TB) *Host {
 // outside.
 func startSleeper(t *testing.T, h *Host, p policy.Policy) *Sandbox {
 	t.Helper()
-	d := testDisk(t, h, p, "posture")
+	return startPython(t, h, p, "posture", "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: None)\ntime.sleep(60)")
+}
+
+// startPython starts a sandbox on a disk named disk running code, destroyed
+// when t ends.
+func startPython(t *testing.T, h *Host, p policy.Policy, disk, code string) *Sandbox {
+	t.Helper()
+	d := testDisk(t, h, p, disk)
 	sb, err := d.Create(Spec{
 		Policy: p,
-		Args:   []string{"/usr/bin/python3", "-c", "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: None)\ntime.sleep(60)"},
+		Args:   []string{"/usr/bin/python3", "-c", code},
 		Env:    []string{"PATH=/usr/bin:/bin"},
 		Cwd:    "/work",
 	})
@@ -497,21 +504,7 @@ func testDisk(t *testing.T, h *Host, p policy.Policy, prefix string) *Disk {
 // list), and named.
 func TestPostureFindsADescendantOutsideTheCgroup(t *testing.T) {
 	h := newTestHost(t)
-	d := testDisk(t, h, policy.Default(), "posturechild")
-	sb, err := d.Create(Spec{
-		Policy: policy.Default(),
-		Args:   []string{"/usr/bin/python3", "-c", "import subprocess, time\nsubprocess.Popen(['/bin/sleep', '60'])\ntime.sleep(60)"},
-		Env:    []string{"PATH=/usr/bin:/bin"},
-		Cwd:    "/work",
-	})
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := sb.Destroy(); err != nil {
-			t.Errorf("destroy sandbox: %v", err)
-		}
-	})
+	sb := startPython(t, h, policy.Default(), "posturechild", "import subprocess, time\nsubprocess.Popen(['/bin/sleep', '60'])\ntime.sleep(60)")
 	waitExec(t, sb.Pid())
 	var child int
 	for i := 0; child == 0; i++ {

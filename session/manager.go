@@ -795,22 +795,37 @@ func (m *Manager) Close(ctx context.Context, owner int, id string) error {
 	if err != nil {
 		return err
 	}
-	return m.end(s, "was closed at "+time.Now().UTC().Format(time.RFC3339))
+	return m.endAs(s, "was closed at "+time.Now().UTC().Format(time.RFC3339), nil, false)
 }
 
-// end removes s from the live set, remembers why, and destroys it. A cell
-// running in it is killed with its sandbox.
-func (m *Manager) end(s *Session, why string) error { return m.endAs(s, why, nil) }
-
-// endAs is end, the id answering kind afterwards: ErrExpired, or nil for
-// not found.
-func (m *Manager) endAs(s *Session, why string, kind error) error {
-	if err := m.unlist(s, why, kind); err != nil {
-		return err
+// endAs removes s from the live set, remembers why (its id answers kind
+// afterwards: ErrExpired, or nil for not found), and destroys it. A cell
+// running in it is killed with its sandbox. held: the caller holds s.run.
+func (m *Manager) endAs(s *Session, why string, kind error, held bool) error {
+	m.mu.Lock()
+	if _, ok := m.sessions[s.id]; !ok {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: session %s already ended", ErrNotFound, s.id)
+	}
+	delete(m.sessions, s.id)
+	m.ended.add(s.id, s.owner, why, kind)
+	m.mu.Unlock()
+	if m.dur.shared() {
+		// Before its objects leave the store (destroy): a writer of the
+		// store who puts them back finds the id refused here.
+		if err := m.closed.add(s.id, time.Now()); err != nil {
+			m.log().Error("closed session not recorded on disk: after a restart this node could restore it if its objects were put back in the store",
+				"session", s.id, "err", err)
+		}
 	}
 	// Kill a running cell, and cancel a kernel start after a lost one, so
 	// that the run lock is released promptly.
 	s.markClosed()
+	if held {
+		err := m.destroy(s)
+		m.log().Info("session ended", "session", s.id, "why", why)
+		return err
+	}
 	if !lockWithin(&s.run, endLockWait) {
 		// Something on the host side is stuck inside the session (a bug:
 		// no file operation into a session can block). The janitor and
@@ -848,42 +863,13 @@ func (m *Manager) endIdle(s *Session, life time.Duration) (ended bool, _ error) 
 		if !s.stillIdle(life) || time.Since(s.expiry(life)) < idleHoldWait {
 			return false, nil
 		}
-		return true, m.endAs(s, "expired at "+s.expiry(life).UTC().Format(time.RFC3339)+", held by an operation "+idleHoldWait.String()+" past it", nil)
+		return true, m.endAs(s, "expired at "+s.expiry(life).UTC().Format(time.RFC3339)+", held by an operation "+idleHoldWait.String()+" past it", nil, false)
 	}
 	defer s.run.Unlock()
 	if !s.stillIdle(life) {
 		return false, nil
 	}
-	why := "expired at " + s.expiry(life).UTC().Format(time.RFC3339)
-	if err := m.unlist(s, why, nil); err != nil {
-		return false, err
-	}
-	s.markClosed()
-	err := m.destroy(s)
-	m.log().Info("session ended", "session", s.id, "why", why)
-	return true, err
-}
-
-// unlist takes s out of the live sessions, remembering why it ended for
-// its id's later answers; ErrNotFound if it was already ended.
-func (m *Manager) unlist(s *Session, why string, kind error) error {
-	m.mu.Lock()
-	if _, ok := m.sessions[s.id]; !ok {
-		m.mu.Unlock()
-		return fmt.Errorf("%w: session %s already ended", ErrNotFound, s.id)
-	}
-	delete(m.sessions, s.id)
-	m.ended.add(s.id, s.owner, why, kind)
-	m.mu.Unlock()
-	if m.dur.shared() {
-		// Before its objects leave the store (destroy): a writer of the
-		// store who puts them back finds the id refused here.
-		if err := m.closed.add(s.id, time.Now()); err != nil {
-			m.log().Error("closed session not recorded on disk: after a restart this node could restore it if its objects were put back in the store",
-				"session", s.id, "err", err)
-		}
-	}
-	return nil
+	return true, m.endAs(s, "expired at "+s.expiry(life).UTC().Format(time.RFC3339), nil, true)
 }
 
 // markClosed marks s closed, kills its sandbox and cancels a kernel start
@@ -1056,7 +1042,7 @@ func (m *Manager) janitor() {
 						return // in use since the sweep looked: the next one looks again
 					}
 				} else {
-					err = m.endAs(s, e.why, e.kind)
+					err = m.endAs(s, e.why, e.kind, false)
 				}
 				if errors.Is(err, ErrNotFound) {
 					return // ended meanwhile (closed, or by an earlier sweep)
@@ -1085,7 +1071,7 @@ func (m *Manager) hibernateAtIdle(s *Session) {
 		return
 	}
 	m.log().Warn("hibernate at idle timeout", "session", s.id, "err", err)
-	if err := m.endAs(s, "its idle timeout came and hibernating it failed: "+err.Error(), nil); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := m.endAs(s, "its idle timeout came and hibernating it failed: "+err.Error(), nil, false); err != nil && !errors.Is(err, ErrNotFound) {
 		m.log().Warn("expire session", "session", s.id, "err", err)
 	}
 	m.metrics.expired()
@@ -1208,7 +1194,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if err := m.end(s, why); err != nil && !errors.Is(err, ErrNotFound) {
+			if err := m.endAs(s, why, nil, false); err != nil && !errors.Is(err, ErrNotFound) {
 				emu.Lock()
 				errs = append(errs, err)
 				emu.Unlock()

@@ -279,6 +279,14 @@ func runCell(ctx context.Context, k *kernel, id, code string, cc *CellContext, t
 	case <-ctx.Done():
 		canceled = true
 	}
+	// A cell that ended as its caller left (a client that gave up reading
+	// its output) is not signalled: a SIGINT the kernel handles after the
+	// cell ended could stop the session's next cell instead.
+	select {
+	case o := <-ch:
+		return o
+	default:
+	}
 	_ = k.sb.Signal(os.Interrupt)
 	graceT := time.NewTimer(grace)
 	defer graceT.Stop()

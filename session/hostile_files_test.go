@@ -278,8 +278,8 @@ func TestHostileExchangeDirFIFOWhileListing(t *testing.T) {
 // TestHostileStuckSessionDoesNotStopExpiry: a session whose run lock is
 // held by a stuck host-side operation (simulated: the test holds it) does
 // not stop the janitor: the other sessions expire on time, the stuck one
-// is ended and reported once it was held idleHoldWait past its TTL, and Shutdown returns within its bound with the
-// stuck session named.
+// is ended and reported once it was held idleHoldWait past its TTL, and
+// Shutdown returns within its bound with the stuck session named.
 func TestHostileStuckSessionDoesNotStopExpiry(t *testing.T) {
 	old, oldHold := endLockWait, idleHoldWait
 	endLockWait, idleHoldWait = 2*time.Second, time.Second

@@ -820,7 +820,15 @@ func (m *Manager) endAs(s *Session, why string, kind error, held bool) error {
 	}
 	// Kill a running cell, and cancel a kernel start after a lost one, so
 	// that the run lock is released promptly.
-	s.markClosed()
+	s.mu.Lock()
+	s.closed = true
+	if s.k != nil {
+		_ = s.k.sb.Kill()
+	}
+	if s.stopRestart != nil {
+		s.stopRestart()
+	}
+	s.mu.Unlock()
 	if held {
 		err := m.destroy(s)
 		m.log().Info("session ended", "session", s.id, "why", why)
@@ -858,32 +866,18 @@ func (m *Manager) endAs(s *Session, why string, kind error, held bool) error {
 // ended is false when s is in use: the next sweep looks again. An
 // operation holding it idleHoldWait past its idle expiry is taken as stuck
 // (each has its own bound, far shorter): s is ended as endAs ends it.
-func (m *Manager) endIdle(s *Session, life time.Duration) (ended bool, _ error) {
+func (m *Manager) endIdle(s *Session, why string, life time.Duration) (ended bool, _ error) {
 	if !s.run.TryLock() {
 		if !s.stillIdle(life) || time.Since(s.expiry(life)) < idleHoldWait {
 			return false, nil
 		}
-		return true, m.endAs(s, "expired at "+s.expiry(life).UTC().Format(time.RFC3339)+", held by an operation "+idleHoldWait.String()+" past it", nil, false)
+		return true, m.endAs(s, why+", held by an operation "+idleHoldWait.String()+" past it", nil, false)
 	}
 	defer s.run.Unlock()
 	if !s.stillIdle(life) {
 		return false, nil
 	}
-	return true, m.endAs(s, "expired at "+s.expiry(life).UTC().Format(time.RFC3339), nil, true)
-}
-
-// markClosed marks s closed, kills its sandbox and cancels a kernel start
-// after a lost one.
-func (s *Session) markClosed() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	if s.k != nil {
-		_ = s.k.sb.Kill()
-	}
-	if s.stopRestart != nil {
-		s.stopRestart()
-	}
+	return true, m.endAs(s, why, nil, true)
 }
 
 // idleHoldWait is how long past its idle expiry an operation (not a
@@ -1038,7 +1032,7 @@ func (m *Manager) janitor() {
 				var err error
 				if e.life > 0 {
 					var ended bool
-					if ended, err = m.endIdle(s, e.life); !ended && err == nil {
+					if ended, err = m.endIdle(s, e.why, e.life); !ended && err == nil {
 						return // in use since the sweep looked: the next one looks again
 					}
 				} else {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -51,15 +52,25 @@ func Table() map[int]Stat {
 	return out
 }
 
+// ChildrenListed reports whether the kernel lists each thread's children
+// in /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN); probed once.
+var ChildrenListed = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/thread-self/children")
+	return err == nil
+})
+
 // Descendants lists pid's descendants (not pid) from each thread's
 // /proc/PID/task/TID/children: a walk of the tree itself, whose cost is
 // the tree's, where a scan of every /proc/PID/stat costs every process on
 // the host (thousands beside a thousand sessions). ok is false when the
-// kernel has no such files (built without CONFIG_PROC_CHILDREN) or pid is
-// gone: the caller scans (Table). A child is listed by the thread that
-// made it, and when that thread ends, by the thread it is handed to, so
-// every thread is read. A process that ends during the walk is skipped.
+// kernel lists no children (ChildrenListed) or pid is gone: the caller
+// scans (Table). A child is listed by the thread that made it, and when
+// that thread ends, by the thread it is handed to, so every thread is
+// read. A process that ends during the walk is skipped.
 func Descendants(pid int) (out []int, ok bool) {
+	if !ChildrenListed() {
+		return nil, false
+	}
 	seen := map[int]bool{pid: true}
 	for todo := []int{pid}; len(todo) > 0; {
 		p := todo[len(todo)-1]
@@ -75,12 +86,7 @@ func Descendants(pid int) (out []int, ok bool) {
 		for _, t := range tids {
 			b, err := os.ReadFile(dir + t.Name() + "/children")
 			if err != nil {
-				if p == pid && os.IsNotExist(err) {
-					if _, serr := os.Stat(dir + t.Name()); serr == nil {
-						return nil, false // the thread is there, its children file is not
-					}
-				}
-				continue
+				continue // the thread ended since the list was read
 			}
 			for _, f := range strings.Fields(string(b)) {
 				if k, err := strconv.Atoi(f); err == nil && !seen[k] {

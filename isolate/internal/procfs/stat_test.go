@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -16,8 +15,8 @@ import (
 // started from many threads (Go starts each from whichever thread runs
 // the goroutine) and a grandchild.
 func TestDescendantsMatchesTheScan(t *testing.T) {
-	if _, err := os.Stat("/proc/self/task/" + itoa(os.Getpid()) + "/children"); err != nil {
-		t.Skipf("this kernel lists no children in /proc (CONFIG_PROC_CHILDREN off): %v", err)
+	if !ChildrenListed() {
+		t.Skip("host lacks /proc/PID/task/TID/children: its kernel was built without CONFIG_PROC_CHILDREN")
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -84,5 +83,3 @@ func scanDescendants(pid int) []int {
 	}
 	return out
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

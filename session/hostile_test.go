@@ -62,6 +62,16 @@ out = {
   "modify_ldt": sc(154, 0, ctypes.addressof(buf), 16),
   # One AIO context of 65536 events took the host's whole fs.aio-max-nr.
   "io_setup": sc(206, 65536, ctypes.addressof(ctypes.c_ulong(0))),
+  # Huge pages of the host's pool, charged to no memory limit. Without a
+  # pool the kernel itself answers ENOMEM (mmap, shmget) or succeeds
+  # (memfd_create): EPERM is the filter's.
+  "mmap_hugetlb": sc(9, 0, 2 << 20, 3, 0x22 | 0x40000, -1, 0),
+  "shmget_hugetlb": sc(29, 0, 2 << 20, 0o1000 | 0o4000 | 0o600),
+  "memfd_create_hugetlb": sc(319, ctypes.addressof(ctypes.create_string_buffer(b"h")), 4),
+  # The same calls without the flag stay allowed.
+  "allowed_mmap": sc(9, 0, 2 << 20, 3, 0x22, -1, 0),
+  "allowed_shmget": sc(29, 0, 2 << 20, 0o1000 | 0o600),
+  "allowed_memfd_create": sc(319, ctypes.addressof(ctypes.create_string_buffer(b"h")), 0),
 }
 # x32 ABI: getpid with the x32 bit. A bad-ABI call may kill the caller, so
 # it runs in a child; anything but a successful return is a refusal.
@@ -143,6 +153,10 @@ func TestSeccompRefusesDangerousSyscalls(t *testing.T) {
 		case strings.HasPrefix(name, "write_proc"):
 			if errno == 0 {
 				t.Errorf("%s: opened for writing", name)
+			}
+		case strings.HasPrefix(name, "allowed_"):
+			if errno != 0 {
+				t.Errorf("%s: errno %d, want allowed", name, errno)
 			}
 		case name == "x32_getpid" || name == "int80_getpid":
 			if errno == 0 {

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -82,7 +81,6 @@ func doctor(out io.Writer, hf *hostFlags) bool {
 		checkSwap(f),
 		checkSeccomp(f),
 		checkCorePattern("/proc/sys/kernel/core_pattern"),
-		checkHugePages("/proc/sys/vm/nr_hugepages"),
 	}
 	checks = placeProblems(checks, f.Problems)
 	failed := false
@@ -300,25 +298,6 @@ func checkCorePattern(path string) *check {
 		c.fix = "sysctl kernel.core_pattern=core (or disable the helper, e.g. systemd-coredump's Storage=none)"
 	default:
 		c.found = "kernel.core_pattern writes a file; a sandbox's RLIMIT_CORE 0 keeps cells from dumping"
-	}
-	return c
-}
-
-// checkHugePages warns of a huge page pool: no hugetlb limit is set on
-// sandboxes, so one cell can take all of it.
-func checkHugePages(path string) *check {
-	c := &check{name: "huge pages", status: statusOK}
-	b, err := os.ReadFile(path)
-	n, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	switch {
-	case err != nil || perr != nil:
-		c.status, c.found = statusWarn, "cannot read "+path
-	case n > 0:
-		c.status = statusWarn
-		c.found = fmt.Sprintf("vm.nr_hugepages is %d: any one cell can take the whole pool (sandboxes have no hugetlb limit)", n)
-		c.fix = "sysctl vm.nr_hugepages=0 on a host that runs jailcell, or keep what needs huge pages elsewhere"
-	default:
-		c.found = "no huge page pool for a cell to take"
 	}
 	return c
 }

@@ -93,6 +93,29 @@ var sockets = []socketRule{
 	{unix.AF_NETLINK, []uint64{unix.NETLINK_ROUTE}},
 }
 
+// hugeFlag is a call that can take huge pages, and the argument and bit
+// that ask for them.
+type hugeFlag struct {
+	name string
+	arg  uint
+	bit  uint64
+}
+
+// hugeFlags are the ways to ask the kernel for huge pages outside the
+// memory cgroup. Pages of the host's hugetlb pool are charged to no
+// memory limit on a v1 or hybrid host (and on v2 only with the
+// memory_hugetlb_accounting mount option), and sandboxes get no hugetlb
+// limit: on a host with vm.nr_hugepages above 0 one cell could take the
+// whole pool from the host's databases and every other session. CPython
+// and the wheels a cell loads never ask for them (glibc only with its
+// hugetlb tunable); transparent huge pages (madvise) are ordinary,
+// charged memory and stay allowed. SHM_HUGETLB is 04000 (linux/shm.h).
+var hugeFlags = []hugeFlag{
+	{"mmap", 3, unix.MAP_HUGETLB},
+	{"shmget", 2, 0o4000},
+	{"memfd_create", 1, unix.MFD_HUGETLB},
+}
+
 // Config builds the sandbox's filter from Docker's default allowlist
 // (github.com/moby/profiles, computed for a process with no capabilities,
 // which also removes mount, unshare, setns, namespace clone flags, reboot,
@@ -127,7 +150,7 @@ func Config(errno uint) (*configs.Seccomp, error) {
 			calls = append(calls, c)
 		}
 	}
-	prof.Syscalls = ownSockets(calls)
+	prof.Syscalls = noHugePages(ownSockets(calls))
 	cfg, err := specconv.SetupSeccomp(prof)
 	if err != nil {
 		return nil, fmt.Errorf("convert seccomp profile: %w", err)
@@ -166,6 +189,41 @@ func ownSockets(calls []specs.LinuxSyscall) []specs.LinuxSyscall {
 		}
 	}
 	return out
+}
+
+// noHugePages takes each call of hugeFlags out of every allowing rule and
+// allows it only with its huge-page bit clear. The bit is tested alone,
+// so garbage elsewhere in the argument changes nothing.
+func noHugePages(calls []specs.LinuxSyscall) []specs.LinuxSyscall {
+	isHuge := func(n string) bool {
+		return slices.ContainsFunc(hugeFlags, func(h hugeFlag) bool { return h.name == n })
+	}
+	var out []specs.LinuxSyscall
+	for _, c := range calls {
+		if c.Action == specs.ActAllow {
+			c.Names = slices.DeleteFunc(slices.Clone(c.Names), isHuge)
+			if len(c.Names) == 0 {
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	for _, h := range hugeFlags {
+		out = append(out, specs.LinuxSyscall{Names: []string{h.name}, Action: specs.ActAllow,
+			Args: []specs.LinuxSeccompArg{{Index: h.arg, Value: h.bit, ValueTwo: 0, Op: specs.OpMaskedEqual}}})
+	}
+	return out
+}
+
+// HugePagesAsked reports whether a call of this name with these
+// arguments asks for huge pages the filter refuses, for tests and docs.
+func HugePagesAsked(name string, args []uint64) bool {
+	for _, h := range hugeFlags {
+		if h.name == name && int(h.arg) < len(args) {
+			return args[h.arg]&h.bit != 0
+		}
+	}
+	return false
 }
 
 // SocketAllowed reports whether a sandbox may call socket(family, _,

@@ -43,9 +43,14 @@ var deliberate = map[string]difference{
 	"socket": {func(a []uint64) bool { return !SocketAllowed(a[0], a[2]) },
 		"only Unix, IPv4 and IPv6 (TCP, UDP, ping) and netlink route sockets: any other family or protocol has the host load its module (CVE-2010-3904 RDS, CVE-2021-3609 CAN BCM); " +
 			"NETLINK_AUDIT reaches the host's audit subsystem, which is not namespaced; protocols are matched in all 64 bits"},
+	"mmap":         {func(a []uint64) bool { return HugePagesAsked("mmap", a) }, hugeReason},
+	"shmget":       {func(a []uint64) bool { return HugePagesAsked("shmget", a) }, hugeReason},
+	"memfd_create": {func(a []uint64) bool { return HugePagesAsked("memfd_create", a) }, hugeReason},
 	"socketpair": {func(a []uint64) bool { return a[0] != unix.AF_UNIX },
 		"Unix sockets only: a socketpair of another family loads its module as a socket does"},
 }
+
+const hugeReason = "huge pages of the host's pool are charged to no memory limit and sandboxes get no hugetlb limit: one cell could take the pool"
 
 const aioReason = "fs.aio-max-nr is one host-wide count: one io_setup took it all from every session and the host"
 

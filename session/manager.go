@@ -526,12 +526,15 @@ func (m *Manager) Create(ctx context.Context, opt CreateOptions) (_ *Info, retEr
 		s.info.Restored = restored
 		s.info.Survives = "files in " + Workdir + " are saved after every cell and restored by a later create with the same persist name; variables, imports and running processes are not"
 	}
+	started := m.warm.createStarting()
 	release, err := m.warm.admitStart(ctx)
 	if err != nil {
+		started()
 		return nil, err
 	}
 	_, err = m.ensureKernel(ctx, s)
 	release()
+	started()
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,6 +37,13 @@ type warmPool struct {
 	took     map[string]time.Duration
 	readied  chan struct{}
 
+	// creating counts cold creates between their admission request and
+	// their kernel being up; lastCreate is when the last create was handed
+	// its session (pooled or cold), in UnixNano. A refill yields to both:
+	// see refillWait.
+	creating   atomic.Int32
+	lastCreate atomic.Int64
+
 	kick   chan struct{} // wakes the filler
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -45,6 +53,50 @@ type warmPool struct {
 // poolRetry is how often the filler tries again after the session limit or
 // a failed build stopped it.
 const poolRetry = time.Second
+
+// A refill yields to creates: a member's build (a zygote fork, its mounts
+// and cgroup, the kernel's start) is CPU the create just served needs for
+// its first command, and the cold creates of a burst need for their
+// starts. So a build starts only once no cold create is starting and
+// poolSettle has passed since the last create was handed its session, or
+// once it has been held back poolMaxDefer (a steady stream of creates
+// must not keep the pool empty for good). Vars, for tests.
+var (
+	poolSettle   = 150 * time.Millisecond
+	poolMaxDefer = time.Second
+)
+
+// refillWait is how long a refill that wants to build at now should still
+// wait (0: build now), given the last create's time, whether a cold
+// create is starting, and since when the refill has waited (zero: it has
+// not yet).
+func refillWait(now, lastCreate time.Time, creating bool, deferredSince time.Time) time.Duration {
+	if !deferredSince.IsZero() && now.Sub(deferredSince) >= poolMaxDefer {
+		return 0
+	}
+	wait := lastCreate.Add(poolSettle).Sub(now)
+	if creating && wait < poolSettle {
+		wait = poolSettle // looked at again once the start may be done
+	}
+	if !deferredSince.IsZero() {
+		wait = min(wait, deferredSince.Add(poolMaxDefer).Sub(now))
+	}
+	return max(wait, 0)
+}
+
+// createStarting marks a cold create's kernel start; the returned func
+// marks its end (its session handed over).
+func (m *warmStarts) createStarting() func() {
+	if m.pool == nil {
+		return func() {}
+	}
+	m.pool.creating.Add(1)
+	return func() {
+		m.pool.lastCreate.Store(time.Now().UnixNano())
+		m.pool.creating.Add(-1)
+		m.kickPool()
+	}
+}
 
 // checkPool validates the pool sizes; it runs before anything is built.
 func (c *Config) checkPool() error {
@@ -95,13 +147,33 @@ func (m *warmStarts) fillPool(names []string) {
 			t.wait(p.ctx)
 		}
 	}
-	t := time.NewTicker(poolRetry)
+	t := time.NewTimer(poolRetry)
 	defer t.Stop()
+	var deferredSince time.Time
 	for {
+		now := time.Now()
+		wait := func() time.Duration {
+			return refillWait(now, time.Unix(0, p.lastCreate.Load()), p.creating.Load() > 0, deferredSince)
+		}
+		next, held := poolRetry, false
 		for _, name := range names {
-			for m.mgr.startBuild(name) {
+			for {
+				started, w := m.mgr.startBuild(name, wait)
+				if w > 0 {
+					held, next = true, min(next, w)
+				}
+				if !started {
+					break
+				}
 			}
 		}
+		switch {
+		case !held:
+			deferredSince = time.Time{}
+		case deferredSince.IsZero():
+			deferredSince = now
+		}
+		t.Reset(next)
 		select {
 		case <-p.ctx.Done():
 			return
@@ -112,14 +184,20 @@ func (m *warmStarts) fillPool(names []string) {
 }
 
 // startBuild starts building one member for the named pool if it is short
-// of one and a place under MaxSessions is free; it reports whether it did.
-func (m *Manager) startBuild(name string) bool {
+// of one, a place under MaxSessions is free and wait, asked once the pool
+// is found short, says 0; it reports whether it started one and what wait
+// said.
+func (m *Manager) startBuild(name string, wait func() time.Duration) (bool, time.Duration) {
 	p := m.warm.pool
 	m.mu.Lock()
 	if p.closed || m.shutdown || p.filling[name] > 0 || len(p.ready[name]) >= m.cfg.Pool[name] ||
 		len(m.sessions)+m.reserved >= m.cfg.MaxSessions {
 		m.mu.Unlock()
-		return false
+		return false, 0
+	}
+	if w := wait(); w > 0 {
+		m.mu.Unlock()
+		return false, w
 	}
 	m.reserved++
 	p.filling[name]++
@@ -146,6 +224,8 @@ func (m *Manager) startBuild(name string) bool {
 			m.mu.Unlock()
 			if full {
 				m.log().Debug("warm pool full", "policy", name, "size", m.cfg.Pool[name])
+			} else {
+				m.warm.kickPool() // the next member, without waiting for the filler's tick
 			}
 			return
 		}
@@ -162,7 +242,7 @@ func (m *Manager) startBuild(name string) bool {
 		// A failed build is retried on the filler's next tick, not at
 		// once: a broken rootfs must not become a busy loop.
 	}()
-	return true
+	return true, 0
 }
 
 // buildMember starts one session with its kernel, owned by nobody yet.
@@ -263,6 +343,7 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 		m.sessions[s.id] = s
 		m.reserved--
 		m.mu.Unlock()
+		m.warm.pool.lastCreate.Store(now.UnixNano())
 		m.warm.kickPool()
 		m.metrics.created()
 		m.log().Info("session created", "session", s.id, "owner", opt.Owner, "policy", name, "ttl", ttl, "pooled", true)

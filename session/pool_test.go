@@ -377,3 +377,58 @@ func TestPoolMemberYieldsItsPlace(t *testing.T) {
 		t.Fatalf("a second create past sessions.max = 1: %v, want a limit error", err)
 	}
 }
+
+// TestRefillWait: a refill waits for creates to settle, for a cold create's
+// start to end, and never longer than poolMaxDefer in all.
+func TestRefillWait(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := time.Millisecond
+	never := time.Time{}
+	for _, c := range []struct {
+		name          string
+		sinceCreate   time.Duration
+		creating      bool
+		deferredSince time.Time
+		want          time.Duration
+	}{
+		{"quiet", time.Hour, false, never, 0},
+		{"a create just handed over", 0, false, never, poolSettle},
+		{"settling", poolSettle - 40*ms, false, never, 40 * ms},
+		{"settled", poolSettle, false, never, 0},
+		{"a cold create starting, creates long quiet", time.Hour, true, never, poolSettle},
+		{"a cold create starting, just after a create", 10 * ms, true, never, poolSettle},
+		{"held back to the limit", 0, true, t0.Add(-poolMaxDefer), 0},
+		{"near the limit", 0, false, t0.Add(-poolMaxDefer + 30*ms), 30 * ms},
+	} {
+		if got := refillWait(t0, t0.Add(-c.sinceCreate), c.creating, c.deferredSince); got != c.want {
+			t.Errorf("%s: wait %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestPoolRefillYieldsToCreates: after a member is handed over, the pool
+// starts no build while creates have not settled (here a long settle, so
+// the check does not race the machine's speed), and refills after it.
+func TestPoolRefillYieldsToCreates(t *testing.T) {
+	settle, maxDefer := poolSettle, poolMaxDefer
+	poolSettle, poolMaxDefer = 3*time.Second, time.Minute
+	t.Cleanup(func() { poolSettle, poolMaxDefer = settle, maxDefer }) // after the manager's own cleanup
+	e := newEnv(t, func(c *Config) {
+		c.Preload = []string{"json"}
+		c.Pool = map[string]int{"default": 1}
+	})
+	waitPool(t, e.m, 1)
+	info, err := e.m.Create(context.Background(), CreateOptions{})
+	if err != nil || !info.Pooled {
+		t.Fatalf("create: %+v %v, want a pooled session", info, err)
+	}
+	handed := time.Now()
+	time.Sleep(poolSettle / 2)
+	e.m.mu.Lock()
+	building, ready := e.m.warm.pool.filling["default"], len(e.m.warm.pool.ready["default"])
+	e.m.mu.Unlock()
+	if time.Since(handed) < poolSettle && (building > 0 || ready > 0) {
+		t.Fatalf("%v after a hand-over (settle %v): %d building, %d ready; the refill did not wait", time.Since(handed), poolSettle, building, ready)
+	}
+	waitPool(t, e.m, 1)
+}

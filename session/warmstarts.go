@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/jailcell/jailcell/isolate"
 	"github.com/jailcell/jailcell/policy"
@@ -41,7 +42,7 @@ type warmHost interface {
 	newSession(owner int, p policy.Policy) (*Session, error)
 	destroy(s *Session) error
 	ensureKernel(ctx context.Context, s *Session) (*kernel, error)
-	startBuild(name string) bool
+	startBuild(name string, wait func() time.Duration) (bool, time.Duration)
 }
 
 func (m *warmStarts) log() *slog.Logger { return m.cfg.Logger }

@@ -298,7 +298,10 @@ its non-interactive Agg backend. [] imports nothing.`},
 preload imported, so a plain create (no limits override, persist or
 requirements) is a hand-over instead of a start. Each serves one
 session and is never reused; the pool refills in the background, one
-member at a time, from the template where there is one. They count
+member at a time, from the template where there is one, yielding to
+creates: a refill starts once no cold create is starting and 150 ms
+have passed since the last create (held back 1 s at most), so the CPU
+goes to new sessions' first commands first. They count
 toward sessions.max and cost memory while idle (about 70 MB each with
 the default preload). "auto" (serve, json and mcp; run keeps none):
 2 per CPU, at most 8, at most a quarter of sessions.max, and no more

@@ -50,6 +50,11 @@ type Config struct {
 	// and each serves one session only. Default: none (every create is
 	// cold).
 	Pool map[string]int
+	// PoolGrow maps a policy name to how far its pool may grow past its
+	// Pool size while creates ask for more (the most plain creates of the
+	// policy in any minute of the last ten); 0 or at most its Pool size: a
+	// fixed pool.
+	PoolGrow map[string]int
 	// NoTemplate turns session templates off (template.go): every kernel
 	// imports the preload itself. Default false: templates are used where
 	// criu works and Preload is not empty.

@@ -36,6 +36,9 @@ type warmPool struct {
 	building map[string]time.Time
 	took     map[string]time.Duration
 	readied  chan struct{}
+	// demand: each policy's recent plain creates, by which its pool grows
+	// past its size (Config.PoolGrow).
+	demand map[string]*poolDemand
 
 	// creating counts cold creates between their admission request and
 	// their kernel being up; lastCreate is when the last create was handed
@@ -60,23 +63,77 @@ const poolRetry = time.Second
 // starts. So a build starts only once no cold create is starting and
 // poolSettle has passed since the last create was handed its session, or
 // once it has been held back poolMaxDefer (a steady stream of creates
-// must not keep the pool empty for good). Vars, for tests.
+// must not keep the pool below its size for good). A member beyond the
+// pool's size (grown with demand) waits for growSettle of quiet and is
+// never forced: those builds ran into the next creates' first commands
+// (sequential time to interactive 25 -> 60 ms p50, measured). Vars, for
+// tests.
 var (
 	poolSettle   = 150 * time.Millisecond
 	poolMaxDefer = time.Second
+	growSettle   = time.Second
 )
+
+// A pool grows with demand: to the most plain creates of its policy seen
+// in any demandWindow, for demandHold after that peak, between its size
+// and its PoolGrow. A burst of creates the pool served only in part (the
+// rest started cold, each a full start) is then served whole the next
+// time, while an idle daemon keeps only its size: members are memory
+// and places under sessions.max. Vars, for tests.
+var (
+	demandWindow = time.Minute
+	demandHold   = 10 * time.Minute
+)
+
+// poolDemand is one policy's recent plain creates.
+type poolDemand struct {
+	recent []time.Time // the last creates' times, oldest first, at most the pool's PoolGrow
+	peak   int         // the most of them in one demandWindow ...
+	peakAt time.Time   // ... seen last at peakAt
+}
+
+// note counts a plain create at now; keep is how many times are kept
+// (the most the pool may grow to).
+func (d *poolDemand) note(now time.Time, keep int) {
+	d.recent = append(d.recent, now)
+	if n := len(d.recent) - keep; n > 0 {
+		d.recent = append(d.recent[:0], d.recent[n:]...)
+	}
+	in := 0
+	for _, t := range d.recent {
+		if now.Sub(t) < demandWindow {
+			in++
+		}
+	}
+	if in >= d.peak || now.Sub(d.peakAt) >= demandHold {
+		d.peak, d.peakAt = in, now
+	}
+}
+
+// poolTarget is how many ready members a pool of base size that may grow
+// to grow should hold at now, given its demand (nil: none seen).
+func poolTarget(base, grow int, d *poolDemand, now time.Time) int {
+	if grow <= base || d == nil || now.Sub(d.peakAt) >= demandHold {
+		return base
+	}
+	return min(max(base, d.peak), grow)
+}
 
 // refillWait is how long a refill that wants to build at now should still
 // wait (0: build now), given the last create's time, whether a cold
-// create is starting, and since when the refill has waited (zero: it has
-// not yet).
-func refillWait(now, lastCreate time.Time, creating bool, deferredSince time.Time) time.Duration {
+// create is starting, since when the refill has waited (zero: it has
+// not yet), and whether the member would be beyond the pool's size.
+func refillWait(now, lastCreate time.Time, creating bool, deferredSince time.Time, growing bool) time.Duration {
+	settle := poolSettle
+	if growing {
+		settle, deferredSince = growSettle, time.Time{}
+	}
 	if !deferredSince.IsZero() && now.Sub(deferredSince) >= poolMaxDefer {
 		return 0
 	}
-	wait := lastCreate.Add(poolSettle).Sub(now)
-	if creating && wait < poolSettle {
-		wait = poolSettle // looked at again once the start may be done
+	wait := lastCreate.Add(settle).Sub(now)
+	if creating && wait < settle {
+		wait = settle // looked at again once the start may be done
 	}
 	if !deferredSince.IsZero() {
 		wait = min(wait, deferredSince.Add(poolMaxDefer).Sub(now))
@@ -108,6 +165,14 @@ func (c *Config) checkPool() error {
 			return fmt.Errorf("pool for policy %q: size %d, want 0..%d (sessions.max)", name, n, c.MaxSessions)
 		}
 	}
+	for name, n := range c.PoolGrow {
+		if _, ok := c.Pool[name]; !ok {
+			return fmt.Errorf("pool growth for policy %q: it has no pool", name)
+		}
+		if n < 0 || n > c.MaxSessions {
+			return fmt.Errorf("pool growth for policy %q: %d, want 0..%d (sessions.max)", name, n, c.MaxSessions)
+		}
+	}
 	return nil
 }
 
@@ -122,7 +187,8 @@ func (m *warmStarts) startPool() {
 	p := &warmPool{
 		ready: map[string][]*Session{}, filling: map[string]int{},
 		building: map[string]time.Time{}, took: map[string]time.Duration{}, readied: make(chan struct{}),
-		kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel,
+		demand: map[string]*poolDemand{},
+		kick:   make(chan struct{}, 1), ctx: ctx, cancel: cancel,
 	}
 	m.pool = p
 	total := 0
@@ -152,15 +218,18 @@ func (m *warmStarts) fillPool(names []string) {
 	var deferredSince time.Time
 	for {
 		now := time.Now()
-		wait := func() time.Duration {
-			return refillWait(now, time.Unix(0, p.lastCreate.Load()), p.creating.Load() > 0, deferredSince)
+		held := false // a member within a pool's size was held back
+		wait := func(growing bool) time.Duration {
+			w := refillWait(now, time.Unix(0, p.lastCreate.Load()), p.creating.Load() > 0, deferredSince, growing)
+			held = held || w > 0 && !growing
+			return w
 		}
-		next, held := poolRetry, false
+		next := poolRetry
 		for _, name := range names {
 			for {
 				started, w := m.mgr.startBuild(name, wait)
 				if w > 0 {
-					held, next = true, min(next, w)
+					next = min(next, w)
 				}
 				if !started {
 					break
@@ -185,17 +254,30 @@ func (m *warmStarts) fillPool(names []string) {
 
 // startBuild starts building one member for the named pool if it is short
 // of one, a place under MaxSessions is free and wait, asked once the pool
-// is found short, says 0; it reports whether it started one and what wait
-// said.
-func (m *Manager) startBuild(name string, wait func() time.Duration) (bool, time.Duration) {
+// is found short (with whether the member would be beyond the pool's
+// size), says 0; it reports whether it started one and what wait said.
+// A pool holding more than its target retires one member instead.
+func (m *Manager) startBuild(name string, wait func(growing bool) time.Duration) (bool, time.Duration) {
 	p := m.warm.pool
 	m.mu.Lock()
-	if p.closed || m.shutdown || p.filling[name] > 0 || len(p.ready[name]) >= m.cfg.Pool[name] ||
+	target := poolTarget(m.cfg.Pool[name], m.cfg.PoolGrow[name], p.demand[name], time.Now())
+	if q := p.ready[name]; !p.closed && len(q) > target {
+		// Grown for a demand that has passed: the newest member goes, its
+		// place with it.
+		s := q[len(q)-1]
+		q[len(q)-1] = nil
+		p.ready[name] = q[:len(q)-1]
+		m.reserved--
+		m.mu.Unlock()
+		_ = m.destroy(s)
+		return false, 0
+	}
+	if p.closed || m.shutdown || p.filling[name] > 0 || len(p.ready[name]) >= target ||
 		len(m.sessions)+m.reserved >= m.cfg.MaxSessions {
 		m.mu.Unlock()
 		return false, 0
 	}
-	if w := wait(); w > 0 {
+	if w := wait(len(p.ready[name]) >= m.cfg.Pool[name]); w > 0 {
 		m.mu.Unlock()
 		return false, w
 	}
@@ -220,10 +302,11 @@ func (m *Manager) startBuild(name string, wait func() time.Duration) (bool, time
 			close(p.readied)
 			p.readied = make(chan struct{})
 			p.ready[name] = append(p.ready[name], s)
-			full := len(p.ready[name]) == m.cfg.Pool[name]
+			size := poolTarget(m.cfg.Pool[name], m.cfg.PoolGrow[name], p.demand[name], time.Now())
+			full := len(p.ready[name]) >= size
 			m.mu.Unlock()
 			if full {
-				m.log().Debug("warm pool full", "policy", name, "size", m.cfg.Pool[name])
+				m.log().Debug("warm pool full", "policy", name, "size", size)
 			} else {
 				m.warm.kickPool() // the next member, without waiting for the filler's tick
 			}
@@ -285,6 +368,16 @@ func (m *Manager) takePooled(opt CreateOptions, ttl time.Duration) *Info {
 	if m.cfg.Pool[name] <= 0 {
 		return nil
 	}
+	m.mu.Lock()
+	if grow := m.cfg.PoolGrow[name]; grow > m.cfg.Pool[name] {
+		d := m.warm.pool.demand[name]
+		if d == nil {
+			d = &poolDemand{}
+			m.warm.pool.demand[name] = d
+		}
+		d.note(time.Now(), grow)
+	}
+	m.mu.Unlock()
 	waited := false
 	for {
 		m.mu.Lock()
@@ -510,5 +603,27 @@ func AutoPoolSize(maxSessions int) int {
 }
 
 // poolMemberEstimate is what an idle preloaded member costs, rounded up
-// (docs/performance.md measures it).
-const poolMemberEstimate = 100_000_000
+// (docs/performance.md measures it); poolForkEstimate the same for a
+// member forked from a zygote (9 MB measured).
+const (
+	poolMemberEstimate = 100_000_000
+	poolForkEstimate   = 15_000_000
+)
+
+// AutoPoolGrow is how far the default policy's pool may grow with demand
+// when its size is auto: to 24 (a burst of 20 creates, the bench's, and
+// some), at most a quarter of maxSessions, and no more than 5% of the
+// machine's memory holds at what a member costs (forked from a zygote or
+// not); never below AutoPoolSize.
+func AutoPoolGrow(maxSessions int, zygote bool) int {
+	n := min(24, max(1, maxSessions/4))
+	each := uint64(poolMemberEstimate)
+	if zygote {
+		each = poolForkEstimate
+	}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil && si.Totalram > 0 {
+		n = min(n, int(uint64(si.Totalram)*uint64(si.Unit)/20/each))
+	}
+	return max(AutoPoolSize(maxSessions), n)
+}

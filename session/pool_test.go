@@ -400,9 +400,24 @@ func TestRefillWait(t *testing.T) {
 		{"held back to the limit", 0, true, t0.Add(-poolMaxDefer), 0},
 		{"near the limit", 0, false, t0.Add(-poolMaxDefer + 30*ms), 30 * ms},
 	} {
-		if got := refillWait(t0, t0.Add(-c.sinceCreate), c.creating, c.deferredSince); got != c.want {
+		if got := refillWait(t0, t0.Add(-c.sinceCreate), c.creating, c.deferredSince, false); got != c.want {
 			t.Errorf("%s: wait %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestGrowthWaitsLonger: a member beyond the pool's size waits for
+// growSettle of quiet and is never forced by poolMaxDefer.
+func TestGrowthWaitsLonger(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	if got := refillWait(t0, t0.Add(-poolSettle), false, time.Time{}, true); got != growSettle-poolSettle {
+		t.Errorf("growth %v after a create: wait %v, want %v", poolSettle, got, growSettle-poolSettle)
+	}
+	if got := refillWait(t0, t0, false, t0.Add(-time.Hour), true); got != growSettle {
+		t.Errorf("growth held back an hour, a create just now: wait %v, want %v", got, growSettle)
+	}
+	if got := refillWait(t0, t0.Add(-growSettle), false, time.Time{}, true); got != 0 {
+		t.Errorf("growth after %v of quiet: wait %v, want 0", growSettle, got)
 	}
 }
 
@@ -430,5 +445,107 @@ func TestPoolRefillYieldsToCreates(t *testing.T) {
 	if time.Since(handed) < poolSettle && (building > 0 || ready > 0) {
 		t.Fatalf("%v after a hand-over (settle %v): %d building, %d ready; the refill did not wait", time.Since(handed), poolSettle, building, ready)
 	}
+	waitPool(t, e.m, 1)
+}
+
+// TestPoolTarget: a pool grows to the most creates seen in one window,
+// within its size and its growth bound, and falls back to its size once
+// that peak is older than demandHold.
+func TestPoolTarget(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	d := &poolDemand{}
+	if got := poolTarget(4, 24, nil, t0); got != 4 {
+		t.Errorf("no demand: %d, want the size 4", got)
+	}
+	for i := range 10 {
+		d.note(t0.Add(time.Duration(i)*time.Second), 24)
+	}
+	if got := poolTarget(4, 24, d, t0.Add(10*time.Second)); got != 10 {
+		t.Errorf("10 creates in a window: %d, want 10", got)
+	}
+	if got := poolTarget(4, 6, d, t0.Add(10*time.Second)); got != 6 {
+		t.Errorf("10 creates, growth bound 6: %d, want 6", got)
+	}
+	if got := poolTarget(4, 4, d, t0.Add(10*time.Second)); got != 4 {
+		t.Errorf("a fixed pool (growth = size): %d, want 4", got)
+	}
+	// Spread out, creates do not add up: one every two windows.
+	sparse := &poolDemand{}
+	for i := range 10 {
+		sparse.note(t0.Add(time.Duration(i)*2*demandWindow), 24)
+	}
+	if got := poolTarget(4, 24, sparse, t0.Add(20*demandWindow)); got != 4 {
+		t.Errorf("one create a window: %d, want the size 4", got)
+	}
+	// The peak is held, then forgotten.
+	later := t0.Add(10*time.Second + demandHold/2)
+	if got := poolTarget(4, 24, d, later); got != 10 {
+		t.Errorf("within demandHold of the peak: %d, want 10", got)
+	}
+	if got := poolTarget(4, 24, d, t0.Add(10*time.Second+demandHold)); got != 4 {
+		t.Errorf("demandHold after the peak: %d, want the size 4", got)
+	}
+	// A create after the hold starts a new peak from what is in the window.
+	d.note(t0.Add(10*time.Second+demandHold), 24)
+	if d.peak != 1 {
+		t.Errorf("a create after the hold: peak %d, want 1", d.peak)
+	}
+	// Only as many times as the pool may grow to are kept.
+	if len(d.recent) > 24 {
+		t.Errorf("%d create times kept, want at most 24", len(d.recent))
+	}
+}
+
+// TestAutoPoolGrow: an auto pool may grow past its size, never below it,
+// within a quarter of sessions.max.
+func TestAutoPoolGrow(t *testing.T) {
+	for _, maxS := range []int{1, 4, 64, 1024} {
+		for _, zyg := range []bool{true, false} {
+			g := AutoPoolGrow(maxS, zyg)
+			if g < AutoPoolSize(maxS) || g > max(AutoPoolSize(maxS), maxS/4) || g > 24 {
+				t.Errorf("AutoPoolGrow(%d, zygote %v) = %d, size %d", maxS, zyg, g, AutoPoolSize(maxS))
+			}
+		}
+	}
+}
+
+// TestPoolGrowsWithDemandAndShrinksAfter: creates beyond the pool's size
+// grow it (the next burst is served from it), and once the demand is
+// older than demandHold the members beyond its size are retired.
+func TestPoolGrowsWithDemandAndShrinksAfter(t *testing.T) {
+	settle, hold := poolSettle, demandHold
+	poolSettle, demandHold = 10*time.Millisecond, 12*time.Second
+	t.Cleanup(func() { poolSettle, demandHold = settle, hold })
+	e := newEnv(t, func(c *Config) {
+		c.Preload = []string{"json"}
+		c.Pool = map[string]int{"default": 1}
+		c.PoolGrow = map[string]int{"default": 3}
+	})
+	waitPool(t, e.m, 1)
+	for range 3 {
+		info, err := e.m.Create(context.Background(), CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.m.Close(context.Background(), 0, info.ID)
+	}
+	waitPool(t, e.m, 3)
+	pooled := 0
+	for range 3 {
+		info, err := e.m.Create(context.Background(), CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.m.Close(context.Background(), 0, info.ID)
+		if info.Pooled {
+			pooled++
+		}
+	}
+	if pooled != 3 {
+		t.Errorf("the second round of 3 creates: %d served from the grown pool, want 3", pooled)
+	}
+	// Grown again after the second round, then the demand ages out
+	// (demandHold after its peak) and the pool is back to its size.
+	waitPool(t, e.m, 3)
 	waitPool(t, e.m, 1)
 }

@@ -42,7 +42,7 @@ type warmHost interface {
 	newSession(owner int, p policy.Policy) (*Session, error)
 	destroy(s *Session) error
 	ensureKernel(ctx context.Context, s *Session) (*kernel, error)
-	startBuild(name string, wait func() time.Duration) (bool, time.Duration)
+	startBuild(name string, wait func(growing bool) time.Duration) (bool, time.Duration)
 }
 
 func (m *warmStarts) log() *slog.Logger { return m.cfg.Logger }

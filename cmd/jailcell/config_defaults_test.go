@@ -152,3 +152,21 @@ func mark(v reflect.Value) {
 		}
 	}
 }
+
+// TestPoolSizes: pool.size auto is sized from the machine and grows with
+// demand; a number is kept as set (never grown: an operator's 0 is no
+// pool); run keeps none.
+func TestPoolSizes(t *testing.T) {
+	pool, grow := poolSizes(poolAuto, "serve", 1024, true)
+	if pool["default"] != session.AutoPoolSize(1024) || grow["default"] != session.AutoPoolGrow(1024, true) || grow["default"] < pool["default"] {
+		t.Errorf("auto under serve: pool %v, growth %v", pool, grow)
+	}
+	for _, n := range []int{0, 3} {
+		if pool, grow := poolSizes(n, "serve", 1024, true); pool["default"] != n || grow != nil {
+			t.Errorf("pool.size %d: pool %v, growth %v, want %d and none", n, pool, grow, n)
+		}
+	}
+	if pool, grow := poolSizes(poolAuto, "run", 1024, true); pool["default"] != 0 || grow != nil {
+		t.Errorf("auto under run: pool %v, growth %v, want none", pool, grow)
+	}
+}

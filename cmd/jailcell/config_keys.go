@@ -303,9 +303,13 @@ creates: a refill starts once no cold create is starting and 150 ms
 have passed since the last create (held back 1 s at most), so the CPU
 goes to new sessions' first commands first. They count
 toward sessions.max and cost memory while idle (about 70 MB each with
-the default preload). "auto" (serve, json and mcp; run keeps none):
-2 per CPU, at most 8, at most a quarter of sessions.max, and no more
-than 5% of the machine's memory holds at 100 MB each. 0 turns the pool
+the default preload; about 9 MB forked from a zygote). "auto" (serve,
+json and mcp; run keeps none): 2 per CPU, at most 8, at most a quarter
+of sessions.max, and no more than 5% of the machine's memory holds at
+100 MB each; an auto pool grows with demand to the most plain creates
+seen in any minute, held 10 minutes after that peak, up to 24 (at most
+a quarter of sessions.max and 5% of memory at 15 MB each forked from a
+zygote, 100 MB otherwise). A number is kept as it is. 0 turns the pool
 off (0..sessions.max).`},
 	{name: "drain_grace", def: 30 * time.Second, dec: durKey(func(c *config) *time.Duration { return &c.DrainGrace }),
 		doc: `On SIGTERM, how long running cells may take to finish before they are

@@ -245,19 +245,11 @@ func (f *hostFlags) build(log *slog.Logger) (_ *stack, retErr error) {
 	if sc.Store, err = store.Open(cfg.Store); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	pool := cfg.PoolSize
-	if pool == poolAuto {
-		// run answers one cell and leaves: a pool would only cost it.
-		pool = 0
-		if f.cmd.Name() != "run" {
-			pool = session.AutoPoolSize(sc.MaxSessions)
-		}
-	}
-	sc.Pool = map[string]int{"default": pool}
 	sc.NoTemplate = !cfg.Template
 	// run answers one cell and leaves: a zygote importing the preload
 	// beside its one kernel would only take CPU from it.
 	sc.NoZygote = !cfg.Zygote || f.cmd.Name() == "run"
+	sc.Pool, sc.PoolGrow = poolSizes(cfg.PoolSize, f.cmd.Name(), sc.MaxSessions, !sc.NoZygote)
 	// Sessions left running, or hibernated, for the next daemon to
 	// re-adopt: a service's choice only.
 	sc.KeepOnShutdown = f.survivable && sc.KeepOnShutdown
@@ -298,6 +290,21 @@ func (s *stack) shutdownContext(ctx context.Context) error {
 // manager sweeps every cgroup under its root as a leftover of a previous
 // run, so two processes sharing a root would kill each other's sandboxes;
 // the state-dir lock plus this mapping keeps them apart.
+// poolSizes is the default policy's pool size and growth for pool.size
+// (poolAuto or a number) under command cmd: auto is sized from the
+// machine and grows with demand; a number the operator set is kept as it
+// is; run answers one cell and leaves, so a pool would only cost it.
+func poolSizes(size int, cmd string, maxSessions int, zygote bool) (pool, grow map[string]int) {
+	if size != poolAuto {
+		return map[string]int{"default": size}, nil
+	}
+	if cmd == "run" {
+		return map[string]int{"default": 0}, nil
+	}
+	return map[string]int{"default": session.AutoPoolSize(maxSessions)},
+		map[string]int{"default": session.AutoPoolGrow(maxSessions, zygote)}
+}
+
 func cgroupRootFor(stateDir string) string {
 	if filepath.Clean(stateDir) == defaultStateDir {
 		return defaultCgroupRoot

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -29,6 +30,15 @@ type Opener interface {
 }
 
 var _ Opener = (*Dispatcher)(nil)
+
+// Putter is a Handler that can also write a workspace file from a stream
+// as its bytes come (Dispatcher.Put); a door over a Handler without it
+// reads an upload whole first.
+type Putter interface {
+	Put(ctx context.Context, owner int, session, path string, r io.Reader, metadata map[string]string) (*Response, *Error)
+}
+
+var _ Putter = (*Dispatcher)(nil)
 
 // Dispatcher carries out requests. It is the only place requests turn into
 // manager calls, so every transport behaves the same. Safe for concurrent
@@ -100,6 +110,33 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 	}
 	r.ID, r.OK = req.ID, true
 	return r
+}
+
+// Put writes a workspace file from r as its bytes come, for a door that
+// streams an upload (HTTP's file route, E2B's /files): the daemon holds
+// one copy buffer, never the file (read whole, a few large uploads at
+// once passed the node's byte bound). The request is checked as an
+// upload's; a read error of r comes back as the error (the caller, who
+// owns r, knows it for its own). The answer is an upload's.
+func (d *Dispatcher) Put(ctx context.Context, owner int, session, path string, r io.Reader, metadata map[string]string) (resp *Response, e *Error) {
+	defer func() {
+		if v := recover(); v != nil {
+			d.logger().Error("handler panic", "op", "put", "panic", v, "stack", string(debug.Stack()))
+			resp, e = nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: panic in put: %v", v)}
+		}
+	}()
+	req := &Request{Op: OpUpload, Session: session, Path: path, Data: []byte{}, Metadata: metadata}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Manager == nil {
+		return nil, &Error{Code: CodeUnavailable, Message: "no sandbox manager is configured"}
+	}
+	ent, err := d.Manager.Workspace().UploadFrom(ctx, owner, session, path, r, metadata)
+	if err != nil {
+		return nil, errorFor(err)
+	}
+	return &Response{OK: true, Path: ent.Path, Size: &ent.Size, Metadata: ent.Metadata}, nil
 }
 
 // Open opens a workspace file for a door that streams it (HTTP's file

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -328,5 +329,87 @@ func TestHostileDownloadsAreStreamed(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusPartialContent || len(b) != 100 {
 		t.Errorf("range of a streamed file: %s, %d bytes; want 206 and 100", resp.Status, len(b))
+	}
+}
+
+// puttingSessions takes streamed uploads (api.Putter) into nothing,
+// counting their bytes, as the session's workspace part writes them.
+type puttingSessions struct {
+	*fakeSessions
+	got *atomic.Int64
+}
+
+func (p puttingSessions) Put(_ context.Context, _ int, _, rel string, r io.Reader, meta map[string]string) (*api.Response, *api.Error) {
+	n, err := io.CopyBuffer(io.Discard, io.LimitReader(r, seam.MaxFileBytes+1), make([]byte, 64<<10))
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInternal, Message: err.Error()}
+	}
+	p.got.Add(n)
+	return &api.Response{OK: true, Path: rel, Size: &n, Metadata: meta}, nil
+}
+
+// TestHostileUploadsAreStreamed: /files writes an upload as its bytes
+// come, raw or in a form: the daemon holds copy buffers, not the file,
+// and the body's place keeps its first weight. Read whole first, four
+// uploads 48 MiB into their bodies held 192 MiB of heap, their places
+// grown by every byte past their first weight.
+func TestHostileUploadsAreStreamed(t *testing.T) {
+	var got atomic.Int64
+	d, _ := newTestDoorOver(t, Options{MaxInFlightBytes: 256 << 20, BodyTimeout: 3 * time.Second},
+		func(f *fakeSessions) api.Handler { return puttingSessions{f, &got} })
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	s := makeSandbox(t, d)
+	head := func(ct string, n int) string {
+		return fmt.Sprintf("POST /files?path=big.bin HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %d\r\nX-Access-Token: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n",
+			s.SandboxID, EnvdPort, s.EnvdAccessToken, ct, n)
+	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	chunk := strings.Repeat("x", 1<<20)
+	var conns []net.Conn
+	for i := range 4 {
+		ct, pre := "application/octet-stream", ""
+		if i%2 == 1 {
+			ct, pre = "multipart/form-data; boundary=B", "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n\r\n"
+		}
+		c := rawRequest(t, srv, head(ct, 200<<20), pre)
+		for range 48 {
+			if _, err := io.WriteString(c, chunk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conns = append(conns, c)
+	}
+	weight := d.budget.MaxWeight() / 8
+	if _, used := d.budget.InFlight(); used > 4*weight {
+		t.Errorf("four uploads 48 MiB into their bodies hold %d bytes of the budget, want their first weights (%d each)", used, weight)
+	}
+	var during runtime.MemStats
+	runtime.ReadMemStats(&during)
+	if grew := int64(during.HeapInuse) - int64(before.HeapInuse); grew > 32<<20 {
+		t.Errorf("the heap grew by %d MiB with four uploads 48 MiB in, want buffers only", grew>>20)
+	}
+	// Stalled, each ends at the body timeout.
+	for _, c := range conns {
+		if st := readStatus(c, 20*time.Second); st != http.StatusBadRequest {
+			t.Errorf("a stalled upload: %d, want 400", st)
+		}
+	}
+	// Whole, raw and in a form: answered with the entry, every byte put.
+	got.Store(0)
+	for _, ct := range []string{"application/octet-stream", "multipart/form-data; boundary=B"} {
+		body := strings.Repeat("y", 3<<20)
+		if strings.HasPrefix(ct, "multipart") {
+			body = "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"whole.bin\"\r\n\r\n" + body + "\r\n--B--\r\n"
+		}
+		c := rawRequest(t, srv, head(ct, len(body)), body)
+		if st := readStatus(c, 20*time.Second); st != http.StatusOK {
+			t.Errorf("a whole %s upload: %d, want 200", ct, st)
+		}
+	}
+	if got.Load() != 2*(3<<20) {
+		t.Errorf("two whole uploads of 3 MiB put %d bytes", got.Load())
 	}
 }

@@ -183,7 +183,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		_ = rc.SetReadDeadline(time.Now().Add(d.o.BodyTimeout))
 		body := http.MaxBytesReader(w, r.Body, bound)
-		r.Body = &admittedBody{Closer: body, r: place.Reader(body, weight), rc: rc}
+		r.Body = &admittedBody{Closer: body, r: place.Reader(body, weight), raw: body, rc: rc}
 	}
 	if !ok {
 		d.control.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{owner: owner})))
@@ -222,6 +222,7 @@ func bodyBound(r *http.Request) int64 {
 type admittedBody struct {
 	io.Closer
 	r    io.Reader
+	raw  io.Reader // the body without the place's growth, for a streamed upload
 	rc   *http.ResponseController
 	done bool
 }

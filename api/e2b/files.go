@@ -163,6 +163,14 @@ func uploadMetadata(h http.Header) map[string]string {
 
 func (d *Door) postFiles(w http.ResponseWriter, r *http.Request) {
 	meta := uploadMetadata(r.Header)
+	if ab, ok := r.Body.(*admittedBody); ok {
+		if _, put := d.h.(api.Putter); put {
+			// Streamed into the workspace: what is read passes through
+			// copy buffers and is not held, so the place keeps its first
+			// weight instead of growing by every byte.
+			ab.r = ab.raw
+		}
+	}
 	var body io.Reader = http.MaxBytesReader(w, r.Body, maxUploadBody)
 	switch enc := r.Header.Get("Content-Encoding"); enc {
 	case "", "identity":
@@ -225,6 +233,9 @@ func (d *Door) uploadOne(r *http.Request, p string, body io.Reader, seen map[str
 		}
 		seen[fp.rel] = true
 	}
+	if pt, ok := d.h.(api.Putter); ok {
+		return d.putOne(r, pt, fp, body, meta)
+	}
 	data, err := io.ReadAll(io.LimitReader(body, seam.MaxFileBytes+1))
 	if err != nil {
 		st, m := bodyStatus(err)
@@ -238,6 +249,56 @@ func (d *Door) uploadOne(r *http.Request, p string, body io.Reader, seen map[str
 		return nil, fsStatus(e), e.Message
 	}
 	return []uploadEntry{{Name: path.Base(fp.show()), Type: "file", Path: fp.show(), Metadata: resp.Metadata}}, 0, ""
+}
+
+// putOne streams one file's bytes from body into the workspace as they
+// come (api.Putter): the door holds copy buffers, never the file. A busy
+// sandbox is retried, as call does, while nothing of the body was read.
+func (d *Door) putOne(r *http.Request, pt api.Putter, fp fsPath, body io.Reader, meta map[string]string) ([]uploadEntry, int, string) {
+	t := targetOf(r.Context())
+	src := &countingReader{r: body}
+	deadline := time.Now().Add(busyWait)
+	pause := 5 * time.Millisecond
+	for {
+		resp, e := pt.Put(r.Context(), t.owner, t.id, fp.rel, src, meta)
+		switch {
+		case src.err != nil && !errors.Is(src.err, io.EOF):
+			st, m := bodyStatus(src.err)
+			return nil, st, m
+		case src.n > seam.MaxFileBytes:
+			return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s: a file is at most %d bytes here (seam.MaxFileBytes)", fp.show(), seam.MaxFileBytes)
+		case e != nil && e.Code == api.CodeBusy && src.n == 0 && time.Now().Add(pause).Before(deadline):
+			select {
+			case <-r.Context().Done():
+				return nil, fsStatus(e), e.Message
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 100*time.Millisecond)
+			continue
+		case e != nil:
+			e = d.goneOr(r.Context(), t.owner, t.id, e)
+			return nil, fsStatus(e), e.Message
+		}
+		return []uploadEntry{{Name: path.Base(fp.show()), Type: "file", Path: fp.show(), Metadata: resp.Metadata}}, 0, ""
+	}
+}
+
+// countingReader counts what was read through it and keeps its first
+// error: a streamed upload's caller tells the body's faults from the
+// workspace's by them.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // uploadForm writes each "file" part of a multipart form: to the query's

@@ -317,31 +317,6 @@ func TestHostileOneOwnerCannotStallAnother(t *testing.T) {
 	}
 }
 
-// TestHostileStalledUploadHoldsOnlyItsShare: an upload declared at the
-// upload bound, as large as the node's byte budget, whose body never
-// comes holds only its owner's share: another owner's body is admitted
-// and answered meanwhile (it waited for the body timeout).
-func TestHostileStalledUploadHoldsOnlyItsShare(t *testing.T) {
-	const budget = 8 << 20
-	srv, addr := serveFront(t, testDispatcher(nil), HTTPOptions{
-		MaxUploadBytes: budget, MaxInFlightBytes: budget, MaxInFlightBytesPerOwner: 2 << 20, BodyTimeout: time.Minute})
-	slowBody(t, addr, http.MethodPut, "/v1/sessions/s1/files/big.bin", tokA, budget)
-	waitFor(t, func() bool { count, _ := srv.lim.InFlight(); return count == 1 })
-	if _, used := srv.lim.InFlight(); used > 2<<20 {
-		t.Errorf("a stalled upload declared at %d bytes holds %d, more than its owner's share", budget, used)
-	}
-	cB := tokenClient(tokB)
-	cB.Timeout = 20 * time.Second
-	resp, err := cB.Post("http://"+addr+"/v1/sessions", "application/json", strings.NewReader("{"+strings.Repeat(" ", 1<<20)+"}"))
-	if err != nil {
-		t.Fatalf("owner 1001's 1 MiB body while owner 1000's upload stalls: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("owner 1001's create: %d, want the test dispatcher's 503", resp.StatusCode)
-	}
-}
-
 // readStatus reads one response's status and (small) body from c.
 func readStatus(t *testing.T, c net.Conn) (int, string) {
 	t.Helper()

@@ -650,21 +650,63 @@ func (s *HTTPServer) stream(w http.ResponseWriter, ctx context.Context, owner in
 	return resp
 }
 
+// upload writes the body to the file as it comes: its place weighs one
+// copy buffer, not the file (read whole first, a few large uploads at
+// once passed the node's byte bound), and the body must come within the
+// body timeout. A broken or too large body leaves no file.
 func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, owner int) {
-	body, pl, ok := s.readBody(w, r, owner, s.opts.MaxUploadBytes)
-	if !ok {
+	max := s.opts.MaxUploadBytes
+	if r.ContentLength > max {
+		s.respondStatus(w, http.StatusRequestEntityTooLarge, api.Fail(api.NullID, tooLarge(r.ContentLength, max)))
 		return
-	}
-	defer pl.Release()
-	if body == nil {
-		body = []byte{} // an empty body is an empty file
 	}
 	meta, e := api.MetadataFromHeader(r.Header)
 	if e != nil {
-		s.respondIn(w, pl, &api.Response{Error: e})
+		s.writeError(w, e)
 		return
 	}
-	s.respondIn(w, pl, s.d.Handle(r.Context(), owner, &api.Request{ID: s.nextID(), Op: api.OpUpload, Session: rt.session, Path: rt.path, Data: body, Metadata: meta}, nil))
+	pl := s.admit(w, r, owner)
+	if pl == nil {
+		return
+	}
+	defer pl.Release()
+	pl.Grow(copyBuffer)
+	id := s.nextID()
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	src := &bodyReader{r: http.MaxBytesReader(w, r.Body, max)}
+	resp, e := s.d.Put(r.Context(), owner, rt.session, rt.path, src, meta)
+	_ = rc.SetReadDeadline(time.Time{})
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(src.err, &mbe):
+		s.respondStatus(w, http.StatusRequestEntityTooLarge, api.Fail(api.NullID, tooLarge(-1, max)))
+	case src.err != nil && (errors.Is(src.err, context.DeadlineExceeded) || isTimeout(src.err)):
+		w.Header().Set("Connection", "close")
+		s.writeError(w, api.BadRequest("request body not received within %s", s.opts.BodyTimeout))
+	case src.err != nil:
+		s.writeError(w, api.BadRequest("read request body: %v", src.err))
+	case e != nil:
+		s.respondIn(w, pl, api.Fail(id, e))
+	default:
+		resp.ID = id
+		s.respondIn(w, pl, resp)
+	}
+}
+
+// bodyReader keeps a request body's first error other than EOF: a
+// streamed upload tells the body's faults from the workspace's by it.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }
 
 // download answers the file's raw bytes; errors are JSON like every other

@@ -1,8 +1,11 @@
 package confined
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -17,6 +20,8 @@ var (
 	// ErrType: a component is a symlink, FIFO, socket or device, or a
 	// file where a directory is needed.
 	ErrType = errors.New("unsafe file type")
+	// ErrTooLarge: WriteFrom's reader held more than its limit.
+	ErrTooLarge = errors.New("over its size limit")
 )
 
 const (
@@ -243,3 +248,81 @@ func WriteFile(root *os.Root, rel string, data []byte, uid int, prepare func(fd 
 	}
 	return f.Close()
 }
+
+// WriteFrom is WriteFile for bytes that come from r as they arrive: at
+// most limit of them, copied through buf, into a new file beside rel
+// (".jailcell-upload-" and a random name, made with O_EXCL: never an
+// existing file or link) that replaces rel with one rename once whole.
+// rel must be a regular file or nothing. A read or write error, or more
+// than limit bytes (ErrTooLarge), leaves rel as it was and removes the new
+// file. It returns how many bytes the file holds.
+func WriteFrom(root *os.Root, rel string, r io.Reader, limit int64, buf []byte, uid int, prepare func(fd int) error) (int64, error) {
+	dirfd, err := RootFD(root)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(dirfd)
+	pfd, base, err := OpenParent(dirfd, rel, true, uid)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(pfd)
+	if probe, st, err := OpenPath(pfd, base); err == nil {
+		unix.Close(probe)
+		if !IsType(&st, unix.S_IFREG) {
+			return 0, fmt.Errorf("%w: %s is %s, not a regular file", ErrType, rel, TypeName(st.Mode))
+		}
+	} else if err != unix.ENOENT {
+		return 0, &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return 0, err
+	}
+	tmp := ".jailcell-upload-" + hex.EncodeToString(rnd[:])
+	fd, err := unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return 0, &fs.PathError{Op: "create", Path: rel, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	n, err := func() (int64, error) {
+		defer f.Close()
+		if uid >= 0 {
+			if err := f.Chown(uid, uid); err != nil {
+				return 0, fmt.Errorf("chown %s: %w", rel, err)
+			}
+		}
+		if prepare != nil {
+			if err := prepare(int(f.Fd())); err != nil {
+				return 0, err
+			}
+		}
+		n, err := io.CopyBuffer(onlyWriter{f}, io.LimitReader(r, limit+1), buf)
+		switch {
+		case err != nil:
+			return n, fmt.Errorf("write %s: %w", rel, err)
+		case n > limit:
+			return n, fmt.Errorf("%w: %s: more than %d bytes", ErrTooLarge, rel, limit)
+		}
+		return n, f.Close()
+	}()
+	if err == nil {
+		err = unix.Renameat(pfd, tmp, pfd, base)
+		if err == unix.EISDIR || err == unix.ENOTEMPTY || err == unix.EEXIST {
+			err = fmt.Errorf("%w: %s is not a regular file", ErrType, rel)
+		} else if err != nil {
+			err = &fs.PathError{Op: "rename", Path: rel, Err: err}
+		}
+	}
+	if err != nil {
+		_ = unix.Unlinkat(pfd, tmp, 0)
+		return 0, err
+	}
+	return n, nil
+}
+
+// onlyWriter hides a file's ReadFrom, so a copy goes through the buffer
+// given (its size is what the caller weighed) rather than one of its own.
+type onlyWriter struct{ w io.Writer }
+
+func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }

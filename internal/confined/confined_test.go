@@ -137,3 +137,53 @@ func TestHostileUnsafeTypesConfined(t *testing.T) {
 		t.Fatalf("rewritten file = %q, %v; want %q", b, err, "k")
 	}
 }
+
+// TestWriteFrom: a streamed write replaces the file only once whole; more
+// than its limit (ErrTooLarge), a failing reader or a failing prepare
+// leave the file as it was and nothing beside it; a directory, a symlink
+// or a FIFO in its place is refused as a type, never written through.
+func TestWriteFrom(t *testing.T) {
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	buf := make([]byte, 4)
+	if n, err := WriteFrom(root, "a/f", strings.NewReader("hello"), 5, buf, -1, nil); err != nil || n != 5 {
+		t.Fatalf("write 5 of 5: %d %v", n, err)
+	}
+	if _, err := WriteFrom(root, "a/f", strings.NewReader("toolong"), 5, buf, -1, nil); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("7 bytes with a limit of 5: %v, want ErrTooLarge", err)
+	}
+	if _, err := WriteFrom(root, "a/f", errReader{}, 5, buf, -1, nil); err == nil {
+		t.Error("a failing reader: no error")
+	}
+	if _, err := WriteFrom(root, "a/f", strings.NewReader("x"), 5, buf, -1, func(int) error { return errors.New("no") }); err == nil {
+		t.Error("a failing prepare: no error")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "a/f")); err != nil || string(b) != "hello" {
+		t.Errorf("after three failed writes the file holds %q, %v", b, err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "a")); len(ents) != 1 {
+		t.Errorf("%d entries beside the file, want none: %v", len(ents)-1, ents)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "link", "fifo"} {
+		if _, err := WriteFrom(root, p, strings.NewReader("x"), 5, buf, -1, nil); !errors.Is(err, ErrType) {
+			t.Errorf("write over %s: %v, want ErrType", p, err)
+		}
+	}
+	if b, _ := os.ReadFile("/etc/passwd"); strings.HasPrefix(string(b), "x") {
+		t.Error("a write went through the symlink")
+	}
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("broken") }

@@ -11,6 +11,10 @@ import (
 // names this interface because it may not name session's types.
 type Workspace interface {
 	Upload(ctx context.Context, owner int, id, path string, data []byte, metadata map[string]string) (*Entry, error)
+	// UploadFrom is Upload for a door that streams: the bytes are
+	// copied from r as they come, never held whole, and replace path
+	// once whole (a broken upload leaves no file).
+	UploadFrom(ctx context.Context, owner int, id, path string, r io.Reader, metadata map[string]string) (*Entry, error)
 	Download(ctx context.Context, owner int, id, path string) (*Download, error)
 	// Open is Download for a door that streams: the file opened, not
 	// read, so the daemon holds a descriptor, never the file's bytes.

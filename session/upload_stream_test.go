@@ -1,0 +1,72 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"strings"
+	"testing"
+)
+
+// brokenReader gives n bytes, then fails: a client gone mid-upload.
+type brokenReader struct{ n int }
+
+func (b *brokenReader) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, errors.New("connection reset")
+	}
+	k := min(len(p), b.n)
+	for i := range p[:k] {
+		p[i] = 'z'
+	}
+	b.n -= k
+	return k, nil
+}
+
+// TestUploadFromStreamsWholeOrNothing: a streamed upload into a live
+// sandbox's workspace replaces the file only once whole, with its
+// metadata; a body that breaks midway, or holds more than the sandbox's
+// disk, leaves the file as it was and no part of the new one (no temporary
+// file left beside it); a directory is never replaced.
+func TestUploadFromStreamsWholeOrNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	id := e.create(t, CreateOptions{})
+	wk := e.m.Workspace()
+	meta := map[string]string{"k": "v"}
+	ent, err := wk.UploadFrom(ctx, 0, id, "d/up.txt", strings.NewReader("first"), meta)
+	if err != nil || ent.Size != 5 || !maps.Equal(ent.Metadata, meta) {
+		t.Fatalf("upload: %+v %v", ent, err)
+	}
+	if _, err := wk.UploadFrom(ctx, 0, id, "d/up.txt", &brokenReader{n: 200 << 10}, nil); err == nil {
+		t.Fatal("an upload whose body broke succeeded")
+	}
+	// More than the sandbox's disk holds (the disk is full before
+	// MaxFileBytes, which internal/confined's TestWriteFrom checks).
+	if _, err := wk.UploadFrom(ctx, 0, id, "d/up.txt", io.LimitReader(zeros{}, MaxFileBytes+1), nil); !errors.Is(err, ErrLimit) {
+		t.Fatalf("an upload larger than the disk: %v, want a limit error", err)
+	}
+	if _, err := wk.UploadFrom(ctx, 0, id, "d", strings.NewReader("x"), nil); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("an upload onto a directory: %v, want a bad request", err)
+	}
+	res := e.exec(t, id, "import os\nprint(open('d/up.txt').read(), sorted(os.listdir('d')), os.getxattr('d/up.txt', 'user.e2b.k').decode())", 0)
+	if got := strings.TrimSpace(res.Stdout); got != "first ['up.txt'] v" {
+		t.Errorf("after a broken and a too large upload the sandbox reads %q (%+v), want the first file alone", got, res.Error)
+	}
+	if _, err := wk.UploadFrom(ctx, 0, id, "d/up.txt", strings.NewReader("second"), nil); err != nil {
+		t.Fatal(err)
+	}
+	res = e.exec(t, id, "import os\nprint(open('d/up.txt').read(), os.listxattr('d/up.txt'))", 0)
+	if got := strings.TrimSpace(res.Stdout); got != "second []" {
+		t.Errorf("a replacing upload with no metadata reads %q, want the new bytes and none", got)
+	}
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

@@ -210,6 +210,10 @@ func (d *Door) postFiles(w http.ResponseWriter, r *http.Request) {
 		status, msg = http.StatusBadRequest, fmt.Sprintf("unsupported content type: %s, expected multipart/form-data or application/octet-stream", ct)
 	}
 	if msg != "" {
+		// A streamed upload refused before its bytes were all read: the
+		// rest is read and dropped, so a client still sending gets the
+		// answer rather than a reset connection.
+		_, _ = io.Copy(io.Discard, body)
 		writeError(w, status, msg)
 		return
 	}

@@ -676,6 +676,13 @@ func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, ow
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 	src := &bodyReader{r: http.MaxBytesReader(w, r.Body, max)}
 	resp, e := s.d.Put(r.Context(), owner, rt.session, rt.path, src, meta)
+	if e != nil && src.err == nil {
+		// Refused before or while the bytes came (a busy or missing
+		// session, a full disk): the rest is read and dropped, through the
+		// same buffer's worth, so a client still sending gets the answer
+		// rather than a reset connection, as when uploads were read first.
+		_, _ = io.CopyBuffer(io.Discard, src, make([]byte, copyBuffer))
+	}
 	_ = rc.SetReadDeadline(time.Time{})
 	var mbe *http.MaxBytesError
 	switch {

@@ -136,6 +136,19 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 	if err := sb.Destroy(); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
+	// The counter's /run/ctl is a host bind of this test's, not part of
+	// the disk. A dump that caught n.tmp open needs it at each restore,
+	// and a restored copy that ran before its check renamed it away: each
+	// restore gets the bind's files as the dump left them.
+	asDumped := criuCtl(t)
+	copyCtl(t, ctl, asDumped, d.HostID())
+	fromDump := func(t *testing.T) {
+		t.Helper()
+		for _, n := range []string{"n", "n.tmp"} {
+			_ = os.Remove(filepath.Join(ctl, n))
+		}
+		copyCtl(t, asDumped, ctl, d.HostID())
+	}
 	attacks := []struct {
 		name    string
 		edit    func(tc *criucore.ThreadCoreEntry)
@@ -178,6 +191,7 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 			if a.seccomp != nil {
 				editSeccompImage(t, edited, a.seccomp)
 			}
+			fromDump(t)
 			rs, err := d.Restore(edited, spec)
 			if err == nil {
 				_ = rs.Destroy()
@@ -213,6 +227,7 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(edited, criu.StdioName), []byte(key+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		fromDump(t)
 		rs, err := d.Restore(edited, spec)
 		if err == nil {
 			_ = rs.Destroy()
@@ -226,6 +241,7 @@ func TestRestoreRefusesEditedImagePosture(t *testing.T) {
 		}
 		assertNothingLeft(t, h, d, ctl)
 	})
+	fromDump(t)
 	rs, err := d.Restore(images, spec)
 	if err != nil {
 		t.Fatalf("restore of the unedited checkpoint on the same disk: %v", err)

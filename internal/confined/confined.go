@@ -252,10 +252,13 @@ func WriteFile(root *os.Root, rel string, data []byte, uid int, prepare func(fd 
 // WriteFrom is WriteFile for bytes that come from r as they arrive: at
 // most limit of them, copied through buf, into a new file beside rel
 // (".jailcell-upload-" and a random name, made with O_EXCL: never an
-// existing file or link) that replaces rel with one rename once whole.
-// rel must be a regular file or nothing. A read or write error, or more
-// than limit bytes (ErrTooLarge), leaves rel as it was and removes the new
-// file. It returns how many bytes the file holds.
+// existing file or link). Once it is whole it becomes rel: renamed into
+// place where rel does not exist; copied into rel where rel is a regular
+// file, so rel keeps its inode (a watcher sees it written, as envd's
+// in-place write shows it, and a reader holding it open sees the new
+// bytes). A read or write error, or more than limit bytes (ErrTooLarge),
+// leaves rel as it was and removes the new file. It returns how many
+// bytes rel holds.
 func WriteFrom(root *os.Root, rel string, r io.Reader, limit int64, buf []byte, uid int, prepare func(fd int) error) (int64, error) {
 	dirfd, err := RootFD(root)
 	if err != nil {
@@ -280,45 +283,77 @@ func WriteFrom(root *os.Root, rel string, r io.Reader, limit int64, buf []byte, 
 		return 0, err
 	}
 	tmp := ".jailcell-upload-" + hex.EncodeToString(rnd[:])
-	fd, err := unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
+	fd, err := unix.Openat(pfd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return 0, &fs.PathError{Op: "create", Path: rel, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), rel)
-	n, err := func() (int64, error) {
-		defer f.Close()
-		if uid >= 0 {
-			if err := f.Chown(uid, uid); err != nil {
-				return 0, fmt.Errorf("chown %s: %w", rel, err)
-			}
+	defer f.Close()
+	defer unix.Unlinkat(pfd, tmp, 0) // gone once renamed: ENOENT, ignored
+	if uid >= 0 {
+		if err := f.Chown(uid, uid); err != nil {
+			return 0, fmt.Errorf("chown %s: %w", rel, err)
 		}
+	}
+	n, err := io.CopyBuffer(onlyWriter{f}, io.LimitReader(r, limit+1), buf)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("write %s: %w", rel, err)
+	case n > limit:
+		return 0, fmt.Errorf("%w: %s: more than %d bytes", ErrTooLarge, rel, limit)
+	}
+	// Into the file that is there, on its own descriptor (O_NOFOLLOW,
+	// O_NONBLOCK, checked regular: a swap since the probe is refused).
+	tfd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	switch {
+	case err == unix.ENOENT:
 		if prepare != nil {
 			if err := prepare(int(f.Fd())); err != nil {
 				return 0, err
 			}
 		}
-		n, err := io.CopyBuffer(onlyWriter{f}, io.LimitReader(r, limit+1), buf)
-		switch {
-		case err != nil:
-			return n, fmt.Errorf("write %s: %w", rel, err)
-		case n > limit:
-			return n, fmt.Errorf("%w: %s: more than %d bytes", ErrTooLarge, rel, limit)
+		if err := unix.Renameat(pfd, tmp, pfd, base); err != nil {
+			if err == unix.EISDIR || err == unix.ENOTEMPTY || err == unix.EEXIST {
+				return 0, fmt.Errorf("%w: %s is not a regular file", ErrType, rel)
+			}
+			return 0, &fs.PathError{Op: "rename", Path: rel, Err: err}
 		}
-		return n, f.Close()
-	}()
-	if err == nil {
-		err = unix.Renameat(pfd, tmp, pfd, base)
-		if err == unix.EISDIR || err == unix.ENOTEMPTY || err == unix.EEXIST {
-			err = fmt.Errorf("%w: %s is not a regular file", ErrType, rel)
-		} else if err != nil {
-			err = &fs.PathError{Op: "rename", Path: rel, Err: err}
+		return n, nil
+	case err == unix.ELOOP || err == unix.ENXIO || err == unix.EISDIR:
+		return 0, fmt.Errorf("%w: %s is not a regular file", ErrType, rel)
+	case err != nil:
+		return 0, &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	t := os.NewFile(uintptr(tfd), rel)
+	defer t.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(tfd, &st); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", rel, err)
+	}
+	if !IsType(&st, unix.S_IFREG) {
+		return 0, fmt.Errorf("%w: %s is %s, not a regular file", ErrType, rel, TypeName(st.Mode))
+	}
+	if uid >= 0 {
+		if err := t.Chown(uid, uid); err != nil {
+			return 0, fmt.Errorf("chown %s: %w", rel, err)
 		}
 	}
-	if err != nil {
-		_ = unix.Unlinkat(pfd, tmp, 0)
+	if prepare != nil {
+		if err := prepare(tfd); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
-	return n, nil
+	if err := t.Truncate(0); err != nil {
+		return 0, fmt.Errorf("truncate %s: %w", rel, err)
+	}
+	// File to file: the kernel copies (copy_file_range), no buffer here.
+	if _, err := io.Copy(t, f); err != nil {
+		return 0, fmt.Errorf("write %s: %w", rel, err)
+	}
+	return n, t.Close()
 }
 
 // onlyWriter hides a file's ReadFrom, so a copy goes through the buffer

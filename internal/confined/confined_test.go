@@ -138,7 +138,8 @@ func TestHostileUnsafeTypesConfined(t *testing.T) {
 	}
 }
 
-// TestWriteFrom: a streamed write replaces the file only once whole; more
+// TestWriteFrom: a streamed write replaces the file only once whole (an
+// existing file keeps its inode: a watcher sees it written); more
 // than its limit (ErrTooLarge), a failing reader or a failing prepare
 // leave the file as it was and nothing beside it; a directory, a symlink
 // or a FIFO in its place is refused as a type, never written through.
@@ -152,6 +153,20 @@ func TestWriteFrom(t *testing.T) {
 	buf := make([]byte, 4)
 	if n, err := WriteFrom(root, "a/f", strings.NewReader("hello"), 5, buf, -1, nil); err != nil || n != 5 {
 		t.Fatalf("write 5 of 5: %d %v", n, err)
+	}
+	var before unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "a/f"), &before); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := WriteFrom(root, "a/f", strings.NewReader("hi"), 5, buf, -1, nil); err != nil || n != 2 {
+		t.Fatalf("overwrite with 2 bytes: %d %v", n, err)
+	}
+	var after unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "a/f"), &after); err != nil || after.Ino != before.Ino || after.Size != 2 {
+		t.Errorf("an overwrite: inode %d -> %d, size %d; want the same inode, 2 bytes", before.Ino, after.Ino, after.Size)
+	}
+	if _, err := WriteFrom(root, "a/f", strings.NewReader("hello"), 5, buf, -1, nil); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := WriteFrom(root, "a/f", strings.NewReader("toolong"), 5, buf, -1, nil); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("7 bytes with a limit of 5: %v, want ErrTooLarge", err)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 )
 
 // brokenReader gives n bytes, then fails: a client gone mid-upload.
@@ -60,6 +61,34 @@ func TestUploadFromStreamsWholeOrNothing(t *testing.T) {
 	res = e.exec(t, id, "import os\nprint(open('d/up.txt').read(), os.listxattr('d/up.txt'))", 0)
 	if got := strings.TrimSpace(res.Stdout); got != "second []" {
 		t.Errorf("a replacing upload with no metadata reads %q, want the new bytes and none", got)
+	}
+}
+
+// TestUploadFromOverAFileIsAWrite: a streamed upload over an existing
+// file keeps its inode, so a watch of its directory sees it written (E2B's
+// watch test waits for that event), not removed and made anew.
+func TestUploadFromOverAFileIsAWrite(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	id := e.create(t, CreateOptions{})
+	wk := e.m.Workspace()
+	if _, err := wk.UploadFrom(ctx, 0, id, "w/f.txt", strings.NewReader("one"), nil); err != nil {
+		t.Fatal(err)
+	}
+	w, err := wk.Watch(ctx, 0, id, WatchRequest{Action: WatchStart, Path: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wk.UploadFrom(ctx, 0, id, "w/f.txt", strings.NewReader("two, longer"), nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(watchMinInterval)
+	got, err := wk.Watch(ctx, 0, id, WatchRequest{Action: WatchPoll, Watch: w.Watch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Events) != 1 || got.Events[0].Type != EventWrite || got.Events[0].Name != "f.txt" {
+		t.Errorf("events after an upload over f.txt: %+v, want one write of f.txt", got.Events)
 	}
 }
 

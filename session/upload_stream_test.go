@@ -92,6 +92,28 @@ func TestUploadFromOverAFileIsAWrite(t *testing.T) {
 	}
 }
 
+// TestUploadFromOverAFileNearlyFull: an upload over a file whose bytes fit
+// the disk once but not twice (the new file, then its copy into the old
+// one's inode) is still whole: the copy that runs out of space gives way
+// to a rename of the new file over the old.
+func TestUploadFromOverAFileNearlyFull(t *testing.T) {
+	e := newEnv(t, nil) // a 64 MiB disk
+	ctx := context.Background()
+	id := e.create(t, CreateOptions{})
+	wk := e.m.Workspace()
+	if _, err := wk.UploadFrom(ctx, 0, id, "big.bin", strings.NewReader("small"), nil); err != nil {
+		t.Fatal(err)
+	}
+	ent, err := wk.UploadFrom(ctx, 0, id, "big.bin", io.LimitReader(zeros{}, 40<<20), nil)
+	if err != nil || ent.Size != 40<<20 {
+		t.Fatalf("40 MiB over a small file on a 64 MiB disk: %+v %v", ent, err)
+	}
+	res := e.exec(t, id, "import os\nprint(os.path.getsize('big.bin'), open('big.bin','rb').read(5) == bytes(5), sorted(os.listdir('.')))", 0)
+	if got := strings.TrimSpace(res.Stdout); !strings.HasPrefix(got, "41943040 True") || strings.Contains(got, "jailcell-upload") {
+		t.Errorf("the sandbox reads %q (%+v), want the whole 40 MiB and nothing beside it", got, res.Error)
+	}
+}
+
 // zeros reads as endless zero bytes.
 type zeros struct{}
 

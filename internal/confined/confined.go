@@ -350,8 +350,13 @@ func WriteFrom(root *os.Root, rel string, r io.Reader, limit int64, buf []byte, 
 		return 0, fmt.Errorf("truncate %s: %w", rel, err)
 	}
 	// File to file: the kernel copies (copy_file_range), no buffer here.
+	// A copy cut short (the disk filled: the new bytes are on it twice for
+	// a moment) would leave rel part-written: the whole new file is
+	// renamed over it instead, which needs no space (a new inode then).
 	if _, err := io.Copy(t, f); err != nil {
-		return 0, fmt.Errorf("write %s: %w", rel, err)
+		if rerr := unix.Renameat(pfd, tmp, pfd, base); rerr != nil {
+			return 0, fmt.Errorf("write %s: %w", rel, err)
+		}
 	}
 	return n, t.Close()
 }

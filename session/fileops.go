@@ -279,7 +279,7 @@ func (wk *Workspace) UploadFrom(ctx context.Context, owner int, id, path string,
 	case errors.Is(err, confined.ErrTooLarge):
 		return nil, fmt.Errorf("%w: upload of more than %d bytes, at most %d", ErrLimit, MaxFileBytes, MaxFileBytes)
 	case errors.Is(err, syscall.ENOSPC):
-		return nil, fmt.Errorf("%w: workspace full writing %s", ErrLimit, rel)
+		return nil, fmt.Errorf("%w: workspace full writing %s (an upload is written whole beside the file it replaces, so the old and the new bytes must fit at once; the old file is unchanged)", ErrLimit, rel)
 	case err != nil:
 		return nil, badRequest(err)
 	}

@@ -251,10 +251,10 @@ func (wk *Workspace) Upload(ctx context.Context, owner int, id, path string, dat
 // UploadFrom is Upload for a door that streams: the bytes are copied
 // from r as they come through one uploadBuffer, never held whole (read
 // whole, a few large uploads at once passed the node's byte bound), into
-// a new file that replaces path once whole: a broken, refused or too
-// large upload (over MaxFileBytes: ErrLimit) leaves no file and never a
-// part of one. The session is held (its cells answer busy) while the
-// bytes come; the door bounds that by its body timeout.
+// a new file that becomes path once whole (confined.WriteFrom): a broken,
+// refused or too large upload (over MaxFileBytes: ErrLimit) leaves path as
+// it was and nothing beside it. The session is held (its cells answer
+// busy) while the bytes come; the door bounds that by its body timeout.
 func (wk *Workspace) UploadFrom(ctx context.Context, owner int, id, path string, r io.Reader, metadata map[string]string) (*Entry, error) {
 	rel, err := cleanRel(path)
 	if err != nil {

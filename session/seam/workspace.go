@@ -12,8 +12,8 @@ import (
 type Workspace interface {
 	Upload(ctx context.Context, owner int, id, path string, data []byte, metadata map[string]string) (*Entry, error)
 	// UploadFrom is Upload for a door that streams: the bytes are
-	// copied from r as they come, never held whole, and replace path
-	// once whole (a broken upload leaves no file).
+	// copied from r as they come, never held whole, and become path
+	// once whole (a broken upload leaves path as it was).
 	UploadFrom(ctx context.Context, owner int, id, path string, r io.Reader, metadata map[string]string) (*Entry, error)
 	Download(ctx context.Context, owner int, id, path string) (*Download, error)
 	// Open is Download for a door that streams: the file opened, not

@@ -86,6 +86,25 @@ func (g *growingReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// BodyReader reads a request body a door streams into the workspace
+// (Putter): it counts the bytes read and keeps the first error other than
+// EOF, by which the door tells the body's faults (too large, too slow, cut
+// short) from the workspace's.
+type BodyReader struct {
+	R   io.Reader
+	N   int64
+	Err error
+}
+
+func (b *BodyReader) Read(p []byte) (int, error) {
+	n, err := b.R.Read(p)
+	b.N += int64(n)
+	if err != nil && err != io.EOF && b.Err == nil {
+		b.Err = err
+	}
+	return n, err
+}
+
 // DefaultMaxLineBytes bounds one JSON request line or body, in every door
 // that reads them (32 MiB).
 const DefaultMaxLineBytes = 32 << 20

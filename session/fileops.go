@@ -122,16 +122,11 @@ func (wk *Workspace) Remove(ctx context.Context, owner int, id, path string) err
 	if err != nil {
 		return err
 	}
-	s, err := wk.host.claim(ctx, owner, id)
+	s, ws, done, err := wk.openWritable(ctx, owner, id)
 	if err != nil {
 		return err
 	}
-	defer s.run.Unlock()
-	ws, err := s.writableWorkspace()
-	if err != nil {
-		return fmt.Errorf("open workspace: %w", err)
-	}
-	defer ws.Close()
+	defer done()
 	if _, err := lstat(ws, rel); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: no file or directory %s in the workspace", ErrNotFound, rel)
 	} else if err != nil {
@@ -152,16 +147,11 @@ func (wk *Workspace) MakeDir(ctx context.Context, owner int, id, path string) (c
 	if err != nil {
 		return false, err
 	}
-	s, err := wk.host.claim(ctx, owner, id)
+	s, ws, done, err := wk.openWritable(ctx, owner, id)
 	if err != nil {
 		return false, err
 	}
-	defer s.run.Unlock()
-	ws, err := s.writableWorkspace()
-	if err != nil {
-		return false, fmt.Errorf("open workspace: %w", err)
-	}
-	defer ws.Close()
+	defer done()
 	fd, err := confined.RootFD(ws)
 	if err != nil {
 		return false, err
@@ -263,18 +253,13 @@ func (wk *Workspace) UploadFrom(ctx context.Context, owner int, id, path string,
 	if err := checkMetadata(metadata); err != nil {
 		return nil, err
 	}
-	s, err := wk.host.claim(ctx, owner, id)
+	s, ws, done, err := wk.openWritable(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
-	defer s.run.Unlock()
-	ws, err := s.writableWorkspace()
-	if err != nil {
-		return nil, fmt.Errorf("open workspace: %w", err)
-	}
+	defer done()
 	n, err := confined.WriteFrom(ws, rel, r, MaxFileBytes, make([]byte, uploadBuffer), s.disk.HostID(),
 		func(fd int) error { return setMetadata(fd, metadata) })
-	ws.Close()
 	switch {
 	case errors.Is(err, confined.ErrTooLarge):
 		return nil, fmt.Errorf("%w: upload of more than %d bytes, at most %d", ErrLimit, MaxFileBytes, MaxFileBytes)
@@ -423,6 +408,25 @@ func (wk *Workspace) rescan(s *Session) {
 	s.mu.Unlock()
 }
 
+// openWritable claims session id for owner (its run lock: cells answer
+// busy meanwhile) and opens its workspace for writing; done closes the
+// workspace and gives the session back.
+func (wk *Workspace) openWritable(ctx context.Context, owner int, id string) (*Session, *os.Root, func(), error) {
+	s, err := wk.host.claim(ctx, owner, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ws, err := s.writableWorkspace()
+	if err != nil {
+		s.run.Unlock()
+		return nil, nil, nil, fmt.Errorf("open workspace: %w", err)
+	}
+	return s, ws, func() {
+		ws.Close()
+		s.run.Unlock()
+	}, nil
+}
+
 // placeFiles writes request files into the workspace, each with metadata
 // as its whole metadata.
 func (wk *Workspace) placeFiles(s *Session, files []File, metadata map[string]string) error {
@@ -465,16 +469,11 @@ func (wk *Workspace) Rename(ctx context.Context, owner int, id, path, newPath st
 	if to == from || strings.HasPrefix(to, from+"/") {
 		return nil, fmt.Errorf("%w: rename %s to %s: a path cannot be moved onto or into itself", ErrBadRequest, from, to)
 	}
-	s, err := wk.host.claim(ctx, owner, id)
+	s, ws, done, err := wk.openWritable(ctx, owner, id)
 	if err != nil {
 		return nil, err
 	}
-	defer s.run.Unlock()
-	ws, err := s.writableWorkspace()
-	if err != nil {
-		return nil, fmt.Errorf("open workspace: %w", err)
-	}
-	defer ws.Close()
+	defer done()
 	fd, err := confined.RootFD(ws)
 	if err != nil {
 		return nil, err

@@ -260,18 +260,18 @@ func (d *Door) uploadOne(r *http.Request, p string, body io.Reader, seen map[str
 // sandbox is retried, as call does, while nothing of the body was read.
 func (d *Door) putOne(r *http.Request, pt api.Putter, fp fsPath, body io.Reader, meta map[string]string) ([]uploadEntry, int, string) {
 	t := targetOf(r.Context())
-	src := &countingReader{r: body}
+	src := &api.BodyReader{R: body}
 	deadline := time.Now().Add(busyWait)
 	pause := 5 * time.Millisecond
 	for {
 		resp, e := pt.Put(r.Context(), t.owner, t.id, fp.rel, src, meta)
 		switch {
-		case src.err != nil && !errors.Is(src.err, io.EOF):
-			st, m := bodyStatus(src.err)
+		case src.Err != nil:
+			st, m := bodyStatus(src.Err)
 			return nil, st, m
-		case src.n > seam.MaxFileBytes:
+		case src.N > seam.MaxFileBytes:
 			return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s: a file is at most %d bytes here (seam.MaxFileBytes)", fp.show(), seam.MaxFileBytes)
-		case e != nil && e.Code == api.CodeBusy && src.n == 0 && time.Now().Add(pause).Before(deadline):
+		case e != nil && e.Code == api.CodeBusy && src.N == 0 && time.Now().Add(pause).Before(deadline):
 			select {
 			case <-r.Context().Done():
 				return nil, fsStatus(e), e.Message
@@ -285,24 +285,6 @@ func (d *Door) putOne(r *http.Request, pt api.Putter, fp fsPath, body io.Reader,
 		}
 		return []uploadEntry{{Name: path.Base(fp.show()), Type: "file", Path: fp.show(), Metadata: resp.Metadata}}, 0, ""
 	}
-}
-
-// countingReader counts what was read through it and keeps its first
-// error: a streamed upload's caller tells the body's faults from the
-// workspace's by them.
-type countingReader struct {
-	r   io.Reader
-	n   int64
-	err error
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if err != nil && c.err == nil {
-		c.err = err
-	}
-	return n, err
 }
 
 // uploadForm writes each "file" part of a multipart form: to the query's

@@ -674,46 +674,31 @@ func (s *HTTPServer) upload(w http.ResponseWriter, r *http.Request, rt route, ow
 	id := s.nextID()
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	src := &bodyReader{r: http.MaxBytesReader(w, r.Body, max)}
+	src := &api.BodyReader{R: http.MaxBytesReader(w, r.Body, max)}
 	resp, e := s.d.Put(r.Context(), owner, rt.session, rt.path, src, meta)
-	if e != nil && src.err == nil {
+	if e != nil && src.Err == nil {
 		// Refused before or while the bytes came (a busy or missing
-		// session, a full disk): the rest is read and dropped, through the
-		// same buffer's worth, so a client still sending gets the answer
-		// rather than a reset connection, as when uploads were read first.
-		_, _ = io.CopyBuffer(io.Discard, src, make([]byte, copyBuffer))
+		// session, a full disk): the rest is read and dropped, so a client
+		// still sending gets the answer rather than a reset connection, as
+		// when uploads were read first.
+		_, _ = io.Copy(io.Discard, src)
 	}
 	_ = rc.SetReadDeadline(time.Time{})
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(src.err, &mbe):
+	case errors.As(src.Err, &mbe):
 		s.respondStatus(w, http.StatusRequestEntityTooLarge, api.Fail(api.NullID, tooLarge(-1, max)))
-	case src.err != nil && (errors.Is(src.err, context.DeadlineExceeded) || isTimeout(src.err)):
+	case src.Err != nil && (errors.Is(src.Err, context.DeadlineExceeded) || isTimeout(src.Err)):
 		w.Header().Set("Connection", "close")
 		s.writeError(w, api.BadRequest("request body not received within %s", s.opts.BodyTimeout))
-	case src.err != nil:
-		s.writeError(w, api.BadRequest("read request body: %v", src.err))
+	case src.Err != nil:
+		s.writeError(w, api.BadRequest("read request body: %v", src.Err))
 	case e != nil:
 		s.respondIn(w, pl, api.Fail(id, e))
 	default:
 		resp.ID = id
 		s.respondIn(w, pl, resp)
 	}
-}
-
-// bodyReader keeps a request body's first error other than EOF: a
-// streamed upload tells the body's faults from the workspace's by it.
-type bodyReader struct {
-	r   io.Reader
-	err error
-}
-
-func (b *bodyReader) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF && b.err == nil {
-		b.err = err
-	}
-	return n, err
 }
 
 // download answers the file's raw bytes; errors are JSON like every other

@@ -191,6 +191,14 @@ func OpenFile(root *os.Root, rel string, flags int, uid int) (*os.File, error) {
 	default:
 		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
 	}
+	return openRegularAt(pfd, base, rel, flags)
+}
+
+// openRegularAt opens the single name base below the directory pfd with
+// flags (a new file gets mode 0644), only as a regular file: a symlink,
+// directory, FIFO or device there, or swapped in since a check, is
+// ErrType naming rel; a missing one is a PathError of ENOENT.
+func openRegularAt(pfd int, base, rel string, flags int) (*os.File, error) {
 	// O_NONBLOCK: a FIFO swapped in meanwhile opens at once (or fails
 	// with ENXIO) instead of waiting for a peer; O_NOCTTY: a terminal
 	// never becomes ours.
@@ -201,6 +209,7 @@ func OpenFile(root *os.Root, rel string, flags int, uid int) (*os.File, error) {
 	case err != nil:
 		return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
 	}
+	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("stat %s: %w", rel, err)
@@ -302,11 +311,10 @@ func WriteFrom(root *os.Root, rel string, r io.Reader, limit int64, buf []byte, 
 	case n > limit:
 		return 0, fmt.Errorf("%w: %s: more than %d bytes", ErrTooLarge, rel, limit)
 	}
-	// Into the file that is there, on its own descriptor (O_NOFOLLOW,
-	// O_NONBLOCK, checked regular: a swap since the probe is refused).
-	tfd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	// Into the file that is there (a swap since the probe is refused).
+	t, err := openRegularAt(pfd, base, rel, unix.O_WRONLY)
 	switch {
-	case err == unix.ENOENT:
+	case errors.Is(err, unix.ENOENT):
 		if prepare != nil {
 			if err := prepare(int(f.Fd())); err != nil {
 				return 0, err
@@ -319,27 +327,17 @@ func WriteFrom(root *os.Root, rel string, r io.Reader, limit int64, buf []byte, 
 			return 0, &fs.PathError{Op: "rename", Path: rel, Err: err}
 		}
 		return n, nil
-	case err == unix.ELOOP || err == unix.ENXIO || err == unix.EISDIR:
-		return 0, fmt.Errorf("%w: %s is not a regular file", ErrType, rel)
 	case err != nil:
-		return 0, &fs.PathError{Op: "open", Path: rel, Err: err}
+		return 0, err
 	}
-	t := os.NewFile(uintptr(tfd), rel)
 	defer t.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(tfd, &st); err != nil {
-		return 0, fmt.Errorf("stat %s: %w", rel, err)
-	}
-	if !IsType(&st, unix.S_IFREG) {
-		return 0, fmt.Errorf("%w: %s is %s, not a regular file", ErrType, rel, TypeName(st.Mode))
-	}
 	if uid >= 0 {
 		if err := t.Chown(uid, uid); err != nil {
 			return 0, fmt.Errorf("chown %s: %w", rel, err)
 		}
 	}
 	if prepare != nil {
-		if err := prepare(tfd); err != nil {
+		if err := prepare(int(t.Fd())); err != nil {
 			return 0, err
 		}
 	}

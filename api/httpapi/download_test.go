@@ -59,6 +59,26 @@ func (f fileWorkspace) Open(_ context.Context, _ int, _, rel string) (*seam.Open
 	return &seam.OpenFile{Path: rel, Size: fi.Size(), Content: fl}, nil
 }
 
+// serveUnix serves the HTTP API over manager m on a Unix socket of the
+// test's own until the test ends.
+func serveUnix(t *testing.T, m api.Sessions, opts HTTPOptions) (*HTTPServer, string) {
+	t.Helper()
+	sock := filepath.Join(testenv.StateDir(t), "h.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Logger = discardLogger()
+	srv := NewHTTPServer(&api.Dispatcher{Manager: m, Version: "test"}, opts)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+	})
+	return srv, sock
+}
+
 // TestHostileDownloadsAreStreamedHTTP: a file route's download is
 // streamed from the file: the daemon holds a copy buffer per request, not
 // the file. Read whole, four unread downloads of a sparse 256 MiB file
@@ -72,18 +92,7 @@ func TestHostileDownloadsAreStreamedHTTP(t *testing.T) {
 	if err := os.Truncate(big, 256<<20); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(testenv.StateDir(t), "h.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewHTTPServer(&api.Dispatcher{Manager: fileSessions{file: big}, Version: "test"}, HTTPOptions{MaxInFlightBytes: 512 << 20, Logger: discardLogger()})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Close()
-		<-served
-	})
+	srv, sock := serveUnix(t, fileSessions{file: big}, HTTPOptions{MaxInFlightBytes: 512 << 20})
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jailcell/jailcell/api"
-	"github.com/jailcell/jailcell/internal/testenv"
 	"github.com/jailcell/jailcell/session/seam"
 )
 
@@ -56,19 +54,7 @@ func (s sinkWorkspace) UploadFrom(_ context.Context, _ int, _, rel string, r io.
 // refused by its declared length before a byte is read.
 func TestHostileUploadsAreStreamedHTTP(t *testing.T) {
 	var got atomic.Int64
-	sock := filepath.Join(testenv.StateDir(t), "u.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewHTTPServer(&api.Dispatcher{Manager: sinkSessions{got: &got}, Version: "test"},
-		HTTPOptions{MaxInFlightBytes: 64 << 20, MaxInFlightBytesPerOwner: 8 << 20, BodyTimeout: 3 * time.Second, Logger: discardLogger()})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Close()
-		<-served
-	})
+	srv, sock := serveUnix(t, sinkSessions{got: &got}, HTTPOptions{MaxInFlightBytes: 64 << 20, MaxInFlightBytesPerOwner: 8 << 20, BodyTimeout: 3 * time.Second})
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

@@ -1089,10 +1089,16 @@ func (k *testKernel) interruptWhen(t *testing.T, req ExecRequest, marker string,
 	t.Helper()
 	started := make(chan struct{})
 	var once sync.Once
+	// The marker is looked for across frames: one split between two
+	// stream frames (a chunk boundary inside "\n2000\n") was never seen,
+	// and the cell printed on past it until the test gave up.
+	tail := ""
 	onStream := func(name, text string) {
-		if strings.Contains(text, marker) {
+		seen := tail + text
+		if strings.Contains(seen, marker) {
 			once.Do(func() { close(started) })
 		}
+		tail = seen[max(0, len(seen)-len(marker)):]
 	}
 	done := make(chan struct{})
 	var r *Result

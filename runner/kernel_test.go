@@ -1154,6 +1154,30 @@ func TestKernelInterruptMidPrint(t *testing.T) {
 	}
 }
 
+// TestKernelKicksOnlyTheInterruptedCell: the pump's kicks (KICK_SIGNAL to
+// the main thread until a SIGINT's handler has run) belong to the cell the
+// SIGINT came to. A SIGINT whose handler ran before the pump read it left
+// its kicks armed for the next cells; one that had set KICK_SIGNAL to its
+// default was then killed by a kick, the kernel and the session's state
+// with it (seen in CI after a cell blocked SIGINT).
+func TestKernelKicksOnlyTheInterruptedCell(t *testing.T) {
+	k := startKernel(t)
+	requireOK(t, k.exec("kept = 'still here'"))
+	for round := range 3 {
+		// The handler runs at once, in the cell's own thread, before the
+		// pump has read the signal's byte from the wakeup fd.
+		requireOK(t, k.exec("import os, signal\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n    for _ in range(1000): pass\nexcept KeyboardInterrupt:\n    pass"))
+		// Past every kick's time (5 ms to 2 s after the signal was read).
+		r := k.exec("import signal, time\nsignal.signal(signal.SIGRTMAX, signal.SIG_DFL)\ntime.sleep(2.5)\nprint('alive')")
+		if r.Status != "ok" || r.Stdout != "alive\n" {
+			t.Fatalf("round %d: the cell after an interrupted one: %+v\n%s", round, r, k.logText())
+		}
+	}
+	if r := k.exec("kept"); plain(r) != "'still here'" {
+		t.Fatalf("state after the rounds: %+v\n%s", r, k.logText())
+	}
+}
+
 // TestKernelTakesSIGINTBackEachCell: a cell that set SIGINT to its default
 // (the next interrupt would kill the kernel), ignored it or blocked it
 // (every later cell uninterruptible, each timeout a kill) does so for

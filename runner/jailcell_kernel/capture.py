@@ -95,6 +95,7 @@ class _Pump:
         self.wake_r = self.wake_w = -1
         self.kicks = []  # times left to wake the main thread at
         self.kick_runs = 0  # _State.sigint_runs when the SIGINT arrived
+        self.kick_for = 0  # _State.runs_begun then: the cell or wait kicked
         self.main_ident = threading.main_thread().ident
         try:
             r, w = os.pipe()
@@ -151,6 +152,7 @@ class _Pump:
         if signal.SIGINT in data and (_State.executing or _State.command_wait):
             now = time.monotonic()
             self.kick_runs = _State.sigint_runs
+            self.kick_for = _State.runs_begun
             self.kicks = [now + d for d in KICK_AFTER]
 
     def _kick(self):
@@ -159,7 +161,12 @@ class _Pump:
         now = time.monotonic()
         while self.kicks and self.kicks[0] <= now:
             self.kicks.pop(0)
-            if not (_State.executing or _State.command_wait) or _State.sigint_runs != self.kick_runs:
+            # Only the cell or wait the SIGINT came for: the handler may
+            # have run before the signal was read here (then sigint_runs
+            # never moves again for it), and a kick into a later cell
+            # lands where that cell's own handling of KICK_SIGNAL rules.
+            if (not (_State.executing or _State.command_wait) or _State.sigint_runs != self.kick_runs
+                    or _State.runs_begun != self.kick_for):
                 self.kicks = []
                 return
             try:

@@ -499,6 +499,7 @@ def _command_action(req, link):
         prev = signal.signal(signal.SIGINT, forward)
         # The pump wakes this wait as it does a cell for a SIGINT left
         # pending (capture.KICK_SIGNAL): one is forwarded late otherwise.
+        _State.runs_begun += 1
         _State.command_wait = True
         try:
             if req.stream:

@@ -318,6 +318,7 @@ class _Kernel:
         _State.interrupted = False
         try:
             try:
+                _State.runs_begun += 1
                 _State.executing = True
                 self._execute_in_context(cell)
             except KeyboardInterrupt as exc:

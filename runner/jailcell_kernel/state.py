@@ -31,6 +31,11 @@ class _State:
     # True while the main thread waits for a command (its SIGINT goes to
     # the command's group): the pump wakes that wait as it does a cell.
     command_wait = False
+    # Counts the cells and command waits begun: the pump's kicks for a
+    # SIGINT belong to the one in flight when it was read, never to a
+    # later one (a cell that set KICK_SIGNAL to its default was ended by a
+    # kick left over from the interrupt of the cell before).
+    runs_begun = 0
     # True once prepare() has run (in this process or in the zygote it was
     # forked from): the import hooks are in, the preload imported.
     prepared = False

@@ -24,8 +24,13 @@ func lastLine(b []byte) string {
 // (libcontainer's org.criu.config label). Network locking is skipped: a
 // sandbox's network namespace has only loopback when it is dumped (an
 // allowlist sandbox's gateway link is removed first), and criu's iptables
-// lock needs iptables on the host.
-const BaseConfig = "network-lock skip\n"
+// lock needs iptables on the host. TCP connections inside the sandbox
+// (a cell's client of its own server, one the host opened to a server:
+// isolate.DialPort) are dumped closed and come back closed, as a paused
+// machine's peers see them end, instead of refusing the dump: criu cannot
+// carry an established connection's peer outside the tree, and one just
+// closed lingers in CLOSE_WAIT until its server reads the end.
+const BaseConfig = "network-lock skip\ntcp-close\n"
 
 const (
 	DumpConf    = "dump.conf"

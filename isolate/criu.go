@@ -43,6 +43,10 @@ func (s *Sandbox) Checkpoint(imageDir string, leaveRunning bool) (retErr error) 
 	if err := h.CriuCheck(); err != nil {
 		return err
 	}
+	// The host's connections to the sandbox's servers: their peers are
+	// outside the dumped tree, which criu refuses. A client of a paused
+	// sandbox's server sees its connection end, as on E2B's pause.
+	s.dial.closeAll(false)
 	if s.net != nil {
 		// The gateway is the daemon's, outside the sandbox: criu cannot
 		// carry its link. The dump is taken with loopback only (closed,

@@ -136,6 +136,7 @@ type Sandbox struct {
 	cg        cgroupFiles
 	policy    policy.Policy    // what it was built with (adopted: from AttachNetwork)
 	net       *network.Gateway // nil unless the policy's network is "allowlist"
+	dial      dialed           // the host's connections to its servers (DialPort)
 
 	done     chan struct{}
 	exit     Exit
@@ -567,6 +568,7 @@ func (s *Sandbox) Disk() *Disk { return s.disk }
 // AttachNetwork) and the open cgroup files. The sandbox must not be used
 // afterwards.
 func (s *Sandbox) Release() {
+	s.dial.closeAll(true)
 	if s.net != nil {
 		_ = s.net.Close()
 		s.net = nil
@@ -579,6 +581,7 @@ func (s *Sandbox) Release() {
 func (s *Sandbox) Destroy() error {
 	s.destroy.Do(func() {
 		var errs []error
+		s.dial.closeAll(true)
 		// Kill first and see the init gone: libcontainer refuses to destroy
 		// a container it still sees running (an adopted one, whose init is
 		// not our child, is only watched, not reaped by us).

@@ -10,7 +10,9 @@ import (
 // The workspace part owns the host's own file operations on a session's
 // workspace (upload, download, listing, stat, remove, mkdir, watches), the
 // files a cell is handed, the record of what a cell changed, and what
-// follows a host write. It must never touch the session table, admission
+// follows a host write; and the host's connections to servers the
+// session's cells run (ports.go), the other thing a door reaches inside a
+// session besides its cells. It must never touch the session table, admission
 // or the TTL/janitor: it reaches a session only through workspaceHost,
 // which checks owner and state, so a file op can never act on a session
 // the Manager refused.

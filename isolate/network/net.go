@@ -726,3 +726,17 @@ func reply(h dnsmessage.Header, question *dnsmessage.Question, rcode dnsmessage.
 	}
 	return out
 }
+
+// DialIn connects to addr ("127.0.0.1:PORT") over TCP from inside ns: the
+// socket is made on a thread that has joined ns, so it belongs to ns for
+// its life and is used from any thread afterwards. The thread is never
+// handed back to the scheduler (inNetns).
+func DialIn(ctx context.Context, ns netns.NsHandle, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns(ns, func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp4", addr)
+		return err
+	})
+	return c, err
+}

@@ -3,6 +3,7 @@ package seam
 import (
 	"context"
 	"io"
+	"net"
 )
 
 // Workspace is one session's files as the host sees them, the API's view
@@ -25,6 +26,11 @@ type Workspace interface {
 	MakeDir(ctx context.Context, owner int, id, path string) (created bool, _ error)
 	Rename(ctx context.Context, owner int, id, path, newPath string) (*Entry, error)
 	Watch(ctx context.Context, owner int, id string, req WatchRequest) (*WatchResult, error)
+	// DialPort connects to a server the session's cells started, on TCP
+	// port of the sandbox's loopback, from inside its network namespace
+	// (the sandbox's policy unchanged). The caller closes the connection;
+	// a hibernation or the session's end closes it first.
+	DialPort(ctx context.Context, owner int, id string, port int) (net.Conn, error)
 }
 
 // OpenFile is a workspace file opened for reading: a regular file, at

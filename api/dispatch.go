@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"runtime/debug"
 	"sync"
 
@@ -39,6 +40,16 @@ type Putter interface {
 }
 
 var _ Putter = (*Dispatcher)(nil)
+
+// PortDialer is a Handler that can also connect a door to a server a
+// session's cells started (Dispatcher.DialPort): E2B's proxy for a
+// sandbox's ports. A Remote has none: such a door answers that ports
+// cannot be reached.
+type PortDialer interface {
+	DialPort(ctx context.Context, owner int, session string, port int) (net.Conn, *Error)
+}
+
+var _ PortDialer = (*Dispatcher)(nil)
 
 // Dispatcher carries out requests. It is the only place requests turn into
 // manager calls, so every transport behaves the same. Safe for concurrent
@@ -137,6 +148,29 @@ func (d *Dispatcher) Put(ctx context.Context, owner int, session, path string, r
 		return nil, errorFor(err)
 	}
 	return &Response{OK: true, Path: ent.Path, Size: &ent.Size, Metadata: ent.Metadata}, nil
+}
+
+// DialPort connects to TCP port on the loopback of session's sandbox,
+// where a server its cells started listens (seam.Workspace.DialPort). The
+// caller closes the connection.
+func (d *Dispatcher) DialPort(ctx context.Context, owner int, session string, port int) (c net.Conn, e *Error) {
+	defer func() {
+		if v := recover(); v != nil {
+			d.logger().Error("handler panic", "op", "dial_port", "panic", v, "stack", string(debug.Stack()))
+			c, e = nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: panic in dial_port: %v", v)}
+		}
+	}()
+	if session == "" {
+		return nil, badRequest("dial_port needs a session: the sandbox whose server to reach")
+	}
+	if d.Manager == nil {
+		return nil, &Error{Code: CodeUnavailable, Message: "no sandbox manager is configured"}
+	}
+	c, err := d.Manager.Workspace().DialPort(ctx, owner, session, port)
+	if err != nil {
+		return nil, errorFor(err)
+	}
+	return c, nil
 }
 
 // Open opens a workspace file for a door that streams it (HTTP's file

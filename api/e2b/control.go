@@ -159,7 +159,7 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request) {
 		envs = map[string]string{}
 	}
 	d.records.put(id, record{Owner: t.owner, Template: tmpl, Metadata: body.Metadata, Started: resp.Info.CreatedAt, Envs: envs,
-		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled})
+		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled, PrivatePorts: body.Network["allowPublicTraffic"] == false})
 	writeJSON(w, http.StatusCreated, d.sandboxAnswer(t.owner, id, tmpl))
 }
 
@@ -186,10 +186,10 @@ func liveOf(infos []seam.Info) map[string]bool {
 }
 
 // networkRefused names what of a create's network config jailcell cannot
-// honour. allowPublicTraffic is the one rule it can: a jailcell sandbox's
-// URLs always need its access token, which is E2B's false and stricter
-// than its default true, and the SDKs send the token they are given
-// either way. Egress rules (allowOut, denyOut, rules, egressProxy,
+// honour. allowPublicTraffic is the one rule it can: envd and the
+// interpreter always need the sandbox's access token (the SDKs send it
+// either way), and the sandbox's own ports do too unless the door lets
+// ports be public (Options.PublicPorts) and this is not false. Egress rules (allowOut, denyOut, rules, egressProxy,
 // maskRequestHost) are refused: a sandbox's egress is its policy's, and
 // an allow would be looser than that policy, a deny a promise the door
 // does not enforce.
@@ -202,7 +202,7 @@ func networkRefused(n map[string]any) string {
 			}
 			continue
 		}
-		return fmt.Sprintf("network.%s: a jailcell sandbox's egress is its policy's (no network, or the policy's allowlist) and cannot be set per sandbox; only network.allowPublicTraffic is accepted (a sandbox's URLs always need its access token)", k)
+		return fmt.Sprintf("network.%s: a jailcell sandbox's egress is its policy's (no network, or the policy's allowlist) and cannot be set per sandbox; only network.allowPublicTraffic is accepted (whether its ports need its access token)", k)
 	}
 	return ""
 }

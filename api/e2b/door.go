@@ -62,6 +62,14 @@ type Options struct {
 	// BodyTimeout is how long a client has to send a request's body once
 	// admitted (0: DefaultBodyTimeout).
 	BodyTimeout time.Duration
+	// PublicPorts lets a request without the sandbox's token reach a
+	// server a sandbox runs (any port but envd's and the interpreter's)
+	// when the sandbox was made through this door without
+	// network.allowPublicTraffic false, as E2B's sandboxes are. Off, every
+	// port needs the token: a sandbox's id is no secret on its host (its
+	// cgroup is named after it), so a public port is open to every local
+	// user who can reach the door.
+	PublicPorts bool
 }
 
 // DefaultBodyTimeout is Options.BodyTimeout's default: the largest upload
@@ -140,10 +148,21 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var owner int
+	budgetKey := 0
 	if ok {
 		owner, err = d.sandboxOwner(r, id)
+		if err != nil && port != EnvdPort && port != InterpreterPort && !sentToken(r) {
+			// A public port's traffic takes its places in a share of its
+			// own: clients without the token cannot crowd the owner's
+			// own calls out of the owner's share.
+			owner, err = d.publicOwner(id)
+			budgetKey = -1 - owner
+		} else {
+			budgetKey = owner
+		}
 	} else {
 		owner, err = d.apiOwner(r)
+		budgetKey = owner
 	}
 	if err != nil {
 		writeError(w, http.StatusUnauthorized, err.Error())
@@ -171,7 +190,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		weight = bound
 	}
 	weight = max(min(weight, d.budget.MaxWeight()/8), 1)
-	place, err := d.budget.TakeFor(r.Context(), owner, weight)
+	place, err := d.budget.TakeFor(r.Context(), budgetKey, weight)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "the service is at its bound of requests in flight: "+err.Error())
 		return
@@ -196,9 +215,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case InterpreterPort:
 		d.interp.ServeHTTP(w, r)
 	default:
-		// E2B's proxy would reach a server the sandbox runs on that
-		// port; a jailcell sandbox has no network to reach.
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("port %d of sandbox %s: jailcell serves only envd (%d) and the code interpreter (%d); a sandbox's own servers cannot be reached", port, id, EnvdPort, InterpreterPort))
+		d.proxyPort(w, r, port)
 	}
 }
 

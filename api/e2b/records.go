@@ -32,6 +32,9 @@ type record struct {
 	// AutoResume: traffic to the sandbox while paused resumes it
 	// (lifecycle autoResume), its health check included.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// PrivatePorts: made with network.allowPublicTraffic false, so its
+	// ports need its token even where the door lets ports be public.
+	PrivatePorts bool `json:"private_ports,omitempty"`
 }
 
 type records struct {

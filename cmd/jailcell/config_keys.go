@@ -97,6 +97,13 @@ E2B_SANDBOX_URL's headers only.`},
 		doc: `E2B template names a create may ask for, each NAME=POLICY (a policy of
 policies:); a name not listed is refused with the list. []: "base" and
 "code-interpreter-v1", both the default policy.`},
+	{name: "e2b.public_ports", def: false, dec: boolKey(func(c *config) *bool { return &c.E2BPublicPorts }),
+		doc: `Let requests without a sandbox's access token reach the servers it runs
+(its ports but envd's and the interpreter's: the SDKs' getHost), as
+E2B's sandboxes are unless made with network.allowPublicTraffic false.
+false: every port needs the token (header e2b-traffic-access-token). A
+sandbox's id is no secret on its host (its cgroup is named after it):
+true opens such ports to everyone who can reach the E2B listener.`},
 	{name: "tls.cert", def: "", dec: strKey(func(c *config) *string { return &c.TLSCert }),
 		doc: `PEM certificate (chain) of the TCP listener; with tls.key, the listener
 speaks TLS only.`},
@@ -404,10 +411,12 @@ type config struct {
 	TLSCert     string
 	TLSKey      string
 	TLSClientCA string
-	// E2BListen, E2BDomain and E2BTemplates configure the E2B door.
-	E2BListen    string
-	E2BDomain    string
-	E2BTemplates []string
+	// E2BListen, E2BDomain, E2BTemplates and E2BPublicPorts configure the
+	// E2B door.
+	E2BListen      string
+	E2BDomain      string
+	E2BTemplates   []string
+	E2BPublicPorts bool
 	// UIDBase is the host's first sandbox uid (isolate.Config.UIDBase).
 	UIDBase int
 	// ClaimDir is where daemons claim uid ranges (isolate.ClaimUIDRange).

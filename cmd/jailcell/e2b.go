@@ -115,7 +115,7 @@ func e2bServer(cfg *config, h api.Handler, log *slog.Logger) (net.Listener, *htt
 		return nil, nil, fmt.Errorf("e2b access-token secret: %w", err)
 	}
 	door, err := e2b.New(h, e2b.Options{Keys: e2b.NewKeys(tokens).Owner, Secret: secret, Domain: cfg.E2BDomain, Templates: templates,
-		StateDir: filepath.Join(cfg.StateDir, "e2b", "sandboxes"), Logger: log})
+		StateDir: filepath.Join(cfg.StateDir, "e2b", "sandboxes"), Logger: log, PublicPorts: cfg.E2BPublicPorts})
 	if err != nil {
 		return nil, nil, err
 	}

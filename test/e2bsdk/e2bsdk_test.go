@@ -61,6 +61,11 @@ func stage(t *testing.T, modules string) string {
 	return dir
 }
 
+// e2bDomain is the service's e2b.domain: the SDKs' getHost names
+// PORT-ID.e2bDomain, which the tests send as the Host header to the door's
+// own address (no resolver needed).
+const e2bDomain = "sandbox.jailcell.test"
+
 // serveE2B starts a service with its E2B door on a loopback port and
 // returns the door's URL.
 func serveE2B(t *testing.T) (url string, svc *testenv.Service) {
@@ -92,6 +97,8 @@ policies:
     timeout: 10s
 e2b:
   listen: tcp://` + addr + `
+  domain: ` + e2bDomain + `
+  public_ports: true
 auth:
   tokens_file: ` + tokens + "\n"
 		},
@@ -129,7 +136,7 @@ func TestStockSDK(t *testing.T) {
 			// Only what E2B's docs tell a user to set, and nothing of
 			// the host's: the SDKs would read E2B_* from it.
 			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home,
-				"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_API_KEY=" + apiKey}, testenv.HermeticEnv()...)
+				"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_API_KEY=" + apiKey, "JC_E2B_DOMAIN=" + e2bDomain}, testenv.HermeticEnv()...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			err = cmd.Run()

@@ -115,3 +115,21 @@ test('a paused sandbox\'s server answers 502 until connect resumes it, then answ
     await sbx.kill()
   }
 })
+
+test('autoResume: a request to a paused sandbox\'s server resumes it, and the server answers', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  try {
+    await sbx.files.write('echo.py', echo)
+    await sbx.commands.run('python3 echo.py 8000', { background: true })
+    const host = sbx.getHost(8000)
+    await until(host)
+    assert.equal(await sbx.pause(), true)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    const r = await get(host, '/woken')
+    assert.equal(r.status, 200, r.body)
+    assert.equal(JSON.parse(r.body).path, '/woken')
+    assert.equal((await sbx.getInfo()).state, 'running')
+  } finally {
+    await sbx.kill()
+  }
+})

@@ -85,12 +85,12 @@ demo: rootfs
 # check-leaks: the tests must leave the host as they found it.
 test: rootfs criu versitygw
 	$(GO) vet -tags $(TAGS) ./...
-	$(MAKE) --no-print-directory check-fresh-quick
 	./scripts/installed-service.sh start $(BIN)
 	JAILCELL_SOAK=short JAILCELL_BIN=$(CURDIR)/$(BIN) GO=$(GO) ./scripts/gotest.sh -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 ./...; \
 		rc=$$?; ./scripts/installed-service.sh stop || rc=1; exit $$rc
 	./scripts/beside.sh $(CURDIR)/build/test-systemd.log '$(MAKE) --no-print-directory test-systemd' -- \
-		'$(MAKE) --no-print-directory test-cgroupv2' '$(MAKE) --no-print-directory fuzz'
+		'$(MAKE) --no-print-directory test-cgroupv2' '$(MAKE) --no-print-directory fuzz' \
+		'$(MAKE) --no-print-directory check-fresh-quick'
 	./scripts/check-leaks.sh
 
 # Every fetch-or-build-once step (rootfs, criu, the cgroup v2 guest, the

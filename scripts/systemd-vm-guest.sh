@@ -107,7 +107,7 @@ setup() {
 		echo "rootfs stamp of the last passing run: $(basename "$st")"
 	done
 	# Node resolves modules with many stats: from the local disk, not 9p.
-	mkdir -p /opt/jcvm && cp -a "$share/mcpclient" "$mcpdir"
+	mkdir -p "$mcpdir" && tar -xf "$share/mcpclient.tar" -C "$mcpdir"
 }
 # workaround TEXT CMD...: only with VM_WORKAROUNDS=1, and said so.
 workaround() {

@@ -10,10 +10,17 @@ import http from 'node:http'
 import { Sandbox } from 'e2b'
 
 // An HTTP server that answers each request with its method, path and
-// headers as JSON: what the door passed on.
+// headers as JSON (what the door passed on), or switches protocols.
 const echo = `import http.server, json, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.headers.get("Upgrade") == "jc-echo":
+            # A protocol switch, as a WebSocket's: then each chunk echoed in capitals.
+            self.send_response(101); self.send_header("Upgrade", "jc-echo"); self.send_header("Connection", "Upgrade"); self.end_headers(); self.wfile.flush()
+            while data := self.connection.recv(1024):
+                self.connection.sendall(data.upper())
+            self.close_connection = True
+            return
         b = json.dumps({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
         self.send_response(200); self.send_header("Content-Type", "application/json"); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
     def log_message(self, *a): pass
@@ -129,6 +136,37 @@ test('autoResume: a request to a paused sandbox\'s server resumes it, and the se
     assert.equal(r.status, 200, r.body)
     assert.equal(JSON.parse(r.body).path, '/woken')
     assert.equal((await sbx.getInfo()).state, 'running')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('a protocol switch (as a WebSocket\'s) passes through both ways', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  try {
+    await sbx.files.write('echo.py', echo)
+    await sbx.commands.run('python3 echo.py 8000', { background: true })
+    const host = sbx.getHost(8000)
+    await until(host)
+    const door = new URL(process.env.E2B_SANDBOX_URL)
+    const echoed = await new Promise((resolve, reject) => {
+      const req = http.request({ host: door.hostname, port: door.port, path: '/ws', headers: { host, connection: 'Upgrade', upgrade: 'jc-echo' } })
+      req.on('upgrade', (res, socket) => {
+        let got = ''
+        socket.setEncoding('utf8')
+        socket.on('data', (d) => {
+          got += d
+          if (got.length >= 11) { socket.end(); resolve(got) }
+        })
+        socket.on('error', reject)
+        socket.write('hello ')
+        socket.write('world')
+      })
+      req.on('response', (res) => reject(new Error(`no switch: ${res.statusCode}`)))
+      req.on('error', reject)
+      req.end()
+    })
+    assert.equal(echoed, 'HELLO WORLD')
   } finally {
     await sbx.kill()
   }

@@ -54,6 +54,23 @@ async function until (host, headers = {}) {
   }
 }
 
+// serving makes a sandbox (opts as Sandbox.create's), starts the echo
+// server on port in it from a background command, waits for it to answer
+// through the door (with headers), and calls fn(sbx, host); the sandbox is
+// killed after.
+async function serving (opts, port, fn, headers = {}) {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, ...opts })
+  try {
+    await sbx.files.write('echo.py', echo)
+    await sbx.commands.run(`python3 echo.py ${port}`, { background: true })
+    const host = sbx.getHost(port)
+    await until(host, typeof headers === 'function' ? headers(sbx) : headers)
+    await fn(sbx, host)
+  } finally {
+    await sbx.kill()
+  }
+}
+
 test('a server a command started answers at getHost(port), without the door\'s credentials passed on', async () => {
   const sbx = await Sandbox.create({ timeoutMs: 120_000 })
   try {
@@ -91,63 +108,37 @@ test('a server a command started answers at getHost(port), without the door\'s c
 })
 
 test('network.allowPublicTraffic false: its ports need its trafficAccessToken', async () => {
-  const sbx = await Sandbox.create({ timeoutMs: 120_000, network: { allowPublicTraffic: false } })
-  try {
-    await sbx.files.write('echo.py', echo)
-    await sbx.commands.run('python3 echo.py 8080', { background: true })
-    const host = sbx.getHost(8080)
-    await until(host, { 'e2b-traffic-access-token': sbx.trafficAccessToken })
+  await serving({ network: { allowPublicTraffic: false } }, 8080, async (sbx, host) => {
     const r = await get(host)
     assert.equal(r.status, 401)
     assert.match(r.body, /e2b-traffic-access-token/)
-  } finally {
-    await sbx.kill()
-  }
+  }, (sbx) => ({ 'e2b-traffic-access-token': sbx.trafficAccessToken }))
 })
 
 test('a paused sandbox\'s server answers 502 until connect resumes it, then answers again', async () => {
-  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
-  try {
-    await sbx.files.write('echo.py', echo)
-    await sbx.commands.run('python3 echo.py 8000', { background: true })
-    const host = sbx.getHost(8000)
-    await until(host)
+  await serving({}, 8000, async (sbx, host) => {
     assert.equal(await sbx.pause(), true)
     const paused = await get(host)
     assert.equal(paused.status, 502)
     assert.match(paused.body, /paused/)
     await sbx.connect()
     assert.equal((await until(host)).path, '/x?y=1', 'the server came back with the sandbox')
-  } finally {
-    await sbx.kill()
-  }
+  })
 })
 
 test('autoResume: a request to a paused sandbox\'s server resumes it, and the server answers', async () => {
-  const sbx = await Sandbox.create({ timeoutMs: 120_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
-  try {
-    await sbx.files.write('echo.py', echo)
-    await sbx.commands.run('python3 echo.py 8000', { background: true })
-    const host = sbx.getHost(8000)
-    await until(host)
+  await serving({ lifecycle: { onTimeout: 'pause', autoResume: true } }, 8000, async (sbx, host) => {
     assert.equal(await sbx.pause(), true)
     assert.equal((await sbx.getInfo()).state, 'paused')
     const r = await get(host, '/woken')
     assert.equal(r.status, 200, r.body)
     assert.equal(JSON.parse(r.body).path, '/woken')
     assert.equal((await sbx.getInfo()).state, 'running')
-  } finally {
-    await sbx.kill()
-  }
+  })
 })
 
 test('a protocol switch (as a WebSocket\'s) passes through both ways', async () => {
-  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
-  try {
-    await sbx.files.write('echo.py', echo)
-    await sbx.commands.run('python3 echo.py 8000', { background: true })
-    const host = sbx.getHost(8000)
-    await until(host)
+  await serving({}, 8000, async (sbx, host) => {
     const door = new URL(process.env.E2B_SANDBOX_URL)
     const echoed = await new Promise((resolve, reject) => {
       const req = http.request({ host: door.hostname, port: door.port, path: '/ws', headers: { host, connection: 'Upgrade', upgrade: 'jc-echo' } })
@@ -167,7 +158,5 @@ test('a protocol switch (as a WebSocket\'s) passes through both ways', async () 
       req.end()
     })
     assert.equal(echoed, 'HELLO WORLD')
-  } finally {
-    await sbx.kill()
-  }
+  })
 })

@@ -95,6 +95,11 @@ customize() {
 	mkdir -p "$tree/root/.cache"
 	ln -sfn ../.config/matplotlib "$tree/root/.cache/matplotlib"
 
+	# `python` is python3, as in E2B's templates and most images agents
+	# know: their commands say `python script.py` or `python -m http.server`,
+	# and bookworm installs only python3.
+	ln -sfn python3 "$tree/usr/bin/python"
+
 	# The tree is mounted read-only: every .pyc must exist now. Some test
 	# data in the stdlib does not compile on purpose, hence || true.
 	chroot "$tree" env -i PATH=/usr/bin:/bin HOME=/root \

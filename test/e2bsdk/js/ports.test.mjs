@@ -107,6 +107,26 @@ test('a server a command started answers at getHost(port), without the door\'s c
   }
 })
 
+test('E2B\'s own case: `python -m http.server 8000` (every address, `python` as in E2B\'s templates) answers at getHost(8000)', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  try {
+    await sbx.files.write('index.html', 'served')
+    const srv = await sbx.commands.run('python -m http.server 8000', { background: true })
+    const host = sbx.getHost(8000)
+    const end = Date.now() + 30_000
+    let r = await get(host, '/index.html')
+    while (r.status !== 200 && Date.now() < end) {
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      r = await get(host, '/index.html')
+    }
+    assert.equal(r.status, 200, r.body)
+    assert.equal(r.body, 'served')
+    await srv.kill()
+  } finally {
+    await sbx.kill()
+  }
+})
+
 test('network.allowPublicTraffic false: its ports need its trafficAccessToken', async () => {
   await serving({ network: { allowPublicTraffic: false } }, 8080, async (sbx, host) => {
     const r = await get(host)

@@ -181,6 +181,9 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// for good, and one admitted alone that never came held the whole
 	// budget.
 	bound := bodyBound(r)
+	if ok && port != EnvdPort && port != InterpreterPort {
+		bound = maxPortBody // an app's own uploads: streamed through, never held
+	}
 	if r.ContentLength > bound {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is %d bytes, over this route's %d", r.ContentLength, bound))
 		return

@@ -26,6 +26,10 @@ import (
 // with: the daemon reads it whole before passing anything on.
 const maxPortHeaderBytes = 64 << 10
 
+// maxPortBody bounds a request body passed to a sandbox's server: an
+// upload's bound, as the body is streamed through, never held.
+const maxPortBody = maxUploadBody
+
 // portHeaderTimeout bounds the wait for a sandbox's server to begin its
 // answer, so a server that never answers frees the request's place.
 const portHeaderTimeout = 5 * time.Minute
@@ -62,6 +66,11 @@ func (d *Door) proxyPort(w http.ResponseWriter, r *http.Request, port int) {
 	}
 	if !d.running(w, r) {
 		return
+	}
+	if ab, ok := r.Body.(*admittedBody); ok {
+		// Streamed to the sandbox through the proxy's buffer: the place
+		// keeps its first weight instead of growing by every byte.
+		ab.r = ab.raw
 	}
 	t := targetOf(r.Context())
 	// One connection per request, closed with it: nothing pooled outlives

@@ -3,9 +3,11 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -41,7 +43,8 @@ func echoServer(t *testing.T) *httptest.Server {
 		if r.URL.Path == "/huge" {
 			w.Header().Set("X-Huge", strings.Repeat("h", maxPortHeaderBytes+1))
 		}
-		h := map[string]string{"host": r.Host}
+		n, _ := io.Copy(io.Discard, r.Body)
+		h := map[string]string{"host": r.Host, "body": strconv.Itoa(int(n))}
 		for k := range r.Header {
 			h[strings.ToLower(k)] = r.Header.Get(k)
 		}
@@ -119,6 +122,18 @@ func TestPortTraffic(t *testing.T) {
 		unknown := get(sandbox{SandboxID: "n1-" + strings.Repeat("f", 32)}, "/", nil)
 		if unknown.Code != http.StatusUnauthorized || strings.Replace(unknown.Body.String(), "n1-"+strings.Repeat("f", 32), private.SandboxID, 1) != refused.Body.String() {
 			t.Fatalf("public=%v: an unknown sandbox: %d %s, want the private one's refusal %s", public, unknown.Code, unknown.Body, refused.Body)
+		}
+		// A body over the JSON routes' bound is streamed through whole.
+		post := httptest.NewRequest("POST", "/upload", strings.NewReader(strings.Repeat("b", 4<<20)))
+		post.Host = host(open)
+		for k, v := range withToken(open) {
+			post.Header.Set(k, v)
+		}
+		pw := httptest.NewRecorder()
+		d.ServeHTTP(pw, post)
+		var seen map[string]string
+		if pw.Code != http.StatusOK || json.Unmarshal(pw.Body.Bytes(), &seen) != nil || seen["body"] != strconv.Itoa(4<<20) {
+			t.Fatalf("public=%v: a 4 MiB body: %d %.300s", public, pw.Code, pw.Body)
 		}
 		if w := get(open, "/huge", withToken(open)); w.Code != http.StatusBadGateway {
 			t.Fatalf("public=%v: a header block over the bound: %d", public, w.Code)

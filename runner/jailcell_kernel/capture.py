@@ -169,6 +169,14 @@ class _Pump:
                     or _State.runs_begun != self.kick_for):
                 self.kicks = []
                 return
+            # Never into a disposition the cell chose: a SIGINT read late
+            # (its handler ran in the cell before) arms kicks for the cell
+            # now running, and one that set KICK_SIGNAL to its default was
+            # ended by them. Checked and sent holding the GIL, so the cell
+            # cannot change it in between.
+            if signal.getsignal(KICK_SIGNAL) is not _on_kick:
+                self.kicks = []
+                return
             try:
                 signal.pthread_kill(self.main_ident, KICK_SIGNAL)
             except OSError:

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -94,6 +95,14 @@ func probe(bin string, bound time.Duration) error {
 // probeDumpRestore dumps a sleeping process of its own and restores it:
 // `criu check` passes on hosts where every dump hangs.
 func probeDumpRestore(bin string, bound time.Duration) error {
+	// The test process's Pdeathsig fires when the OS thread that started it
+	// ends, not the process: a thread the runtime lets go of (one a
+	// goroutine locked and left, as a network namespace entry does) killed
+	// it mid-dump, and the host was judged unable to hibernate ("Task is
+	// still running ... No such process", seen in CI). This goroutine keeps
+	// its thread until the probe is over.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	dir, err := os.MkdirTemp("", "jailcell-criu-probe")
 	if err != nil {
 		return fmt.Errorf("create probe dir: %w", err)

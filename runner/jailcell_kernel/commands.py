@@ -8,6 +8,7 @@ import struct
 import subprocess
 import termios
 import threading
+import time
 
 from .capture import DEFAULT_MAX_OUTPUT, _Pump
 from .errors import _safe_str
@@ -37,6 +38,9 @@ from .state import _State
 
 COMMAND_JOBS = 16  # jobs kept per kernel, finished ones dropped first
 COMMAND_READ = 64 << 10
+# The most a wait for a command's end waits for its readers to take what
+# is left in its pipes (see _Job.wait).
+DRAIN_BOUND = 5.0
 COMMAND_ACTIONS = ("start", "wait", "kill", "input", "resize")
 # Input a job has not read yet, at most: a command that never reads its
 # stdin must not grow the kernel's memory without bound.
@@ -82,6 +86,16 @@ class _CommandRequest:
         return req
 
 
+def _unread(fd):
+    """Bytes waiting in pipe fd (0 once it is closed, or for a terminal
+    whose count cannot be read)."""
+    try:
+        buf = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return struct.unpack("i", buf)[0]
+
+
 class _Job:
     """One command: its process, what it wrote (up to limit bytes a stream)
     and who listens for more."""
@@ -112,6 +126,7 @@ class _Job:
         # at the next step of Popen.wait's sleep-and-poll (up to 50 ms).
         self.exited = threading.Event()
         pipes = (proc.stdout, proc.stderr) if pty is None else (os.fdopen(os.dup(pty), "rb", buffering=0),)
+        self.read_fds = [p.fileno() for p in pipes]
         for i, pipe in enumerate(pipes):
             th = threading.Thread(target=self._read, args=(i, pipe), name="jailcell-cmd", daemon=True)
             th.start()
@@ -270,10 +285,20 @@ class _Job:
     def wait(self, seconds):
         if not self.exited.wait(seconds):
             return False
-        for th in self.readers:
+        for th, fd in zip(self.readers, self.read_fds):
             # The group's other processes may hold the pipes open: do not
-            # wait for them past a moment.
-            th.join(0.5)
+            # wait for them past a moment, unless the pipe still holds
+            # bytes the process wrote that the reader has not taken yet
+            # (under load a reader waited longer than the moment for the
+            # CPU, and a command's last line of stderr was lost), and never
+            # past DRAIN_BOUND (a group that keeps writing).
+            moment = time.monotonic() + 0.5
+            bound = time.monotonic() + DRAIN_BOUND
+            while th.is_alive():
+                th.join(0.05)
+                now = time.monotonic()
+                if now >= bound or (now >= moment and not _unread(fd)):
+                    break
         return True
 
     def start_reaper(self, timeout, grace):

@@ -92,8 +92,7 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			d.logger().Error("handler panic", "op", req.Op, "panic", v, "stack", string(debug.Stack()))
-			resp = fail(req.ID, &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: panic in %s: %v", req.Op, v)})
+			resp = fail(req.ID, d.panicked(req.Op, v))
 		}
 		mu.Lock()
 		done = true
@@ -123,6 +122,14 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 	return r
 }
 
+// panicked logs the panic v of op with its stack and returns the internal
+// error it answers: a handler's panic is an answer, never a dead process.
+// recover itself must stay in each deferred function.
+func (d *Dispatcher) panicked(op string, v any) *Error {
+	d.logger().Error("handler panic", "op", op, "panic", v, "stack", string(debug.Stack()))
+	return &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: panic in %s: %v", op, v)}
+}
+
 // Put writes a workspace file from r as its bytes come, for a door that
 // streams an upload (HTTP's file route, E2B's /files): the daemon holds
 // one copy buffer, never the file (read whole, a few large uploads at
@@ -132,8 +139,7 @@ func (d *Dispatcher) Handle(ctx context.Context, owner int, req *Request, emit f
 func (d *Dispatcher) Put(ctx context.Context, owner int, session, path string, r io.Reader, metadata map[string]string) (resp *Response, e *Error) {
 	defer func() {
 		if v := recover(); v != nil {
-			d.logger().Error("handler panic", "op", "put", "panic", v, "stack", string(debug.Stack()))
-			resp, e = nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: panic in put: %v", v)}
+			resp, e = nil, d.panicked("put", v)
 		}
 	}()
 	req := &Request{Op: OpUpload, Session: session, Path: path, Data: []byte{}, Metadata: metadata}
@@ -156,8 +162,7 @@ func (d *Dispatcher) Put(ctx context.Context, owner int, session, path string, r
 func (d *Dispatcher) DialPort(ctx context.Context, owner int, session string, port int) (c net.Conn, e *Error) {
 	defer func() {
 		if v := recover(); v != nil {
-			d.logger().Error("handler panic", "op", "dial_port", "panic", v, "stack", string(debug.Stack()))
-			c, e = nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: panic in dial_port: %v", v)}
+			c, e = nil, d.panicked("dial_port", v)
 		}
 	}()
 	if session == "" {
@@ -181,8 +186,7 @@ func (d *Dispatcher) DialPort(ctx context.Context, owner int, session string, po
 func (d *Dispatcher) Open(ctx context.Context, owner int, session, path string) (f *seam.OpenFile, e *Error) {
 	defer func() {
 		if v := recover(); v != nil {
-			d.logger().Error("handler panic", "op", "open", "panic", v, "stack", string(debug.Stack()))
-			f, e = nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: panic in open: %v", v)}
+			f, e = nil, d.panicked("open", v)
 		}
 	}()
 	req := &Request{Op: OpDownload, Session: session, Path: path}

@@ -38,19 +38,19 @@ SYSTEMD_DIR ?= /etc/systemd/system
 
 all: build
 
-# System packages, installed only when missing; apt waits up to 10 min for
-# another installer on the machine to let go of the dpkg lock.
+# System packages, installed only when missing; scripts/apt-get.sh waits up
+# to 10 min for another installer on the machine to let go of apt's locks.
 deps:
 	@missing=""; for p in $(APT_PKGS); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
-		apt-get update -qq -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 $$missing >/dev/null; \
+		$(CURDIR)/scripts/apt-get.sh update -qq && DEBIAN_FRONTEND=noninteractive $(CURDIR)/scripts/apt-get.sh install -y -qq $$missing >/dev/null; \
 	fi
 	@command -v node >/dev/null && command -v npm >/dev/null || { \
 		echo "installing: $(NODE_PKGS)"; \
-		apt-get update -qq -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 $(NODE_PKGS) >/dev/null; }
+		$(CURDIR)/scripts/apt-get.sh update -qq && DEBIAN_FRONTEND=noninteractive $(CURDIR)/scripts/apt-get.sh install -y -qq $(NODE_PKGS) >/dev/null; }
 	@command -v $(GO) >/dev/null || { echo "Go is not installed (want 1.26+ at /usr/local/go)"; exit 1; }
 
 build: deps
@@ -168,7 +168,7 @@ bench: rootfs
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
-		apt-get update -qq -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 $$missing >/dev/null; \
+		$(CURDIR)/scripts/apt-get.sh update -qq && DEBIAN_FRONTEND=noninteractive $(CURDIR)/scripts/apt-get.sh install -y -qq $$missing >/dev/null; \
 	fi
 	$(GO) build -o bin/jailcell-bench ./test/bench
 	bin/jailcell-bench -bin $(BIN) -rootfs $(ROOTFS_BASE) -out test/bench/out $(if $(BENCH_SECTIONS),-sections $(BENCH_SECTIONS))
@@ -185,7 +185,7 @@ PYTHON ?= /usr/bin/python3
 # Go output is committed; building needs none of this). Needs protoc
 # (Debian's protobuf-compiler); the plugins are go-installed, pinned.
 proto:
-	@command -v protoc >/dev/null || { apt-get update -qq -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 protobuf-compiler >/dev/null; }
+	@command -v protoc >/dev/null || { $(CURDIR)/scripts/apt-get.sh update -qq && DEBIAN_FRONTEND=noninteractive $(CURDIR)/scripts/apt-get.sh install -y -qq protobuf-compiler >/dev/null; }
 	api/e2b/proto/generate.sh
 .PHONY: proto
 python-wheel:

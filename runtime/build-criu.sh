@@ -61,8 +61,8 @@ for p in "${BUILD_DEPS[@]}"; do
 done
 if ((${#missing[@]})); then
 	echo "installing build deps: ${missing[*]}"
-	apt-get update -qq -o DPkg::Lock::Timeout=600
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "${missing[@]}" >/dev/null
+	"$HERE/../scripts/apt-get.sh" update -qq
+	DEBIAN_FRONTEND=noninteractive "$HERE/../scripts/apt-get.sh" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 apt_dir=$BUILD_DIR/apt
@@ -81,7 +81,7 @@ apt_opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$apt_dir
 
 if ! echo "$ORIG_SHA256  $src_dir/$ORIG" | sha256sum -c --quiet - >/dev/null 2>&1; then
 	echo "fetching $ORIG from $mirror ($CRIU_SUITE)"
-	apt-get "${apt_opts[@]}" -o DPkg::Lock::Timeout=600 update -qq
+	"$HERE/../scripts/apt-get.sh" "${apt_opts[@]}" update -qq
 	# The pool directory comes from the suite's signed Sources index.
 	# bookworm's apt (2.6) refuses `showsrc NAME=VERSION` ("Unable to locate
 	# package"), so list every version and pick the pinned one's stanza.

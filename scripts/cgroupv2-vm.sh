@@ -45,9 +45,9 @@ for p in qemu-system-x86 cpio busybox-static e2fsprogs xz-utils zstd bc libsecco
 done
 if [ -n "$need" ]; then
 	log "installing:$need"
-	apt-get update -qq -o DPkg::Lock::Timeout=600
+	"$here/scripts/apt-get.sh" update -qq
 	# shellcheck disable=SC2086 # one word per package
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends $need >/dev/null
+	DEBIAN_FRONTEND=noninteractive "$here/scripts/apt-get.sh" install -y -qq --no-install-recommends $need >/dev/null
 fi
 
 # --- rootfs to share ----------------------------------------------------

@@ -135,7 +135,7 @@ Dir::State::Lists "$apt/lists";
 Dir::Cache "$apt/cache";
 EOF
 export APT_CONFIG=$apt/apt.conf
-apt-get update -qq -o DPkg::Lock::Timeout=600 || fail "apt-get update into empty lists ($apt/lists)"
+"$here/scripts/apt-get.sh" update -qq || fail "apt's update into empty lists ($apt/lists)"
 # One apt-cache run for all (each run loads the whole cache): a package
 # with no stanza or a "(none)" candidate is missing.
 # shellcheck disable=SC2086 # word lists from the Makefile

@@ -217,9 +217,9 @@ for p in qemu-system-x86 qemu-utils cpio busybox-static e2fsprogs xz-utils zstd 
 done
 if [[ -n $need ]]; then
 	log "installing:$need"
-	apt-get update -qq -o DPkg::Lock::Timeout=600
+	"$here/scripts/apt-get.sh" update -qq
 	# shellcheck disable=SC2086 # one word per package
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends $need >/dev/null
+	DEBIAN_FRONTEND=noninteractive "$here/scripts/apt-get.sh" install -y -qq --no-install-recommends $need >/dev/null
 fi
 
 kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')

@@ -1,6 +1,7 @@
 package jupyter
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -585,7 +586,10 @@ func (f *fixture) otherUIDSubscribes(t *testing.T, transport string, probe func(
 	att.Dir = "/"
 	att.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8"}
 	att.SysProcAttr = &syscall.SysProcAttr{Credential: attacker}
-	attOut := make(chan string, 1)
+	attIn, err := att.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ap, err := att.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -594,17 +598,36 @@ func (f *fixture) otherUIDSubscribes(t *testing.T, transport string, probe func(
 	if err := att.Start(); err != nil {
 		t.Fatal(err)
 	}
+	attOut, subscribed := make(chan string, 1), make(chan struct{})
 	go func() {
-		b, _ := io.ReadAll(ap)
+		var b strings.Builder
+		sc := bufio.NewScanner(ap)
+		for sc.Scan() {
+			b.WriteString(sc.Text() + "\n")
+			if sc.Text() == "subscribed" {
+				close(subscribed)
+			}
+		}
 		_ = att.Wait()
-		attOut <- string(b)
+		attOut <- b.String()
 	}()
-	// The cell runs once the subscriber had its chance to connect.
-	time.Sleep(4 * time.Second)
+	// The cell runs once the subscriber has connected (it says so 2 s
+	// after its connect, time for ZeroMQ's handshake).
+	select {
+	case <-subscribed:
+	case out := <-attOut:
+		t.Fatalf("the other uid's subscriber ended before it subscribed:\n%s", out)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the other uid's subscriber did not subscribe")
+	}
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		t.Fatal(err)
 	}
 	next("ok secret")
+	// The user's client has the secret: a subscriber the kernel let in
+	// would have it within moments. Two seconds more, then it reports.
+	time.Sleep(2 * time.Second)
+	attIn.Close()
 	run.attacker = <-attOut
 	if _, err := io.WriteString(stdin, "done\n"); err != nil {
 		t.Fatal(err)

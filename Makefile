@@ -30,6 +30,15 @@ APT_PKGS := libseccomp-dev pkg-config gcc mmdebstrap iproute2 nftables ca-certif
 # from elsewhere, with its own npm, conflicts with Debian's npm package).
 NODE_PKGS := nodejs npm
 TEST_TIMEOUT ?= 25m
+# Test binaries run at once. Go's default is GOMAXPROCS (2 here), and two
+# packages left the CPU idle a fifth of the time: many tests wait on
+# servers, kernels and guests. Measured here, the whole `go test ./...`
+# took 11 min 52 s with 3 (CPU idle near 0), against about 16 min with 2 in
+# CI. TEST_FIRST starts the longest packages first (go test runs them in
+# the order named, ./... adds the rest once), so that no long one starts
+# last and runs alone.
+TEST_PARALLEL ?= 3
+TEST_FIRST := ./session/ ./cmd/jailcell/ ./test/pyclient/ ./test/jupyter/ ./test/conformance/ ./test/e2bsdk/ ./runner/
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
 
@@ -86,7 +95,8 @@ demo: rootfs
 test: rootfs criu versitygw
 	$(GO) vet -tags $(TAGS) ./...
 	./scripts/installed-service.sh start $(BIN)
-	JAILCELL_SOAK=short JAILCELL_BIN=$(CURDIR)/$(BIN) GO=$(GO) ./scripts/gotest.sh -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 ./...; \
+	JAILCELL_SOAK=short JAILCELL_BIN=$(CURDIR)/$(BIN) GO=$(GO) ./scripts/gotest.sh -tags $(TAGS) -timeout $(TEST_TIMEOUT) -count=1 \
+		-p $(TEST_PARALLEL) $(TEST_FIRST) ./...; \
 		rc=$$?; ./scripts/installed-service.sh stop || rc=1; exit $$rc
 	./scripts/beside.sh $(CURDIR)/build/test-systemd.log '$(MAKE) --no-print-directory test-systemd' -- \
 		'$(MAKE) --no-print-directory test-cgroupv2' '$(MAKE) --no-print-directory fuzz' \

@@ -142,15 +142,21 @@ enable_socket() {
 # probe, the pool's first kernel) queues behind them and misses its 60 s
 # start bound; a real host is 5-30x faster.
 ready() {
-	local i
+	local end=$((SECONDS + 600)) t0=$SECONDS
 	# Up to 600 s: the first start hashes the whole rootfs (110 s alone
 	# under TCG, 225 s beside other load); later ones check its metadata.
-	for i in $(seq 300); do
+	# Bounded by the clock, not by tries (a hung curl took 20 s a try), and
+	# a timeout leaves the service's own account in the step's log: once a
+	# guest ran out of its whole time here and said nothing of why.
+	while ((SECONDS < end)); do
 		curl -s --max-time 20 --unix-socket "$S" http://jailcell/metrics | grep -q '^jailcell_pool_ready{policy="default"} [1-9]' &&
-			{ echo "pool ready after ~$((i * 2))s"; return 0; }
+			{ echo "pool ready after ~$((SECONDS - t0))s"; return 0; }
 		sleep 2
 	done
 	echo "no warm pool member after 600 s"
+	systemctl status --no-pager jailcell.service jailcell.socket 2>&1 | head -30
+	curl -s --max-time 20 --unix-socket "$S" http://jailcell/metrics | grep -E '^jailcell_(pool|sessions)' | head -20
+	journalctl -b --no-pager -u jailcell.service | tail -n 120
 	return 1
 }
 emulation_config() {

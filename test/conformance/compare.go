@@ -117,3 +117,50 @@ func Diff(j, c Outcome, jdir, cdir string) string {
 	}
 	return strings.Join(why, "; ")
 }
+
+// Odd is a cell on which jailcell differed from Jupyter's first run.
+type Odd struct {
+	Cell     int    // its index among the notebook's code cells
+	Diff     string // how it differed: from Jupyter's first run, or between Jupyter's two
+	Unstable bool   // Jupyter's two runs differ on it: left out
+}
+
+// Judge compares jailcell's outcomes (mine) with a Jupyter run of the same
+// notebook (ref, run in refDir). A cell on which they differ is looked at
+// again in a second Jupyter run, made on first need by again: if Jupyter's
+// two runs differ on it, it is nondeterministic in Jupyter itself (unseeded
+// random numbers, uninitialised memory) and left out; else it is a
+// disagreement. judged counts the cells not left out, agree those of them
+// jailcell agrees on. Jupyter runs a second time only for a notebook that
+// needs it (one of the corpus's twelve): two runs of every notebook spent a
+// third of the conformance tests' time.
+func Judge(ref []Outcome, refDir string, mine []Outcome, again func() ([]Outcome, string, error)) (agree, judged int, odd []Odd, err error) {
+	if len(ref) != len(mine) {
+		return 0, 0, nil, fmt.Errorf("%d cells in Jupyter, %d in jailcell", len(ref), len(mine))
+	}
+	var second []Outcome
+	var secondDir string
+	for i := range mine {
+		d := Diff(ref[i], mine[i], refDir, "")
+		if d == "" {
+			agree++
+			judged++
+			continue
+		}
+		if second == nil {
+			if second, secondDir, err = again(); err != nil {
+				return 0, 0, nil, err
+			}
+			if len(second) != len(ref) {
+				return 0, 0, nil, fmt.Errorf("%d cells in Jupyter's second run, %d in its first", len(second), len(ref))
+			}
+		}
+		if u := Diff(ref[i], second[i], refDir, secondDir); u != "" {
+			odd = append(odd, Odd{Cell: i, Diff: u, Unstable: true})
+			continue
+		}
+		judged++
+		odd = append(odd, Odd{Cell: i, Diff: d})
+	}
+	return agree, judged, odd, nil
+}

@@ -148,7 +148,7 @@ test-cgroupv2: rootfs
 # group member, systemctl stop/start and a reboot. The guest image is
 # cached in SYSTEMD_VM_DIR. See docs/systemd-test.md. Part of make test,
 # beside the cgroup v2 guest and the fuzzers (scripts/beside.sh): under
-# emulation its guest run takes 7-8 min here with nothing else running.
+# emulation its guest run takes 9 min here alone, 10 in make test.
 SYSTEMD_VM_DIR ?= /var/cache/jailcell/vm-systemd
 test-systemd: rootfs criu
 	@command -v node >/dev/null || $(MAKE) --no-print-directory deps

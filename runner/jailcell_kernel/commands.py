@@ -285,6 +285,7 @@ class _Job:
     def wait(self, seconds):
         if not self.exited.wait(seconds):
             return False
+        bound = time.monotonic() + DRAIN_BOUND  # for the whole wait, not per reader
         for th, fd in zip(self.readers, self.read_fds):
             # The group's other processes may hold the pipes open: do not
             # wait for them past a moment, unless the pipe still holds
@@ -293,7 +294,6 @@ class _Job:
             # CPU, and a command's last line of stderr was lost), and never
             # past DRAIN_BOUND (a group that keeps writing).
             moment = time.monotonic() + 0.5
-            bound = time.monotonic() + DRAIN_BOUND
             while th.is_alive():
                 th.join(0.05)
                 now = time.monotonic()

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jailcell/jailcell/internal/testenv"
 )
 
 // aptSandbox makes apt configuration of the test's own: package lists and a
@@ -17,11 +19,9 @@ import (
 func aptSandbox(t *testing.T) (env []string, listsLock, wrapperLock string) {
 	t.Helper()
 	if _, err := exec.LookPath("apt-get"); err != nil {
-		t.Skipf("this host has no apt-get (%v): the wrapper is for Debian hosts", err)
+		t.Skipf("requires apt-get, which this host lacks (%v): the wrapper is for Debian hosts", err)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("apt-get update needs root (it drops to _apt to fetch): run as root")
-	}
+	testenv.RequiresRoot(t) // apt-get update runs as root (it drops to _apt to fetch)
 	d := t.TempDir()
 	// _apt reads the lists' directory (apt warns when it cannot).
 	if err := os.Chmod(d, 0o755); err != nil {
